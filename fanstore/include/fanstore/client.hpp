@@ -1,0 +1,91 @@
+// The FanStore client: what every front end (LD_PRELOAD interposer, FUSE, CLI, trainer) calls.
+// Thread-safe; fork-safe once the owner calls the AtFork* hooks (the interposer does).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "fanstore/image.hpp"
+#include "fanstore/status.hpp"
+
+namespace fanstore {
+
+// Decoded, checksum-verified bytes of one file. Immutable; shared between opens through the cache.
+class FileBytes {
+ public:
+  virtual ~FileBytes() = default;
+  virtual const char* data() const = 0;
+  virtual uint64_t size() const = 0;
+};
+
+// Where stored bytes of partitions that are not on this node come from (multi-node: the node's daemon).
+class RemoteFetcher {
+ public:
+  virtual ~RemoteFetcher() = default;
+  // Fills `out` with the stored (compressed) bytes of `e`. Must fail within its timeout, never hang.
+  virtual Status FetchStored(const Entry& e, std::string* out) = 0;
+  // Called in a forked child: drop connections the child must not share with its parent.
+  virtual void AfterForkChild() {}
+};
+
+struct ClientStats {
+  std::atomic<uint64_t> opens{0}, stats{0}, readdirs{0}, lookups_missing{0};
+  std::atomic<uint64_t> bytes_read{0};            // decoded bytes handed out
+  std::atomic<uint64_t> local_loads{0}, remote_loads{0}, cache_hits{0};
+  std::atomic<uint64_t> remote_bytes{0};          // stored bytes fetched remotely
+  std::atomic<uint64_t> errors{0};
+  // "fanstore[pid 123]: opens=.. stats=.. readdirs=.. bytes=.. local=.. remote=.. cache_hits=.. errors=.."
+  std::string Line() const;
+};
+
+struct ClientOptions {
+  std::string image;                  // image directory (index + partitions, or the index of a daemon)
+  std::string mount = "/fanstore";    // prefix the image is served under (front ends only)
+  std::string partition_dir;          // where local partitions live; empty = the image directory
+  uint64_t cache_bytes = 64ull << 20; // budget of the decoded-file cache (0 disables it)
+  std::shared_ptr<RemoteFetcher> remote;  // for partitions not present locally; null = single node
+};
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> Create(const ClientOptions& opts);
+  // Reads FANSTORE_IMAGE, FANSTORE_MOUNT, FANSTORE_DAEMON, FANSTORE_CACHE_BYTES (see env.hpp).
+  static Result<std::unique_ptr<Client>> FromEnv();
+  ~Client();
+
+  const Image& image() const { return *image_; }
+  const std::string& mount() const { return opts_.mount; }
+  ClientStats& stats() { return stats_; }
+
+  // Image-relative, normalised path -> entry id. kNotFound / kNotDirectory as POSIX would say.
+  Result<uint32_t> Lookup(std::string_view rel);
+  // stat(2) data of an entry: stable st_ino, st_dev of the image, uid/gid of this process.
+  void FillStat(uint32_t id, struct stat* st) const;
+  // The decoded bytes of a file (cached within the budget). kIsDirectory for a directory,
+  // kCorrupt on a checksum mismatch (and one line on stderr), kIoError when a partition is unreadable.
+  Result<std::shared_ptr<const FileBytes>> Load(uint32_t id);
+  // A real kernel fd, opened read-only, whose bytes are the file's bytes (so mmap, sendfile,
+  // fdopen, dup and children all work). `flags` may carry O_CLOEXEC; write access is kReadOnly.
+  Result<int> OpenFd(uint32_t id, int flags);
+
+  // pthread_atfork hooks: no lock may be held across fork, and the child drops shared connections.
+  void AtForkPrepare();
+  void AtForkParent();
+  void AtForkChild();
+
+  struct Cache;
+ private:
+  Client(ClientOptions opts, std::shared_ptr<const Image> image);
+  ClientOptions opts_;
+  std::shared_ptr<const Image> image_;
+  std::unique_ptr<Cache> cache_;
+  ClientStats stats_;
+  dev_t dev_;
+};
+
+}  // namespace fanstore

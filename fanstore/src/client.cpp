@@ -1,0 +1,216 @@
+// fanstore::Client: lookups, stat data, decoded+verified file bytes and real kernel fds for front ends.
+#include "fanstore/client.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "decoded_cache.hpp"
+#include "fanstore/env.hpp"
+#include "fanstore/path.hpp"
+
+namespace fanstore {
+
+struct Client::Cache : DecodedCache {
+  using DecodedCache::DecodedCache;
+};
+
+namespace {
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Writes all of [p, p+n) to fd, retrying short writes and EINTR.
+bool WriteAll(int fd, const char* p, uint64_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<uint64_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ClientStats::Line() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "fanstore[pid %d]: opens=%llu stats=%llu readdirs=%llu missing=%llu bytes=%llu local=%llu "
+                "remote=%llu remote_bytes=%llu cache_hits=%llu errors=%llu",
+                static_cast<int>(getpid()), static_cast<unsigned long long>(opens.load()),
+                static_cast<unsigned long long>(stats.load()), static_cast<unsigned long long>(readdirs.load()),
+                static_cast<unsigned long long>(lookups_missing.load()),
+                static_cast<unsigned long long>(bytes_read.load()),
+                static_cast<unsigned long long>(local_loads.load()),
+                static_cast<unsigned long long>(remote_loads.load()),
+                static_cast<unsigned long long>(remote_bytes.load()),
+                static_cast<unsigned long long>(cache_hits.load()), static_cast<unsigned long long>(errors.load()));
+  return buf;
+}
+
+Client::Client(ClientOptions opts, std::shared_ptr<const Image> image)
+    : opts_(std::move(opts)), image_(std::move(image)), cache_(std::make_unique<Cache>(opts_.cache_bytes)) {
+  // A fixed, recognisable device number per image directory so st_dev/st_ino pairs are stable.
+  uint32_t h = static_cast<uint32_t>(std::hash<std::string>{}(image_->dir()));
+  dev_ = makedev(0xfa5, h & 0xfffff);
+}
+
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
+  if (opts.mount.empty() || opts.mount[0] != '/')
+    return Status(Code::kInvalidArgument, "mount prefix '" + opts.mount + "' must be an absolute path");
+  ImageOpenOptions io;
+  io.partition_dir = opts.partition_dir;
+  auto img = Image::Open(opts.image, io);
+  if (!img.ok()) return img.status();
+  ClientOptions o = opts;
+  o.mount = NormalizeAbsolute(opts.mount);
+  return std::unique_ptr<Client>(new Client(std::move(o), std::move(img).value()));
+}
+
+Result<std::unique_ptr<Client>> Client::FromEnv() {
+  ClientOptions o;
+  const char* image = std::getenv(env::kImage);
+  const char* daemon = std::getenv(env::kDaemon);
+  if (daemon && *daemon && !(image && *image))
+    return Status(Code::kUnsupported, std::string(env::kDaemon) +
+                                          " is set but this build has no daemon client yet: set " + env::kImage);
+  if (!image || !*image) return Status(Code::kInvalidArgument, std::string(env::kImage) + " is not set");
+  o.image = image;
+  if (const char* m = std::getenv(env::kMount); m && *m) o.mount = m;
+  if (const char* c = std::getenv(env::kCacheBytes); c && *c) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(c, &end, 10);
+    if (end == c || *end != '\0')
+      return Status(Code::kInvalidArgument, std::string(env::kCacheBytes) + "='" + c + "' is not a byte count");
+    o.cache_bytes = v;
+  }
+  return Create(o);
+}
+
+Result<uint32_t> Client::Lookup(std::string_view rel) {
+  auto r = image_->Lookup(rel);
+  if (r.ok()) return r;
+  stats_.lookups_missing.fetch_add(1, std::memory_order_relaxed);
+  // POSIX says ENOTDIR when a leading component exists but is not a directory; only pay for it on a miss.
+  for (size_t pos = rel.find('/'); pos != std::string_view::npos; pos = rel.find('/', pos + 1)) {
+    auto p = image_->Lookup(rel.substr(0, pos));
+    if (!p.ok()) break;
+    if (!image_->Get(*p).is_dir())
+      return Status(Code::kNotDirectory, std::string(rel.substr(0, pos)) + " is not a directory");
+  }
+  return r.status();
+}
+
+void Client::FillStat(uint32_t id, struct stat* st) const {
+  Entry e = image_->Get(id);
+  std::memset(st, 0, sizeof *st);
+  st->st_dev = dev_;
+  st->st_ino = e.ino;
+  st->st_mode = e.mode;
+  st->st_nlink = e.nlink;
+  st->st_uid = getuid();
+  st->st_gid = getgid();
+  st->st_size = static_cast<off_t>(e.size);
+  st->st_blksize = 4096;
+  // As a local file system with 4 KiB blocks would report it, so `du` and `ls -s` agree with the source.
+  st->st_blocks = static_cast<blkcnt_t>(RoundUp(e.size, 4096) / 512);
+  st->st_mtim.tv_sec = e.mtime_sec;
+  st->st_mtim.tv_nsec = e.mtime_nsec;
+  st->st_atim = st->st_mtim;
+  st->st_ctim = st->st_mtim;
+}
+
+Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
+  Entry e = image_->Get(id);
+  if (e.is_dir()) return Status(Code::kIsDirectory, std::string(e.path) + " is a directory");
+  if (auto hit = cache_->Get(id)) {
+    stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    return hit;
+  }
+  char* out = nullptr;
+  std::unique_ptr<FileBytes> bytes = AllocateFileBytes(e.size, &out);
+  if (!bytes) {
+    stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    return Status(Code::kNoMemory, "cannot allocate " + std::to_string(e.size) + " bytes for " + std::string(e.path));
+  }
+  Status s;
+  if (e.size == 0) {
+    // Nothing stored; still count it as a local load.
+    stats_.local_loads.fetch_add(1, std::memory_order_relaxed);
+  } else if (image_->HasPartition(e.part)) {
+    s = image_->ReadFile(id, out);
+    stats_.local_loads.fetch_add(1, std::memory_order_relaxed);
+  } else if (opts_.remote) {
+    std::string stored;
+    s = opts_.remote->FetchStored(e, &stored);
+    if (s.ok()) s = DecodeStored(e, stored.data(), stored.size(), out);
+    stats_.remote_loads.fetch_add(1, std::memory_order_relaxed);
+    stats_.remote_bytes.fetch_add(stored.size(), std::memory_order_relaxed);
+  } else {
+    s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
+                                   " is not on this node and no daemon is configured");
+  }
+  if (!s.ok()) {
+    stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    // The one line a user sees when a stored file is bad; the front end reports EIO.
+    std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
+    return s;
+  }
+  std::shared_ptr<const FileBytes> shared(std::move(bytes));
+  cache_->Put(id, shared);
+  return shared;
+}
+
+Result<int> Client::OpenFd(uint32_t id, int flags) {
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)) != 0)
+    return Status(Code::kReadOnly, "the FanStore image is read-only");
+  auto bytes = Load(id);
+  if (!bytes.ok()) return bytes.status();
+  const FileBytes& b = **bytes;
+  // A memfd holds the true bytes, so everything that reaches the kernel with this fd (mmap, sendfile,
+  // fdopen, exec'd children) sees the file. Sealed, then reopened read-only so writes fail as on a
+  // read-only file and fcntl(F_GETFL) says O_RDONLY.
+  int mfd = memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (mfd < 0) return Status::FromErrno(errno, "memfd_create");
+  if (!WriteAll(mfd, b.data(), b.size())) {
+    int err = errno;
+    close(mfd);
+    return Status::FromErrno(err, "writing the decoded file to a memfd");
+  }
+  fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  char proc[64];
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mfd);
+  int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
+  if (fd >= 0) {
+    close(mfd);
+  } else {
+    // No /proc: keep the sealed memfd itself, rewound, with the caller's close-on-exec choice.
+    fd = mfd;
+    lseek(fd, 0, SEEK_SET);
+    if (!(flags & O_CLOEXEC)) fcntl(fd, F_SETFD, 0);
+  }
+  stats_.opens.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_read.fetch_add(b.size(), std::memory_order_relaxed);
+  return fd;
+}
+
+void Client::AtForkPrepare() { cache_->LockForFork(); }
+void Client::AtForkParent() { cache_->UnlockForFork(); }
+void Client::AtForkChild() {
+  cache_->UnlockForFork();
+  if (opts_.remote) opts_.remote->AfterForkChild();
+}
+
+}  // namespace fanstore

@@ -1,0 +1,76 @@
+// Status: construction from errno, the one mapping to errno used by every POSIX front end, and printing.
+#include "fanstore/status.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace fanstore {
+
+Status Status::FromErrno(int err, const std::string& what) {
+  Code c = Code::kIoError;
+  switch (err) {
+    case ENOENT: c = Code::kNotFound; break;
+    case ENOTDIR: c = Code::kNotDirectory; break;
+    case EISDIR: c = Code::kIsDirectory; break;
+    case EROFS: c = Code::kReadOnly; break;
+    case EINVAL: c = Code::kInvalidArgument; break;
+    case ENOSPC: case EDQUOT: c = Code::kNoSpace; break;
+    case EEXIST: case ENOTEMPTY: c = Code::kExists; break;
+    case EACCES: case EPERM: c = Code::kPermission; break;
+    case ENAMETOOLONG: c = Code::kNameTooLong; break;
+    case ENOMEM: c = Code::kNoMemory; break;
+    case ETIMEDOUT: c = Code::kTimeout; break;
+    case ENOTSUP: c = Code::kUnsupported; break;
+    default: break;
+  }
+  return Status(c, what + ": " + std::strerror(err));
+}
+
+int ToErrno(const Status& s) {
+  switch (s.code()) {
+    case Code::kOk: return 0;
+    case Code::kNotFound: return ENOENT;
+    case Code::kNotDirectory: return ENOTDIR;
+    case Code::kIsDirectory: return EISDIR;
+    case Code::kReadOnly: return EROFS;
+    case Code::kCorrupt: return EIO;
+    case Code::kIoError: return EIO;
+    case Code::kInvalidArgument: return EINVAL;
+    case Code::kUnsupported: return ENOTSUP;
+    case Code::kNoSpace: return ENOSPC;
+    case Code::kExists: return EEXIST;
+    case Code::kPermission: return EACCES;
+    case Code::kTimeout: return EIO;
+    case Code::kNameTooLong: return ENAMETOOLONG;
+    case Code::kNoMemory: return ENOMEM;
+  }
+  return EIO;
+}
+
+const char* CodeName(Code c) {
+  switch (c) {
+    case Code::kOk: return "ok";
+    case Code::kNotFound: return "not found";
+    case Code::kNotDirectory: return "not a directory";
+    case Code::kIsDirectory: return "is a directory";
+    case Code::kReadOnly: return "read-only";
+    case Code::kCorrupt: return "corrupt";
+    case Code::kIoError: return "I/O error";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kUnsupported: return "unsupported";
+    case Code::kNoSpace: return "no space";
+    case Code::kExists: return "exists";
+    case Code::kPermission: return "permission denied";
+    case Code::kTimeout: return "timeout";
+    case Code::kNameTooLong: return "name too long";
+    case Code::kNoMemory: return "out of memory";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  return std::string(CodeName(code_)) + ": " + message_;
+}
+
+}  // namespace fanstore

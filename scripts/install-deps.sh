@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of FanStore from Debian's apt (idempotent, non-interactive).
+# Run as root (or with sudo available). Skips apt entirely when everything is already present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libzstd-dev zstd libxxhash-dev
+  libfuse3-dev fuse3
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev hdf5-tools
+  libdnnl-dev ocl-icd-opencl-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy python3-h5py python3-pil python3-torch python3-torchvision
+  coreutils findutils tar diffutils file
+  gnuplot-nox
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "install-deps: need root to install: ${missing[*]} (re-run as root or install them yourself)" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test (unit, real-program integration, FUSE, MPI, trainer).
+# Tests labelled `slow` (e.g. the >4 GiB pack) run only with FANSTORE_SLOW_TESTS=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+cd "${BUILD_DIR:-build}"
+label_args=(-LE slow)
+if [ "${FANSTORE_SLOW_TESTS:-0}" = 1 ]; then label_args=(); fi
+ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 1200 "${label_args[@]}"

@@ -1,0 +1,16 @@
+// Registration of the `fanstore` subcommands; each lives in its own cmd_*.cpp and stays thin.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fanstore::cli {
+
+// Each Add*Command registers its subcommand(s) on `app` with a callback that sets `exit_code`.
+void AddPackCommand(CLI::App& app, int& exit_code);
+void AddInspectCommands(CLI::App& app, int& exit_code);  // ls, cat, stat, info, verify
+void AddRunCommand(CLI::App& app, int& exit_code);
+#ifdef FANSTORE_WITH_FUSE
+void AddMountCommand(CLI::App& app, int& exit_code);
+#endif
+
+}  // namespace fanstore::cli

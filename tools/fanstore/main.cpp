@@ -1,0 +1,19 @@
+// `fanstore`: parse the command line and dispatch to one subcommand; the logic lives in the libraries.
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"FanStore: pack a dataset into an image and serve it to unmodified training jobs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fanstore 0.1.0");
+  int exit_code = 0;
+  fanstore::cli::AddPackCommand(app, exit_code);
+  fanstore::cli::AddInspectCommands(app, exit_code);
+  fanstore::cli::AddRunCommand(app, exit_code);
+#ifdef FANSTORE_WITH_FUSE
+  fanstore::cli::AddMountCommand(app, exit_code);
+#endif
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
