@@ -41,8 +41,8 @@ Classified ClassifyPath(std::string_view path, std::string_view mount, std::stri
   std::string joined;
   if (path[0] == '/') {
     if (path.size() >= mount.size() && path.compare(0, mount.size(), mount) == 0) {
-      // "/fanstore", "/fanstore/..." are candidates; "/fanstorex" is not.
-      if (path.size() > mount.size() && path[mount.size()] != '/') return r;
+      // "/fanstore", "/fanstore/..." are candidates; "/fanstorex" is not. A mount at "/" takes everything.
+      if (mount.size() > 1 && path.size() > mount.size() && path[mount.size()] != '/') return r;
     } else if (path.find("/..") == std::string_view::npos && path.find("//") == std::string_view::npos &&
                path.find("/./") == std::string_view::npos) {
       return r;
@@ -58,7 +58,7 @@ Classified ClassifyPath(std::string_view path, std::string_view mount, std::stri
     // Only ours if it is under the mount; a long foreign path goes to libc, which will say ENAMETOOLONG.
     std::string n = NormalizeAbsolute(joined);
     if (n.size() >= mount.size() && n.compare(0, mount.size(), mount) == 0 &&
-        (n.size() == mount.size() || n[mount.size()] == '/'))
+        (mount.size() == 1 || n.size() == mount.size() || n[mount.size()] == '/'))
       r.cls = PathClass::kTooLong;
     return r;
   }

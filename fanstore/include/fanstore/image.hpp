@@ -27,7 +27,7 @@ struct Entry {
   std::string_view path;      // image-relative, e.g. "train/cat/0001.jpg"; "" for the root
   std::string_view name;      // last component; "" for the root
   uint32_t mode = 0;          // S_IFREG|0644 or S_IFDIR|0755 style, as packed (permission bits kept)
-  uint64_t size = 0;          // file size in bytes (directories: 0)
+  uint64_t size = 0;          // file size in bytes (directories: the source directory's st_size, e.g. 4096)
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
   uint64_t ino = 0;           // stable inode number (same image -> same number), never 0
@@ -88,6 +88,10 @@ class Image {
   // Reads and decodes file `id` into `out` (exactly Get(id).size bytes), streaming for huge files,
   // and checks the XXH3 checksum: a mismatch is kCorrupt naming the file, and `out` must not be used.
   Status ReadFile(uint32_t id, void* out) const;
+  // Decodes file `id` from its local partition in constant memory and checks its checksum (verify).
+  Status CheckFile(uint32_t id) const;
+  // The 64-bit content hash every partition of this image carries in its header.
+  uint64_t ImageId() const;
 
   struct Impl;
  private:

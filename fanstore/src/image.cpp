@@ -1,0 +1,388 @@
+// Image: the mmap'd index (validated once, then read in place) and lazily opened partitions.
+#include "fanstore/image.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <memory>
+
+#include "decode_internal.hpp"
+#include "format.hpp"
+
+namespace fanstore {
+
+using namespace format;
+
+bool Entry::is_dir() const { return (mode & S_IFMT) == S_IFDIR; }
+bool Entry::is_reg() const { return (mode & S_IFMT) == S_IFREG; }
+unsigned char Entry::d_type() const { return is_dir() ? DT_DIR : DT_REG; }
+
+struct Image::Impl {
+  std::string dir;
+  std::string part_dir;
+  const char* base = nullptr;  // the mmap'd index
+  size_t len = 0;
+  uint64_t entries = 0;
+  const char* entry_table = nullptr;
+  const char* child_table = nullptr;
+  uint64_t child_count = 0;
+  const char* hash_table = nullptr;
+  uint64_t buckets = 0;
+  const char* part_table = nullptr;
+  uint32_t parts = 0;  // regular + replicated
+  uint32_t regular_parts = 0;
+  uint32_t replicated_part = kNoPartition;
+  const char* strings = nullptr;
+  uint64_t strings_size = 0;
+  uint64_t image_id = 0;
+
+  // One fd per partition, opened (and its header checked) on first use; -1 until then.
+  std::unique_ptr<std::atomic<int>[]> fds;
+
+  ~Impl() {
+    if (base) ::munmap(const_cast<char*>(base), len);
+    for (uint32_t p = 0; fds && p < parts; ++p)
+      if (int fd = fds[p].load(); fd >= 0) ::close(fd);
+  }
+
+  const char* Record(uint32_t id) const { return entry_table + uint64_t{id} * kEntrySize; }
+  std::string_view PartName(uint32_t p) const {
+    const char* r = part_table + uint64_t{p} * kPartRecordSize;
+    return std::string_view(strings + Load64(r + prec::kNameOff), Load32(r + prec::kNameLen));
+  }
+  std::string PartPath(uint32_t p) const {
+    return (part_dir.empty() ? dir : part_dir) + "/" + std::string(PartName(p));
+  }
+  Result<int> PartFd(uint32_t p) const;
+};
+
+namespace {
+
+Status Truncated(uint64_t have, uint64_t want) {
+  return Status(Code::kCorrupt, "index.fsi is truncated (" + std::to_string(have) + " of " + std::to_string(want) +
+                                    " bytes): re-pack or copy the image again");
+}
+Status BadIndex(const std::string& what) {
+  return Status(Code::kCorrupt, "index.fsi is damaged (" + what + "): re-pack or copy the image again");
+}
+
+bool SectionOk(uint64_t off, uint64_t size, uint64_t lo, uint64_t hi) {
+  return off >= lo && off <= hi && size <= hi - off;
+}
+
+// Structural checks beyond the checksums, so that even a crafted index with valid checksums cannot
+// make accessors read outside the mapping. Per-entry fields are clamped where they are read instead.
+Status ValidateLayout(Image::Impl* m) {
+  const char* h = m->base;
+  const uint64_t len = m->len;
+  uint64_t entries = Load64(h + hdr::kEntryCount);
+  uint64_t eo = Load64(h + hdr::kEntriesOff), es = Load64(h + hdr::kEntriesSize);
+  uint64_t co = Load64(h + hdr::kChildrenOff), cs = Load64(h + hdr::kChildrenSize);
+  uint64_t ho = Load64(h + hdr::kHashOff), hs = Load64(h + hdr::kHashSize);
+  uint64_t po = Load64(h + hdr::kPartsOff), ps = Load64(h + hdr::kPartsSize);
+  uint64_t so = Load64(h + hdr::kStringsOff), ss = Load64(h + hdr::kStringsSize);
+  for (auto [o, s] : {std::pair{eo, es}, {co, cs}, {ho, hs}, {po, ps}, {so, ss}})
+    if (!SectionOk(o, s, kHeaderSize, len)) return BadIndex("a section lies outside the file");
+  if (entries == 0 || entries >= kEmptyBucket || es != entries * kEntrySize) return BadIndex("entry table size");
+  if (cs % 4 != 0) return BadIndex("child table size");
+  uint64_t buckets = hs / kBucketSize;
+  if (hs % kBucketSize != 0 || buckets <= entries || (buckets & (buckets - 1)) != 0) return BadIndex("hash table size");
+  uint32_t parts = Load32(h + hdr::kPartitionCount);
+  uint32_t regular = Load32(h + hdr::kRegularParts), rep = Load32(h + hdr::kReplicatedPart);
+  if (ps != uint64_t{parts} * kPartRecordSize) return BadIndex("partition table size");
+  if (!(rep == kNoPartition ? parts == regular : (rep == regular && parts == regular + 1)))
+    return BadIndex("partition counts");
+  m->entries = entries;
+  m->entry_table = h + eo;
+  m->child_table = h + co;
+  m->child_count = cs / 4;
+  m->hash_table = h + ho;
+  m->buckets = buckets;
+  m->part_table = h + po;
+  m->parts = parts;
+  m->regular_parts = regular;
+  m->replicated_part = rep;
+  m->strings = h + so;
+  m->strings_size = ss;
+  m->image_id = Load64(h + hdr::kImageId);
+  for (uint32_t p = 0; p < parts; ++p) {
+    const char* r = m->part_table + uint64_t{p} * kPartRecordSize;
+    uint64_t no = Load64(r + prec::kNameOff);
+    uint32_t nl = Load32(r + prec::kNameLen);
+    if (!SectionOk(no, nl, 0, ss)) return BadIndex("partition name");
+    std::string_view name = m->PartName(p);
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos ||
+        name.find('\0') != std::string_view::npos)
+      return BadIndex("partition name");
+  }
+  const char* root = m->Record(kRootId);
+  if (Load32(root + ent::kPathLen) != 0 || (Load32(root + ent::kMode) & S_IFMT) != S_IFDIR)
+    return BadIndex("root entry");
+  return Status::Ok();
+}
+
+Status ValidateHeader(const char* h, uint64_t len) {
+  if (len < sizeof kIndexMagic && std::memcmp(h, kIndexMagic, len) == 0) return Truncated(len, kHeaderSize);
+  if (len < sizeof kIndexMagic || std::memcmp(h, kIndexMagic, sizeof kIndexMagic) != 0)
+    return Status(Code::kCorrupt, "index.fsi is not a FanStore index (bad magic): pass an image made by `fanstore pack`");
+  if (len < hdr::kVersion + 4) return Truncated(len, kHeaderSize);
+  uint32_t version = Load32(h + hdr::kVersion);
+  if (version > kVersion)
+    return Status(Code::kUnsupported, "image version " + std::to_string(version) + " is newer than this fanstore (" +
+                                          std::to_string(kVersion) + "): upgrade fanstore or re-pack");
+  if (version == 0) return BadIndex("version 0");
+  if (len < kHeaderSize) {
+    uint64_t want = len >= hdr::kIndexSize + 8 ? Load64(h + hdr::kIndexSize) : kHeaderSize;
+    return Truncated(len, want > len ? want : kHeaderSize);
+  }
+  if (XXH3_64bits(h, hdr::kHeaderXxh3) != Load64(h + hdr::kHeaderXxh3)) return BadIndex("header checksum mismatch");
+  if (Load32(h + hdr::kHeaderSize) != kHeaderSize) return BadIndex("header size");
+  uint64_t want = Load64(h + hdr::kIndexSize);
+  if (len < want) return Truncated(len, want);
+  if (len > want) return BadIndex("trailing bytes after the index");
+  if (XXH3_64bits(h + kHeaderSize, len - kHeaderSize) != Load64(h + hdr::kBodyXxh3))
+    return BadIndex("body checksum mismatch");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<int> Image::Impl::PartFd(uint32_t p) const {
+  if (p >= parts) return Status(Code::kCorrupt, "partition " + std::to_string(p) + " is not in the index");
+  int fd = fds[p].load(std::memory_order_acquire);
+  if (fd >= 0) return fd;
+  // No lock: two threads may both open and validate; the loser closes its fd. A mutex here could be
+  // held by another thread across fork() and deadlock a DataLoader worker.
+  const std::string path = PartPath(p);
+  const std::string name(PartName(p));
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    return Status(err == ENOENT ? Code::kIoError : Status::FromErrno(err, "").code(),
+                  "cannot open partition " + path + ": " + std::strerror(err));
+  }
+  char h[kPartHeaderSize];
+  struct stat st;
+  Status s = PreadFull(fd, h, sizeof h, 0, name);
+  if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kVersion ||
+                 Load32(h + phdr::kHeaderSize) != kPartHeaderSize ||
+                 XXH3_64bits(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3)))
+    s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
+  if (s.ok() && (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p))
+    s = Status(Code::kCorrupt, path + " belongs to another image: copy the partitions of this image next to its index");
+  if (s.ok() && ::fstat(fd, &st) == 0 &&
+      static_cast<uint64_t>(st.st_size) < kPartHeaderSize + Load64(h + phdr::kDataSize))
+    s = Status(Code::kCorrupt, name + " is truncated: copy the image again or re-pack");
+  if (!s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  int expected = -1;
+  if (!fds[p].compare_exchange_strong(expected, fd, std::memory_order_acq_rel)) {
+    ::close(fd);
+    return expected;
+  }
+  return fd;
+}
+
+Image::Image(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Image::~Image() = default;
+
+Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const ImageOpenOptions& opts) {
+  auto m = std::make_unique<Impl>();
+  m->dir = dir;
+  m->part_dir = opts.partition_dir;
+  const std::string path = dir + "/" + kIndexName;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    struct stat st;
+    if (err == ENOENT && ::stat(dir.c_str(), &st) == 0)
+      return Status(Code::kNotFound, dir + " is not a FanStore image (no index.fsi): pass the directory `fanstore pack -o` made");
+    return Status::FromErrno(err, "cannot open image " + path);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::FromErrno(err, "cannot stat " + path);
+  }
+  m->len = static_cast<size_t>(st.st_size);
+  if (m->len == 0) {
+    ::close(fd);
+    return Truncated(0, kHeaderSize);
+  }
+  void* p = ::mmap(nullptr, m->len, PROT_READ, MAP_SHARED, fd, 0);
+  int err = errno;
+  ::close(fd);  // the mapping stays valid without the fd
+  if (p == MAP_FAILED) return Status::FromErrno(err, "cannot map " + path);
+  m->base = static_cast<const char*>(p);
+  Status s = ValidateHeader(m->base, m->len);
+  if (s.ok()) s = ValidateLayout(m.get());
+  if (!s.ok()) return s;
+  m->fds.reset(new std::atomic<int>[m->parts]);
+  for (uint32_t i = 0; i < m->parts; ++i) m->fds[i].store(-1);
+  return std::shared_ptr<const Image>(new Image(std::move(m)));
+}
+
+const std::string& Image::dir() const { return impl_->dir; }
+uint64_t Image::size() const { return impl_->entries; }
+uint64_t Image::ImageId() const { return impl_->image_id; }
+
+Entry Image::Get(uint32_t id) const {
+  Entry e;
+  if (id >= impl_->entries) return e;
+  const char* r = impl_->Record(id);
+  e.id = id;
+  e.parent = Load32(r + ent::kParent);
+  uint64_t po = Load64(r + ent::kPathOff);
+  uint32_t pl = Load32(r + ent::kPathLen);
+  if (SectionOk(po, pl, 0, impl_->strings_size)) e.path = std::string_view(impl_->strings + po, pl);
+  uint32_t no = Load32(r + ent::kNameOff);
+  e.name = e.path.substr(std::min<size_t>(no, e.path.size()));
+  e.mode = Load32(r + ent::kMode);
+  e.size = Load64(r + ent::kSize);
+  e.mtime_sec = static_cast<int64_t>(Load64(r + ent::kMtimeSec));
+  e.mtime_nsec = Load32(r + ent::kMtimeNsec);
+  e.ino = Load64(r + ent::kIno);
+  e.nlink = Load32(r + ent::kNlink);
+  e.part = Load32(r + ent::kPart);
+  e.codec = static_cast<Codec>(Load32(r + ent::kCodec));
+  e.offset = Load64(r + ent::kOffset);
+  e.stored_size = Load64(r + ent::kStoredSize);
+  e.checksum = Load64(r + ent::kChecksum);
+  return e;
+}
+
+namespace {
+// The hash table probe alone: the entry id of exactly `rel`, or kEmptyBucket.
+uint32_t FindExact(const Image::Impl& m, std::string_view rel) {
+  const uint64_t h = XXH3_64bits(rel.data(), rel.size());
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
+  uint64_t b = h & (m.buckets - 1);
+  for (uint64_t probes = 0; probes < m.buckets; ++probes, b = (b + 1) & (m.buckets - 1)) {
+    const char* slot = m.hash_table + b * kBucketSize;
+    uint32_t id = Load32(slot);
+    if (id == kEmptyBucket) break;
+    if (Load32(slot + 4) != tag || id >= m.entries) continue;
+    const char* r = m.Record(id);
+    uint64_t po = Load64(r + ent::kPathOff);
+    uint32_t pl = Load32(r + ent::kPathLen);
+    if (pl == rel.size() && SectionOk(po, pl, 0, m.strings_size) && (pl == 0 || std::memcmp(m.strings + po, rel.data(), pl) == 0))
+      return id;
+  }
+  return kEmptyBucket;
+}
+}  // namespace
+
+Result<uint32_t> Image::Lookup(std::string_view rel) const {
+  uint32_t id = FindExact(*impl_, rel);
+  if (id != kEmptyBucket) return id;
+  // POSIX wants ENOTDIR when a leading component is a file ("a.jpg/x"): look at the deepest existing
+  // parent. Misses only, at most one probe per component.
+  for (size_t cut = rel.rfind('/'); cut != std::string_view::npos && cut > 0; cut = rel.rfind('/', cut - 1)) {
+    uint32_t parent = FindExact(*impl_, rel.substr(0, cut));
+    if (parent == kEmptyBucket) continue;
+    if (!Get(parent).is_dir())
+      return Status(Code::kNotDirectory, "not a directory in the image: " + std::string(rel.substr(0, cut)));
+    break;
+  }
+  return Status(Code::kNotFound, "no such file in the image: " + std::string(rel));
+}
+
+uint32_t Image::ChildCount(uint32_t dir_id) const {
+  if (dir_id >= impl_->entries) return 0;
+  const char* r = impl_->Record(dir_id);
+  if ((Load32(r + ent::kMode) & S_IFMT) != S_IFDIR) return 0;
+  uint64_t first = Load32(r + ent::kChildFirst), n = Load32(r + ent::kChildCount);
+  return SectionOk(first, n, 0, impl_->child_count) ? static_cast<uint32_t>(n) : 0;
+}
+
+uint32_t Image::Child(uint32_t dir_id, uint32_t i) const {
+  if (i >= ChildCount(dir_id)) return kRootId;
+  uint64_t first = Load32(impl_->Record(dir_id) + ent::kChildFirst);
+  uint32_t id = Load32(impl_->child_table + (first + i) * 4);
+  return id < impl_->entries ? id : kRootId;
+}
+
+ImageSummary Image::Summary() const {
+  const char* h = impl_->base;
+  ImageSummary s;
+  s.version = Load32(h + hdr::kVersion);
+  s.files = Load64(h + hdr::kFileCount);
+  s.dirs = Load64(h + hdr::kDirCount);
+  s.bytes_in = Load64(h + hdr::kBytesIn);
+  s.bytes_stored = Load64(h + hdr::kBytesStored);
+  s.parts = impl_->regular_parts;
+  s.replicated_part = impl_->replicated_part;
+  for (uint32_t p = 0; p < impl_->parts; ++p) {
+    const char* r = impl_->part_table + uint64_t{p} * kPartRecordSize;
+    s.part_bytes.push_back(Load64(r + prec::kStoredBytes));
+    s.part_files.push_back(Load64(r + prec::kFileCount));
+  }
+  return s;
+}
+
+std::string Image::PartitionPath(uint32_t part) const {
+  return part < impl_->parts ? impl_->PartPath(part) : std::string();
+}
+
+bool Image::HasPartition(uint32_t part) const { return part < impl_->parts && impl_->PartFd(part).ok(); }
+
+uint32_t Image::PartitionCount() const { return impl_->parts; }
+
+namespace {
+Status FileChecks(const Image& img, uint32_t id, Entry* e) {
+  if (id >= img.size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
+  *e = img.Get(id);
+  if (e->is_dir()) return Status(Code::kIsDirectory, "is a directory: " + std::string(e->path));
+  if (!e->is_reg() || e->part >= img.PartitionCount())
+    return Status(Code::kCorrupt, "index.fsi: bad entry for " + std::string(e->path) + " (re-pack the image)");
+  return Status::Ok();
+}
+}  // namespace
+
+Status Image::ReadStored(uint32_t id, std::string* out) const {
+  Entry e;
+  Status s = FileChecks(*this, id, &e);
+  if (!s.ok()) return s;
+  auto fd = impl_->PartFd(e.part);
+  if (!fd.ok()) return fd.status();
+  out->resize(e.stored_size);
+  return PreadFull(*fd, out->data(), e.stored_size, e.offset, std::string(impl_->PartName(e.part)));
+}
+
+Status Image::ReadFile(uint32_t id, void* out) const {
+  Entry e;
+  Status s = FileChecks(*this, id, &e);
+  if (!s.ok()) return s;
+  auto fd = impl_->PartFd(e.part);
+  if (!fd.ok()) return fd.status();
+  const std::string where(impl_->PartName(e.part));
+  constexpr uint64_t kOneShotMax = 8ull << 20;  // small compressed files: one pread, one decompress call
+  if (e.codec == Codec::kZstd && e.stored_size <= kOneShotMax && e.size <= 64 * kOneShotMax) {
+    thread_local std::string stored;
+    stored.resize(e.stored_size);
+    s = PreadFull(*fd, stored.data(), stored.size(), e.offset, where);
+    if (!s.ok()) return s;
+    return DecodeBuffer(e, stored.data(), stored.size(), out, where);
+  }
+  return DecodeStream(e, *fd, where, static_cast<char*>(out));
+}
+
+Status Image::CheckFile(uint32_t id) const {
+  Entry e;
+  Status s = FileChecks(*this, id, &e);
+  if (!s.ok()) return s;
+  auto fd = impl_->PartFd(e.part);
+  if (!fd.ok()) return fd.status();
+  return DecodeStream(e, *fd, std::string(impl_->PartName(e.part)), nullptr);
+}
+
+}  // namespace fanstore

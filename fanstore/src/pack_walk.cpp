@@ -1,0 +1,162 @@
+// Walks the source tree for pack: follows symlinks, skips special files, dangling links and loops.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <utility>
+
+#include "pack_tree.hpp"
+
+namespace fanstore {
+namespace {
+
+const char* KindName(mode_t m) {
+  if (S_ISSOCK(m)) return "socket";
+  if (S_ISFIFO(m)) return "FIFO";
+  if (S_ISCHR(m)) return "character device";
+  if (S_ISBLK(m)) return "block device";
+  return "special file";
+}
+
+struct Child {
+  std::string name;
+  struct stat st;
+};
+
+class Walker {
+ public:
+  Walker(PackTree* tree, const std::function<void(const std::string&)>& warn) : tree_(tree), warn_(warn) {}
+
+  Status Run(const std::string& source) {
+    struct stat st;
+    if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot read source " + source);
+    if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + source + " is not a directory");
+    tree_->nodes.push_back(MakeNode(st, kRootId, "", 0));
+    tree_->dirs = 1;
+    return WalkDir(source, kRootId, st);
+  }
+
+ private:
+  PackNode MakeNode(const struct stat& st, uint32_t parent, std::string_view rel, uint32_t name_off) {
+    PackNode n;
+    n.path_off = tree_->paths.size();
+    n.path_len = static_cast<uint32_t>(rel.size());
+    n.name_off = name_off;
+    tree_->paths.append(rel);
+    n.parent = parent;
+    n.mode = static_cast<uint32_t>(st.st_mode & (S_IFMT | 07777));
+    n.size = static_cast<uint64_t>(st.st_size);
+    n.mtime_sec = st.st_mtim.tv_sec;
+    n.mtime_nsec = static_cast<uint32_t>(st.st_mtim.tv_nsec);
+    n.nlink = S_ISDIR(st.st_mode) ? 2 : 1;
+    return n;
+  }
+
+  void Warn(const std::string& line) {
+    ++tree_->skipped;
+    if (warn_) warn_(line);
+  }
+
+  // Reads and stats every entry of `abs` (rel path `rel`), sorted bytewise by name, skipping what pack
+  // cannot store. The directory is closed before recursing so deep trees do not pile up open fds.
+  Status ReadChildren(const std::string& abs, const std::string& rel, std::vector<Child>* out) {
+    DIR* d = ::opendir(abs.c_str());
+    if (d == nullptr) return Status::FromErrno(errno, "cannot read directory " + abs);
+    int dfd = ::dirfd(d);
+    Status s;
+    for (;;) {
+      errno = 0;
+      dirent* e = ::readdir(d);
+      if (e == nullptr) {
+        if (errno != 0) s = Status::FromErrno(errno, "cannot read directory " + abs);
+        break;
+      }
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      std::string child_rel = rel.empty() ? name : rel + "/" + name;
+      Child c{std::move(name), {}};
+      struct stat lst;
+      if (::fstatat(dfd, c.name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;  // removed while we walk: it is simply not in the image
+        s = Status::FromErrno(errno, "cannot stat " + abs + "/" + c.name);
+        break;
+      }
+      if (S_ISLNK(lst.st_mode)) {
+        if (::fstatat(dfd, c.name.c_str(), &c.st, 0) != 0) {
+          Warn("skipping dangling symlink " + child_rel);
+          continue;
+        }
+      } else {
+        c.st = lst;
+      }
+      if (!S_ISREG(c.st.st_mode) && !S_ISDIR(c.st.st_mode)) {
+        Warn(std::string("skipping ") + KindName(c.st.st_mode) + " " + child_rel);
+        continue;
+      }
+      out->push_back(std::move(c));
+    }
+    ::closedir(d);
+    if (!s.ok()) return s;
+    std::sort(out->begin(), out->end(), [](const Child& a, const Child& b) { return a.name < b.name; });
+    return Status::Ok();
+  }
+
+  Status WalkDir(const std::string& abs, uint32_t dir_id, const struct stat& dir_st) {
+    chain_.emplace_back(dir_st.st_dev, dir_st.st_ino);
+    // Copy: the arena may grow (and move) while children are appended.
+    std::string rel(tree_->Path(tree_->nodes[dir_id]));
+    std::vector<Child> kids;
+    Status s = ReadChildren(abs, rel, &kids);
+    if (!s.ok()) return s;
+    std::vector<uint32_t> ids;
+    ids.reserve(kids.size());
+    uint32_t subdirs = 0;
+    for (const Child& c : kids) {
+      std::string child_rel = rel.empty() ? c.name : rel + "/" + c.name;
+      std::string child_abs = abs + "/" + c.name;
+      if (child_abs.size() >= PATH_MAX)
+        return Status(Code::kNameTooLong, "path longer than PATH_MAX: " + child_abs);
+      bool is_dir = S_ISDIR(c.st.st_mode);
+      if (is_dir && std::find(chain_.begin(), chain_.end(), std::make_pair(c.st.st_dev, c.st.st_ino)) != chain_.end()) {
+        Warn("skipping " + child_rel + ": directory loop (it leads back to one of its parents)");
+        continue;
+      }
+      if (tree_->nodes.size() >= 0xFFFFFFFEull)
+        return Status(Code::kInvalidArgument, "more than 4294967294 entries: split the dataset into several images");
+      uint32_t id = static_cast<uint32_t>(tree_->nodes.size());
+      uint32_t name_off = static_cast<uint32_t>(child_rel.size() - c.name.size());
+      tree_->nodes.push_back(MakeNode(c.st, dir_id, child_rel, name_off));
+      ids.push_back(id);
+      if (is_dir) {
+        ++subdirs;
+        ++tree_->dirs;
+        s = WalkDir(child_abs, id, c.st);
+        if (!s.ok()) return s;
+      } else {
+        ++tree_->files;
+      }
+    }
+    PackNode& self = tree_->nodes[dir_id];
+    self.nlink = 2 + subdirs;
+    self.child_first = static_cast<uint32_t>(tree_->children.size());
+    self.child_count = static_cast<uint32_t>(ids.size());
+    tree_->children.insert(tree_->children.end(), ids.begin(), ids.end());
+    chain_.pop_back();
+    return Status::Ok();
+  }
+
+  PackTree* tree_;
+  const std::function<void(const std::string&)>& warn_;
+  std::vector<std::pair<dev_t, ino_t>> chain_;  // (dev, ino) of the directories from the root down
+};
+
+}  // namespace
+
+Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn) {
+  return Walker(tree, warn).Run(source);
+}
+
+}  // namespace fanstore

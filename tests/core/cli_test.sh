@@ -1,0 +1,53 @@
+#!/bin/bash
+# CLI smoke test: pack/ls/cat/stat/info/verify outputs and exit codes, including refused images. Usage: cli_test.sh FANSTORE
+set -u
+F=$1
+T=$(mktemp -d "${TMPDIR:-/tmp}/fanstore-cli-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_rc() { local want=$1; shift; "$@" >"$T/out" 2>"$T/err"; local rc=$?; [ $rc -eq $want ] || fail "rc $rc (want $want): $* :: $(cat "$T/err")"; }
+
+mkdir -p "$T/src/a/b" "$T/src/empty" "$T/src/val"
+echo hello >"$T/src/a/x.txt"
+seq 1 20000 >"$T/src/a/b/nums.txt"
+printf 'v' >"$T/src/val/v1"
+ln -s nowhere "$T/src/dangling"
+
+expect_rc 0 "$F" pack "$T/src" -o "$T/img" --parts 2 --replicate 'val/*' --threads 2
+grep -q '^packed 3 files, 5 dirs: .* stored (ratio .*) in .* s, skipped 1' "$T/out" || fail "summary: $(cat "$T/out")"
+grep -q 'warning: skipping dangling symlink dangling' "$T/err" || fail "warning: $(cat "$T/err")"
+[ -e "$T/img/part-rep.fsp" ] || fail "no replicated partition"
+
+expect_rc 0 "$F" ls "$T/img"
+[ "$(cat "$T/out")" = "$(printf 'a\nempty\nval')" ] || fail "ls: $(cat "$T/out")"
+expect_rc 0 "$F" ls "$T/img" /a/ -l
+grep -q '^drwx' "$T/out" || fail "ls -l: $(cat "$T/out")"
+expect_rc 0 "$F" cat "$T/img" a/b/nums.txt
+cmp -s "$T/out" "$T/src/a/b/nums.txt" || fail "cat differs"
+expect_rc 0 "$F" stat "$T/img" a/x.txt
+grep -q 'size: 6' "$T/out" || fail "stat: $(cat "$T/out")"
+expect_rc 0 "$F" info "$T/img"
+grep -q 'part-rep.fsp.*(replicated)' "$T/out" || fail "info: $(cat "$T/out")"
+expect_rc 0 "$F" verify "$T/img" --threads 2
+
+expect_rc 1 "$F" cat "$T/img" nope
+grep -q '^fanstore cat: not found' "$T/err" || fail "missing: $(cat "$T/err")"
+expect_rc 1 "$F" pack "$T/src" -o "$T/img"            # non-empty output
+expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
+[ ! -e "$T/img2" ] || fail "img2 left behind"
+
+cp -r "$T/img" "$T/newer"
+printf '\x02' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
+expect_rc 1 "$F" info "$T/newer"
+grep -q 'image version 2 is newer than this fanstore (1): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
+cp -r "$T/img" "$T/short"
+truncate -s 300 "$T/short/index.fsi"
+expect_rc 1 "$F" ls "$T/short"
+grep -q 'truncated (300 of' "$T/err" || fail "truncated: $(cat "$T/err")"
+cp -r "$T/img" "$T/bad"
+part=$("$F" stat "$T/img" a/b/nums.txt | sed -n 's/.*part: [0-9]* (\(.*\))/\1/p')
+off=$("$F" stat "$T/img" a/b/nums.txt | sed -n 's/^offset: //p')
+printf 'Z' | dd of="$T/bad/$part" bs=1 seek=$((off + 20)) conv=notrunc 2>/dev/null
+expect_rc 1 "$F" verify "$T/bad"
+grep -q 'BAD a/b/nums.txt' "$T/err" || fail "verify: $(cat "$T/err")"
+echo "cli_test: all good"

@@ -1,0 +1,224 @@
+// `fanstore ls|cat|stat|info|verify`: read-only views of an image, each a thin call into fanstore::Image.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "cli_util.hpp"
+#include "commands.hpp"
+#include "fanstore/image.hpp"
+#include "fanstore/path.hpp"
+
+namespace fanstore::cli {
+namespace {
+
+// Accepts "a/b", "/a/b", "a/b/", "." and "" alike: the image-relative form Lookup wants.
+std::string ImageRel(const std::string& path) { return NormalizeAbsolute("/" + path).substr(1); }
+
+std::string ModeString(uint32_t mode) {
+  std::string s = (mode & S_IFMT) == S_IFDIR ? "d" : "-";
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) s += (mode & (0400u >> i)) ? rwx[i] : '-';
+  return s;
+}
+
+std::string TimeString(int64_t sec, uint32_t nsec, bool with_nsec) {
+  time_t t = static_cast<time_t>(sec);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  std::string s = buf;
+  if (with_nsec) {
+    char ns[16];
+    std::snprintf(ns, sizeof ns, ".%09u", nsec);
+    s += ns;
+  }
+  return s;
+}
+
+// Opens the image or prints why not; returns null on failure (exit code set).
+std::shared_ptr<const Image> OpenOrFail(const std::string& cmd, const std::string& dir, int& exit_code) {
+  auto img = Image::Open(dir);
+  if (!img.ok()) {
+    exit_code = Fail(cmd, img.status());
+    return nullptr;
+  }
+  return *img;
+}
+
+bool LookupOrFail(const std::string& cmd, const Image& img, const std::string& path, uint32_t* id, int& exit_code) {
+  auto r = img.Lookup(ImageRel(path));
+  if (!r.ok()) {
+    exit_code = Fail(cmd, r.status());
+    return false;
+  }
+  *id = *r;
+  return true;
+}
+
+void PrintLong(const Entry& e) {
+  std::printf("%s %3u %12" PRIu64 " %s %.*s\n", ModeString(e.mode).c_str(), e.nlink, e.size,
+              TimeString(e.mtime_sec, e.mtime_nsec, false).c_str(), static_cast<int>(e.name.size()), e.name.data());
+}
+
+struct PathArgs {
+  std::string image, path;
+  bool long_format = false;
+  int threads = 0;
+};
+
+void AddLs(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<PathArgs>();
+  CLI::App* cmd = app.add_subcommand("ls", "List a directory of an image (names sorted bytewise)");
+  cmd->add_option("IMAGE", a->image, "Image directory")->required();
+  cmd->add_option("PATH", a->path, "Path inside the image (default: the root)");
+  cmd->add_flag("-l", a->long_format, "Long format: mode, links, size, mtime, name (default: off)");
+  cmd->callback([a, &exit_code] {
+    auto img = OpenOrFail("ls", a->image, exit_code);
+    uint32_t id;
+    if (!img || !LookupOrFail("ls", *img, a->path, &id, exit_code)) return;
+    Entry e = img->Get(id);
+    if (!e.is_dir()) {  // like ls: a file lists itself
+      if (a->long_format) PrintLong(e);
+      else std::printf("%.*s\n", static_cast<int>(e.name.size()), e.name.data());
+      exit_code = 0;
+      return;
+    }
+    for (uint32_t i = 0, n = img->ChildCount(id); i < n; ++i) {
+      Entry c = img->Get(img->Child(id, i));
+      if (a->long_format) PrintLong(c);
+      else std::printf("%.*s\n", static_cast<int>(c.name.size()), c.name.data());
+    }
+    exit_code = 0;
+  });
+}
+
+void AddCat(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<PathArgs>();
+  CLI::App* cmd = app.add_subcommand("cat", "Write a file of an image to stdout (checksum verified)");
+  cmd->add_option("IMAGE", a->image, "Image directory")->required();
+  cmd->add_option("PATH", a->path, "Path of a file inside the image")->required();
+  cmd->callback([a, &exit_code] {
+    auto img = OpenOrFail("cat", a->image, exit_code);
+    uint32_t id;
+    if (!img || !LookupOrFail("cat", *img, a->path, &id, exit_code)) return;
+    Entry e = img->Get(id);
+    std::unique_ptr<char[]> buf(new (std::nothrow) char[e.size ? e.size : 1]);
+    if (!buf) {
+      exit_code = Fail("cat", "not enough memory to decode " + std::string(e.path) + " (" + HumanBytes(e.size) + ")");
+      return;
+    }
+    Status s = img->ReadFile(id, buf.get());
+    if (!s.ok()) {
+      exit_code = Fail("cat", s);
+      return;
+    }
+    for (uint64_t done = 0; done < e.size;) {
+      ssize_t w = ::write(STDOUT_FILENO, buf.get() + done, e.size - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        exit_code = Fail("cat", Status::FromErrno(errno, "write to stdout"));
+        return;
+      }
+      done += static_cast<uint64_t>(w);
+    }
+    exit_code = 0;
+  });
+}
+
+void AddStat(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<PathArgs>();
+  CLI::App* cmd = app.add_subcommand("stat", "Show everything the index holds about one path");
+  cmd->add_option("IMAGE", a->image, "Image directory")->required();
+  cmd->add_option("PATH", a->path, "Path inside the image ('' or / for the root)")->required();
+  cmd->callback([a, &exit_code] {
+    auto img = OpenOrFail("stat", a->image, exit_code);
+    uint32_t id;
+    if (!img || !LookupOrFail("stat", *img, a->path, &id, exit_code)) return;
+    Entry e = img->Get(id);
+    std::printf("  path: /%.*s\n", static_cast<int>(e.path.size()), e.path.data());
+    std::printf("  type: %s\n", e.is_dir() ? "directory" : "regular file");
+    std::printf("  mode: %04o (%s)\n", e.mode & 07777, ModeString(e.mode).c_str());
+    std::printf("  size: %" PRIu64 "\n", e.size);
+    std::printf(" mtime: %s (%" PRId64 ".%09u)\n", TimeString(e.mtime_sec, e.mtime_nsec, true).c_str(), e.mtime_sec,
+                e.mtime_nsec);
+    std::printf(" inode: %" PRIu64 "\n", e.ino);
+    std::printf(" links: %u\n", e.nlink);
+    std::printf("    id: %u (parent %u)\n", e.id, e.parent);
+    if (e.is_dir()) {
+      std::printf("  kids: %u\n", img->ChildCount(id));
+    } else {
+      std::string part = img->PartitionPath(e.part);
+      std::printf("  part: %u (%s)\n", e.part, part.substr(part.find_last_of('/') + 1).c_str());
+      std::printf(" codec: %s\n", e.codec == Codec::kZstd ? "zstd" : "raw");
+      std::printf("offset: %" PRIu64 "\n", e.offset);
+      std::printf("stored: %" PRIu64 "\n", e.stored_size);
+      std::printf("  xxh3: %016" PRIx64 "\n", e.checksum);
+    }
+    exit_code = 0;
+  });
+}
+
+void AddInfo(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<PathArgs>();
+  CLI::App* cmd = app.add_subcommand("info", "Summarise an image: counts, sizes, ratio, partitions");
+  cmd->add_option("IMAGE", a->image, "Image directory")->required();
+  cmd->callback([a, &exit_code] {
+    auto img = OpenOrFail("info", a->image, exit_code);
+    if (!img) return;
+    ImageSummary s = img->Summary();
+    double ratio = s.bytes_stored ? static_cast<double>(s.bytes_in) / static_cast<double>(s.bytes_stored) : 1.0;
+    std::printf("image: %s\nformat version: %u\nimage id: %016" PRIx64 "\n", a->image.c_str(), s.version, img->ImageId());
+    std::printf("files: %" PRIu64 ", directories: %" PRIu64 "\n", s.files, s.dirs);
+    std::printf("bytes: %s in -> %s stored (ratio %.2f)\n", HumanBytes(s.bytes_in).c_str(),
+                HumanBytes(s.bytes_stored).c_str(), ratio);
+    std::printf("partitions: %u regular%s\n", s.parts, s.replicated_part != kNoPartition ? " + 1 replicated" : "");
+    for (uint32_t p = 0; p < s.part_bytes.size(); ++p) {
+      std::string path = img->PartitionPath(p);
+      std::printf("  %-16s %12s %10" PRIu64 " files%s%s\n", path.substr(path.find_last_of('/') + 1).c_str(),
+                  HumanBytes(s.part_bytes[p]).c_str(), s.part_files[p], p == s.replicated_part ? "  (replicated)" : "",
+                  img->HasPartition(p) ? "" : "  MISSING");
+    }
+    exit_code = 0;
+  });
+}
+
+void AddVerify(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<PathArgs>();
+  CLI::App* cmd = app.add_subcommand("verify", "Decode every file and check its checksum; exit 0 only if all hold");
+  cmd->add_option("IMAGE", a->image, "Image directory")->required();
+  cmd->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->callback([a, &exit_code] {
+    auto img = OpenOrFail("verify", a->image, exit_code);
+    if (!img) return;
+    uint64_t bad = VerifyImage(*img, a->threads, [](const Entry& e, const Status& s) {
+      std::fprintf(stderr, "fanstore verify: BAD %.*s: %s\n", static_cast<int>(e.path.size()), e.path.data(),
+                   s.ToString().c_str());
+    });
+    ImageSummary s = img->Summary();
+    if (bad) {
+      exit_code = Fail("verify", std::to_string(bad) + " of " + std::to_string(s.files) +
+                                     " files are damaged or unreadable (listed above): copy the image again or re-pack");
+      return;
+    }
+    std::printf("verified %" PRIu64 " files (%s): all checksums match\n", s.files, HumanBytes(s.bytes_in).c_str());
+    exit_code = 0;
+  });
+}
+
+}  // namespace
+
+void AddInspectCommands(CLI::App& app, int& exit_code) {
+  AddLs(app, exit_code);
+  AddCat(app, exit_code);
+  AddStat(app, exit_code);
+  AddInfo(app, exit_code);
+  AddVerify(app, exit_code);
+}
+
+}  // namespace fanstore::cli

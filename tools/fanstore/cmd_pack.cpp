@@ -1,0 +1,71 @@
+// `fanstore pack SRC -o IMAGE`: options, a progress bar on a terminal, one summary line; fanstore::Pack does the work.
+#include <cstdio>
+#include <string>
+
+#include "cli_util.hpp"
+#include "commands.hpp"
+#include "fanstore/pack.hpp"
+
+namespace fanstore::cli {
+namespace {
+
+void DrawProgress(const PackProgress& p) {
+  const int kWidth = 30;
+  double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
+                              : (p.files_total ? static_cast<double>(p.files_done) / static_cast<double>(p.files_total) : 1.0);
+  int fill = static_cast<int>(frac * kWidth);
+  std::string bar(static_cast<size_t>(fill), '=');
+  bar.resize(kWidth, ' ');
+  std::fprintf(stderr, "\r[%s] %3d%%  %llu/%llu files  %s/%s ", bar.c_str(), static_cast<int>(frac * 100),
+               static_cast<unsigned long long>(p.files_done), static_cast<unsigned long long>(p.files_total),
+               HumanBytes(p.bytes_done).c_str(), HumanBytes(p.bytes_total).c_str());
+}
+
+}  // namespace
+
+void AddPackCommand(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<PackOptions>();
+  CLI::App* cmd = app.add_subcommand("pack", "Pack a directory tree into an image (index + partitions)");
+  cmd->add_option("SRC", opts->source, "Directory to pack (symlinks are followed)")->required();
+  cmd->add_option("-o,--output", opts->output, "Image directory to create (must not exist, or be empty)")->required();
+  cmd->add_option("--parts", opts->parts, "Number of regular partitions, balanced by bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--level", opts->level, "zstd level 1-22; 0 stores every file raw")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 22));
+  cmd->add_option("--replicate", opts->replicate,
+                  "Glob on relative paths (fnmatch, '*' also matches '/') whose files go to the partition every node "
+                  "keeps; repeatable, e.g. --replicate 'val/*'");
+  cmd->add_option("--threads", opts->threads, "Threads reading and compressing (0 = all cores)")->capture_default_str();
+  cmd->callback([opts, &exit_code] {
+    opts->compress = opts->level > 0;
+    const bool bar = StderrIsTerminal();
+    bool drew = false;
+    auto progress = [&](const PackProgress& p) {
+      if (!bar) return;
+      DrawProgress(p);
+      drew = true;
+    };
+    auto warn = [&](const std::string& line) {
+      std::fprintf(stderr, "%sfanstore pack: warning: %s\n", drew ? "\n" : "", line.c_str());
+      drew = false;
+    };
+    auto r = Pack(*opts, progress, warn);
+    if (drew) std::fputc('\n', stderr);
+    if (!r.ok()) {
+      exit_code = Fail("pack", r.status());
+      return;
+    }
+    const PackReport& rep = *r;
+    double ratio = rep.bytes_stored ? static_cast<double>(rep.bytes_in) / static_cast<double>(rep.bytes_stored) : 1.0;
+    std::printf("packed %llu files, %llu dirs: %s in -> %s stored (ratio %.2f) in %.1f s",
+                static_cast<unsigned long long>(rep.files), static_cast<unsigned long long>(rep.dirs),
+                HumanBytes(rep.bytes_in).c_str(), HumanBytes(rep.bytes_stored).c_str(), ratio, rep.seconds);
+    if (rep.skipped) std::printf(", skipped %llu (see warnings)", static_cast<unsigned long long>(rep.skipped));
+    std::printf("\n");
+    exit_code = 0;
+  });
+}
+
+}  // namespace fanstore::cli
