@@ -1,0 +1,28 @@
+// Prototypes of the libc symbols we interpose that glibc 2.36 headers no longer (or only conditionally) declare.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+extern "C" {
+// Fortified variants that -D_FORTIFY_SOURCE builds call instead of open/openat/getcwd/readlink/realpath.
+int __open_2(const char* path, int flags) noexcept;
+int __open64_2(const char* path, int flags) noexcept;
+int __openat_2(int dirfd, const char* path, int flags) noexcept;
+int __openat64_2(int dirfd, const char* path, int flags) noexcept;
+char* __getcwd_chk(char* buf, size_t size, size_t buflen) noexcept;
+ssize_t __readlink_chk(const char* path, char* buf, size_t len, size_t buflen) noexcept;
+ssize_t __readlinkat_chk(int dirfd, const char* path, char* buf, size_t len, size_t buflen) noexcept;
+char* __realpath_chk(const char* path, char* resolved, size_t resolvedlen) noexcept;
+// The pre-2.33 stat ABI that binaries built against older glibc still call.
+int __xstat(int ver, const char* path, struct stat* st) noexcept;
+int __xstat64(int ver, const char* path, struct stat64* st) noexcept;
+int __lxstat(int ver, const char* path, struct stat* st) noexcept;
+int __lxstat64(int ver, const char* path, struct stat64* st) noexcept;
+int __fxstat(int ver, int fd, struct stat* st) noexcept;
+int __fxstat64(int ver, int fd, struct stat64* st) noexcept;
+int __fxstatat(int ver, int dirfd, const char* path, struct stat* st, int flags) noexcept;
+int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* st, int flags) noexcept;
+}

@@ -1,0 +1,107 @@
+// Entry-level operations behind the wrappers: real fds for files and directories, stat and statx data, access checks.
+#include "ops.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fd_table.hpp"
+#include "real.hpp"
+#include "state.hpp"
+
+namespace fanstore::interpose {
+
+int OpenDirFd(uint32_t id, int flags) {
+  // "/" always exists and is a directory, so the fd behaves like one for the kernel (read: EISDIR,
+  // fcntl, fstatfs) while everything path-based on it goes through us.
+  int fd = FS_REAL(open, "/", O_RDONLY | O_DIRECTORY | (flags & O_CLOEXEC));
+  if (fd < 0) return -1;
+  if (!FdTable::Track(fd, id)) {
+    FS_REAL(close, fd);
+    errno = EMFILE;
+    return -1;
+  }
+  return fd;
+}
+
+int OpenEntry(uint32_t id, int flags) {
+  if (WantsWrite(flags)) {
+    errno = EROFS;
+    return -1;
+  }
+  Entry e = g_client->image().Get(id);
+  if (e.is_dir()) return OpenDirFd(id, flags);
+  if (flags & O_DIRECTORY) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  Result<int> fd = [&]() -> Result<int> {
+    try {
+      return g_client->OpenFd(id, flags & O_CLOEXEC);
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kNoMemory, "out of memory");
+    } catch (...) {
+      return Status(Code::kIoError, "unexpected exception");
+    }
+  }();
+  if (!fd.ok()) {
+    errno = ToErrno(fd.status());
+    return -1;
+  }
+  if (!FdTable::Track(*fd, id)) {
+    FS_REAL(close, *fd);
+    errno = EMFILE;
+    return -1;
+  }
+  return *fd;
+}
+
+void StatEntry(uint32_t id, struct stat* st) { g_client->FillStat(id, st); }
+
+void StatxEntry(uint32_t id, struct statx* stx) {
+  struct stat st;
+  g_client->FillStat(id, &st);
+  std::memset(stx, 0, sizeof *stx);
+  stx->stx_mask = STATX_BASIC_STATS;
+  stx->stx_blksize = static_cast<uint32_t>(st.st_blksize);
+  stx->stx_nlink = static_cast<uint32_t>(st.st_nlink);
+  stx->stx_uid = st.st_uid;
+  stx->stx_gid = st.st_gid;
+  stx->stx_mode = static_cast<uint16_t>(st.st_mode);
+  stx->stx_ino = st.st_ino;
+  stx->stx_size = static_cast<uint64_t>(st.st_size);
+  stx->stx_blocks = static_cast<uint64_t>(st.st_blocks);
+  auto ts = [](const struct timespec& t) {
+    struct statx_timestamp s{};
+    s.tv_sec = t.tv_sec;
+    s.tv_nsec = static_cast<uint32_t>(t.tv_nsec);
+    return s;
+  };
+  stx->stx_atime = ts(st.st_atim);
+  stx->stx_ctime = ts(st.st_ctim);
+  stx->stx_mtime = ts(st.st_mtim);
+  stx->stx_dev_major = major(st.st_dev);
+  stx->stx_dev_minor = minor(st.st_dev);
+  stx->stx_attributes_mask = STATX_ATTR_IMMUTABLE;
+}
+
+int AccessEntry(uint32_t id, int mode, bool effective) {
+  if (mode & W_OK) return EROFS;
+  if (mode == F_OK) return 0;
+  Entry e = g_client->image().Get(id);
+  uid_t uid = effective ? geteuid() : getuid();
+  // The image presents every entry as owned by this process's user (Client::FillStat), so the owner
+  // bits decide; root may read anything and execute what has any x bit (as the kernel does).
+  if (uid == 0) {
+    if ((mode & X_OK) && !e.is_dir() && (e.mode & 0111) == 0) return EACCES;
+    return 0;
+  }
+  if ((mode & R_OK) && !(e.mode & S_IRUSR)) return EACCES;
+  if ((mode & X_OK) && !(e.mode & S_IXUSR)) return EACCES;
+  return 0;
+}
+
+}  // namespace fanstore::interpose

@@ -1,0 +1,125 @@
+// Path resolution for the wrappers: the cheap "not ours" checks first, then fanstore::ClassifyPath and Client::Lookup.
+#include "resolve.hpp"
+
+#include <string.h>
+
+#include "cwd.hpp"
+#include "fanstore/path.hpp"
+#include "fanstore/status.hpp"
+#include "fd_table.hpp"
+#include "state.hpp"
+
+namespace fanstore::interpose {
+namespace {
+
+// A relative path with a ".." component can climb from anywhere into the mount.
+bool HasDotDot(const char* p) {
+  for (const char* s = strstr(p, ".."); s != nullptr; s = strstr(s + 1, "..")) {
+    bool start = (s == p || s[-1] == '/');
+    bool end = (s[2] == '\0' || s[2] == '/');
+    if (start && end) return true;
+  }
+  return false;
+}
+
+bool EndsAsDirectory(const char* p) {
+  size_t n = strlen(p);
+  if (n == 0) return false;
+  if (p[n - 1] == '/') return true;
+  // "x/." and "x/.." (and "." / "..") name directories whatever x is.
+  if (p[n - 1] == '.' && (n == 1 || p[n - 2] == '/')) return true;
+  if (n >= 2 && p[n - 1] == '.' && p[n - 2] == '.' && (n == 2 || p[n - 3] == '/')) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string AbsoluteOf(const std::string& rel) {
+  std::string out(g_mount, g_mount_len);
+  if (!rel.empty()) {
+    if (out != "/") out.push_back('/');
+    out += rel;
+  }
+  return out;
+}
+
+std::string AbsoluteOfId(uint32_t id) { return AbsoluteOf(std::string(g_client->image().Get(id).path)); }
+
+Resolved Classify(int dirfd, const char* path) {
+  Resolved r;
+  if (path == nullptr || path[0] == '\0') return r;  // libc reports EFAULT/ENOENT (AT_EMPTY_PATH: caller's job)
+  std::string_view mount(g_mount, g_mount_len);
+  Classified c;
+  bool virtual_base = false;
+  std::string base;
+  if (path[0] == '/') {
+    c = ClassifyPath(path, mount, mount);  // allocation-free when not under the mount
+    // "/fanstore/../etc" climbs out through a directory the kernel may not have: resolve it lexically.
+    if (c.cls == PathClass::kNotOurs && strncmp(path, g_mount, g_mount_len) == 0 &&
+        (path[g_mount_len] == '/' || path[g_mount_len] == '\0'))
+      r.rewritten = NormalizeAbsolute(path);
+  } else {
+    uint32_t dir_id;
+    if (dirfd != AT_FDCWD) {
+      if (!FdTable::Lookup(dirfd, &dir_id)) return r;  // a real directory fd: the kernel resolves it
+      if (g_client == nullptr) return r;
+      base = AbsoluteOfId(dir_id);
+      virtual_base = true;
+    } else if (cwd::HasVirtual()) {
+      base = cwd::Base();
+      virtual_base = true;
+    } else {
+      if (!cwd::RealCwdNearMount() && !HasDotDot(path)) return r;  // the common case: one flag, one scan
+      base = cwd::Base();
+    }
+    c = ClassifyPath(path, mount, base);
+    if (c.cls == PathClass::kNotOurs && virtual_base) {
+      std::string joined = base;
+      joined.push_back('/');
+      joined += path;
+      r.rewritten = NormalizeAbsolute(joined);
+    }
+  }
+  switch (c.cls) {
+    case PathClass::kNotOurs:
+      return r;
+    case PathClass::kTooLong:
+      r.kind = Resolved::kFail;
+      r.err = ENAMETOOLONG;
+      return r;
+    case PathClass::kOurs:
+      break;
+  }
+  r.kind = Resolved::kOurs;
+  r.rel = std::move(c.rel);
+  r.want_dir = EndsAsDirectory(path);
+  return r;
+}
+
+void LookUp(Resolved* r) {
+  if (r->kind != Resolved::kOurs) return;
+  if (!Ready()) {
+    r->kind = Resolved::kFail;
+    r->err = EIO;
+    return;
+  }
+  auto id = g_client->Lookup(r->rel);
+  if (!id.ok()) {
+    r->kind = Resolved::kFail;
+    r->err = ToErrno(id.status());
+    return;
+  }
+  r->id = *id;
+  if (r->want_dir && !g_client->image().Get(r->id).is_dir()) {
+    r->kind = Resolved::kFail;
+    r->err = ENOTDIR;
+  }
+}
+
+Resolved Resolve(int dirfd, const char* path) {
+  Resolved r = Classify(dirfd, path);
+  LookUp(&r);
+  return r;
+}
+
+}  // namespace fanstore::interpose

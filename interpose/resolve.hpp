@@ -1,0 +1,42 @@
+// From a (dirfd, path) pair as a libc call sees it to "not ours" or an image entry (or the errno to report).
+#pragma once
+
+#include <fcntl.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fanstore::interpose {
+
+struct Resolved {
+  enum Kind { kPass, kOurs, kFail };
+  Kind kind = kPass;
+  int err = 0;         // kFail: the errno to report (ENOENT, ENOTDIR, ENAMETOOLONG, EIO)
+  uint32_t id = 0;     // kOurs after Resolve(): the entry
+  bool want_dir = false;  // the path ended in '/', '.' or '..': it must name a directory
+  std::string rel;     // kOurs/kFail under the mount: normalised image-relative path
+  // kPass: when the caller's path was relative to a virtual cwd or to one of our directory fds, libc
+  // cannot resolve it; this is the lexically resolved absolute path to hand over instead.
+  std::string rewritten;
+
+  bool pass() const { return kind == kPass; }
+  const char* PassPath(const char* path) const { return rewritten.empty() ? path : rewritten.c_str(); }
+  int PassDirfd(int dirfd) const { return rewritten.empty() ? dirfd : AT_FDCWD; }
+};
+
+// Is (dirfd, path) under the mount? No image lookup: enough for writes (EROFS) and the fast pass.
+// dirfd is AT_FDCWD for the non-*at calls.
+Resolved Classify(int dirfd, const char* path);
+
+// Classify, then look the path up: kOurs with `id`, or kFail with the errno POSIX would give
+// (EIO for every path under the mount when the image could not be opened).
+Resolved Resolve(int dirfd, const char* path);
+
+// Looks up an already classified kOurs result in place.
+void LookUp(Resolved* r);
+
+// "/fanstore" + "/" + rel, the absolute path of an entry as programs see it.
+std::string AbsoluteOf(const std::string& rel);
+std::string AbsoluteOfId(uint32_t id);
+
+}  // namespace fanstore::interpose

@@ -1,0 +1,124 @@
+// Start-up (constructor), the Client, fork hooks and the exit-time stats line.
+#include "state.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "cwd.hpp"
+#include "dir_registry.hpp"
+#include "fd_table.hpp"
+#include "fanstore/env.hpp"
+#include "fanstore/path.hpp"
+#include "trace.hpp"
+
+namespace fanstore::interpose {
+
+thread_local bool t_inside __attribute__((tls_model("initial-exec"))) = false;
+std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
+Client* g_client = nullptr;
+char g_mount[PATH_MAX] = "/fanstore";
+size_t g_mount_len = 9;
+bool g_log_debug = false;
+
+namespace {
+
+bool g_stats = false;
+// A private copy of stderr for the exit-time stats line: programs such as coreutils close fd 2 in their
+// own atexit handler, which runs before ours. Marked internal so close_range/closefrom spare it.
+int g_stats_fd = -1;
+
+void PrintStats() {
+  if (g_client == nullptr) return;
+  ReentrancyGuard guard;
+  std::string line = g_client->stats().Line() + "\n";
+  if (write(2, line.data(), line.size()) < 0 && errno == EBADF && g_stats_fd >= 0) {
+    ssize_t w = write(g_stats_fd, line.data(), line.size());
+    (void)w;
+  }
+}
+
+// No lock of ours (nor the Client's cache lock) may be held by another thread across fork, or the
+// child (a DataLoader worker) would deadlock on its first open.
+void ForkPrepare() {
+  ReentrancyGuard guard;
+  cwd::LockForFork();
+  dirs::LockForFork();
+  if (g_client) g_client->AtForkPrepare();
+}
+void ForkParent() {
+  ReentrancyGuard guard;
+  if (g_client) g_client->AtForkParent();
+  dirs::UnlockForFork();
+  cwd::UnlockForFork();
+}
+void ForkChild() {
+  ReentrancyGuard guard;
+  if (g_client) g_client->AtForkChild();
+  dirs::UnlockForFork();
+  cwd::UnlockForFork();
+}
+
+void InitOnce() {
+  ReentrancyGuard guard;
+  const char* image = getenv(env::kImage);
+  const char* daemon = getenv(env::kDaemon);
+  if ((image == nullptr || *image == '\0') && (daemon == nullptr || *daemon == '\0')) return;  // stay kOff
+
+  const char* log = getenv(env::kLog);
+  g_log_debug = log != nullptr && strcmp(log, "debug") == 0;
+  const char* stats = getenv(env::kStats);
+  g_stats = stats != nullptr && strcmp(stats, "1") == 0;
+
+  const char* mount = getenv(env::kMount);
+  std::string m = NormalizeAbsolute((mount && *mount == '/') ? mount : env::kDefaultMount);
+  if (m.size() >= sizeof g_mount) m = env::kDefaultMount;
+  memcpy(g_mount, m.c_str(), m.size() + 1);
+  g_mount_len = m.size();
+
+  cwd::Init();
+  pthread_atfork(ForkPrepare, ForkParent, ForkChild);
+
+  try {
+    auto c = Client::FromEnv();
+    if (!c.ok()) {
+      // Documented choice: the program still runs (its exit code is its own), but every path under
+      // the mount fails with EIO, so a job never silently reads nothing.
+      WriteLine("fanstore: cannot open image ", image ? image : "(none)", ": ", c.status().ToString());
+      g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);
+      return;
+    }
+    g_client = c->release();  // never deleted: atexit handlers and other destructors may still call us
+  } catch (...) {
+    WriteLine("fanstore: cannot open image ", image ? image : "(none)", ": out of memory");
+    g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);
+    return;
+  }
+  if (g_stats) {
+    g_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+    FdTable::MarkInternal(g_stats_fd);
+    atexit(PrintStats);
+  }
+  g_mode.store(static_cast<int>(Mode::kReady), std::memory_order_release);
+}
+
+std::once_flag g_init_once;
+
+// Runs when the dynamic loader initialises the preload library, before the program's own constructors
+// and main. Until it finishes, g_mode is kOff and every wrapper passes through.
+__attribute__((constructor)) void Constructor() { EnsureInit(); }
+
+}  // namespace
+
+void EnsureInit() {
+  int saved = errno;
+  std::call_once(g_init_once, InitOnce);
+  errno = saved;
+}
+
+}  // namespace fanstore::interpose

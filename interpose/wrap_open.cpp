@@ -1,0 +1,253 @@
+// open/openat/creat (plain, 64 and fortified), fopen/freopen, fclose: entry points that create fds and FILEs.
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fd_table.hpp"
+#include "ops.hpp"
+#include "wrap.hpp"
+
+using namespace fanstore::interpose;
+
+namespace {
+
+// open(2)'s mode argument exists only with O_CREAT or O_TMPFILE.
+bool HasMode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
+
+// What every open-style wrapper does; `pass(dirfd, path)` is the real call.
+template <class Pass>
+int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pass) noexcept {
+  if (!Active()) {
+    int fd = pass(dirfd, path);
+    // The Client's own files: close_range/closefrom in the program must not close them under us.
+    if (fd >= 0 && t_inside) FdTable::MarkInternal(fd);
+    return fd;
+  }
+  Resolved r = SafeClassify(dirfd, path);
+  if (r.pass()) {
+    int fd = pass(r.PassDirfd(dirfd), r.PassPath(path));
+    FdTable::Clear(fd);  // an fd number closed behind our back (e.g. inside libc) is not ours any more
+    return fd;
+  }
+  int saved = errno;
+  int err = 0;
+  int fd = Serve(
+      [&]() -> int {
+        if (r.kind == Resolved::kOurs && WantsWrite(flags)) {
+          err = EROFS;  // writes fail before any lookup, as on a read-only mount
+          return -1;
+        }
+        LookUp(&r);
+        if (r.kind == Resolved::kFail) {
+          err = r.err;
+          return -1;
+        }
+        int f = OpenEntry(r.id, flags);
+        if (f < 0) err = errno;
+        return f;
+      },
+      -1);
+  if (fd < 0 && err == 0) err = errno;
+  return static_cast<int>(Finish(call, path, fd, err, saved));
+}
+
+// fopen modes: only "r" (with the b/e/m/c/x modifiers) reads; anything with w, a or + writes.
+bool ModeReads(const char* mode, int* flags) {
+  if (mode == nullptr || mode[0] != 'r' || strchr(mode, '+') != nullptr) return false;
+  *flags = O_RDONLY | (strchr(mode, 'e') ? O_CLOEXEC : 0);
+  return true;
+}
+
+template <class Pass>
+FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pass) noexcept {
+  if (!Active()) return pass(path);
+  Resolved r = SafeClassify(AT_FDCWD, path);
+  if (r.pass()) return pass(r.PassPath(path));
+  int saved = errno;
+  int err = 0;
+  FILE* f = Serve(
+      [&]() -> FILE* {
+        int flags = 0;
+        if (r.kind == Resolved::kOurs && !ModeReads(mode, &flags)) {
+          err = EROFS;
+          return nullptr;
+        }
+        LookUp(&r);
+        if (r.kind == Resolved::kFail) {
+          err = r.err;
+          return nullptr;
+        }
+        int fd = OpenEntry(r.id, flags);
+        if (fd < 0) {
+          err = errno;
+          return nullptr;
+        }
+        FILE* fp = fdopen(fd, mode);  // a normal glibc FILE over a real fd: fread, fseek, mmap all work
+        if (fp == nullptr) {
+          err = errno;
+          FdTable::Clear(fd);
+          FS_REAL(close, fd);
+        }
+        return fp;
+      },
+      static_cast<FILE*>(nullptr));
+  if (f == nullptr && err == 0) err = errno;
+  Finish(call, path, f ? 0 : -1, err, saved);
+  return f;
+}
+
+template <class Pass>
+FILE* FreopenCommon(const char* call, const char* path, const char* mode, FILE* stream, Pass pass) noexcept {
+  // freopen closes the stream's fd inside libc where we cannot see it.
+  if (stream != nullptr) FdTable::Clear(fileno(stream));
+  if (!Active() || path == nullptr) return pass(path);
+  Resolved r = SafeClassify(AT_FDCWD, path);
+  if (r.pass()) return pass(r.PassPath(path));
+  int saved = errno;
+  int err = 0;
+  FILE* f = Serve(
+      [&]() -> FILE* {
+        int flags = 0;
+        if (r.kind == Resolved::kOurs && !ModeReads(mode, &flags)) {
+          err = EROFS;
+          return nullptr;
+        }
+        LookUp(&r);
+        if (r.kind == Resolved::kFail) {
+          err = r.err;
+          return nullptr;
+        }
+        int fd = OpenEntry(r.id, flags);
+        if (fd < 0) {
+          err = errno;
+          return nullptr;
+        }
+        // Reopen the stream on /dev/null to keep the same FILE*, then put our fd under its descriptor.
+        FILE* fp = pass("/dev/null");
+        if (fp == nullptr) {
+          err = errno;
+          FdTable::Clear(fd);
+          FS_REAL(close, fd);
+          return nullptr;
+        }
+        int target = fileno(fp);
+        if (FS_REAL(dup3, fd, target, (flags & O_CLOEXEC)) < 0) {
+          err = errno;
+          FdTable::Clear(fd);
+          FS_REAL(close, fd);
+          return nullptr;
+        }
+        FdTable::Copy(fd, target);
+        FdTable::Clear(fd);
+        FS_REAL(close, fd);
+        return fp;
+      },
+      static_cast<FILE*>(nullptr));
+  if (f == nullptr && err == 0) err = errno;
+  Finish(call, path, f ? 0 : -1, err, saved);
+  return f;
+}
+
+}  // namespace
+
+FS_WRAPPER(int, open, (const char* path, int flags, ...)) {
+  mode_t mode = 0;
+  if (HasMode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OpenCommon("open", AT_FDCWD, path, flags, [&](int, const char* p) { return FS_REAL(open, p, flags, mode); });
+}
+
+FS_WRAPPER(int, open64, (const char* path, int flags, ...)) {
+  mode_t mode = 0;
+  if (HasMode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OpenCommon("open64", AT_FDCWD, path, flags,
+                    [&](int, const char* p) { return FS_REAL(open64, p, flags, mode); });
+}
+
+FS_WRAPPER(int, openat, (int dirfd, const char* path, int flags, ...)) {
+  mode_t mode = 0;
+  if (HasMode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OpenCommon("openat", dirfd, path, flags,
+                    [&](int d, const char* p) { return FS_REAL(openat, d, p, flags, mode); });
+}
+
+FS_WRAPPER(int, openat64, (int dirfd, const char* path, int flags, ...)) {
+  mode_t mode = 0;
+  if (HasMode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OpenCommon("openat64", dirfd, path, flags,
+                    [&](int d, const char* p) { return FS_REAL(openat64, d, p, flags, mode); });
+}
+
+FS_WRAPPER(int, creat, (const char* path, mode_t mode)) {
+  return OpenCommon("creat", AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC,
+                    [&](int, const char* p) { return FS_REAL(creat, p, mode); });
+}
+
+FS_WRAPPER(int, creat64, (const char* path, mode_t mode)) {
+  return OpenCommon("creat64", AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC,
+                    [&](int, const char* p) { return FS_REAL(creat64, p, mode); });
+}
+
+FS_WRAPPER(int, __open_2, (const char* path, int flags)) {
+  return OpenCommon("__open_2", AT_FDCWD, path, flags, [&](int, const char* p) { return FS_REAL(__open_2, p, flags); });
+}
+
+FS_WRAPPER(int, __open64_2, (const char* path, int flags)) {
+  return OpenCommon("__open64_2", AT_FDCWD, path, flags,
+                    [&](int, const char* p) { return FS_REAL(__open64_2, p, flags); });
+}
+
+FS_WRAPPER(int, __openat_2, (int dirfd, const char* path, int flags)) {
+  return OpenCommon("__openat_2", dirfd, path, flags,
+                    [&](int d, const char* p) { return FS_REAL(__openat_2, d, p, flags); });
+}
+
+FS_WRAPPER(int, __openat64_2, (int dirfd, const char* path, int flags)) {
+  return OpenCommon("__openat64_2", dirfd, path, flags,
+                    [&](int d, const char* p) { return FS_REAL(__openat64_2, d, p, flags); });
+}
+
+FS_WRAPPER(FILE*, fopen, (const char* path, const char* mode)) {
+  return FopenCommon("fopen", path, mode, [&](const char* p) { return FS_REAL(fopen, p, mode); });
+}
+
+FS_WRAPPER(FILE*, fopen64, (const char* path, const char* mode)) {
+  return FopenCommon("fopen64", path, mode, [&](const char* p) { return FS_REAL(fopen64, p, mode); });
+}
+
+FS_WRAPPER(FILE*, freopen, (const char* path, const char* mode, FILE* stream)) {
+  return FreopenCommon("freopen", path, mode, stream,
+                       [&](const char* p) { return FS_REAL(freopen, p, mode, stream); });
+}
+
+FS_WRAPPER(FILE*, freopen64, (const char* path, const char* mode, FILE* stream)) {
+  return FreopenCommon("freopen64", path, mode, stream,
+                       [&](const char* p) { return FS_REAL(freopen64, p, mode, stream); });
+}
+
+// fclose closes its fd inside libc, invisible to our close(): forget the fd first (numpy's fromfile
+// does dup -> fdopen -> fclose on our fds).
+FS_WRAPPER(int, fclose, (FILE * stream)) {
+  if (stream != nullptr) FdTable::Clear(fileno(stream));
+  return FS_REAL(fclose, stream);
+}

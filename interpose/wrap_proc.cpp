@@ -1,0 +1,181 @@
+// fd lifetime (close, close_range, closefrom, dup*, fcntl) and processes (fork, vfork, execve).
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "cwd.hpp"
+#include "fanstore/env.hpp"
+#include "fd_table.hpp"
+#include "ops.hpp"
+#include "wrap.hpp"
+
+using namespace fanstore::interpose;
+namespace env = fanstore::env;
+
+namespace {
+
+// Closes [first, last] except the Client's internal fds, which the program never opened and must not
+// take away from us (Python's subprocess and daemons call closefrom/close_range(3, ~0U)).
+int CloseRangeSparing(unsigned first, unsigned last, int flags) {
+  unsigned hw = static_cast<unsigned>(FdTable::HighWater());
+  unsigned lo = first;
+  for (unsigned fd = first; fd < hw && fd <= last; ++fd) {
+    uint32_t raw = FdTable::Raw(static_cast<int>(fd));
+    if (raw == FdTable::kInternal) {
+      if (fd > lo && FS_REAL(close_range, lo, fd - 1, flags) != 0) return -1;
+      lo = fd + 1;
+    } else if (raw != 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
+      FdTable::Clear(static_cast<int>(fd));
+    }
+  }
+  if (lo > last) return 0;
+  return FS_REAL(close_range, lo, last, flags);
+}
+
+// The environment for an exec'd child: the caller's, with FANSTORE_CWD set to our virtual cwd.
+// NULL when nothing needs to change.
+char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
+  const size_t key_len = strlen(env::kCwd);
+  size_t n = 0;
+  if (envp) while (envp[n]) ++n;
+  char** out = static_cast<char**>(malloc((n + 2) * sizeof(char*)));
+  if (out == nullptr) return nullptr;
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (strncmp(envp[i], env::kCwd, key_len) == 0 && envp[i][key_len] == '=') continue;
+    out[k++] = envp[i];
+  }
+  std::string kv = std::string(env::kCwd) + "=" + cwd_value;
+  out[k++] = strdup(kv.c_str());  // leaked on purpose: execve either replaces the image or fails rarely
+  out[k] = nullptr;
+  return out;
+}
+
+}  // namespace
+
+FS_WRAPPER(int, close, (int fd)) {
+  uint32_t raw = FdTable::Raw(fd);
+  if (raw == 0) return FS_REAL(close, fd);
+  if (raw == FdTable::kInternal && !t_inside) {
+    // The program closing an fd it never opened (a "close everything" loop): leave ours alone.
+    errno = EBADF;
+    return -1;
+  }
+  FdTable::Clear(fd);  // before the kernel can hand the number to another thread's open
+  int rc = FS_REAL(close, fd);
+  if (g_log_debug && FdTable::IsOurs(raw)) TraceFd("close", fd, rc, errno);
+  return rc;
+}
+
+FS_WRAPPER(int, close_range, (unsigned int first, unsigned int last, int flags)) {
+  if (FdTable::HighWater() == 0 || t_inside || (flags & CLOSE_RANGE_CLOEXEC))
+    return FS_REAL(close_range, first, last, flags);
+  if (first > last) {
+    errno = EINVAL;
+    return -1;
+  }
+  return CloseRangeSparing(first, last, flags);
+}
+
+FS_WRAPPER(void, closefrom, (int lowfd)) {
+  if (FdTable::HighWater() == 0 || t_inside || lowfd < 0) return FS_REAL(closefrom, lowfd);
+  int saved = errno;
+  if (CloseRangeSparing(static_cast<unsigned>(lowfd), ~0U, 0) != 0) {
+    // Kernels without close_range: fall back to closing the tracked range one by one, then libc's.
+    unsigned hw = static_cast<unsigned>(FdTable::HighWater());
+    for (unsigned fd = static_cast<unsigned>(lowfd); fd < hw; ++fd)
+      if (FdTable::Raw(static_cast<int>(fd)) != FdTable::kInternal) close(static_cast<int>(fd));
+    if (hw > static_cast<unsigned>(lowfd)) FS_REAL(closefrom, static_cast<int>(hw));
+  }
+  errno = saved;
+}
+
+FS_WRAPPER(int, dup, (int fd)) {
+  int nfd = FS_REAL(dup, fd);
+  if (nfd >= 0) FdTable::Copy(fd, nfd);
+  return nfd;
+}
+
+FS_WRAPPER(int, dup2, (int fd, int nfd)) {
+  int rc = FS_REAL(dup2, fd, nfd);
+  if (rc >= 0 && fd != nfd) FdTable::Copy(fd, nfd);  // also forgets whatever nfd was
+  return rc;
+}
+
+FS_WRAPPER(int, dup3, (int fd, int nfd, int flags)) {
+  int rc = FS_REAL(dup3, fd, nfd, flags);
+  if (rc >= 0) FdTable::Copy(fd, nfd);
+  return rc;
+}
+
+// The third argument is an int or a pointer depending on cmd; both travel in one register on x86-64,
+// so it is forwarded as a pointer-sized value (what glibc itself does).
+FS_WRAPPER(int, fcntl, (int fd, int cmd, ...)) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  int rc = FS_REAL(fcntl, fd, cmd, arg);
+  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) FdTable::Copy(fd, rc);
+  return rc;
+}
+
+FS_WRAPPER(int, fcntl64, (int fd, int cmd, ...)) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  int rc = FS_REAL(fcntl64, fd, cmd, arg);
+  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) FdTable::Copy(fd, rc);
+  return rc;
+}
+
+// fork needs nothing beyond libc's: the pthread_atfork handlers registered at start-up release our
+// locks and the Client's in the child. Wrapped so the exported list names it explicitly.
+FS_WRAPPER(pid_t, fork, ()) { return FS_REAL(fork); }
+
+// vfork is a real fork here. A vfork child shares the parent's memory and stack until it execs, so it
+// must not allocate, lock or even return from the function that called vfork -- and our wrapper is
+// such a function: calling the real vfork from it and returning would corrupt the parent's stack.
+// Any wrapper the child then enters (execve building FANSTORE_CWD, open on the image) would allocate.
+// A real fork is always correct for programs that use vfork correctly; it only costs a page-table copy.
+FS_WRAPPER(pid_t, vfork, ()) { return FS_REAL(fork); }
+
+// execve hands the virtual cwd to the child (FANSTORE_CWD); a program inside the image is executed
+// from its memfd (fexecve), since the kernel cannot see the path.
+FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[])) {
+  if (!Active()) return FS_REAL(execve, path, argv, envp);
+  Resolved r = SafeClassify(AT_FDCWD, path);
+  std::string v;
+  char** env2 = nullptr;
+  if (cwd::HasVirtual() && Serve([&] { return cwd::Virtual(&v); }, false))
+    env2 = Serve([&] { return EnvWithCwd(envp, v); }, static_cast<char**>(nullptr));
+  char* const* use_env = env2 ? env2 : envp;
+  if (r.pass()) return FS_REAL(execve, r.PassPath(path), argv, use_env);
+  int saved = errno;
+  int err = Serve(
+      [&] {
+        LookUp(&r);
+        if (r.kind == Resolved::kFail) return r.err;
+        if (g_client->image().Get(r.id).is_dir()) return EACCES;
+        // The memfd itself is executable by anyone: apply the packed mode bits as the kernel would.
+        if (int e = AccessEntry(r.id, X_OK, true); e != 0) return e;
+        int fd = OpenEntry(r.id, O_RDONLY);  // not close-on-exec: "#!" scripts are run via /dev/fd/N
+        if (fd < 0) return errno;
+        TraceCall("execve", path, 0, 0);
+        fexecve(fd, argv, use_env);
+        int e = errno;
+        FdTable::Clear(fd);
+        FS_REAL(close, fd);
+        return e;
+      },
+      ENOMEM);
+  TraceCall("execve", path, -1, err);
+  errno = err ? err : saved;
+  return -1;
+}

@@ -1,0 +1,149 @@
+#!/bin/bash
+# The real-program suite through LD_PRELOAD (`fanstore run`): builds the edge-case tree, packs it twice
+# (3 zstd partitions; --level 0 raw), runs realprograms.sh on both, proves the suite catches a single
+# wrong byte, and checks the failure modes (EROFS, ENOENT, EIO on a corrupt partition, a truncated index).
+# Usage: run_preload.sh BUILD_DIR [FSIO_BINARY]
+set -uo pipefail
+build=$(cd "$1" && pwd)
+fsio=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+fanstore=$build/bin/fanstore
+py=/usr/bin/python3
+tmp=$(mktemp -d /tmp/fanstore-preload.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+pass() { echo "ok    $1"; }
+fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
+
+"$py" "$here/make_tree.py" "$tmp/src" || { echo "FAIL: cannot generate the tree"; exit 1; }
+"$fanstore" pack "$tmp/src" -o "$tmp/zstd" --parts 3 > /dev/null || { echo "FAIL: pack --parts 3"; exit 1; }
+"$fanstore" pack "$tmp/src" -o "$tmp/raw" --parts 1 --level 0 > /dev/null || { echo "FAIL: pack --level 0"; exit 1; }
+
+# 1. The same comparisons on both images.
+for img in zstd raw; do
+  echo "== realprograms on the $img image"
+  skip_torch=0
+  [ $img = raw ] && skip_torch=${SKIP_TORCH_RAW:-0}
+  if FSIO=$fsio SKIP_TORCH=$skip_torch bash "$here/realprograms.sh" "$tmp/src" \
+       "$fanstore run --image $tmp/$img --mount /fanstore --" /fanstore; then
+    pass "realprograms ($img image)"
+  else
+    fail "realprograms ($img image)"
+  fi
+done
+
+# 2. The suite must notice one wrong byte: pack a copy with a byte flipped (same size, same mtime).
+echo "== realprograms against a deliberately wrong image (must fail)"
+cp -a "$tmp/src" "$tmp/wrong"
+victim=$tmp/wrong/imagefolder/cat/cat_03.jpg
+printf '\x00' | dd of="$victim" bs=1 seek=200 conv=notrunc status=none
+touch -r "$tmp/src/imagefolder/cat/cat_03.jpg" "$victim"
+"$fanstore" pack "$tmp/wrong" -o "$tmp/wrongimg" --parts 3 > /dev/null
+if SKIP_TORCH=1 bash "$here/realprograms.sh" "$tmp/src" "$fanstore run --image $tmp/wrongimg --mount /fanstore --" \
+     /fanstore > "$tmp/wrong.log" 2>&1; then
+  fail "the suite passed on a wrong image: its comparisons are not real"
+  cat "$tmp/wrong.log"
+elif grep -q '^FAIL  md5sum' "$tmp/wrong.log" && grep -q '^FAIL  cat' "$tmp/wrong.log"; then
+  pass "a flipped byte is caught ($(grep -c '^FAIL' "$tmp/wrong.log") checks failed: $(grep '^FAIL' "$tmp/wrong.log" | awk '{print $2}' | tr -d : | tr '\n' ' '))"
+else
+  fail "the wrong image failed, but not in md5sum/cat"
+  cat "$tmp/wrong.log"
+fi
+
+run="$fanstore run --image $tmp/zstd --mount /fanstore --"
+
+# 3. Writes, creates, renames, unlinks under the mount: EROFS; missing paths: ENOENT.
+echo "== negative cases"
+expect_err() {  # expect_err NAME PATTERN CMD...: CMD fails and its stderr matches PATTERN
+  local name=$1 pattern=$2
+  shift 2
+  if "$@" > "$tmp/out" 2> "$tmp/err"; then
+    fail "$name: succeeded"
+  elif grep -q -- "$pattern" "$tmp/err"; then
+    pass "$name ($(head -1 "$tmp/err"))"
+  else
+    fail "$name: stderr did not say '$pattern': $(head -2 "$tmp/err")"
+  fi
+}
+expect_err "touch -> EROFS" "Read-only file system" $run touch /fanstore/new.txt
+expect_err "echo > existing -> EROFS" "Read-only file system" $run bash -c 'echo x > /fanstore/empty.txt'
+expect_err "mkdir -> EROFS" "Read-only file system" $run mkdir /fanstore/newdir
+expect_err "rm -> EROFS" "Read-only file system" $run rm /fanstore/empty.txt
+expect_err "rm -r -> EROFS" "Read-only file system" $run rm -rf /fanstore/text
+expect_err "mv out -> EROFS" "Read-only file system" $run mv /fanstore/empty.txt "$tmp/moved"
+expect_err "cp into -> EROFS" "Read-only file system" $run cp /etc/hostname /fanstore/
+expect_err "chmod -> EROFS" "Read-only file system" $run chmod 600 /fanstore/empty.txt
+expect_err "python open(w) -> EROFS" "errno 30\|Read-only" $run "$py" -c 'open("/fanstore/x", "w")'
+expect_err "cat missing -> ENOENT" "No such file or directory" $run cat /fanstore/no/such/file
+expect_err "file as dir -> ENOTDIR" "Not a directory" $run cat /fanstore/empty.txt/below
+[ -e "$tmp/moved" ] && fail "mv created $tmp/moved"
+
+# 4. A flipped byte in a partition: reading that file is EIO with exactly one line from fanstore on
+#    stderr, other files still read, and `fanstore verify` exits non-zero naming the file.
+cp -r "$tmp/zstd" "$tmp/corrupt"
+info=$("$fanstore" stat "$tmp/corrupt" sci/volume.h5)
+part=$(echo "$info" | awk '/part:/ {print $3}' | tr -d '()')
+off=$(echo "$info" | awk '/offset:/ {print $2}')
+stored=$(echo "$info" | awk '/stored:/ {print $2}')
+pos=$((off + stored / 2))
+byte=$(od -An -tu1 -j "$pos" -N1 "$tmp/corrupt/$part" | tr -d ' ')
+printf "$(printf '\\%03o' $(((byte + 1) % 256)))" | dd of="$tmp/corrupt/$part" bs=1 seek="$pos" conv=notrunc status=none
+crun="$fanstore run --image $tmp/corrupt --mount /fanstore --"
+$crun cat /fanstore/sci/volume.h5 > /dev/null 2> "$tmp/err"
+rc=$?
+lines=$(grep -c '^fanstore:' "$tmp/err")
+if [ $rc -ne 0 ] && grep -q "Input/output error" "$tmp/err" && [ "$lines" -eq 1 ] && grep -q 'sci/volume.h5' "$tmp/err"; then
+  pass "corrupt file -> EIO + one line: $(grep '^fanstore:' "$tmp/err")"
+else
+  fail "corrupt file: rc=$rc, $lines fanstore lines: $(cat "$tmp/err")"
+fi
+if $crun "$py" -c 'import h5py; h5py.File("/fanstore/sci/volume.h5", "r")' 2> "$tmp/err"; then
+  fail "h5py opened a corrupt file"
+else
+  pass "h5py on the corrupt file fails ($(grep -c '^fanstore:' "$tmp/err") fanstore line(s))"
+fi
+if $crun cmp -s /fanstore/bin/random5.bin "$tmp/src/bin/random5.bin"; then
+  pass "other files of the corrupt image still read correctly"
+else
+  fail "an intact file of the corrupt image did not read back"
+fi
+if "$fanstore" verify "$tmp/corrupt" > "$tmp/out" 2>&1; then
+  fail "fanstore verify exited 0 on a corrupt image"
+elif grep -q 'sci/volume.h5' "$tmp/out"; then
+  pass "fanstore verify exits non-zero naming the file: $(grep 'sci/volume.h5' "$tmp/out" | head -1)"
+else
+  fail "fanstore verify did not name sci/volume.h5: $(cat "$tmp/out")"
+fi
+
+# 5. A truncated index is refused at start-up with one clear line.
+cp -r "$tmp/zstd" "$tmp/trunc"
+idx=$(ls "$tmp/trunc" | grep -v '^part-' | head -1)
+truncate -s $(($(stat -c %s "$tmp/trunc/$idx") / 2)) "$tmp/trunc/$idx"
+expect_err "fanstore run on a truncated index" "$idx\|index\|truncated" \
+  "$fanstore" run --image "$tmp/trunc" -- true
+# Preloaded directly (no `fanstore run` check first): one start-up line, and paths under the mount are EIO.
+LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_IMAGE=$tmp/trunc FANSTORE_MOUNT=/fanstore \
+  ls /fanstore > /dev/null 2> "$tmp/err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "^fanstore: cannot open image $tmp/trunc" "$tmp/err" && grep -q "Input/output error" "$tmp/err"; then
+  pass "preload with a truncated index: $(head -1 "$tmp/err")"
+else
+  fail "preload with a truncated index: rc=$rc $(cat "$tmp/err")"
+fi
+# ... and everything outside the mount still works in that process.
+if LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_IMAGE=$tmp/trunc cat /etc/hostname > /dev/null 2>&1; then
+  pass "paths outside the mount pass through with a broken image"
+else
+  fail "paths outside the mount broke with a broken image"
+fi
+
+# 6. FANSTORE_STATS=1: one summary line per process at exit.
+FANSTORE_STATS=1 $run cat /fanstore/text/lorem.txt > /dev/null 2> "$tmp/err"
+if [ "$(grep -c '^fanstore\[pid [0-9]*\]: opens=1 ' "$tmp/err")" -eq 1 ]; then
+  pass "FANSTORE_STATS=1: $(head -1 "$tmp/err")"
+else
+  fail "FANSTORE_STATS=1 printed: $(cat "$tmp/err")"
+fi
+
+echo "run_preload: $failed failure(s)"
+[ $failed -eq 0 ]

@@ -1,0 +1,450 @@
+// fsio: a "one syscall at a time" harness. Reads a script of libc calls on stdin, runs each one and prints
+// its return value, errno and key outputs, so the same script can be diffed between a real directory
+// tree and the same tree served through libfanstore_preload.so.
+//
+// Usage: fsio ROOT < script. In the script "@" at the start of a path stands for ROOT, and in the output
+// ROOT is printed back as "@", so runs against different roots compare equal. Handles ("h1", "d1") name
+// fds and DIR*s created by earlier lines. Lines starting with '#' are echoed, blank lines ignored.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string g_root;
+std::map<std::string, int> g_fds;
+std::map<std::string, DIR*> g_dirs;
+
+std::string Path(const std::string& p) { return (!p.empty() && p[0] == '@') ? g_root + p.substr(1) : p; }
+// Replaces ROOT by "@" in outputs (getcwd, realpath).
+std::string Unroot(const std::string& s) {
+  if (s.compare(0, g_root.size(), g_root) == 0) return "@" + s.substr(g_root.size());
+  return s;
+}
+
+int Flags(const std::string& s) {
+  static const std::map<std::string, int> kFlags = {
+      {"O_RDONLY", O_RDONLY},     {"O_WRONLY", O_WRONLY},   {"O_RDWR", O_RDWR},         {"O_CREAT", O_CREAT},
+      {"O_TRUNC", O_TRUNC},       {"O_EXCL", O_EXCL},       {"O_APPEND", O_APPEND},     {"O_DIRECTORY", O_DIRECTORY},
+      {"O_CLOEXEC", O_CLOEXEC},   {"O_NOFOLLOW", O_NOFOLLOW}, {"O_PATH", O_PATH},       {"AT_EMPTY_PATH", AT_EMPTY_PATH},
+      {"AT_SYMLINK_NOFOLLOW", AT_SYMLINK_NOFOLLOW}, {"F_OK", F_OK}, {"R_OK", R_OK}, {"W_OK", W_OK}, {"X_OK", X_OK},
+      {"0", 0}};
+  int f = 0;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, '|')) {
+    auto it = kFlags.find(part);
+    if (it == kFlags.end()) {
+      std::cerr << "fsio: unknown flag " << part << "\n";
+      exit(2);
+    }
+    f |= it->second;
+  }
+  return f;
+}
+
+int Fd(const std::string& name) {
+  if (name == "AT_FDCWD") return AT_FDCWD;
+  auto it = g_fds.find(name);
+  if (it == g_fds.end()) {
+    std::cerr << "fsio: unknown handle " << name << "\n";
+    exit(2);
+  }
+  return it->second;
+}
+
+// FNV-1a: enough to tell byte streams apart in a diff.
+uint64_t Hash(const char* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  return h;
+}
+
+std::string Stat(const struct stat& st) {
+  char b[256];
+  // No inode or device: they differ between two file systems. Directory sizes differ by file system too.
+  snprintf(b, sizeof b, "mode=%o size=%lld nlink=%lu uid=%u gid=%u mtime=%lld ino_set=%d", st.st_mode,
+           S_ISDIR(st.st_mode) ? 0LL : static_cast<long long>(st.st_size), static_cast<unsigned long>(st.st_nlink),
+           st.st_uid, st.st_gid, static_cast<long long>(st.st_mtim.tv_sec), st.st_ino != 0);
+  return b;
+}
+
+void Report(const std::string& op, long ret, int err, const std::string& extra = "");
+// Runs a call, then reads errno (argument evaluation order would otherwise be unspecified).
+void Call(const std::string& op, long ret) { Report(op, ret, errno); }
+
+void Report(const std::string& op, long ret, int err, const std::string& extra) {
+  std::cout << op << " = " << ret;
+  if (ret < 0) std::cout << " " << (strerrorname_np(err) ? strerrorname_np(err) : "?");
+  if (!extra.empty()) std::cout << " " << extra;
+  std::cout << "\n";
+}
+
+std::string ReadAllHash(int fd, long* total) {
+  char buf[65536];
+  uint64_t h = 1469598103934665603ull;
+  *total = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) {
+      if (n < 0) *total = -1;
+      break;
+    }
+    h = Hash(buf, static_cast<size_t>(n), h);
+    *total += n;
+  }
+  char o[64];
+  snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
+  return o;
+}
+
+std::string Listing(DIR* d) {
+  std::vector<std::string> names;
+  errno = 0;
+  while (struct dirent* e = readdir(d)) {
+    char t[8];
+    snprintf(t, sizeof t, ":%d", e->d_type);
+    names.push_back(std::string(e->d_name) + t);
+  }
+  std::sort(names.begin(), names.end());
+  std::string out = "[";
+  for (auto& n : names) out += n + " ";
+  return out + "]";
+}
+
+void Run(const std::string& line) {
+  std::stringstream ss(line);
+  std::vector<std::string> a;
+  std::string w;
+  while (ss >> w) a.push_back(w);
+  if (a.empty()) return;
+  const std::string& op = a[0];
+  auto arg = [&](size_t i) -> const std::string& {
+    if (i >= a.size()) {
+      std::cerr << "fsio: missing argument " << i << " in: " << line << "\n";
+      exit(2);
+    }
+    return a[i];
+  };
+  errno = 0;
+  struct stat st;
+  if (op == "open") {  // open H PATH FLAGS
+    int fd = open(Path(arg(2)).c_str(), Flags(arg(3)), 0644);
+    int e = errno;
+    if (fd >= 0) g_fds[arg(1)] = fd;
+    Report(line, fd < 0 ? -1 : 0, e);
+  } else if (op == "openat") {  // openat H DIRH PATH FLAGS
+    int fd = openat(Fd(arg(2)), Path(arg(3)).c_str(), Flags(arg(4)), 0644);
+    int e = errno;
+    if (fd >= 0) g_fds[arg(1)] = fd;
+    Report(line, fd < 0 ? -1 : 0, e);
+  } else if (op == "creat") {
+    int fd = creat(Path(arg(1)).c_str(), 0644);
+    Report(line, fd < 0 ? -1 : 0, errno);
+  } else if (op == "close") {
+    int rc = close(Fd(arg(1)));
+    Report(line, rc, errno);
+  } else if (op == "readall") {  // readall H
+    long total;
+    std::string h = ReadAllHash(Fd(arg(1)), &total);
+    Report(line, total, errno, h);
+  } else if (op == "read") {  // read H N: prints the bytes when printable
+    std::string buf(std::stoul(arg(2)), '\0');
+    ssize_t n = read(Fd(arg(1)), buf.data(), buf.size());
+    int e = errno;
+    char h[32];
+    snprintf(h, sizeof h, "hash=%016llx", static_cast<unsigned long long>(Hash(buf.data(), n > 0 ? n : 0)));
+    Report(line, n, e, h);
+  } else if (op == "pread") {  // pread H N OFF
+    std::string buf(std::stoul(arg(2)), '\0');
+    ssize_t n = pread(Fd(arg(1)), buf.data(), buf.size(), std::stol(arg(3)));
+    int e = errno;
+    char h[32];
+    snprintf(h, sizeof h, "hash=%016llx", static_cast<unsigned long long>(Hash(buf.data(), n > 0 ? n : 0)));
+    Report(line, n, e, h);
+  } else if (op == "lseek") {  // lseek H OFF SET|CUR|END
+    int wh = arg(3) == "SET" ? SEEK_SET : arg(3) == "CUR" ? SEEK_CUR : SEEK_END;
+    off_t r = lseek(Fd(arg(1)), std::stol(arg(2)), wh);
+    Report(line, r, errno);
+  } else if (op == "stat" || op == "lstat") {
+    int rc = op == "stat" ? stat(Path(arg(1)).c_str(), &st) : lstat(Path(arg(1)).c_str(), &st);
+    Report(line, rc, errno, rc == 0 ? Stat(st) : "");
+  } else if (op == "fstat") {
+    int rc = fstat(Fd(arg(1)), &st);
+    Report(line, rc, errno, rc == 0 ? Stat(st) : "");
+  } else if (op == "fstatat") {  // fstatat DIRH PATH FLAGS ("" path: write -)
+    std::string p = arg(2) == "-" ? "" : Path(arg(2));
+    int rc = fstatat(Fd(arg(1)), p.c_str(), &st, Flags(arg(3)));
+    Report(line, rc, errno, rc == 0 ? Stat(st) : "");
+  } else if (op == "statx") {  // statx DIRH PATH FLAGS
+    std::string p = arg(2) == "-" ? "" : Path(arg(2));
+    struct statx sx;
+    int rc = statx(Fd(arg(1)), p.c_str(), Flags(arg(3)), STATX_BASIC_STATS, &sx);
+    char b[160] = "";
+    if (rc == 0)
+      snprintf(b, sizeof b, "mode=%o size=%llu mtime=%lld", sx.stx_mode,
+               S_ISDIR(sx.stx_mode) ? 0ULL : static_cast<unsigned long long>(sx.stx_size),
+               static_cast<long long>(sx.stx_mtime.tv_sec));
+    Report(line, rc, errno, b);
+  } else if (op == "access") {
+    int rc = access(Path(arg(1)).c_str(), Flags(arg(2)));
+    Report(line, rc, errno);
+  } else if (op == "faccessat") {
+    int rc = faccessat(Fd(arg(1)), Path(arg(2)).c_str(), Flags(arg(3)), 0);
+    Report(line, rc, errno);
+  } else if (op == "dup") {  // dup NEWH H
+    int fd = dup(Fd(arg(2)));
+    if (fd >= 0) g_fds[arg(1)] = fd;
+    Report(line, fd < 0 ? -1 : 0, errno);
+  } else if (op == "dup2") {  // dup2 NEWH H NUMBER
+    int fd = dup2(Fd(arg(2)), std::stoi(arg(3)));
+    if (fd >= 0) g_fds[arg(1)] = fd;
+    Report(line, fd < 0 ? -1 : 0, errno);
+  } else if (op == "dupfd_cloexec") {  // dupfd_cloexec NEWH H
+    int fd = fcntl(Fd(arg(2)), F_DUPFD_CLOEXEC, 0);
+    if (fd >= 0) g_fds[arg(1)] = fd;
+    Report(line, fd < 0 ? -1 : 0, errno, fd >= 0 ? "cloexec=" + std::to_string(fcntl(fd, F_GETFD) & FD_CLOEXEC) : "");
+  } else if (op == "getfl") {
+    int fl = fcntl(Fd(arg(1)), F_GETFL);
+    Report(line, fl < 0 ? -1 : (fl & O_ACCMODE), errno);
+  } else if (op == "mmap") {  // mmap H LEN: hash of the mapping
+    size_t len = std::stoul(arg(2));
+    void* p = mmap(nullptr, len, PROT_READ, MAP_PRIVATE, Fd(arg(1)), 0);
+    if (p == MAP_FAILED) {
+      Report(line, -1, errno);
+    } else {
+      char h[32];
+      snprintf(h, sizeof h, "hash=%016llx", static_cast<unsigned long long>(Hash(static_cast<char*>(p), len)));
+      munmap(p, len);
+      Report(line, 0, 0, h);
+    }
+  } else if (op == "fdopen_read") {  // fdopen_read H: fdopen + fread to EOF + fclose (closes H)
+    FILE* f = fdopen(Fd(arg(1)), "rb");
+    if (!f) {
+      Report(line, -1, errno);
+      return;
+    }
+    char buf[4096];
+    uint64_t h = 1469598103934665603ull;
+    long total = 0;
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+      h = Hash(buf, n, h);
+      total += static_cast<long>(n);
+    }
+    fclose(f);
+    g_fds.erase(arg(1));
+    char o[48];
+    snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
+    Report(line, total, 0, o);
+  } else if (op == "fopen") {  // fopen PATH MODE: fread to EOF
+    FILE* f = fopen(Path(arg(1)).c_str(), arg(2).c_str());
+    if (!f) {
+      Report(line, -1, errno);
+      return;
+    }
+    char buf[4096];
+    uint64_t h = 1469598103934665603ull;
+    long total = 0;
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+      h = Hash(buf, n, h);
+      total += static_cast<long>(n);
+    }
+    fclose(f);
+    char o[48];
+    snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
+    Report(line, total, 0, o);
+  } else if (op == "fork_read") {  // fork_read H: a forked child lseeks to 0 and reads the inherited fd
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      lseek(Fd(arg(1)), 0, SEEK_SET);
+      long total;
+      std::string h = ReadAllHash(Fd(arg(1)), &total);
+      struct stat cs;
+      int rc = fstat(Fd(arg(1)), &cs);
+      Report(line + " [child]", total, errno, h + " fstat=" + std::to_string(rc) + " " + Stat(cs));
+      fflush(stdout);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    Report(line, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  } else if (op == "exec_read" || op == "exec_getcwd") {
+    // exec_read H: an exec'd child (this program again) reads the inherited fd from offset 0.
+    // exec_getcwd: an exec'd child prints its cwd (the virtual cwd travels as FANSTORE_CWD).
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string fd = op == "exec_read" ? std::to_string(Fd(arg(1))) : "-";
+      if (op == "exec_read") fcntl(Fd(arg(1)), F_SETFD, 0);
+      execl("/proc/self/exe", "fsio", "--child", op.c_str(), fd.c_str(), g_root.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    Report(line, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  } else if (op == "opendir") {  // opendir D PATH
+    DIR* d = opendir(Path(arg(2)).c_str());
+    int e = errno;
+    if (d) g_dirs[arg(1)] = d;
+    Report(line, d ? 0 : -1, e);
+  } else if (op == "fdopendir") {  // fdopendir D H
+    DIR* d = fdopendir(Fd(arg(2)));
+    int e = errno;
+    if (d) g_dirs[arg(1)] = d;
+    Report(line, d ? 0 : -1, e);
+  } else if (op == "readdir") {  // readdir D: the whole listing, sorted (file systems order differently)
+    std::string l = Listing(g_dirs.at(arg(1)));
+    Report(line, errno ? -1 : 0, errno, l);
+  } else if (op == "rewinddir") {
+    rewinddir(g_dirs.at(arg(1)));
+    Report(line, 0, 0);
+  } else if (op == "telldir_seekdir") {  // reads one entry, remembers, reads the rest, seeks back, reads again
+    DIR* d = g_dirs.at(arg(1));
+    rewinddir(d);
+    readdir(d);
+    long pos = telldir(d);
+    struct dirent* e1 = readdir(d);
+    std::string first = e1 ? e1->d_name : "";
+    while (readdir(d)) {
+    }
+    seekdir(d, pos);
+    struct dirent* e2 = readdir(d);
+    Report(line, 0, 0, std::string("same=") + ((e2 ? e2->d_name : "") == first ? "1" : "0"));
+  } else if (op == "dirfd_fstat") {
+    int fd = dirfd(g_dirs.at(arg(1)));
+    int rc = fstat(fd, &st);
+    Report(line, rc, errno, rc == 0 ? Stat(st) : "");
+  } else if (op == "closedir") {
+    int rc = closedir(g_dirs.at(arg(1)));
+    g_dirs.erase(arg(1));
+    Report(line, rc, errno);
+  } else if (op == "scandir") {
+    struct dirent** list = nullptr;
+    int n = scandir(Path(arg(1)).c_str(), &list, nullptr, alphasort);
+    int e = errno;
+    std::string names;
+    for (int i = 0; i < n; ++i) {
+      names += std::string(list[i]->d_name) + " ";
+      free(list[i]);
+    }
+    free(list);
+    Report(line, n, e, "[" + names + "]");
+  } else if (op == "chdir") {
+    int rc = chdir(Path(arg(1)).c_str());
+    Report(line, rc, errno);
+  } else if (op == "fchdir") {
+    int rc = fchdir(Fd(arg(1)));
+    Report(line, rc, errno);
+  } else if (op == "getcwd") {
+    char buf[PATH_MAX];
+    char* p = getcwd(buf, sizeof buf);
+    Report(line, p ? 0 : -1, errno, p ? Unroot(p) : "");
+  } else if (op == "realpath") {
+    char buf[PATH_MAX];
+    char* p = realpath(Path(arg(1)).c_str(), buf);
+    Report(line, p ? 0 : -1, errno, p ? Unroot(p) : "");
+  } else if (op == "readlink") {
+    char buf[PATH_MAX];
+    ssize_t n = readlink(Path(arg(1)).c_str(), buf, sizeof buf);
+    Report(line, n, errno);
+  } else if (op == "getxattr") {
+    char buf[256];
+    ssize_t n = getxattr(Path(arg(1)).c_str(), arg(2).c_str(), buf, sizeof buf);
+    Report(line, n, errno);
+  } else if (op == "mkdir") {
+    Call(line, mkdir(Path(arg(1)).c_str(), 0755));
+  } else if (op == "rmdir") {
+    Call(line, rmdir(Path(arg(1)).c_str()));
+  } else if (op == "unlink") {
+    Call(line, unlink(Path(arg(1)).c_str()));
+  } else if (op == "rename") {
+    Call(line, rename(Path(arg(1)).c_str(), Path(arg(2)).c_str()));
+  } else if (op == "link") {
+    Call(line, link(Path(arg(1)).c_str(), Path(arg(2)).c_str()));
+  } else if (op == "symlink") {
+    Call(line, symlink(arg(1).c_str(), Path(arg(2)).c_str()));
+  } else if (op == "truncate") {
+    Call(line, truncate(Path(arg(1)).c_str(), 0));
+  } else if (op == "chmod") {
+    Call(line, chmod(Path(arg(1)).c_str(), 0600));
+  } else if (op == "chown") {
+    Call(line, chown(Path(arg(1)).c_str(), 0, 0));
+  } else if (op == "utimensat") {
+    Call(line, utimensat(AT_FDCWD, Path(arg(1)).c_str(), nullptr, 0));
+  } else if (op == "setxattr") {
+    Call(line, setxattr(Path(arg(1)).c_str(), "user.x", "1", 1, 0));
+  } else if (op == "mkfifo") {
+    Call(line, mkfifo(Path(arg(1)).c_str(), 0644));
+  } else if (op == "statvfs_ro") {
+    struct statvfs sv;
+    int rc = statvfs(Path(arg(1)).c_str(), &sv);
+    Report(line, rc, errno, rc == 0 ? "rdonly=" + std::to_string((sv.f_flag & ST_RDONLY) != 0) : "");
+  } else if (op == "errno_kept") {  // a successful stat must leave errno alone
+    errno = EXDEV;
+    int rc = stat(Path(arg(1)).c_str(), &st);
+    Report(line, rc, 0, std::string("errno_after=") + (strerrorname_np(errno) ? strerrorname_np(errno) : "0"));
+  } else {
+    std::cerr << "fsio: unknown op " << op << "\n";
+    exit(2);
+  }
+}
+
+}  // namespace
+
+// The exec'd half of exec_read / exec_getcwd.
+int Child(const std::string& op, const std::string& fd_arg) {
+  if (op == "exec_read") {
+    int fd = std::stoi(fd_arg);
+    lseek(fd, 0, SEEK_SET);
+    long total;
+    std::string h = ReadAllHash(fd, &total);
+    Report("  exec_read [exec'd child]", total, errno, h);
+  } else {
+    char buf[PATH_MAX];
+    char* p = getcwd(buf, sizeof buf);
+    Report("  exec_getcwd [exec'd child]", p ? 0 : -1, errno, p ? Unroot(p) : "");
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--child") {
+    g_root = argv[4];
+    return Child(argv[2], argv[3]);
+  }
+  if (argc != 2) {
+    std::cerr << "usage: fsio ROOT < script\n";
+    return 2;
+  }
+  g_root = argv[1];
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      std::cout << line << "\n";
+      continue;
+    }
+    Run(line);
+    std::cout.flush();
+  }
+  return 0;
+}

@@ -1,0 +1,40 @@
+#!/bin/bash
+# Runs the fsio harness scripts against a small tree and against its image under `fanstore run`; diffs the outputs.
+# Usage: run_fsio.sh BUILD_DIR FSIO_BINARY SCRIPTS_DIR
+set -euo pipefail
+build=$1 fsio=$2 scripts=$3
+fanstore=$build/bin/fanstore
+tmp=$(mktemp -d /tmp/fanstore-fsio.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# The tree the scripts expect: a.txt, empty, exec.sh, dir/b.txt, dir/sub/deep.bin, emptydir/.
+src=$tmp/src
+mkdir -p "$src/dir/sub" "$src/emptydir"
+printf 'hello\n' > "$src/a.txt"
+: > "$src/empty"
+printf '#!/bin/sh\necho hi\n' > "$src/exec.sh"
+chmod 755 "$src/exec.sh"
+echo bbb > "$src/dir/b.txt"
+head -c 100000 /dev/urandom > "$src/dir/sub/deep.bin"
+"$fanstore" pack "$src" -o "$tmp/img" --parts 2 > /dev/null
+
+status=0
+"$fsio" "$src" < "$scripts/read.fsio" > "$tmp/src.out"
+"$fanstore" run --image "$tmp/img" --mount /fanstore -- "$fsio" /fanstore < "$scripts/read.fsio" > "$tmp/mnt.out"
+if diff -u "$tmp/src.out" "$tmp/mnt.out"; then
+  echo "OK: read.fsio: $(grep -vc '^#' "$tmp/src.out") calls agree between the tree and the mount"
+else
+  echo "FAIL: read.fsio differs (- source tree, + mount)"
+  status=1
+fi
+# The mount need not exist and may be anywhere: run the write script under a different prefix too.
+for mount in /fanstore /tmp/fanstore-nonexistent/deeper; do
+  "$fanstore" run --image "$tmp/img" --mount "$mount" -- "$fsio" "$mount" < "$scripts/write.fsio" > "$tmp/w.out"
+  if diff -u "$scripts/write.expected" "$tmp/w.out"; then
+    echo "OK: write.fsio under $mount matches write.expected"
+  else
+    echo "FAIL: write.fsio under $mount differs from write.expected"
+    status=1
+  fi
+done
+exit $status
