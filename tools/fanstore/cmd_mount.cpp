@@ -1,0 +1,49 @@
+// `fanstore mount`: serve an image read-only through FUSE, for programs LD_PRELOAD cannot reach.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.hpp"
+#include "commands.hpp"
+#include "fuse_mount.hpp"
+
+namespace fanstore::cli {
+
+void AddMountCommand(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<mount::MountOptions>();
+  auto raw_o = std::make_shared<std::vector<std::string>>();
+  auto cache_mib = std::make_shared<uint64_t>(opts->cache_bytes >> 20);
+  CLI::App* cmd = app.add_subcommand(
+      "mount", "Mount an image read-only through FUSE (for static binaries, Go, raw syscalls); "
+               "unmount with `fusermount3 -u MOUNTPOINT`");
+  cmd->add_option("-i,--image", opts->image,
+                  "Image directory (index + partitions); required unless --daemon names it");
+  cmd->add_option("mountpoint", opts->mountpoint, "Existing empty directory to mount at")->required();
+  cmd->add_flag("-f,--foreground", opts->foreground,
+                "Stay in the foreground; SIGINT/SIGTERM unmount (default: detach once mounted)");
+  cmd->add_option("--daemon", opts->daemon_socket,
+                  "Unix socket of this node's `fanstore serve` (multi-node); the daemon names the image it serves");
+  cmd->add_option("-o", *raw_o,
+                  "Mount options, comma separated: nonempty, allow_other, clone_fd, debug, readdirplus=yes|no|auto, "
+                  "max_readahead=N, and other libfuse options; repeatable")
+      ->allow_extra_args(false);  // one value per -o, so `-o ro MOUNTPOINT` leaves the mount point alone
+  cmd->add_option("--threads", opts->threads, "Most FUSE worker threads (0 = libfuse default)")
+      ->capture_default_str();
+  cmd->add_option("--cache-mib", *cache_mib, "Decoded-file cache budget in MiB")->capture_default_str();
+  // Testing aid: the device checked before mounting (libfuse itself always uses /dev/fuse).
+  cmd->add_option("--fuse-device", opts->fuse_device, "FUSE device to check before mounting")
+      ->capture_default_str()
+      ->group("");
+  cmd->callback([opts, raw_o, cache_mib, &exit_code] {
+    for (const std::string& item : *raw_o) {
+      std::stringstream ss(item);
+      std::string o;
+      while (std::getline(ss, o, ',')) opts->fuse_options.push_back(o);
+    }
+    opts->cache_bytes = *cache_mib << 20;
+    const Status s = mount::Mount(*opts);
+    exit_code = s.ok() ? 0 : Fail("mount", s);
+  });
+}
+
+}  // namespace fanstore::cli
