@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "decoded_cache.hpp"
+#include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
 #include "fanstore/path.hpp"
 
@@ -83,11 +84,20 @@ Result<std::unique_ptr<Client>> Client::FromEnv() {
   ClientOptions o;
   const char* image = std::getenv(env::kImage);
   const char* daemon = std::getenv(env::kDaemon);
-  if (daemon && *daemon && !(image && *image))
-    return Status(Code::kUnsupported, std::string(env::kDaemon) +
-                                          " is set but this build has no daemon client yet: set " + env::kImage);
-  if (!image || !*image) return Status(Code::kInvalidArgument, std::string(env::kImage) + " is not set");
-  o.image = image;
+  if (daemon && *daemon) {
+    // Daemon mode wins over FANSTORE_IMAGE: the daemon names its staged index copy and the local partition
+    // directory (read directly), and everything else comes through it.
+    DaemonInfo info;
+    auto fetcher = ConnectDaemonFetcher(daemon, &info);
+    if (!fetcher.ok()) return fetcher.status();
+    o.image = info.index_dir;
+    o.partition_dir = info.partition_dir;
+    o.remote = std::move(fetcher).value();
+  } else {
+    if (!image || !*image)
+      return Status(Code::kInvalidArgument, std::string(env::kImage) + " (or " + env::kDaemon + ") is not set");
+    o.image = image;
+  }
   if (const char* m = std::getenv(env::kMount); m && *m) o.mount = m;
   if (const char* c = std::getenv(env::kCacheBytes); c && *c) {
     char* end = nullptr;

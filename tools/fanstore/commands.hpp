@@ -9,6 +9,7 @@ namespace fanstore::cli {
 void AddPackCommand(CLI::App& app, int& exit_code);
 void AddInspectCommands(CLI::App& app, int& exit_code);  // ls, cat, stat, info, verify
 void AddRunCommand(CLI::App& app, int& exit_code);
+void AddServeCommands(CLI::App& app, int& exit_code);  // serve (MPI daemon), wait
 #ifdef FANSTORE_WITH_FUSE
 void AddMountCommand(CLI::App& app, int& exit_code);
 #endif

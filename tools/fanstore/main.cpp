@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   fanstore::cli::AddPackCommand(app, exit_code);
   fanstore::cli::AddInspectCommands(app, exit_code);
   fanstore::cli::AddRunCommand(app, exit_code);
+  fanstore::cli::AddServeCommands(app, exit_code);
 #ifdef FANSTORE_WITH_FUSE
   fanstore::cli::AddMountCommand(app, exit_code);
 #endif

@@ -1,0 +1,23 @@
+// `fanstore serve`: the per-node MPI daemon (stage this rank's partitions, then serve the node's clients).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fanstore::daemon {
+
+struct ServeOptions {
+  std::string image;         // image directory on the shared file system
+  std::string local;         // node-local staging directory; "{rank}" expands to the MPI rank
+  std::string socket;        // Unix socket; empty = <local>/fanstore.sock; "{rank}" expands
+  int replicas = 1;          // copies of each regular partition (distinct ranks)
+  double timeout_s = 5.0;    // a remote read fails (EIO) within this
+  bool cleanup = false;      // remove the staged data at exit
+  uint64_t reserve_bytes = 0;  // leave this much free on the local file system
+};
+
+// Runs the daemon until SIGTERM/SIGINT/SIGHUP. Calls MPI_Init/MPI_Finalize itself. Every rank returns
+// non-zero when any rank fails to stage. Messages are one line each, prefixed "fanstore serve[rank N]: ".
+int Serve(const ServeOptions& opts);
+
+}  // namespace fanstore::daemon

@@ -1,0 +1,13 @@
+// Rank-prefixed one-line messages of the daemon: "fanstore serve[rank 2]: ...".
+#pragma once
+
+namespace fanstore::daemon {
+
+void SetLogRank(int rank);
+int LogRank();
+// One line on stdout (progress, ready, exit summary), flushed so launch scripts see it at once.
+void Info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// One line on stderr (errors). Preserves errno.
+void Error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace fanstore::daemon

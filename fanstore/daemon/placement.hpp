@@ -1,0 +1,45 @@
+// Which ranks hold which partition, and in which order a reader tries them: pure functions, no MPI.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fanstore::daemon {
+
+// Ranks holding partition `part`: the replicated partition is on every rank; regular partition i is on
+// rank i mod nranks and, with replicas K, also on the next K-1 ranks (distinct, so K is capped at nranks).
+inline std::vector<int> Holders(uint32_t part, uint32_t replicated_part, int nranks, int replicas) {
+  std::vector<int> h;
+  if (nranks <= 0) return h;
+  if (part == replicated_part) {
+    for (int r = 0; r < nranks; ++r) h.push_back(r);
+    return h;
+  }
+  int k = replicas < 1 ? 1 : (replicas > nranks ? nranks : replicas);
+  int owner = static_cast<int>(part % static_cast<uint32_t>(nranks));
+  for (int j = 0; j < k; ++j) h.push_back((owner + j) % nranks);
+  return h;
+}
+
+inline bool Holds(int rank, uint32_t part, uint32_t replicated_part, int nranks, int replicas) {
+  for (int r : Holders(part, replicated_part, nranks, replicas))
+    if (r == rank) return true;
+  return false;
+}
+
+// The order in which rank `self` asks for entry `entry` of `part`: the holders rotated by the entry id
+// (deterministic, and spreads one partition's readers over its replicas), without `self`.
+inline std::vector<int> ReadOrder(uint32_t entry, uint32_t part, uint32_t replicated_part, int nranks, int replicas,
+                                  int self) {
+  std::vector<int> h = Holders(part, replicated_part, nranks, replicas);
+  std::vector<int> order;
+  if (h.empty()) return order;
+  size_t start = entry % h.size();
+  for (size_t i = 0; i < h.size(); ++i) {
+    int r = h[(start + i) % h.size()];
+    if (r != self) order.push_back(r);
+  }
+  return order;
+}
+
+}  // namespace fanstore::daemon

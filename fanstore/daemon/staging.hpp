@@ -1,0 +1,35 @@
+// Staging: copy this rank's partitions (+ the replicated one + the index) from the shared image to local
+// storage, after checking the space, and verify every staged file's checksum.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fanstore/status.hpp"
+
+namespace fanstore::daemon {
+
+struct StagePlan {
+  std::vector<uint32_t> parts;  // partition ids this rank keeps (regular ones it holds + the replicated one)
+  uint32_t regular_parts = 0;
+  uint32_t replicated_part = 0xFFFFFFFFu;
+  uint64_t bytes = 0;  // bytes to copy (partition files + index)
+};
+
+// Decides what `rank` of `nranks` keeps of the image at `image_dir` (see placement.hpp).
+Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks, int replicas);
+
+// Copies the plan's files into `local_dir` (created if missing; files appear under their final name only
+// when complete), then verifies them. Refuses up front, naming the partition and the bytes needed, when
+// statvfs says they will not fit while leaving `reserve_bytes` free. `progress` gets one human line now and
+// then (may be empty); `cancelled` (may be empty) is asked before each file, so a Ctrl-C during a long
+// staging does not wait for it to finish.
+Status Stage(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes,
+             const std::function<void(const char* line)>& progress, const std::function<bool()>& cancelled);
+
+// Removes what Stage wrote (for --cleanup); the directory too when it ends up empty.
+void RemoveStaged(const std::string& local_dir, const StagePlan& plan);
+
+}  // namespace fanstore::daemon

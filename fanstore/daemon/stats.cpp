@@ -1,0 +1,40 @@
+// DaemonStats: counters and the latency sample behind the daemon's exit line.
+#include "stats.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace fanstore::daemon {
+
+void DaemonStats::AddLatency(uint64_t us) {
+  std::lock_guard<std::mutex> g(mu_);
+  // Bounded memory for a daemon that runs for days: percentiles of the first 4M requests are plenty.
+  if (lat_us_.size() < (4u << 20)) lat_us_.push_back(static_cast<uint32_t>(std::min<uint64_t>(us, UINT32_MAX)));
+}
+
+std::string DaemonStats::Line() const {
+  std::vector<uint32_t> v;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    v = lat_us_;
+  }
+  std::sort(v.begin(), v.end());
+  auto pct = [&](double p) -> unsigned long long {
+    if (v.empty()) return 0;
+    size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+    return v[i];
+  };
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "served %llu client requests (%llu errors, %llu failovers), %llu peer requests; bytes sent %llu, "
+                "received %llu; client latency p50 %llu us, p99 %llu us",
+                static_cast<unsigned long long>(client_requests.load()),
+                static_cast<unsigned long long>(client_errors.load()),
+                static_cast<unsigned long long>(failovers.load()),
+                static_cast<unsigned long long>(peer_requests.load()),
+                static_cast<unsigned long long>(bytes_sent.load()),
+                static_cast<unsigned long long>(bytes_received.load()), pct(0.50), pct(0.99));
+  return buf;
+}
+
+}  // namespace fanstore::daemon

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Multi-node FanStore with plain mpirun: one `fanstore serve` per node, then the training job through the
+# node's daemon. Usage: scripts/mpirun-example.sh IMAGE LOCAL_DIR HOSTFILE -- COMMAND...
+#   e.g. scripts/mpirun-example.sh /shared/imagenet.fst /nvme/fanstore hosts -- python train.py --data /fanstore/train
+# Every node needs the same LOCAL_DIR (node-local: NVMe or /dev/shm) and FanStore at the same path.
+set -euo pipefail
+if [ $# -lt 5 ] || [ "$4" != "--" ]; then
+  echo "usage: $0 IMAGE LOCAL_DIR HOSTFILE -- COMMAND..." >&2
+  exit 2
+fi
+image=$1 local=$2 hostfile=$3
+shift 4
+fanstore=${FANSTORE:-$(command -v fanstore || echo "$(dirname "$0")/../build/bin/fanstore")}
+nodes=$(sort -u "$hostfile" | grep -vc '^\s*$')
+sock="$local/fanstore.sock"
+
+# 1. One daemon per node (ppr:1:node), staging this node's partitions; --cleanup removes them at the end.
+mpirun --hostfile "$hostfile" --map-by ppr:1:node --bind-to none \
+  "$fanstore" serve --image "$image" --local "$local" --timeout "${FANSTORE_TIMEOUT:-5}" --cleanup &
+serve_pid=$!
+# Whatever happens to the job, stop the daemons: SIGTERM to mpirun reaches every rank, which removes its
+# socket (and, with --cleanup, the staged data).
+trap 'kill -TERM $serve_pid 2>/dev/null; wait $serve_pid 2>/dev/null || true' EXIT
+
+# 2. Wait until every node's daemon is ready (the socket appears only after staging and verification).
+mpirun --hostfile "$hostfile" --map-by ppr:1:node "$fanstore" wait "$sock" --timeout "${FANSTORE_STAGE_TIMEOUT:-3600}"
+
+# 3. The job itself, any number of ranks per node, each process talking to its own node's daemon.
+mpirun --hostfile "$hostfile" --map-by "ppr:${FANSTORE_PPN:-1}:node" \
+  "$fanstore" run --daemon "$sock" --mount /fanstore -- "$@"
+echo "fanstore: job finished on $nodes nodes" >&2
