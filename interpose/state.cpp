@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "cwd.hpp"
@@ -33,8 +34,10 @@ bool g_stats = false;
 // own atexit handler, which runs before ours. Marked internal so close_range/closefrom spare it.
 int g_stats_fd = -1;
 
+std::atomic<bool> g_stats_printed{false};
+
 void PrintStats() {
-  if (g_client == nullptr) return;
+  if (g_client == nullptr || !g_stats || g_stats_printed.exchange(true)) return;
   ReentrancyGuard guard;
   std::string line = g_client->stats().Line() + "\n";
   if (write(2, line.data(), line.size()) < 0 && errno == EBADF && g_stats_fd >= 0) {
@@ -120,5 +123,7 @@ void EnsureInit() {
   std::call_once(g_init_once, InitOnce);
   errno = saved;
 }
+
+void PrintStatsBeforeExit() { PrintStats(); }
 
 }  // namespace fanstore::interpose

@@ -62,5 +62,7 @@ inline bool Ready() { return CurrentMode() == Mode::kReady; }
 
 // Runs once (constructor, or the first wrapper call that finds us uninitialised on the main thread).
 void EnsureInit();
+// FANSTORE_STATS=1: prints this process's summary line once (atexit, or _exit for forked workers).
+void PrintStatsBeforeExit();
 
 }  // namespace fanstore::interpose

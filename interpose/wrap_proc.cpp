@@ -139,6 +139,14 @@ FS_WRAPPER(int, fcntl64, (int fd, int cmd, ...)) {
 // locks and the Client's in the child. Wrapped so the exported list names it explicitly.
 FS_WRAPPER(pid_t, fork, ()) { return FS_REAL(fork); }
 
+// Forked workers (PyTorch DataLoader, multiprocessing) leave through _exit, which skips atexit: print
+// their stats line here so FANSTORE_STATS=1 shows the workers' reads, not only the parent's.
+FS_WRAPPER(void, _exit, (int status)) {
+  PrintStatsBeforeExit();
+  FS_REAL(_exit, status);
+  __builtin_unreachable();
+}
+
 // vfork is a real fork here. A vfork child shares the parent's memory and stack until it execs, so it
 // must not allocate, lock or even return from the function that called vfork -- and our wrapper is
 // such a function: calling the real vfork from it and returning would corrupt the parent's stack.

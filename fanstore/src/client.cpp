@@ -125,6 +125,7 @@ Result<uint32_t> Client::Lookup(std::string_view rel) {
 
 void Client::FillStat(uint32_t id, struct stat* st) const {
   Entry e = image_->Get(id);
+  stats_.stats.fetch_add(1, std::memory_order_relaxed);
   std::memset(st, 0, sizeof *st);
   st->st_dev = dev_;
   st->st_ino = e.ino;

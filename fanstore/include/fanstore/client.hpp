@@ -84,7 +84,7 @@ class Client {
   ClientOptions opts_;
   std::shared_ptr<const Image> image_;
   std::unique_ptr<Cache> cache_;
-  ClientStats stats_;
+  mutable ClientStats stats_;  // counters only: bumped from const lookups too
   dev_t dev_;
 };
 
