@@ -1,0 +1,84 @@
+// Batch assembly: loads each sample with its own seed, and applies the skip_bad_samples policy.
+#include "trainer/data/batch_loader.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+#include "trainer/data/data_error.hpp"
+#include "trainer/data/random_stream.hpp"
+
+namespace fanstore::trainer::data {
+
+BatchLoader::BatchLoader(const SampleDataset& dataset, BatchLoaderOptions options)
+    : dataset_(dataset), options_(options) {}
+
+Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> indices, std::uint64_t epoch) const {
+  const SampleLayout& layout = dataset_.layout();
+  const std::size_t count = indices.size();
+  const std::size_t input_size = layout.input_elements();
+  const std::size_t target_size = layout.target_elements();
+  const bool integer_targets = layout.target_kind != TargetKind::kRegression;
+
+  Batch batch;
+  batch.number = batch_number;
+  batch.sample_indices.assign(indices.begin(), indices.end());
+  batch.input_shape = {static_cast<std::int64_t>(count)};
+  batch.input_shape.insert(batch.input_shape.end(), layout.input_shape.begin(), layout.input_shape.end());
+  batch.target_kind = layout.target_kind;
+  batch.target_shape = {static_cast<std::int64_t>(count)};
+  batch.target_shape.insert(batch.target_shape.end(), layout.target_shape.begin(), layout.target_shape.end());
+  batch.input.resize(count * input_size);
+  if (integer_targets) {
+    batch.target_labels.resize(count * target_size);
+  } else {
+    batch.target_values.resize(count * target_size);
+  }
+
+  auto buffers_of = [&](std::size_t slot) {
+    SampleBuffers buffers;
+    buffers.input = batch.input.data() + slot * input_size;
+    if (integer_targets) {
+      buffers.target_labels = batch.target_labels.data() + slot * target_size;
+    } else {
+      buffers.target_values = batch.target_values.data() + slot * target_size;
+    }
+    return buffers;
+  };
+
+  std::vector<bool> good(count, true);
+  for (std::size_t slot = 0; slot < count; ++slot) {
+    const std::size_t index = indices[slot];
+    try {
+      dataset_.load_sample(index, mix_seed({options_.seed, epoch, index, kAugmentStream}), buffers_of(slot));
+    } catch (const DataError& error) {
+      if (!options_.skip_bad_samples) throw;
+      good[slot] = false;
+      const std::uint64_t skipped = ++bad_samples_;
+      std::fprintf(stderr, "fanstore data: warning: skipping bad sample (%llu so far): %s\n",
+                   static_cast<unsigned long long>(skipped), error.what());
+    }
+  }
+
+  // Fill each bad slot with the next good sample of the batch (wrapping): the batch keeps its
+  // shape, which the model and the gradient averaging expect, and stays deterministic.
+  for (std::size_t slot = 0; slot < count; ++slot) {
+    if (good[slot]) continue;
+    std::size_t donor = slot;
+    for (std::size_t step = 1; step < count && !good[donor]; ++step) donor = (slot + step) % count;
+    if (!good[donor]) {
+      throw DataError(dataset_.sample_path(indices[slot]),
+                      "every sample of batch " + std::to_string(batch_number) + " is bad; nothing to substitute");
+    }
+    const SampleBuffers from = buffers_of(donor), to = buffers_of(slot);
+    std::memcpy(to.input, from.input, input_size * sizeof(float));
+    if (integer_targets) {
+      std::memcpy(to.target_labels, from.target_labels, target_size * sizeof(std::int32_t));
+    } else {
+      std::memcpy(to.target_values, from.target_values, target_size * sizeof(float));
+    }
+    batch.sample_indices[slot] = indices[donor];
+  }
+  return batch;
+}
+
+}  // namespace fanstore::trainer::data

@@ -1,0 +1,62 @@
+// 3D U-Net samples: the same spatial slab of `image` (C,D,H,W) and `label` (D,H,W) from one HDF5 case.
+#include "trainer/data/unet3d_dataset.hpp"
+
+#include "trainer/data/data_error.hpp"
+
+namespace fanstore::trainer::data {
+namespace {
+
+std::vector<std::uint64_t> spatial_dims_of_image(const std::vector<std::uint64_t>& image_dims) {
+  return {image_dims[1], image_dims[2], image_dims[3]};
+}
+
+}  // namespace
+
+Unet3dDataset::Unet3dDataset(std::string directory, Unet3dOptions options)
+    : options_(std::move(options)), files_(list_hdf5_files(directory)) {
+  Hdf5File first(files_.front());
+  image_dims_ = first.dims(options_.image_dataset);
+  if (image_dims_.size() != 4 || image_dims_[0] == 0) {
+    throw DataError(first.path(), "dataset '" + options_.image_dataset + "' has shape " + shape_to_string(image_dims_) +
+                                      ", expected (channels, D, H, W)");
+  }
+  const auto label_dims = first.dims(options_.label_dataset);
+  if (label_dims != spatial_dims_of_image(image_dims_)) {
+    throw DataError(first.path(), "dataset '" + options_.label_dataset + "' has shape " + shape_to_string(label_dims) +
+                                      ", expected " + shape_to_string(spatial_dims_of_image(image_dims_)));
+  }
+  const auto depth = static_cast<std::int64_t>(image_dims_[1]);
+  const auto height = static_cast<std::int64_t>(image_dims_[2]);
+  const auto width = static_cast<std::int64_t>(image_dims_[3]);
+  slab_ = options_.slab.value_or(Slab::whole(depth, height, width));
+  if (!slab_.fits_in(depth, height, width)) {
+    throw DataError(first.path(), "slab " + slab_.to_string() + " is outside the volume " + shape_to_string(image_dims_));
+  }
+  layout_.input_shape = {static_cast<std::int64_t>(image_dims_[0]), slab_.depth(), slab_.height(), slab_.width()};
+  layout_.target_shape = {slab_.depth(), slab_.height(), slab_.width()};
+  layout_.target_kind = TargetKind::kVoxelLabels;
+}
+
+void Unet3dDataset::load_sample(std::size_t index, std::uint64_t /*augment_seed*/, const SampleBuffers& out) const {
+  Hdf5File file(files_.at(index));
+  const auto image_dims = file.dims(options_.image_dataset);
+  if (image_dims != image_dims_) {
+    throw DataError(file.path(), "dataset '" + options_.image_dataset + "' has shape " + shape_to_string(image_dims) +
+                                     ", expected " + shape_to_string(image_dims_) + " like " + files_.front());
+  }
+  const auto label_dims = file.dims(options_.label_dataset);
+  if (label_dims != spatial_dims_of_image(image_dims_)) {
+    throw DataError(file.path(), "dataset '" + options_.label_dataset + "' has shape " + shape_to_string(label_dims) +
+                                     ", expected " + shape_to_string(spatial_dims_of_image(image_dims_)));
+  }
+  const std::vector<std::uint64_t> spatial_start = {std::uint64_t(slab_.z0), std::uint64_t(slab_.y0),
+                                                    std::uint64_t(slab_.x0)};
+  const std::vector<std::uint64_t> spatial_count = {std::uint64_t(slab_.depth()), std::uint64_t(slab_.height()),
+                                                    std::uint64_t(slab_.width())};
+  // Stored channels-first already, so the hyperslab lands directly in NCDHW order.
+  file.read_float(options_.image_dataset, {0, spatial_start[0], spatial_start[1], spatial_start[2]},
+                  {image_dims_[0], spatial_count[0], spatial_count[1], spatial_count[2]}, out.input);
+  file.read_int32(options_.label_dataset, spatial_start, spatial_count, out.target_labels);
+}
+
+}  // namespace fanstore::trainer::data

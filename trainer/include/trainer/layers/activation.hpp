@@ -1,0 +1,29 @@
+// Element-wise activation layers: ReLU, LeakyReLU, tanh, constant scale (oneDNN eltwise on CPU).
+#pragma once
+
+#include <memory>
+
+#include "trainer/layer.hpp"
+
+namespace fanstore::trainer {
+
+class Activation final : public Layer {
+ public:
+  Activation(std::string name, EltwiseSpec spec);
+  std::string kind() const override;
+  Shape output_shape(const std::vector<Shape>& inputs) const override;
+  Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
+  std::vector<Tensor> backward(const Tensor& dy) override;
+
+ private:
+  EltwiseSpec spec_;
+  std::unique_ptr<EltwiseKernel> kernel_;
+  Tensor x_;
+};
+
+inline EltwiseSpec relu() { return {EltwiseKind::ReLU, 0.f}; }
+inline EltwiseSpec leaky_relu(float negative_slope) { return {EltwiseKind::LeakyReLU, negative_slope}; }
+inline EltwiseSpec tanh_activation() { return {EltwiseKind::Tanh, 0.f}; }
+inline EltwiseSpec scale_by(float factor) { return {EltwiseKind::Scale, factor}; }
+
+}  // namespace fanstore::trainer

@@ -1,0 +1,52 @@
+// Normalisation layers: batch norm (running statistics, PyTorch momentum) and affine instance norm.
+#pragma once
+
+#include <memory>
+
+#include "trainer/layer.hpp"
+
+namespace fanstore::trainer {
+
+// PyTorch BatchNorm{1,2,3}d: Train normalises with batch statistics and updates
+// running = (1 - momentum) * running + momentum * batch (unbiased variance); Eval uses running stats.
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(std::string name, std::int64_t channels, float epsilon = 1e-5f, float momentum = 0.1f);
+  std::string kind() const override;
+  Shape output_shape(const std::vector<Shape>& inputs) const override;
+  void initialize(Rng& rng) override;
+  Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
+  std::vector<Tensor> backward(const Tensor& dy) override;
+
+ private:
+  void declare_parameters() override;
+  std::int64_t channels_;
+  float epsilon_, momentum_;
+  ParameterHandle gamma_, beta_;                 // "weight", "bias": (C)
+  BufferHandle running_mean_, running_var_;     // (C)
+  Tensor batch_mean_, batch_var_;               // (C), this step's statistics (biased variance)
+  std::unique_ptr<BatchNormKernel> kernel_;
+};
+
+// PyTorch InstanceNorm{2,3}d(affine=True, track_running_stats=False): statistics per (sample,
+// channel) over the spatial extent, in Train and Eval alike. Hand-rolled on plain layout with
+// double accumulation (oneDNN has no instance norm primitive).
+class InstanceNorm final : public Layer {
+ public:
+  InstanceNorm(std::string name, std::int64_t channels, float epsilon = 1e-5f);
+  std::string kind() const override;
+  Shape output_shape(const std::vector<Shape>& inputs) const override;
+  void initialize(Rng& rng) override;
+  Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
+  std::vector<Tensor> backward(const Tensor& dy) override;
+
+ private:
+  void declare_parameters() override;
+  std::int64_t channels_;
+  float epsilon_;
+  ParameterHandle gamma_, beta_;  // (C)
+  Tensor x_hat_;                  // (N, C, *S) normalised input, plain
+  std::vector<float> inv_std_;    // (N*C)
+};
+
+}  // namespace fanstore::trainer

@@ -1,0 +1,35 @@
+// Losses: softmax cross-entropy (label smoothing), MSE, Dice and Dice + cross-entropy (MLPerf U-Net).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "trainer/tensor.hpp"
+
+namespace fanstore::trainer {
+
+// The loss value (accumulated in double) and its gradient w.r.t. the prediction (plain, same shape).
+struct LossResult {
+  double loss = 0;
+  Tensor gradient;
+};
+
+// logits: (N, K) or (N, K, *S), plain; labels: N (or N * prod(S)) class indices in [0, K).
+// Mean over samples/voxels, as torch.nn.CrossEntropyLoss(label_smoothing=s): the target
+// distribution is (1 - s) * one_hot + s / K.
+LossResult softmax_cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                                 float label_smoothing = 0.f);
+
+// mean((prediction - target)^2) over all elements (torch.nn.MSELoss()).
+LossResult mean_squared_error(const Tensor& prediction, const Tensor& target);
+
+// MLPerf U-Net Dice loss on logits (N, K, *S): softmax over K, one-hot labels, per (sample, class)
+// dice = (2 sum(p t) + 1e-6) / (sum(p) + sum(t) + 1e-6), loss = mean(1 - dice) over samples and
+// classes (class 0, the background, left out unless include_background).
+LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background = false);
+
+// MLPerf's DiceCELoss: (dice_loss + softmax_cross_entropy) / 2.
+LossResult dice_cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                              bool include_background = false);
+
+}  // namespace fanstore::trainer

@@ -1,0 +1,68 @@
+// Optimizers over the flat parameter arena: SGD with momentum (PyTorch semantics), LARS, Adam.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/parameters.hpp"
+
+namespace fanstore::trainer {
+
+struct OptimizerOptions {
+  std::string kind = "sgd";   // "sgd", "lars" or "adam"
+  float momentum = 0.9f;      // SGD/LARS momentum; Adam ignores it (uses beta1)
+  float weight_decay = 0.f;   // L2 penalty added to the gradient, as torch.optim's weight_decay
+  bool nesterov = false;      // SGD only
+  float lars_eta = 0.001f;    // LARS trust coefficient
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // Adam
+};
+
+// LARS (and its weight decay) skips per-channel vectors: BN/IN scale and shift and every bias.
+// They are exactly the rank-1 parameters, so the rule needs no per-layer knowledge.
+bool excluded_from_lars(const ParameterEntry& entry);
+
+// One update per step over every parameter tensor; the gradients in the table are final (already
+// averaged over ranks). State (momentum buffers, Adam moments) is a set of arrays laid out like the
+// parameter arena, so a checkpoint saves it with one loop.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  void step(ParameterTable& table, float learning_rate);
+  std::uint64_t steps_taken() const { return steps_; }
+  void set_steps_taken(std::uint64_t steps) { steps_ = steps; }
+  // Named state arrays, each table.parameter_count() floats.
+  std::vector<std::pair<std::string, std::vector<float>*>> state();
+
+ protected:
+  explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
+  // `t` is the 1-based step number (Adam's bias correction needs it).
+  virtual void update(ParameterTable& table, float learning_rate, std::uint64_t t) = 0;
+  std::vector<float>& add_state(const std::string& name, std::size_t floats);
+  const OptimizerOptions& options() const { return options_; }
+
+ private:
+  OptimizerOptions options_;
+  std::uint64_t steps_ = 0;
+  std::vector<std::pair<std::string, std::vector<float>>> state_;
+};
+
+// torch.optim.SGD(momentum, dampening=0, weight_decay, nesterov): g += wd*w; buf = m*buf + g;
+// w -= lr * (nesterov ? g + m*buf : buf). Weight decay applies to every parameter, as in PyTorch.
+std::unique_ptr<Optimizer> make_sgd(const ParameterTable& table, const OptimizerOptions& options);
+
+// LARS (You et al.; torchlars / MLPerf form) per parameter tensor, except excluded_from_lars ones:
+// trust = eta*|w| / (|g| + wd*|w|) (1 when |w| or |g| is 0); d = trust * (g + wd*w);
+// buf = m*buf + d; w -= lr*buf. Excluded tensors: buf = m*buf + g; w -= lr*buf (no decay).
+std::unique_ptr<Optimizer> make_lars(const ParameterTable& table, const OptimizerOptions& options);
+
+// torch.optim.Adam (L2 weight decay added to the gradient, bias-corrected moments):
+// m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+std::unique_ptr<Optimizer> make_adam(const ParameterTable& table, const OptimizerOptions& options);
+
+// By options.kind; throws std::invalid_argument for an unknown kind.
+std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options);
+
+}  // namespace fanstore::trainer

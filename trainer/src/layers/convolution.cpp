@@ -1,0 +1,90 @@
+// Convolution / transposed convolution layer: parameters, PyTorch initialisation, forward/backward.
+#include "trainer/layers/convolution.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace fanstore::trainer {
+
+ConvolutionSpec convolution_spec(int spatial_rank, std::int64_t in_channels, std::int64_t out_channels,
+                                 std::int64_t kernel, std::int64_t stride, std::int64_t padding, bool bias,
+                                 std::int64_t dilation, bool transposed) {
+  const auto r = static_cast<std::size_t>(spatial_rank);
+  ConvolutionSpec s;
+  s.in_channels = in_channels;
+  s.out_channels = out_channels;
+  s.kernel.assign(r, kernel);
+  s.stride.assign(r, stride);
+  s.padding.assign(r, padding);
+  s.dilation.assign(r, dilation);
+  s.bias = bias;
+  s.transposed = transposed;
+  return s;
+}
+
+Convolution::Convolution(std::string name, ConvolutionSpec spec) : Layer(std::move(name)), spec_(std::move(spec)) {
+  const auto r = spec_.kernel.size();
+  if ((r != 2 && r != 3) || spec_.stride.size() != r || spec_.padding.size() != r || spec_.dilation.size() != r)
+    throw std::invalid_argument(this->name() + ": kernel/stride/padding/dilation must all be 2D or all 3D");
+}
+
+std::string Convolution::kind() const {
+  return std::string(spec_.transposed ? "ConvTranspose" : "Conv") + std::to_string(spec_.kernel.size()) + "d";
+}
+
+void Convolution::declare_parameters() {
+  Shape w{spec_.transposed ? spec_.in_channels : spec_.out_channels,
+          spec_.transposed ? spec_.out_channels : spec_.in_channels};
+  for (auto k : spec_.kernel) w.dims.push_back(k);
+  weight_ = declare_parameter("weight", w);
+  if (spec_.bias) bias_ = declare_parameter("bias", Shape{spec_.out_channels});
+  kernel_ = backend().make_convolution(spec_);
+}
+
+Shape Convolution::output_shape(const std::vector<Shape>& inputs) const {
+  expect_input_count(*this, inputs, 1);
+  const Shape& in = inputs[0];
+  const int r = static_cast<int>(spec_.kernel.size());
+  expect_rank(*this, in, r + 2, r + 2);
+  if (in[1] != spec_.in_channels)
+    throw std::invalid_argument(name() + ": input " + in.to_string() + " has " + std::to_string(in[1]) +
+                                " channels, expected " + std::to_string(spec_.in_channels));
+  Shape out = in;
+  out[1] = spec_.out_channels;
+  for (int i = 0; i < r; ++i) {
+    const auto k = spec_.dilation[i] * (spec_.kernel[i] - 1) + 1;
+    out[i + 2] = spec_.transposed ? (in[i + 2] - 1) * spec_.stride[i] - 2 * spec_.padding[i] + k
+                                  : (in[i + 2] + 2 * spec_.padding[i] - k) / spec_.stride[i] + 1;
+    if (out[i + 2] < 1) throw std::invalid_argument(name() + ": input " + in.to_string() + " is too small");
+  }
+  return out;
+}
+
+void Convolution::initialize(Rng& rng) {
+  // PyTorch: kaiming_uniform_(a=sqrt(5)) gives bound 1/sqrt(fan_in); fan_in uses weight dim 1, which
+  // for a transposed convolution is its *output* channel count.
+  Tensor w = table().value(weight_);
+  const double fan_in = static_cast<double>(w.numel() / w.shape()[0]);
+  const float bound = static_cast<float>(1.0 / std::sqrt(fan_in));
+  for (std::int64_t i = 0; i < w.numel(); ++i) w[i] = rng.uniform(-bound, bound);
+  if (spec_.bias) {
+    Tensor b = table().value(bias_);
+    for (std::int64_t i = 0; i < b.numel(); ++i) b[i] = rng.uniform(-bound, bound);
+  }
+}
+
+Tensor Convolution::forward(const std::vector<Tensor>& inputs, Mode mode) {
+  (void)mode;
+  x_ = inputs.at(0);
+  Tensor b = spec_.bias ? table().value(bias_) : Tensor();
+  return kernel_->forward(x_, table().value(weight_), spec_.bias ? &b : nullptr);
+}
+
+std::vector<Tensor> Convolution::backward(const Tensor& dy) {
+  Tensor dw = table().gradient(weight_);
+  Tensor db = spec_.bias ? table().gradient(bias_) : Tensor();
+  kernel_->backward_weights(x_, dy, dw, spec_.bias ? &db : nullptr);
+  return {kernel_->backward_data(dy, table().value(weight_))};
+}
+
+}  // namespace fanstore::trainer

@@ -1,0 +1,122 @@
+// Model graph: building with shape inference, forward/backward in node order, the layer table.
+#include "trainer/model.hpp"
+
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+namespace fanstore::trainer {
+
+Model::Model(std::string name, std::shared_ptr<Backend> backend, const Shape& input_shape)
+    : name_(std::move(name)), backend_(std::move(backend)) {
+  nodes_.push_back(Node{nullptr, {}, input_shape});
+}
+
+NodeId Model::add(std::unique_ptr<Layer> layer, std::vector<NodeId> inputs) {
+  if (parameters_.finalized()) throw std::logic_error(name_ + ": layer '" + layer->name() + "' added after finalize()");
+  std::vector<Shape> shapes;
+  for (auto id : inputs) {
+    if (id >= nodes_.size()) throw std::invalid_argument(layer->name() + ": input node " + std::to_string(id) + " does not exist");
+    shapes.push_back(nodes_[id].shape);
+  }
+  Shape out = layer->output_shape(shapes);
+  layer->attach(*backend_, parameters_);
+  nodes_.push_back(Node{std::move(layer), std::move(inputs), out});
+  return nodes_.size() - 1;
+}
+
+void Model::check_shape(NodeId node, const Shape& expected, const std::string& block) const {
+  if (shape(node) != expected)
+    throw std::logic_error(name_ + ": after " + block + " the shape is " + shape(node).to_string() + ", expected " +
+                           expected.to_string());
+}
+
+void Model::finalize(NodeId output, std::uint64_t seed) {
+  output_ = output;
+  parameters_.finalize();
+  Rng rng(seed);
+  for (auto& n : nodes_)
+    if (n.layer) n.layer->initialize(rng);
+}
+
+Tensor Model::forward(const Tensor& x, Mode mode) {
+  if (!parameters_.finalized()) throw std::logic_error(name_ + ": forward before finalize()");
+  if (x.shape() != input_shape())
+    throw std::invalid_argument(name_ + ": input " + x.shape().to_string() + ", expected " + input_shape().to_string());
+  values_.assign(nodes_.size(), Tensor());
+  values_[0] = x;
+  for (NodeId i = 1; i < nodes_.size(); ++i) {
+    std::vector<Tensor> in;
+    for (auto id : nodes_[i].inputs) in.push_back(values_[id]);
+    values_[i] = nodes_[i].layer->forward(in, mode);
+  }
+  return backend_->to_plain(values_[output_]);
+}
+
+void Model::accumulate(Tensor& slot, const Tensor& gradient) {
+  if (!slot.defined()) {
+    slot = gradient;  // shared, never modified in place
+    return;
+  }
+  Tensor a = slot, b = gradient;
+  if (!a.same_layout(b)) {
+    a = backend_->to_plain(a);
+    b = backend_->to_plain(b);
+  }
+  Tensor sum = Tensor::with_layout(a.shape(), a.layout());
+  for (std::size_t i = 0; i < sum.capacity(); ++i) sum.data()[i] = a.data()[i] + b.data()[i];
+  slot = sum;
+}
+
+Tensor Model::backward(const Tensor& dy) {
+  if (values_.size() != nodes_.size()) throw std::logic_error(name_ + ": backward before forward");
+  if (dy.shape() != output_shape())
+    throw std::invalid_argument(name_ + ": output gradient " + dy.shape().to_string() + ", expected " +
+                                output_shape().to_string());
+  gradients_.assign(nodes_.size(), Tensor());
+  gradients_[output_] = dy;
+  for (NodeId i = output_; i >= 1; --i) {
+    if (!gradients_[i].defined()) continue;  // does not reach the output
+    auto grads = nodes_[i].layer->backward(gradients_[i]);
+    if (gradient_ready_) gradient_ready_(*nodes_[i].layer);
+    gradients_[i] = Tensor();  // release early: activations' gradients dominate memory
+    for (std::size_t k = 0; k < grads.size(); ++k) accumulate(gradients_[nodes_[i].inputs[k]], grads[k]);
+  }
+  return backend_->to_plain(gradients_[0]);
+}
+
+Layer& Model::layer(const std::string& name) {
+  for (auto& n : nodes_)
+    if (n.layer && n.layer->name() == name) return *n.layer;
+  throw std::invalid_argument(name_ + ": no layer named '" + name + "'");
+}
+
+std::vector<LayerRow> Model::layer_table() const {
+  std::vector<LayerRow> rows;
+  rows.push_back({"input", "Input", input_shape(), 0});
+  for (std::size_t i = 1; i < nodes_.size(); ++i)
+    rows.push_back({nodes_[i].layer->name(), nodes_[i].layer->kind(), nodes_[i].shape, nodes_[i].layer->parameter_count()});
+  return rows;
+}
+
+std::string Model::describe() const {
+  auto rows = layer_table();
+  std::size_t name_w = 4, kind_w = 4, shape_w = 12;
+  for (const auto& r : rows) {
+    name_w = std::max(name_w, r.name.size());
+    kind_w = std::max(kind_w, r.kind.size());
+    shape_w = std::max(shape_w, r.output.to_string().size());
+  }
+  std::ostringstream out;
+  out << std::left << std::setw(static_cast<int>(name_w) + 2) << "name" << std::setw(static_cast<int>(kind_w) + 2)
+      << "type" << std::setw(static_cast<int>(shape_w) + 2) << "output shape" << std::right << std::setw(12)
+      << "parameters" << "\n";
+  for (const auto& r : rows)
+    out << std::left << std::setw(static_cast<int>(name_w) + 2) << r.name << std::setw(static_cast<int>(kind_w) + 2)
+        << r.kind << std::setw(static_cast<int>(shape_w) + 2) << r.output.to_string() << std::right << std::setw(12)
+        << r.parameters << "\n";
+  out << "parameters: " << parameters_.parameter_count() << "\n";
+  return out.str();
+}
+
+}  // namespace fanstore::trainer
