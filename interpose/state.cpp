@@ -97,6 +97,8 @@ void InitOnce() {
       return;
     }
     g_client = c->release();  // never deleted: atexit handlers and other destructors may still call us
+    // Cached memfds are ours: the program's close loops (closefrom, close_range) must spare them.
+    g_client->SetInternalFdHook(&FdTable::MarkInternal);
   } catch (...) {
     WriteLine("fanstore: cannot open image ", image ? image : "(none)", ": out of memory");
     g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);

@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +43,31 @@ bool WriteAll(int fd, const char* p, uint64_t n) {
   return true;
 }
 
+// Cached memfds stay open: take at most 1/8 of the soft fd limit (and 256), so a program that opens
+// many files itself never meets EMFILE because of us.
+size_t CacheFdCap() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 256;
+  return std::min<size_t>(256, rl.rlim_cur / 8);
+}
+
+// A new read-only open file description of memfd `mfd` (its own offset, O_RDONLY in F_GETFL).
+// Checks the inode: if the program closed our memfd behind our back and the number was reused,
+// we must fail rather than hand out another file's bytes.
+int ReopenReadOnly(int mfd, int flags) {
+  char proc[64];
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mfd);
+  int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
+  if (fd < 0) return -1;
+  struct stat a, b;
+  if (fstat(mfd, &a) != 0 || fstat(fd, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+    close(fd);
+    errno = EBADF;
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::string ClientStats::Line() const {
@@ -60,7 +87,7 @@ std::string ClientStats::Line() const {
 }
 
 Client::Client(ClientOptions opts, std::shared_ptr<const Image> image)
-    : opts_(std::move(opts)), image_(std::move(image)), cache_(std::make_unique<Cache>(opts_.cache_bytes)) {
+    : opts_(std::move(opts)), image_(std::move(image)), cache_(std::make_unique<Cache>(opts_.cache_bytes, CacheFdCap())) {
   // A fixed, recognisable device number per image directory so st_dev/st_ino pairs are stable.
   uint32_t h = static_cast<uint32_t>(std::hash<std::string>{}(image_->dir()));
   dev_ = makedev(0xfa5, h & 0xfffff);
@@ -151,7 +178,7 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
     return hit;
   }
   char* out = nullptr;
-  std::unique_ptr<FileBytes> bytes = AllocateFileBytes(e.size, &out);
+  std::unique_ptr<FileBytes> bytes = AllocateFileBytes(e.size, &out, internal_fd_hook_);
   if (!bytes) {
     stats_.errors.fetch_add(1, std::memory_order_relaxed);
     return Status(Code::kNoMemory, "cannot allocate " + std::to_string(e.size) + " bytes for " + std::string(e.path));
@@ -190,9 +217,17 @@ Result<int> Client::OpenFd(uint32_t id, int flags) {
   auto bytes = Load(id);
   if (!bytes.ok()) return bytes.status();
   const FileBytes& b = **bytes;
+  stats_.opens.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_read.fetch_add(b.size(), std::memory_order_relaxed);
   // A memfd holds the true bytes, so everything that reaches the kernel with this fd (mmap, sendfile,
-  // fdopen, exec'd children) sees the file. Sealed, then reopened read-only so writes fail as on a
-  // read-only file and fcntl(F_GETFL) says O_RDONLY.
+  // fdopen, exec'd children) sees the file. It is reopened read-only so writes fail as on a read-only
+  // file and fcntl(F_GETFL) says O_RDONLY. Larger files were decoded straight into their memfd.
+  if (b.memfd() >= 0) {
+    int fd = ReopenReadOnly(b.memfd(), flags);
+    if (fd >= 0) return fd;
+    if (errno != EBADF) return Status::FromErrno(errno, "reopening a decoded file");
+    // Our memfd was closed behind our back: fall through and copy into a fresh one.
+  }
   int mfd = memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (mfd < 0) return Status::FromErrno(errno, "memfd_create");
   if (!WriteAll(mfd, b.data(), b.size())) {
@@ -201,9 +236,7 @@ Result<int> Client::OpenFd(uint32_t id, int flags) {
     return Status::FromErrno(err, "writing the decoded file to a memfd");
   }
   fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-  char proc[64];
-  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mfd);
-  int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
+  int fd = ReopenReadOnly(mfd, flags);
   if (fd >= 0) {
     close(mfd);
   } else {
@@ -212,8 +245,6 @@ Result<int> Client::OpenFd(uint32_t id, int flags) {
     lseek(fd, 0, SEEK_SET);
     if (!(flags & O_CLOEXEC)) fcntl(fd, F_SETFD, 0);
   }
-  stats_.opens.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_read.fetch_add(b.size(), std::memory_order_relaxed);
   return fd;
 }
 

@@ -13,9 +13,10 @@ namespace fanstore {
 
 class DecodedCache {
  public:
-  explicit DecodedCache(uint64_t budget) : budget_(budget) {}
+  // `max_fds` caps the entries that hold a memfd, so the cache never eats the program's fd limit.
+  DecodedCache(uint64_t budget, size_t max_fds) : budget_(budget), max_fds_(max_fds) {}
   std::shared_ptr<const FileBytes> Get(uint32_t id);
-  // Keeps `bytes` unless it is larger than an eighth of the budget (one huge file must not flush the rest).
+  // Keeps `bytes` unless it is larger than half the budget (one huge file must not flush the rest).
   void Put(uint32_t id, std::shared_ptr<const FileBytes> bytes);
   // fork support: the forking thread holds the lock across fork() and releases it on both sides,
   // so the child never inherits a mutex owned by a thread that does not exist there.
@@ -25,13 +26,18 @@ class DecodedCache {
  private:
   using Lru = std::list<std::pair<uint32_t, std::shared_ptr<const FileBytes>>>;
   uint64_t budget_;
+  size_t max_fds_;
   uint64_t used_ = 0;
+  size_t fds_ = 0;
   std::mutex mu_;
   Lru lru_;  // front = most recent
   std::unordered_map<uint32_t, Lru::iterator> map_;
 };
 
-// Heap (small) or anonymous-mmap (large) storage for decoded bytes.
-std::unique_ptr<FileBytes> AllocateFileBytes(uint64_t size, char** writable);
+// Storage for `size` decoded bytes: the heap for small files; a memfd mapping for files of
+// kMemfdThreshold bytes or more (so OpenFd can reopen it instead of copying), or anonymous memory if
+// no memfd can be had. `internal_fd_hook` (may be null) is told about a memfd the storage keeps.
+inline constexpr uint64_t kMemfdThreshold = 64 * 1024;
+std::unique_ptr<FileBytes> AllocateFileBytes(uint64_t size, char** writable, void (*internal_fd_hook)(int));
 
 }  // namespace fanstore

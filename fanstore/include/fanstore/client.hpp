@@ -21,6 +21,9 @@ class FileBytes {
   virtual ~FileBytes() = default;
   virtual const char* data() const = 0;
   virtual uint64_t size() const = 0;
+  // A sealed memfd holding the bytes, when the file was decoded into one (larger files); else -1.
+  // OpenFd hands out read-only reopens of it, so a cached file costs no copy per open.
+  virtual int memfd() const { return -1; }
 };
 
 // Where stored bytes of partitions that are not on this node come from (multi-node: the node's daemon).
@@ -47,7 +50,7 @@ struct ClientOptions {
   std::string image;                  // image directory (index + partitions, or the index of a daemon)
   std::string mount = "/fanstore";    // prefix the image is served under (front ends only)
   std::string partition_dir;          // where local partitions live; empty = the image directory
-  uint64_t cache_bytes = 64ull << 20; // budget of the decoded-file cache (0 disables it)
+  uint64_t cache_bytes = 256ull << 20; // budget of the decoded-file cache (0 disables it)
   std::shared_ptr<RemoteFetcher> remote;  // for partitions not present locally; null = single node
 };
 
@@ -73,6 +76,10 @@ class Client {
   // fdopen, dup and children all work). `flags` may carry O_CLOEXEC; write access is kReadOnly.
   Result<int> OpenFd(uint32_t id, int flags);
 
+  // Called with every fd the client keeps open for itself (cached memfds), so a front end can protect
+  // them from the program's close loops (the interposer marks them internal).
+  void SetInternalFdHook(void (*hook)(int fd)) { internal_fd_hook_ = hook; }
+
   // pthread_atfork hooks: no lock may be held across fork, and the child drops shared connections.
   void AtForkPrepare();
   void AtForkParent();
@@ -86,6 +93,7 @@ class Client {
   std::unique_ptr<Cache> cache_;
   mutable ClientStats stats_;  // counters only: bumped from const lookups too
   dev_t dev_;
+  void (*internal_fd_hook_)(int) = nullptr;
 };
 
 }  // namespace fanstore
