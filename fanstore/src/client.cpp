@@ -51,21 +51,33 @@ size_t CacheFdCap() {
   return std::min<size_t>(256, rl.rlim_cur / 8);
 }
 
-// A new read-only open file description of memfd `mfd` (its own offset, O_RDONLY in F_GETFL).
-// Checks the inode: if the program closed our memfd behind our back and the number was reused,
-// we must fail rather than hand out another file's bytes.
-int ReopenReadOnly(int mfd, int flags) {
+// A new read-only open file description of our memfd `m` (its own offset, O_RDONLY in F_GETFL).
+// Checks the inode recorded when the memfd was made: if the program closed or dup2'ed over that fd
+// number, the reopen names another file and we must fail rather than hand out its bytes.
+int ReopenReadOnly(const FileBytes::Memfd& m, int flags) {
   char proc[64];
-  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mfd);
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", m.fd);
   int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
   if (fd < 0) return -1;
-  struct stat a, b;
-  if (fstat(mfd, &a) != 0 || fstat(fd, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_ino != m.ino || st.st_dev != m.dev) {
     close(fd);
     errno = EBADF;
     return -1;
   }
   return fd;
+}
+
+// Identity of a memfd we just made.
+FileBytes::Memfd IdentityOf(int fd) {
+  FileBytes::Memfd m;
+  struct stat st;
+  if (fstat(fd, &st) == 0) {
+    m.fd = fd;
+    m.dev = st.st_dev;
+    m.ino = st.st_ino;
+  }
+  return m;
 }
 
 }  // namespace
@@ -178,7 +190,7 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
     return hit;
   }
   char* out = nullptr;
-  std::unique_ptr<FileBytes> bytes = AllocateFileBytes(e.size, &out, internal_fd_hook_);
+  std::unique_ptr<DecodedBytes> bytes = AllocateFileBytes(e.size, &out, internal_fd_hook_);
   if (!bytes) {
     stats_.errors.fetch_add(1, std::memory_order_relaxed);
     return Status(Code::kNoMemory, "cannot allocate " + std::to_string(e.size) + " bytes for " + std::string(e.path));
@@ -200,6 +212,7 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
     s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
                                    " is not on this node and no daemon is configured");
   }
+  if (s.ok() && !bytes->Freeze()) s = Status::FromErrno(errno, "sealing the decoded " + std::string(e.path));
   if (!s.ok()) {
     stats_.errors.fetch_add(1, std::memory_order_relaxed);
     // The one line a user sees when a stored file is bad; the front end reports EIO.
@@ -222,11 +235,10 @@ Result<int> Client::OpenFd(uint32_t id, int flags) {
   // A memfd holds the true bytes, so everything that reaches the kernel with this fd (mmap, sendfile,
   // fdopen, exec'd children) sees the file. It is reopened read-only so writes fail as on a read-only
   // file and fcntl(F_GETFL) says O_RDONLY. Larger files were decoded straight into their memfd.
-  if (b.memfd() >= 0) {
+  if (b.memfd().fd >= 0) {
     int fd = ReopenReadOnly(b.memfd(), flags);
     if (fd >= 0) return fd;
-    if (errno != EBADF) return Status::FromErrno(errno, "reopening a decoded file");
-    // Our memfd was closed behind our back: fall through and copy into a fresh one.
+    // No /proc, or our memfd was closed behind our back: copy into a fresh one below.
   }
   int mfd = memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (mfd < 0) return Status::FromErrno(errno, "memfd_create");
@@ -236,7 +248,7 @@ Result<int> Client::OpenFd(uint32_t id, int flags) {
     return Status::FromErrno(err, "writing the decoded file to a memfd");
   }
   fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-  int fd = ReopenReadOnly(mfd, flags);
+  int fd = ReopenReadOnly(IdentityOf(mfd), flags);
   if (fd >= 0) {
     close(mfd);
   } else {
@@ -248,8 +260,14 @@ Result<int> Client::OpenFd(uint32_t id, int flags) {
   return fd;
 }
 
-void Client::AtForkPrepare() { cache_->LockForFork(); }
-void Client::AtForkParent() { cache_->UnlockForFork(); }
+void Client::AtForkPrepare() {
+  cache_->LockForFork();
+  if (opts_.remote) opts_.remote->AtForkPrepare();  // after the cache lock: the fetch path never nests them
+}
+void Client::AtForkParent() {
+  if (opts_.remote) opts_.remote->AtForkParent();
+  cache_->UnlockForFork();
+}
 void Client::AtForkChild() {
   cache_->UnlockForFork();
   if (opts_.remote) opts_.remote->AfterForkChild();

@@ -1,6 +1,7 @@
 // Decoded-file storage and its LRU cache (see decoded_cache.hpp).
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <new>
@@ -10,7 +11,7 @@
 namespace fanstore {
 namespace {
 
-class HeapBytes final : public FileBytes {
+class HeapBytes final : public DecodedBytes {
  public:
   explicit HeapBytes(uint64_t n) : buf_(n ? new char[n] : nullptr), n_(n) {}
   const char* data() const override { return buf_.get(); }
@@ -23,7 +24,7 @@ class HeapBytes final : public FileBytes {
 };
 
 // Large files get their own mapping so freeing them returns memory to the OS at once.
-class MappedBytes final : public FileBytes {
+class MappedBytes final : public DecodedBytes {
  public:
   MappedBytes(void* p, uint64_t n) : p_(p), n_(n) {}
   ~MappedBytes() override { munmap(p_, n_); }
@@ -37,24 +38,46 @@ class MappedBytes final : public FileBytes {
 
 // Decoded straight into a memfd: the mapping serves data() (FUSE, CLI) and the fd serves OpenFd
 // (read-only reopens through /proc/self/fd), so a file is copied once however often it is opened.
-class MemfdBytes final : public FileBytes {
+class MemfdBytes final : public DecodedBytes {
  public:
-  MemfdBytes(int fd, void* p, uint64_t n) : fd_(fd), p_(p), n_(n) {}
+  MemfdBytes(int fd, void* p, uint64_t n) : p_(p), n_(n) {
+    struct stat st;
+    id_.fd = fd;
+    if (fstat(fd, &st) == 0) {
+      id_.dev = st.st_dev;
+      id_.ino = st.st_ino;
+    }
+  }
   ~MemfdBytes() override {
-    munmap(p_, n_);
-    close(fd_);
+    if (p_) munmap(p_, n_);
+    // Close only what is still our memfd: the program may have dup2'ed its own file onto the number.
+    struct stat st;
+    if (fstat(id_.fd, &st) == 0 && st.st_dev == id_.dev && st.st_ino == id_.ino) close(id_.fd);
   }
   const char* data() const override { return static_cast<const char*>(p_); }
   uint64_t size() const override { return n_; }
-  int memfd() const override { return fd_; }
+  Memfd memfd() const override { return id_; }
+  // Swaps the writable mapping for a read-only one and seals the memfd against writes, so no one
+  // (e.g. an open("/proc/self/fd/N", O_RDWR)) can change a cached file after its checksum held.
+  // Seal before remapping: the kernel refuses F_SEAL_WRITE while any shared mapping of the fd could
+  // become writable. A private read-only mapping of a write-sealed file sees its pages, uncopied.
+  bool Freeze() override {
+    munmap(p_, n_);
+    p_ = nullptr;
+    if (fcntl(id_.fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SEAL) != 0) return false;
+    void* p = mmap(nullptr, n_, PROT_READ, MAP_PRIVATE, id_.fd, 0);
+    if (p == MAP_FAILED) return false;
+    p_ = p;
+    return true;
+  }
 
  private:
-  int fd_;
   void* p_;
   uint64_t n_;
+  Memfd id_;
 };
 
-std::unique_ptr<FileBytes> AllocateMemfd(uint64_t size, char** writable, void (*internal_fd_hook)(int)) {
+std::unique_ptr<DecodedBytes> AllocateMemfd(uint64_t size, char** writable, void (*internal_fd_hook)(int)) {
   int fd = memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return nullptr;
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
@@ -78,7 +101,7 @@ constexpr uint64_t kMmapThreshold = 1ull << 20;
 
 }  // namespace
 
-std::unique_ptr<FileBytes> AllocateFileBytes(uint64_t size, char** writable, void (*internal_fd_hook)(int)) {
+std::unique_ptr<DecodedBytes> AllocateFileBytes(uint64_t size, char** writable, void (*internal_fd_hook)(int)) {
   if (size >= kMemfdThreshold) {
     if (auto m = AllocateMemfd(size, writable, internal_fd_hook)) return m;
   }
@@ -106,7 +129,7 @@ std::shared_ptr<const FileBytes> DecodedCache::Get(uint32_t id) {
 void DecodedCache::Put(uint32_t id, std::shared_ptr<const FileBytes> bytes) {
   uint64_t n = bytes->size();
   if (budget_ == 0 || n > budget_ / 2) return;
-  const bool holds_fd = bytes->memfd() >= 0;
+  const bool holds_fd = bytes->memfd().fd >= 0;
   if (holds_fd && max_fds_ == 0) return;
   std::lock_guard<std::mutex> g(mu_);
   if (map_.count(id)) return;
@@ -116,15 +139,19 @@ void DecodedCache::Put(uint32_t id, std::shared_ptr<const FileBytes> bytes) {
   fds_ += holds_fd;
   auto evict = [this](Lru::iterator it) {
     used_ -= it->second->size();
-    fds_ -= it->second->memfd() >= 0;
+    fds_ -= it->second->memfd().fd >= 0;
     map_.erase(it->first);
     lru_.erase(it);
   };
   while (used_ > budget_ && !lru_.empty()) evict(std::prev(lru_.end()));
-  // Over the fd cap: drop the least recently used entry that holds an fd (heap entries hold none).
-  for (auto it = lru_.end(); fds_ > max_fds_ && it != lru_.begin();) {
-    --it;
-    if (it->second->memfd() >= 0) evict(it--), ++it;
+  // Over the fd cap: drop the least recently used entries that hold an fd (heap entries hold none).
+  auto it = lru_.end();
+  while (fds_ > max_fds_ && it != lru_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second->memfd().fd >= 0)
+      evict(prev);  // `it` stays valid: list erase invalidates only the erased node
+    else
+      it = prev;
   }
 }
 

@@ -34,10 +34,17 @@ class DecodedCache {
   std::unordered_map<uint32_t, Lru::iterator> map_;
 };
 
+// Decoded bytes under construction: written through the pointer AllocateFileBytes returns, then
+// Freeze()d, after which they can never change (memfd storage is write-sealed).
+class DecodedBytes : public FileBytes {
+ public:
+  virtual bool Freeze() { return true; }
+};
+
 // Storage for `size` decoded bytes: the heap for small files; a memfd mapping for files of
 // kMemfdThreshold bytes or more (so OpenFd can reopen it instead of copying), or anonymous memory if
 // no memfd can be had. `internal_fd_hook` (may be null) is told about a memfd the storage keeps.
 inline constexpr uint64_t kMemfdThreshold = 64 * 1024;
-std::unique_ptr<FileBytes> AllocateFileBytes(uint64_t size, char** writable, void (*internal_fd_hook)(int));
+std::unique_ptr<DecodedBytes> AllocateFileBytes(uint64_t size, char** writable, void (*internal_fd_hook)(int));
 
 }  // namespace fanstore

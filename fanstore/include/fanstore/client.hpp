@@ -21,9 +21,15 @@ class FileBytes {
   virtual ~FileBytes() = default;
   virtual const char* data() const = 0;
   virtual uint64_t size() const = 0;
-  // A sealed memfd holding the bytes, when the file was decoded into one (larger files); else -1.
-  // OpenFd hands out read-only reopens of it, so a cached file costs no copy per open.
-  virtual int memfd() const { return -1; }
+  // A sealed memfd holding the bytes, when the file was decoded into one (larger files); fd -1 else.
+  // OpenFd hands out read-only reopens of it, so a cached file costs no copy per open. dev/ino say
+  // which file the fd was at creation: the program may have closed or dup2'ed over that number since.
+  struct Memfd {
+    int fd = -1;
+    dev_t dev = 0;
+    ino_t ino = 0;
+  };
+  virtual Memfd memfd() const { return {}; }
 };
 
 // Where stored bytes of partitions that are not on this node come from (multi-node: the node's daemon).
@@ -34,6 +40,13 @@ class RemoteFetcher {
   virtual Status FetchStored(const Entry& e, std::string* out) = 0;
   // Called in a forked child: drop connections the child must not share with its parent.
   virtual void AfterForkChild() {}
+  // pthread_atfork prepare/parent: hold (then release) the fetcher's locks across fork, so the child never
+  // inherits them held or its state half-updated. Client::AtForkPrepare/AtForkParent call these.
+  virtual void AtForkPrepare() {}
+  virtual void AtForkParent() {}
+  // Called with every fd the fetcher keeps for itself (connections, passed memfds while held): the
+  // interposer marks them internal so the program's close-all loops spare them. Null: no marking.
+  virtual void SetInternalFdHook(void (*hook)(int fd)) { (void)hook; }
 };
 
 struct ClientStats {
@@ -78,7 +91,11 @@ class Client {
 
   // Called with every fd the client keeps open for itself (cached memfds), so a front end can protect
   // them from the program's close loops (the interposer marks them internal).
-  void SetInternalFdHook(void (*hook)(int fd)) { internal_fd_hook_ = hook; }
+  // The hook is forwarded to the RemoteFetcher (its daemon connections are the client's fds too).
+  void SetInternalFdHook(void (*hook)(int fd)) {
+    internal_fd_hook_ = hook;
+    if (opts_.remote) opts_.remote->SetInternalFdHook(hook);
+  }
 
   // pthread_atfork hooks: no lock may be held across fork, and the child drops shared connections.
   void AtForkPrepare();

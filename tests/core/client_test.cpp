@@ -1,0 +1,133 @@
+// fanstore::Client: real fds with the file's bytes, the memfd cache, and what a program can do to our fds.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "fanstore/client.hpp"
+#include "test_util.hpp"
+
+namespace fanstore {
+namespace {
+
+using test::TempDir;
+
+// Reads everything from fd at its current offset.
+std::string Drain(int fd) {
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::MakeDirs(src_.path() + "/d");
+    small_ = test::TextBytes(1000, 1);
+    big_ = test::RandomBytes(300 * 1024, 2);  // above the memfd threshold: decoded straight into a memfd
+    test::WriteFile(src_.path() + "/d/small.txt", small_);
+    test::WriteFile(src_.path() + "/d/big.bin", big_);
+    ASSERT_TRUE(test::PackTree(src_.path(), img_.path() + "/img", 2).ok());
+    ClientOptions o;
+    o.image = img_.path() + "/img";
+    auto c = Client::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+  }
+  uint32_t Id(const std::string& rel) {
+    auto r = client_->Lookup(rel);
+    EXPECT_TRUE(r.ok()) << rel;
+    return r.ok() ? *r : 0;
+  }
+  TempDir src_, img_;
+  std::string small_, big_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientTest, OpenFdHoldsTheFileBytesReadOnly) {
+  for (const char* rel : {"d/small.txt", "d/big.bin"}) {
+    for (int round = 0; round < 2; ++round) {  // second round: served from the cache
+      auto fd = client_->OpenFd(Id(rel), O_RDONLY);
+      ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+      EXPECT_EQ(Drain(*fd), std::string(rel) == "d/big.bin" ? big_ : small_);
+      EXPECT_EQ(fcntl(*fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+      EXPECT_EQ(write(*fd, "x", 1), -1);
+      close(*fd);
+    }
+  }
+  EXPECT_FALSE(client_->OpenFd(Id("d/big.bin"), O_RDWR).ok());
+}
+
+TEST_F(ClientTest, EachOpenHasItsOwnOffset) {
+  auto a = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
+  auto b = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
+  ASSERT_TRUE(a.ok() && b.ok());
+  char x[100];
+  ASSERT_EQ(read(*a, x, sizeof x), 100);
+  EXPECT_EQ(Drain(*b), big_);
+  close(*a);
+  close(*b);
+}
+
+// A program may dup2 its own file onto the number of our cached memfd: we must notice (recorded inode),
+// serve the true bytes anyway, and never close the program's fd.
+TEST_F(ClientTest, ReplacedCachedMemfdIsDetectedAndNotClosed) {
+  auto first = client_->Load(Id("d/big.bin"));
+  ASSERT_TRUE(first.ok());
+  int cached = (*first)->memfd().fd;
+  ASSERT_GE(cached, 0);
+  first = Status(Code::kIoError, "drop");  // the cache still holds the bytes
+  TempDir other;
+  test::WriteFile(other.path() + "/x", "not the image file");
+  int theirs = open((other.path() + "/x").c_str(), O_RDONLY);
+  ASSERT_GE(theirs, 0);
+  ASSERT_EQ(dup2(theirs, cached), cached);
+  close(theirs);
+  auto fd = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_EQ(Drain(*fd), big_);
+  close(*fd);
+  client_.reset();  // destroying the cache must leave the program's fd open
+  EXPECT_NE(fcntl(cached, F_GETFD), -1) << "the program's fd was closed";
+  close(cached);
+}
+
+// Nobody can change a cached file after its checksum held: the memfd is write-sealed.
+TEST_F(ClientTest, CachedMemfdCannotBeWrittenThroughProc) {
+  auto fd = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
+  ASSERT_TRUE(fd.ok());
+  std::string proc = "/proc/self/fd/" + std::to_string(*fd);
+  int w = open(proc.c_str(), O_RDWR);
+  if (w >= 0) {
+    EXPECT_EQ(pwrite(w, "CORRUPT!", 8, 0), -1);
+    close(w);
+  }
+  close(*fd);
+  auto again = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Drain(*again), big_);
+  close(*again);
+  auto bytes = client_->Load(Id("d/big.bin"));
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(std::string((*bytes)->data(), (*bytes)->size()), big_);
+}
+
+TEST_F(ClientTest, FillStatMatchesTheImage) {
+  struct stat st;
+  client_->FillStat(Id("d/big.bin"), &st);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(static_cast<size_t>(st.st_size), big_.size());
+  EXPECT_NE(st.st_ino, 0u);
+  client_->FillStat(Id("d"), &st);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(client_->Lookup("d/big.bin/x").status().code(), Code::kNotDirectory);
+  EXPECT_EQ(client_->Lookup("d/missing").status().code(), Code::kNotFound);
+  EXPECT_EQ(client_->Load(Id("d")).status().code(), Code::kIsDirectory);
+}
+
+}  // namespace
+}  // namespace fanstore
