@@ -1,0 +1,419 @@
+#!/usr/bin/env bash
+# Runs every FanStore benchmark against baselines measured in the same run; writes bench-results/ and prints the table.
+# Usage: scripts/bench.sh [--quick] [--keep] [--update-doc] [--out DIR]
+#   --quick       small sizes (~1 minute); the full run takes <= 10 minutes on 2 cores
+#   --keep        keep the generated tree and images (in BENCH_TMPFS and BENCH_DISK) after the run
+#   --update-doc  put the table and machine description into docs/performance.md
+# Environment: BUILD_DIR (default build/), BENCH_TMPFS (default /dev/shm/fanstore-bench),
+#              BENCH_DISK (default /var/tmp/fanstore-bench; must be on a real disk, not tmpfs),
+#              BENCH_DRIVERS (where tools/bench is built when BUILD_DIR lacks the drivers; kept between runs).
+# A piece that is not built yet (pack, run, mount, serve, fanstore-train --benchmark) gives an "n/a" row, never a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+HELPERS=$REPO/scripts/bench
+PY=/usr/bin/python3
+
+QUICK=0 KEEP=0 UPDATE_DOC=0 OUT=$REPO/bench-results
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --keep) KEEP=1 ;;
+    --update-doc) UPDATE_DOC=1 ;;
+    --out) OUT=$2; shift ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+BUILD_DIR=${BUILD_DIR:-build}
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$REPO/$BUILD_DIR
+TMPFS=${BENCH_TMPFS:-/dev/shm/fanstore-bench}
+DISK=${BENCH_DISK:-/var/tmp/fanstore-bench}
+MOUNT=/fanstore
+FANSTORE=$BUILD_DIR/bin/fanstore
+TRAIN=$BUILD_DIR/bin/fanstore-train
+if [ $QUICK = 1 ]; then MIN_TIME=0.2; MODE=quick; else MIN_TIME=1.0; MODE=full; fi
+STEP_TIMEOUT=${BENCH_STEP_TIMEOUT:-300}
+START=$(date +%s)
+
+SRC=$TMPFS/src            # the tree, on tmpfs (baseline 1)
+DSRC=$DISK/src            # the same tree on the local disk (baseline 2)
+LISTS=$TMPFS/lists        # relative file lists, read with the real libc
+IMG_RAW=$DISK/img-raw     # images on the local disk too: FanStore's node-local copy
+IMG_ZSTD=$DISK/img-zstd
+FUSE_MNT=$TMPFS/fuse-mnt
+LOGS=$OUT/logs
+DAEMON_PID=""
+
+log() { printf '[bench %4ss] %s\n' "$(($(date +%s) - START))" "$*" >&2; }
+
+cleanup() {
+  log "cleaning up"
+  if mountpoint -q "$FUSE_MNT" 2>/dev/null; then fusermount3 -u "$FUSE_MNT" 2>/dev/null || true; fi
+  if [ -n "$DAEMON_PID" ]; then stop_daemons; fi
+  if [ $KEEP = 0 ]; then
+    rm -rf "$TMPFS"
+    # Deleting GBs on this disk (mounted with discard) takes tens of seconds: rename, then delete in the background.
+    if [ -d "$DISK" ] && mv "$DISK" "$DISK.old.$$"; then (rm -rf "$DISK.old.$$" &) else rm -rf "$DISK"; fi
+  fi
+}
+trap cleanup EXIT
+
+# --- where results go -------------------------------------------------------------------------------------------
+# Only what a previous run wrote is removed: --out may name a directory that holds other things.
+rm -rf "$LOGS" "$OUT"/*.csv "$OUT"/*.md "$OUT"/*.png "$OUT"/*.dat "$OUT"/notes.tsv
+mkdir -p "$OUT" "$LOGS"
+echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
+: >"$OUT/notes.tsv"
+# record SECTION CASE SYSTEM UNIT higher|lower VALUE   (VALUE: number or the reason it is missing)
+record() { printf '"%s","%s",%s,%s,%s,"%s"\n' "${1//\"/\'}" "${2//\"/\'}" "$3" "$4" "$5" "${6//\"/\'}" >>"$OUT/raw.csv"; }
+note() { printf '%s\t%s\n' "$1" "$2" >>"$OUT/notes.tsv"; }
+# field N of a CSV line
+field() { echo "$1" | cut -d, -f"$2"; }
+
+# --- what is built ----------------------------------------------------------------------------------------------
+# A subcommand exists when the top-level help lists it (`fanstore NOPE --help` exits 0 with the top-level help).
+has_sub() { [ -x "$FANSTORE" ] && "$FANSTORE" --help 2>/dev/null | grep -qE "^ +$1 "; }
+HAVE_PACK=0 HAVE_RUN=0 HAVE_MOUNT=0 HAVE_SERVE=0 HAVE_TRAIN=0
+has_sub pack && HAVE_PACK=1
+has_sub run && [ -f "$BUILD_DIR/lib/libfanstore_preload.so" ] && HAVE_RUN=1
+has_sub mount && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null && HAVE_MOUNT=1
+# serve exists as a stub in a build without MPI; that counts as not built.
+has_sub serve && has_sub wait && ! "$FANSTORE" serve --help 2>&1 | grep -qi "without MPI" &&
+  "$FANSTORE" run --help 2>/dev/null | grep -q -- --daemon && HAVE_SERVE=1
+[ -x "$TRAIN" ] && "$TRAIN" --help 2>&1 | grep -q -- --benchmark && HAVE_TRAIN=1
+NA_PACK="n/a (not built: fanstore pack)"
+NA_RUN="n/a (not built: fanstore run / libfanstore_preload.so)"
+NA_MOUNT="n/a (not built: fanstore mount)"
+NA_SERVE="n/a (not built: fanstore serve / wait / run --daemon)"
+NA_TRAIN="n/a (fanstore-train --benchmark not available)"
+log "build dir $BUILD_DIR: pack=$HAVE_PACK run=$HAVE_RUN mount=$HAVE_MOUNT serve=$HAVE_SERVE train-benchmark=$HAVE_TRAIN"
+
+# --- data -------------------------------------------------------------------------------------------------------
+rm -rf "$TMPFS" "$DISK"
+mkdir -p "$TMPFS" "$DISK"
+if [ "$(findmnt -no FSTYPE -T "$DISK" | head -1)" = tmpfs ]; then
+  log "warning: BENCH_DISK=$DISK is on tmpfs; the 'disk' column will not be a disk"
+fi
+# The drivers come from the main build once tools/bench is part of it; until then, build them on the side.
+BIN=$BUILD_DIR/bin
+if [ ! -x "$BIN/fanstore-iobench" ] || [ ! -x "$BIN/fanstore-dlio" ]; then
+  log "drivers not in $BIN: building tools/bench on its own"
+  BIN=$("$HELPERS/build_drivers.sh" "${BENCH_DRIVERS:-/var/tmp/fanstore-bench-drivers}")
+fi
+IOBENCH=$BIN/fanstore-iobench
+DLIO=$BIN/fanstore-dlio
+PINGPONG=$BIN/fanstore-pingpong
+
+"$HELPERS/machine_info.sh" "$DISK" >"$OUT/machine.md"
+log "generating the $MODE tree in $SRC"
+gen_args=(--out "$SRC" --lists "$LISTS")
+# --quick: unet3d samples of 16 MiB instead of 32 (its compute time is scaled from the real size below).
+[ $QUICK = 1 ] && gen_args+=(--quick --unet3d-mib 16)
+$PY "$HELPERS/make_data.py" "${gen_args[@]}"
+cp -a "$SRC" "$DSRC"
+sync   # the disk copy's dirty pages must not be written back during the timed reads
+SRC_BYTES=$(du -sb "$SRC" | cut -f1)
+SRC_FILES=$(find "$SRC" -type f | wc -l)
+BIG_MIB=$(( $(stat -c %s "$SRC/micro/big.bin") >> 20 ))
+
+# --- pack: fanstore pack vs tar | zstd over the same tree (also builds the images the other sections read) --------
+# timed CMD...: runs CMD, prints its wall seconds; the log keeps its output.
+timed() {
+  local name=$1; shift
+  local t0 t1
+  t0=$(date +%s.%N)
+  if ! timeout "$STEP_TIMEOUT" "$@" >"$LOGS/$name.log" 2>&1; then return 1; fi
+  t1=$(date +%s.%N)
+  echo "$t0 $t1" | awk '{printf "%.4f", $2 - $1}'
+}
+rate() { awk -v n="$1" -v s="$2" 'BEGIN {printf "%.2f", n / s}'; }
+MB=$(awk -v b="$SRC_BYTES" 'BEGIN {print b / 1e6}')
+note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes."
+HAVE_RAW=0 HAVE_ZSTD=0
+# record_pack CASE_PREFIX SYSTEM LOGNAME SECONDS_OR_EMPTY : the MB/s and files/s rows of one pack run.
+record_pack() {
+  local prefix=$1 sys=$2 name=$3 s=$4
+  if [ -z "$s" ]; then
+    record pack "$prefix: MB/s" "$sys" MB/s higher "error (logs/$name.log)"
+    record pack "$prefix: files/s" "$sys" files/s higher "error (logs/$name.log)"
+  else
+    record pack "$prefix: MB/s" "$sys" MB/s higher "$(rate "$MB" "$s")"
+    record pack "$prefix: files/s" "$sys" files/s higher "$(rate "$SRC_FILES" "$s")"
+  fi
+}
+log "pack: fanstore pack (zstd, raw) vs tar | zstd -T2"
+if [ $HAVE_PACK = 1 ]; then
+  s=$(timed pack-zstd "$FANSTORE" pack "$SRC" -o "$IMG_ZSTD" --threads 2) && HAVE_ZSTD=1 || s=""
+  record_pack zstd fanstore-pack pack-zstd "$s"
+  s=$(timed pack-raw "$FANSTORE" pack "$SRC" -o "$IMG_RAW" --level 0 --threads 2) && HAVE_RAW=1 || s=""
+  record_pack "raw (--level 0)" fanstore-pack pack-raw "$s"
+else
+  for c in "zstd: MB/s" "zstd: files/s" "raw (--level 0): MB/s" "raw (--level 0): files/s"; do
+    record pack "$c" fanstore-pack "${c##* }" higher "$NA_PACK"
+  done
+fi
+s=$(timed tar-zstd bash -c "set -o pipefail; tar cf - -C '$TMPFS' src | zstd -T2 -3 -q -o '$DISK/src.tar.zst'") || s=""
+record_pack zstd tar-zstd tar-zstd "$s"
+rm -f "$DISK/src.tar.zst"
+s=$(timed tar bash -c "tar cf '$DISK/src.tar' -C '$TMPFS' src") || s=""
+record_pack "raw (--level 0)" tar tar "$s"
+rm -f "$DISK/src.tar"
+sync
+
+# --- how each system is reached ---------------------------------------------------------------------------------
+# with_system SYSTEM CMD... : runs CMD with ROOT exported as where the tree appears for SYSTEM.
+# Returns 3 (and prints the reason on stdout) when SYSTEM is not available.
+FUSE_OK=0
+if [ $HAVE_MOUNT = 1 ] && [ $HAVE_RAW = 1 ]; then
+  mkdir -p "$FUSE_MNT"
+  if timeout 30 "$FANSTORE" mount --image "$IMG_RAW" "$FUSE_MNT" >"$LOGS/mount.log" 2>&1 && mountpoint -q "$FUSE_MNT"; then
+    FUSE_OK=1
+  fi
+fi
+unavailable() {  # prints why SYSTEM cannot be measured, or nothing
+  case "$1" in
+    fanstore-raw|fanstore|fanstore-local)
+      [ $HAVE_RUN = 1 ] || { echo "$NA_RUN"; return; }
+      [ $HAVE_RAW = 1 ] || echo "n/a (no raw image: $([ $HAVE_PACK = 1 ] && echo 'see logs/pack-raw.log' || echo 'fanstore pack not built'))" ;;
+    fanstore-zstd)
+      [ $HAVE_RUN = 1 ] || { echo "$NA_RUN"; return; }
+      [ $HAVE_ZSTD = 1 ] || echo "n/a (no zstd image: $([ $HAVE_PACK = 1 ] && echo 'see logs/pack-zstd.log' || echo 'fanstore pack not built'))" ;;
+    fuse)
+      [ $HAVE_MOUNT = 1 ] || { echo "$NA_MOUNT"; return; }
+      [ $FUSE_OK = 1 ] || echo "n/a (fanstore mount failed: logs/mount.log)" ;;
+  esac
+}
+root_of() {
+  case "$1" in
+    tmpfs) echo "$SRC" ;;
+    disk) echo "$DSRC" ;;
+    fuse) echo "$FUSE_MNT" ;;
+    *) echo "$MOUNT" ;;
+  esac
+}
+runner_of() {  # the command prefix that puts the tree at root_of SYSTEM
+  case "$1" in
+    fanstore-raw|fanstore|fanstore-local) echo "$FANSTORE run --image $IMG_RAW --mount $MOUNT --" ;;
+    fanstore-zstd) echo "$FANSTORE run --image $IMG_ZSTD --mount $MOUNT --" ;;
+    *) echo "" ;;
+  esac
+}
+# measure SYSTEM LOGNAME CMD... : prints CMD's last output line, or "error (logs/LOGNAME.log)".
+measure() {
+  local sys=$1 name=$2; shift 2
+  local out
+  # shellcheck disable=SC2046
+  if out=$(timeout "$STEP_TIMEOUT" $(runner_of "$sys") "$@" 2>"$LOGS/$name.log"); then
+    echo "$out" >>"$LOGS/$name.log"
+    echo "$out" | tail -1
+  else
+    echo "$out" >>"$LOGS/$name.log"
+    echo "error (logs/$name.log)"
+  fi
+}
+is_error() { [[ $1 == error* ]]; }
+# warm SYSTEM SUBDIR : pulls what SYSTEM will read into the page cache, so that the one-epoch runs (loader, DLIO),
+# which have no warm-up pass of their own, compare software paths rather than whatever memory pressure evicted.
+warm() {
+  case "$1" in
+    disk) find "$DSRC/$2" -type f -exec cat {} + >/dev/null ;;
+    fanstore|fanstore-raw|fuse) cat "$IMG_RAW"/* >/dev/null 2>&1 || true ;;
+  esac
+}
+
+# --- micro: metadata and small-file ops -------------------------------------------------------------------------
+log "micro: stat/open/read/readdir/seqread through FanStore, FUSE, tmpfs, disk"
+note micro "Per-op wall time of one thread. Warm page cache throughout: caches cannot be dropped here, so the disk copy is read from memory. Rows without 'first read': one warm-up pass, then repeated passes (FanStore then serves from its in-process decoded-file cache where the files fit, the baselines from the kernel page cache). 'first read': one pass by a fresh process, each file read once (FanStore decodes from its partition file, itself in the page cache). Files: 10,000 x 4 KiB in one directory, $(wc -l <"$LISTS/f128k.txt") x 128 KiB, one $BIG_MIB MiB file; contents ~2:1 compressible. FanStore images live on the local disk; 'raw' is --level 0."
+# case|op|path|list|unit|passes. passes "warm": a warm-up pass, then whole passes for MIN_TIME (steady state:
+# the baselines hit the kernel page cache, FanStore its own decoded-file cache when the files fit in it);
+# "first": one pass, no warm-up, each file read once by a fresh process (FanStore decodes from the partition,
+# which is in the page cache; for tmpfs/disk this is the same page-cache read as "warm").
+MICRO_CASES=(
+  "stat|stat|micro/d10k|d10k.txt|ns/op|warm"
+  "open+close|open|micro/d10k|d10k.txt|ns/op|warm"
+  "open+read+close 4 KiB|read|micro/d10k|d10k.txt|ns/op|warm"
+  "open+read+close 4 KiB, first read|read|micro/d10k|d10k.txt|ns/op|first"
+  "open+read+close 128 KiB|read|micro/f128k|f128k.txt|ns/op|warm"
+  "open+read+close 128 KiB, first read|read|micro/f128k|f128k.txt|ns/op|first"
+  "readdir 10,000 entries|readdir|micro/d10k||us/listing|warm"
+  "sequential read $BIG_MIB MiB|seqread|micro/big.bin||MiB/s|warm"
+)
+for sys in fanstore-raw fanstore-zstd fuse tmpfs disk; do
+  why=$(unavailable "$sys")
+  for c in "${MICRO_CASES[@]}"; do
+    IFS='|' read -r case op path list unit passes <<<"$c"
+    better=lower; [ "$unit" = MiB/s ] && better=higher
+    if [ -n "$why" ]; then record micro "$case" "$sys" "$unit" "$better" "$why"; continue; fi
+    args=(--op "$op" --path "$(root_of "$sys")/$path" --label "$sys")
+    if [ "$passes" = first ]; then args+=(--warmup 0 --min-time 0); else args+=(--min-time "$MIN_TIME"); fi
+    [ -n "$list" ] && args+=(--list "$LISTS/$list")
+    line=$(measure "$sys" "micro-$sys-$op-${path##*/}-$passes" "$IOBENCH" "${args[@]}")
+    if is_error "$line"; then record micro "$case" "$sys" "$unit" "$better" "$line"; continue; fi
+    case "$unit" in
+      MiB/s) v=$(field "$line" 8) ;;
+      us/listing) v=$(awk -v n="$(field "$line" 6)" 'BEGIN {printf "%.1f", n / 1000}') ;;
+      *) v=$(field "$line" 6) ;;
+    esac
+    record micro "$case" "$sys" "$unit" "$better" "$v"
+  done
+done
+
+# --- loader: torchvision ImageFolder + DataLoader epoch ----------------------------------------------------------
+NIMG=$(find "$SRC/imagenet/train" -type f | wc -l)
+log "loader: DataLoader epoch over $NIMG files"
+LOADER_MODES=(bytes)
+[ $QUICK = 0 ] && LOADER_MODES+=(decode)
+note loader "$NIMG files of 100-120 KB (a real 128x96 JPEG padded with random bytes to ImageNet's mean size), batch 64, shuffle, num_workers=2, /usr/bin/python3. 'bytes': each worker reads the whole file (the I/O path); 'decode': PIL decode + ToTensor as well (full run only). The directory scan is not timed; worker start-up is. The page cache is warmed (cat) before each run."
+for sys in fanstore fuse tmpfs disk; do
+  why=$(unavailable "$sys")
+  for m in "${LOADER_MODES[@]}"; do
+    case_name="epoch, $m"
+    if [ -n "$why" ]; then record loader "$case_name" "$sys" files/s higher "$why"; continue; fi
+    warm "$sys" imagenet
+    line=$(measure "$sys" "loader-$sys-$m" $PY "$HELPERS/loader_epoch.py" --root "$(root_of "$sys")/imagenet/train" \
+      --mode "$m" --label "$sys")
+    if is_error "$line"; then record loader "$case_name" "$sys" files/s higher "$line"; else
+      record loader "$case_name" "$sys" files/s higher "$(field "$line" 5)"; fi
+  done
+done
+
+# --- dlio: MLPerf Storage workloads, DLIO-style ------------------------------------------------------------------
+# workload|batch|read_threads|compute s/batch. Compute is DLIO's A100 computation_time; unet3d's is scaled by
+# the sample-size ratio (32 MiB / 146.6 MB) so that the I/O-to-compute balance of the real workload is kept.
+log "dlio: unet3d, resnet50, cosmoflow"
+UNET_MIB=$(( $(stat -c %s "$SRC/dlio/unet3d/$(head -1 "$LISTS/unet3d.txt")") >> 20 ))
+UNET_COMPUTE=$(awk -v m="$UNET_MIB" 'BEGIN {printf "%.4f", 0.636 * m * 1048576 / 146600628}')
+DLIO_CASES=(
+  "unet3d|7|4|$UNET_COMPUTE"
+  "resnet50|400|8|0.435"
+  "cosmoflow|1|4|0.00551"
+)
+note dlio "Samples: unet3d $(wc -l <"$LISTS/unet3d.txt") x $UNET_MIB MiB (MLPerf: ~140 MiB; scaled down to fit memory), resnet50 $(wc -l <"$LISTS/resnet50.txt") x 114,660 B, cosmoflow $(wc -l <"$LISTS/cosmoflow.txt") x 2,828,486 B, one file per sample, seeded shuffle, one epoch, 2 batches prefetched per reader thread, page cache warmed (cat) before each run. 'no compute' = pure I/O rate; 'AU' = emulated compute / wall time with DLIO's A100 computation_time per batch (unet3d's scaled by sample size to $UNET_COMPUTE s); MLPerf requires AU >= 90% (unet3d, resnet50) / 70% (cosmoflow). Few batches: pipeline fill weighs more than in a real run."
+for sys in fanstore fuse tmpfs disk; do
+  why=$(unavailable "$sys")
+  for c in "${DLIO_CASES[@]}"; do
+    IFS='|' read -r wl batch threads compute <<<"$c"
+    for comp in 0 "$compute"; do
+      if [ "$comp" = 0 ]; then case_name="$wl (batch $batch), no compute"; unit=samples/s
+      else case_name="$wl (batch $batch), compute $comp s/batch"; unit="% AU"; fi
+      if [ -n "$why" ]; then record dlio "$case_name" "$sys" "$unit" higher "$why"; continue; fi
+      warm "$sys" "dlio/$wl"
+      line=$(measure "$sys" "dlio-$sys-$wl-$comp" "$DLIO" --path "$(root_of "$sys")/dlio/$wl" \
+        --list "$LISTS/$wl.txt" --batch "$batch" --threads "$threads" --compute "$comp" --label "$sys")
+      if is_error "$line"; then record dlio "$case_name" "$sys" "$unit" higher "$line"; continue; fi
+      if [ "$comp" = 0 ]; then v=$(field "$line" 5); else v=$(field "$line" 7); fi
+      record dlio "$case_name" "$sys" "$unit" higher "$v"
+    done
+  done
+done
+
+# --- remote: 4 daemons on this machine vs an MPI ping-pong -------------------------------------------------------
+log "remote: MPI ping-pong, local image, daemons"
+# One machine: shared-memory transport only, no core binding (6 ranks share 2 cores).
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "self,vader")
+REMOTE_CASES=("4 KiB|4096|d10k|d10k.txt" "128 KiB|131072|f128k|f128k.txt" "4 MiB|4194304|f4m|f4m.txt")
+note remote "Each file is read once by a fresh client process (no warm-up: the client caches fetched files). Latency: one reader, whole-file read (open+read+close), us per file. Throughput: 4 reader threads vs a ping-pong with 4 replies in flight. 'via daemon': the client on rank 0 reads every file through its daemon; with 4 ranks about 3/4 of the files live on other ranks (remote), the rest are local. MPI ping-pong: 4 ranks as well; rank 0 sends a small request round-robin to ranks 1-3, which reply with the file's size in bytes (1, then 4 in flight): the floor under a remote read, which also has to find, read and check the file."
+declare -A PP_LAT PP_BW
+if [ -x "$PINGPONG" ] && pp=$(timeout 120 "${MPIRUN[@]}" -np 4 "$PINGPONG" --sizes 4096,131072,4194304 \
+    --min-time "$MIN_TIME" --window 4 2>"$LOGS/pingpong.log"); then
+  echo "$pp" >>"$LOGS/pingpong.log"
+  while IFS=, read -r size lat bw; do PP_LAT[$size]=$lat; PP_BW[$size]=$bw; done < <(echo "$pp" | tail -n +2)
+fi
+# Its own image of micro/ in 4 partitions, so that 4 ranks each own one and 3/4 of the reads are remote.
+REMOTE_IMG=$DISK/img-remote
+REMOTE_LOCAL_WHY=$(unavailable fanstore-local)
+if [ -z "$REMOTE_LOCAL_WHY" ] && ! timed pack-remote "$FANSTORE" pack "$SRC/micro" -o "$REMOTE_IMG" --parts 4 --level 0 \
+    --threads 2 >/dev/null; then
+  REMOTE_LOCAL_WHY="error (logs/pack-remote.log)"
+fi
+DAEMON_WHY=""
+if [ $HAVE_SERVE = 0 ]; then DAEMON_WHY=$NA_SERVE
+elif [ -n "$REMOTE_LOCAL_WHY" ]; then DAEMON_WHY="n/a (no image to serve: $REMOTE_LOCAL_WHY)"
+else
+  # shellcheck source=scripts/bench/start_daemons.sh
+  source "$HELPERS/start_daemons.sh"
+  start_daemons "$REMOTE_IMG" "$TMPFS/nodes" || DAEMON_WHY="error (daemons did not start: logs/serve.log)"
+fi
+for c in "${REMOTE_CASES[@]}"; do
+  IFS='|' read -r label size path list <<<"$c"
+  for sys in fanstore-daemon fanstore-local; do
+    for kind in lat bw; do
+      if [ $kind = lat ]; then case_name="$label latency"; unit=us/file; better=lower; threads=1
+      else case_name="$label throughput"; unit=MiB/s; better=higher; threads=4; fi
+      if [ $sys = fanstore-daemon ]; then why=$DAEMON_WHY; else why=$REMOTE_LOCAL_WHY; fi
+      if [ -n "$why" ]; then record remote "$case_name" "$sys" "$unit" "$better" "$why"; continue; fi
+      # One pass, no warm-up: FanStore's client caches what it fetched, so a second pass would time cache hits.
+      args=(--op read --path "$MOUNT/$path" --list "$LISTS/$list" --threads "$threads" --warmup 0 --min-time 0 --block 4194304)
+      if [ $sys = fanstore-daemon ]; then prefix=("$FANSTORE" run --daemon "$DAEMON_SOCKET" --mount "$MOUNT" --)
+      else prefix=("$FANSTORE" run --image "$REMOTE_IMG" --mount "$MOUNT" --); fi
+      line=$(measure none "remote-$sys-$size-$kind" "${prefix[@]}" "$IOBENCH" "${args[@]}")
+      if is_error "$line"; then record remote "$case_name" "$sys" "$unit" "$better" "$line"; continue; fi
+      if [ $kind = lat ]; then v=$(awk -v n="$(field "$line" 6)" 'BEGIN {printf "%.2f", n / 1000}'); else v=$(field "$line" 8); fi
+      record remote "$case_name" "$sys" "$unit" "$better" "$v"
+    done
+  done
+  record remote "$label latency" mpi-pingpong us/file lower "${PP_LAT[$size]:-error (logs/pingpong.log)}"
+  record remote "$label throughput" mpi-pingpong MiB/s higher "${PP_BW[$size]:-error (logs/pingpong.log)}"
+done
+if [ -n "$DAEMON_PID" ]; then stop_daemons; fi
+
+# --- trainer: fanstore-train vs PyTorch --------------------------------------------------------------------------
+# model|batch|input size. Inputs are smaller than MLPerf's (ResNet-50 224, CosmoFlow/U-Net 128^3) where a step
+# would take minutes on 2 cores; both sides always run the same sizes. U-Net needs >= 64^3 (5 downsamplings).
+if [ $QUICK = 1 ]; then TRAIN_CASES=("resnet50|2|32" "cosmoflow|1|32"); ITERS=2
+else TRAIN_CASES=("resnet50|8|224" "cosmoflow|2|64" "unet3d|1|64"); ITERS=2; fi
+THREADS=$(nproc)
+log "trainer: ${TRAIN_CASES[*]} on $THREADS threads"
+note trainer "CPU, $THREADS threads, synthetic inputs, $ITERS timed iterations after 1 warm-up. Train = forward + loss + backward + SGD-momentum step; inference = forward only. PyTorch: scripts/bench/torch_models.py (torchvision resnet50; MLPerf CosmoFlow; MLPerf 3D U-Net with instance norm)$([ $QUICK = 1 ] && echo "; --quick skips the 3D U-Net (one 64^3 training step takes ~10 s here)")."
+# PyTorch: one process for all models (importing torch costs seconds on this machine).
+torch_args=(--threads "$THREADS" --iters "$ITERS" --warmup 1)
+for c in "${TRAIN_CASES[@]}"; do
+  IFS='|' read -r model batch size <<<"$c"
+  torch_args+=(--model "$model" --batch "$batch" --input-size "$size")
+done
+tout_py=$(timeout "$STEP_TIMEOUT" $PY "$HELPERS/torch_models.py" "${torch_args[@]}" 2>"$LOGS/torch.log") || true
+echo "$tout_py" >>"$LOGS/torch.log"
+for c in "${TRAIN_CASES[@]}"; do
+  IFS='|' read -r model batch size <<<"$c"
+  dims="${size}^2"; [ "$model" != resnet50 ] && dims="${size}^3"
+  if [ $HAVE_TRAIN = 1 ]; then
+    # Its output: "train: X samples/s, inference: Y samples/s".
+    tout=$(timeout "$STEP_TIMEOUT" "$TRAIN" --model "$model" --benchmark $ITERS --batch "$batch" --input-size "$size" \
+      --threads "$THREADS" 2>&1) || tout="FAILED: $tout"
+    echo "$tout" >"$LOGS/train-$model.log"
+  fi
+  for mode in train infer; do
+    case_name="$model $mode (batch $batch, $dims)"
+    v=$(echo "$tout_py" | awk -F, -v m="$model" -v p="$mode" '$1 == m && $2 == p {print $6}')
+    record trainer "$case_name" pytorch samples/s higher "${v:-error (logs/torch.log)}"
+    if [ $HAVE_TRAIN = 1 ]; then
+      v=$(echo "$tout" | grep -oiE "${mode}[a-z]*: *[0-9]+(\.[0-9]+)? *samples/s" | head -1 | grep -oE '[0-9]+(\.[0-9]+)?' | head -1 || true)
+      record trainer "$case_name" fanstore-train samples/s higher "${v:-error (logs/train-$model.log)}"
+    else
+      record trainer "$case_name" fanstore-train samples/s higher "$NA_TRAIN"
+    fi
+  done
+done
+if [ $QUICK = 1 ]; then
+  record trainer "unet3d train/infer" pytorch samples/s higher "skipped in --quick"
+  record trainer "unet3d train/infer" fanstore-train samples/s higher "skipped in --quick"
+fi
+
+# --- report -----------------------------------------------------------------------------------------------------
+ELAPSED=$(($(date +%s) - START))
+tables=$($PY "$HELPERS/report.py" --dir "$OUT")
+{
+  echo "## FanStore benchmark results ($MODE run, $(date -u '+%Y-%m-%d %H:%M UTC'), ${ELAPSED} s)"
+  echo
+  cat "$OUT/machine.md"
+  echo
+  echo "Build: \`$BUILD_DIR\`, git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' + uncommitted changes'). Every ratio compares two columns measured in this run; > 1x means the first-named side is faster."
+  echo
+  echo "$tables"
+} >"$OUT/results.md"
+cat "$OUT/results.md"
+if [ $UPDATE_DOC = 1 ]; then $PY "$HELPERS/update_doc.py" "$OUT/results.md" "$REPO/docs/performance.md"; fi
+log "done in ${ELAPSED} s: $OUT/results.md, results.csv, *.png, logs/"

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""Turns bench.sh's raw measurements into results.csv (one comparison per line), results.md and plot data.
+
+Input raw.csv columns: section,case,system,unit,better,value  (better: higher|lower; value: a number, or the
+reason it is missing, e.g. "n/a (not built)"). notes.tsv: section<TAB>note lines printed under each table.
+Every verdict compares two systems measured in the same run; a ratio is always shown, whichever side wins.
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+
+# Per section: title, columns in display order, and the (contender, baseline) pairs that get a verdict.
+SECTIONS = [
+    ("micro", "Metadata and small-file I/O (one thread, warm page cache)",
+     ["fanstore-raw", "fanstore-zstd", "fuse", "tmpfs", "disk"],
+     [("fanstore-raw", "tmpfs"), ("fanstore-raw", "disk"), ("fanstore-zstd", "tmpfs"), ("fuse", "tmpfs")]),
+    ("loader", "PyTorch data-loader epoch (ImageFolder + DataLoader, num_workers=2)",
+     ["fanstore", "fuse", "tmpfs", "disk"],
+     [("fanstore", "tmpfs"), ("fanstore", "disk"), ("fuse", "tmpfs")]),
+    ("dlio", "DLIO-style MLPerf Storage emulation (one emulated accelerator)",
+     ["fanstore", "fuse", "tmpfs", "disk"],
+     [("fanstore", "tmpfs"), ("fanstore", "disk"), ("fuse", "tmpfs")]),
+    ("remote", "Remote reads: 4 daemons on one machine vs an MPI ping-pong",
+     ["fanstore-daemon", "fanstore-local", "mpi-pingpong"],
+     [("fanstore-daemon", "mpi-pingpong"), ("fanstore-daemon", "fanstore-local")]),
+    ("pack", "Packing a dataset: fanstore pack vs tar | zstd",
+     ["fanstore-pack", "tar-zstd", "tar"],
+     [("fanstore-pack", "tar-zstd"), ("fanstore-pack", "tar")]),
+    ("trainer", "Trainer vs PyTorch 1.13 on CPU (same batch, input size, threads)",
+     ["fanstore-train", "pytorch"],
+     [("fanstore-train", "pytorch")]),
+]
+
+HEADINGS = {
+    "fanstore-raw": "FanStore raw", "fanstore-zstd": "FanStore zstd", "fuse": "FanStore FUSE", "tmpfs": "tmpfs",
+    "disk": "disk (ext4)", "fanstore": "FanStore", "fanstore-daemon": "FanStore via daemon",
+    "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
+    "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
+    "pytorch": "PyTorch 1.13",
+}
+# The subject of a verdict sentence ("FanStore 3.2x faster").
+SUBJECT = {
+    "fanstore-raw": "FanStore", "fanstore-zstd": "FanStore zstd", "fuse": "FUSE", "fanstore": "FanStore",
+    "fanstore-daemon": "FanStore remote", "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
+}
+
+
+def number(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def fmt(v):
+    x = number(v)
+    if x is None:
+        return v if v else "-"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def verdict(row, contender, baseline):
+    """Returns (speedup or None, sentence). speedup > 1 means the contender is faster / better."""
+    a, b = row.get(contender), row.get(baseline)
+    if a is None or b is None:
+        return None, "-"
+    xa, xb = number(a), number(b)
+    if xa is None:
+        return None, a
+    if xb is None:
+        return None, f"n/a (baseline: {b})"
+    if xa <= 0 or xb <= 0:
+        return None, "n/a (zero)"
+    speedup = xa / xb if row["better"] == "higher" else xb / xa
+    good, bad = ("higher", "lower") if row["unit"].startswith("%") else ("faster", "slower")
+    who = SUBJECT.get(contender, contender)
+    # Utilisation is a percentage already: say the gap in points as well as the ratio.
+    pts = f" ({xa - xb:+.1f} pts)" if row["unit"].startswith("%") else ""
+    if speedup >= 1:
+        return speedup, f"{who} {speedup:.2f}x {good}{pts}"
+    return speedup, f"{who} {1 / speedup:.2f}x {bad}{pts}"
+
+
+def load(raw_path):
+    """Groups raw rows into {section: [row dict keyed by system, in first-seen case order]}."""
+    sections = {}
+    with open(raw_path, newline="") as f:
+        for r in csv.DictReader(f):
+            cases = sections.setdefault(r["section"], {})
+            row = cases.setdefault(r["case"], {"case": r["case"], "unit": r["unit"], "better": r["better"]})
+            row[r["system"]] = r["value"]
+    return {s: list(c.values()) for s, c in sections.items()}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dir", required=True, help="bench-results directory holding raw.csv (and notes.tsv)")
+    p.add_argument("--plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot.gp"))
+    a = p.parse_args()
+    data = load(os.path.join(a.dir, "raw.csv"))
+    notes = {}
+    notes_path = os.path.join(a.dir, "notes.tsv")
+    if os.path.exists(notes_path):
+        with open(notes_path) as f:
+            for line in f:
+                if "\t" in line:
+                    s, n = line.rstrip("\n").split("\t", 1)
+                    notes.setdefault(s, []).append(n)
+
+    md, out_rows = [], []
+    for key, title, systems, pairs in SECTIONS:
+        rows = data.get(key)
+        if not rows:
+            continue
+        present = [s for s in systems if any(s in r for r in rows)]
+        used_pairs = [(c, b) for c, b in pairs if c in present and b in present]
+        md.append(f"### {title}\n")
+        head = ["Case", "Unit"] + [HEADINGS.get(s, s) for s in present] + \
+               [f"{HEADINGS.get(c, c)} vs {HEADINGS.get(b, b)}" for c, b in used_pairs]
+        md.append("| " + " | ".join(head) + " |")
+        md.append("|" + "|".join(["---"] * 2 + ["--:"] * len(present) + ["---"] * len(used_pairs)) + "|")
+        plot_rows = []
+        for r in rows:
+            cells = [r["case"], r["unit"]] + [fmt(r.get(s)) for s in present]
+            speedups = []
+            for c, b in used_pairs:
+                sp, text = verdict(r, c, b)
+                cells.append(text)
+                speedups.append(sp)
+                if r.get(c) is not None and r.get(b) is not None:
+                    out_rows.append([key, r["case"], r["unit"], r["better"], c, r[c], b, r[b],
+                                     f"{sp:.4f}" if sp else "", text])
+            md.append("| " + " | ".join(cells) + " |")
+            plot_rows.append((r["case"], speedups))
+        for n in notes.get(key, []):
+            md.append(f"\n{n}")
+        md.append("")
+        write_plot(a, key, title, used_pairs, plot_rows)
+
+    with open(os.path.join(a.dir, "results.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["section", "case", "unit", "better", "system", "value", "baseline", "baseline_value",
+                    "speedup", "verdict"])
+        w.writerows(out_rows)
+    text = "\n".join(md)
+    with open(os.path.join(a.dir, "results.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+def write_plot(a, key, title, pairs, plot_rows):
+    """One PNG per section: speedup of each contender over each baseline (log scale, 1 = parity)."""
+    # gnuplot rejects a column with no valid point: plot only the comparisons that have at least one.
+    keep = [i for i in range(len(pairs)) if any(sps[i] for _, sps in plot_rows)]
+    if not keep:
+        return
+    pairs = [pairs[i] for i in keep]
+    plot_rows = [(case, [sps[i] for i in keep]) for case, sps in plot_rows]
+    dat = os.path.join(a.dir, f"{key}.dat")
+    with open(dat, "w") as f:
+        f.write('"case"\t' + "\t".join(f'"{SUBJECT.get(c, c)} vs {HEADINGS.get(b, b)}"' for c, b in pairs) + "\n")
+        for case, sps in plot_rows:
+            f.write(f'"{case}"\t' + "\t".join(f"{sp:.4f}" if sp else "?" for sp in sps) + "\n")
+    png = os.path.join(a.dir, f"{key}.png")
+    cmd = ["gnuplot", "-e", f"datafile='{dat}'; outfile='{png}'; plottitle='{title}'; ncols={len(pairs) + 1}",
+           a.plot]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"report: plot {png} failed: {getattr(e, 'stderr', e)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+# Sourced by scripts/bench.sh: starts and stops 4 `fanstore serve` ranks on this machine (one local dir each).
+# shellcheck shell=bash
+# Uses FANSTORE, LOGS and MPIRUN from bench.sh; sets DAEMON_PID (mpirun's pid) and DAEMON_SOCKET (rank 0's socket).
+
+# start_daemons IMAGE DIR : returns non-zero when rank 0's socket does not come up within 60 s.
+start_daemons() {
+  local image=$1 dir=$2
+  mkdir -p "$dir"
+  "${MPIRUN[@]}" -np 4 "$FANSTORE" serve --image "$image" --local "$dir/node{rank}" \
+    --socket "$dir/node{rank}.sock" --cleanup >"$LOGS/serve.log" 2>&1 &
+  DAEMON_PID=$!
+  DAEMON_SOCKET=$dir/node0.sock
+  "$FANSTORE" wait "$DAEMON_SOCKET" --timeout 60 >>"$LOGS/serve.log" 2>&1
+}
+
+# stop_daemons : SIGTERM to mpirun, which forwards it to the ranks; waits so that staging dirs are cleaned up.
+stop_daemons() {
+  kill -TERM "$DAEMON_PID" 2>/dev/null || true
+  wait "$DAEMON_PID" 2>/dev/null || true
+  DAEMON_PID=""
+}
