@@ -97,6 +97,7 @@ struct SocketServer::Impl {
     h.req_id = req_id;
     h.code = s.code();
     std::string msg = s.ok() ? std::string() : s.message();
+    if (msg.size() > dp::kMaxReplyMessage) msg.resize(dp::kMaxReplyMessage);  // clients reject longer ones
     h.msg_len = static_cast<uint32_t>(msg.size());
     h.payload_size = p.length();
     OutMsg m;

@@ -1,6 +1,7 @@
 // Encoding of the client<->daemon socket messages and deadline-bounded socket I/O with fd passing.
 #include "daemon_protocol.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -87,7 +88,9 @@ bool DecodeReplyHeader(const unsigned char in[kReplyHeaderSize], ReplyHeader* h)
   if (Load32(in) != kReplyMagic || Load16(in + 4) != kVersion) return false;
   h->type = static_cast<MsgType>(Load16(in + 6));
   h->req_id = Load64(in + 8);
-  h->code = static_cast<Code>(Load32(in + 16));
+  uint32_t code = Load32(in + 16);
+  if (code > static_cast<uint32_t>(Code::kNoMemory)) return false;  // (a narrowing cast could turn 256 into kOk)
+  h->code = static_cast<Code>(code);
   h->msg_len = Load32(in + 20);
   h->payload_size = Load64(in + 24);
   h->flags = Load32(in + 32);
@@ -174,12 +177,18 @@ Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out) {
 }
 
 Status CreatePayloadMemfd(uint64_t n, int* fd, void** map) {
-  int m = memfd_create("fanstore-payload", MFD_CLOEXEC);
+  int m = memfd_create("fanstore-payload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (m < 0) return Status::FromErrno(errno, "memfd_create for a payload");
   if (ftruncate(m, static_cast<off_t>(n)) != 0) {
     int err = errno;
     close(m);
     return Status::FromErrno(err, "ftruncate of a payload memfd");
+  }
+  // Clients check for F_SEAL_SHRINK before mapping: the size they validated cannot change under them.
+  if (fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    int err = errno;
+    close(m);
+    return Status::FromErrno(err, "sealing the size of a payload memfd");
   }
   void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
   if (p == MAP_FAILED) {

@@ -45,6 +45,12 @@ struct ReplyHeader {
 // Payloads up to this size go inline on the socket; bigger ones in a memfd (one copy fewer for big files).
 inline constexpr uint64_t kInlineMax = 64 * 1024;
 
+// Limits a client enforces on a reply before allocating anything (a reply over them is a protocol error and
+// the connection is dropped): the error message (the daemon truncates longer ones) and a hello's payload.
+// A fetch reply's payload must be exactly the entry's stored size (or empty).
+inline constexpr uint32_t kMaxReplyMessage = 4096;
+inline constexpr uint64_t kMaxHelloPayload = 64 * 1024;
+
 // Hello reply payload: u32 rank | u32 nranks | u32 timeout_ms | u32 reserved | u32 index_len | u32 pdir_len |
 // index dir bytes | partition dir bytes.
 struct HelloInfo {
@@ -69,7 +75,8 @@ int64_t NowMs();
 Status SendAll(int fd, const void* p, size_t n, int64_t deadline_ms);
 Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out);
 
-// Creates a sealed-size memfd holding `n` writable bytes mapped at *map (caller munmaps). MFD_CLOEXEC.
+// Creates a memfd holding `n` writable bytes mapped at *map (caller munmaps). MFD_CLOEXEC; its size is sealed
+// (F_SEAL_SHRINK | F_SEAL_GROW), so a client that maps it can never fault past a truncated end (SIGBUS).
 Status CreatePayloadMemfd(uint64_t n, int* fd, void** map);
 
 }  // namespace fanstore::daemon_proto

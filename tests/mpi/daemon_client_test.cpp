@@ -1,0 +1,570 @@
+// Unit tests of the daemon client (fanstore/src/daemon_client.cpp) against a fake daemon in this process: no MPI.
+// Regressions: replies that lie about their sizes are errors (never SIGBUS / huge allocations), an idle
+// connection whose fd number was replaced is neither used nor closed, and fork while another thread fetches
+// leaves the child a working fetcher that talks only on its own connections.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon_protocol.hpp"
+#include "fanstore/daemon_client.hpp"
+
+namespace fanstore {
+namespace {
+
+namespace dp = daemon_proto;
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = recv(fd, c, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Sends a reply header (with `pass_fd` riding on it when >= 0), then `rest` (message and inline payload).
+bool SendReply(int conn, const dp::ReplyHeader& h, const std::string& rest, int pass_fd = -1) {
+  unsigned char hb[dp::kReplyHeaderSize];
+  dp::EncodeReplyHeader(h, hb);
+  iovec iov{hb, sizeof hb};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    std::memset(cbuf, 0, sizeof cbuf);
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  }
+  ssize_t w;
+  do w = sendmsg(conn, &msg, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
+  if (w != static_cast<ssize_t>(sizeof hb)) return false;
+  return rest.empty() || WriteAll(conn, rest.data(), rest.size());
+}
+
+dp::ReplyHeader OkHeader(const dp::Request& r, uint64_t payload_size) {
+  dp::ReplyHeader h;
+  h.type = r.type;
+  h.req_id = r.req_id;
+  h.payload_size = payload_size;
+  return h;
+}
+
+// A fake `fanstore serve`: answers hellos itself and hands fetches to `handler` (which writes the reply).
+// One thread per connection, so a slow reply does not hold up others.
+class FakeDaemon {
+ public:
+  using Handler = std::function<void(int conn, const dp::Request& r, pid_t peer)>;
+
+  explicit FakeDaemon(Handler handler) : handler_(std::move(handler)) {
+    char tmpl[] = "/tmp/fanstore-fake-daemon-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    path_ = dir_ + "/sock";
+    lfd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    if (bind(lfd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(lfd_, 64) != 0) abort();
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+  }
+
+  ~FakeDaemon() {
+    stop_.store(true);
+    shutdown(lfd_, SHUT_RDWR);
+    acceptor_.join();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (int c : conns_) shutdown(c, SHUT_RDWR);
+    }
+    for (auto& t : workers_) t.join();
+    for (int c : conns_) close(c);
+    close(lfd_);
+    unlink(path_.c_str());
+    rmdir(dir_.c_str());
+  }
+
+  const std::string& path() const { return path_; }
+  int accepts() const { return accepts_.load(); }
+
+ private:
+  void AcceptLoop() {
+    for (;;) {
+      int c = accept4(lfd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) {
+        if (errno == EINTR) continue;
+        return;  // shut down
+      }
+      if (stop_.load()) {
+        close(c);
+        return;
+      }
+      accepts_.fetch_add(1);
+      std::lock_guard<std::mutex> g(mu_);
+      conns_.push_back(c);
+      workers_.emplace_back([this, c] { Serve(c); });
+    }
+  }
+
+  void Serve(int c) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+    for (;;) {
+      unsigned char rb[dp::kRequestSize];
+      if (!ReadAll(c, rb, sizeof rb)) return;
+      dp::Request r;
+      if (!dp::DecodeRequest(rb, &r)) return;
+      if (r.type == dp::MsgType::kHello) {
+        dp::HelloInfo hi;
+        hi.nranks = 1;
+        hi.timeout_ms = 2000;
+        hi.index_dir = "/nonexistent/index";
+        hi.partition_dir = "/nonexistent/parts";
+        std::string p = dp::EncodeHello(hi);
+        if (!SendReply(c, OkHeader(r, p.size()), p)) return;
+        continue;
+      }
+      handler_(c, r, cred.pid);
+    }
+  }
+
+  Handler handler_;
+  std::string dir_, path_;
+  int lfd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepts_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> conns_;
+  std::vector<std::thread> workers_;
+};
+
+Entry MakeEntry(uint32_t id, uint64_t stored_size) {
+  Entry e;
+  e.id = id;
+  e.path = "fake/file";
+  e.stored_size = stored_size;
+  e.size = stored_size;
+  return e;
+}
+
+std::shared_ptr<RemoteFetcher> MustConnect(const FakeDaemon& d) {
+  DaemonInfo info;
+  auto f = ConnectDaemonFetcher(d.path(), &info);
+  if (!f.ok()) {
+    ADD_FAILURE() << f.status().ToString();
+    return nullptr;
+  }
+  EXPECT_EQ(info.timeout_ms, 2000u);
+  return *f;
+}
+
+std::string Pattern(size_t n, char seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(seed + i * 7);
+  return s;
+}
+
+// A memfd of `size` bytes holding `content` at `offset`; sealed like the daemon's unless `seal` is false.
+int MakeMemfd(uint64_t size, uint64_t offset, const std::string& content, bool seal) {
+  int m = memfd_create("fake-payload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (m < 0 || ftruncate(m, static_cast<off_t>(size)) != 0) abort();
+  if (!content.empty() && pwrite(m, content.data(), content.size(), static_cast<off_t>(offset)) !=
+                              static_cast<ssize_t>(content.size()))
+    abort();
+  if (seal && fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) abort();
+  return m;
+}
+
+// ---- the internal-fd hook, recording what it was given ----
+std::mutex g_marked_mu;
+std::vector<std::pair<int, mode_t>> g_marked;  // fd, its file type when marked
+void RecordHook(int fd) {
+  struct stat st{};
+  fstat(fd, &st);
+  std::lock_guard<std::mutex> g(g_marked_mu);
+  g_marked.emplace_back(fd, st.st_mode & S_IFMT);
+}
+std::vector<std::pair<int, mode_t>> Marked() {
+  std::lock_guard<std::mutex> g(g_marked_mu);
+  return g_marked;
+}
+void ClearMarked() {
+  std::lock_guard<std::mutex> g(g_marked_mu);
+  g_marked.clear();
+}
+
+const std::string kSmall = "hello, fanstore";
+const std::string kBig = Pattern(100000, 'a');
+constexpr uint64_t kBigOffset = 4096;
+
+// Entry 1: inline kSmall. Entry 2: kBig in a sealed memfd at kBigOffset. Entry 3: a daemon-reported timeout.
+// Entries 10..: malformed replies (see the test).
+void Handle(int c, const dp::Request& r, pid_t) {
+  switch (r.entry) {
+    case 1: SendReply(c, OkHeader(r, kSmall.size()), kSmall); return;
+    case 2: {
+      int m = MakeMemfd(kBigOffset + kBig.size(), kBigOffset, kBig, true);
+      dp::ReplyHeader h = OkHeader(r, kBig.size());
+      h.flags = dp::kPayloadInMemfd;
+      h.shm_offset = kBigOffset;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 3: {
+      dp::ReplyHeader h = OkHeader(r, 0);
+      h.code = Code::kTimeout;
+      std::string msg = "peer rank 2 did not answer";
+      h.msg_len = static_cast<uint32_t>(msg.size());
+      SendReply(c, h, msg);
+      return;
+    }
+    case 10: {  // inline payload one byte longer than the stored size
+      SendReply(c, OkHeader(r, kSmall.size() + 1), kSmall + "x");
+      return;
+    }
+    case 11: {  // inline payload of 2^62 bytes (would be a huge resize)
+      SendReply(c, OkHeader(r, uint64_t{1} << 62), "");
+      return;
+    }
+    case 12: {  // 4 GiB error message
+      dp::ReplyHeader h = OkHeader(r, 0);
+      h.code = Code::kIoError;
+      h.msg_len = 0xFFFFFFFFu;
+      SendReply(c, h, "xxxx");
+      return;
+    }
+    case 13: {  // memfd: offset + size overflows
+      int m = MakeMemfd(8192, 0, "", true);
+      dp::ReplyHeader h = OkHeader(r, 8192);
+      h.flags = dp::kPayloadInMemfd;
+      h.shm_offset = ~uint64_t{0} - 5;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 14: {  // memfd shorter than offset + size: mapping it and reading would be SIGBUS
+      int m = MakeMemfd(4096, 0, "", true);
+      dp::ReplyHeader h = OkHeader(r, 8192);
+      h.flags = dp::kPayloadInMemfd;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 15: {  // memfd whose size is not sealed (could be truncated while we copy)
+      int m = MakeMemfd(8192, 0, "", false);
+      dp::ReplyHeader h = OkHeader(r, 8192);
+      h.flags = dp::kPayloadInMemfd;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 16: {  // announces a memfd, passes none
+      dp::ReplyHeader h = OkHeader(r, 8192);
+      h.flags = dp::kPayloadInMemfd;
+      SendReply(c, h, "");
+      return;
+    }
+    case 17: {  // wrong request id
+      dp::ReplyHeader h = OkHeader(r, kSmall.size());
+      h.req_id += 1000;
+      SendReply(c, h, kSmall);
+      return;
+    }
+    case 18: {  // code out of range (256 would narrow to kOk)
+      dp::ReplyHeader h = OkHeader(r, kSmall.size());
+      unsigned char hb[dp::kReplyHeaderSize];
+      dp::EncodeReplyHeader(h, hb);
+      hb[16] = 0;
+      hb[17] = 1;  // code = 256
+      WriteAll(c, hb, sizeof hb);
+      WriteAll(c, kSmall.data(), kSmall.size());
+      return;
+    }
+    default: {
+      dp::ReplyHeader h = OkHeader(r, 0);
+      h.code = Code::kNotFound;
+      SendReply(c, h, "");
+    }
+  }
+}
+
+TEST(DaemonClient, FetchesInlineAndMemfdPayloadsAndKeepsTheConnection) {
+  FakeDaemon d(Handle);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  ClearMarked();
+  f->SetInternalFdHook(&RecordHook);
+  int probes = d.accepts();  // the handshake probe of ConnectDaemonFetcher
+  std::string out;
+  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  EXPECT_EQ(out, kSmall);
+  Status s = f->FetchStored(MakeEntry(2, kBig.size()), &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out, kBig);
+  s = f->FetchStored(MakeEntry(3, 10), &out);
+  EXPECT_EQ(s.code(), Code::kTimeout);
+  EXPECT_NE(s.message().find("peer rank 2 did not answer"), std::string::npos) << s.message();
+  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  EXPECT_EQ(d.accepts(), probes + 1) << "one connection carries every complete reply";
+  // Both the connection and the passed memfd were handed to the internal-fd hook.
+  bool sock = false, reg = false;
+  for (auto [fd, type] : Marked()) {
+    sock |= type == S_IFSOCK;
+    reg |= type == S_IFREG;
+  }
+  EXPECT_TRUE(sock);
+  EXPECT_TRUE(reg);
+}
+
+TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
+  FakeDaemon d(Handle);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  std::string out;
+  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());  // an idle connection exists
+  struct Case {
+    uint32_t entry;
+    uint64_t stored;
+    const char* what;  // part of the expected message
+  } cases[] = {
+      {10, kSmall.size(), "payload bytes"}, {11, kSmall.size(), "payload bytes"},
+      {12, 0, "message"},                   {13, 8192, "offset"},
+      {14, 8192, "4096-byte memfd"},        {15, 8192, "not sealed"},
+      {16, 8192, "passed no fd"},           {17, kSmall.size(), "out-of-order"},
+      {18, kSmall.size(), "malformed"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("entry " + std::to_string(c.entry));
+    int before = d.accepts();
+    Status s = f->FetchStored(MakeEntry(c.entry, c.stored), &out);
+    EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
+    EXPECT_NE(s.message().find(c.what), std::string::npos) << s.message();
+    // The broken connection was dropped: the next fetch works, on a fresh connection.
+    s = f->FetchStored(MakeEntry(1, kSmall.size()), &out);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(out, kSmall);
+    EXPECT_EQ(d.accepts(), before + 1);
+  }
+}
+
+// The program replaces our idle connection's fd number (a close-all loop the interposer did not see, then
+// its own socket or pipe got the number; dup2 does both at once). The fetcher must not send on it and must
+// not close it.
+TEST(DaemonClient, ReplacedIdleFdIsNeitherUsedNorClosed) {
+  FakeDaemon d(Handle);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  ClearMarked();
+  f->SetInternalFdHook(&RecordHook);
+  std::string out;
+  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  int conn = -1;
+  for (auto [fd, type] : Marked())
+    if (type == S_IFSOCK) conn = fd;
+  ASSERT_GE(conn, 0) << "the connection was not marked internal";
+
+  // 1: the program's own socket now has the number.
+  int prog[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, prog), 0);
+  ASSERT_EQ(dup2(prog[0], conn), conn);
+  struct stat want;
+  ASSERT_EQ(fstat(prog[0], &want), 0);
+  int before = d.accepts();
+  Status s = f->FetchStored(MakeEntry(1, kSmall.size()), &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out, kSmall);
+  EXPECT_EQ(d.accepts(), before + 1) << "a fresh connection was made";
+  struct stat now;
+  ASSERT_EQ(fstat(conn, &now), 0) << "the program's fd was closed";
+  EXPECT_EQ(now.st_ino, want.st_ino);
+  char buf[64];
+  EXPECT_EQ(recv(prog[1], buf, sizeof buf, MSG_DONTWAIT), -1) << "our request went into the program's socket";
+  EXPECT_EQ(errno, EAGAIN);
+
+  // 2: a pipe gets the number of the (new) idle connection: send would fail with ENOTSOCK, and the old code
+  // then closed the program's pipe.
+  int conn2 = -1;
+  for (auto [fd, type] : Marked())
+    if (type == S_IFSOCK && fd != conn) conn2 = fd;
+  ASSERT_GE(conn2, 0);
+  int pfd[2];
+  ASSERT_EQ(pipe2(pfd, O_CLOEXEC), 0);
+  ASSERT_EQ(dup2(pfd[0], conn2), conn2);
+  ASSERT_EQ(fstat(pfd[0], &want), 0);
+  s = f->FetchStored(MakeEntry(1, kSmall.size()), &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(fstat(conn2, &now), 0) << "the program's pipe was closed";
+  EXPECT_EQ(now.st_ino, want.st_ino);
+
+  f.reset();  // the destructor must not close them either
+  EXPECT_NE(fcntl(conn, F_GETFD), -1);
+  EXPECT_NE(fcntl(conn2, F_GETFD), -1);
+  ASSERT_EQ(fstat(conn, &now), 0);
+  ASSERT_EQ(fstat(prog[0], &want), 0);
+  EXPECT_EQ(now.st_ino, want.st_ino);
+  for (int fd : {prog[0], prog[1], pfd[0], pfd[1], conn, conn2}) close(fd);
+}
+
+// Entry 5 answers at once, entry 6 after 50 ms; both with the peer's pid (as seen at connect), so the
+// child can tell whether its request travelled on its own connection.
+void HandlePid(int c, const dp::Request& r, pid_t peer) {
+  if (r.entry == 6) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016d", static_cast<int>(peer));
+  std::string p(buf, 16);
+  SendReply(c, OkHeader(r, p.size()), p);
+}
+
+std::string PidPayload(pid_t pid) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016d", static_cast<int>(pid));
+  return std::string(buf, 16);
+}
+
+// Runs in a forked child: fetch on a fresh connection within 5 s (a deadlock is killed by the alarm).
+[[noreturn]] void ChildFetch(RemoteFetcher* f) {
+  alarm(5);
+  std::string out;
+  Status s = f->FetchStored(MakeEntry(5, 16), &out);
+  if (!s.ok()) _exit(2);
+  if (out != PidPayload(getpid())) _exit(3);  // talked on the parent's connection
+  _exit(0);
+}
+
+TEST(DaemonClient, ForkWhileAnotherThreadFetches) {
+  FakeDaemon d(HandlePid);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  std::atomic<bool> stop{false};
+  std::atomic<int> fetched{0}, failed{0};
+  std::vector<std::thread> busy;
+  for (int t = 0; t < 3; ++t)
+    busy.emplace_back([&, t] {
+      std::string out;
+      for (uint32_t i = 0; !stop.load(); ++i) {
+        Status s = f->FetchStored(MakeEntry((i + t) % 4 == 0 ? 6 : 5, 16), &out);
+        if (s.ok() && out == PidPayload(getpid())) fetched.fetch_add(1);
+        else failed.fetch_add(1);
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 30; ++i) {
+    SCOPED_TRACE("fork " + std::to_string(i));
+    const bool hooks = i % 5 != 4;  // every fifth fork runs without the atfork hooks (owner check path)
+    if (hooks) f->AtForkPrepare();
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (hooks) f->AfterForkChild();
+      ChildFetch(f.get());
+    }
+    if (hooks) f->AtForkParent();
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st)) << "child killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0)
+                               << " (SIGALRM = deadlock)";
+    if (WIFEXITED(st)) {
+      EXPECT_EQ(WEXITSTATUS(st), 0) << "2: fetch failed, 3: used the parent's connection";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  stop.store(true);
+  for (auto& t : busy) t.join();
+  EXPECT_GT(fetched.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+}
+
+// A child forked without the atfork hooks (posix_spawn-like code, or a front end that does not call them)
+// reuses the parent's fd number for its own pipe before its first fetch: the fetcher must drop the
+// inherited connection without closing that number, and fetch on a connection of its own.
+TEST(DaemonClient, ForkedChildNeverClosesAnInheritedNumberThatIsNotOurs) {
+  FakeDaemon d(HandlePid);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  ClearMarked();
+  f->SetInternalFdHook(&RecordHook);
+  std::string out;
+  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
+  int conn = -1;
+  for (auto [fd, type] : Marked())
+    if (type == S_IFSOCK) conn = fd;
+  ASSERT_GE(conn, 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(5);
+    int p[2];
+    if (pipe(p) != 0 || dup2(p[0], conn) != conn) _exit(5);
+    struct stat want, now;
+    if (fstat(p[0], &want) != 0) _exit(5);
+    std::string got;
+    if (!f->FetchStored(MakeEntry(5, 16), &got).ok()) _exit(2);
+    if (got != PidPayload(getpid())) _exit(3);
+    if (fstat(conn, &now) != 0 || now.st_ino != want.st_ino) _exit(4);  // the child's pipe was closed
+    _exit(0);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "2: fetch failed, 3: used the parent's connection, 4: closed the child's pipe";
+  // The parent's connection is untouched by the child.
+  int before = d.accepts();
+  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
+  EXPECT_EQ(out, PidPayload(getpid()));
+  EXPECT_EQ(d.accepts(), before);
+}
+
+TEST(Protocol, PayloadMemfdSizeIsSealed) {
+  int fd = -1;
+  void* map = nullptr;
+  ASSERT_TRUE(dp::CreatePayloadMemfd(8192, &fd, &map).ok());
+  munmap(map, 8192);
+  int seals = fcntl(fd, F_GET_SEALS);
+  EXPECT_TRUE(seals & F_SEAL_SHRINK);
+  EXPECT_TRUE(seals & F_SEAL_GROW);
+  EXPECT_NE(ftruncate(fd, 100), 0);
+  close(fd);
+}
+
+}  // namespace
+}  // namespace fanstore
