@@ -28,16 +28,31 @@ int OpenDirFd(uint32_t id, int flags) {
 }
 
 int OpenEntry(uint32_t id, int flags) {
-  if (WantsWrite(flags)) {
-    errno = EROFS;
+  auto fail = [](int err) {
+    errno = err;
     return -1;
-  }
+  };
   Entry e = g_client->image().Get(id);
-  if (e.is_dir()) return OpenDirFd(id, flags);
-  if (flags & O_DIRECTORY) {
-    errno = ENOTDIR;
-    return -1;
+  if (flags & O_PATH) {
+    // Only O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC count with O_PATH; nothing is read or decoded.
+    if ((flags & O_DIRECTORY) && !e.is_dir()) return fail(ENOTDIR);
+    int fd = FS_REAL(open, "/", O_PATH | O_DIRECTORY | (flags & O_CLOEXEC));
+    if (fd < 0) return -1;
+    if (!FdTable::Track(fd, id)) {
+      FS_REAL(close, fd);
+      return fail(EMFILE);
+    }
+    return fd;
   }
+  if ((flags & O_TMPFILE) == O_TMPFILE) return fail(EROFS);
+  if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return fail(EEXIST);
+  bool writes = (flags & O_ACCMODE) != O_RDONLY;
+  if (e.is_dir()) {
+    if (writes || (flags & (O_CREAT | O_TRUNC))) return fail(EISDIR);
+    return OpenDirFd(id, flags);
+  }
+  if (flags & O_DIRECTORY) return fail(ENOTDIR);
+  if (writes || (flags & O_TRUNC)) return fail(EROFS);
   Result<int> fd = [&]() -> Result<int> {
     try {
       return g_client->OpenFd(id, flags & O_CLOEXEC);

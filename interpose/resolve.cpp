@@ -116,6 +116,39 @@ void LookUp(Resolved* r) {
   }
 }
 
+int CreateErrno(const Resolved& classified) {
+  Resolved r = classified;
+  r.want_dir = false;
+  LookUp(&r);
+  if (r.kind == Resolved::kOurs) return EEXIST;
+  if (r.err != ENOENT) return r.err;
+  // Missing: creating it needs the parent directory, whose absence the kernel reports first.
+  if (!classified.rel.empty()) {
+    Resolved parent = classified;
+    size_t slash = parent.rel.rfind('/');
+    parent.rel.resize(slash == std::string::npos ? 0 : slash);
+    parent.want_dir = true;
+    LookUp(&parent);
+    if (parent.kind == Resolved::kFail) return parent.err;
+  }
+  return EROFS;
+}
+
+bool EmptyPathTarget(int dirfd, const char* path, int flags, bool* ours, uint32_t* id) {
+  if (!(flags & AT_EMPTY_PATH) || (path != nullptr && path[0] != '\0')) return false;
+  *ours = false;
+  if (dirfd == AT_FDCWD) {
+    if (!cwd::HasVirtual()) return true;
+    Resolved r = Resolve(AT_FDCWD, ".");
+    if (r.kind != Resolved::kOurs) return true;
+    *ours = true;
+    *id = r.id;
+    return true;
+  }
+  *ours = FdTable::Lookup(dirfd, id);
+  return true;
+}
+
 Resolved Resolve(int dirfd, const char* path) {
   Resolved r = Classify(dirfd, path);
   LookUp(&r);

@@ -35,6 +35,16 @@ Resolved Resolve(int dirfd, const char* path);
 // Looks up an already classified kOurs result in place.
 void LookUp(Resolved* r);
 
+// The errno a call that creates a new entry at a classified kOurs path gets on a read-only file system
+// (as the kernel's filename_create): EEXIST when it exists, the parent's ENOENT/ENOTDIR when the
+// parent is missing or a file, EROFS otherwise (EIO when the image is broken).
+int CreateErrno(const Resolved& classified);
+
+// An AT_EMPTY_PATH call on (dirfd, "") or (dirfd, NULL): true when it names the fd itself. Then `*ours`
+// tells whether the target is one of our entries (`*id`). AT_FDCWD stands for the cwd, which is ours
+// when it is virtual.
+bool EmptyPathTarget(int dirfd, const char* path, int flags, bool* ours, uint32_t* id);
+
 // "/fanstore" + "/" + rel, the absolute path of an entry as programs see it.
 std::string AbsoluteOf(const std::string& rel);
 std::string AbsoluteOfId(uint32_t id);

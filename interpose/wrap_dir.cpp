@@ -48,13 +48,21 @@ DIR* OpenOurDir(const char* call, int dirfd, const char* path, const Resolved& c
   return rc == 0 ? out : nullptr;
 }
 
-// scandir over one of our directories, with the caller's filter and comparison callbacks.
+// scandir over one of our directories. Only reading the listing runs inside the reentrancy guard: the
+// caller's filter and compar run as ordinary program code, so the calls they make (stat of an entry
+// under the mount, an open whose fd they keep) are served and tracked like any other.
 int ScanOurs(OurDir* d, struct dirent*** namelist, Filter filter, Compar compar) {
   size_t n = 0, cap = 0;
   struct dirent** list = nullptr;
   struct dirent64 ent;
   int err = 0;
-  while (dirs::Next(d, &ent)) {
+  for (;;) {
+    int got = Serve([&] { return dirs::Next(d, &ent) ? 1 : 0; }, -1);
+    if (got < 0) {
+      err = ENOMEM;
+      break;
+    }
+    if (got == 0) break;
     const struct dirent* e = reinterpret_cast<const struct dirent*>(&ent);
     if (filter != nullptr && filter(e) == 0) continue;
     if (n == cap) {
@@ -92,7 +100,7 @@ int ScandirCommon(const char* call, int dirfd, const char* path, struct dirent**
   if (dir == nullptr) return -1;
   OurDir* d = reinterpret_cast<OurDir*>(dir);
   int saved = errno;
-  int n = Serve([&] { return ScanOurs(d, namelist, filter, compar); }, -1);
+  int n = ScanOurs(d, namelist, filter, compar);  // not under Serve: it runs the caller's callbacks
   int err = errno;
   FdTable::Clear(d->fd);
   FS_REAL(close, d->fd);

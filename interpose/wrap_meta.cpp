@@ -18,8 +18,19 @@ using namespace fanstore::interpose;
 namespace {
 
 template <class Pass>
-int AccessCommon(const char* call, int dirfd, const char* path, int mode, bool effective, Pass pass) noexcept {
+int AccessCommon(const char* call, int dirfd, const char* path, int mode, bool effective, int flags,
+                 Pass pass) noexcept {
   if (!Active()) return pass(dirfd, path);
+  bool ours;
+  uint32_t id;
+  if (SafeEmptyPath(dirfd, path, flags, &ours, &id)) {  // faccessat(fd, "", mode, AT_EMPTY_PATH)
+    if (!ours) return pass(dirfd, path);
+    int saved = errno;
+    int err = Serve([&] { return AccessEntry(id, mode, effective); }, ENOMEM);
+    TraceFd(call, dirfd, err ? -1 : 0, err);
+    errno = err ? err : saved;
+    return err ? -1 : 0;
+  }
   Resolved r = SafeClassify(dirfd, path);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   return ServePath(call, r, path, [&](uint32_t id) { return AccessEntry(id, mode, effective); });
@@ -62,11 +73,7 @@ ssize_t XattrPath(const char* call, const char* path, int result_err, Pass pass)
   if (!Active()) return pass(path);
   Resolved r = SafeClassify(AT_FDCWD, path);
   if (r.pass()) return pass(r.PassPath(path));
-  if (result_err == EROFS) {
-    TraceCall(call, path, -1, EROFS);
-    errno = EROFS;
-    return -1;
-  }
+  // Writes (EROFS) look the path up first too: a missing path is ENOENT, as on a read-only mount.
   return ServePath(call, r, path, [&](uint32_t) { return result_err; });
 }
 
@@ -150,19 +157,19 @@ int StatfsFd(const char* call, int fd, T* out, Fill fill, Pass pass) noexcept {
 }  // namespace
 
 FS_WRAPPER(int, access, (const char* path, int mode)) {
-  return AccessCommon("access", AT_FDCWD, path, mode, false,
+  return AccessCommon("access", AT_FDCWD, path, mode, false, 0,
                       [&](int, const char* p) { return FS_REAL(access, p, mode); });
 }
 FS_WRAPPER(int, faccessat, (int dirfd, const char* path, int mode, int flags)) {
-  return AccessCommon("faccessat", dirfd, path, mode, (flags & AT_EACCESS) != 0,
+  return AccessCommon("faccessat", dirfd, path, mode, (flags & AT_EACCESS) != 0, flags,
                       [&](int d, const char* p) { return FS_REAL(faccessat, d, p, mode, flags); });
 }
 FS_WRAPPER(int, euidaccess, (const char* path, int mode)) {
-  return AccessCommon("euidaccess", AT_FDCWD, path, mode, true,
+  return AccessCommon("euidaccess", AT_FDCWD, path, mode, true, 0,
                       [&](int, const char* p) { return FS_REAL(euidaccess, p, mode); });
 }
 FS_WRAPPER(int, eaccess, (const char* path, int mode)) {
-  return AccessCommon("eaccess", AT_FDCWD, path, mode, true,
+  return AccessCommon("eaccess", AT_FDCWD, path, mode, true, 0,
                       [&](int, const char* p) { return FS_REAL(eaccess, p, mode); });
 }
 

@@ -15,6 +15,25 @@ namespace {
 // open(2)'s mode argument exists only with O_CREAT or O_TMPFILE.
 bool HasMode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
 
+// An open of a classified path under the mount, with the kernel's errors on a read-only mount.
+int OpenOurs(Resolved* r, int flags) {
+  // The kernel rejects O_CREAT|O_DIRECTORY (without O_TMPFILE) before any lookup.
+  if ((flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE &&
+      !(flags & O_PATH)) {
+    errno = EINVAL;
+    return -1;
+  }
+  Resolved classified = *r;
+  LookUp(r);
+  if (r->kind == Resolved::kFail) {
+    // A missing path is created only with O_CREAT: EROFS then, unless its parent is missing too.
+    errno = (r->err == ENOENT && (flags & O_CREAT) && !(flags & O_PATH)) ? CreateErrno(classified) : r->err;
+    if (errno == EEXIST) errno = r->err;
+    return -1;
+  }
+  return OpenEntry(r->id, flags);
+}
+
 // What every open-style wrapper does; `pass(dirfd, path)` is the real call.
 template <class Pass>
 int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pass) noexcept {
@@ -34,16 +53,7 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
   int err = 0;
   int fd = Serve(
       [&]() -> int {
-        if (r.kind == Resolved::kOurs && WantsWrite(flags)) {
-          err = EROFS;  // writes fail before any lookup, as on a read-only mount
-          return -1;
-        }
-        LookUp(&r);
-        if (r.kind == Resolved::kFail) {
-          err = r.err;
-          return -1;
-        }
-        int f = OpenEntry(r.id, flags);
+        int f = OpenOurs(&r, flags);
         if (f < 0) err = errno;
         return f;
       },
@@ -52,11 +62,25 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
   return static_cast<int>(Finish(call, path, fd, err, saved));
 }
 
-// fopen modes: only "r" (with the b/e/m/c/x modifiers) reads; anything with w, a or + writes.
-bool ModeReads(const char* mode, int* flags) {
-  if (mode == nullptr || mode[0] != 'r' || strchr(mode, '+') != nullptr) return false;
-  *flags = O_RDONLY | (strchr(mode, 'e') ? O_CLOEXEC : 0);
-  return true;
+// fopen's mode as open(2) flags: r, w, a, optional '+', and the e (O_CLOEXEC) and x (O_EXCL) modifiers.
+int ModeFlags(const char* mode) {
+  if (mode == nullptr) return O_RDONLY;
+  int flags = 0;
+  bool plus = strchr(mode, '+') != nullptr;
+  switch (mode[0]) {
+    case 'w':
+      flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC;
+      break;
+    case 'a':
+      flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND;
+      break;
+    default:
+      flags = plus ? O_RDWR : O_RDONLY;
+      break;
+  }
+  if (strchr(mode, 'e')) flags |= O_CLOEXEC;
+  if (strchr(mode, 'x')) flags |= O_EXCL;
+  return flags;
 }
 
 template <class Pass>
@@ -68,17 +92,8 @@ FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pas
   int err = 0;
   FILE* f = Serve(
       [&]() -> FILE* {
-        int flags = 0;
-        if (r.kind == Resolved::kOurs && !ModeReads(mode, &flags)) {
-          err = EROFS;
-          return nullptr;
-        }
-        LookUp(&r);
-        if (r.kind == Resolved::kFail) {
-          err = r.err;
-          return nullptr;
-        }
-        int fd = OpenEntry(r.id, flags);
+        int flags = ModeFlags(mode);
+        int fd = OpenOurs(&r, flags);
         if (fd < 0) {
           err = errno;
           return nullptr;
@@ -108,17 +123,8 @@ FILE* FreopenCommon(const char* call, const char* path, const char* mode, FILE* 
   int err = 0;
   FILE* f = Serve(
       [&]() -> FILE* {
-        int flags = 0;
-        if (r.kind == Resolved::kOurs && !ModeReads(mode, &flags)) {
-          err = EROFS;
-          return nullptr;
-        }
-        LookUp(&r);
-        if (r.kind == Resolved::kFail) {
-          err = r.err;
-          return nullptr;
-        }
-        int fd = OpenEntry(r.id, flags);
+        int flags = ModeFlags(mode);
+        int fd = OpenOurs(&r, flags);
         if (fd < 0) {
           err = errno;
           return nullptr;

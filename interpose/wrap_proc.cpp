@@ -56,6 +56,17 @@ char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
   return out;
 }
 
+// After a successful dup of `from` onto `to`: `to` takes `from`'s status, whatever `to` was before
+// (the program owns fd numbers, so dup2 over one of our internal fds replaces it; the Client detects
+// that by the fd's inode). A copy the program makes of an internal fd is the program's, not ours.
+void TrackDup(int from, int to) {
+  if (!t_inside && FdTable::Raw(from) == FdTable::kInternal) {
+    FdTable::Clear(to);
+    return;
+  }
+  FdTable::Copy(from, to);
+}
+
 }  // namespace
 
 FS_WRAPPER(int, close, (int fd)) {
@@ -97,19 +108,19 @@ FS_WRAPPER(void, closefrom, (int lowfd)) {
 
 FS_WRAPPER(int, dup, (int fd)) {
   int nfd = FS_REAL(dup, fd);
-  if (nfd >= 0) FdTable::Copy(fd, nfd);
+  if (nfd >= 0) TrackDup(fd, nfd);
   return nfd;
 }
 
 FS_WRAPPER(int, dup2, (int fd, int nfd)) {
   int rc = FS_REAL(dup2, fd, nfd);
-  if (rc >= 0 && fd != nfd) FdTable::Copy(fd, nfd);  // also forgets whatever nfd was
+  if (rc >= 0 && fd != nfd) TrackDup(fd, nfd);  // also replaces whatever nfd was (kInternal included)
   return rc;
 }
 
 FS_WRAPPER(int, dup3, (int fd, int nfd, int flags)) {
   int rc = FS_REAL(dup3, fd, nfd, flags);
-  if (rc >= 0) FdTable::Copy(fd, nfd);
+  if (rc >= 0) TrackDup(fd, nfd);
   return rc;
 }
 
@@ -121,7 +132,7 @@ FS_WRAPPER(int, fcntl, (int fd, int cmd, ...)) {
   void* arg = va_arg(ap, void*);
   va_end(ap);
   int rc = FS_REAL(fcntl, fd, cmd, arg);
-  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) FdTable::Copy(fd, rc);
+  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) TrackDup(fd, rc);
   return rc;
 }
 
@@ -131,7 +142,7 @@ FS_WRAPPER(int, fcntl64, (int fd, int cmd, ...)) {
   void* arg = va_arg(ap, void*);
   va_end(ap);
   int rc = FS_REAL(fcntl64, fd, cmd, arg);
-  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) FdTable::Copy(fd, rc);
+  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) TrackDup(fd, rc);
   return rc;
 }
 

@@ -43,11 +43,24 @@ int StatFd(const char* call, int fd, void* st, Pass pass) noexcept {
   return 0;
 }
 
-// fstatat: an empty path with AT_EMPTY_PATH means the dirfd itself.
+// fstatat: an empty (or NULL) path with AT_EMPTY_PATH means the dirfd itself.
 template <class Pass>
 int StatAt(const char* call, int dirfd, const char* path, void* st, int flags, Pass pass) noexcept {
-  if ((flags & AT_EMPTY_PATH) && path != nullptr && path[0] == '\0')
-    return StatFd(call, dirfd, st, [&] { return pass(dirfd, path); });
+  bool ours;
+  uint32_t id;
+  if (Active() && SafeEmptyPath(dirfd, path, flags, &ours, &id)) {
+    if (!ours) return pass(dirfd, path);
+    int saved = errno;
+    Serve(
+        [&] {
+          StatEntry(id, static_cast<struct stat*>(st));
+          return 0;
+        },
+        0);
+    TraceFd(call, dirfd, 0, 0);
+    errno = saved;
+    return 0;
+  }
   return StatPath(call, dirfd, path, st, pass);
 }
 
@@ -113,9 +126,10 @@ FS_WRAPPER(int, __fxstatat64, (int ver, int dirfd, const char* path, struct stat
 // statx: what `ls -l` and coreutils call on glibc 2.36 (the old FanStore missed it entirely).
 FS_WRAPPER(int, statx, (int dirfd, const char* path, int flags, unsigned int mask, struct statx* stx)) {
   if (!Active()) return FS_REAL(statx, dirfd, path, flags, mask, stx);
-  if ((flags & AT_EMPTY_PATH) && path[0] == '\0') {
-    uint32_t id;
-    if (!FdTable::Lookup(dirfd, &id)) return FS_REAL(statx, dirfd, path, flags, mask, stx);
+  bool ours;
+  uint32_t id;
+  if (SafeEmptyPath(dirfd, path, flags, &ours, &id)) {  // path may be NULL here (Linux 6.11+)
+    if (!ours) return FS_REAL(statx, dirfd, path, flags, mask, stx);
     int saved = errno;
     Serve(
         [&] {

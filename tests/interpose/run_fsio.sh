@@ -5,7 +5,8 @@ set -euo pipefail
 build=$1 fsio=$2 scripts=$3
 fanstore=$build/bin/fanstore
 tmp=$(mktemp -d /tmp/fanstore-fsio.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+ro_mounted=0
+trap '[ $ro_mounted = 1 ] && umount "$tmp/ro"; rm -rf "$tmp"' EXIT
 
 # The tree the scripts expect: a.txt, empty, exec.sh, dir/b.txt, dir/sub/deep.bin, emptydir/.
 src=$tmp/src
@@ -37,4 +38,30 @@ for mount in /fanstore /tmp/fanstore-nonexistent/deeper; do
     status=1
   fi
 done
+# ro.fsio: opens and mutations with the errnos of a real read-only mount, plus the tree walks
+# (scandir callbacks, glob, nftw, ftw). The mount must print ro.expected; when we may mount (root), the
+# same script on a real read-only tmpfs holding the same tree must print it too, which is what makes
+# ro.expected Linux's behaviour rather than ours.
+"$fanstore" run --image "$tmp/img" --mount /fanstore -- "$fsio" /fanstore < "$scripts/ro.fsio" > "$tmp/ro.out"
+if diff -u "$scripts/ro.expected" "$tmp/ro.out"; then
+  echo "OK: ro.fsio on the mount matches ro.expected"
+else
+  echo "FAIL: ro.fsio on the mount differs from ro.expected (- expected, + mount)"
+  status=1
+fi
+mkdir "$tmp/ro"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=16m tmpfs "$tmp/ro" 2>/dev/null; then
+  ro_mounted=1
+  cp -a "$src/." "$tmp/ro/"
+  mount -o remount,ro "$tmp/ro"
+  "$fsio" "$tmp/ro" < "$scripts/ro.fsio" > "$tmp/ro-real.out"
+  if diff -u "$scripts/ro.expected" "$tmp/ro-real.out"; then
+    echo "OK: ro.fsio on a real read-only tmpfs matches ro.expected"
+  else
+    echo "FAIL: ro.expected is not what Linux does on a read-only mount (- expected, + real)"
+    status=1
+  fi
+else
+  echo "note: not root or no mount(2): ro.expected not re-checked against a real read-only mount"
+fi
 exit $status
