@@ -4,25 +4,79 @@
 #include <CLI/CLI.hpp>
 
 #include "trainer/commands.hpp"
+#include "trainer/distributed.hpp"
+#include "trainer/train_loop.hpp"
 
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
   CLI::App app{"fanstore-train: the FanStore CNN trainer (CPU backend: oneDNN)"};
   DescribeOptions options;
+  TrainOptions train;
   bool describe = false;
+  std::int64_t benchmark_steps = 0;
+  std::int64_t batch = 0;
   app.add_option("--model", options.model, "Model: resnet50, unet3d or cosmoflow")->required();
   app.add_flag("--describe", describe, "Print the layer table (name, type, output shape, parameters) and the total");
   app.add_option("--input-size", options.model_options.input_size,
-                 "Spatial edge of the input (0 = model default: resnet50 224, unet3d 128, cosmoflow 128)")
+                 "Spatial edge of the input (0 = model default: resnet50 224, unet3d 128, cosmoflow 128; "
+                 "cosmoflow training takes it from the files; unet3d training reads the centred S x S window of each slice)")
       ->capture_default_str();
   app.add_option("--classes", options.model_options.classes,
-                 "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4)")
+                 "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4; "
+                 "training takes it from the data)")
       ->capture_default_str();
-  app.add_option("--batch", options.model_options.batch, "Batch size used for the shapes")->capture_default_str();
+  app.add_option("--batch", batch, "Batch size per rank (0 = 1 for --describe, 32 otherwise)")->capture_default_str();
+
+  app.add_option("--data", train.data_dir, "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
+  app.add_option("--val", train.val_dir, "Validation data directory (metric after every epoch)");
+  app.add_option("--epochs", train.epochs, "Epochs")->capture_default_str();
+  app.add_option("--lr", train.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--optimizer", train.optimizer.kind, "sgd, lars or adam")->capture_default_str();
+  app.add_option("--momentum", train.optimizer.momentum, "SGD/LARS momentum")->capture_default_str();
+  app.add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay (LARS skips BN and biases)")->capture_default_str();
+  app.add_option("--lars-eta", train.optimizer.lars_eta, "LARS trust coefficient")->capture_default_str();
+  app.add_option("--warmup-epochs", train.warmup_epochs, "Linear learning-rate warm-up, in epochs")->capture_default_str();
+  app.add_option("--schedule", train.schedule, "Decay after warm-up: constant, cosine or poly")->capture_default_str();
+  app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")->capture_default_str();
+  app.add_option("--prefetch-threads", train.prefetch_threads, "Data decoding threads")->capture_default_str();
+  app.add_option("--checkpoint", train.checkpoint_dir, "Checkpoint directory (checkpoint.bin, metrics.jsonl)");
+  app.add_flag("--resume", train.resume, "Continue from CHECKPOINT/checkpoint.bin when it exists");
+  app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")->capture_default_str();
+  app.add_option("--metrics", train.metrics_path, "Metrics JSON lines (default CHECKPOINT/metrics.jsonl)");
+  app.add_flag("--skip-bad-samples", train.skip_bad_samples, "Skip unreadable samples with a counted warning instead of stopping");
+  app.add_option("--max-steps", train.max_steps, "Stop with a checkpoint after this many steps in total (0 = none)")->capture_default_str();
+  app.add_option("--checkpoint-every", train.checkpoint_every, "Also checkpoint every N steps (0 = epoch ends only)")->capture_default_str();
+  app.add_option("--bucket-mb", train.bucket_mb, "Gradient allreduce bucket size in MB")->capture_default_str();
+  app.add_option("--spike-factor", train.spike_factor, "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
+      ->capture_default_str();
+  app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")->capture_default_str();
+  app.add_option("--benchmark", benchmark_steps,
+                 "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s'");
   CLI11_PARSE(app, argc, argv);
-  if (!describe) {
-    std::cerr << "fanstore-train: nothing to do; pass --describe (training options come with the training issue)\n";
+
+  if (describe) {
+    options.model_options.batch = batch > 0 ? batch : 1;
+    return describe_command(options, std::cout, std::cerr);
+  }
+  if (benchmark_steps > 0) {
+    BenchmarkOptions b;
+    b.model = options.model;
+    b.steps = benchmark_steps;
+    b.batch = batch > 0 ? batch : 32;
+    b.input_size = options.model_options.input_size;
+    b.classes = options.model_options.classes;
+    b.threads = train.threads;
+    b.seed = train.seed;
+    return benchmark_command(b, std::cout, std::cerr);
+  }
+  if (train.data_dir.empty()) {
+    std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR --checkpoint DIR to train\n";
     return 1;
   }
-  return describe_command(options, std::cout, std::cerr);
+  train.model = options.model;
+  train.batch = batch > 0 ? batch : 32;
+  train.input_size = options.model_options.input_size;
+  train.classes = options.model_options.classes;
+  auto comm = make_communicator(&argc, &argv);
+  return train_command(train, *comm, std::cout, std::cerr);
 }

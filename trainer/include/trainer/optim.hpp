@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,7 +47,8 @@ class Optimizer {
  private:
   OptimizerOptions options_;
   std::uint64_t steps_ = 0;
-  std::vector<std::pair<std::string, std::vector<float>>> state_;
+  // A deque: add_state() hands out references that must survive later add_state() calls.
+  std::deque<std::pair<std::string, std::vector<float>>> state_;
 };
 
 // torch.optim.SGD(momentum, dampening=0, weight_decay, nesterov): g += wd*w; buf = m*buf + g;

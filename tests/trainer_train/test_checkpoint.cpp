@@ -1,0 +1,95 @@
+// Checkpoint round trip, atomic replacement, and the one-line errors for damaged or foreign files.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "trainer/checkpoint.hpp"
+#include "trainer/models.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+std::unique_ptr<Model> small_cosmoflow(std::uint64_t seed) {
+  ModelOptions o;
+  o.batch = 1;
+  o.input_size = 32;
+  o.seed = seed;
+  return build_model("cosmoflow", make_cpu_backend({1}), o);
+}
+
+std::string temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("fanstore_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+TEST(Checkpoint, RoundTripRestoresEverything) {
+  auto a = small_cosmoflow(1);
+  OptimizerOptions oo;
+  oo.kind = "adam";
+  auto opt_a = make_optimizer(a->parameters(), oo);
+  for (std::size_t i = 0; i < a->parameters().parameter_count(); ++i) a->parameters().gradients()[i] = 1e-3f;
+  opt_a->step(a->parameters(), 0.01f);
+  TrainingPosition p{7, 2, 3, 42, 2, 8};
+  const std::string path = temp_dir() + "/checkpoint.bin";
+  save_checkpoint(path, *a, *opt_a, p);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  auto b = small_cosmoflow(2);  // different initial weights
+  auto opt_b = make_optimizer(b->parameters(), oo);
+  const TrainingPosition q = load_checkpoint(path, *b, *opt_b);
+  EXPECT_EQ(q.global_step, 7u);
+  EXPECT_EQ(q.epoch, 2u);
+  EXPECT_EQ(q.next_batch, 3u);
+  EXPECT_EQ(q.seed, 42u);
+  EXPECT_EQ(opt_b->steps_taken(), 1u);
+  const auto n = a->parameters().parameter_count();
+  EXPECT_EQ(0, std::memcmp(a->parameters().values(), b->parameters().values(), n * sizeof(float)));
+  auto sa = opt_a->state(), sb = opt_b->state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (std::size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(*sa[i].second, *sb[i].second);
+}
+
+TEST(Checkpoint, DamagedOrForeignFilesGiveOneLineErrors) {
+  auto a = small_cosmoflow(1);
+  auto opt = make_optimizer(a->parameters(), OptimizerOptions{});
+  const std::string dir = temp_dir(), path = dir + "/c.bin";
+  save_checkpoint(path, *a, *opt, TrainingPosition{});
+
+  // Flip one byte in the middle: the checksum catches it.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x55');
+  }
+  try {
+    load_checkpoint(path, *a, *opt);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+  std::ofstream(dir + "/junk.bin") << "definitely not a checkpoint, but long enough to read";
+  EXPECT_THROW(load_checkpoint(dir + "/junk.bin", *a, *opt), CheckpointError);
+  EXPECT_THROW(load_checkpoint(dir + "/missing.bin", *a, *opt), CheckpointError);
+
+  // Another optimizer's checkpoint is refused with the option to fix.
+  save_checkpoint(path, *a, *opt, TrainingPosition{});
+  OptimizerOptions adam;
+  adam.kind = "adam";
+  auto other = make_optimizer(a->parameters(), adam);
+  try {
+    load_checkpoint(path, *a, *other);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("--optimizer sgd"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fanstore::trainer

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# End-to-end fanstore-train cases (CI-sized, fixed seeds). Usage: train_tests.sh CASE WORKDIR
+# Env: FANSTORE_BIN_DIR (fanstore, fanstore-train, fanstore-datagen), FANSTORE_MPIRUN (may be empty),
+# FANSTORE_TRAIN_TESTS_DIR (this folder). Exit 77 = skipped (no mpirun / python3).
+set -euo pipefail
+case_name=$1 work=$2
+bin=${FANSTORE_BIN_DIR:?} here=${FANSTORE_TRAIN_TESTS_DIR:-$(dirname "$0")}
+train=$bin/fanstore-train datagen=$bin/fanstore-datagen fanstore=$bin/fanstore
+py=/usr/bin/python3
+rm -rf "$work" && mkdir -p "$work"
+cd "$work"
+
+mpirun_2() {
+  local mpirun=${FANSTORE_MPIRUN:-$(command -v mpirun || true)}
+  if [[ -z "$mpirun" ]]; then echo "SKIP: no mpirun"; exit 77; fi
+  local root_flag=()
+  [[ $(id -u) == 0 ]] && root_flag=(--allow-run-as-root)
+  "$mpirun" "${root_flag[@]}" --oversubscribe -np 2 --bind-to none "$@"
+}
+
+# summary FIELD METRICS_FILE: a field of the final {"event":"summary"} line.
+summary() { $py -c 'import json,sys; print(json.loads(open(sys.argv[2]).read().splitlines()[-1])[sys.argv[1]])' "$1" "$2"; }
+
+# check "description" PYTHON_BOOLEAN_EXPRESSION
+check() {
+  if $py -c "import sys; sys.exit(0 if ($2) else 1)"; then echo "ok   $1"; else echo "FAIL $1"; exit 1; fi
+}
+
+case $case_name in
+learn_cosmoflow)
+  # MAE of the 4 regressed targets must fall well below predicting the mean target.
+  "$datagen" cosmoflow -o data --samples 160 --size 32 --seed 3 > /dev/null
+  "$train" --model cosmoflow --data data/train --val data/val --epochs 8 --batch 4 --lr 0.002 --optimizer adam \
+    --schedule cosine --threads 2 --seed 1 --checkpoint ck
+  mae=$(summary val_metric ck/metrics.jsonl) base=$(summary baseline_mae ck/metrics.jsonl)
+  check "cosmoflow val MAE $mae < 0.75 x predict-the-mean $base" "$mae < 0.75 * $base"
+  ;;
+learn_resnet50_fanstore_run)
+  # ResNet-50 at 32x32 on 4 classes (chance 0.25), reading a packed image through `fanstore run`.
+  "$datagen" imagefolder -o data --samples 400 --classes 4 --size 32 --seed 5 > /dev/null
+  "$fanstore" pack data -o image --parts 2 > /dev/null
+  "$fanstore" run --image image -- "$train" --model resnet50 --data /fanstore/train --val /fanstore/val \
+    --input-size 32 --epochs 3 --batch 16 --lr 0.001 --optimizer adam --warmup-epochs 0.5 --schedule cosine \
+    --threads 2 --seed 1 --checkpoint ck
+  acc=$(summary val_metric ck/metrics.jsonl)
+  check "resnet50 val top-1 $acc >= 0.8 (chance 0.25)" "$acc >= 0.8"
+  ;;
+learn_resnet50_lars)
+  # The same 4-class task with LARS (warm-up + poly decay), the large-batch recipe of docs/training.md.
+  "$datagen" imagefolder -o data --samples 400 --classes 4 --size 32 --seed 5 > /dev/null
+  "$train" --model resnet50 --data data/train --val data/val --input-size 32 --epochs 3 --batch 16 --lr 5 \
+    --optimizer lars --lars-eta 0.001 --weight-decay 5e-5 --warmup-epochs 1 --schedule poly --threads 2 --seed 1 --checkpoint ck
+  acc=$(summary val_metric ck/metrics.jsonl)
+  check "resnet50 + LARS val top-1 $acc >= 0.9 (chance 0.25)" "$acc >= 0.9"
+  ;;
+learn_unet3d_2ranks)
+  # 3D U-Net on 2 MPI ranks (each reads its shard), on the centred 64x32x32 window of 64^3 cases:
+  # mean Dice after 2 epochs vs the untrained model's (the same run with --lr 0).
+  "$datagen" unet3d -o data --samples 40 --size 64 --seed 7 --val-fraction 0.2 > /dev/null
+  common=(--model unet3d --data data/train --val data/val --input-size 32 --batch 1 --optimizer adam --threads 1
+          --prefetch-threads 1 --seed 1)
+  mpirun_2 "$train" "${common[@]}" --epochs 1 --max-steps 1 --lr 0 --checkpoint untrained
+  mpirun_2 "$train" "${common[@]}" --epochs 2 --lr 0.003 --checkpoint ck
+  before=$(summary val_metric untrained/metrics.jsonl)
+  dice=$(summary val_metric ck/metrics.jsonl) ranks=$(summary ranks ck/metrics.jsonl)
+  check "unet3d on $ranks ranks: mean Dice $dice >= 0.6 and >= untrained $before + 0.3" "$ranks == 2 and $dice >= 0.6 and $dice >= $before + 0.3"
+  ;;
+resume_bitwise)
+  # k steps straight == k/2 steps, stop, --resume, k/2 more: checkpoints byte-identical. The stop
+  # falls mid-epoch (8 steps per epoch), so the resumed run must also skip the right batches.
+  "$datagen" cosmoflow -o data --samples 40 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 2 --batch 4 --lr 0.001 --optimizer adam --schedule cosine
+          --warmup-epochs 0.5 --threads 2 --seed 9)
+  "$train" "${common[@]}" --checkpoint straight --max-steps 14
+  "$train" "${common[@]}" --checkpoint split --max-steps 5
+  "$train" "${common[@]}" --checkpoint split --max-steps 14 --resume
+  if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   resume: 14 steps straight == 5 + resume + 9, bit-identical"
+  else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
+  ;;
+two_ranks_match_one)
+  # 2 ranks x batch 4 == 1 rank x batch 8 (CosmoFlow has no batch norm, so the maths is the same;
+  # only the float summation order differs). Tolerance: max |w diff| <= 1e-5 after 6 SGD steps.
+  "$datagen" cosmoflow -o data --samples 48 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --lr 0.01 --optimizer sgd --momentum 0.9 --seed 4 --prefetch-threads 1)
+  "$train" "${common[@]}" --batch 8 --threads 2 --checkpoint one
+  mpirun_2 "$train" "${common[@]}" --batch 4 --threads 1 --bucket-mb 1 --checkpoint two
+  $py "$here/compare_checkpoints.py" one/checkpoint.bin two/checkpoint.bin 1e-5
+  echo "ok   2 ranks x 4 match 1 rank x 8"
+  ;;
+guard_rollback)
+  # A NaN written into a weight after step 3 must be caught by step 4's loss and rolled back.
+  "$datagen" cosmoflow -o data --samples 40 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  "$train" --model cosmoflow --data data/train --epochs 1 --batch 4 --lr 0.001 --optimizer adam --threads 2 \
+    --checkpoint ck --inject-nan-at-step 3 2> err.txt
+  cat err.txt
+  grep -q '"event":"rollback","step":3' ck/metrics.jsonl
+  loss=$(summary final_loss ck/metrics.jsonl) rollbacks=$(summary rollbacks ck/metrics.jsonl)
+  check "guard: $rollbacks rollback, final loss $loss finite" "$rollbacks == 1 and '$loss' != 'None'"
+  ;;
+bad_input)
+  "$datagen" imagefolder -o img --samples 24 --classes 3 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  "$datagen" cosmoflow -o cosmo --samples 8 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  run_expect_fail() {  # run_expect_fail "what" "text the one line must hold" ARGS...
+    local what=$1 expect=$2; shift 2
+    if "$train" "$@" --checkpoint ck_fail --threads 2 > out.txt 2> err.txt; then echo "FAIL $what: exit 0"; exit 1; fi
+    if [[ $(wc -l < err.txt) -ne 1 ]] || ! grep -qF -- "$expect" err.txt; then
+      echo "FAIL $what: expected one line with '$expect', got:"; cat err.txt; exit 1
+    fi
+    echo "ok   $what: $(cat err.txt)"
+  }
+  run_expect_fail "missing data dir" "$work/nope" --model resnet50 --data "$work/nope" --input-size 32 --batch 4
+  mkdir -p img_empty/train/a img_empty/train/b && cp img/train/class_0000/*.jpg img_empty/train/a/
+  run_expect_fail "empty class" "img_empty/train/b" --model resnet50 --data img_empty/train --input-size 32 --batch 4
+  bad=$(ls img/train/class_0001/*.jpg | head -1)
+  head -c 300 "$bad" > trunc.jpg && mv trunc.jpg "$bad"
+  run_expect_fail "corrupt JPEG" "$bad" --model resnet50 --data img/train --input-size 32 --batch 4 --epochs 1
+  "$train" --model resnet50 --data img/train --input-size 32 --batch 4 --epochs 1 --lr 0.001 --optimizer adam --threads 2 \
+    --checkpoint ck_skip --skip-bad-samples > out.txt 2> err.txt || { echo "FAIL skip-bad-samples run"; cat err.txt; exit 1; }
+  grep -q "skipping bad sample" err.txt && grep -q "bad samples" out.txt
+  echo "ok   --skip-bad-samples: $(grep -c 'skipping bad sample' err.txt) warning(s); $(grep summary out.txt)"
+  badh5=$(ls cosmo/train/*.h5 | sed -n 3p)
+  echo "garbage" > "$badh5"
+  run_expect_fail "corrupt HDF5" "$badh5" --model cosmoflow --data cosmo/train --batch 2 --epochs 1
+  "$datagen" cosmoflow -o cosmo64 --samples 2 --size 64 --seed 2 --val-fraction 0 > /dev/null
+  rm -f "$badh5" && cp cosmo64/train/univ_00000.h5 "$badh5"
+  run_expect_fail "wrong shape" "$badh5" --model cosmoflow --data cosmo/train --batch 2 --epochs 1
+  run_expect_fail "fewer samples than a batch" "cosmo64/train" --model cosmoflow --data cosmo64/train --batch 4
+  ;;
+benchmark_format)
+  line=$("$train" --model cosmoflow --benchmark 2 --batch 2 --input-size 32 --threads 2 2> /dev/null)
+  echo "$line"
+  [[ "$line" =~ ^train:\ [0-9.]+\ samples/s,\ inference:\ [0-9.]+\ samples/s$ ]] || { echo "FAIL format"; exit 1; }
+  echo "ok   benchmark line format"
+  ;;
+*) echo "unknown case $case_name"; exit 2 ;;
+esac

@@ -1,0 +1,40 @@
+// Versioned binary checkpoints (docs/training.md, "Checkpoint format"), written atomically.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "trainer/model.hpp"
+#include "trainer/optim.hpp"
+
+namespace fanstore::trainer {
+
+inline constexpr char kCheckpointMagic[8] = {'F', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
+inline constexpr std::uint32_t kCheckpointVersion = 1;
+
+// Where training stands; with the seed it fixes the data order (the shuffle and the augmentation
+// are pure functions of (seed, epoch, sample)), so this is the whole RNG/shuffle state.
+struct TrainingPosition {
+  std::uint64_t global_step = 0;     // optimizer steps completed
+  std::uint64_t epoch = 0;           // epoch of the next step
+  std::uint64_t next_batch = 0;      // batch of that epoch to run next
+  std::uint64_t seed = 0;
+  std::uint64_t world_size = 1;      // data-parallel ranks that produced it
+  std::uint64_t batch_per_rank = 0;
+};
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Writes PATH.tmp, fsyncs it and renames it over PATH, so a crash leaves the old or the new file.
+void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& position);
+
+// Restores parameters, buffers (BN running statistics), optimizer state and step count; checks the
+// magic, version, model, parameter table and optimizer, and a checksum; throws CheckpointError with
+// a one-line reason naming the file.
+TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);
+
+}  // namespace fanstore::trainer

@@ -1,0 +1,58 @@
+// fanstore-train's training and benchmark commands (the CLI only parses into these options).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "trainer/distributed.hpp"
+#include "trainer/optim.hpp"
+
+namespace fanstore::trainer {
+
+struct TrainOptions {
+  std::string model;
+  std::string data_dir;        // training samples (this rank reads its shard of them)
+  std::string val_dir;         // optional validation samples
+  std::string checkpoint_dir;  // checkpoint.bin and (by default) metrics.jsonl
+  std::string metrics_path;    // empty = CHECKPOINT_DIR/metrics.jsonl
+  int epochs = 1;
+  std::int64_t batch = 32;     // per rank
+  double lr = 0.1;
+  OptimizerOptions optimizer;
+  double warmup_epochs = 0;
+  std::string schedule = "constant";  // constant, cosine or poly
+  int threads = 0;             // oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)
+  int prefetch_threads = 2;
+  bool resume = false;
+  std::int64_t input_size = 0; // resnet50 image edge (volumes take theirs from the files)
+  std::int64_t classes = 0;
+  std::uint64_t seed = 1;
+  bool skip_bad_samples = false;
+  std::int64_t max_steps = 0;        // stop (with a checkpoint) after this many steps in total; 0 = no limit
+  std::int64_t checkpoint_every = 0; // also checkpoint every N steps; 0 = at epoch ends only
+  double bucket_mb = 25;             // gradient allreduce bucket size
+  double spike_factor = 10;          // guard: a loss above factor * its running average is a spike (0 = NaN/Inf only)
+  std::int64_t inject_nan_at_step = 0;  // testing the guard: poison a weight after this step
+};
+
+// Trains, validates after every epoch, checkpoints, and prints a summary line. Returns the exit
+// code; any error is one line on `err` (with the offending file for bad data).
+int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err);
+
+struct BenchmarkOptions {
+  std::string model;
+  std::int64_t steps = 10;
+  std::int64_t batch = 32;
+  std::int64_t input_size = 0;
+  std::int64_t classes = 0;
+  int threads = 0;
+  std::uint64_t seed = 1;
+};
+
+// Synthetic input, one untimed warm-up step, then `steps` timed training steps (forward, loss,
+// backward, SGD) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
+//   train: X samples/s, inference: Y samples/s
+int benchmark_command(const BenchmarkOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace fanstore::trainer

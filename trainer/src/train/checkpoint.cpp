@@ -1,0 +1,181 @@
+// Checkpoint writer/reader: explicit little-endian fields, a table signature and an FNV-1a checksum.
+#include "trainer/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+namespace fanstore::trainer {
+namespace {
+
+// Floats and integers are stored little-endian; on a big-endian host the bytes would be swapped
+// here. Every supported host (x86-64, aarch64) is little-endian, so refuse to build otherwise.
+static_assert(std::endian::native == std::endian::little, "checkpoint I/O assumes a little-endian host");
+
+std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Names and shapes of every parameter and buffer: a checkpoint only fits the same table.
+std::uint64_t table_signature(const ParameterTable& t) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto* list : {&t.parameters(), &t.buffers()})
+    for (const auto& e : *list) {
+      h = fnv1a(e.name.data(), e.name.size(), h);
+      for (auto d : e.shape.dims) h = fnv1a(&d, sizeof d, h);
+    }
+  return h;
+}
+
+class Writer {
+ public:
+  void bytes(const void* p, std::size_t n) {
+    const auto* c = static_cast<const char*>(p);
+    buffer_.insert(buffer_.end(), c, c + n);
+  }
+  void u64(std::uint64_t v) { bytes(&v, sizeof v); }
+  void u32(std::uint32_t v) { bytes(&v, sizeof v); }
+  void str(const std::string& s) {
+    u64(s.size());
+    bytes(s.data(), s.size());
+  }
+  void floats(const float* p, std::size_t n) {
+    u64(n);
+    bytes(p, n * sizeof(float));
+  }
+  std::vector<char>& buffer() { return buffer_; }
+
+ private:
+  std::vector<char> buffer_;
+};
+
+class Reader {
+ public:
+  Reader(std::string path, std::vector<char> data) : path_(std::move(path)), data_(std::move(data)) {}
+  void bytes(void* p, std::size_t n) {
+    if (n > data_.size() - pos_) fail("truncated (ends inside a field); the file is damaged, use an older checkpoint");
+    std::memcpy(p, data_.data() + pos_, n);
+    pos_ += n;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v;
+    bytes(&v, sizeof v);
+    return v;
+  }
+  std::uint32_t u32() {
+    std::uint32_t v;
+    bytes(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const auto n = u64();
+    if (n > 4096) fail("corrupt string length");
+    std::string s(n, '\0');
+    bytes(s.data(), n);
+    return s;
+  }
+  void floats(float* p, std::size_t expected, const std::string& what) {
+    const auto n = u64();
+    if (n != expected)
+      fail(what + " has " + std::to_string(n) + " floats, this model has " + std::to_string(expected));
+    bytes(p, n * sizeof(float));
+  }
+  [[noreturn]] void fail(const std::string& why) const { throw CheckpointError(path_ + ": " + why); }
+
+ private:
+  std::string path_;
+  std::vector<char> data_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& p) {
+  const ParameterTable& t = model.parameters();
+  Writer w;
+  w.bytes(kCheckpointMagic, sizeof kCheckpointMagic);
+  w.u32(kCheckpointVersion);
+  w.str(model.name());
+  w.u64(table_signature(t));
+  w.str(optimizer.name());
+  for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
+  w.u64(optimizer.steps_taken());
+  w.floats(t.values(), t.parameter_count());
+  w.floats(t.buffer_values(), t.buffer_count());
+  auto state = optimizer.state();
+  w.u64(state.size());
+  for (auto& [name, values] : state) {
+    w.str(name);
+    w.floats(values->data(), values->size());
+  }
+  const std::uint64_t checksum = fnv1a(w.buffer().data(), w.buffer().size());
+  w.u64(checksum);
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError(tmp + ": cannot create (" + std::strerror(errno) + ")");
+  const char* data = w.buffer().data();
+  std::size_t left = w.buffer().size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      throw CheckpointError(tmp + ": write failed (" + err + ")");
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  // Durable before visible: rename only after the bytes are on disk.
+  if (::fsync(fd) != 0 || ::close(fd) != 0) throw CheckpointError(tmp + ": fsync/close failed (" + std::strerror(errno) + ")");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw CheckpointError(path + ": rename from .tmp failed (" + std::strerror(errno) + ")");
+}
+
+TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot open checkpoint");
+  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() < sizeof kCheckpointMagic + 12) throw CheckpointError(path + ": too short to be a checkpoint");
+  std::uint64_t stored_sum;
+  std::memcpy(&stored_sum, data.data() + data.size() - 8, 8);
+  Reader r(path, data);
+  char magic[8];
+  r.bytes(magic, sizeof magic);
+  if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0) r.fail("not a fanstore-train checkpoint (bad magic)");
+  const auto version = r.u32();
+  if (version != kCheckpointVersion)
+    r.fail("checkpoint version " + std::to_string(version) + " is not " + std::to_string(kCheckpointVersion) +
+           " (this fanstore-train): use the fanstore-train that wrote it, or start without --resume");
+  if (fnv1a(data.data(), data.size() - 8) != stored_sum) r.fail("checksum mismatch; the file is damaged");
+  const auto model_name = r.str();
+  if (model_name != model.name()) r.fail("checkpoint is for model '" + model_name + "', not '" + model.name() + "'");
+  ParameterTable& t = model.parameters();
+  if (r.u64() != table_signature(t))
+    r.fail("parameter table differs (other --classes, --input-channels or model version); start without --resume");
+  const auto optimizer_name = r.str();
+  if (optimizer_name != optimizer.name())
+    r.fail("checkpoint was written with --optimizer " + optimizer_name + ", not " + optimizer.name());
+  TrainingPosition p;
+  for (auto* v : {&p.global_step, &p.epoch, &p.next_batch, &p.seed, &p.world_size, &p.batch_per_rank}) *v = r.u64();
+  optimizer.set_steps_taken(r.u64());
+  r.floats(t.values(), t.parameter_count(), "parameters");
+  r.floats(t.buffer_values(), t.buffer_count(), "buffers");
+  auto state = optimizer.state();
+  if (r.u64() != state.size()) r.fail("optimizer state count differs");
+  for (auto& [name, values] : state) {
+    if (r.str() != name) r.fail("optimizer state '" + name + "' missing");
+    r.floats(values->data(), values->size(), "optimizer state " + name);
+  }
+  return p;
+}
+
+}  // namespace fanstore::trainer

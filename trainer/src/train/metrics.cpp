@@ -1,0 +1,85 @@
+// Per-model loss and validation metric on one batch.
+#include "trainer/metrics.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace fanstore::trainer {
+
+TaskKind task_for_model(const std::string& model) {
+  if (model == "resnet50") return TaskKind::Classification;
+  if (model == "cosmoflow") return TaskKind::Regression;
+  if (model == "unet3d") return TaskKind::Segmentation;
+  throw std::invalid_argument("unknown model '" + model + "' (expected resnet50, unet3d or cosmoflow)");
+}
+
+std::string metric_name(TaskKind task) {
+  switch (task) {
+    case TaskKind::Classification: return "top1_accuracy";
+    case TaskKind::Regression: return "mae";
+    case TaskKind::Segmentation: return "mean_dice";
+  }
+  return "";
+}
+
+bool metric_higher_is_better(TaskKind task) { return task != TaskKind::Regression; }
+
+LossResult task_loss(TaskKind task, const Tensor& output, const data::Batch& batch) {
+  switch (task) {
+    case TaskKind::Classification: return softmax_cross_entropy(output, batch.target_labels);
+    case TaskKind::Segmentation: return dice_cross_entropy(output, batch.target_labels);
+    case TaskKind::Regression: {
+      Tensor target = Tensor::zeros(output.shape());  // (N, T)
+      if (batch.target_values.size() != static_cast<std::size_t>(target.numel()))
+        throw std::invalid_argument("regression targets: " + std::to_string(batch.target_values.size()) +
+                                    " values for an output of shape " + output.shape().to_string());
+      std::memcpy(target.data(), batch.target_values.data(), batch.target_values.size() * sizeof(float));
+      return mean_squared_error(output, target);
+    }
+  }
+  throw std::logic_error("unreachable");
+}
+
+void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid, MetricSums& sums) {
+  const auto& shape = output.shape();
+  const std::int64_t k = shape[1];
+  if (task == TaskKind::Classification) {
+    for (std::size_t n = 0; n < valid; ++n) {  // output (N, K)
+      const float* row = output.data() + static_cast<std::int64_t>(n) * k;
+      std::int64_t best = 0;
+      for (std::int64_t c = 1; c < k; ++c)
+        if (row[c] > row[best]) best = c;
+      sums.sum += best == batch.target_labels[n] ? 1.0 : 0.0;
+      sums.count += 1;
+    }
+  } else if (task == TaskKind::Regression) {
+    for (std::size_t i = 0; i < valid * static_cast<std::size_t>(k); ++i) {  // output (N, T)
+      sums.sum += std::fabs(static_cast<double>(output[static_cast<std::int64_t>(i)]) - batch.target_values[i]);
+      sums.count += 1;
+    }
+  } else {
+    const std::int64_t voxels = shape.spatial_size();  // output (N, K, D, H, W), labels (N, D, H, W)
+    for (std::size_t n = 0; n < valid; ++n) {
+      std::vector<double> inter(static_cast<std::size_t>(k), 0), pred(static_cast<std::size_t>(k), 0),
+          truth(static_cast<std::size_t>(k), 0);
+      const float* base = output.data() + static_cast<std::int64_t>(n) * k * voxels;
+      const std::int32_t* labels = batch.target_labels.data() + static_cast<std::int64_t>(n) * voxels;
+      for (std::int64_t v = 0; v < voxels; ++v) {
+        std::int64_t best = 0;
+        for (std::int64_t c = 1; c < k; ++c)
+          if (base[c * voxels + v] > base[best * voxels + v]) best = c;
+        pred[static_cast<std::size_t>(best)] += 1;
+        truth[static_cast<std::size_t>(labels[v])] += 1;
+        if (best == labels[v]) inter[static_cast<std::size_t>(best)] += 1;
+      }
+      for (std::int64_t c = 1; c < k; ++c) {  // class 0 is the background, as in the MLPerf metric
+        const auto i = static_cast<std::size_t>(c);
+        sums.sum += pred[i] + truth[i] > 0 ? 2 * inter[i] / (pred[i] + truth[i]) : 1.0;
+        sums.count += 1;
+      }
+    }
+  }
+}
+
+}  // namespace fanstore::trainer

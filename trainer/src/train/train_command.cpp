@@ -1,0 +1,302 @@
+// The training loop: sharded prefetched batches, forward/loss/backward with overlapped gradient
+// allreduce, scheduled optimizer steps, the loss guard, validation, checkpoints and metrics.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include "metrics_log.hpp"
+#include "trainer/checkpoint.hpp"
+#include "trainer/data/batch_loader.hpp"
+#include "trainer/data/data_error.hpp"
+#include "trainer/data/prefetcher.hpp"
+#include "trainer/data/shard.hpp"
+#include "trainer/loss_guard.hpp"
+#include "trainer/metrics.hpp"
+#include "trainer/schedule.hpp"
+#include "trainer/train_data.hpp"
+#include "trainer/train_loop.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Tensor input_tensor(const data::Batch& batch) {
+  Tensor x = Tensor::zeros(Shape(batch.input_shape));
+  std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
+  return x;
+}
+
+struct Validation {
+  double metric = std::numeric_limits<double>::quiet_NaN();
+  double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
+  std::size_t samples = 0;
+};
+
+// Every rank evaluates its strided share of the validation set (in order, padded to full batches
+// because the model has a fixed batch); padding positions are left out of the sums.
+Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
+                    std::int64_t batch, int prefetch_threads) {
+  data::ShardSpec spec;
+  spec.dataset_size = dataset.size();
+  spec.batch_size = static_cast<std::size_t>(batch);
+  spec.rank = comm.rank();
+  spec.world_size = comm.size();
+  spec.shuffle = false;
+  spec.last_batch = data::LastBatch::kPad;
+  const auto shard = data::shard_indices(spec);
+  data::BatchLoader loader(dataset, {});
+  data::Prefetcher prefetcher(loader, data::split_into_batches(shard, spec.batch_size), 0, {prefetch_threads, 4});
+  MetricSums sums;
+  std::vector<float> targets;  // regression: kept for the predict-the-mean baseline
+  std::size_t position = 0;
+  while (auto b = prefetcher.next()) {
+    std::size_t valid = 0;
+    for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
+      if ((position + k) * static_cast<std::size_t>(comm.size()) + static_cast<std::size_t>(comm.rank()) < dataset.size()) ++valid;
+    position += b->sample_indices.size();
+    Tensor y = model.forward(input_tensor(*b), Mode::Eval);
+    accumulate_metric(task, y, *b, valid, sums);
+    if (task == TaskKind::Regression) {
+      const std::size_t per = b->target_values.size() / b->sample_indices.size();
+      targets.insert(targets.end(), b->target_values.begin(), b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
+    }
+  }
+  double totals[2] = {sums.sum, sums.count};
+  comm.sum(totals, 2);
+  Validation v;
+  v.metric = totals[1] > 0 ? totals[0] / totals[1] : v.metric;
+  v.samples = dataset.size();
+  if (task == TaskKind::Regression) {
+    // Baseline: always predict the mean target (one mean over all target values).
+    double moments[2] = {0, static_cast<double>(targets.size())};
+    for (float t : targets) moments[0] += t;
+    comm.sum(moments, 2);
+    const double mean = moments[1] > 0 ? moments[0] / moments[1] : 0;
+    double dev[1] = {0};
+    for (float t : targets) dev[0] += std::fabs(t - mean);
+    comm.sum(dev, 1);
+    v.baseline = moments[1] > 0 ? dev[0] / moments[1] : v.baseline;
+  }
+  return v;
+}
+
+std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples_per_s, double time_s) {
+  std::ostringstream s;
+  s << "{\"event\":\"step\",\"step\":" << step << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss)
+    << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples_per_s)
+    << ",\"time_s\":" << json_number(time_s) << "}";
+  return s.str();
+}
+
+int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostream& err) {
+  const bool leader = comm.rank() == 0;
+  const TaskKind task = task_for_model(o.model);
+  if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
+  if (o.checkpoint_dir.empty()) throw std::invalid_argument("--checkpoint DIR is required for training");
+
+  auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
+  std::unique_ptr<data::SampleDataset> val_set;
+  if (!o.val_dir.empty()) {
+    val_set = open_dataset(o.model, o.val_dir, false, o.input_size);
+    require_same_layout(*train_set, *val_set, o.val_dir);
+  }
+  const ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  auto model = build_model(o.model, make_cpu_backend({o.threads}), model_options);
+  ParameterTable& table = model->parameters();
+  auto optimizer = make_optimizer(table, o.optimizer);
+
+  const std::size_t world = static_cast<std::size_t>(comm.size());
+  const std::size_t per_step = world * static_cast<std::size_t>(o.batch);
+  const std::size_t steps_per_epoch = train_set->size() / per_step;
+  if (steps_per_epoch == 0)
+    throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
+                                          std::to_string(o.batch) + " per rank x " + std::to_string(world) + " ranks)");
+
+  ScheduleOptions schedule;
+  schedule.base_lr = o.lr;
+  schedule.decay = parse_decay_kind(o.schedule);
+  schedule.total_steps = static_cast<std::int64_t>(steps_per_epoch) * o.epochs;
+  schedule.warmup_steps = static_cast<std::int64_t>(std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch)));
+
+  std::filesystem::create_directories(o.checkpoint_dir);
+  const std::string checkpoint_path = o.checkpoint_dir + "/checkpoint.bin";
+  TrainingPosition position;
+  position.seed = o.seed;
+  position.world_size = world;
+  position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+  bool resumed = false;
+  if (o.resume) {
+    if (std::filesystem::exists(checkpoint_path)) {
+      position = load_checkpoint(checkpoint_path, *model, *optimizer);
+      resumed = true;
+      if (position.world_size != world || position.batch_per_rank != static_cast<std::uint64_t>(o.batch))
+        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " rank(s) x batch "
+            << position.batch_per_rank << "; continuing with " << world << " x " << o.batch
+            << " (the data order changes, the run is not bit-identical)\n";
+      position.world_size = world;
+      position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+      if (leader)
+        err << "fanstore-train: resumed from " << checkpoint_path << " at step " << position.global_step << " (epoch "
+            << position.epoch << ", batch " << position.next_batch << ")\n";
+    } else if (leader) {
+      err << "fanstore-train: --resume: no " << checkpoint_path << " yet, starting from scratch\n";
+    }
+  }
+
+  const std::string metrics_path = o.metrics_path.empty() ? o.checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
+  MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
+  ProgressLine progress(leader);  // only rank 0 talks
+
+  GradientAllreduce allreduce(comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
+  model->set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
+  data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
+  LossGuard guard(o.spike_factor);
+
+  const auto start = Clock::now();
+  double train_seconds = 0, last_loss = std::numeric_limits<double>::quiet_NaN();
+  std::uint64_t samples_trained = 0;
+  Validation last_val;
+  bool stopped = false, validated_at_end = false;
+
+  auto save = [&] {
+    if (leader) save_checkpoint(checkpoint_path, *model, *optimizer, position);
+  };
+
+  for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
+    data::ShardSpec spec;
+    spec.dataset_size = train_set->size();
+    spec.batch_size = static_cast<std::size_t>(o.batch);
+    spec.rank = comm.rank();
+    spec.world_size = comm.size();
+    spec.seed = position.seed;
+    spec.epoch = epoch;
+    auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
+    const std::size_t first = epoch == position.epoch ? position.next_batch : 0;  // mid-epoch resume
+    std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first), batches.end());
+    data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
+    validated_at_end = false;
+
+    for (std::size_t j = first; j < batches.size(); ++j) {
+      auto batch = prefetcher.next();
+      const auto step_start = Clock::now();
+      Tensor y = model->forward(input_tensor(*batch), Mode::Train);
+      LossResult loss = task_loss(task, y, *batch);
+      double mean_loss = loss.loss;
+      comm.sum(&mean_loss, 1);  // every rank takes the same guard decision
+      mean_loss /= static_cast<double>(world);
+      const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step));
+
+      if (!guard.accept(mean_loss, *model, *optimizer)) {
+        guard.roll_back(*model, *optimizer);
+        if (leader) {
+          progress.finish();
+          err << "fanstore-train: warning: step " << position.global_step << ": " << guard.last_reason() << " (loss "
+              << mean_loss << "); rolled back to the last good state and skipped the batch (rollback "
+              << guard.rollbacks() << ")\n";
+          metrics.write("{\"event\":\"rollback\",\"step\":" + std::to_string(position.global_step) +
+                        ",\"loss\":" + json_number(mean_loss) + ",\"reason\":\"" + guard.last_reason() + "\"}");
+        }
+        if (guard.consecutive_rejections() >= 5)
+          throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
+      } else {
+        allreduce.begin_step();
+        model->backward(loss.gradient);
+        allreduce.finish();
+        optimizer->step(table, static_cast<float>(lr));
+      }
+      last_loss = mean_loss;
+      const double step_seconds = seconds_since(step_start);
+      train_seconds += step_seconds;
+      samples_trained += per_step;
+      ++position.global_step;
+      position.epoch = epoch;
+      position.next_batch = j + 1;
+      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step))
+        table.values()[0] = std::numeric_limits<float>::quiet_NaN();
+
+      const double rate = static_cast<double>(per_step) / step_seconds;
+      if (leader) {
+        metrics.write(step_json(position.global_step, epoch, mean_loss, lr, rate, seconds_since(start)));
+        std::ostringstream line;
+        line << "epoch " << epoch + 1 << "/" << o.epochs << " step " << j + 1 << "/" << batches.size() << "  loss "
+             << mean_loss << "  " << static_cast<long>(rate) << " samples/s";
+        progress.update(line.str());
+      }
+      if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
+      if (o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps)) {
+        stopped = true;
+        break;
+      }
+    }
+    if (position.next_batch == batches.size()) {
+      position.epoch = epoch + 1;
+      position.next_batch = 0;
+    }
+    if (leader) progress.finish();
+    if (val_set && (!stopped || position.next_batch == 0)) {
+      last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+      validated_at_end = true;
+      if (leader) {
+        std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
+                           std::to_string(position.global_step) + ",\"" + metric_name(task) + "\":" + json_number(last_val.metric);
+        if (task == TaskKind::Regression) line += ",\"baseline_mae\":" + json_number(last_val.baseline);
+        metrics.write(line + "}");
+        err << "fanstore-train: epoch " << epoch + 1 << " validation " << metric_name(task) << " " << last_val.metric << "\n";
+      }
+    }
+    save();
+  }
+  if (val_set && !validated_at_end) last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+
+  // The summary: one line for people and scripts, and the same as the last JSON line.
+  const double total = seconds_since(start);
+  const double rate = train_seconds > 0 ? static_cast<double>(samples_trained) / train_seconds : 0;
+  if (leader) {
+    std::ostringstream s;
+    s << "summary: model " << o.model << "  ranks " << world << "  steps " << position.global_step << "  time "
+      << total << " s  train " << rate << " samples/s  final loss " << last_loss;
+    if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
+    if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
+    s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
+    if (world > 1)
+      s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
+        << " started during backward)";
+    out << s.str() << "\n";
+    out << "outputs: " << checkpoint_path << "  " << metrics_path << "\n";
+    std::ostringstream j;
+    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"steps\":" << position.global_step
+      << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
+      << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
+      << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
+      << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
+      << ",\"allreduce_buckets\":" << allreduce.bucket_count()
+      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward() << "}";
+    metrics.write(j.str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err) {
+  try {
+    return run(options, comm, out, err);
+  } catch (const std::exception& e) {
+    err << "fanstore-train: error: " << e.what() << "\n";
+    err.flush();
+    if (comm.size() > 1) comm.abort(1);
+    return 1;
+  }
+}
+
+}  // namespace fanstore::trainer
