@@ -16,6 +16,11 @@ char* __getcwd_chk(char* buf, size_t size, size_t buflen) noexcept;
 ssize_t __readlink_chk(const char* path, char* buf, size_t len, size_t buflen) noexcept;
 ssize_t __readlinkat_chk(int dirfd, const char* path, char* buf, size_t len, size_t buflen) noexcept;
 char* __realpath_chk(const char* path, char* resolved, size_t resolvedlen) noexcept;
+// Fortified reads (served for lazy fds: glibc's own versions would call the kernel with the placeholder).
+ssize_t __read_chk(int fd, void* buf, size_t nbytes, size_t buflen) noexcept;
+ssize_t __pread_chk(int fd, void* buf, size_t nbytes, off_t offset, size_t buflen) noexcept;
+ssize_t __pread64_chk(int fd, void* buf, size_t nbytes, off64_t offset, size_t buflen) noexcept;
+void __chk_fail(void) __attribute__((noreturn));
 // The pre-2.33 stat ABI that binaries built against older glibc still call.
 int __xstat(int ver, const char* path, struct stat* st) noexcept;
 int __xstat64(int ver, const char* path, struct stat64* st) noexcept;

@@ -15,7 +15,8 @@ namespace fanstore::interpose {
 // fd on "/" tracked as the entry (fstat answers, read gives EBADF). Files: Client::OpenFd (a memfd with
 // the true bytes); directories: an fd on "/" (O_DIRECTORY, so read() says EISDIR) tracked as the
 // directory; a corrupt file EIO.
-int OpenEntry(uint32_t id, int flags);
+// `lazy`: a regular file opened read-only gets a lazy fd (lazy.hpp) instead of a memfd, when enabled.
+int OpenEntry(uint32_t id, int flags, bool lazy = false);
 
 // An O_DIRECTORY fd tracked as directory `id` (for opendir). -1 with errno on failure.
 int OpenDirFd(uint32_t id, int flags);

@@ -14,6 +14,7 @@
 #include "cwd.hpp"
 #include "dir_registry.hpp"
 #include "fd_table.hpp"
+#include "lazy.hpp"
 #include "fanstore/env.hpp"
 #include "fanstore/path.hpp"
 #include "trace.hpp"
@@ -49,6 +50,7 @@ void PrintStats() {
 // No lock of ours (nor the Client's cache lock) may be held by another thread across fork, or the
 // child (a DataLoader worker) would deadlock on its first open.
 void ForkPrepare() {
+  lazy::LockForFork();  // first: it may still need the Client (materializing lazy fds)
   ReentrancyGuard guard;
   cwd::LockForFork();
   dirs::LockForFork();
@@ -59,12 +61,14 @@ void ForkParent() {
   if (g_client) g_client->AtForkParent();
   dirs::UnlockForFork();
   cwd::UnlockForFork();
+  lazy::UnlockForFork(false);
 }
 void ForkChild() {
   ReentrancyGuard guard;
   if (g_client) g_client->AtForkChild();
   dirs::UnlockForFork();
   cwd::UnlockForFork();
+  lazy::UnlockForFork(true);
 }
 
 void InitOnce() {
@@ -104,6 +108,10 @@ void InitOnce() {
     g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);
     return;
   }
+  // FANSTORE_LAZY=0 (or no placeholder): every open of a file makes its memfd at once. With lazy fds a
+  // memfd is needed only when a file is materialized, so files under 1 MiB are cached in plain memory
+  // (bounded by the byte budget, not by the cap on cached memfds) and copied into a memfd on demand.
+  if (lazy::Init()) g_client->SetMemfdMinBytes(1ull << 20);
   if (g_stats) {
     g_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
     FdTable::MarkInternal(g_stats_fd);

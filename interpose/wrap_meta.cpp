@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fd_table.hpp"
+#include "lazy.hpp"
 #include "ops.hpp"
 #include "wrap.hpp"
 
@@ -282,18 +283,29 @@ FS_WRAPPER(int, fstatvfs64, (int fd, struct statvfs64* s)) {
                   [&] { return FS_REAL(fstatvfs64, fd, s); });
 }
 
-// Advice and advisory locks work on the memfd as they do on any file; wrapped only to trace them.
+// Advice and advisory locks work on the memfd as they do on any file; on a lazy fd advice has nothing to
+// do and flock succeeds (each open of an image file is its own file: no other open could conflict).
 FS_WRAPPER(int, posix_fadvise, (int fd, off_t offset, off_t len, int advice)) {
+  if (lazy::Is(fd)) return (advice < 0 || advice > POSIX_FADV_NOREUSE || len < 0) ? EINVAL : 0;
   int rc = FS_REAL(posix_fadvise, fd, offset, len, advice);
   if (g_log_debug && FdTable::IsOurs(FdTable::Raw(fd))) TraceFd("posix_fadvise", fd, rc ? -1 : 0, rc);
   return rc;
 }
 FS_WRAPPER(int, posix_fadvise64, (int fd, off64_t offset, off64_t len, int advice)) {
+  if (lazy::Is(fd)) return (advice < 0 || advice > POSIX_FADV_NOREUSE || len < 0) ? EINVAL : 0;
   int rc = FS_REAL(posix_fadvise64, fd, offset, len, advice);
   if (g_log_debug && FdTable::IsOurs(FdTable::Raw(fd))) TraceFd("posix_fadvise64", fd, rc ? -1 : 0, rc);
   return rc;
 }
 FS_WRAPPER(int, flock, (int fd, int op)) {
+  if (lazy::Is(fd)) {
+    int kind = op & ~LOCK_NB;
+    if (kind != LOCK_SH && kind != LOCK_EX && kind != LOCK_UN) {
+      errno = EINVAL;
+      return -1;
+    }
+    return 0;
+  }
   int rc = FS_REAL(flock, fd, op);
   if (g_log_debug && FdTable::IsOurs(FdTable::Raw(fd))) TraceFd("flock", fd, rc, errno);
   return rc;

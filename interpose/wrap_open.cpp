@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fd_table.hpp"
+#include "lazy.hpp"
 #include "ops.hpp"
 #include "wrap.hpp"
 
@@ -16,7 +17,7 @@ namespace {
 bool HasMode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
 
 // An open of a classified path under the mount, with the kernel's errors on a read-only mount.
-int OpenOurs(Resolved* r, int flags) {
+int OpenOurs(Resolved* r, int flags, bool lazy = false) {
   // The kernel rejects O_CREAT|O_DIRECTORY (without O_TMPFILE) before any lookup.
   if ((flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY) && (flags & O_TMPFILE) != O_TMPFILE &&
       !(flags & O_PATH)) {
@@ -31,7 +32,7 @@ int OpenOurs(Resolved* r, int flags) {
     if (errno == EEXIST) errno = r->err;
     return -1;
   }
-  return OpenEntry(r->id, flags);
+  return OpenEntry(r->id, flags, lazy);
 }
 
 // What every open-style wrapper does; `pass(dirfd, path)` is the real call.
@@ -45,15 +46,17 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
   }
   Resolved r = SafeClassify(dirfd, path);
   if (r.pass()) {
+    lazy::BeforeReopen(path);
     int fd = pass(r.PassDirfd(dirfd), r.PassPath(path));
     FdTable::Clear(fd);  // an fd number closed behind our back (e.g. inside libc) is not ours any more
+    lazy::Forget(fd);
     return fd;
   }
   int saved = errno;
   int err = 0;
   int fd = Serve(
       [&]() -> int {
-        int f = OpenOurs(&r, flags);
+        int f = OpenOurs(&r, flags, /*lazy=*/true);
         if (f < 0) err = errno;
         return f;
       },
@@ -87,7 +90,10 @@ template <class Pass>
 FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pass) noexcept {
   if (!Active()) return pass(path);
   Resolved r = SafeClassify(AT_FDCWD, path);
-  if (r.pass()) return pass(r.PassPath(path));
+  if (r.pass()) {
+    lazy::BeforeReopen(path);
+    return pass(r.PassPath(path));
+  }
   int saved = errno;
   int err = 0;
   FILE* f = Serve(
@@ -115,7 +121,10 @@ FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pas
 template <class Pass>
 FILE* FreopenCommon(const char* call, const char* path, const char* mode, FILE* stream, Pass pass) noexcept {
   // freopen closes the stream's fd inside libc where we cannot see it.
-  if (stream != nullptr) FdTable::Clear(fileno(stream));
+  if (stream != nullptr) {
+    FdTable::Clear(fileno(stream));
+    lazy::Forget(fileno(stream));
+  }
   if (!Active() || path == nullptr) return pass(path);
   Resolved r = SafeClassify(AT_FDCWD, path);
   if (r.pass()) return pass(r.PassPath(path));
@@ -254,6 +263,9 @@ FS_WRAPPER(FILE*, freopen64, (const char* path, const char* mode, FILE* stream))
 // fclose closes its fd inside libc, invisible to our close(): forget the fd first (numpy's fromfile
 // does dup -> fdopen -> fclose on our fds).
 FS_WRAPPER(int, fclose, (FILE * stream)) {
-  if (stream != nullptr) FdTable::Clear(fileno(stream));
+  if (stream != nullptr) {
+    FdTable::Clear(fileno(stream));
+    lazy::Forget(fileno(stream));
+  }
   return FS_REAL(fclose, stream);
 }

@@ -11,6 +11,7 @@
 #include "cwd.hpp"
 #include "fanstore/env.hpp"
 #include "fd_table.hpp"
+#include "lazy.hpp"
 #include "ops.hpp"
 #include "wrap.hpp"
 
@@ -31,6 +32,7 @@ int CloseRangeSparing(unsigned first, unsigned last, int flags) {
       lo = fd + 1;
     } else if (raw != 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
       FdTable::Clear(static_cast<int>(fd));
+      lazy::Forget(static_cast<int>(fd));
     }
   }
   if (lo > last) return 0;
@@ -62,9 +64,46 @@ char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
 void TrackDup(int from, int to) {
   if (!t_inside && FdTable::Raw(from) == FdTable::kInternal) {
     FdTable::Clear(to);
+    lazy::Forget(to);
     return;
   }
   FdTable::Copy(from, to);
+  lazy::CopyOnDup(from, to);  // `to` shares the lazy state (offset, flags) of `from`, or stops being lazy
+}
+
+// A dup that lands on stdin/stdout/stderr is usually for stdio or a child, which reach the kernel with
+// glibc-internal calls no wrapper sees: make it real (with every fd sharing its state). If that fails
+// the fd stays lazy: our wrappers still serve it, and the kernel still refuses it (never wrong bytes).
+inline void AfterDupOnto(int nfd) {
+  if (nfd >= 0 && nfd <= 2 && lazy::Is(nfd)) lazy::Materialize(nfd);
+}
+
+// fcntl on a lazy fd: F_GETFL/F_SETFL answered from its state; fd-level commands (FD_CLOEXEC, dups)
+// work on the placeholder; anything else (locks, leases, seals, ...) needs the real file.
+// True when answered (*rc set); false: call libc (after materializing when needed).
+bool LazyFcntl(int fd, int cmd, void* arg, int* rc) {
+  if (__builtin_expect(!lazy::Is(fd), 1)) return false;
+  switch (cmd) {
+    case F_GETFD:
+    case F_SETFD:
+      return false;
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+      return false;
+    case F_GETFL:
+      if (lazy::GetFl(fd, rc)) return true;
+      return false;
+    case F_SETFL:
+      if (lazy::SetFl(fd, static_cast<int>(reinterpret_cast<intptr_t>(arg)), rc)) return true;
+      break;
+    default:
+      break;
+  }
+  if (lazy::Materialize(fd) != 0) {
+    *rc = -1;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -78,6 +117,7 @@ FS_WRAPPER(int, close, (int fd)) {
     return -1;
   }
   FdTable::Clear(fd);  // before the kernel can hand the number to another thread's open
+  lazy::Forget(fd);
   int rc = FS_REAL(close, fd);
   if (g_log_debug && FdTable::IsOurs(raw)) TraceFd("close", fd, rc, errno);
   return rc;
@@ -106,22 +146,44 @@ FS_WRAPPER(void, closefrom, (int lowfd)) {
   errno = saved;
 }
 
+namespace {
+// A dup of fd (lazy or not) by `real`; tracking follows. A lazy `nfd` being replaced stops being lazy
+// before the syscall, so a concurrent materialization of its old state cannot dup3 over the new file.
+template <class Real>
+int DupCommon(int fd, int nfd_hint, Real real) {
+  // (Only when the dup can succeed: a failed dup2 must leave nfd as it was.)
+  if (nfd_hint >= 0 && nfd_hint != fd && lazy::Is(nfd_hint) && FS_REAL(fcntl, fd, F_GETFD) >= 0)
+    lazy::Forget(nfd_hint);
+  int rc;
+  if (lazy::Is(fd)) {
+    auto fn = [](void* ctx) { return (*static_cast<Real*>(ctx))(); };
+    if (lazy::Dup(fd, fn, &real, &rc)) {
+      if (rc >= 0 && rc != fd) {
+        FdTable::Copy(fd, rc);
+        AfterDupOnto(rc);
+      }
+      return rc;
+    }
+  }
+  rc = real();
+  if (rc >= 0 && rc != fd) {
+    TrackDup(fd, rc);  // also replaces whatever rc was (kInternal included)
+    AfterDupOnto(rc);
+  }
+  return rc;
+}
+}  // namespace
+
 FS_WRAPPER(int, dup, (int fd)) {
-  int nfd = FS_REAL(dup, fd);
-  if (nfd >= 0) TrackDup(fd, nfd);
-  return nfd;
+  return DupCommon(fd, -1, [&] { return FS_REAL(dup, fd); });
 }
 
 FS_WRAPPER(int, dup2, (int fd, int nfd)) {
-  int rc = FS_REAL(dup2, fd, nfd);
-  if (rc >= 0 && fd != nfd) TrackDup(fd, nfd);  // also replaces whatever nfd was (kInternal included)
-  return rc;
+  return DupCommon(fd, nfd, [&] { return FS_REAL(dup2, fd, nfd); });
 }
 
 FS_WRAPPER(int, dup3, (int fd, int nfd, int flags)) {
-  int rc = FS_REAL(dup3, fd, nfd, flags);
-  if (rc >= 0) TrackDup(fd, nfd);
-  return rc;
+  return DupCommon(fd, nfd, [&] { return FS_REAL(dup3, fd, nfd, flags); });
 }
 
 // The third argument is an int or a pointer depending on cmd; both travel in one register on x86-64,
@@ -131,8 +193,10 @@ FS_WRAPPER(int, fcntl, (int fd, int cmd, ...)) {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
+  int lrc;
+  if (LazyFcntl(fd, cmd, arg, &lrc)) return lrc;
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return DupCommon(fd, -1, [&] { return FS_REAL(fcntl, fd, cmd, arg); });
   int rc = FS_REAL(fcntl, fd, cmd, arg);
-  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) TrackDup(fd, rc);
   return rc;
 }
 
@@ -141,13 +205,16 @@ FS_WRAPPER(int, fcntl64, (int fd, int cmd, ...)) {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
+  int lrc;
+  if (LazyFcntl(fd, cmd, arg, &lrc)) return lrc;
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return DupCommon(fd, -1, [&] { return FS_REAL(fcntl64, fd, cmd, arg); });
   int rc = FS_REAL(fcntl64, fd, cmd, arg);
-  if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) TrackDup(fd, rc);
   return rc;
 }
 
-// fork needs nothing beyond libc's: the pthread_atfork handlers registered at start-up release our
-// locks and the Client's in the child. Wrapped so the exported list names it explicitly.
+// fork needs nothing beyond libc's: the pthread_atfork handlers registered at start-up materialize the
+// lazy fds (parent and child must share their offsets) and release our locks and the Client's in the
+// child. Wrapped so the exported list names it explicitly.
 FS_WRAPPER(pid_t, fork, ()) { return FS_REAL(fork); }
 
 // Forked workers (PyTorch DataLoader, multiprocessing) leave through _exit, which skips atexit: print
@@ -168,6 +235,7 @@ FS_WRAPPER(pid_t, vfork, ()) { return FS_REAL(fork); }
 // execve hands the virtual cwd to the child (FANSTORE_CWD); a program inside the image is executed
 // from its memfd (fexecve), since the kernel cannot see the path.
 FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[])) {
+  lazy::MaterializeAll(true);  // the new program must find real files under the fds it inherits
   if (!Active()) return FS_REAL(execve, path, argv, envp);
   Resolved r = SafeClassify(AT_FDCWD, path);
   std::string v;

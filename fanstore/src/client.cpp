@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 
 #include "decoded_cache.hpp"
 #include "fanstore/daemon_client.hpp"
@@ -67,6 +68,20 @@ int ReopenReadOnly(const FileBytes::Memfd& m, int flags) {
   }
   return fd;
 }
+
+// Plain heap storage for a decoded file below the memfd size (SetMemfdMinBytes).
+class PlainBytes final : public DecodedBytes {
+ public:
+  explicit PlainBytes(uint64_t n) : buf_(new (std::nothrow) char[n ? n : 1]), n_(n) {}
+  bool ok() const { return buf_ != nullptr; }
+  const char* data() const override { return buf_.get(); }
+  uint64_t size() const override { return n_; }
+  char* writable() { return buf_.get(); }
+
+ private:
+  std::unique_ptr<char[]> buf_;
+  uint64_t n_;
+};
 
 // Identity of a memfd we just made.
 FileBytes::Memfd IdentityOf(int fd) {
@@ -190,7 +205,18 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
     return hit;
   }
   char* out = nullptr;
-  std::unique_ptr<DecodedBytes> bytes = AllocateFileBytes(e.size, &out, internal_fd_hook_);
+  std::unique_ptr<DecodedBytes> bytes;
+  if (memfd_min_bytes_ > kMemfdThreshold && e.size >= kMemfdThreshold && e.size < memfd_min_bytes_ &&
+      e.size < (1ull << 20)) {
+    // Below the front end's memfd size (and the 1 MiB where AllocateFileBytes maps anonymous memory).
+    auto plain = std::make_unique<PlainBytes>(e.size);
+    if (plain->ok()) {
+      out = plain->writable();
+      bytes = std::move(plain);
+    }
+  } else {
+    bytes = AllocateFileBytes(e.size, &out, internal_fd_hook_);
+  }
   if (!bytes) {
     stats_.errors.fetch_add(1, std::memory_order_relaxed);
     return Status(Code::kNoMemory, "cannot allocate " + std::to_string(e.size) + " bytes for " + std::string(e.path));
@@ -227,11 +253,20 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
 Result<int> Client::OpenFd(uint32_t id, int flags) {
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)) != 0)
     return Status(Code::kReadOnly, "the FanStore image is read-only");
+  auto bytes = OpenBytes(id);
+  if (!bytes.ok()) return bytes.status();
+  return FdForBytes(**bytes, flags);
+}
+
+Result<std::shared_ptr<const FileBytes>> Client::OpenBytes(uint32_t id) {
   auto bytes = Load(id);
   if (!bytes.ok()) return bytes.status();
-  const FileBytes& b = **bytes;
   stats_.opens.fetch_add(1, std::memory_order_relaxed);
-  stats_.bytes_read.fetch_add(b.size(), std::memory_order_relaxed);
+  stats_.bytes_read.fetch_add((*bytes)->size(), std::memory_order_relaxed);
+  return bytes;
+}
+
+Result<int> Client::FdForBytes(const FileBytes& b, int flags) {
   // A memfd holds the true bytes, so everything that reaches the kernel with this fd (mmap, sendfile,
   // fdopen, exec'd children) sees the file. It is reopened read-only so writes fail as on a read-only
   // file and fcntl(F_GETFL) says O_RDONLY. Larger files were decoded straight into their memfd.

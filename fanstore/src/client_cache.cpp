@@ -92,6 +92,9 @@ std::unique_ptr<DecodedBytes> AllocateMemfd(uint64_t size, char** writable, void
     close(fd);
     return nullptr;
   }
+  // A fork while we decode must not give the child a writable mapping: it would make our
+  // F_SEAL_WRITE fail with EBUSY (and the child has no use for half-decoded bytes).
+  madvise(p, size, MADV_DONTFORK);
   if (internal_fd_hook) internal_fd_hook(fd);
   *writable = static_cast<char*>(p);
   return std::make_unique<MemfdBytes>(fd, p, size);

@@ -88,6 +88,17 @@ class Client {
   // A real kernel fd, opened read-only, whose bytes are the file's bytes (so mmap, sendfile,
   // fdopen, dup and children all work). `flags` may carry O_CLOEXEC; write access is kReadOnly.
   Result<int> OpenFd(uint32_t id, int flags);
+  // OpenFd in two steps, for a front end that serves reads itself and makes a kernel fd only when one
+  // is needed (the interposer's lazy fds): OpenBytes is Load counted as an open (stats().opens,
+  // bytes_read); FdForBytes is a real read-only kernel fd holding `b` (file offset 0), not counted.
+  Result<std::shared_ptr<const FileBytes>> OpenBytes(uint32_t id);
+  Result<int> FdForBytes(const FileBytes& b, int flags);
+
+  // Files of at least this many bytes are decoded straight into a memfd (so OpenFd reopens instead of
+  // copying); smaller ones into plain memory. Default: 64 KiB (decoded_cache.hpp). A front end that
+  // rarely needs kernel fds (the interposer's lazy fds) raises it: cached memfds are capped by the fd
+  // budget, plain memory only by the byte budget. Set before the first Load.
+  void SetMemfdMinBytes(uint64_t bytes) { memfd_min_bytes_ = bytes; }
 
   // Called with every fd the client keeps open for itself (cached memfds), so a front end can protect
   // them from the program's close loops (the interposer marks them internal).
@@ -111,6 +122,7 @@ class Client {
   mutable ClientStats stats_;  // counters only: bumped from const lookups too
   dev_t dev_;
   void (*internal_fd_hook_)(int) = nullptr;
+  uint64_t memfd_min_bytes_ = 0;  // 0: decoded_cache.hpp's kMemfdThreshold
 };
 
 }  // namespace fanstore

@@ -1,0 +1,488 @@
+// Lazy fds: the table of lazy fd numbers, the user-space reads, and materialization into real memfds.
+#include "lazy.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "real.hpp"
+#include "state.hpp"
+
+namespace fanstore::interpose::lazy {
+
+struct LazyFile {
+  std::shared_ptr<const FileBytes> bytes;
+  uint32_t id = 0;
+  std::atomic<int> refs{1};
+  std::mutex mu;            // guards everything below
+  int64_t offset = 0;
+  int flags = 0;            // status flags reported by F_GETFL (besides O_RDONLY|O_LARGEFILE)
+  bool materialized = false;
+};
+
+std::atomic<LazyFile*> g_slots[FdTable::kCapacity];
+std::atomic<int> g_live{0};
+
+namespace {
+
+int g_placeholder = -1;
+bool g_enabled = false;
+
+// Largest single transfer the kernel does (MAX_RW_COUNT).
+constexpr size_t kMaxRw = 0x7ffff000;
+// The kernel's O_LARGEFILE, which F_GETFL reports on 64-bit (glibc's O_LARGEFILE is 0 there).
+constexpr int kKernelLargefile = 0100000;
+// The status flags a lazy fd keeps itself; F_SETFL with any other bit materializes first.
+constexpr int kKeptFlags = O_APPEND | O_NONBLOCK | O_NOATIME;
+
+// Per fd-number spinlocks: install/remove a slot and take a reference atomically, so a LazyFile is
+// never freed while another thread is taking a reference to it.
+constexpr int kShards = 256;
+std::atomic<bool> g_shard[kShards];
+void LockShard(int fd) {
+  auto& l = g_shard[fd & (kShards - 1)];
+  while (l.exchange(true, std::memory_order_acquire))
+    while (l.load(std::memory_order_relaxed)) sched_yield();
+}
+void UnlockShard(int fd) { g_shard[fd & (kShards - 1)].store(false, std::memory_order_release); }
+
+// Fork gate: every lazy call runs as a reader; fork takes it as the writer (writer-preferring), so
+// no thread is inside a lazy call (holding a shard or a LazyFile lock) when the child is made.
+std::atomic<int> g_readers{0};
+std::atomic<bool> g_writer{false};
+struct ReadGate {
+  ReadGate() {
+    for (;;) {
+      while (g_writer.load(std::memory_order_acquire)) sched_yield();
+      g_readers.fetch_add(1, std::memory_order_acq_rel);
+      if (!g_writer.load(std::memory_order_acquire)) break;
+      g_readers.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+  ~ReadGate() { g_readers.fetch_sub(1, std::memory_order_acq_rel); }
+  ReadGate(const ReadGate&) = delete;
+  ReadGate& operator=(const ReadGate&) = delete;
+};
+
+void Unref(LazyFile* p) {
+  if (p != nullptr && p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
+}
+
+LazyFile* Acquire(int fd) {
+  if (fd < 0 || fd >= FdTable::kCapacity) return nullptr;
+  LockShard(fd);
+  LazyFile* p = g_slots[fd].load(std::memory_order_acquire);
+  if (p != nullptr) p->refs.fetch_add(1, std::memory_order_relaxed);
+  UnlockShard(fd);
+  return p;
+}
+
+struct Ref {
+  LazyFile* p;
+  explicit Ref(int fd) : p(Acquire(fd)) {}
+  ~Ref() { Unref(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+};
+
+// Replaces slot fd with p (whose reference the slot takes over); drops the old one.
+void SetSlot(int fd, LazyFile* p) {
+  LockShard(fd);
+  LazyFile* old = g_slots[fd].exchange(p, std::memory_order_acq_rel);
+  UnlockShard(fd);
+  if (p) g_live.fetch_add(1, std::memory_order_acq_rel);
+  if (old) {
+    g_live.fetch_sub(1, std::memory_order_acq_rel);
+    Unref(old);
+  }
+}
+
+// Caller holds the gate (reader or writer). See Materialize().
+int MaterializeLocked(int fd) {
+  Ref r(fd);
+  LazyFile* p = r.p;
+  if (p == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->materialized) return 0;
+  ReentrancyGuard guard;
+  Result<int> made = [&]() -> Result<int> {
+    try {
+      return g_client->FdForBytes(*p->bytes, O_CLOEXEC);
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kNoMemory, "out of memory");
+    } catch (...) {
+      return Status(Code::kIoError, "unexpected exception");
+    }
+  }();
+  if (!made.ok()) {
+    errno = ToErrno(made.status());
+    return -1;
+  }
+  int tmp = *made;
+  FdTable::Clear(tmp);  // the Client's open marked it internal; it is a temporary of ours
+  if (FS_REAL(lseek, tmp, static_cast<off_t>(p->offset), SEEK_SET) < 0 ||
+      (p->flags && FS_REAL(fcntl, tmp, F_SETFL, p->flags) < 0)) {
+    int err = errno;
+    FS_REAL(close, tmp);
+    errno = err;
+    return -1;
+  }
+  int hw = FdTable::HighWater();
+  int err = 0;
+  for (int i = 0; i < hw; ++i) {
+    if (g_slots[i].load(std::memory_order_acquire) != p) continue;
+    LockShard(i);
+    if (g_slots[i].load(std::memory_order_acquire) == p) {
+      // Under the shard lock: a concurrent close() of i clears the slot before closing, so i is
+      // still this lazy fd and dup3 cannot land on a number someone else has opened.
+      int fdflags = FS_REAL(fcntl, i, F_GETFD);
+      if (FS_REAL(dup3, tmp, i, (fdflags > 0 && (fdflags & FD_CLOEXEC)) ? O_CLOEXEC : 0) < 0) {
+        err = errno;
+        UnlockShard(i);
+        continue;  // i stays lazy (and keeps failing kernel calls with EBADF rather than lying)
+      }
+      g_slots[i].store(nullptr, std::memory_order_release);
+      UnlockShard(i);
+      g_live.fetch_sub(1, std::memory_order_acq_rel);
+      Unref(p);  // the slot's reference (r still holds one)
+      continue;
+    }
+    UnlockShard(i);
+  }
+  FS_REAL(close, tmp);
+  if (err != 0) {
+    errno = err;
+    return -1;
+  }
+  p->materialized = true;
+  return 0;
+}
+
+}  // namespace
+
+bool Init() {
+  const char* e = getenv("FANSTORE_LAZY");
+  if (e != nullptr && strcmp(e, "0") == 0) return false;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", sv[0]);
+  int ph = FS_REAL(open, path, O_PATH | O_CLOEXEC);
+  FS_REAL(close, sv[0]);
+  FS_REAL(close, sv[1]);
+  if (ph < 0) return false;
+  FdTable::MarkInternal(ph);
+  g_placeholder = ph;
+  g_enabled = true;
+  return true;
+}
+
+bool Enabled() { return g_enabled; }
+
+int Open(uint32_t id, std::shared_ptr<const FileBytes> bytes, int flags) {
+  ReadGate gate;
+  int fd = FS_REAL(fcntl, g_placeholder, (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+  if (fd < 0) return -1;
+  if (fd >= FdTable::kCapacity || !FdTable::Track(fd, id)) {
+    FS_REAL(close, fd);
+    errno = EMFILE;
+    return -1;
+  }
+  auto* p = new LazyFile;
+  p->bytes = std::move(bytes);
+  p->id = id;
+  p->flags = flags & kKeptFlags;
+  SetSlot(fd, p);
+  return fd;
+}
+
+void Forget(int fd) {
+  if (!Is(fd)) return;
+  ReadGate gate;
+  SetSlot(fd, nullptr);
+}
+
+void CopyOnDup(int from, int to) {
+  if (to < 0 || to >= FdTable::kCapacity) return;
+  if (!Is(from) && !Is(to)) return;
+  ReadGate gate;
+  LazyFile* p = Acquire(from);  // the reference goes to slot `to`
+  SetSlot(to, p);
+}
+
+bool Dup(int from, int (*dup_fn)(void*), void* ctx, int* out) {
+  ReadGate gate;
+  Ref r(from);
+  LazyFile* p = r.p;
+  if (p == nullptr) return false;
+  std::lock_guard<std::mutex> lock(p->mu);  // materialization holds it from start to end
+  if (p->materialized) return false;
+  int nfd = dup_fn(ctx);
+  int err = errno;
+  if (nfd >= 0 && nfd != from && nfd < FdTable::kCapacity) {
+    p->refs.fetch_add(1, std::memory_order_relaxed);
+    SetSlot(nfd, p);
+  }
+  *out = nfd;
+  errno = err;
+  return true;
+}
+
+int Materialize(int fd) {
+  if (!Is(fd)) return 0;
+  ReadGate gate;
+  return MaterializeLocked(fd);
+}
+
+void BeforeReopen(const char* path) {
+  if (!Any() || path == nullptr || path[0] != '/') return;
+  const char* num = nullptr;
+  if (strncmp(path, "/dev/fd/", 8) == 0) {
+    num = path + 8;
+  } else if (strncmp(path, "/proc/self/fd/", 14) == 0) {
+    num = path + 14;
+  } else if (strncmp(path, "/proc/thread-self/fd/", 21) == 0) {
+    num = path + 21;
+  } else if (strcmp(path, "/dev/stdin") == 0 || strcmp(path, "/dev/stdout") == 0 || strcmp(path, "/dev/stderr") == 0) {
+    Materialize(path[5] == 'i' ? 0 : path[8] == 'o' ? 1 : 2);
+    return;
+  } else {
+    return;
+  }
+  int fd = 0;
+  for (; *num >= '0' && *num <= '9' && fd < FdTable::kCapacity; ++num) fd = fd * 10 + (*num - '0');
+  if (*num == '\0' || *num == '/') Materialize(fd);
+}
+
+void MaterializeAll(bool only_inheritable) {
+  if (!Any()) return;
+  int saved = errno;
+  ReadGate gate;
+  int hw = FdTable::HighWater();
+  for (int i = 0; i < hw; ++i) {
+    if (!Is(i)) continue;
+    if (only_inheritable) {
+      int fl = FS_REAL(fcntl, i, F_GETFD);
+      if (fl < 0 || (fl & FD_CLOEXEC)) continue;
+    }
+    MaterializeLocked(i);
+  }
+  errno = saved;
+}
+
+bool Read(int fd, void* buf, size_t n, off_t pos, bool positional, ssize_t* out) {
+  ReadGate gate;
+  Ref r(fd);
+  LazyFile* p = r.p;
+  if (p == nullptr) return false;
+  if (positional && pos < 0) {
+    errno = EINVAL;
+    *out = -1;
+    return true;
+  }
+  if (n > kMaxRw) n = kMaxRw;
+  const uint64_t size = p->bytes->size();
+  uint64_t at;
+  size_t len;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->materialized) return false;
+    at = positional ? static_cast<uint64_t>(pos) : static_cast<uint64_t>(p->offset);
+    len = at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(n, size - at));
+    if (!positional) p->offset = static_cast<int64_t>(at + len);
+  }
+  if (len) memcpy(buf, p->bytes->data() + at, len);
+  *out = static_cast<ssize_t>(len);
+  return true;
+}
+
+bool ReadV(int fd, const struct iovec* iov, int iovcnt, off_t pos, bool positional, ssize_t* out) {
+  ReadGate gate;
+  Ref r(fd);
+  LazyFile* p = r.p;
+  if (p == nullptr) return false;
+  if (iovcnt < 0 || iovcnt > IOV_MAX || (positional && pos < 0)) {
+    errno = EINVAL;
+    *out = -1;
+    return true;
+  }
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (iov[i].iov_len > static_cast<size_t>(SSIZE_MAX) - total) {
+      errno = EINVAL;
+      *out = -1;
+      return true;
+    }
+    total += iov[i].iov_len;
+  }
+  if (total > kMaxRw) total = kMaxRw;
+  const uint64_t size = p->bytes->size();
+  uint64_t at;
+  size_t len;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->materialized) return false;
+    at = positional ? static_cast<uint64_t>(pos) : static_cast<uint64_t>(p->offset);
+    len = at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(total, size - at));
+    if (!positional) p->offset = static_cast<int64_t>(at + len);
+  }
+  size_t done = 0;
+  for (int i = 0; i < iovcnt && done < len; ++i) {
+    size_t c = std::min(iov[i].iov_len, len - done);
+    if (c) memcpy(iov[i].iov_base, p->bytes->data() + at + done, c);
+    done += c;
+  }
+  *out = static_cast<ssize_t>(len);
+  return true;
+}
+
+bool Transfer(int fd, int64_t* pos, size_t n, ssize_t (*sink)(void*, const char*, size_t), void* ctx,
+              ssize_t* out) {
+  LazyFile* p;
+  uint64_t at;
+  size_t len;
+  {
+    ReadGate gate;
+    p = Acquire(fd);
+    if (p == nullptr) return false;
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->materialized) {
+      Unref(p);
+      return false;
+    }
+    if (pos != nullptr && *pos < 0) {
+      Unref(p);
+      errno = EINVAL;
+      *out = -1;
+      return true;
+    }
+    at = pos ? static_cast<uint64_t>(*pos) : static_cast<uint64_t>(p->offset);
+    const uint64_t size = p->bytes->size();
+    len = at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(std::min(n, kMaxRw), size - at));
+  }
+  // No gate while the sink runs: it may block (a pipe whose reader is not forked yet) and a fork must not wait.
+  ssize_t w = len ? sink(ctx, p->bytes->data() + at, len) : 0;
+  if (w > 0) {
+    if (pos) {
+      *pos = static_cast<int64_t>(at + static_cast<uint64_t>(w));
+    } else {
+      ReadGate gate;
+      std::lock_guard<std::mutex> lock(p->mu);
+      if (!p->materialized) p->offset = static_cast<int64_t>(at + static_cast<uint64_t>(w));
+    }
+  }
+  Unref(p);
+  *out = w;
+  return true;
+}
+
+bool Seek(int fd, off_t off, int whence, off_t* out) {
+  ReadGate gate;
+  Ref r(fd);
+  LazyFile* p = r.p;
+  if (p == nullptr) return false;
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->materialized) return false;
+  const int64_t size = static_cast<int64_t>(p->bytes->size());
+  int64_t base;
+  switch (whence) {
+    case SEEK_SET:
+      base = 0;
+      break;
+    case SEEK_CUR:
+      base = p->offset;
+      break;
+    case SEEK_END:
+      base = size;
+      break;
+    case SEEK_DATA:
+    case SEEK_HOLE:
+      // One data extent [0, size): as tmpfs answers.
+      if (off < 0 || off >= size) {
+        errno = ENXIO;
+        *out = -1;
+        return true;
+      }
+      p->offset = whence == SEEK_DATA ? off : size;
+      *out = static_cast<off_t>(p->offset);
+      return true;
+    default:
+      errno = EINVAL;
+      *out = -1;
+      return true;
+  }
+  int64_t target;
+  if (__builtin_add_overflow(base, static_cast<int64_t>(off), &target)) {
+    errno = EOVERFLOW;
+    *out = -1;
+    return true;
+  }
+  if (target < 0) {
+    errno = EINVAL;
+    *out = -1;
+    return true;
+  }
+  p->offset = target;
+  *out = static_cast<off_t>(target);
+  return true;
+}
+
+bool GetFl(int fd, int* out) {
+  ReadGate gate;
+  Ref r(fd);
+  LazyFile* p = r.p;
+  if (p == nullptr) return false;
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->materialized) return false;
+  *out = O_RDONLY | kKernelLargefile | p->flags;
+  return true;
+}
+
+bool SetFl(int fd, int flags, int* out) {
+  ReadGate gate;
+  Ref r(fd);
+  LazyFile* p = r.p;
+  if (p == nullptr) return false;
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->materialized) return false;
+  // Only bits the kernel lets F_SETFL change; the ones a lazy fd cannot honour itself make the caller
+  // materialize first (false with *out = 1).
+  if (flags & (O_ASYNC | O_DIRECT)) {
+    *out = 1;
+    return false;
+  }
+  p->flags = flags & kKeptFlags;
+  *out = 0;
+  return true;
+}
+
+void LockForFork() {
+  // Materialize first (this takes the Client's cache lock, which the Client's own prepare handler takes
+  // after us), then close the gate. A lazy fd opened between the two is materialized under the gate.
+  MaterializeAll(false);
+  while (g_writer.exchange(true, std::memory_order_acq_rel)) sched_yield();
+  while (g_readers.load(std::memory_order_acquire) != 0) sched_yield();
+  if (Any()) {
+    int hw = FdTable::HighWater();
+    for (int i = 0; i < hw; ++i)
+      if (Is(i)) MaterializeLocked(i);
+  }
+}
+
+void UnlockForFork(bool child) {
+  if (child) {
+    g_readers.store(0, std::memory_order_release);
+    for (auto& s : g_shard) s.store(false, std::memory_order_relaxed);
+  }
+  g_writer.store(false, std::memory_order_release);
+}
+
+}  // namespace fanstore::interpose::lazy

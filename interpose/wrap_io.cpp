@@ -1,0 +1,382 @@
+// Calls on lazy fds (lazy.hpp): reads and seeks served in user space; everything that hands the fd to
+// the kernel (mmap, fdopen, sendfile, copy_file_range, splice, ioctl) materializes it first; exec and
+// spawn materialize every lazy fd the child could inherit. For other fds each wrapper is one load.
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "fd_table.hpp"
+#include "lazy.hpp"
+#include "wrap.hpp"
+
+using namespace fanstore::interpose;
+
+namespace {
+
+inline bool LazyFd(int fd) { return __builtin_expect(lazy::Is(fd), 0); }
+
+// Kernel-facing call on fd: materialize (no-op unless lazy); on failure the call fails with its errno.
+inline bool Materialized(int fd) { return !LazyFd(fd) || lazy::Materialize(fd) == 0; }
+
+template <class R>
+inline R Fail() {
+  return static_cast<R>(-1);
+}
+
+}  // namespace
+
+// ---- reads and seeks served in user space ----
+
+FS_WRAPPER(ssize_t, read, (int fd, void* buf, size_t n)) {
+  ssize_t r;
+  if (LazyFd(fd) && lazy::Read(fd, buf, n, 0, false, &r)) return r;
+  return FS_REAL(read, fd, buf, n);
+}
+
+FS_WRAPPER(ssize_t, __read_chk, (int fd, void* buf, size_t n, size_t buflen)) {
+  if (n > buflen) __chk_fail();
+  ssize_t r;
+  if (LazyFd(fd) && lazy::Read(fd, buf, n, 0, false, &r)) return r;
+  return FS_REAL(__read_chk, fd, buf, n, buflen);
+}
+
+FS_WRAPPER(ssize_t, pread, (int fd, void* buf, size_t n, off_t off)) {
+  ssize_t r;
+  if (LazyFd(fd) && lazy::Read(fd, buf, n, off, true, &r)) return r;
+  return FS_REAL(pread, fd, buf, n, off);
+}
+
+FS_WRAPPER(ssize_t, pread64, (int fd, void* buf, size_t n, off64_t off)) {
+  ssize_t r;
+  if (LazyFd(fd) && lazy::Read(fd, buf, n, off, true, &r)) return r;
+  return FS_REAL(pread64, fd, buf, n, off);
+}
+
+FS_WRAPPER(ssize_t, __pread_chk, (int fd, void* buf, size_t n, off_t off, size_t buflen)) {
+  if (n > buflen) __chk_fail();
+  ssize_t r;
+  if (LazyFd(fd) && lazy::Read(fd, buf, n, off, true, &r)) return r;
+  return FS_REAL(__pread_chk, fd, buf, n, off, buflen);
+}
+
+FS_WRAPPER(ssize_t, __pread64_chk, (int fd, void* buf, size_t n, off64_t off, size_t buflen)) {
+  if (n > buflen) __chk_fail();
+  ssize_t r;
+  if (LazyFd(fd) && lazy::Read(fd, buf, n, off, true, &r)) return r;
+  return FS_REAL(__pread64_chk, fd, buf, n, off, buflen);
+}
+
+FS_WRAPPER(ssize_t, readv, (int fd, const struct iovec* iov, int iovcnt)) {
+  ssize_t r;
+  if (LazyFd(fd) && lazy::ReadV(fd, iov, iovcnt, 0, false, &r)) return r;
+  return FS_REAL(readv, fd, iov, iovcnt);
+}
+
+FS_WRAPPER(ssize_t, preadv, (int fd, const struct iovec* iov, int iovcnt, off_t off)) {
+  ssize_t r;
+  if (LazyFd(fd) && lazy::ReadV(fd, iov, iovcnt, off, true, &r)) return r;
+  return FS_REAL(preadv, fd, iov, iovcnt, off);
+}
+
+FS_WRAPPER(ssize_t, preadv64, (int fd, const struct iovec* iov, int iovcnt, off64_t off)) {
+  ssize_t r;
+  if (LazyFd(fd) && lazy::ReadV(fd, iov, iovcnt, off, true, &r)) return r;
+  return FS_REAL(preadv64, fd, iov, iovcnt, off);
+}
+
+namespace {
+// preadv2: offset -1 means the file offset; flags the kernel would reject on a regular file are EOPNOTSUPP.
+template <class Off, class Real>
+ssize_t PreadV2(int fd, const struct iovec* iov, int iovcnt, Off off, int flags, Real real) {
+  if (LazyFd(fd)) {
+    constexpr int kKnown = RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND;
+    if (flags & ~kKnown) {
+      if (lazy::Is(fd)) {
+        errno = EOPNOTSUPP;
+        return -1;
+      }
+    } else {
+      ssize_t r;
+      if (lazy::ReadV(fd, iov, iovcnt, off == -1 ? 0 : off, off != -1, &r)) return r;
+    }
+  }
+  return real();
+}
+}  // namespace
+
+FS_WRAPPER(ssize_t, preadv2, (int fd, const struct iovec* iov, int iovcnt, off_t off, int flags)) {
+  return PreadV2(fd, iov, iovcnt, off, flags, [&] { return FS_REAL(preadv2, fd, iov, iovcnt, off, flags); });
+}
+
+FS_WRAPPER(ssize_t, preadv64v2, (int fd, const struct iovec* iov, int iovcnt, off64_t off, int flags)) {
+  return PreadV2(fd, iov, iovcnt, off, flags, [&] { return FS_REAL(preadv64v2, fd, iov, iovcnt, off, flags); });
+}
+
+FS_WRAPPER(off_t, lseek, (int fd, off_t off, int whence)) {
+  off_t r;
+  if (LazyFd(fd) && lazy::Seek(fd, off, whence, &r)) return r;
+  return FS_REAL(lseek, fd, off, whence);
+}
+
+FS_WRAPPER(off64_t, lseek64, (int fd, off64_t off, int whence)) {
+  off_t r;
+  if (LazyFd(fd) && lazy::Seek(fd, off, whence, &r)) return r;
+  return FS_REAL(lseek64, fd, off, whence);
+}
+
+// Advice and readahead have nothing to do on bytes already in memory.
+FS_WRAPPER(ssize_t, readahead, (int fd, off64_t off, size_t count)) {
+  if (LazyFd(fd)) return 0;
+  return FS_REAL(readahead, fd, off, count);
+}
+
+// Nothing to flush on a read-only file (what the kernel answers for a read-only memfd too).
+FS_WRAPPER(int, fsync, (int fd)) {
+  if (LazyFd(fd)) return 0;
+  return FS_REAL(fsync, fd);
+}
+
+FS_WRAPPER(int, fdatasync, (int fd)) {
+  if (LazyFd(fd)) return 0;
+  return FS_REAL(fdatasync, fd);
+}
+
+// ---- calls that need the real file: materialize, then libc ----
+
+// lockf is fcntl record locking done inside glibc.
+FS_WRAPPER(int, lockf, (int fd, int cmd, off_t len)) {
+  if (!Materialized(fd)) return -1;
+  return FS_REAL(lockf, fd, cmd, len);
+}
+
+FS_WRAPPER(int, lockf64, (int fd, int cmd, off64_t len)) {
+  if (!Materialized(fd)) return -1;
+  return FS_REAL(lockf64, fd, cmd, len);
+}
+
+// Anonymous mappings (allocators: the hot case) go straight to the kernel, as glibc's mmap does: no
+// lookup, and no dlsym on first use, which could re-enter an allocator that is mmap'ing inside dlsym.
+FS_WRAPPER(void*, mmap, (void* addr, size_t len, int prot, int flags, int fd, off_t off)) {
+  if (fd < 0 || (flags & MAP_ANONYMOUS)) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (!Materialized(fd)) return MAP_FAILED;
+  return FS_REAL(mmap, addr, len, prot, flags, fd, off);
+}
+
+FS_WRAPPER(void*, mmap64, (void* addr, size_t len, int prot, int flags, int fd, off64_t off)) {
+  static_assert(sizeof(off64_t) == sizeof(long), "mmap64 is mmap on LP64");
+  if (fd < 0 || (flags & MAP_ANONYMOUS)) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (!Materialized(fd)) return MAP_FAILED;
+  return FS_REAL(mmap64, addr, len, prot, flags, fd, off);
+}
+
+// glibc's FILE reads the fd with internal calls no wrapper sees.
+FS_WRAPPER(FILE*, fdopen, (int fd, const char* mode)) {
+  if (!Materialized(fd)) return nullptr;
+  return FS_REAL(fdopen, fd, mode);
+}
+
+namespace {
+// Destination of a user-space sendfile/copy_file_range: fd at its offset, or at *off (pwrite) when given.
+struct Sink {
+  int fd;
+  int64_t* off;
+};
+ssize_t SinkWrite(void* ctx, const char* p, size_t n) {
+  auto* s = static_cast<Sink*>(ctx);
+  if (s->off == nullptr) return write(s->fd, p, n);
+  ssize_t w = pwrite(s->fd, p, n, static_cast<off_t>(*s->off));
+  if (w > 0) *s->off += w;
+  return w;
+}
+
+// From a lazy fd to a real one the bytes are already in memory: write them (what the kernel would do,
+// and it also works across file systems, where copy_file_range from a memfd says EXDEV).
+template <class Real>
+ssize_t CopyFromLazy(int in, int64_t* in_off, int out, int64_t* out_off, size_t n, Real real) {
+  if (LazyFd(in) && !lazy::Is(out)) {
+    Sink sink{out, out_off};
+    ssize_t r;
+    if (lazy::Transfer(in, in_off, n, SinkWrite, &sink, &r)) return r;
+  }
+  if (!Materialized(in) || !Materialized(out)) return -1;
+  return real();
+}
+}  // namespace
+
+FS_WRAPPER(ssize_t, sendfile, (int out, int in, off_t* off, size_t count)) {
+  static_assert(sizeof(off_t) == sizeof(int64_t));
+  return CopyFromLazy(in, reinterpret_cast<int64_t*>(off), out, nullptr, count,
+                      [&] { return FS_REAL(sendfile, out, in, off, count); });
+}
+
+FS_WRAPPER(ssize_t, sendfile64, (int out, int in, off64_t* off, size_t count)) {
+  return CopyFromLazy(in, reinterpret_cast<int64_t*>(off), out, nullptr, count,
+                      [&] { return FS_REAL(sendfile64, out, in, off, count); });
+}
+
+FS_WRAPPER(ssize_t, copy_file_range, (int in, off64_t* off_in, int out, off64_t* off_out, size_t len,
+                                      unsigned int flags)) {
+  if (flags != 0 && LazyFd(in)) {
+    errno = EINVAL;
+    return -1;
+  }
+  return CopyFromLazy(in, reinterpret_cast<int64_t*>(off_in), out, reinterpret_cast<int64_t*>(off_out), len, [&] {
+    ssize_t rc = FS_REAL(copy_file_range, in, off_in, out, off_out, len, flags);
+    if (rc >= 0 || errno != EXDEV || !FdTable::IsOurs(FdTable::Raw(in))) return rc;
+    // Our memfd to another file system: the kernel refuses (EXDEV); copy one chunk through user space.
+    char buf[16384];
+    off64_t pos = off_in ? *off_in : FS_REAL(lseek64, in, 0, SEEK_CUR);
+    if (pos < 0) return static_cast<ssize_t>(-1);
+    ssize_t r = FS_REAL(pread64, in, buf, len < sizeof buf ? len : sizeof buf, pos);
+    if (r <= 0) return r;
+    ssize_t w = off_out ? pwrite64(out, buf, static_cast<size_t>(r), *off_out) : write(out, buf, static_cast<size_t>(r));
+    if (w <= 0) return w;
+    if (off_in) *off_in += w; else FS_REAL(lseek64, in, pos + w, SEEK_SET);
+    if (off_out) *off_out += w;
+    return w;
+  });
+}
+
+FS_WRAPPER(ssize_t, splice, (int in, off64_t* off_in, int out, off64_t* off_out, size_t len, unsigned int flags)) {
+  if (!Materialized(in) || !Materialized(out)) return -1;
+  return FS_REAL(splice, in, off_in, out, off_out, len, flags);
+}
+
+// The third argument is an int or a pointer depending on the request; forwarded pointer-sized.
+FS_WRAPPER(int, ioctl, (int fd, unsigned long request, ...)) {
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  if (!Materialized(fd)) return -1;
+  return FS_REAL(ioctl, fd, request, arg);
+}
+
+// ---- processes: the child must find real files under every fd it inherits ----
+
+FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp[])) {
+  if (!Materialized(fd)) return -1;
+  lazy::MaterializeAll(true);
+  return FS_REAL(fexecve, fd, argv, envp);
+}
+
+FS_WRAPPER(int, execv, (const char* path, char* const argv[])) {
+  lazy::MaterializeAll(true);
+  return FS_REAL(execv, path, argv);
+}
+
+FS_WRAPPER(int, execvp, (const char* file, char* const argv[])) {
+  lazy::MaterializeAll(true);
+  return FS_REAL(execvp, file, argv);
+}
+
+FS_WRAPPER(int, execvpe, (const char* file, char* const argv[], char* const envp[])) {
+  lazy::MaterializeAll(true);
+  return FS_REAL(execvpe, file, argv, envp);
+}
+
+namespace {
+// execl-style argument lists as an argv array (on the heap: exec either replaces us or fails).
+std::vector<char*>* CollectArgs(const char* arg0, va_list ap, char*** envp_out) {
+  auto* v = new (std::nothrow) std::vector<char*>;
+  if (v == nullptr) return nullptr;
+  try {
+    v->push_back(const_cast<char*>(arg0));
+    if (arg0 != nullptr) {
+      for (;;) {
+        char* a = va_arg(ap, char*);
+        v->push_back(a);
+        if (a == nullptr) break;
+      }
+    }
+    if (envp_out) *envp_out = va_arg(ap, char**);
+  } catch (...) {
+    delete v;
+    return nullptr;
+  }
+  return v;
+}
+}  // namespace
+
+FS_WRAPPER(int, execl, (const char* path, const char* arg, ...)) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*>* v = CollectArgs(arg, ap, nullptr);
+  va_end(ap);
+  if (v == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int rc = execv(path, v->data());  // our wrapper (materializes), then libc's
+  int e = errno;
+  delete v;
+  errno = e;
+  return rc;
+}
+
+FS_WRAPPER(int, execlp, (const char* file, const char* arg, ...)) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*>* v = CollectArgs(arg, ap, nullptr);
+  va_end(ap);
+  if (v == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int rc = execvp(file, v->data());
+  int e = errno;
+  delete v;
+  errno = e;
+  return rc;
+}
+
+FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
+  va_list ap;
+  va_start(ap, arg);
+  char** envp = nullptr;
+  std::vector<char*>* v = CollectArgs(arg, ap, &envp);
+  va_end(ap);
+  if (v == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int rc = execve(path, v->data(), envp);  // our execve: FANSTORE_CWD, programs inside the image
+  int e = errno;
+  delete v;
+  errno = e;
+  return rc;
+}
+
+// posix_spawn's file actions may dup2 any fd (close-on-exec or not) into the child: materialize all.
+FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa,
+                              const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
+  lazy::MaterializeAll(false);
+  return FS_REAL(posix_spawn, pid, path, fa, attr, argv, envp);
+}
+
+FS_WRAPPER(int, posix_spawnp, (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa,
+                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
+  lazy::MaterializeAll(false);
+  return FS_REAL(posix_spawnp, pid, file, fa, attr, argv, envp);
+}
+
+// system and popen spawn a shell with glibc-internal calls; the shell inherits every fd without FD_CLOEXEC.
+FS_WRAPPER(int, system, (const char* cmd)) {
+  lazy::MaterializeAll(true);
+  return FS_REAL(system, cmd);
+}
+
+FS_WRAPPER(FILE*, popen, (const char* cmd, const char* mode)) {
+  lazy::MaterializeAll(true);
+  return FS_REAL(popen, cmd, mode);
+}

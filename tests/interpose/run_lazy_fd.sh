@@ -1,0 +1,28 @@
+#!/bin/bash
+# Runs lazy_fd_test on a small (in-cache, heap-backed) and a large (memfd-backed) file of a packed tree,
+# with lazy fds (the default) and with FANSTORE_LAZY=0 (a memfd at every open): both must match the real file.
+# Usage: run_lazy_fd.sh BUILD_DIR LAZY_FD_TEST_BINARY
+set -euo pipefail
+build=$1 bin=$2
+fanstore=$build/bin/fanstore
+tmp=$(mktemp -d /tmp/fanstore-lazyfd.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/src/d"
+head -c 20000 /dev/urandom > "$tmp/src/small.bin"
+head -c 300000 /dev/urandom > "$tmp/src/d/large.bin"
+"$fanstore" pack "$tmp/src" -o "$tmp/img" --parts 2 > /dev/null
+status=0
+for f in small.bin d/large.bin; do
+  for lazy in 1 0; do
+    echo "== $f (FANSTORE_LAZY=$lazy)"
+    if ! FANSTORE_LAZY=$lazy LAZY_EXPECT=$lazy "$fanstore" run --image "$tmp/img" --mount /fanstore -- \
+        "$bin" "$tmp/src/$f" "/fanstore/$f"; then
+      status=1
+    fi
+  done
+done
+echo "== stress: threads reading while the main thread forks"
+if ! "$fanstore" run --image "$tmp/img" --mount /fanstore -- "$bin" --stress "$tmp/src/d/large.bin" /fanstore/d/large.bin; then
+  status=1
+fi
+exit $status
