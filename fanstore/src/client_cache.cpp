@@ -102,7 +102,24 @@ std::unique_ptr<DecodedBytes> AllocateMemfd(uint64_t size, char** writable, void
 
 constexpr uint64_t kMmapThreshold = 1ull << 20;
 
+// Bytes that live in the partition file's page cache: nothing copied, nothing allocated.
+class PartitionBytes final : public FileBytes {
+ public:
+  PartitionBytes(const Image::Mapping& m, uint64_t n) : m_(m), n_(n) {}
+  ~PartitionBytes() override { munmap(m_.base, m_.length); }
+  const char* data() const override { return m_.data; }
+  uint64_t size() const override { return n_; }
+
+ private:
+  Image::Mapping m_;
+  uint64_t n_;
+};
+
 }  // namespace
+
+std::unique_ptr<FileBytes> WrapPartitionMapping(const Image::Mapping& m, uint64_t size) {
+  return std::make_unique<PartitionBytes>(m, size);
+}
 
 std::unique_ptr<DecodedBytes> AllocateFileBytes(uint64_t size, char** writable, void (*internal_fd_hook)(int)) {
   if (size >= kMemfdThreshold) {

@@ -41,6 +41,9 @@ class DecodedBytes : public FileBytes {
   virtual bool Freeze() { return true; }
 };
 
+// A verified raw file served straight from its partition's mapping (see Image::MapRawFile).
+std::unique_ptr<FileBytes> WrapPartitionMapping(const Image::Mapping& m, uint64_t size);
+
 // Storage for `size` decoded bytes: the heap for small files; a memfd mapping for files of
 // kMemfdThreshold bytes or more (so OpenFd can reopen it instead of copying), or anonymous memory if
 // no memfd can be had. `internal_fd_hook` (may be null) is told about a memfd the storage keeps.

@@ -376,6 +376,30 @@ Status Image::ReadFile(uint32_t id, void* out) const {
   return DecodeStream(e, *fd, where, static_cast<char*>(out));
 }
 
+Result<Image::Mapping> Image::MapRawFile(uint32_t id) const {
+  Entry e;
+  Status s = FileChecks(*this, id, &e);
+  if (!s.ok()) return s;
+  if (e.codec != Codec::kRaw) return Status(Code::kUnsupported, std::string(e.path) + " is stored compressed");
+  if (e.size == 0) return Status(Code::kUnsupported, std::string(e.path) + " is empty");
+  auto fd = impl_->PartFd(e.part);
+  if (!fd.ok()) return fd.status();
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = e.offset / page * page;
+  Mapping m;
+  m.length = static_cast<size_t>(e.offset + e.size - start);
+  // MAP_POPULATE maps the page-cache pages in one call: the checksum below touches all of them anyway.
+  void* p = ::mmap(nullptr, m.length, PROT_READ, MAP_SHARED | MAP_POPULATE, *fd, static_cast<off_t>(start));
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping " + std::string(e.path) + " in " + PartitionPath(e.part));
+  m.base = p;
+  m.data = static_cast<const char*>(p) + (e.offset - start);
+  if (XXH3_64bits(m.data, e.size) != e.checksum) {
+    ::munmap(p, m.length);
+    return ChecksumMismatch(e, std::string(impl_->PartName(e.part)));
+  }
+  return m;
+}
+
 Status Image::CheckFile(uint32_t id) const {
   Entry e;
   Status s = FileChecks(*this, id, &e);

@@ -28,9 +28,11 @@ class ClientTest : public ::testing::Test {
   void SetUp() override {
     test::MakeDirs(src_.path() + "/d");
     small_ = test::TextBytes(1000, 1);
-    big_ = test::RandomBytes(300 * 1024, 2);  // above the memfd threshold: decoded straight into a memfd
+    big_ = test::TextBytes(300 * 1024, 2);     // compressible, above the memfd threshold: decoded into a memfd
+    raw_ = test::RandomBytes(200 * 1024, 3);   // incompressible: stored raw, served from the partition mapping
     test::WriteFile(src_.path() + "/d/small.txt", small_);
     test::WriteFile(src_.path() + "/d/big.bin", big_);
+    test::WriteFile(src_.path() + "/d/raw.bin", raw_);
     ASSERT_TRUE(test::PackTree(src_.path(), img_.path() + "/img", 2).ok());
     ClientOptions o;
     o.image = img_.path() + "/img";
@@ -44,7 +46,7 @@ class ClientTest : public ::testing::Test {
     return r.ok() ? *r : 0;
   }
   TempDir src_, img_;
-  std::string small_, big_;
+  std::string small_, big_, raw_;
   std::unique_ptr<Client> client_;
 };
 
@@ -60,6 +62,38 @@ TEST_F(ClientTest, OpenFdHoldsTheFileBytesReadOnly) {
     }
   }
   EXPECT_FALSE(client_->OpenFd(Id("d/big.bin"), O_RDWR).ok());
+}
+
+// Large raw files are verified in place and served from the partition's page cache (no copy).
+TEST_F(ClientTest, RawFileIsServedInPlaceAndRealFdsStillWork) {
+  auto bytes = client_->Load(Id("d/raw.bin"));
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ((*bytes)->memfd().fd, -1);
+  EXPECT_EQ(std::string((*bytes)->data(), (*bytes)->size()), raw_);
+  auto fd = client_->OpenFd(Id("d/raw.bin"), O_RDONLY);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  EXPECT_EQ(Drain(*fd), raw_);
+  close(*fd);
+}
+
+TEST_F(ClientTest, FlippedByteInARawFileIsCorruptNotServed) {
+  Entry e = client_->image().Get(Id("d/raw.bin"));
+  ASSERT_EQ(e.codec, Codec::kRaw);
+  const std::string part = client_->image().PartitionPath(e.part);
+  int pfd = open(part.c_str(), O_RDWR);
+  ASSERT_GE(pfd, 0);
+  char c;
+  ASSERT_EQ(pread(pfd, &c, 1, static_cast<off_t>(e.offset + 1000)), 1);
+  c ^= 0x10;
+  ASSERT_EQ(pwrite(pfd, &c, 1, static_cast<off_t>(e.offset + 1000)), 1);
+  close(pfd);
+  ClientOptions o;
+  o.image = client_->image().dir();
+  auto fresh = Client::Create(o);  // a new client: nothing cached
+  ASSERT_TRUE(fresh.ok());
+  auto r = (*fresh)->Load((*fresh)->Lookup("d/raw.bin").value());
+  EXPECT_EQ(r.status().code(), Code::kCorrupt);
+  EXPECT_EQ((*fresh)->OpenFd((*fresh)->Lookup("d/raw.bin").value(), O_RDONLY).status().code(), Code::kCorrupt);
 }
 
 TEST_F(ClientTest, EachOpenHasItsOwnOffset) {

@@ -85,6 +85,17 @@ class Image {
 
   // Reads the stored bytes of file `id` (compressed as packed) from its local partition into `out`.
   Status ReadStored(uint32_t id, std::string* out) const;
+  // Zero-copy view of a raw-stored (uncompressed) file in its local partition: a read-only mapping of
+  // the partition range, checksum verified before it is returned (kCorrupt otherwise). The page cache
+  // already holds those bytes, so large files are served without a decoded copy. kUnsupported for a
+  // compressed file. The caller munmaps [base, base + length). The image is immutable by contract:
+  // truncating a partition file while it is mapped would fault the reader (SIGBUS).
+  struct Mapping {
+    void* base = nullptr;
+    size_t length = 0;
+    const char* data = nullptr;  // the file's first byte, inside the mapping
+  };
+  Result<Mapping> MapRawFile(uint32_t id) const;
   // Reads and decodes file `id` into `out` (exactly Get(id).size bytes), streaming for huge files,
   // and checks the XXH3 checksum: a mismatch is kCorrupt naming the file, and `out` must not be used.
   Status ReadFile(uint32_t id, void* out) const;
