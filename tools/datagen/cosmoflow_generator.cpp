@@ -50,25 +50,11 @@ void write_universe(const std::string& path, int edge, SyntheticRandom& rng) {
   file.close();
 }
 
-void generate_split(const GeneratorOptions& options, int edge, Split split, const std::string& split_dir,
-                    std::uint64_t count) {
-  make_directories(split_dir);
-  for_each_sample(count, options.threads, [&](std::uint64_t index) {
-    SyntheticRandom rng(SyntheticRandom::seed_for({options.seed, static_cast<std::uint64_t>(split), index}));
-    char file[48];
-    std::snprintf(file, sizeof file, "/univ_%05llu.h5", static_cast<unsigned long long>(index));
-    write_universe(split_dir + file, edge, rng);
-  });
-}
-
 }  // namespace
 
 std::string generate_cosmoflow(const GeneratorOptions& options) {
   const int edge = options.size > 0 ? options.size : kDefaultSize;
-  const SplitCounts counts = split_counts(options.samples, options.val_fraction);
-  prepare_output_dir(options.output_dir);
-  generate_split(options, edge, Split::kTrain, options.output_dir + "/train", counts.train);
-  if (counts.val > 0) generate_split(options, edge, Split::kVal, options.output_dir + "/val", counts.val);
+  const SplitCounts counts = generate_volume_splits(options, edge, "univ", write_universe);
   return "cosmoflow: " + std::to_string(counts.train) + " train + " + std::to_string(counts.val) +
          " val universes, " + std::to_string(edge) + "^3 x 4 in " + options.output_dir;
 }

@@ -3,12 +3,15 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "synthetic_random.hpp"
 
 namespace fanstore::datagen {
 
@@ -60,6 +63,25 @@ void for_each_sample(std::uint64_t count, int threads, const std::function<void(
   work();
   for (auto& thread : pool) thread.join();
   if (first_error) std::rethrow_exception(first_error);
+}
+
+SplitCounts generate_volume_splits(const GeneratorOptions& options, int edge, const char* prefix,
+                                   const std::function<void(const std::string&, int, SyntheticRandom&)>& write) {
+  const SplitCounts counts = split_counts(options.samples, options.val_fraction);
+  prepare_output_dir(options.output_dir);
+  for (Split split : {Split::kTrain, Split::kVal}) {
+    const std::uint64_t count = split == Split::kTrain ? counts.train : counts.val;
+    if (count == 0) continue;
+    const std::string dir = options.output_dir + (split == Split::kTrain ? "/train" : "/val");
+    make_directories(dir);
+    for_each_sample(count, options.threads, [&](std::uint64_t index) {
+      SyntheticRandom rng(SyntheticRandom::seed_for({options.seed, static_cast<std::uint64_t>(split), index}));
+      char file[64];
+      std::snprintf(file, sizeof file, "/%s_%05llu.h5", prefix, static_cast<unsigned long long>(index));
+      write(dir + file, edge, rng);
+    });
+  }
+  return counts;
 }
 
 }  // namespace fanstore::datagen
