@@ -278,6 +278,19 @@ void MaterializeAll(bool only_inheritable) {
   errno = saved;
 }
 
+// Takes p->mu: the byte range [*at, *at + *len) a read of up to `want` bytes gets, at *pos when given,
+// else at the shared offset, which it advances when `advance` (a plain read; sendfile advances only after
+// its sink wrote). False when the fd was materialized meanwhile: the caller falls back to the kernel.
+bool ClaimRange(LazyFile* p, size_t want, const int64_t* pos, bool advance, uint64_t* at, size_t* len) {
+  const uint64_t size = p->bytes->size();
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->materialized) return false;
+  *at = pos ? static_cast<uint64_t>(*pos) : static_cast<uint64_t>(p->offset);
+  *len = *at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(std::min(want, kMaxRw), size - *at));
+  if (advance && pos == nullptr) p->offset = static_cast<int64_t>(*at + *len);
+  return true;
+}
+
 bool Read(int fd, void* buf, size_t n, off_t pos, bool positional, ssize_t* out) {
   ReadGate gate;
   Ref r(fd);
@@ -288,17 +301,10 @@ bool Read(int fd, void* buf, size_t n, off_t pos, bool positional, ssize_t* out)
     *out = -1;
     return true;
   }
-  if (n > kMaxRw) n = kMaxRw;
-  const uint64_t size = p->bytes->size();
+  const int64_t at_pos = pos;
   uint64_t at;
   size_t len;
-  {
-    std::lock_guard<std::mutex> lock(p->mu);
-    if (p->materialized) return false;
-    at = positional ? static_cast<uint64_t>(pos) : static_cast<uint64_t>(p->offset);
-    len = at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(n, size - at));
-    if (!positional) p->offset = static_cast<int64_t>(at + len);
-  }
+  if (!ClaimRange(p, n, positional ? &at_pos : nullptr, true, &at, &len)) return false;
   if (len) memcpy(buf, p->bytes->data() + at, len);
   *out = static_cast<ssize_t>(len);
   return true;
@@ -323,17 +329,10 @@ bool ReadV(int fd, const struct iovec* iov, int iovcnt, off_t pos, bool position
     }
     total += iov[i].iov_len;
   }
-  if (total > kMaxRw) total = kMaxRw;
-  const uint64_t size = p->bytes->size();
+  const int64_t at_pos = pos;
   uint64_t at;
   size_t len;
-  {
-    std::lock_guard<std::mutex> lock(p->mu);
-    if (p->materialized) return false;
-    at = positional ? static_cast<uint64_t>(pos) : static_cast<uint64_t>(p->offset);
-    len = at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(total, size - at));
-    if (!positional) p->offset = static_cast<int64_t>(at + len);
-  }
+  if (!ClaimRange(p, total, positional ? &at_pos : nullptr, true, &at, &len)) return false;
   size_t done = 0;
   for (int i = 0; i < iovcnt && done < len; ++i) {
     size_t c = std::min(iov[i].iov_len, len - done);
@@ -353,20 +352,16 @@ bool Transfer(int fd, int64_t* pos, size_t n, ssize_t (*sink)(void*, const char*
     ReadGate gate;
     p = Acquire(fd);
     if (p == nullptr) return false;
-    std::lock_guard<std::mutex> lock(p->mu);
-    if (p->materialized) {
-      Unref(p);
-      return false;
-    }
     if (pos != nullptr && *pos < 0) {
       Unref(p);
       errno = EINVAL;
       *out = -1;
       return true;
     }
-    at = pos ? static_cast<uint64_t>(*pos) : static_cast<uint64_t>(p->offset);
-    const uint64_t size = p->bytes->size();
-    len = at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(std::min(n, kMaxRw), size - at));
+    if (!ClaimRange(p, n, pos, false, &at, &len)) {
+      Unref(p);
+      return false;
+    }
   }
   // No gate while the sink runs: it may block (a pipe whose reader is not forked yet) and a fork must not wait.
   ssize_t w = len ? sink(ctx, p->bytes->data() + at, len) : 0;

@@ -306,6 +306,20 @@ std::vector<char*>* CollectArgs(const char* arg0, va_list ap, char*** envp_out) 
   }
   return v;
 }
+
+// Runs `exec` on the collected argv (null: out of memory) and frees it, keeping exec's errno.
+template <class Exec>
+int ExecCollected(std::vector<char*>* v, Exec exec) {
+  if (v == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int rc = exec(v->data());
+  int e = errno;
+  delete v;
+  errno = e;
+  return rc;
+}
 }  // namespace
 
 FS_WRAPPER(int, execl, (const char* path, const char* arg, ...)) {
@@ -313,15 +327,8 @@ FS_WRAPPER(int, execl, (const char* path, const char* arg, ...)) {
   va_start(ap, arg);
   std::vector<char*>* v = CollectArgs(arg, ap, nullptr);
   va_end(ap);
-  if (v == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  int rc = execv(path, v->data());  // our wrapper (materializes), then libc's
-  int e = errno;
-  delete v;
-  errno = e;
-  return rc;
+  // Our execv wrapper (materializes), then libc's.
+  return ExecCollected(v, [&](char** argv) { return execv(path, argv); });
 }
 
 FS_WRAPPER(int, execlp, (const char* file, const char* arg, ...)) {
@@ -329,15 +336,7 @@ FS_WRAPPER(int, execlp, (const char* file, const char* arg, ...)) {
   va_start(ap, arg);
   std::vector<char*>* v = CollectArgs(arg, ap, nullptr);
   va_end(ap);
-  if (v == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  int rc = execvp(file, v->data());
-  int e = errno;
-  delete v;
-  errno = e;
-  return rc;
+  return ExecCollected(v, [&](char** argv) { return execvp(file, argv); });
 }
 
 FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
@@ -346,15 +345,8 @@ FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
   char** envp = nullptr;
   std::vector<char*>* v = CollectArgs(arg, ap, &envp);
   va_end(ap);
-  if (v == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  int rc = execve(path, v->data(), envp);  // our execve: FANSTORE_CWD, programs inside the image
-  int e = errno;
-  delete v;
-  errno = e;
-  return rc;
+  // Our execve: FANSTORE_CWD, programs inside the image.
+  return ExecCollected(v, [&](char** argv) { return execve(path, argv, envp); });
 }
 
 // posix_spawn's file actions may dup2 any fd (close-on-exec or not) into the child: materialize all.

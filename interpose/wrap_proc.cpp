@@ -188,16 +188,23 @@ FS_WRAPPER(int, dup3, (int fd, int nfd, int flags)) {
 
 // The third argument is an int or a pointer depending on cmd; both travel in one register on x86-64,
 // so it is forwarded as a pointer-sized value (what glibc itself does).
+namespace {
+// fcntl and fcntl64: lazy fds answer in user space; F_DUPFD* copies our tracking; the rest is libc's.
+template <class Real>
+int FcntlCommon(int fd, int cmd, void* arg, Real real) {
+  int lrc;
+  if (LazyFcntl(fd, cmd, arg, &lrc)) return lrc;
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return DupCommon(fd, -1, real);
+  return real();
+}
+}  // namespace
+
 FS_WRAPPER(int, fcntl, (int fd, int cmd, ...)) {
   va_list ap;
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  int lrc;
-  if (LazyFcntl(fd, cmd, arg, &lrc)) return lrc;
-  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return DupCommon(fd, -1, [&] { return FS_REAL(fcntl, fd, cmd, arg); });
-  int rc = FS_REAL(fcntl, fd, cmd, arg);
-  return rc;
+  return FcntlCommon(fd, cmd, arg, [&] { return FS_REAL(fcntl, fd, cmd, arg); });
 }
 
 FS_WRAPPER(int, fcntl64, (int fd, int cmd, ...)) {
@@ -205,11 +212,7 @@ FS_WRAPPER(int, fcntl64, (int fd, int cmd, ...)) {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  int lrc;
-  if (LazyFcntl(fd, cmd, arg, &lrc)) return lrc;
-  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) return DupCommon(fd, -1, [&] { return FS_REAL(fcntl64, fd, cmd, arg); });
-  int rc = FS_REAL(fcntl64, fd, cmd, arg);
-  return rc;
+  return FcntlCommon(fd, cmd, arg, [&] { return FS_REAL(fcntl64, fd, cmd, arg); });
 }
 
 // fork needs nothing beyond libc's: the pthread_atfork handlers registered at start-up materialize the

@@ -95,6 +95,14 @@ FileBytes::Memfd IdentityOf(int fd) {
   return m;
 }
 
+// Every failed load is counted and reported once, with the one line a user sees; the front end
+// then reports EIO (or what the status maps to).
+Status ReportLoadFailure(ClientStats& stats, Status s) {
+  stats.errors.fetch_add(1, std::memory_order_relaxed);
+  std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
+  return s;
+}
+
 }  // namespace
 
 std::string ClientStats::Line() const {
@@ -215,11 +223,7 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
       cache_->Put(id, shared);
       return shared;
     }
-    if (m.status().code() == Code::kCorrupt) {
-      stats_.errors.fetch_add(1, std::memory_order_relaxed);
-      std::fprintf(stderr, "fanstore: %s\n", m.status().ToString().c_str());
-      return m.status();
-    }
+    if (m.status().code() == Code::kCorrupt) return ReportLoadFailure(stats_, m.status());
     // Could not map (address space, odd file system): decode into memory below.
   }
   char* out = nullptr;
@@ -257,12 +261,7 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
                                    " is not on this node and no daemon is configured");
   }
   if (s.ok() && !bytes->Freeze()) s = Status::FromErrno(errno, "sealing the decoded " + std::string(e.path));
-  if (!s.ok()) {
-    stats_.errors.fetch_add(1, std::memory_order_relaxed);
-    // The one line a user sees when a stored file is bad; the front end reports EIO.
-    std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
-    return s;
-  }
+  if (!s.ok()) return ReportLoadFailure(stats_, s);
   std::shared_ptr<const FileBytes> shared(std::move(bytes));
   cache_->Put(id, shared);
   return shared;
