@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "ancestors.hpp"
 #include "cwd.hpp"
 #include "fanstore/path.hpp"
 #include "fanstore/status.hpp"
@@ -59,12 +60,17 @@ Resolved Classify(int dirfd, const char* path) {
         (path[g_mount_len] == '/' || path[g_mount_len] == '\0'))
       r.rewritten = NormalizeAbsolute(path);
   } else {
-    uint32_t dir_id;
-    if (dirfd != AT_FDCWD) {
-      if (!FdTable::Lookup(dirfd, &dir_id)) return r;  // a real directory fd: the kernel resolves it
+    uint32_t dir_raw = dirfd == AT_FDCWD ? 0 : FdTable::Raw(dirfd);
+    if (dirfd != AT_FDCWD && FdTable::IsOurs(dir_raw)) {
       if (g_client == nullptr) return r;
-      base = AbsoluteOfId(dir_id);
+      base = AbsoluteOfId(FdTable::IdOf(dir_raw));
       virtual_base = true;
+    } else if (dirfd != AT_FDCWD) {
+      // A real directory fd: the kernel resolves the path, unless the fd is an ancestor of the mount
+      // (rsync: open("/", O_PATH) then fstatat(fd, "fanstore")) or the path climbs with "..".
+      if (dir_raw == 0 && !HasDotDot(path)) return r;
+      base = ancestors::BaseOfDirfd(dirfd, path);
+      if (base.empty()) return r;
     } else if (cwd::HasVirtual()) {
       base = cwd::Base();
       virtual_base = true;
@@ -73,7 +79,9 @@ Resolved Classify(int dirfd, const char* path) {
       base = cwd::Base();
     }
     c = ClassifyPath(path, mount, base);
-    if (c.cls == PathClass::kNotOurs && virtual_base) {
+    // libc cannot resolve a path against a virtual base, nor one that passes through a mount point that
+    // may not exist on disk ("fanstore/../etc" from "/"): hand it the lexically resolved absolute path.
+    if (c.cls == PathClass::kNotOurs && (virtual_base || ancestors::WalkPath(mount, base, path).enters)) {
       std::string joined = base;
       joined.push_back('/');
       joined += path;

@@ -11,10 +11,12 @@
 #include <atomic>
 #include <mutex>
 
+#include "ancestors.hpp"
 #include "cwd.hpp"
 #include "dir_registry.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "parent_listing.hpp"
 #include "fanstore/env.hpp"
 #include "fanstore/path.hpp"
 #include "trace.hpp"
@@ -54,11 +56,13 @@ void ForkPrepare() {
   ReentrancyGuard guard;
   cwd::LockForFork();
   dirs::LockForFork();
+  parent_listing::LockForFork();
   if (g_client) g_client->AtForkPrepare();
 }
 void ForkParent() {
   ReentrancyGuard guard;
   if (g_client) g_client->AtForkParent();
+  parent_listing::UnlockForFork();
   dirs::UnlockForFork();
   cwd::UnlockForFork();
   lazy::UnlockForFork(false);
@@ -66,6 +70,7 @@ void ForkParent() {
 void ForkChild() {
   ReentrancyGuard guard;
   if (g_client) g_client->AtForkChild();
+  parent_listing::UnlockForFork();
   dirs::UnlockForFork();
   cwd::UnlockForFork();
   lazy::UnlockForFork(true);
@@ -87,6 +92,7 @@ void InitOnce() {
   if (m.size() >= sizeof g_mount) m = env::kDefaultMount;
   memcpy(g_mount, m.c_str(), m.size() + 1);
   g_mount_len = m.size();
+  ancestors::Init();
 
   cwd::Init();
   pthread_atfork(ForkPrepare, ForkParent, ForkChild);

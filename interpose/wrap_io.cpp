@@ -17,6 +17,7 @@
 
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "raw_syscall.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
@@ -164,17 +165,24 @@ FS_WRAPPER(int, lockf64, (int fd, int cmd, off64_t len)) {
   return FS_REAL(lockf64, fd, cmd, len);
 }
 
+namespace {
+void* AnonymousMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(RawSyscallErrno(SYS_mmap, reinterpret_cast<long>(addr), static_cast<long>(len), prot,
+                                                 flags, fd, off));
+}
+}  // namespace
+
 // Anonymous mappings (allocators: the hot case) go straight to the kernel, as glibc's mmap does: no
 // lookup, and no dlsym on first use, which could re-enter an allocator that is mmap'ing inside dlsym.
 FS_WRAPPER(void*, mmap, (void* addr, size_t len, int prot, int flags, int fd, off_t off)) {
-  if (fd < 0 || (flags & MAP_ANONYMOUS)) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (fd < 0 || (flags & MAP_ANONYMOUS)) return AnonymousMmap(addr, len, prot, flags, fd, off);
   if (!Materialized(fd)) return MAP_FAILED;
   return FS_REAL(mmap, addr, len, prot, flags, fd, off);
 }
 
 FS_WRAPPER(void*, mmap64, (void* addr, size_t len, int prot, int flags, int fd, off64_t off)) {
   static_assert(sizeof(off64_t) == sizeof(long), "mmap64 is mmap on LP64");
-  if (fd < 0 || (flags & MAP_ANONYMOUS)) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (fd < 0 || (flags & MAP_ANONYMOUS)) return AnonymousMmap(addr, len, prot, flags, fd, off);
   if (!Materialized(fd)) return MAP_FAILED;
   return FS_REAL(mmap64, addr, len, prot, flags, fd, off);
 }

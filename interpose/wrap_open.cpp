@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ancestors.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "ops.hpp"
@@ -48,8 +49,13 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
   if (r.pass()) {
     lazy::BeforeReopen(path);
     int fd = pass(r.PassDirfd(dirfd), r.PassPath(path));
-    FdTable::Clear(fd);  // an fd number closed behind our back (e.g. inside libc) is not ours any more
-    lazy::Forget(fd);
+    if (fd >= 0) {
+      // Forgets what the number was (closed behind our back, e.g. inside libc), and marks it when it is a
+      // directory above the mount (rsync: open("/", O_PATH), then fstatat(fd, "fanstore")).
+      int saved = errno;
+      ancestors::NoteOpened(fd, r.PassDirfd(dirfd), r.PassPath(path));
+      errno = saved;
+    }
     return fd;
   }
   int saved = errno;

@@ -2,6 +2,7 @@
 // ftw/nftw (a small walker on the wrapped calls), for paths under the mount.
 #include <dirent.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <glob.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ancestors.hpp"
 #include "cwd.hpp"
 #include "wrap.hpp"
 
@@ -20,18 +22,45 @@ using namespace fanstore::interpose;
 
 namespace {
 
-// Could a walk of `path` reach the mount? Absolute paths under the mount prefix; relative paths while
-// the cwd is virtual or near the mount, or that climb with "..". Everything else keeps glibc's own walk.
+// Could a walk of `path` reach the mount? Absolute paths under the mount prefix or above it (the mount's
+// ancestors: a walk of "/data" enters "/data/imagenet"); relative paths while the cwd is virtual or near the
+// mount, or that climb with "..". Everything else keeps glibc's own walk.
 bool WalksOurs(const char* path) {
   if (path == nullptr || !Active()) return false;
   if (path[0] == '/') {
-    return strncmp(path, g_mount, g_mount_len) == 0 &&
-           (g_mount_len == 1 || path[g_mount_len] == '/' || path[g_mount_len] == '\0');
+    if (strncmp(path, g_mount, g_mount_len) == 0 &&
+        (g_mount_len == 1 || path[g_mount_len] == '/' || path[g_mount_len] == '\0'))
+      return true;
+    return ancestors::DepthOf(AT_FDCWD, path) >= 0;
   }
   if (cwd::HasVirtual() || cwd::RealCwdNearMount()) return true;
   for (const char* s = strstr(path, ".."); s != nullptr; s = strstr(s + 1, ".."))
     if ((s == path || s[-1] == '/') && (s[2] == '\0' || s[2] == '/')) return true;
   return false;
+}
+
+// Could an absolute glob pattern match a path at or below the mount ("/data/*/train" for a mount at
+// /data/imagenet)? Its first components must match the mount's, as glob would match them.
+bool PatternReachesMount(const char* pattern) {
+  if (pattern == nullptr || pattern[0] != '/' || !Active()) return false;
+  const int depth = ancestors::MountDepth();
+  const char* p = pattern;
+  for (int k = 0; k < depth; ++k) {
+    while (*p == '/') ++p;
+    if (*p == '\0') return false;  // ends above the mount: the real listing is complete there
+    const char* end = strchr(p, '/');
+    size_t n = end ? static_cast<size_t>(end - p) : strlen(p);
+    std::string_view mine = ancestors::ChildName(k);
+    char pat[NAME_MAX + 1], name[NAME_MAX + 1];
+    if (n > NAME_MAX || mine.size() > NAME_MAX) return false;
+    memcpy(pat, p, n);
+    pat[n] = '\0';
+    memcpy(name, mine.data(), mine.size());
+    name[mine.size()] = '\0';
+    if (fnmatch(pat, name, FNM_PERIOD) != 0) return false;
+    p += n;
+  }
+  return true;
 }
 
 // ---- glob: glibc's own implementation, reading directories through our wrapped calls.
@@ -224,7 +253,8 @@ int FtwOurs(const char* dir, Fn fn) noexcept {
 using GlobErr = int (*)(const char*, int);
 
 FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* pglob)) {
-  if ((flags & GLOB_ALTDIRFUNC) || !WalksOurs(pattern)) return FS_REAL(glob, pattern, flags, errfunc, pglob);
+  if ((flags & GLOB_ALTDIRFUNC) || !(WalksOurs(pattern) || PatternReachesMount(pattern)))
+    return FS_REAL(glob, pattern, flags, errfunc, pglob);
   return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir,
                   static_cast<int (*)(const char*, struct stat*)>(stat),
                   static_cast<int (*)(const char*, struct stat*)>(lstat),
@@ -232,7 +262,8 @@ FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* 
 }
 
 FS_WRAPPER(int, glob64, (const char* pattern, int flags, GlobErr errfunc, glob64_t* pglob)) {
-  if ((flags & GLOB_ALTDIRFUNC) || !WalksOurs(pattern)) return FS_REAL(glob64, pattern, flags, errfunc, pglob);
+  if ((flags & GLOB_ALTDIRFUNC) || !(WalksOurs(pattern) || PatternReachesMount(pattern)))
+    return FS_REAL(glob64, pattern, flags, errfunc, pglob);
   return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir64,
                   static_cast<int (*)(const char*, struct stat64*)>(stat64),
                   static_cast<int (*)(const char*, struct stat64*)>(lstat64),

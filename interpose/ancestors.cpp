@@ -1,0 +1,168 @@
+// Ancestors of the mount: the lexical walk that recognises them, and the fd-table marks of real directory fds naming one.
+#include "ancestors.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cwd.hpp"
+#include "fd_identity.hpp"
+#include "fd_table.hpp"
+#include "real.hpp"
+#include "state.hpp"
+
+namespace fanstore::interpose::ancestors {
+namespace {
+
+// Component k of the mount is g_mount[g_off[k], g_off[k] + g_len[k]).
+constexpr int kMaxDepth = FdTable::kMaxAncestorDepth + 1;
+int g_depth = 0;
+uint16_t g_off[kMaxDepth];
+uint16_t g_len[kMaxDepth];
+
+bool HasDotDot(std::string_view p) {
+  for (size_t i = p.find(".."); i != std::string_view::npos; i = p.find("..", i + 1)) {
+    bool start = i == 0 || p[i - 1] == '/';
+    bool end = i + 2 == p.size() || p[i + 2] == '/';
+    if (start && end) return true;
+  }
+  return false;
+}
+
+// Splits an absolute path into component views (at most `cap`); false when there are more.
+int Split(std::string_view path, std::string_view* out, int cap) {
+  int n = 0;
+  size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') ++i;
+    size_t j = i;
+    while (j < path.size() && path[j] != '/') ++j;
+    if (j > i) {
+      if (n == cap) return -1;
+      out[n++] = path.substr(i, j - i);
+    }
+    i = j;
+  }
+  return n;
+}
+
+}  // namespace
+
+void Init() {
+  std::string_view m(g_mount, g_mount_len);
+  std::string_view comps[kMaxDepth];
+  int n = Split(m, comps, kMaxDepth);
+  if (n < 0) n = 0;  // deeper than the fd table can mark: no ancestor is ever recognised
+  for (int k = 0; k < n; ++k) {
+    g_off[k] = static_cast<uint16_t>(comps[k].data() - g_mount);
+    g_len[k] = static_cast<uint16_t>(comps[k].size());
+  }
+  g_depth = n;
+}
+
+int MountDepth() { return g_depth; }
+
+std::string_view PathAt(int depth) {
+  if (depth <= 0) return "/";
+  return std::string_view(g_mount, g_off[depth - 1] + g_len[depth - 1]);
+}
+
+std::string_view ChildName(int depth) {
+  if (depth < 0 || depth >= g_depth) return {};
+  return std::string_view(g_mount + g_off[depth], g_len[depth]);
+}
+
+Walk WalkPath(std::string_view mount, std::string_view base, std::string_view path) {
+  std::string_view mc[kMaxDepth];
+  int md = Split(mount, mc, kMaxDepth);
+  Walk w;
+  if (md < 0) return w;
+  // State: the first `matched` components equal the mount's; `extra` more have diverged from it.
+  int matched = 0, extra = 0;
+  auto step = [&](std::string_view c) {
+    if (c.empty() || c == ".") return;
+    if (c == "..") {
+      if (extra > 0) {
+        --extra;
+      } else if (matched > 0) {
+        --matched;
+      }
+      return;
+    }
+    if (extra == 0 && matched < md && c == mc[matched]) {
+      ++matched;
+    } else {
+      ++extra;
+    }
+    if (extra == 0 && matched == md) w.enters = true;
+  };
+  auto walk = [&](std::string_view p) {
+    size_t i = 0;
+    while (i <= p.size()) {
+      size_t j = p.find('/', i);
+      if (j == std::string_view::npos) j = p.size();
+      step(p.substr(i, j - i));
+      i = j + 1;
+    }
+  };
+  if (path.empty() || path[0] != '/') walk(base);
+  walk(path);
+  if (extra == 0 && matched < md) w.depth = matched;
+  return w;
+}
+
+int DepthOf(int dirfd, const char* path) {
+  if (g_depth == 0 || path == nullptr) return -1;
+  std::string_view p(path);
+  std::string base;
+  if (p.empty() || p[0] != '/') {
+    if (dirfd == AT_FDCWD) {
+      // From a cwd that is neither an ancestor nor inside the mount, only ".." can climb to an ancestor.
+      if (!cwd::RealCwdNearMount() && !HasDotDot(p)) return -1;
+      ReentrancyGuard guard;
+      try {
+        base = cwd::Base();
+      } catch (...) {
+        return -1;
+      }
+    } else {
+      uint32_t raw = FdTable::Raw(dirfd);
+      if (FdTable::IsOurs(raw) || (raw == 0 && !HasDotDot(p))) return -1;
+      ReentrancyGuard guard;
+      try {
+        base = BaseOfDirfd(dirfd, path);
+      } catch (...) {
+        return -1;
+      }
+      if (base.empty()) return -1;
+    }
+  } else if (p.size() > g_mount_len + 2 && !HasDotDot(p)) {
+    return -1;  // longer than the mount and no "..": cannot name an ancestor
+  }
+  return WalkPath(std::string_view(g_mount, g_mount_len), base, p).depth;
+}
+
+void NoteOpened(int fd, int dirfd, const char* path) {
+  if (fd < 0) return;
+  // An fd number libc hands out is not ours any more, whatever it was (closed behind our back).
+  fd_identity::Reused(fd);
+  int depth = DepthOf(dirfd, path);
+  if (depth >= 0) FdTable::MarkAncestor(fd, depth);
+}
+
+std::string BaseOfDirfd(int dirfd, const char* path) {
+  uint32_t raw = FdTable::Raw(dirfd);
+  if (FdTable::IsAncestor(raw)) return std::string(PathAt(FdTable::AncestorDepth(raw)));
+  if (path == nullptr || !HasDotDot(path) || g_depth == 0) return {};
+  // A real directory fd and a path that climbs: only the kernel knows where the fd is.
+  char link[64];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+  char buf[PATH_MAX];
+  ssize_t n = FS_REAL(readlink, link, buf, sizeof buf - 1);
+  if (n <= 0 || buf[0] != '/') return {};
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace fanstore::interpose::ancestors

@@ -1,0 +1,40 @@
+// The mount's ancestor directories ("/" and "/data" for a mount at /data/imagenet): which real directory
+// fds name one, so that `openat(fd_of("/"), "fanstore/x")` and `fstatat(fd, "fanstore")` reach the image.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace fanstore::interpose::ancestors {
+
+// Splits the mount prefix (g_mount) into components. Called once at start-up, after g_mount is set.
+void Init();
+
+// Number of components of the mount: 1 for "/fanstore", 2 for "/data/imagenet", 0 for "/".
+int MountDepth();
+// The ancestor at `depth` (0 = "/", MountDepth() - 1 = the mount's parent), as a prefix of the mount.
+std::string_view PathAt(int depth);
+// The mount's component just below the ancestor at `depth` ("imagenet" below "/data").
+std::string_view ChildName(int depth);
+
+// Lexically walks `base` (absolute, or empty) joined with `path` (absolute paths ignore `base`), as the
+// kernel would but without following symlinks and without touching the file system or allocating.
+struct Walk {
+  int depth = -1;        // >= 0: the result is the mount's proper ancestor at this depth
+  bool enters = false;   // some prefix of the walk was the mount itself or inside it
+};
+Walk WalkPath(std::string_view mount, std::string_view base, std::string_view path);
+
+// Depth of (dirfd, path) when it names a proper ancestor of the mount (as libc would resolve it), else -1.
+int DepthOf(int dirfd, const char* path);
+
+// After libc opened (dirfd, path) as `fd` for the program (open/openat/opendir): marks fd in the fd table
+// when it names an ancestor of the mount, and clears any stale tracking of the number otherwise.
+void NoteOpened(int fd, int dirfd, const char* path);
+
+// The absolute directory a relative path against the real `dirfd` starts from, when that is known
+// cheaply: an ancestor fd. Empty when unknown (the kernel resolves it; nothing of ours is reachable
+// unless the path climbs with ".." -- then /proc/self/fd is asked).
+std::string BaseOfDirfd(int dirfd, const char* path);
+
+}  // namespace fanstore::interpose::ancestors
