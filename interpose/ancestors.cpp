@@ -2,6 +2,7 @@
 #include "ancestors.hpp"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -163,6 +164,47 @@ std::string BaseOfDirfd(int dirfd, const char* path) {
   ssize_t n = FS_REAL(readlink, link, buf, sizeof buf - 1);
   if (n <= 0 || buf[0] != '/') return {};
   return std::string(buf, static_cast<size_t>(n));
+}
+
+// Could a walk of `path` reach the mount? Absolute paths under the mount prefix or above it (the mount's
+// ancestors: a walk of "/data" enters "/data/imagenet"); relative paths while the cwd is virtual or near the
+// mount, or that climb with "..". Everything else keeps glibc's own walk.
+bool WalkReaches(const char* path) {
+  if (path == nullptr || !Active()) return false;
+  if (path[0] == '/') {
+    if (strncmp(path, g_mount, g_mount_len) == 0 &&
+        (g_mount_len == 1 || path[g_mount_len] == '/' || path[g_mount_len] == '\0'))
+      return true;
+    return DepthOf(AT_FDCWD, path) >= 0;
+  }
+  if (cwd::HasVirtual() || cwd::RealCwdNearMount()) return true;
+  for (const char* s = strstr(path, ".."); s != nullptr; s = strstr(s + 1, ".."))
+    if ((s == path || s[-1] == '/') && (s[2] == '\0' || s[2] == '/')) return true;
+  return false;
+}
+
+// Could an absolute glob pattern match a path at or below the mount ("/data/*/train" for a mount at
+// /data/imagenet)? Its first components must match the mount's, as glob would match them.
+bool PatternReaches(const char* pattern) {
+  if (pattern == nullptr || pattern[0] != '/' || !Active()) return false;
+  const int depth = MountDepth();
+  const char* p = pattern;
+  for (int k = 0; k < depth; ++k) {
+    while (*p == '/') ++p;
+    if (*p == '\0') return false;  // ends above the mount: the real listing is complete there
+    const char* end = strchr(p, '/');
+    size_t n = end ? static_cast<size_t>(end - p) : strlen(p);
+    std::string_view mine = ChildName(k);
+    char pat[NAME_MAX + 1], name[NAME_MAX + 1];
+    if (n > NAME_MAX || mine.size() > NAME_MAX) return false;
+    memcpy(pat, p, n);
+    pat[n] = '\0';
+    memcpy(name, mine.data(), mine.size());
+    name[mine.size()] = '\0';
+    if (fnmatch(pat, name, FNM_PERIOD) != 0) return false;
+    p += n;
+  }
+  return true;
 }
 
 }  // namespace fanstore::interpose::ancestors

@@ -37,4 +37,10 @@ void NoteOpened(int fd, int dirfd, const char* path);
 // unless the path climbs with ".." -- then /proc/self/fd is asked).
 std::string BaseOfDirfd(int dirfd, const char* path);
 
+// Could a walk (nftw, ftw, fts) of `path` reach the mount? Paths under it or above it, and relative
+// paths while the cwd is virtual or near the mount, or that climb with "..". Others keep glibc's walk.
+bool WalkReaches(const char* path);
+// Could an absolute glob pattern match a path at or below the mount ("/data/*/train" for /data/imagenet)?
+bool PatternReaches(const char* pattern);
+
 }  // namespace fanstore::interpose::ancestors

@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "raw_syscall.hpp"
@@ -378,5 +379,7 @@ FS_WRAPPER(int, system, (const char* cmd)) {
 
 FS_WRAPPER(FILE*, popen, (const char* cmd, const char* mode)) {
   lazy::MaterializeAll(true);
-  return FS_REAL(popen, cmd, mode);
+  FILE* f = FS_REAL(popen, cmd, mode);
+  if (f != nullptr) fd_identity::Reused(fileno(f));  // the pipe's number is new
+  return f;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ancestors.hpp"
+#include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "ops.hpp"
@@ -98,7 +99,9 @@ FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pas
   Resolved r = SafeClassify(AT_FDCWD, path);
   if (r.pass()) {
     lazy::BeforeReopen(path);
-    return pass(r.PassPath(path));
+    FILE* f = pass(r.PassPath(path));
+    if (f != nullptr) fd_identity::Reused(fileno(f));  // libc opened it internally: the number is the program's
+    return f;
   }
   int saved = errno;
   int err = 0;
@@ -133,7 +136,11 @@ FILE* FreopenCommon(const char* call, const char* path, const char* mode, FILE* 
   }
   if (!Active() || path == nullptr) return pass(path);
   Resolved r = SafeClassify(AT_FDCWD, path);
-  if (r.pass()) return pass(r.PassPath(path));
+  if (r.pass()) {
+    FILE* f = pass(r.PassPath(path));
+    if (f != nullptr) fd_identity::Reused(fileno(f));
+    return f;
+  }
   int saved = errno;
   int err = 0;
   FILE* f = Serve(

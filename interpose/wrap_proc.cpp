@@ -62,6 +62,7 @@ char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
 // (the program owns fd numbers, so dup2 over one of our internal fds replaces it; the Client detects
 // that by the fd's inode). A copy the program makes of an internal fd is the program's, not ours.
 void TrackDup(int from, int to) {
+  if (!t_inside && FdTable::Raw(to) == FdTable::kInternal) lazy::PlaceholderLost(to);
   if (!t_inside && FdTable::Raw(from) == FdTable::kInternal) {
     FdTable::Clear(to);
     lazy::Forget(to);
@@ -159,6 +160,7 @@ int DupCommon(int fd, int nfd_hint, Real real) {
     auto fn = [](void* ctx) { return (*static_cast<Real*>(ctx))(); };
     if (lazy::Dup(fd, fn, &real, &rc)) {
       if (rc >= 0 && rc != fd) {
+        if (FdTable::Raw(rc) == FdTable::kInternal) lazy::PlaceholderLost(rc);
         FdTable::Copy(fd, rc);
         AfterDupOnto(rc);
       }

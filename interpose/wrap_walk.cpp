@@ -2,7 +2,6 @@
 // ftw/nftw (a small walker on the wrapped calls), for paths under the mount.
 #include <dirent.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <ftw.h>
 #include <glob.h>
 #include <limits.h>
@@ -15,53 +14,11 @@
 #include <vector>
 
 #include "ancestors.hpp"
-#include "cwd.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
 
 namespace {
-
-// Could a walk of `path` reach the mount? Absolute paths under the mount prefix or above it (the mount's
-// ancestors: a walk of "/data" enters "/data/imagenet"); relative paths while the cwd is virtual or near the
-// mount, or that climb with "..". Everything else keeps glibc's own walk.
-bool WalksOurs(const char* path) {
-  if (path == nullptr || !Active()) return false;
-  if (path[0] == '/') {
-    if (strncmp(path, g_mount, g_mount_len) == 0 &&
-        (g_mount_len == 1 || path[g_mount_len] == '/' || path[g_mount_len] == '\0'))
-      return true;
-    return ancestors::DepthOf(AT_FDCWD, path) >= 0;
-  }
-  if (cwd::HasVirtual() || cwd::RealCwdNearMount()) return true;
-  for (const char* s = strstr(path, ".."); s != nullptr; s = strstr(s + 1, ".."))
-    if ((s == path || s[-1] == '/') && (s[2] == '\0' || s[2] == '/')) return true;
-  return false;
-}
-
-// Could an absolute glob pattern match a path at or below the mount ("/data/*/train" for a mount at
-// /data/imagenet)? Its first components must match the mount's, as glob would match them.
-bool PatternReachesMount(const char* pattern) {
-  if (pattern == nullptr || pattern[0] != '/' || !Active()) return false;
-  const int depth = ancestors::MountDepth();
-  const char* p = pattern;
-  for (int k = 0; k < depth; ++k) {
-    while (*p == '/') ++p;
-    if (*p == '\0') return false;  // ends above the mount: the real listing is complete there
-    const char* end = strchr(p, '/');
-    size_t n = end ? static_cast<size_t>(end - p) : strlen(p);
-    std::string_view mine = ancestors::ChildName(k);
-    char pat[NAME_MAX + 1], name[NAME_MAX + 1];
-    if (n > NAME_MAX || mine.size() > NAME_MAX) return false;
-    memcpy(pat, p, n);
-    pat[n] = '\0';
-    memcpy(name, mine.data(), mine.size());
-    name[mine.size()] = '\0';
-    if (fnmatch(pat, name, FNM_PERIOD) != 0) return false;
-    p += n;
-  }
-  return true;
-}
 
 // ---- glob: glibc's own implementation, reading directories through our wrapped calls.
 
@@ -253,7 +210,7 @@ int FtwOurs(const char* dir, Fn fn) noexcept {
 using GlobErr = int (*)(const char*, int);
 
 FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* pglob)) {
-  if ((flags & GLOB_ALTDIRFUNC) || !(WalksOurs(pattern) || PatternReachesMount(pattern)))
+  if ((flags & GLOB_ALTDIRFUNC) || !(ancestors::WalkReaches(pattern) || ancestors::PatternReaches(pattern)))
     return FS_REAL(glob, pattern, flags, errfunc, pglob);
   return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir,
                   static_cast<int (*)(const char*, struct stat*)>(stat),
@@ -262,7 +219,7 @@ FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* 
 }
 
 FS_WRAPPER(int, glob64, (const char* pattern, int flags, GlobErr errfunc, glob64_t* pglob)) {
-  if ((flags & GLOB_ALTDIRFUNC) || !(WalksOurs(pattern) || PatternReachesMount(pattern)))
+  if ((flags & GLOB_ALTDIRFUNC) || !(ancestors::WalkReaches(pattern) || ancestors::PatternReaches(pattern)))
     return FS_REAL(glob64, pattern, flags, errfunc, pglob);
   return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir64,
                   static_cast<int (*)(const char*, struct stat64*)>(stat64),
@@ -276,18 +233,18 @@ using FtwFn = int (*)(const char*, const struct stat*, int);
 using Ftw64Fn = int (*)(const char*, const struct stat64*, int);
 
 FS_WRAPPER(int, nftw, (const char* dir, NftwFn fn, int nopenfd, int flags)) {
-  if (!WalksOurs(dir)) return FS_REAL(nftw, dir, fn, nopenfd, flags);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(nftw, dir, fn, nopenfd, flags);
   return NftwOurs(dir, fn, flags);
 }
 FS_WRAPPER(int, nftw64, (const char* dir, Nftw64Fn fn, int nopenfd, int flags)) {
-  if (!WalksOurs(dir)) return FS_REAL(nftw64, dir, fn, nopenfd, flags);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(nftw64, dir, fn, nopenfd, flags);
   return NftwOurs(dir, fn, flags);
 }
 FS_WRAPPER(int, ftw, (const char* dir, FtwFn fn, int nopenfd)) {
-  if (!WalksOurs(dir)) return FS_REAL(ftw, dir, fn, nopenfd);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(ftw, dir, fn, nopenfd);
   return FtwOurs(dir, fn);
 }
 FS_WRAPPER(int, ftw64, (const char* dir, Ftw64Fn fn, int nopenfd)) {
-  if (!WalksOurs(dir)) return FS_REAL(ftw64, dir, fn, nopenfd);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(ftw64, dir, fn, nopenfd);
   return FtwOurs(dir, fn);
 }
