@@ -1,6 +1,7 @@
 // Start-up (constructor), the Client, fork hooks and the exit-time stats line.
 #include "state.hpp"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -78,6 +79,9 @@ void ForkChild() {
 
 void InitOnce() {
   ReentrancyGuard guard;
+  // The fanstore CLI itself (`fanstore run` inside a job already under the preload) must see the real
+  // file system: it mounts FUSE at the prefix. Its main.cpp exports this marker.
+  if (dlsym(RTLD_DEFAULT, "fanstore_cli_no_preload") != nullptr) return;
   const char* image = getenv(env::kImage);
   const char* daemon = getenv(env::kDaemon);
   if ((image == nullptr || *image == '\0') && (daemon == nullptr || *daemon == '\0')) return;  // stay kOff

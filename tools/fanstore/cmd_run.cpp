@@ -14,6 +14,8 @@
 #include "fanstore/env.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path.hpp"
+#include "fanstore/program_probe.hpp"
+#include "run_fuse.hpp"
 
 namespace fanstore::cli {
 namespace {
@@ -24,8 +26,17 @@ struct RunArgs {
   std::string mount = env::kDefaultMount;
   bool stats = false;
   std::string log;
+  std::string fuse = "auto";  // auto: FUSE only for programs LD_PRELOAD cannot reach; always; never
+  std::string argv0;          // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
   std::vector<std::string> command;
 };
+
+// "statically linked", etc. as the first half of an error line: "/bin/busybox is statically linked".
+std::string Unreachable(const ProgramProbe& p) {
+  std::string why = p.program + " is " + p.why;
+  if (p.reach == PreloadReach::kSecure) why = p.program + " runs with " + p.why + " (the loader ignores LD_PRELOAD)";
+  return why;
+}
 
 // The preload library sits in ../lib next to bin/ in both the build tree and an install.
 std::string FindPreloadLibrary() {
@@ -79,10 +90,37 @@ int Run(const RunArgs& a) {
   if (a.stats) setenv(env::kStats, "1", 1);
   if (!a.log.empty()) setenv(env::kLog, a.log.c_str(), 1);
 
+  // The interposer must see the fanstore binary to hand static programs it execs over to `fanstore run`.
+  char self[PATH_MAX];
+  if (ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1); n > 0) {
+    self[n] = '\0';
+    setenv(env::kRunBinary, self, 1);
+  }
+
+  // Programs the preload cannot reach get the image through FUSE, in a mount namespace of their own.
+  if (a.fuse != "auto" && a.fuse != "always" && a.fuse != "never")
+    return Fail("run", "--fuse must be auto, always or never, got '" + a.fuse + "'");
+  ProgramProbe probe = ProbeProgram(a.command[0]);
+  const bool unreachable = probe.reach != PreloadReach::kReached;
+  if (a.fuse == "always" || (a.fuse == "auto" && unreachable)) {
+    FuseRun fr;
+    fr.image = abs_image;
+    fr.daemon = abs_socket;
+    fr.mount = NormalizeAbsolute(a.mount);
+    fr.command = a.command;
+    fr.argv0 = a.argv0;
+    fr.why = unreachable ? Unreachable(probe) : a.command[0] + " was given --fuse always";
+    return RunUnderFuse(fr);
+  }
+  if (unreachable)
+    return Fail("run", Unreachable(probe) + ", so LD_PRELOAD cannot serve " + NormalizeAbsolute(a.mount) +
+                           " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
+
   std::vector<char*> argv;
-  for (const auto& s : a.command) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(const_cast<char*>(a.argv0.empty() ? a.command[0].c_str() : a.argv0.c_str()));
+  for (size_t i = 1; i < a.command.size(); ++i) argv.push_back(const_cast<char*>(a.command[i].c_str()));
   argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
+  execvp(a.command[0].c_str(), argv.data());
   int err = errno;
   Fail("run", "cannot run '" + a.command[0] + "': " + std::strerror(err));
   return err == ENOENT ? 127 : 126;
@@ -98,6 +136,11 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
   sub->add_option("--mount", args->mount, "Path prefix the image appears under (need not exist)")->capture_default_str();
   sub->add_flag("--stats", args->stats, "Print one summary line per process at exit (FANSTORE_STATS=1)");
   sub->add_option("--log", args->log, "Trace level (debug traces every call on the image: FANSTORE_LOG)");
+  sub->add_option("--fuse", args->fuse,
+                  "auto: serve programs LD_PRELOAD cannot reach (static, set-ID, 32-bit) through a FUSE mount in a "
+                  "private mount namespace; always: do that for every program; never: refuse them")
+      ->capture_default_str();
+  sub->add_option("--argv0", args->argv0, "argv[0] for the program")->group("");
   sub->add_option("command", args->command, "The command and its arguments, after --")->required()->expected(-1);
   sub->callback([args, &exit_code] { exit_code = Run(*args); });
 }
