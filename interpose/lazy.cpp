@@ -158,8 +158,17 @@ int MaterializeLocked(int fd) {
     if (g_slots[i].load(std::memory_order_acquire) != p) continue;
     LockShard(i);
     if (g_slots[i].load(std::memory_order_acquire) == p && !IsPlaceholderFile(i)) {
-      // Closed behind our back (a raw close or close_range) and reused: the number is the program's
-      // now. Never dup3 over it; it simply stops being lazy.
+      // Not a dup of a placeholder: closed behind our back (a raw close or close_range) and reused, so the
+      // number is the program's now: never dup3 over it, it simply stops being lazy. Unless the placeholder
+      // itself was lost the same way (then i may be one of ours made from the program's file, and neither
+      // replacing nor reading it is safe: the call fails with EIO).
+      int ph = g_placeholder.load(std::memory_order_acquire);
+      if (!IsPlaceholderFile(ph)) {
+        UnlockShard(i);
+        PlaceholderLost(ph);
+        err = EIO;
+        continue;
+      }
       g_slots[i].store(nullptr, std::memory_order_release);
       UnlockShard(i);
       g_live.fetch_sub(1, std::memory_order_acq_rel);

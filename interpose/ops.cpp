@@ -47,7 +47,8 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
     }
     return fd;
   }
-  if ((flags & O_TMPFILE) == O_TMPFILE) return fail(EROFS);
+  // O_TMPFILE names a directory to create in: the lookup (ENOTDIR on a file) comes before the write check.
+  if ((flags & O_TMPFILE) == O_TMPFILE) return fail(e.is_dir() ? EROFS : ENOTDIR);
   if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return fail(EEXIST);
   bool writes = (flags & O_ACCMODE) != O_RDONLY;
   if (e.is_dir()) {

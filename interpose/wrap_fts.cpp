@@ -57,7 +57,7 @@ Walk* Find(void* p) {
   return g_walks != nullptr && g_walks->count(p) ? static_cast<Walk*>(p) : nullptr;
 }
 
-FTSENT* NewEntry(const char* name, size_t namelen, const FTSENT* parent) {
+FTSENT* NewEntry(const char* name, size_t namelen, const FTSENT* parent, bool nostat) {
   size_t parent_len = parent && parent->fts_level >= FTS_ROOTLEVEL ? parent->fts_pathlen : 0;
   bool slash = parent_len > 0 && parent->fts_path[parent_len - 1] != '/';
   size_t pathlen = parent_len + (slash ? 1 : 0) + namelen;
@@ -86,7 +86,7 @@ FTSENT* NewEntry(const char* name, size_t namelen, const FTSENT* parent) {
   e->fts_pathlen = static_cast<unsigned short>(pathlen);
   e->fts_parent = const_cast<FTSENT*>(parent);
   e->fts_level = parent ? static_cast<short>(parent->fts_level + 1) : FTS_ROOTLEVEL;
-  e->fts_statp = &n->st;
+  e->fts_statp = nostat ? nullptr : &n->st;
   e->fts_instr = FTS_NOINSTR;
   e->fts_symfd = -1;
   return e;
@@ -109,7 +109,7 @@ void FreeList(FTSENT* e) {
 
 // fts_info for e from stat or lstat (glibc's fts_stat): FTS_D/F/SL/SLNONE/DEFAULT/NS/DOT/DC.
 unsigned short StatInfo(const Walk& w, FTSENT* e, bool follow) {
-  struct stat* st = e->fts_statp;
+  struct stat* st = &NodeOf(e)->st;  // with FTS_NOSTAT the caller sees no stat buffer, as with glibc
   int saved = errno;
   if ((w.pub.fts_options & FTS_LOGICAL) || follow) {
     if (stat(e->fts_accpath, st) != 0) {
@@ -186,7 +186,7 @@ FTSENT* Build(Walk& w, FTSENT* dir, bool names_only, bool for_read) {
   while (struct dirent64* de = readdir64(d)) {
     if (!(w.pub.fts_options & FTS_SEEDOT) && (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0))
       continue;
-    FTSENT* e = NewEntry(de->d_name, strlen(de->d_name), dir);
+    FTSENT* e = NewEntry(de->d_name, strlen(de->d_name), dir, (w.pub.fts_options & FTS_NOSTAT) != 0);
     if (e == nullptr) {
       int err = errno;
       FreeList(head);
@@ -197,8 +197,10 @@ FTSENT* Build(Walk& w, FTSENT* dir, bool names_only, bool for_read) {
       w.done = true;  // glibc sets FTS_STOP on an allocation failure
       return nullptr;
     }
-    // FTS_NOSTAT still needs to know directories: stat those readdir cannot rule out.
-    if (names_only || (nostat && de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)) {
+    // FTS_NOSTAT (physical walks only, as glibc) still needs to know directories: stat those readdir
+    // cannot rule out.
+    if (names_only || (nostat && (w.pub.fts_options & FTS_PHYSICAL) && !(w.pub.fts_options & FTS_LOGICAL) &&
+                       de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)) {
       e->fts_info = FTS_NSOK;
     } else {
       e->fts_info = StatInfo(w, e, false);
@@ -227,7 +229,7 @@ FTS* Open(char* const* argv, int options, Compar compar) {
   w->pub.fts_options = options;
   w->pub.fts_compar = reinterpret_cast<int (*)(const void*, const void*)>(compar);
   w->compar = compar;
-  w->parent = NewEntry("", 0, nullptr);
+  w->parent = NewEntry("", 0, nullptr, false);
   if (w->parent == nullptr) {
     delete w;
     return nullptr;
@@ -243,7 +245,7 @@ FTS* Open(char* const* argv, int options, Compar compar) {
       errno = ENOENT;
       return nullptr;
     }
-    FTSENT* e = NewEntry(*argv, len, w->parent);
+    FTSENT* e = NewEntry(*argv, len, w->parent, (options & FTS_NOSTAT) != 0);
     if (e == nullptr) {
       int err = errno;
       FreeList(w->roots);

@@ -138,7 +138,9 @@ bool WaitFor(pid_t pid, int* status, long ms) {
 }  // namespace
 
 int RunUnderFuse(const FuseRun& r) {
-  if (Status s = mount::CheckFuseDevice("/dev/fuse"); !s.ok()) return Refuse(r, s.message());
+  if (Status s = mount::CheckFuseDevice("/dev/fuse"); !s.ok())
+    return Refuse(r, s.code() == Code::kPermission ? "/dev/fuse is not open to this user"
+                                                   : "FUSE is not available here (no /dev/fuse)");
   if (std::string e = EnterNamespace(); !e.empty()) return Refuse(r, e);
   bool nonempty = false;
   if (std::string e = MakeMountPoint(r.mount, &nonempty); !e.empty()) return Refuse(r, e);
