@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cwd.hpp"
+#include "mount_walk.hpp"
 #include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "real.hpp"
@@ -32,29 +33,12 @@ bool HasDotDot(std::string_view p) {
   return false;
 }
 
-// Splits an absolute path into component views (at most `cap`); false when there are more.
-int Split(std::string_view path, std::string_view* out, int cap) {
-  int n = 0;
-  size_t i = 0;
-  while (i < path.size()) {
-    while (i < path.size() && path[i] == '/') ++i;
-    size_t j = i;
-    while (j < path.size() && path[j] != '/') ++j;
-    if (j > i) {
-      if (n == cap) return -1;
-      out[n++] = path.substr(i, j - i);
-    }
-    i = j;
-  }
-  return n;
-}
-
 }  // namespace
 
 void Init() {
   std::string_view m(g_mount, g_mount_len);
   std::string_view comps[kMaxDepth];
-  int n = Split(m, comps, kMaxDepth);
+  int n = SplitComponents(m, comps, kMaxDepth);
   if (n < 0) n = 0;  // deeper than the fd table can mark: no ancestor is ever recognised
   for (int k = 0; k < n; ++k) {
     g_off[k] = static_cast<uint16_t>(comps[k].data() - g_mount);
@@ -73,45 +57,6 @@ std::string_view PathAt(int depth) {
 std::string_view ChildName(int depth) {
   if (depth < 0 || depth >= g_depth) return {};
   return std::string_view(g_mount + g_off[depth], g_len[depth]);
-}
-
-Walk WalkPath(std::string_view mount, std::string_view base, std::string_view path) {
-  std::string_view mc[kMaxDepth];
-  int md = Split(mount, mc, kMaxDepth);
-  Walk w;
-  if (md < 0) return w;
-  // State: the first `matched` components equal the mount's; `extra` more have diverged from it.
-  int matched = 0, extra = 0;
-  auto step = [&](std::string_view c) {
-    if (c.empty() || c == ".") return;
-    if (c == "..") {
-      if (extra > 0) {
-        --extra;
-      } else if (matched > 0) {
-        --matched;
-      }
-      return;
-    }
-    if (extra == 0 && matched < md && c == mc[matched]) {
-      ++matched;
-    } else {
-      ++extra;
-    }
-    if (extra == 0 && matched == md) w.enters = true;
-  };
-  auto walk = [&](std::string_view p) {
-    size_t i = 0;
-    while (i <= p.size()) {
-      size_t j = p.find('/', i);
-      if (j == std::string_view::npos) j = p.size();
-      step(p.substr(i, j - i));
-      i = j + 1;
-    }
-  };
-  if (path.empty() || path[0] != '/') walk(base);
-  walk(path);
-  if (extra == 0 && matched < md) w.depth = matched;
-  return w;
 }
 
 int DepthOf(int dirfd, const char* path) {

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "mount_walk.hpp"
+
 namespace fanstore::interpose::ancestors {
 
 // Splits the mount prefix (g_mount) into components. Called once at start-up, after g_mount is set.
@@ -16,14 +18,6 @@ int MountDepth();
 std::string_view PathAt(int depth);
 // The mount's component just below the ancestor at `depth` ("imagenet" below "/data").
 std::string_view ChildName(int depth);
-
-// Lexically walks `base` (absolute, or empty) joined with `path` (absolute paths ignore `base`), as the
-// kernel would but without following symlinks and without touching the file system or allocating.
-struct Walk {
-  int depth = -1;        // >= 0: the result is the mount's proper ancestor at this depth
-  bool enters = false;   // some prefix of the walk was the mount itself or inside it
-};
-Walk WalkPath(std::string_view mount, std::string_view base, std::string_view path);
 
 // Depth of (dirfd, path) when it names a proper ancestor of the mount (as libc would resolve it), else -1.
 int DepthOf(int dirfd, const char* path);

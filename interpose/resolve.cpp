@@ -145,7 +145,7 @@ Resolved Classify(int dirfd, const char* path) {
     c = ClassifyPath(path, mount, base);
     // libc cannot resolve a path against a virtual base, nor one that passes through a mount point that
     // may not exist on disk ("fanstore/../etc" from "/"): hand it the lexically resolved absolute path.
-    if (c.cls == PathClass::kNotOurs && (virtual_base || ancestors::WalkPath(mount, base, path).enters)) {
+    if (c.cls == PathClass::kNotOurs && (virtual_base || WalkPath(mount, base, path).enters)) {
       std::string joined = base;
       joined.push_back('/');
       joined += path;
