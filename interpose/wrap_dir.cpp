@@ -152,6 +152,22 @@ int ScandirCommon(const char* call, int dirfd, const char* path, struct dirent**
   return n;
 }
 
+// readdir_r/readdir64_r on a stream of the mount's parent: libc's entries, then the mount's. False (and
+// nothing read) when `dirp` is not such a stream.
+template <class Ent>
+bool ParentReaddirR(DIR* dirp, Ent* entry, Ent** result, int* err) {
+  if (!parent_listing::Any()) return false;
+  bool noted;
+  int saved = errno;
+  struct dirent64* e = parent_listing::Next(dirp, &noted);
+  if (!noted) return false;
+  *err = e == nullptr && errno != saved ? errno : 0;
+  if (e != nullptr) memcpy(entry, e, e->d_reclen);
+  *result = e ? entry : nullptr;
+  errno = saved;
+  return true;
+}
+
 }  // namespace
 
 FS_WRAPPER(DIR*, opendir, (const char* path)) {
@@ -231,18 +247,8 @@ FS_WRAPPER(struct dirent64*, readdir64, (DIR * dirp)) {
 FS_WRAPPER(int, readdir_r, (DIR * dirp, struct dirent* entry, struct dirent** result)) {
   OurDir* d = dirs::Find(dirp);
   if (d == nullptr) {
-    if (parent_listing::Any()) {
-      bool noted;
-      int saved = errno;
-      struct dirent64* e = parent_listing::Next(dirp, &noted);
-      if (noted) {
-        int err = e == nullptr && errno != saved ? errno : 0;
-        if (e != nullptr) memcpy(entry, e, e->d_reclen);
-        *result = e ? entry : nullptr;
-        errno = saved;
-        return err;
-      }
-    }
+    int err;
+    if (ParentReaddirR(dirp, entry, result, &err)) return err;
     return FS_REAL(readdir_r, dirp, entry, result);
   }
   bool more = dirs::Next(d, reinterpret_cast<struct dirent64*>(entry));
@@ -253,18 +259,8 @@ FS_WRAPPER(int, readdir_r, (DIR * dirp, struct dirent* entry, struct dirent** re
 FS_WRAPPER(int, readdir64_r, (DIR * dirp, struct dirent64* entry, struct dirent64** result)) {
   OurDir* d = dirs::Find(dirp);
   if (d == nullptr) {
-    if (parent_listing::Any()) {
-      bool noted;
-      int saved = errno;
-      struct dirent64* e = parent_listing::Next(dirp, &noted);
-      if (noted) {
-        int err = e == nullptr && errno != saved ? errno : 0;
-        if (e != nullptr) memcpy(entry, e, e->d_reclen);
-        *result = e ? entry : nullptr;
-        errno = saved;
-        return err;
-      }
-    }
+    int err;
+    if (ParentReaddirR(dirp, entry, result, &err)) return err;
     return FS_REAL(readdir64_r, dirp, entry, result);
   }
   bool more = dirs::Next(d, entry);

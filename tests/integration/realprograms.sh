@@ -37,56 +37,49 @@ fi
 printf 'input line\n' > "$work/input.txt"
 export IN=$work/input.txt
 
-# check NAME SCRIPT: runs SCRIPT with ROOT=<source tree> directly and ROOT=<mount> under RUNNER, with
-# the root prefix of both outputs replaced by "@", and compares the two byte for byte (stdout + exit status).
-check() {
-  local name=$1 script=$2
-  ROOT=$src OUT=$work/a bash -c "$script" > "$work/src.out" 2> "$work/src.err"
-  echo "exit=$?" >> "$work/src.out"
+# compare NAME SCRIPT REFERENCE WRITES: runs SCRIPT with ROOT=REFERENCE directly and ROOT=<mount> under
+# RUNNER; the root prefix of both outputs becomes "@", and the outputs (stdout and the exit status; with
+# WRITES=1 also stderr, and the random part of temporary names becomes XXXXXX) must be identical.
+compare() {
+  local name=$1 script=$2 ref=$3 writes=$4
+  ROOT=$ref OUT=$work/a bash -c "$script" > "$work/ref.out" 2> "$work/ref.err"
+  echo "exit=$?" >> "$work/ref.out"
   # shellcheck disable=SC2086  # RUNNER is a word list on purpose
   ROOT=$mnt OUT=$work/b $runner bash -c "$script" > "$work/mnt.out" 2> "$work/mnt.err"
   echo "exit=$?" >> "$work/mnt.out"
-  sed -i "s|$src|@|g" "$work/src.out"
+  local norm='s/(sed|tmp\.|\.[^./ "]+\.|tmp|\.txt)[A-Za-z0-9_]{6,10}\b/\1XXXXXX/g'
+  if [ "$writes" = 1 ]; then
+    cat "$work/ref.err" >> "$work/ref.out"
+    cat "$work/mnt.err" >> "$work/mnt.out"
+    sed -i -E -e "$norm" "$work/ref.out" "$work/mnt.out"
+  fi
+  sed -i "s|$ref|@|g" "$work/ref.out"
   sed -i "s|$mnt|@|g" "$work/mnt.out"
-  if cmp -s "$work/src.out" "$work/mnt.out" && [ -s "$work/src.out" ]; then
+  if cmp -s "$work/ref.out" "$work/mnt.out" && [ -s "$work/ref.out" ]; then
     passed=$((passed + 1))
-    printf 'ok    %-22s %s lines, %s bytes\n' "$name" "$(wc -l < "$work/src.out")" "$(wc -c < "$work/src.out")"
+    printf 'ok    %-22s %s lines, %s bytes%s\n' "$name" "$(wc -l < "$work/ref.out")" "$(wc -c < "$work/ref.out")" \
+      "$([ "$writes" = 1 ] && echo ": $(head -1 "$work/ref.out" | cut -c1-80)")"
   else
     failed=$((failed + 1))
-    echo "FAIL  $name: outputs differ (- source tree, + mount)"
-    diff -u "$work/src.out" "$work/mnt.out" | head -20 | sed 's/^/      /'
+    echo "FAIL  $name: outputs differ (- $([ "$writes" = 1 ] && echo 'read-only bind mount of the source' || echo 'source tree'), + mount)"
+    diff -u "$work/ref.out" "$work/mnt.out" | head -20 | sed 's/^/      /'
     head -5 "$work/mnt.err" | sed 's/^/      stderr: /'
   fi
   rm -rf "$work/a" "$work/b"
 }
 
-# check_ro NAME SCRIPT: SCRIPT on the read-only bind mount of the source (directly) and on the mount (under
-# RUNNER); stdout and stderr together, the exit status, the root prefix as "@" and the random part of
-# temporary names as XXXXXX must be identical.
+# check NAME SCRIPT: the source tree against the mount, stdout and exit status.
+check() { compare "$1" "$2" "$src" 0; }
+
+# check_ro NAME SCRIPT: for programs that try to write: a read-only bind mount of the source against the
+# mount, stdout, stderr and exit status (what a real read-only file system says).
 check_ro() {
-  local name=$1 script=$2
   if [ -z "$ro" ]; then
     skipped=$((skipped + 1))
-    echo "skip  $name (no read-only bind mount of the source: needs root)"
+    echo "skip  $1 (no read-only bind mount of the source: needs root)"
     return
   fi
-  ROOT=$ro OUT=$work/a bash -c "$script" > "$work/ro.out" 2>&1
-  echo "exit=$?" >> "$work/ro.out"
-  # shellcheck disable=SC2086
-  ROOT=$mnt OUT=$work/b $runner bash -c "$script" > "$work/mnt.out" 2>&1
-  echo "exit=$?" >> "$work/mnt.out"
-  local norm='s/(sed|tmp\.|\.[^./ "]+\.|tmp|\.txt)[A-Za-z0-9_]{6,10}\b/\1XXXXXX/g'
-  sed -i -e "s|$ro|@|g" -E -e "$norm" "$work/ro.out"
-  sed -i -e "s|$mnt|@|g" -E -e "$norm" "$work/mnt.out"
-  if cmp -s "$work/ro.out" "$work/mnt.out"; then
-    passed=$((passed + 1))
-    printf 'ok    %-22s %s lines: %s\n' "$name" "$(wc -l < "$work/ro.out")" "$(head -1 "$work/ro.out" | cut -c1-90)"
-  else
-    failed=$((failed + 1))
-    echo "FAIL  $name: differs from a read-only bind mount (- read-only source, + mount)"
-    diff -u "$work/ro.out" "$work/mnt.out" | head -20 | sed 's/^/      /'
-  fi
-  rm -rf "$work/a" "$work/b"
+  compare "$1" "$2" "$ro" 1
 }
 
 check cat            'find "$ROOT" -type f -print0 | sort -z | xargs -0 cat | md5sum'
