@@ -172,6 +172,8 @@ rc=$(sh -c "$run busybox sh -c 'kill -TERM \$\$'; echo \$?" 2> /dev/null)  # (no
 [ $rc = 143 ] && pass "a static program killed by SIGTERM: status 143" || fail "killed by SIGTERM gave status $rc"
 expect_err "--fuse never refuses a static program" "statically linked.*fanstore mount" \
   "$fanstore" run --fuse never --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden
+out=$($run /fanstore/bin/script.sh 2>&1)
+[ "$out" = script ] && pass "fanstore run -- a program stored in the image (through FUSE)" || fail "program in the image: $out"
 out=$("$fanstore" run --fuse always --image "$tmp/zstd" -- cat /fanstore/names/.hidden 2>&1)
 [ "$out" = hidden ] && pass "--fuse always serves a dynamic program too" || fail "--fuse always: $out"
 # A static program started later by a dynamic one is handed to `fanstore run` (it gets its own FUSE mount),

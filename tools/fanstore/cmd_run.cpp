@@ -101,6 +101,14 @@ int Run(const RunArgs& a) {
   if (a.fuse != "auto" && a.fuse != "always" && a.fuse != "never")
     return Fail("run", "--fuse must be auto, always or never, got '" + a.fuse + "'");
   ProgramProbe probe = ProbeProgram(a.command[0]);
+  // A program stored in the image exists only under the prefix: the kernel can exec it only from a mount.
+  const std::string prefix = NormalizeAbsolute(a.mount);
+  const std::string prog = probe.program.empty() || probe.program[0] != '/' ? std::string() : NormalizeAbsolute(probe.program);
+  if (probe.reach == PreloadReach::kReached && !prog.empty() && prog.compare(0, prefix.size(), prefix) == 0 &&
+      (prog.size() == prefix.size() || prog[prefix.size()] == '/' || prefix == "/") && access(prog.c_str(), F_OK) != 0) {
+    probe.reach = PreloadReach::kStatic;  // not static, but out of LD_PRELOAD's reach just the same
+    probe.why = "stored in the image (the kernel can exec it only from a mount)";
+  }
   const bool unreachable = probe.reach != PreloadReach::kReached;
   if (a.fuse == "always" || (a.fuse == "auto" && unreachable)) {
     FuseRun fr;

@@ -120,8 +120,10 @@ void SleepMs(long ms) {
 }
 
 pid_t g_program = -1;
-void Forward(int sig) {
-  if (g_program > 0) ::kill(g_program, sig);
+// A signal sent to us (kill, Slurm, mpirun) is passed on; one the kernel sent to the whole foreground
+// process group (Ctrl-C, Ctrl-\\, a terminal hang-up) has reached the program already.
+void Forward(int sig, siginfo_t* info, void*) {
+  if (g_program > 0 && (info == nullptr || info->si_code != SI_KERNEL)) ::kill(g_program, sig);
 }
 
 // Waits for pid; true with *status when it ended within `ms` (ms < 0: no limit).
@@ -200,12 +202,10 @@ int RunUnderFuse(const FuseRun& r) {
   }
   g_program = program;
   struct sigaction sa{};
-  sa.sa_handler = Forward;
+  sa.sa_sigaction = Forward;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) ::sigaction(sig, &sa, nullptr);
-  // Terminal signals reach the program directly (same process group): do not die of them first.
-  sa.sa_handler = SIG_IGN;
-  for (int sig : {SIGINT, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) ::sigaction(sig, &sa, nullptr);
 
   WaitFor(program, &status, -1);
   g_program = -1;
