@@ -170,6 +170,13 @@ rc=$?
 [ $rc = 7 ] && pass "a static program's exit status comes back (7)" || fail "exit status $rc instead of 7"
 rc=$(sh -c "$run busybox sh -c 'kill -TERM \$\$'; echo \$?" 2> /dev/null)  # (no "Terminated" line here)
 [ $rc = 143 ] && pass "a static program killed by SIGTERM: status 143" || fail "killed by SIGTERM gave status $rc"
+"$fanstore" run --image "$tmp/zstd" -- busybox sleep 30 &
+sup=$!
+sleep 0.5
+kill -TERM $sup
+wait $sup
+rc=$?
+[ $rc = 143 ] && pass "SIGTERM to fanstore run reaches the static program (status 143)" || fail "SIGTERM to the supervisor: $rc"
 expect_err "--fuse never refuses a static program" "statically linked.*fanstore mount" \
   "$fanstore" run --fuse never --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden
 out=$($run /fanstore/bin/script.sh 2>&1)
