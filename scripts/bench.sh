@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 HELPERS=$REPO/scripts/bench
-PY=/usr/bin/python3
+PY=${FANSTORE_PYTHON:-/usr/bin/python3}
 
 QUICK=0 KEEP=0 UPDATE_DOC=0 OUT=$REPO/bench-results
 while [ $# -gt 0 ]; do
@@ -266,7 +266,7 @@ NIMG=$(find "$SRC/imagenet/train" -type f | wc -l)
 log "loader: DataLoader epoch over $NIMG files"
 LOADER_MODES=(bytes)
 [ $QUICK = 0 ] && LOADER_MODES+=(decode)
-note loader "$NIMG files of 100-120 KB (a real 128x96 JPEG padded with random bytes to ImageNet's mean size), batch 64, shuffle, num_workers=2, /usr/bin/python3. 'bytes': each worker reads the whole file (the I/O path); 'decode': PIL decode + ToTensor as well (full run only). The directory scan is not timed; worker start-up is. The page cache is warmed (cat) before each run."
+note loader "$NIMG files of 100-120 KB (a real 128x96 JPEG padded with random bytes to ImageNet's mean size), batch 64, shuffle, num_workers=2, $PY. 'bytes': each worker reads the whole file (the I/O path); 'decode': PIL decode + ToTensor as well (full run only). The directory scan is not timed; worker start-up is. The page cache is warmed (cat) before each run."
 for sys in fanstore fuse tmpfs disk; do
   why=$(unavailable "$sys")
   for m in "${LOADER_MODES[@]}"; do

@@ -28,11 +28,12 @@ trap cleanup EXIT
 mkdir -p "$work/src" "$mnt"
 # The interposer's edge-case tree (same generator, same seed), so both front ends face the same checks.
 make_tree=$(dirname "$suite")/make_tree.py
+py=${FANSTORE_PYTHON:-/usr/bin/python3}
 if [[ -f $make_tree ]]; then
-  /usr/bin/python3 "$make_tree" "$work/src"
+  "$py" "$make_tree" "$work/src"
 else
   # Fallback while the suite has no generator: text, binary, numpy, PNG/JPEG, HDF5, nesting, empty dir.
-  /usr/bin/python3 - "$work/src" <<'PY'
+  "$py" - "$work/src" <<'PY'
 import os, sys
 import numpy as np
 from PIL import Image

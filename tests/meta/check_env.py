@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # meta.env_table: README.md's environment tables match fanstore/include/fanstore/env.hpp, every variable that a file
-# in the tree reads is listed there, and every listed variable is still read somewhere.
+# in the tree reads is listed there, every listed variable is still read somewhere, and a shell or Python default
+# (${NAME:-x}, os.environ.get("NAME") or "x") agrees with the table's default where that is one `literal`.
 # Usage: check_env.py --root SRC --table ENV_TABLE_BINARY [--build BUILD_DIR] [--write]   (--write regenerates README.md's block)
 import argparse
 import os
@@ -23,6 +24,8 @@ PY_READ = re.compile(r'\bos\.(?:environ\.get\s*\(|environ\s*\[|getenv\s*\()\s*[\
 # Shell: an expansion with a default or a "must be set" (${NAME:-x}, ${NAME-x}, ${NAME:?}) reads the environment;
 # so does any reference to a FANSTORE_* name.
 SH_READ = re.compile(r'\$\{([A-Z][A-Z0-9_]*)(?::?[-?=+])|\$\{?(FANSTORE_[A-Z0-9_]+)')
+SH_DEFAULT = re.compile(r'\$\{([A-Z][A-Z0-9_]*):?-([^}$`"\' ]*)\}')
+PY_DEFAULT = re.compile(r'\bos\.environ\.get\(\s*[\'"](\w+)[\'"]\s*(?:,\s*|\)\s*or\s*)[\'"]([^\'"]*)[\'"]')
 CMAKE_READ = re.compile(r'\$ENV\{([A-Za-z_][A-Za-z0-9_]*)\}')
 
 
@@ -57,8 +60,8 @@ def kind_of(path, text):
 
 
 def reads(root, ids):
-    """(file, line, NAME) for every environment read found in the tree."""
-    found = []
+    """(file, line, NAME, default or None) for every environment read found in the tree."""
+    found, defaults = [], []
     for rel in tree_files(root):
         if rel == ENV_HPP:
             continue
@@ -76,15 +79,19 @@ def reads(root, ids):
                 names += C_READ.findall(line)
                 names += [ids[i] for i in C_IDENT.findall(line) if i in ids]  # other env:: names are constants
             elif kind == "py":
+                if line.lstrip().startswith("#"):
+                    continue
                 names += PY_READ.findall(line)
+                defaults += [(rel, n, name, value) for name, value in PY_DEFAULT.findall(line)]
             elif kind == "sh":
                 if line.lstrip().startswith("#"):
                     continue
                 names += [a or b for a, b in SH_READ.findall(line)]
+                defaults += [(rel, n, name, value) for name, value in SH_DEFAULT.findall(line)]
             elif kind == "cmake":
                 names += CMAKE_READ.findall(line)
             found += [(rel, n, name) for name in names]
-    return found
+    return found, defaults
 
 
 def main():
@@ -96,11 +103,14 @@ def main():
     a = ap.parse_args()
     root = os.path.abspath(a.root)
     markdown = subprocess.run([a.table, "--markdown"], capture_output=True, text=True, check=True).stdout
-    ids = {}
+    ids, fallbacks = {}, {}
     for line in subprocess.run([a.table, "--names"], capture_output=True, text=True, check=True).stdout.split("\n"):
         if line:
-            name, ident = line.split()
+            name, ident, fallback = line.split("\t")
             ids[ident] = name
+            literal = re.fullmatch(r"`([^`]*)`", fallback)
+            if literal:
+                fallbacks[name] = literal.group(1)
     listed = set(ids.values())
     rebuild = f"cmake --build {os.path.abspath(a.build)} --target env_table && " if a.build else ""
     regenerate = rebuild + " ".join([os.environ.get("FANSTORE_PYTHON") or "/usr/bin/python3",
@@ -131,7 +141,12 @@ def main():
 
     # 2. Everything the tree reads is listed; everything listed is read.
     seen = set()
-    for rel, line, name in reads(root, ids):
+    found, defaults = reads(root, ids)
+    for rel, line, name, value in defaults:
+        if name in fallbacks and value != fallbacks[name]:
+            problems.append(f"{rel}:{line}: defaults {name} to '{value}', but {ENV_HPP} says `{fallbacks[name]}`: "
+                            f"use the same default (or change the table, then run: {regenerate})")
+    for rel, line, name in found:
         seen.add(name)
         if name not in listed and name not in FOREIGN:
             problems.append(f"{rel}:{line}: reads environment variable {name}, which {ENV_HPP} does not list: add "

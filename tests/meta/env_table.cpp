@@ -1,5 +1,5 @@
 // Prints fanstore/include/fanstore/env.hpp's table of environment variables: README.md's generated block
-// (--markdown) or one "NAME IDENTIFIER" line per variable (--names), for tests/meta/check_env.py.
+// (--markdown) or one "NAME<TAB>IDENTIFIER<TAB>DEFAULT" line per variable (--names), for tests/meta/check_env.py.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && std::strcmp(argv[1], "--names") == 0) {
-#define FANSTORE_PRINT_NAME(id, name, scope, readers, meaning, fallback) std::printf("%s %s\n", name, #id);
+#define FANSTORE_PRINT_NAME(id, name, scope, readers, meaning, fallback) std::printf("%s\t%s\t%s\n", name, #id, fallback);
     FANSTORE_ENV_VARIABLES(FANSTORE_PRINT_NAME)
 #undef FANSTORE_PRINT_NAME
     return 0;
