@@ -402,6 +402,28 @@ if [ $QUICK = 1 ]; then
   record trainer "unet3d train/infer" fanstore-train samples/s higher "skipped in --quick"
 fi
 
+# --- microbench: fanstore-microbench (Google Benchmark): the core's and the interposer's hot paths ---------------
+microbench_section() {
+  local mb=$BUILD_DIR/bin/fanstore-microbench line
+  log "microbench: core lookup/decode/checksum in process, interposer stat/open/read under fanstore run"
+  note microbench "Google Benchmark wall time (real_time) of one thread, $MIN_TIME s minimum per benchmark; each row names the FanStore path, then after 'vs' the baseline measured in the same run by the same binary. Core rows call the public Image/Client API in process on an image packed from a tree on tmpfs; interposer rows run the binary again under \`fanstore run\` (after the first pass its decoded-file cache holds every file); tmpfs rows run without the preload. Files: 2,000 x 4 KiB and 64 x 128 KiB text (~3:1 zstd), 64 x 128 KiB random (stored raw), one 4 MiB text file. Log: logs/microbench.log."
+  local rows=()
+  if [ ! -x "$mb" ]; then
+    mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" --missing "n/a (fanstore-microbench not built)" x)
+  elif timeout "$STEP_TIMEOUT" "$mb" --dir "$TMPFS/microbench" --json "$OUT/microbench" \
+         --benchmark_min_time="$MIN_TIME" >"$LOGS/microbench.log" 2>&1; then
+    mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" "$OUT/microbench")
+  else
+    mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" --missing "error (logs/microbench.log)" x)
+  fi
+  for line in "${rows[@]}"; do
+    IFS=$'\t' read -r case sys unit better v <<<"$line"
+    record microbench "$case" "$sys" "$unit" "$better" "$v"
+  done
+  rm -rf "$TMPFS/microbench"
+}
+microbench_section
+
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))
 tables=$($PY "$HELPERS/report.py" --dir "$OUT")
