@@ -406,12 +406,13 @@ fi
 microbench_section() {
   local mb=$BUILD_DIR/bin/fanstore-microbench line
   log "microbench: core lookup/decode/checksum in process, interposer stat/open/read under fanstore run"
-  note microbench "Google Benchmark wall time (real_time) of one thread, $MIN_TIME s minimum per benchmark; each row names the FanStore path, then after 'vs' the baseline measured in the same run by the same binary. Core rows call the public Image/Client API in process on an image packed from a tree on tmpfs; interposer rows run the binary again under \`fanstore run\` (after the first pass its decoded-file cache holds every file); tmpfs rows run without the preload. Files: 2,000 x 4 KiB and 64 x 128 KiB text (~3:1 zstd), 64 x 128 KiB random (stored raw), one 4 MiB text file. Log: logs/microbench.log."
+  note microbench "Google Benchmark wall time (real_time) of one thread, the median of 3 repetitions of at least $MIN_TIME s each; each row names the FanStore path, then after 'vs' the baseline measured in the same run by the same binary. Core rows call the public Image/Client API in process on an image packed from a tree on tmpfs; interposer rows run the binary again under \`fanstore run\` (after the first pass its decoded-file cache holds every file); tmpfs rows run without the preload. Files: 2,000 x 4 KiB and 64 x 128 KiB text (~3:1 zstd), 64 x 128 KiB random (stored raw), one 4 MiB text file. Log: logs/microbench.log."
   local rows=()
   if [ ! -x "$mb" ]; then
     mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" --missing "n/a (fanstore-microbench not built)" x)
   elif timeout "$STEP_TIMEOUT" "$mb" --dir "$TMPFS/microbench" --json "$OUT/microbench" \
-         --benchmark_min_time="$MIN_TIME" >"$LOGS/microbench.log" 2>&1; then
+         --benchmark_min_time="$MIN_TIME" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+         >"$LOGS/microbench.log" 2>&1; then
     mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" "$OUT/microbench")
   else
     mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" --missing "error (logs/microbench.log)" x)

@@ -25,24 +25,30 @@ ROWS = [
      "core/Client::Load uncached zstd 128KiB", "tmpfs/read 128KiB"),
     ("cache hit 128 KiB: Client::Load (no copy) vs open+read+close on tmpfs", "ns/op",
      "core/Client::Load cached zstd 128KiB", "tmpfs/read 128KiB"),
-    ("interposer stat vs stat(2) on tmpfs", "ns/op", "interpose/stat", "tmpfs/stat"),
-    ("interposer open+close vs on tmpfs", "ns/op", "interpose/open+close", "tmpfs/open+close"),
-    ("interposer open+read+close 4 KiB vs on tmpfs", "ns/op", "interpose/read 4KiB", "tmpfs/read 4KiB"),
-    ("interposer open+read+close 128 KiB vs on tmpfs", "MiB/s", "interpose/read 128KiB", "tmpfs/read 128KiB"),
-    ("interposer open+read+close 4 MiB vs on tmpfs", "MiB/s", "interpose/read 4MiB", "tmpfs/read 4MiB"),
-    ("a path outside the mount, stat under the preload vs without it", "ns/op", "passthrough/stat", "tmpfs/stat"),
-    ("a path outside the mount, open+read+close 4 KiB under the preload vs without it", "ns/op",
+    ("stat: interposer vs tmpfs", "ns/op", "interpose/stat", "tmpfs/stat"),
+    ("open+close: interposer vs tmpfs", "ns/op", "interpose/open+close", "tmpfs/open+close"),
+    ("open+read+close 4 KiB: interposer (cached) vs tmpfs", "ns/op", "interpose/read 4KiB", "tmpfs/read 4KiB"),
+    ("open+read+close 128 KiB: interposer (cached) vs tmpfs", "MiB/s", "interpose/read 128KiB", "tmpfs/read 128KiB"),
+    ("open+read+close 4 MiB: interposer (cached) vs tmpfs", "MiB/s", "interpose/read 4MiB", "tmpfs/read 4MiB"),
+    ("stat outside the mount: under the preload vs without it", "ns/op", "passthrough/stat", "tmpfs/stat"),
+    ("open+read+close 4 KiB outside the mount: under the preload vs without it", "ns/op",
      "passthrough/read 4KiB", "tmpfs/read 4KiB"),
 ]
 
 
 def load(prefix):
+    """Benchmark name -> its result: the median when the run had --benchmark_repetitions, else the one run."""
     runs = {}
     for part in ("core", "interpose"):
         try:
             with open(f"{prefix}.{part}.json") as f:
                 for b in json.load(f).get("benchmarks", []):
-                    runs[b["name"]] = b
+                    name = b.get("run_name", b["name"])
+                    if b.get("run_type") == "aggregate":
+                        if b.get("aggregate_name") == "median":
+                            runs[name] = b
+                    elif name not in runs:
+                        runs[name] = b
         except (OSError, ValueError) as e:
             runs.setdefault("__errors__", []).append(f"{prefix}.{part}.json: {e}")
     return runs
