@@ -3,10 +3,6 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# Installed binaries keep the RPATH of libraries found outside the system directories (an MPI or oneDNN from an HPC
-# module, say), so they run without LD_LIBRARY_PATH; system libraries need none and get none.
-set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
-
 # Every executable of the product folders is installed, so a new tool cannot be forgotten; tests/ holds only
 # test programs and is not searched.
 function(fanstore_executables_under dir out)
@@ -35,6 +31,10 @@ if(FANSTORE_TRAINER)
   fanstore_executables_under(${PROJECT_SOURCE_DIR}/trainer exes)
   list(APPEND FANSTORE_INSTALLED_PROGRAMS ${exes})
 endif()
+# Installed binaries keep the RPATH of libraries found outside the system directories (an MPI or oneDNN from an HPC
+# module, say), so they run without LD_LIBRARY_PATH; system libraries need none and get none. (A property, not the
+# CMAKE_ variable: the targets exist already.)
+set_target_properties(${FANSTORE_INSTALLED_PROGRAMS} fanstore_preload PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS ${FANSTORE_INSTALLED_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 message(STATUS "FanStore: installs ${FANSTORE_INSTALLED_PROGRAMS}, libfanstore_preload.so, the client library and its headers")
 
