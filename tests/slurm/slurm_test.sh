@@ -96,6 +96,27 @@ wait_job() {
   scontrol show job "$job" 2>/dev/null | grep -o -E '(JobState|ExitCode)=[^ ]*' | tr '\n' ' '
 }
 
+# Waits (bounded) until job $1's command has started (its task 0 creates WORK/job-running); false if the job
+# ended or 120 s passed first.
+await_command() {
+  local job=$1 i
+  for ((i = 0; i < 240; i++)); do
+    [ -e "$work/job-running" ] && return 0
+    [ -z "$(squeue -h -j "$job" -o %i 2>/dev/null)" ] && return 1
+    sleep 0.5
+  done
+  return 1
+}
+
+# Waits (bounded: $2 s) for job $1 to end and shows its output; sets `state` (JobState, ExitCode) and `out`.
+finish_job() {
+  local job=$1 limit=$2
+  state=$(wait_job "$job" "$limit")
+  echo "job $job: $state($(($(date +%s) - t0)) s); its output:"
+  sed 's/^/  | /' "$work/job-$job.out"
+  out=$(cat "$work/job-$job.out")
+}
+
 # `fanstore serve` processes of job $1: "PID NODE" (the node from Slurm's environment of that task).
 serve_processes() {
   local job=$1 f pid node
@@ -113,12 +134,7 @@ echo "== job 1: stage, train on 4 nodes x 2 tasks, byte-compare from every task"
 t0=$(date +%s)
 job=$(submit 2 train "$work" "$work/src" "$train")
 echo "submitted job $job"
-for ((i = 0; i < 240; i++)); do
-  [ -e "$work/job-running" ] && break
-  [ -z "$(squeue -h -j "$job" -o %i 2>/dev/null)" ] && break
-  sleep 0.5
-done
-if [ ! -e "$work/job-running" ]; then
+if ! await_command "$job"; then
   bad "job $job never reached its command within 120 s: $(wait_job "$job" 1)"
   cat "$work/job-$job.out" 2>/dev/null
   exit 1
@@ -142,11 +158,7 @@ check "the 8 regular partitions are spread over the nodes, each staged once" \
   test "$(find "$work/local" -name 'part-0*.fsp' -printf '%f\n' | sort | uniq -u | wc -l)" = 8
 touch "$work/checked"
 
-state=$(wait_job "$job" 300)
-t1=$(date +%s)
-echo "job $job: $state($((t1 - t0)) s); its output:"
-sed 's/^/  | /' "$work/job-$job.out"
-out=$(cat "$work/job-$job.out")
+finish_job "$job" 300
 check "job 1 completed with exit code 0" grep -q 'JobState=COMPLETED ExitCode=0:0' <<<"$state"
 check "the daemons formed one 4-rank job" grep -q 'fanstore serve: ready: 4 ranks, 8 partitions + 1 replicated' <<<"$out"
 check "fanstore-train ran data-parallel on 8 ranks to its summary" \
@@ -168,11 +180,7 @@ if mount -t tmpfs -o size=256k fanstore-slurm-test "$work/local/n3"; then
   t0=$(date +%s)
   job=$(submit 2 train "$work" "$work/src" "$train")
   echo "submitted job $job"
-  state=$(wait_job "$job" 120)
-  t1=$(date +%s)
-  echo "job $job: $state($((t1 - t0)) s); its output:"
-  sed 's/^/  | /' "$work/job-$job.out"
-  out=$(cat "$work/job-$job.out")
+  finish_job "$job" 120
   check "job 2 failed (exit code 1) instead of hanging" grep -q 'JobState=FAILED ExitCode=1:0' <<<"$state"
   check "the job output has the daemon's own no-space line for n3's directory" \
     grep -qE "^fanstore serve\[rank [0-3]\]: no space: not enough space in $work/local/n3 for partition part-" <<<"$out"
@@ -193,11 +201,7 @@ rm -f "$work/job-running"
 t0=$(date +%s)
 job=$(FANSTORE_TIMEOUT=2 submit 1 survive "$work" "$work/src")
 echo "submitted job $job"
-for ((i = 0; i < 240; i++)); do
-  [ -e "$work/job-running" ] && break
-  [ -z "$(squeue -h -j "$job" -o %i 2>/dev/null)" ] && break
-  sleep 0.5
-done
+await_command "$job" || true
 victim=$(serve_processes "$job" | awk '$2 == "n4" { print $1 }')
 # n4's regular partitions, read before its daemon dies: exactly its files must fail, every other file must read.
 n4_parts=$( (find "$work/local/n4" -name 'part-0*.fsp' -printf '%f\n' 2>/dev/null || true) | sort | tr '\n' ' ')
@@ -206,11 +210,7 @@ if [ -e "$work/job-running" ] && [ -n "$victim" ] && [ -n "$n4_parts" ]; then
   touch "$work/killed"
   sleep 1
   survivors=$(serve_processes "$job" | awk '{print $2}' | sort | tr '\n' ' ')
-  state=$(wait_job "$job" 120)
-  t1=$(date +%s)
-  echo "job $job: $state($((t1 - t0)) s); its output:"
-  sed 's/^/  | /' "$work/job-$job.out"
-  out=$(cat "$work/job-$job.out")
+  finish_job "$job" 120
   check "after the kill, the daemons of n1 n2 n3 still ran (--kill-on-bad-exit=0)" test "$survivors" = "n1 n2 n3 "
   check "job 3 completed with exit code 0" grep -q 'JobState=COMPLETED ExitCode=0:0' <<<"$state"
   expect_failed="" expect_ok=""
