@@ -117,12 +117,14 @@ finish_job() {
   out=$(cat "$work/job-$job.out")
 }
 
-# `fanstore serve` processes of job $1: "PID NODE" (the node from Slurm's environment of that task).
+# `fanstore serve` processes of job $1 of this cluster (another test's cluster may have a job of the same id):
+# "PID NODE", the node from Slurm's environment of that task.
 serve_processes() {
   local job=$1 f pid node
   { grep -lsxzF "SLURM_JOB_ID=$job" /proc/[0-9]*/environ || true; } | while read -r f; do
     pid=$(cut -d/ -f3 <<<"$f")
     [ "$pid" != self ] || continue
+    grep -qsxzF "SLURM_CONF=$SLURM_CONF" "/proc/$pid/environ" || continue
     mapfile -d '' -t argv 2>/dev/null <"/proc/$pid/cmdline" || continue
     if [ "${argv[0]:-}" != "$fanstore" ] || [ "${argv[1]:-}" != serve ]; then continue; fi
     node=$(grep -asz '^SLURMD_NODENAME=' "/proc/$pid/environ" | tr -d '\0' | cut -d= -f2) || continue
