@@ -31,7 +31,8 @@ void PrintTable(Scope scope, const char* heading) {
 
 void PrintMarkdown() {
   std::printf("<!-- BEGIN env-table: generated from fanstore/include/fanstore/env.hpp; do not edit by hand -->\n");
-  PrintTable(Scope::kRuntime, "Read by every process FanStore serves (the interposer and the client library):");
+  PrintTable(Scope::kRuntime,
+             "Read at run time by the library and the programs (the interposer, `Client::FromEnv`, the CLI):");
   std::printf("\n");
   PrintTable(Scope::kScript, "Read by the scripts:");
   std::printf("\n");

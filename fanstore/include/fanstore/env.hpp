@@ -9,7 +9,7 @@ namespace fanstore::env {
 
 // Who reads a variable, which decides the README table it appears in.
 enum class Scope {
-  kRuntime,  // the library in every FanStore process (interposer, Client::FromEnv, fanstore mount)
+  kRuntime,  // the library and the programs at run time (interposer, Client::FromEnv, fanstore run/serve/mount)
   kScript,   // scripts/ (build, test, demo, benchmarks, launch examples)
   kTest,     // test plumbing: set by ctest or a test driver for the script it runs, rarely by hand
 };
@@ -31,6 +31,9 @@ enum class Scope {
     "268435456 (256 MiB)")                                                                                                  \
   X(kLazy, "FANSTORE_LAZY", Scope::kRuntime, "interposer",                                                                  \
     "`0`: no lazy fds; every open of a file makes its memfd at once (`docs/interpose.md`)", "lazy fds")                     \
+  X(kSlurmNodeName, "SLURMD_NODENAME", Scope::kRuntime, "`fanstore serve`, `wait`, `run --daemon`",                         \
+    "set by Slurm in a job step: what `{node}` becomes in `serve --local/--socket`, `wait` and `run --daemon`",             \
+    "unset: the host name")                                                                                                 \
   X(kCwd, "FANSTORE_CWD", Scope::kRuntime, "interposer",                                                                    \
     "virtual working directory handed to exec'd children (set by the interposer, not by users)", "unset")                   \
   X(kPython, "FANSTORE_PYTHON", Scope::kScript, "scripts, tests, benchmarks",                                               \
@@ -55,16 +58,29 @@ enum class Scope {
   X(kBenchStepTimeout, "BENCH_STEP_TIMEOUT", Scope::kScript, "`scripts/bench.sh`",                                          \
     "seconds one benchmark step may run before it is reported as timed out", "300")                                         \
   X(kFanstoreBinary, "FANSTORE", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",            \
-    "the `fanstore` binary to launch", "`fanstore` on `PATH`, else `build/bin/fanstore`")                                   \
-  X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`",                                       \
+    "the `fanstore` binary to launch", "`fanstore` (on `PATH`; `mpirun-example.sh` falls back to `build/bin/fanstore`)")    \
+  X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",      \
     "`fanstore serve --timeout`: seconds before a remote read fails with EIO", "5")                                         \
   X(kStageTimeout, "FANSTORE_STAGE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`",                                 \
     "seconds to wait for every node's daemon to finish staging", "3600")                                                    \
   X(kProcessesPerNode, "FANSTORE_PPN", Scope::kScript, "`scripts/mpirun-example.sh`", "job processes per node", "1")        \
   X(kSlurmImage, "IMAGE", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "image directory on the shared file system",   \
     "`/shared/imagenet.fst`")                                                                                               \
-  X(kSlurmLocal, "LOCAL", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "node-local staging directory",                \
-    "`/tmp/fanstore-$SLURM_JOB_ID`")                                                                                        \
+  X(kSlurmLocal, "LOCAL", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                                \
+    "node-local staging directory (`{node}` = Slurm's node name)", "`/tmp/fanstore-$SLURM_JOB_ID-{node}`")                  \
+  X(kSlurmSocket, "SOCKET", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "each node's daemon socket",                 \
+    "`$LOCAL/fanstore.sock`")                                                                                               \
+  X(kSlurmMount, "MOUNT", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "where the job sees the image", "`/fanstore`") \
+  X(kSlurmSrunMpi, "SRUN_MPI", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                           \
+    "`srun --mpi=` for the daemons and the command; empty: the site's MpiDefault", "`pmix`")                                \
+  X(kSlurmStageTimeout, "STAGE_TIMEOUT", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                 \
+    "seconds allowed for staging on every node", "3600")                                                                    \
+  X(kSlurmServeOptions, "SERVE_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                 \
+    "more `fanstore serve` options, e.g. `--replicas 2`", "none")                                                           \
+  X(kSlurmRunOptions, "RUN_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                     \
+    "more `fanstore run` options, e.g. `--stats`", "none")                                                                  \
+  X(kSlurmJobSrunOptions, "JOB_SRUN_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                            \
+    "more `srun` options for the command, e.g. `--gpus-per-task=1`", "none")                                                \
   X(kTestKeep, "FANSTORE_TEST_KEEP", Scope::kTest, "`fuse_test`", "non-empty: keep the test's temporary tree", "unset")     \
   X(kTestBinDir, "FANSTORE_BIN_DIR", Scope::kTest, "`tests/trainer_train/train_tests.sh`",                                  \
     "directory of `fanstore`, `fanstore-train`, `fanstore-datagen`", "set by ctest")                                        \
