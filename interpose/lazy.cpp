@@ -13,6 +13,7 @@
 
 #include <mutex>
 
+#include "fanstore/env.hpp"
 #include "real.hpp"
 #include "state.hpp"
 
@@ -169,7 +170,7 @@ int MaterializeLocked(int fd) {
 }  // namespace
 
 bool Init() {
-  const char* e = getenv("FANSTORE_LAZY");
+  const char* e = getenv(env::kLazy);
   if (e != nullptr && strcmp(e, "0") == 0) return false;
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;

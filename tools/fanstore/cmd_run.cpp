@@ -28,7 +28,14 @@ struct RunArgs {
   std::vector<std::string> command;
 };
 
-// The preload library sits in ../lib next to bin/ in both the build tree and an install.
+// Where an install puts the preload library, relative to the `fanstore` binary (cmake/FanStoreInstall.cmake: from
+// CMAKE_INSTALL_BINDIR to CMAKE_INSTALL_LIBDIR, e.g. ../lib or ../lib64).
+#ifndef FANSTORE_PRELOAD_FROM_BIN
+#define FANSTORE_PRELOAD_FROM_BIN "../lib"
+#endif
+
+// The preload library sits in ../lib next to bin/ in the build tree, and in FANSTORE_PRELOAD_FROM_BIN in an install:
+// found relative to this executable, so a prefix works wherever it is installed, moved or copied.
 std::string FindPreloadLibrary() {
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -36,7 +43,8 @@ std::string FindPreloadLibrary() {
   exe[n] = '\0';
   std::string dir(exe);
   dir.resize(dir.rfind('/'));
-  for (const char* rel : {"/../lib/libfanstore_preload.so", "/libfanstore_preload.so"}) {
+  for (const char* rel : {"/../lib/libfanstore_preload.so", "/" FANSTORE_PRELOAD_FROM_BIN "/libfanstore_preload.so",
+                          "/libfanstore_preload.so"}) {
     std::string p = dir + rel;
     char real[PATH_MAX];
     if (realpath(p.c_str(), real)) return real;
@@ -66,7 +74,8 @@ int Run(const RunArgs& a) {
   }
   if (a.mount.empty() || a.mount[0] != '/') return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
   std::string lib = FindPreloadLibrary();
-  if (lib.empty()) return Fail("run", "libfanstore_preload.so not found next to this fanstore binary (../lib/): rebuild with scripts/build.sh");
+  if (lib.empty()) return Fail("run", "libfanstore_preload.so not found next to this fanstore binary (../lib/ or " FANSTORE_PRELOAD_FROM_BIN
+                       "/): rebuild with scripts/build.sh or reinstall");
 
   std::string preload = lib;
   if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
