@@ -14,6 +14,7 @@
 
 #include <mutex>
 
+#include "fanstore/env.hpp"
 #include "real.hpp"
 #include "state.hpp"
 
@@ -220,7 +221,7 @@ int MakePlaceholder() {
 }  // namespace
 
 bool Init() {
-  const char* e = getenv("FANSTORE_LAZY");
+  const char* e = getenv(env::kLazy);
   if (e != nullptr && strcmp(e, "0") == 0) return false;
   int ph = MakePlaceholder();
   if (ph < 0 || !RememberPlaceholder(ph)) return false;

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 HELPERS=$REPO/scripts/bench
-PY=/usr/bin/python3
+PY=${FANSTORE_PYTHON:-/usr/bin/python3}
 
 QUICK=0 KEEP=0 UPDATE_DOC=0 OUT=$REPO/bench-results
 while [ $# -gt 0 ]; do
@@ -266,7 +266,7 @@ NIMG=$(find "$SRC/imagenet/train" -type f | wc -l)
 log "loader: DataLoader epoch over $NIMG files"
 LOADER_MODES=(bytes)
 [ $QUICK = 0 ] && LOADER_MODES+=(decode)
-note loader "$NIMG files of 100-120 KB (a real 128x96 JPEG padded with random bytes to ImageNet's mean size), batch 64, shuffle, num_workers=2, /usr/bin/python3. 'bytes': each worker reads the whole file (the I/O path); 'decode': PIL decode + ToTensor as well (full run only). The directory scan is not timed; worker start-up is. The page cache is warmed (cat) before each run."
+note loader "$NIMG files of 100-120 KB (a real 128x96 JPEG padded with random bytes to ImageNet's mean size), batch 64, shuffle, num_workers=2, $PY. 'bytes': each worker reads the whole file (the I/O path); 'decode': PIL decode + ToTensor as well (full run only). The directory scan is not timed; worker start-up is. The page cache is warmed (cat) before each run."
 for sys in fanstore fuse tmpfs disk; do
   why=$(unavailable "$sys")
   for m in "${LOADER_MODES[@]}"; do
@@ -402,40 +402,67 @@ if [ $QUICK = 1 ]; then
   record trainer "unet3d train/infer" fanstore-train samples/s higher "skipped in --quick"
 fi
 
+# --- microbench: fanstore-microbench (Google Benchmark): the core's and the interposer's hot paths ---------------
+microbench_section() {
+  local mb=$BUILD_DIR/bin/fanstore-microbench line
+  log "microbench: core lookup/decode/checksum in process, interposer stat/open/read under fanstore run"
+  note microbench "Google Benchmark wall time (real_time) of one thread, the median of 3 repetitions of at least $MIN_TIME s each; each row names the FanStore path, then after 'vs' the baseline measured in the same run by the same binary. Core rows call the public Image/Client API in process on an image packed from a tree on tmpfs; interposer rows run the binary again under \`fanstore run\` (after the first pass its decoded-file cache holds every file); tmpfs rows run without the preload. Files: 2,000 x 4 KiB and 64 x 128 KiB text (~3:1 zstd), 64 x 128 KiB random (stored raw), one 4 MiB text file. Log: logs/microbench.log."
+  local rows=()
+  if [ ! -x "$mb" ]; then
+    mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" --missing "n/a (fanstore-microbench not built)" x)
+  elif timeout "$STEP_TIMEOUT" "$mb" --dir "$TMPFS/microbench" --json "$OUT/microbench" \
+         --benchmark_min_time="$MIN_TIME" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+         >"$LOGS/microbench.log" 2>&1; then
+    mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" "$OUT/microbench")
+  else
+    mapfile -t rows < <($PY "$HELPERS/microbench_rows.py" --missing "error (logs/microbench.log)" x)
+  fi
+  for line in "${rows[@]}"; do
+    IFS=$'\t' read -r case sys unit better v <<<"$line"
+    record microbench "$case" "$sys" "$unit" "$better" "$v"
+  done
+  rm -rf "$TMPFS/microbench"
+}
+microbench_section
+
 # --- asyncio: fio's engines and a static program through `fanstore run` (interpose) ------------------------------
-log "asyncio: fio engines and a static program through fanstore run vs tmpfs"
-FIO_SECONDS=$([ $QUICK = 1 ] && echo 1 || echo 3)
-note asyncio "fio --rw=randread --bs=4k on the $BIG_MIB MiB file for ${FIO_SECONDS} s per engine (iodepth 16 for libaio, io_uring, posixaio). Through fanstore run, psync/pvsync2 are served from user space; the kernel-async engines and mmap read a memfd the file was materialized into once (not timed). 'static program': wall time of busybox (statically linked) md5sum of the file, which fanstore run serves through a FUSE mount in a private mount namespace (set-up included)."
-for sys in fanstore-raw fanstore-zstd tmpfs; do
-  why=$(unavailable "$sys")
-  for eng in psync pvsync2 libaio io_uring posixaio mmap; do
-    case_name="fio randread 4 KiB, $eng"
-    if [ -n "$why" ] || ! command -v fio >/dev/null; then
-      record asyncio "$case_name" "$sys" IOPS higher "${why:-n/a (fio not installed)}"
+asyncio_section() {
+  local sys why eng depth line case_name t0 t1 out
+  log "asyncio: fio engines and a static program through fanstore run vs tmpfs"
+  local FIO_SECONDS; FIO_SECONDS=$([ $QUICK = 1 ] && echo 1 || echo 3)
+  note asyncio "fio --rw=randread --bs=4k on the $BIG_MIB MiB file for ${FIO_SECONDS} s per engine (iodepth 16 for libaio, io_uring, posixaio). Through fanstore run, psync/pvsync2 are served from user space; the kernel-async engines and mmap read a memfd the file was materialized into once (not timed). 'static program': wall time of busybox (statically linked) md5sum of the file, which fanstore run serves through a FUSE mount in a private mount namespace (set-up included)."
+  for sys in fanstore-raw fanstore-zstd tmpfs; do
+    why=$(unavailable "$sys")
+    for eng in psync pvsync2 libaio io_uring posixaio mmap; do
+      case_name="fio randread 4 KiB, $eng"
+      if [ -n "$why" ] || ! command -v fio >/dev/null; then
+        record asyncio "$case_name" "$sys" IOPS higher "${why:-n/a (fio not installed)}"
+        continue
+      fi
+      depth=1
+      case $eng in libaio|io_uring|posixaio) depth=16 ;; esac
+      line=$(measure "$sys" "asyncio-$sys-$eng" fio --name=b --filename="$(root_of "$sys")/micro/big.bin" --readonly \
+             --rw=randread --bs=4k --ioengine="$eng" --iodepth=$depth --time_based --runtime="$FIO_SECONDS" \
+             --output-format=terse --terse-version=3)
+      if is_error "$line" || [ "$(echo "$line" | cut -d';' -f5)" != 0 ]; then
+        record asyncio "$case_name" "$sys" IOPS higher "error (logs/asyncio-$sys-$eng.log)"
+      else
+        record asyncio "$case_name" "$sys" IOPS higher "$(echo "$line" | cut -d';' -f8)"
+      fi
+    done
+    case_name="static program (busybox md5sum $BIG_MIB MiB)"
+    if [ -n "$why" ] || ! command -v busybox >/dev/null; then
+      record asyncio "$case_name" "$sys" s lower "${why:-n/a (busybox not installed)}"
       continue
     fi
-    depth=1
-    case $eng in libaio|io_uring|posixaio) depth=16 ;; esac
-    line=$(measure "$sys" "asyncio-$sys-$eng" fio --name=b --filename="$(root_of "$sys")/micro/big.bin" --readonly \
-           --rw=randread --bs=4k --ioengine="$eng" --iodepth=$depth --time_based --runtime="$FIO_SECONDS" \
-           --output-format=terse --terse-version=3)
-    if is_error "$line" || [ "$(echo "$line" | cut -d';' -f5)" != 0 ]; then
-      record asyncio "$case_name" "$sys" IOPS higher "error (logs/asyncio-$sys-$eng.log)"
-    else
-      record asyncio "$case_name" "$sys" IOPS higher "$(echo "$line" | cut -d';' -f8)"
-    fi
+    t0=$(date +%s.%N)
+    out=$(measure "$sys" "asyncio-$sys-busybox" busybox md5sum "$(root_of "$sys")/micro/big.bin")
+    t1=$(date +%s.%N)
+    if is_error "$out"; then record asyncio "$case_name" "$sys" s lower "$out"; continue; fi
+    record asyncio "$case_name" "$sys" s lower "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')"
   done
-  case_name="static program (busybox md5sum $BIG_MIB MiB)"
-  if [ -n "$why" ] || ! command -v busybox >/dev/null; then
-    record asyncio "$case_name" "$sys" s lower "${why:-n/a (busybox not installed)}"
-    continue
-  fi
-  t0=$(date +%s.%N)
-  out=$(measure "$sys" "asyncio-$sys-busybox" busybox md5sum "$(root_of "$sys")/micro/big.bin")
-  t1=$(date +%s.%N)
-  if is_error "$out"; then record asyncio "$case_name" "$sys" s lower "$out"; continue; fi
-  record asyncio "$case_name" "$sys" s lower "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')"
-done
+}
+asyncio_section
 
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))

@@ -8,7 +8,7 @@ scripts/install-deps.sh
 scripts/build.sh
 BIN=${BUILD_DIR:-build}/bin
 WORK=${DEMO_DIR:-$(mktemp -d /tmp/fanstore-demo.XXXXXX)}
-PY=/usr/bin/python3
+PY=${FANSTORE_PYTHON:-/usr/bin/python3}
 echo
 echo "== 1. a small ImageNet-style dataset in $WORK/data"
 $PY scripts/demo/make_dataset.py "$WORK/data" 8 60

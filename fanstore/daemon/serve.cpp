@@ -17,6 +17,7 @@
 
 #include "daemon_protocol.hpp"
 #include "fanstore/image.hpp"
+#include "fanstore/path_template.hpp"
 #include "log.hpp"
 #include "mpi_transport.hpp"
 #include "socket_server.hpp"
@@ -90,7 +91,11 @@ int Serve(const ServeOptions& o) {
   Status st;
   if (o.replicas < 1) st = Status(Code::kInvalidArgument, "--replicas must be >= 1");
   if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
-  std::string local = ExpandRank(o.local, rank);
+  // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
+  auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
+  auto socket_r = ExpandNodeTemplate(ExpandRank(o.socket, rank));
+  if (st.ok()) st = local_r.ok() ? socket_r.status() : local_r.status();
+  std::string local = local_r.ok() ? *local_r : o.local;
   StagePlan plan;
   if (st.ok()) {
     auto p = PlanStaging(o.image, rank, nranks, o.replicas);
@@ -119,7 +124,7 @@ int Serve(const ServeOptions& o) {
   }
 
   local = Absolute(local);
-  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(ExpandRank(o.socket, rank));
+  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
   std::shared_ptr<const Image> img;
   ImageOpenOptions io;
   io.partition_dir = local;

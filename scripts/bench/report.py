@@ -16,6 +16,9 @@ SECTIONS = [
     ("micro", "Metadata and small-file I/O (one thread, warm page cache)",
      ["fanstore-raw", "fanstore-zstd", "fuse", "tmpfs", "disk"],
      [("fanstore-raw", "tmpfs"), ("fanstore-raw", "disk"), ("fanstore-zstd", "tmpfs"), ("fuse", "tmpfs")]),
+    ("microbench", "Micro-benchmarks of the hot paths (fanstore-microbench, Google Benchmark, one thread)",
+     ["microbench-fanstore", "microbench-baseline"],
+     [("microbench-fanstore", "microbench-baseline")]),
     ("loader", "PyTorch data-loader epoch (ImageFolder + DataLoader, num_workers=2)",
      ["fanstore", "fuse", "tmpfs", "disk"],
      [("fanstore", "tmpfs"), ("fanstore", "disk"), ("fuse", "tmpfs")]),
@@ -42,11 +45,13 @@ HEADINGS = {
     "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
     "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
     "pytorch": "PyTorch 1.13",
+    "microbench-fanstore": "FanStore path", "microbench-baseline": "baseline",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
     "fanstore-raw": "FanStore", "fanstore-zstd": "FanStore zstd", "fuse": "FUSE", "fanstore": "FanStore",
     "fanstore-daemon": "FanStore remote", "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
+    "microbench-fanstore": "FanStore",
 }
 
 

@@ -1,12 +1,18 @@
 // Pack: determinism, awkward names, symlinks, balance, replication, bad input and injected write faults.
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <limits.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
 #include <map>
 
 #include "pack_tree.hpp"
@@ -203,15 +209,50 @@ TEST(PackTest, BadInputIsRefusedWithoutSideEffects) {
   EXPECT_EQ(ListDir(tmp.path()), (std::vector<std::string>{"full", "src"}));
 }
 
+// Runs `pack` in a forked child that first drops root for a uid and gid no account uses (what `setpriv --reuid=U
+// --regid=U --clear-groups` does; the capabilities go with uid 0), after handing `tree` to that uid. Root's
+// CAP_DAC_OVERRIDE reads even a mode-0 directory, so only an unprivileged process meets the refusal; CI runs as root.
+// Returns the child's exit status: 0 when pack succeeded, 10 + the Status code when it failed.
+int PackAsThrowawayUser(const std::string& tree, const std::function<Status()>& pack) {
+  uid_t uid = 61000;
+  while (::getpwuid(uid) != nullptr || ::getgrgid(uid) != nullptr) ++uid;
+  std::function<void(const std::string&)> chown_all = [&](const std::string& p) {
+    EXPECT_EQ(::lchown(p.c_str(), uid, uid), 0) << p << ": " << std::strerror(errno);
+    for (const auto& n : ListDir(p)) chown_all(p + "/" + n);
+  };
+  chown_all(tree);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0) {
+      std::fprintf(stderr, "cannot drop root for uid %u: %s\n", static_cast<unsigned>(uid), std::strerror(errno));
+      ::_exit(3);
+    }
+    Status st = pack();
+    ::_exit(st.ok() ? 0 : 10 + static_cast<int>(st.code()));
+  }
+  int wstatus = 0;
+  EXPECT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+}
+
 TEST(PackTest, UnreadableDirectoryFailsCleanly) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root reads everything";
   TempDir tmp;
   test::WriteFile(tmp / "src/locked/a", "a");
   ::chmod((tmp / "src/locked").c_str(), 0);
-  auto r = test::PackTree(tmp / "src", tmp / "img");
+  auto pack = [&] {
+    auto r = test::PackTree(tmp / "src", tmp / "img");
+    return r.ok() ? Status::Ok() : r.status();
+  };
+  if (::geteuid() == 0) {
+    int exit_status = PackAsThrowawayUser(tmp.path(), pack);
+    ASSERT_NE(exit_status, 3) << "the child could not drop root (message above)";
+    EXPECT_EQ(exit_status, 10 + static_cast<int>(Code::kPermission)) << "0: pack read the unreadable directory";
+  } else {
+    Status st = pack();
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), Code::kPermission);
+  }
   ::chmod((tmp / "src/locked").c_str(), 0755);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kPermission);
   EXPECT_EQ(ListDir(tmp.path()), (std::vector<std::string>{"src"}));
 }
 

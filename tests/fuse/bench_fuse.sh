@@ -27,7 +27,7 @@ trap cleanup EXIT
 echo "== generating 256 MiB file + 10,000 small files on tmpfs ($work)"
 mkdir -p "$work/src" "$work/mnt" "$work/mnt2"
 head -c $((256 << 20)) /dev/urandom > "$work/src/big.bin"
-/usr/bin/python3 - "$work/src" <<'PY'
+"${FANSTORE_PYTHON:-/usr/bin/python3}" - "$work/src" <<'PY'
 import os, sys
 root = sys.argv[1]
 for d in range(100):

@@ -44,7 +44,7 @@ TEST(FuseCli, BackgroundMountThenFusermountUnmount) {
   EXPECT_EQ(ReadWholeFile(mp + "/hello.txt"), "hello, fanstore\n");
   const RunResult u = RunCommand({"/usr/bin/fusermount3", "-u", mp});
   EXPECT_EQ(u.exit_code, 0) << u.output;
-  EXPECT_TRUE(WaitMounted(mp, false, 10));
+  EXPECT_TRUE(WaitMounted(mp, false, kHangSeconds));
   EXPECT_TRUE(fs::is_empty(mp));
 }
 
@@ -52,7 +52,7 @@ void ForegroundStopsOnSignal(int sig, const char* name) {
   const std::string mp = NewDir(std::string("fg-") + name);
   const std::string log = Env().root + "/fg-" + name + ".log";
   const pid_t pid = Spawn({CliPath(), "mount", "-f", "--threads", "4", "--image", Env().image, mp}, log);
-  ASSERT_TRUE(WaitMounted(mp, true, 20, pid)) << ReadWholeFile(log);
+  ASSERT_TRUE(WaitMounted(mp, true, kHangSeconds, pid)) << ReadWholeFile(log);
   EXPECT_EQ(ReadWholeFile(mp + "/docs/../hello.txt"), "hello, fanstore\n");
   ASSERT_EQ(::kill(pid, sig), 0);
   int status = 0;
@@ -68,7 +68,7 @@ TEST(FuseCli, ForegroundEndsWhenUnmountedFromOutside) {
   const std::string mp = NewDir("fg-ext");
   const std::string log = Env().root + "/fg-ext.log";
   const pid_t pid = Spawn({CliPath(), "mount", "-f", "--image", Env().image, mp}, log);
-  ASSERT_TRUE(WaitMounted(mp, true, 20, pid)) << ReadWholeFile(log);
+  ASSERT_TRUE(WaitMounted(mp, true, kHangSeconds, pid)) << ReadWholeFile(log);
   EXPECT_EQ(RunCommand({"/usr/bin/fusermount3", "-u", mp}).exit_code, 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -94,7 +94,7 @@ TEST(FuseCli, NonEmptyMountPointNeedsOptionNonempty) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(mp + "/hello.txt"));
   EXPECT_EQ(RunCommand({"/usr/bin/fusermount3", "-u", mp}).exit_code, 0);
-  EXPECT_TRUE(WaitMounted(mp, false, 10));
+  EXPECT_TRUE(WaitMounted(mp, false, kHangSeconds));
   EXPECT_TRUE(fs::exists(mp + "/keep.txt"));
 }
 

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
 
   const std::string log = g_env.root + "/mount.log";
   g_env.server = Spawn({CliPath(), "mount", "-f", "--image", g_env.image, g_env.mnt}, log);
-  if (!WaitMounted(g_env.mnt, true, 20, g_env.server)) {
+  if (!WaitMounted(g_env.mnt, true, kHangSeconds, g_env.server)) {
     std::string out;
     try {
       out = ReadWholeFile(log);
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   ::kill(g_env.server, SIGTERM);
   int status = 0;
   ::waitpid(g_env.server, &status, 0);
-  const bool unmounted = WaitMounted(g_env.mnt, false, 10);
+  const bool unmounted = WaitMounted(g_env.mnt, false, kHangSeconds);
   if (const char* keep = std::getenv("FANSTORE_TEST_KEEP"); !(keep && *keep)) RemoveTree(g_env.root);
   if (!unmounted || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::cerr << "the mount server did not stop cleanly on SIGTERM\n";

@@ -36,6 +36,9 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path);
 bool IsMounted(const std::string& path);  // per /proc/self/mountinfo
 // Polls until `path` is (want=true) or is not (want=false) a mount point; false after `seconds`.
 // When `pid` > 0 and that process exits first, returns false at once.
+// Hang detection, not a speed check: the waits below return as soon as the condition holds, so the bound only
+// has to be long enough that a loaded 2-core CI machine never reaches it.
+inline constexpr double kHangSeconds = 120;
 bool WaitMounted(const std::string& path, bool want, double seconds, pid_t pid = -1);
 
 // Flips one byte of `rel` inside the packed image at `image` (found through the index).

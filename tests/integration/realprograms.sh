@@ -17,7 +17,7 @@ if [ $# -ne 3 ]; then
 fi
 src=$(cd "$1" && pwd) runner=$2 mnt=$3
 here=$(cd "$(dirname "$0")" && pwd)
-py=/usr/bin/python3
+py=${FANSTORE_PYTHON:-/usr/bin/python3}
 export LC_ALL=C
 work=$(mktemp -d /tmp/fanstore-realprograms.XXXXXX)
 ro=""

@@ -8,7 +8,7 @@ build=$(cd "$1" && pwd)
 fsio=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fanstore=$build/bin/fanstore
-py=/usr/bin/python3
+py=${FANSTORE_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d /tmp/fanstore-preload.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 failed=0

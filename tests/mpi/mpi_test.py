@@ -390,9 +390,10 @@ def case_python(ctx):
     if not os.path.exists(ctx.args.preload):
         log(f"SKIPPED: {ctx.args.preload} is not built (the interposer); cannot run python through the daemon")
         return SKIP
-    probe = subprocess.run(["/usr/bin/python3", "-c", "import torch, torchvision"], capture_output=True)
+    python = os.environ.get("FANSTORE_PYTHON") or "/usr/bin/python3"
+    probe = subprocess.run([python, "-c", "import torch, torchvision"], capture_output=True)
     if probe.returncode != 0:
-        log("SKIPPED: /usr/bin/python3 cannot import torch and torchvision")
+        log(f"SKIPPED: {python} cannot import torch and torchvision")
         return SKIP
     ctx.pack(parts=4)
     job = Job(ctx, 2)
@@ -403,7 +404,7 @@ def case_python(ctx):
         f.write(DATALOADER)
     import json
     r = subprocess.run([ctx.args.fanstore, "run", "--daemon", ctx.sock(0), "--mount", "/fanstore", "--stats", "--",
-                        "/usr/bin/python3", script, "/fanstore/train"], capture_output=True, text=True,
+                        python, script, "/fanstore/train"], capture_output=True, text=True,
                        env=ctx.env, timeout=120)
     check(r.returncode == 0, f"python through the daemon failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
     got = json.loads(r.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "fanstore/env.hpp"
 #include "trainer/models.hpp"
 #include "trainer/tensor_file.hpp"
 
@@ -60,7 +61,7 @@ double scaled_error(const std::vector<float>& ours, const std::vector<float>& re
 std::vector<float> values(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
 
 int run(int argc, char** argv) {
-  std::string model_name, python = "/usr/bin/python3", script, workdir;
+  std::string model_name, python = fanstore::env::PythonInterpreter(), script, workdir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") model_name = v;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "fanstore/env.hpp"
 #include "test_support.hpp"
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/jpeg_decoder.hpp"
@@ -15,19 +16,19 @@ namespace {
 using testing::ScratchDir;
 
 bool python_has_pil() {
-  return testing::run_command(std::string(FANSTORE_TEST_PYTHON) + " -c 'import PIL.Image' 2>/dev/null") == 0;
+  return testing::run_command(std::string(env::PythonInterpreter()) + " -c 'import PIL.Image' 2>/dev/null") == 0;
 }
 
 TEST(JpegDecoder, MatchesPillowWithinTwoLevels) {
   if (!python_has_pil()) {
     std::fprintf(stderr, "\n*** SKIPPED: %s with PIL is not available; JPEG decode NOT compared with PIL ***\n\n",
-                 FANSTORE_TEST_PYTHON);
-    GTEST_SKIP() << FANSTORE_TEST_PYTHON << " with PIL is missing: JPEG decode not compared with PIL";
+                 env::PythonInterpreter());
+    GTEST_SKIP() << env::PythonInterpreter() << " with PIL is missing: JPEG decode not compared with PIL";
   }
   ScratchDir scratch;
   testing::run_datagen("imagefolder --samples 4 --classes 2 --size 48 --val-fraction 0 -o " + (scratch / "d"));
   // Also a greyscale and a 4:4:4 JPEG made by PIL itself, so it is not only our encoder's output.
-  const std::string make_more = std::string(FANSTORE_TEST_PYTHON) + " -c \"from PIL import Image; "
+  const std::string make_more = std::string(env::PythonInterpreter()) + " -c \"from PIL import Image; "
       "im = Image.open('" + (scratch / "d/train/class_0001/img_0000001.jpg") + "').convert('RGB').resize((37, 29)); "
       "im.convert('L').save('" + (scratch / "grey.jpg") + "', quality=85); "
       "im.save('" + (scratch / "full.jpg") + "', quality=95, subsampling=0)\"";
@@ -37,7 +38,7 @@ TEST(JpegDecoder, MatchesPillowWithinTwoLevels) {
                                  scratch / "d/train/class_0001/img_0000003.jpg", scratch / "grey.jpg",
                                  scratch / "full.jpg"}) {
     const std::string reference = scratch / "reference.rgb";
-    const std::string decode = std::string(FANSTORE_TEST_PYTHON) + " -c \"from PIL import Image; import sys; "
+    const std::string decode = std::string(env::PythonInterpreter()) + " -c \"from PIL import Image; import sys; "
         "im = Image.open(sys.argv[1]).convert('RGB'); open(sys.argv[2], 'wb').write(im.tobytes()); "
         "print(im.size[0], im.size[1])\" " + path + " " + reference + " > " + (scratch / "size.txt");
     ASSERT_EQ(testing::run_command(decode), 0) << decode;

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "fanstore/env.hpp"
 #include "trainer/optim.hpp"
 
 #ifndef FANSTORE_OPTIM_TORCH_SCRIPT
@@ -17,7 +18,7 @@ namespace {
 
 // Runs the reference; returns false (and the exit code) when torch is missing.
 bool torch_reference(const std::string& kind, std::vector<double>& out, int& code) {
-  const std::string cmd = "/usr/bin/python3 " FANSTORE_OPTIM_TORCH_SCRIPT " " + kind;
+  const std::string cmd = std::string(env::PythonInterpreter()) + " " FANSTORE_OPTIM_TORCH_SCRIPT " " + kind;
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return false;
   std::string text;
@@ -35,7 +36,7 @@ void run_case(const std::string& kind) {
   std::vector<double> expected;
   int code = 0;
   if (!torch_reference(kind, expected, code)) {
-    if (code == 77) GTEST_SKIP() << "SKIPPED LOUDLY: /usr/bin/python3 has no torch; optimizer cross-check not run";
+    if (code == 77) GTEST_SKIP() << "SKIPPED LOUDLY: " << env::PythonInterpreter() << " has no torch; optimizer cross-check not run";
     FAIL() << "optim_torch.py failed with exit code " << code;
   }
   ParameterTable t;

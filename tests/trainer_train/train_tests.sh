@@ -6,7 +6,7 @@ set -euo pipefail
 case_name=$1 work=$2
 bin=${FANSTORE_BIN_DIR:?} here=${FANSTORE_TRAIN_TESTS_DIR:-$(dirname "$0")}
 train=$bin/fanstore-train datagen=$bin/fanstore-datagen fanstore=$bin/fanstore
-py=/usr/bin/python3
+py=${FANSTORE_PYTHON:-/usr/bin/python3}
 rm -rf "$work" && mkdir -p "$work"
 cd "$work"
 

@@ -14,6 +14,7 @@
 #include "fanstore/env.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path.hpp"
+#include "fanstore/path_template.hpp"
 #include "fanstore/program_probe.hpp"
 #include "run_fuse.hpp"
 
@@ -38,7 +39,14 @@ std::string Unreachable(const ProgramProbe& p) {
   return why;
 }
 
-// The preload library sits in ../lib next to bin/ in both the build tree and an install.
+// Where an install puts the preload library, relative to the `fanstore` binary (cmake/FanStoreInstall.cmake: from
+// CMAKE_INSTALL_BINDIR to CMAKE_INSTALL_LIBDIR, e.g. ../lib or ../lib64).
+#ifndef FANSTORE_PRELOAD_FROM_BIN
+#define FANSTORE_PRELOAD_FROM_BIN "../lib"
+#endif
+
+// The preload library sits in ../lib next to bin/ in the build tree, and in FANSTORE_PRELOAD_FROM_BIN in an install:
+// found relative to this executable, so a prefix works wherever it is installed, moved or copied.
 std::string FindPreloadLibrary() {
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -46,7 +54,8 @@ std::string FindPreloadLibrary() {
   exe[n] = '\0';
   std::string dir(exe);
   dir.resize(dir.rfind('/'));
-  for (const char* rel : {"/../lib/libfanstore_preload.so", "/libfanstore_preload.so"}) {
+  for (const char* rel : {"/../lib/libfanstore_preload.so", "/" FANSTORE_PRELOAD_FROM_BIN "/libfanstore_preload.so",
+                          "/libfanstore_preload.so"}) {
     std::string p = dir + rel;
     char real[PATH_MAX];
     if (realpath(p.c_str(), real)) return real;
@@ -59,8 +68,10 @@ int Run(const RunArgs& a) {
   char abs_image[PATH_MAX] = "";
   char abs_socket[PATH_MAX] = "";
   if (!a.daemon.empty()) {
-    if (!realpath(a.daemon.c_str(), abs_socket))
-      return Fail("run", "daemon socket '" + a.daemon + "': " + std::strerror(errno) +
+    auto socket = ExpandNodeTemplate(a.daemon);  // "{node}": this node's daemon when nodes share a host
+    if (!socket.ok()) return Fail("run", socket.status());
+    if (!realpath(socket->c_str(), abs_socket))
+      return Fail("run", "daemon socket '" + *socket + "': " + std::strerror(errno) +
                              " (is `fanstore serve` running and ready? try `fanstore wait " + a.daemon + "`)");
     // Handshake once here so a missing or wedged daemon is one clear line now, not an error in every child.
     auto info = ProbeDaemon(abs_socket, 5000);
@@ -74,7 +85,8 @@ int Run(const RunArgs& a) {
   }
   if (a.mount.empty() || a.mount[0] != '/') return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
   std::string lib = FindPreloadLibrary();
-  if (lib.empty()) return Fail("run", "libfanstore_preload.so not found next to this fanstore binary (../lib/): rebuild with scripts/build.sh");
+  if (lib.empty()) return Fail("run", "libfanstore_preload.so not found next to this fanstore binary (../lib/ or " FANSTORE_PRELOAD_FROM_BIN
+                       "/): rebuild with scripts/build.sh or reinstall");
 
   std::string preload = lib;
   if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
@@ -140,7 +152,7 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* sub = app.add_subcommand("run", "Run a command with the image served under --mount (--image: one node; --daemon: through the node's daemon)");
   sub->add_option("--image", args->image, "Image directory written by `fanstore pack` (one node)");
-  sub->add_option("--daemon", args->daemon, "Unix socket of this node's `fanstore serve` (multi-node; sets FANSTORE_DAEMON)");
+  sub->add_option("--daemon", args->daemon, "Unix socket of this node's `fanstore serve` (multi-node; sets FANSTORE_DAEMON; {node} expands)");
   sub->add_option("--mount", args->mount, "Path prefix the image appears under (need not exist)")->capture_default_str();
   sub->add_flag("--stats", args->stats, "Print one summary line per process at exit (FANSTORE_STATS=1)");
   sub->add_option("--log", args->log, "Trace level (debug traces every call on the image: FANSTORE_LOG)");

@@ -1,17 +1,129 @@
-// Every environment variable FanStore reads, in one place (README.md has the table for users).
+// Every environment variable FanStore reads -- the library, the front ends, the scripts and the tests -- in one table.
+// README.md's tables are generated from it, and the test meta.env_table fails when README.md differs or when a file
+// in the tree reads a variable that is not listed here. Adding a variable is one X(...) line in FANSTORE_ENV_VARIABLES.
 #pragma once
+
+#include <cstdlib>
 
 namespace fanstore::env {
 
-inline constexpr const char* kImage = "FANSTORE_IMAGE";    // image directory (single node, no daemon)
-inline constexpr const char* kMount = "FANSTORE_MOUNT";    // path prefix served from the image; default /fanstore
-inline constexpr const char* kDaemon = "FANSTORE_DAEMON";  // Unix socket of this node's daemon (multi-node)
-inline constexpr const char* kStats = "FANSTORE_STATS";    // 1: one summary line per process at exit
-inline constexpr const char* kLog = "FANSTORE_LOG";        // debug: trace every intercepted call to stderr
-inline constexpr const char* kCwd = "FANSTORE_CWD";        // virtual cwd handed to exec'd children
-inline constexpr const char* kCacheBytes = "FANSTORE_CACHE_BYTES";  // decoded-file cache budget per process
-inline constexpr const char* kRunBinary = "FANSTORE_RUN";  // the fanstore binary, for handing static programs to FUSE (internal)
+// Who reads a variable, which decides the README table it appears in.
+enum class Scope {
+  kRuntime,  // the library and the programs at run time (interposer, Client::FromEnv, fanstore run/serve/mount)
+  kScript,   // scripts/ (build, test, demo, benchmarks, launch examples)
+  kTest,     // test plumbing: set by ctest or a test driver for the script it runs, rarely by hand
+};
+
+// X(identifier, "NAME", scope, "read by", "meaning", "default"). Markdown (`code`) is fine in the strings.
+#define FANSTORE_ENV_VARIABLES(X)                                                                                           \
+  X(kImage, "FANSTORE_IMAGE", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
+    "image directory to serve (set by `fanstore run --image`)", "unset: everything passes through")                         \
+  X(kDaemon, "FANSTORE_DAEMON", Scope::kRuntime, "interposer, `Client::FromEnv`",                                           \
+    "Unix socket of this node's `fanstore serve` (multi-node; set by `fanstore run --daemon`; wins over `FANSTORE_IMAGE`)", \
+    "unset")                                                                                                                \
+  X(kMount, "FANSTORE_MOUNT", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
+    "absolute path prefix served from the image; it need not exist", "`/fanstore`")                                         \
+  X(kStats, "FANSTORE_STATS", Scope::kRuntime, "interposer, `fanstore mount`",                                              \
+    "`1`: one summary line per process at exit (ops, bytes, local/remote, cache hits)", "off")                              \
+  X(kLog, "FANSTORE_LOG", Scope::kRuntime, "interposer", "`debug`: one stderr line per call on the image", "off")           \
+  X(kCacheBytes, "FANSTORE_CACHE_BYTES", Scope::kRuntime, "interposer, `Client::FromEnv`",                                  \
+    "decoded-file cache budget per process, in bytes (a file is kept when it is at most half of it; 0 disables it)",        \
+    "268435456 (256 MiB)")                                                                                                  \
+  X(kLazy, "FANSTORE_LAZY", Scope::kRuntime, "interposer",                                                                  \
+    "`0`: no lazy fds; every open of a file makes its memfd at once (`docs/interpose.md`)", "lazy fds")                     \
+  X(kSlurmNodeName, "SLURMD_NODENAME", Scope::kRuntime, "`fanstore serve`, `wait`, `run --daemon`",                         \
+    "set by Slurm in a job step: what `{node}` becomes in `serve --local/--socket`, `wait` and `run --daemon`",             \
+    "unset: the host name")                                                                                                 \
+  X(kCwd, "FANSTORE_CWD", Scope::kRuntime, "interposer",                                                                    \
+    "virtual working directory handed to exec'd children (set by the interposer, not by users)", "unset")                   \
+  X(kRunBinary, "FANSTORE_RUN", Scope::kRuntime, "interposer",                                                              \
+    "the `fanstore` binary, to which the interposer hands static programs (set by `fanstore run`, not by users)", "unset")  \
+  X(kPython, "FANSTORE_PYTHON", Scope::kScript, "scripts, tests, benchmarks",                                               \
+    "the Python (with numpy, h5py, PIL, torch) that every script and test runs", "`/usr/bin/python3`")                      \
+  X(kBuildDir, "BUILD_DIR", Scope::kScript, "`scripts/build.sh`, `test.sh`, `demo.sh`, `bench.sh`",                         \
+    "build directory", "`build`")                                                                                           \
+  X(kBuildType, "BUILD_TYPE", Scope::kScript, "`scripts/build.sh`", "CMake build type", "`RelWithDebInfo`")                 \
+  X(kJobs, "JOBS", Scope::kScript, "`scripts/build.sh`, `scripts/bench/build_drivers.sh`", "parallel compile jobs",         \
+    "all cores (`build.sh`), 2 (`build_drivers.sh`)")                                                                       \
+  X(kCtestJobs, "CTEST_JOBS", Scope::kScript, "`scripts/test.sh`", "tests run in parallel", "2")                            \
+  X(kSlowTests, "FANSTORE_SLOW_TESTS", Scope::kScript, "`scripts/test.sh`",                                                 \
+    "`1`: also run the tests labelled `slow` (e.g. the > 4 GiB file)", "off")                                               \
+  X(kDemoDir, "DEMO_DIR", Scope::kScript, "`scripts/demo.sh`", "where the demo writes its data, images and runs",           \
+    "a new `/tmp/fanstore-demo.*`")                                                                                         \
+  X(kBenchTmpfs, "BENCH_TMPFS", Scope::kScript, "`scripts/bench.sh`", "tmpfs directory for the benchmark trees",            \
+    "`/dev/shm/fanstore-bench`")                                                                                            \
+  X(kBenchDisk, "BENCH_DISK", Scope::kScript, "`scripts/bench.sh`",                                                         \
+    "directory on a real disk (not tmpfs) for the disk baselines", "`/var/tmp/fanstore-bench`")                             \
+  X(kBenchDrivers, "BENCH_DRIVERS", Scope::kScript, "`scripts/bench.sh`",                                                   \
+    "where the benchmark drivers are built when the build directory lacks them (kept between runs)",                        \
+    "`/var/tmp/fanstore-bench-drivers`")                                                                                    \
+  X(kBenchStepTimeout, "BENCH_STEP_TIMEOUT", Scope::kScript, "`scripts/bench.sh`",                                          \
+    "seconds one benchmark step may run before it is reported as timed out", "300")                                         \
+  X(kFanstoreBinary, "FANSTORE", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",            \
+    "the `fanstore` binary to launch", "`fanstore` (on `PATH`; `mpirun-example.sh` falls back to `build/bin/fanstore`)")    \
+  X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",      \
+    "`fanstore serve --timeout`: seconds before a remote read fails with EIO", "5")                                         \
+  X(kStageTimeout, "FANSTORE_STAGE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`",                                 \
+    "seconds to wait for every node's daemon to finish staging", "3600")                                                    \
+  X(kProcessesPerNode, "FANSTORE_PPN", Scope::kScript, "`scripts/mpirun-example.sh`", "job processes per node", "1")        \
+  X(kSlurmImage, "IMAGE", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "image directory on the shared file system",   \
+    "`/shared/imagenet.fst`")                                                                                               \
+  X(kSlurmLocal, "LOCAL", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                                \
+    "node-local staging directory (`{node}` = Slurm's node name)", "`/tmp/fanstore-$SLURM_JOB_ID-{node}`")                  \
+  X(kSlurmSocket, "SOCKET", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "each node's daemon socket",                 \
+    "`$LOCAL/fanstore.sock`")                                                                                               \
+  X(kSlurmMount, "MOUNT", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "where the job sees the image", "`/fanstore`") \
+  X(kSlurmSrunMpi, "SRUN_MPI", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                           \
+    "`srun --mpi=` for the daemons and the command; empty: the site's MpiDefault", "`pmix`")                                \
+  X(kSlurmStageTimeout, "STAGE_TIMEOUT", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                 \
+    "seconds allowed for staging on every node", "3600")                                                                    \
+  X(kSlurmServeOptions, "SERVE_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                 \
+    "more `fanstore serve` options, e.g. `--replicas 2`", "none")                                                           \
+  X(kSlurmRunOptions, "RUN_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                     \
+    "more `fanstore run` options, e.g. `--stats`", "none")                                                                  \
+  X(kSlurmJobSrunOptions, "JOB_SRUN_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                            \
+    "more `srun` options for the command, e.g. `--gpus-per-task=1`", "none")                                                \
+  X(kTestKeep, "FANSTORE_TEST_KEEP", Scope::kTest, "`fuse_test`", "non-empty: keep the test's temporary tree", "unset")     \
+  X(kTestBinDir, "FANSTORE_BIN_DIR", Scope::kTest, "`tests/trainer_train/train_tests.sh`",                                  \
+    "directory of `fanstore`, `fanstore-train`, `fanstore-datagen`", "set by ctest")                                        \
+  X(kTestMpirun, "FANSTORE_MPIRUN", Scope::kTest, "`tests/trainer_train/train_tests.sh`", "the `mpirun` to use",            \
+    "set by ctest; else `mpirun` on `PATH`")                                                                                \
+  X(kTestTrainDir, "FANSTORE_TRAIN_TESTS_DIR", Scope::kTest, "`tests/trainer_train/train_tests.sh`",                        \
+    "the folder of its helper scripts", "the script's folder")                                                              \
+  X(kTestFsio, "FSIO", Scope::kTest, "`tests/integration/realprograms.sh`",                                                 \
+    "the `fsio` harness; adds the fd-semantics checks", "unset: checks skipped")                                            \
+  X(kTestSkipTorch, "SKIP_TORCH", Scope::kTest, "`tests/integration/realprograms.sh`", "`1`: skip the torchvision check",   \
+    "off")                                                                                                                  \
+  X(kTestSkipTorchRaw, "SKIP_TORCH_RAW", Scope::kTest, "`tests/integration/run_preload.sh`",                                \
+    "`1`: skip the torchvision check on the raw image", "off")                                                              \
+  X(kTestLazyExpect, "LAZY_EXPECT", Scope::kTest, "`lazy_fd_test`",                                                         \
+    "`0`: the run has `FANSTORE_LAZY=0`, so fds are memfds at open", "lazy")
+
+// The name of each variable as a constant: env::kImage is "FANSTORE_IMAGE".
+#define FANSTORE_ENV_NAME_CONSTANT(id, name, scope, readers, meaning, fallback) inline constexpr const char* id = name;
+FANSTORE_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)
+#undef FANSTORE_ENV_NAME_CONSTANT
+
+struct Variable {
+  const char* name;
+  Scope scope;
+  const char* readers;   // who reads it
+  const char* meaning;
+  const char* fallback;  // what holds when it is unset
+};
+
+// The whole table, in the order above (README.md's order).
+#define FANSTORE_ENV_TABLE_ROW(id, name, scope, readers, meaning, fallback) Variable{name, scope, readers, meaning, fallback},
+inline constexpr Variable kVariables[] = {FANSTORE_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};
+#undef FANSTORE_ENV_TABLE_ROW
 
 inline constexpr const char* kDefaultMount = "/fanstore";
+inline constexpr const char* kDefaultPython = "/usr/bin/python3";
+
+// FANSTORE_PYTHON when set and non-empty, else /usr/bin/python3 (for tests and tools that run Python).
+inline const char* PythonInterpreter() {
+  const char* p = std::getenv(kPython);
+  return (p != nullptr && *p != '\0') ? p : kDefaultPython;
+}
 
 }  // namespace fanstore::env
