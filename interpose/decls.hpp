@@ -31,3 +31,22 @@ int __fxstat64(int ver, int fd, struct stat64* st) noexcept;
 int __fxstatat(int ver, int dirfd, const char* path, struct stat* st, int flags) noexcept;
 int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* st, int flags) noexcept;
 }
+
+// libaio (libaio.so.1) and liburing (liburing.so.2), interposed when the program uses them; declared here
+// so the preload needs neither library nor its headers. libaio's struct iocb is the kernel's
+// (linux/aio_abi.h), and both return -errno rather than setting errno.
+struct io_context;
+typedef struct io_context* io_context_t;
+struct iocb;
+struct io_uring;
+struct io_uring_params;
+extern "C" {
+int io_setup(int maxevents, io_context_t* ctxp) noexcept;
+int io_queue_init(int maxevents, io_context_t* ctxp) noexcept;
+int io_submit(io_context_t ctx, long nr, struct iocb* ios[]) noexcept;
+int io_uring_setup(unsigned entries, struct io_uring_params* p) noexcept;
+int io_uring_queue_init(unsigned entries, struct io_uring* ring, unsigned flags) noexcept;
+int io_uring_queue_init_params(unsigned entries, struct io_uring* ring, struct io_uring_params* p) noexcept;
+int io_uring_queue_init_mem(unsigned entries, struct io_uring* ring, struct io_uring_params* p, void* buf,
+                            size_t buf_size) noexcept;
+}

@@ -13,7 +13,7 @@ void FdTable::Raise(int fd) {
 }
 
 bool FdTable::Track(int fd, uint32_t id) {
-  if (fd < 0 || fd >= kCapacity) return false;
+  if (fd < 0 || fd >= kCapacity || id >= kAncestorBase - 1) return false;
   Raise(fd);
   slots_[fd].store(id + 1, std::memory_order_release);
   return true;
@@ -23,6 +23,12 @@ void FdTable::MarkInternal(int fd) {
   if (fd < 0 || fd >= kCapacity) return;
   Raise(fd);
   slots_[fd].store(kInternal, std::memory_order_release);
+}
+
+void FdTable::MarkAncestor(int fd, int depth) {
+  if (fd < 0 || fd >= kCapacity || depth < 0 || depth > kMaxAncestorDepth) return;
+  Raise(fd);
+  slots_[fd].store(kAncestorBase + static_cast<uint32_t>(depth), std::memory_order_release);
 }
 
 void FdTable::Copy(int from, int to) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -34,8 +35,24 @@ std::atomic<int> g_live{0};
 
 namespace {
 
-int g_placeholder = -1;
-bool g_enabled = false;
+std::atomic<int> g_placeholder{-1};
+std::atomic<bool> g_enabled{false};
+// The placeholders' inodes (sockets): every lazy fd is a dup of one, and no other file has them. More
+// than one only after a placeholder was closed behind our back and replaced (dups of the old one live on).
+constexpr int kMaxPlaceholders = 8;
+std::atomic<uint64_t> g_ph_dev[kMaxPlaceholders];
+std::atomic<uint64_t> g_ph_ino[kMaxPlaceholders];
+std::atomic<int> g_ph_count{0};
+
+bool RememberPlaceholder(int ph) {
+  struct stat st;
+  int k = g_ph_count.load(std::memory_order_acquire);
+  if (k == kMaxPlaceholders || FS_REAL(fstat, ph, &st) != 0) return false;
+  g_ph_dev[k].store(st.st_dev, std::memory_order_relaxed);
+  g_ph_ino[k].store(st.st_ino, std::memory_order_relaxed);
+  g_ph_count.store(k + 1, std::memory_order_release);
+  return true;
+}
 
 // Largest single transfer the kernel does (MAX_RW_COUNT).
 constexpr size_t kMaxRw = 0x7ffff000;
@@ -141,6 +158,24 @@ int MaterializeLocked(int fd) {
   for (int i = 0; i < hw; ++i) {
     if (g_slots[i].load(std::memory_order_acquire) != p) continue;
     LockShard(i);
+    if (g_slots[i].load(std::memory_order_acquire) == p && !IsPlaceholderFile(i)) {
+      // Not a dup of a placeholder: closed behind our back (a raw close or close_range) and reused, so the
+      // number is the program's now: never dup3 over it, it simply stops being lazy. Unless the placeholder
+      // itself was lost the same way (then i may be one of ours made from the program's file, and neither
+      // replacing nor reading it is safe: the call fails with EIO).
+      int ph = g_placeholder.load(std::memory_order_acquire);
+      if (!IsPlaceholderFile(ph)) {
+        UnlockShard(i);
+        PlaceholderLost(ph);
+        err = EIO;
+        continue;
+      }
+      g_slots[i].store(nullptr, std::memory_order_release);
+      UnlockShard(i);
+      g_live.fetch_sub(1, std::memory_order_acq_rel);
+      Unref(p);
+      continue;
+    }
     if (g_slots[i].load(std::memory_order_acquire) == p) {
       // Under the shard lock: a concurrent close() of i clears the slot before closing, so i is
       // still this lazy fd and dup3 cannot land on a number someone else has opened.
@@ -169,28 +204,64 @@ int MaterializeLocked(int fd) {
 
 }  // namespace
 
-bool Init() {
-  const char* e = getenv(env::kLazy);
-  if (e != nullptr && strcmp(e, "0") == 0) return false;
+namespace {
+// An O_PATH fd on a fresh socket inode, marked internal; -1 on failure.
+int MakePlaceholder() {
   int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", sv[0]);
   int ph = FS_REAL(open, path, O_PATH | O_CLOEXEC);
   FS_REAL(close, sv[0]);
   FS_REAL(close, sv[1]);
-  if (ph < 0) return false;
+  if (ph < 0) return -1;
   FdTable::MarkInternal(ph);
-  g_placeholder = ph;
-  g_enabled = true;
+  return ph;
+}
+}  // namespace
+
+bool Init() {
+  const char* e = getenv(env::kLazy);
+  if (e != nullptr && strcmp(e, "0") == 0) return false;
+  int ph = MakePlaceholder();
+  if (ph < 0 || !RememberPlaceholder(ph)) return false;
+  g_placeholder.store(ph, std::memory_order_release);
+  g_enabled.store(true, std::memory_order_release);
   return true;
 }
 
-bool Enabled() { return g_enabled; }
+bool IsPlaceholderFile(int fd) {
+  struct stat st;
+  if (FS_REAL(fstat, fd, &st) != 0) return false;
+  int n = g_ph_count.load(std::memory_order_acquire);
+  for (int k = 0; k < n; ++k)
+    if (g_ph_ino[k].load(std::memory_order_relaxed) == st.st_ino && g_ph_dev[k].load(std::memory_order_relaxed) == st.st_dev)
+      return true;
+  return false;
+}
+
+void PlaceholderLost(int fd) {
+  int ph = g_placeholder.load(std::memory_order_acquire);
+  if (!Enabled() || fd != ph) return;
+  // Its number now belongs to the program (closed behind our back, then reused): lazy fds made from
+  // now on are dups of a new one, on a new inode, so every dup of the old one is still recognised.
+  int fresh = MakePlaceholder();
+  if (fresh < 0 || !RememberPlaceholder(fresh)) {
+    if (fresh >= 0) {
+      FdTable::Clear(fresh);
+      FS_REAL(close, fresh);
+    }
+    g_enabled.store(false, std::memory_order_release);  // opens fall back to memfds (as FANSTORE_LAZY=0)
+    return;
+  }
+  g_placeholder.store(fresh, std::memory_order_release);
+}
+
+bool Enabled() { return g_enabled.load(std::memory_order_acquire); }
 
 int Open(uint32_t id, std::shared_ptr<const FileBytes> bytes, int flags) {
   ReadGate gate;
-  int fd = FS_REAL(fcntl, g_placeholder, (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+  int fd = FS_REAL(fcntl, g_placeholder.load(std::memory_order_acquire), (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
   if (fd < 0) return -1;
   if (fd >= FdTable::kCapacity || !FdTable::Track(fd, id)) {
     FS_REAL(close, fd);

@@ -32,6 +32,11 @@ inline bool Any() { return g_live.load(std::memory_order_acquire) != 0; }
 // ENOTDIR). False: lazy fds are off (no placeholder, or FANSTORE_LAZY=0).
 bool Init();
 bool Enabled();
+// fd identity: is fd (still) a dup of the placeholder, i.e. one of our lazy fds? One fstat.
+bool IsPlaceholderFile(int fd);
+// The kernel handed the number `fd` to the program: if it was the placeholder (closed behind our back by
+// a raw syscall), make a new one.
+void PlaceholderLost(int fd);
 
 // A lazy fd for entry `id` whose bytes are `bytes` (open flags: O_CLOEXEC, status flags). -1 + errno.
 int Open(uint32_t id, std::shared_ptr<const FileBytes> bytes, int flags);

@@ -6,8 +6,10 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
+#include "async_io.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "real.hpp"
@@ -45,7 +47,8 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
     }
     return fd;
   }
-  if ((flags & O_TMPFILE) == O_TMPFILE) return fail(EROFS);
+  // O_TMPFILE names a directory to create in: the lookup (ENOTDIR on a file) comes before the write check.
+  if ((flags & O_TMPFILE) == O_TMPFILE) return fail(e.is_dir() ? EROFS : ENOTDIR);
   if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return fail(EEXIST);
   bool writes = (flags & O_ACCMODE) != O_RDONLY;
   if (e.is_dir()) {
@@ -54,7 +57,7 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
   }
   if (flags & O_DIRECTORY) return fail(ENOTDIR);
   if (writes || (flags & O_TRUNC)) return fail(EROFS);
-  if (lazy && lazy::Enabled()) {
+  if (lazy && lazy::Enabled() && !async_io::Eager()) {
     // Checksum verified now (EIO at open, as for a memfd); reads are served from these bytes.
     Result<std::shared_ptr<const FileBytes>> bytes = [&]() -> Result<std::shared_ptr<const FileBytes>> {
       try {
@@ -66,7 +69,17 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
       }
     }();
     if (!bytes.ok()) return fail(ToErrno(bytes.status()));
-    return lazy::Open(id, std::move(bytes).value(), flags);
+    int fd = lazy::Open(id, std::move(bytes).value(), flags);
+    // Another thread may have set up async I/O meanwhile (async_io::Enter pairs with this fence).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (fd >= 0 && async_io::Eager() && lazy::Materialize(fd) != 0) {
+      int err = errno;
+      FdTable::Clear(fd);
+      lazy::Forget(fd);
+      FS_REAL(close, fd);
+      return fail(err);
+    }
+    return fd;
   }
   Result<int> fd = [&]() -> Result<int> {
     try {

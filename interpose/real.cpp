@@ -35,7 +35,8 @@ void* ResolveReal(Sym s) {
   ReentrancyGuard guard;
   p = dlsym(RTLD_NEXT, kNames[static_cast<int>(s)]);
   if (p == nullptr) {
-    WriteLine("fanstore: libc has no symbol ", kNames[static_cast<int>(s)], "; calls to it fail with ENOSYS");
+    WriteLine("fanstore: no library after libfanstore_preload.so defines ", kNames[static_cast<int>(s)],
+              "; calls to it fail with ENOSYS");
     slot.store(&g_missing_marker, std::memory_order_release);
     return nullptr;
   }

@@ -2,7 +2,9 @@
 #include "resolve.hpp"
 
 #include <string.h>
+#include <unistd.h>
 
+#include "ancestors.hpp"
 #include "cwd.hpp"
 #include "fanstore/path.hpp"
 #include "fanstore/status.hpp"
@@ -45,6 +47,65 @@ std::string AbsoluteOf(const std::string& rel) {
 
 std::string AbsoluteOfId(uint32_t id) { return AbsoluteOf(std::string(g_client->image().Get(id).path)); }
 
+namespace {
+
+// /proc/self/fd/N[/rest], /proc/thread-self/fd/N, /proc/<our pid>/fd/N, /dev/fd/N, /dev/stdin|stdout|stderr:
+// the kernel follows such a link to the file behind fd N. When N is one of ours, that file is an image
+// entry: *out = its absolute path + rest. False otherwise (no allocation on that path).
+bool MapFdLink(const char* path, std::string* out, bool* bare) {
+  const char* num = nullptr;
+  int fixed = -1;
+  if (strncmp(path, "/proc/", 6) == 0) {
+    const char* p = path + 6;
+    if (strncmp(p, "self/fd/", 8) == 0) {
+      num = p + 8;
+    } else if (strncmp(p, "thread-self/fd/", 15) == 0) {
+      num = p + 15;
+    } else if (*p >= '0' && *p <= '9') {
+      long pid = 0;
+      for (; *p >= '0' && *p <= '9' && pid < (1L << 31); ++p) pid = pid * 10 + (*p - '0');
+      if (pid != getpid() || strncmp(p, "/fd/", 4) != 0) return false;
+      num = p + 4;
+    } else {
+      return false;
+    }
+  } else if (strncmp(path, "/dev/", 5) == 0) {
+    const char* p = path + 5;
+    if (strncmp(p, "fd/", 3) == 0) {
+      num = p + 3;
+    } else if (strcmp(p, "stdin") == 0) {
+      fixed = 0;
+    } else if (strcmp(p, "stdout") == 0) {
+      fixed = 1;
+    } else if (strcmp(p, "stderr") == 0) {
+      fixed = 2;
+    } else {
+      return false;
+    }
+  } else {
+    return false;
+  }
+  int fd = fixed;
+  const char* rest = "";
+  if (num != nullptr) {
+    if (*num < '0' || *num > '9') return false;
+    fd = 0;
+    for (; *num >= '0' && *num <= '9'; ++num) {
+      fd = fd * 10 + (*num - '0');
+      if (fd >= FdTable::kCapacity) return false;
+    }
+    if (*num != '\0' && *num != '/') return false;
+    rest = num;
+  }
+  uint32_t id;
+  if (!FdTable::Lookup(fd, &id) || g_client == nullptr) return false;
+  *out = AbsoluteOfId(id) + rest;
+  *bare = *rest == '\0';
+  return true;
+}
+
+}  // namespace
+
 Resolved Classify(int dirfd, const char* path) {
   Resolved r;
   if (path == nullptr || path[0] == '\0') return r;  // libc reports EFAULT/ENOENT (AT_EMPTY_PATH: caller's job)
@@ -52,6 +113,10 @@ Resolved Classify(int dirfd, const char* path) {
   Classified c;
   bool virtual_base = false;
   std::string base;
+  std::string mapped;
+  if (path[0] == '/' && (path[1] == 'p' || path[1] == 'd') && FdTable::HighWater() != 0 &&
+      MapFdLink(path, &mapped, &r.fd_link))
+    path = mapped.c_str();
   if (path[0] == '/') {
     c = ClassifyPath(path, mount, mount);  // allocation-free when not under the mount
     // "/fanstore/../etc" climbs out through a directory the kernel may not have: resolve it lexically.
@@ -59,12 +124,17 @@ Resolved Classify(int dirfd, const char* path) {
         (path[g_mount_len] == '/' || path[g_mount_len] == '\0'))
       r.rewritten = NormalizeAbsolute(path);
   } else {
-    uint32_t dir_id;
-    if (dirfd != AT_FDCWD) {
-      if (!FdTable::Lookup(dirfd, &dir_id)) return r;  // a real directory fd: the kernel resolves it
+    uint32_t dir_raw = dirfd == AT_FDCWD ? 0 : FdTable::Raw(dirfd);
+    if (dirfd != AT_FDCWD && FdTable::IsOurs(dir_raw)) {
       if (g_client == nullptr) return r;
-      base = AbsoluteOfId(dir_id);
+      base = AbsoluteOfId(FdTable::IdOf(dir_raw));
       virtual_base = true;
+    } else if (dirfd != AT_FDCWD) {
+      // A real directory fd: the kernel resolves the path, unless the fd is an ancestor of the mount
+      // (rsync: open("/", O_PATH) then fstatat(fd, "fanstore")) or the path climbs with "..".
+      if (dir_raw == 0 && !HasDotDot(path)) return r;
+      base = ancestors::BaseOfDirfd(dirfd, path);
+      if (base.empty()) return r;
     } else if (cwd::HasVirtual()) {
       base = cwd::Base();
       virtual_base = true;
@@ -73,7 +143,9 @@ Resolved Classify(int dirfd, const char* path) {
       base = cwd::Base();
     }
     c = ClassifyPath(path, mount, base);
-    if (c.cls == PathClass::kNotOurs && virtual_base) {
+    // libc cannot resolve a path against a virtual base, nor one that passes through a mount point that
+    // may not exist on disk ("fanstore/../etc" from "/"): hand it the lexically resolved absolute path.
+    if (c.cls == PathClass::kNotOurs && (virtual_base || WalkPath(mount, base, path).enters)) {
       std::string joined = base;
       joined.push_back('/');
       joined += path;

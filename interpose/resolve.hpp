@@ -18,6 +18,9 @@ struct Resolved {
   // kPass: when the caller's path was relative to a virtual cwd or to one of our directory fds, libc
   // cannot resolve it; this is the lexically resolved absolute path to hand over instead.
   std::string rewritten;
+  // kOurs/kFail: the path was /proc/self/fd/N (or /dev/fd/N, /dev/stdin...) of one of our fds, with
+  // nothing after N: it names that fd's entry, and readlink of it says the entry's absolute path.
+  bool fd_link = false;
 
   bool pass() const { return kind == kPass; }
   const char* PassPath(const char* path) const { return rewritten.empty() ? path : rewritten.c_str(); }

@@ -1,6 +1,7 @@
 // Start-up (constructor), the Client, fork hooks and the exit-time stats line.
 #include "state.hpp"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -11,10 +12,12 @@
 #include <atomic>
 #include <mutex>
 
+#include "ancestors.hpp"
 #include "cwd.hpp"
 #include "dir_registry.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "parent_listing.hpp"
 #include "fanstore/env.hpp"
 #include "fanstore/path.hpp"
 #include "trace.hpp"
@@ -54,11 +57,13 @@ void ForkPrepare() {
   ReentrancyGuard guard;
   cwd::LockForFork();
   dirs::LockForFork();
+  parent_listing::LockForFork();
   if (g_client) g_client->AtForkPrepare();
 }
 void ForkParent() {
   ReentrancyGuard guard;
   if (g_client) g_client->AtForkParent();
+  parent_listing::UnlockForFork();
   dirs::UnlockForFork();
   cwd::UnlockForFork();
   lazy::UnlockForFork(false);
@@ -66,6 +71,7 @@ void ForkParent() {
 void ForkChild() {
   ReentrancyGuard guard;
   if (g_client) g_client->AtForkChild();
+  parent_listing::UnlockForFork();
   dirs::UnlockForFork();
   cwd::UnlockForFork();
   lazy::UnlockForFork(true);
@@ -73,6 +79,9 @@ void ForkChild() {
 
 void InitOnce() {
   ReentrancyGuard guard;
+  // The fanstore CLI itself (`fanstore run` inside a job already under the preload) must see the real
+  // file system: it mounts FUSE at the prefix. Its main.cpp exports this marker.
+  if (dlsym(RTLD_DEFAULT, "fanstore_cli_no_preload") != nullptr) return;
   const char* image = getenv(env::kImage);
   const char* daemon = getenv(env::kDaemon);
   if ((image == nullptr || *image == '\0') && (daemon == nullptr || *daemon == '\0')) return;  // stay kOff
@@ -87,6 +96,7 @@ void InitOnce() {
   if (m.size() >= sizeof g_mount) m = env::kDefaultMount;
   memcpy(g_mount, m.c_str(), m.size() + 1);
   g_mount_len = m.size();
+  ancestors::Init();
 
   cwd::Init();
   pthread_atfork(ForkPrepare, ForkParent, ForkChild);

@@ -13,10 +13,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <string>
 #include <vector>
 
+#include "exec_handover.hpp"
+#include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "raw_syscall.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
@@ -164,17 +168,24 @@ FS_WRAPPER(int, lockf64, (int fd, int cmd, off64_t len)) {
   return FS_REAL(lockf64, fd, cmd, len);
 }
 
+namespace {
+void* AnonymousMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(RawSyscallErrno(SYS_mmap, reinterpret_cast<long>(addr), static_cast<long>(len), prot,
+                                                 flags, fd, off));
+}
+}  // namespace
+
 // Anonymous mappings (allocators: the hot case) go straight to the kernel, as glibc's mmap does: no
 // lookup, and no dlsym on first use, which could re-enter an allocator that is mmap'ing inside dlsym.
 FS_WRAPPER(void*, mmap, (void* addr, size_t len, int prot, int flags, int fd, off_t off)) {
-  if (fd < 0 || (flags & MAP_ANONYMOUS)) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (fd < 0 || (flags & MAP_ANONYMOUS)) return AnonymousMmap(addr, len, prot, flags, fd, off);
   if (!Materialized(fd)) return MAP_FAILED;
   return FS_REAL(mmap, addr, len, prot, flags, fd, off);
 }
 
 FS_WRAPPER(void*, mmap64, (void* addr, size_t len, int prot, int flags, int fd, off64_t off)) {
   static_assert(sizeof(off64_t) == sizeof(long), "mmap64 is mmap on LP64");
-  if (fd < 0 || (flags & MAP_ANONYMOUS)) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (fd < 0 || (flags & MAP_ANONYMOUS)) return AnonymousMmap(addr, len, prot, flags, fd, off);
   if (!Materialized(fd)) return MAP_FAILED;
   return FS_REAL(mmap64, addr, len, prot, flags, fd, off);
 }
@@ -264,24 +275,39 @@ FS_WRAPPER(int, ioctl, (int fd, unsigned long request, ...)) {
 
 // ---- processes: the child must find real files under every fd it inherits ----
 
+// Each exec checks the program first: one the preload cannot reach (static, set-ID, 32-bit) is handed to
+// `fanstore run`, which serves it the image through FUSE (exec_handover.hpp).
 FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp[])) {
   if (!Materialized(fd)) return -1;
   lazy::MaterializeAll(true);
+  std::string why;
+  if (Active() && handover::NeededForFd(fd, "the program behind fd", &why)) {
+    // `fanstore run` reaches the file through the fd, which must survive the exec.
+    FS_REAL(fcntl, fd, F_SETFD, 0);
+    std::string path = "/dev/fd/" + std::to_string(fd);
+    return handover::Exec(path.c_str(), argv, envp, why);
+  }
   return FS_REAL(fexecve, fd, argv, envp);
 }
 
 FS_WRAPPER(int, execv, (const char* path, char* const argv[])) {
   lazy::MaterializeAll(true);
+  std::string why;
+  if (Active() && handover::Needed(path, false, &why)) return handover::Exec(path, argv, environ, why);
   return FS_REAL(execv, path, argv);
 }
 
 FS_WRAPPER(int, execvp, (const char* file, char* const argv[])) {
   lazy::MaterializeAll(true);
+  std::string why;
+  if (Active() && handover::Needed(file, true, &why)) return handover::Exec(file, argv, environ, why);
   return FS_REAL(execvp, file, argv);
 }
 
 FS_WRAPPER(int, execvpe, (const char* file, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(true);
+  std::string why;
+  if (Active() && handover::Needed(file, true, &why)) return handover::Exec(file, argv, envp, why);
   return FS_REAL(execvpe, file, argv, envp);
 }
 
@@ -353,12 +379,16 @@ FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
 FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa,
                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
+  std::string why;
+  if (Active() && handover::Needed(path, false, &why)) return handover::Spawn(pid, path, fa, attr, argv, envp, why);
   return FS_REAL(posix_spawn, pid, path, fa, attr, argv, envp);
 }
 
 FS_WRAPPER(int, posix_spawnp, (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa,
                                const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
+  std::string why;
+  if (Active() && handover::Needed(file, true, &why)) return handover::Spawn(pid, file, fa, attr, argv, envp, why);
   return FS_REAL(posix_spawnp, pid, file, fa, attr, argv, envp);
 }
 
@@ -370,5 +400,7 @@ FS_WRAPPER(int, system, (const char* cmd)) {
 
 FS_WRAPPER(FILE*, popen, (const char* cmd, const char* mode)) {
   lazy::MaterializeAll(true);
-  return FS_REAL(popen, cmd, mode);
+  FILE* f = FS_REAL(popen, cmd, mode);
+  if (f != nullptr) fd_identity::Reused(fileno(f));  // the pipe's number is new
+  return f;
 }

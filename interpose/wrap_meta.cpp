@@ -37,12 +37,25 @@ int AccessCommon(const char* call, int dirfd, const char* path, int mode, bool e
   return ServePath(call, r, path, [&](uint32_t id) { return AccessEntry(id, mode, effective); });
 }
 
-// The image stores no symlinks (pack follows them), so readlink of an existing entry is EINVAL.
+// The image stores no symlinks (pack follows them), so readlink of an existing entry is EINVAL. The one
+// link that leads into the image is /proc/self/fd/N of one of our fds: it says the entry's path.
 template <class Pass>
-ssize_t ReadlinkCommon(const char* call, int dirfd, const char* path, Pass pass) noexcept {
+ssize_t ReadlinkCommon(const char* call, int dirfd, const char* path, char* buf, size_t len, Pass pass) noexcept {
   if (!Active()) return pass(dirfd, path);
   Resolved r = SafeClassify(dirfd, path);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
+  if (r.fd_link && r.kind == Resolved::kOurs) {
+    int saved = errno;
+    ssize_t n = Serve(
+        [&]() -> ssize_t {
+          std::string target = AbsoluteOf(r.rel);
+          size_t k = target.size() < len ? target.size() : len;  // truncated, no NUL: as readlink(2)
+          memcpy(buf, target.data(), k);
+          return static_cast<ssize_t>(k);
+        },
+        static_cast<ssize_t>(-1));
+    return Finish(call, path, n, errno, saved);
+  }
   return ServePath(call, r, path, [](uint32_t) { return EINVAL; });
 }
 
@@ -175,18 +188,18 @@ FS_WRAPPER(int, eaccess, (const char* path, int mode)) {
 }
 
 FS_WRAPPER(ssize_t, readlink, (const char* path, char* buf, size_t len)) {
-  return ReadlinkCommon("readlink", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(readlink, p, buf, len); });
+  return ReadlinkCommon("readlink", AT_FDCWD, path, buf, len, [&](int, const char* p) { return FS_REAL(readlink, p, buf, len); });
 }
 FS_WRAPPER(ssize_t, __readlink_chk, (const char* path, char* buf, size_t len, size_t buflen)) {
-  return ReadlinkCommon("__readlink_chk", AT_FDCWD, path,
+  return ReadlinkCommon("__readlink_chk", AT_FDCWD, path, buf, len,
                         [&](int, const char* p) { return FS_REAL(__readlink_chk, p, buf, len, buflen); });
 }
 FS_WRAPPER(ssize_t, readlinkat, (int dirfd, const char* path, char* buf, size_t len)) {
-  return ReadlinkCommon("readlinkat", dirfd, path,
+  return ReadlinkCommon("readlinkat", dirfd, path, buf, len,
                         [&](int d, const char* p) { return FS_REAL(readlinkat, d, p, buf, len); });
 }
 FS_WRAPPER(ssize_t, __readlinkat_chk, (int dirfd, const char* path, char* buf, size_t len, size_t buflen)) {
-  return ReadlinkCommon("__readlinkat_chk", dirfd, path,
+  return ReadlinkCommon("__readlinkat_chk", dirfd, path, buf, len,
                         [&](int d, const char* p) { return FS_REAL(__readlinkat_chk, d, p, buf, len, buflen); });
 }
 

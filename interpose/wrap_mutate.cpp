@@ -68,9 +68,9 @@ int MutateTwo(const char* call, int d1, const char* p1, int d2, const char* p2, 
   return Refuse(call, a.pass() ? p2 : p1);
 }
 
-// link: the source is looked up first (ENOENT), then the new name is created (EEXIST/ENOENT/EROFS);
-// a link between the mount and elsewhere is EXDEV. `src_ours_fd` is set for linkat(ourfd, "",
-// AT_EMPTY_PATH), whose source is the fd itself.
+// link: the source is looked up first (ENOENT), then the new name is created (EEXIST/ENOENT/EROFS); a link
+// from the mount to elsewhere is EXDEV (into the mount the read-only check comes first: EROFS).
+// `src_ours_fd` is set for linkat(ourfd, "", AT_EMPTY_PATH), whose source is the fd itself.
 template <class Pass>
 int LinkCommon(const char* call, int d1, const char* p1, int d2, const char* p2, bool src_ours_fd,
                Pass pass) noexcept {
@@ -92,8 +92,9 @@ int LinkCommon(const char* call, int d1, const char* p1, int d2, const char* p2,
         }
         if (b.pass()) return EXDEV;  // ours -> elsewhere
         if (b.kind == Resolved::kFail) return b.err;
-        int e = CreateErrno(b);
-        return (e == EROFS && !src_ours) ? EXDEV : e;
+        // Elsewhere -> ours: the kernel creates the new name (EEXIST, the parent's ENOENT, EROFS) before
+        // it compares the two mounts, so a read-only mount says EROFS, not EXDEV.
+        return CreateErrno(b);
       },
       ENOMEM);
   return static_cast<int>(Finish(call, src_ours_fd || a.pass() ? p2 : p1, -1, err, saved));

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ancestors.hpp"
+#include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "ops.hpp"
@@ -48,8 +50,13 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
   if (r.pass()) {
     lazy::BeforeReopen(path);
     int fd = pass(r.PassDirfd(dirfd), r.PassPath(path));
-    FdTable::Clear(fd);  // an fd number closed behind our back (e.g. inside libc) is not ours any more
-    lazy::Forget(fd);
+    if (fd >= 0) {
+      // Forgets what the number was (closed behind our back, e.g. inside libc), and marks it when it is a
+      // directory above the mount (rsync: open("/", O_PATH), then fstatat(fd, "fanstore")).
+      int saved = errno;
+      ancestors::NoteOpened(fd, r.PassDirfd(dirfd), r.PassPath(path));
+      errno = saved;
+    }
     return fd;
   }
   int saved = errno;
@@ -92,7 +99,9 @@ FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pas
   Resolved r = SafeClassify(AT_FDCWD, path);
   if (r.pass()) {
     lazy::BeforeReopen(path);
-    return pass(r.PassPath(path));
+    FILE* f = pass(r.PassPath(path));
+    if (f != nullptr) fd_identity::Reused(fileno(f));  // libc opened it internally: the number is the program's
+    return f;
   }
   int saved = errno;
   int err = 0;
@@ -127,7 +136,11 @@ FILE* FreopenCommon(const char* call, const char* path, const char* mode, FILE* 
   }
   if (!Active() || path == nullptr) return pass(path);
   Resolved r = SafeClassify(AT_FDCWD, path);
-  if (r.pass()) return pass(r.PassPath(path));
+  if (r.pass()) {
+    FILE* f = pass(r.PassPath(path));
+    if (f != nullptr) fd_identity::Reused(fileno(f));
+    return f;
+  }
   int saved = errno;
   int err = 0;
   FILE* f = Serve(

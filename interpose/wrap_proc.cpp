@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cwd.hpp"
+#include "exec_handover.hpp"
 #include "fanstore/env.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
@@ -62,6 +63,7 @@ char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
 // (the program owns fd numbers, so dup2 over one of our internal fds replaces it; the Client detects
 // that by the fd's inode). A copy the program makes of an internal fd is the program's, not ours.
 void TrackDup(int from, int to) {
+  if (!t_inside && FdTable::Raw(to) == FdTable::kInternal) lazy::PlaceholderLost(to);
   if (!t_inside && FdTable::Raw(from) == FdTable::kInternal) {
     FdTable::Clear(to);
     lazy::Forget(to);
@@ -159,6 +161,7 @@ int DupCommon(int fd, int nfd_hint, Real real) {
     auto fn = [](void* ctx) { return (*static_cast<Real*>(ctx))(); };
     if (lazy::Dup(fd, fn, &real, &rc)) {
       if (rc >= 0 && rc != fd) {
+        if (FdTable::Raw(rc) == FdTable::kInternal) lazy::PlaceholderLost(rc);
         FdTable::Copy(fd, rc);
         AfterDupOnto(rc);
       }
@@ -246,8 +249,14 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
   if (cwd::HasVirtual() && Serve([&] { return cwd::Virtual(&v); }, false))
     env2 = Serve([&] { return EnvWithCwd(envp, v); }, static_cast<char**>(nullptr));
   char* const* use_env = env2 ? env2 : envp;
-  if (r.pass()) return FS_REAL(execve, r.PassPath(path), argv, use_env);
+  std::string why;
+  if (r.pass()) {
+    // A static (or set-ID, 32-bit) program would not see the image: `fanstore run` hands it a FUSE mount.
+    if (handover::Needed(r.PassPath(path), false, &why)) return handover::Exec(r.PassPath(path), argv, use_env, why);
+    return FS_REAL(execve, r.PassPath(path), argv, use_env);
+  }
   int saved = errno;
+  std::string image_path;
   int err = Serve(
       [&] {
         LookUp(&r);
@@ -257,6 +266,12 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
         if (int e = AccessEntry(r.id, X_OK, true); e != 0) return e;
         int fd = OpenEntry(r.id, O_RDONLY);  // not close-on-exec: "#!" scripts are run via /dev/fd/N
         if (fd < 0) return errno;
+        image_path = AbsoluteOf(r.rel);
+        if (handover::NeededForFd(fd, image_path.c_str(), &why)) {
+          FdTable::Clear(fd);
+          FS_REAL(close, fd);
+          return -1;  // run it from the FUSE mount instead (below)
+        }
         TraceCall("execve", path, 0, 0);
         fexecve(fd, argv, use_env);
         int e = errno;
@@ -265,6 +280,7 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
         return e;
       },
       ENOMEM);
+  if (err == -1) return handover::Exec(image_path.c_str(), argv, use_env, why);
   TraceCall("execve", path, -1, err);
   errno = err ? err : saved;
   return -1;

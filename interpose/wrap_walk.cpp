@@ -13,26 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "cwd.hpp"
+#include "ancestors.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
 
 namespace {
-
-// Could a walk of `path` reach the mount? Absolute paths under the mount prefix; relative paths while
-// the cwd is virtual or near the mount, or that climb with "..". Everything else keeps glibc's own walk.
-bool WalksOurs(const char* path) {
-  if (path == nullptr || !Active()) return false;
-  if (path[0] == '/') {
-    return strncmp(path, g_mount, g_mount_len) == 0 &&
-           (g_mount_len == 1 || path[g_mount_len] == '/' || path[g_mount_len] == '\0');
-  }
-  if (cwd::HasVirtual() || cwd::RealCwdNearMount()) return true;
-  for (const char* s = strstr(path, ".."); s != nullptr; s = strstr(s + 1, ".."))
-    if ((s == path || s[-1] == '/') && (s[2] == '\0' || s[2] == '/')) return true;
-  return false;
-}
 
 // ---- glob: glibc's own implementation, reading directories through our wrapped calls.
 
@@ -224,7 +210,8 @@ int FtwOurs(const char* dir, Fn fn) noexcept {
 using GlobErr = int (*)(const char*, int);
 
 FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* pglob)) {
-  if ((flags & GLOB_ALTDIRFUNC) || !WalksOurs(pattern)) return FS_REAL(glob, pattern, flags, errfunc, pglob);
+  if ((flags & GLOB_ALTDIRFUNC) || !(ancestors::WalkReaches(pattern) || ancestors::PatternReaches(pattern)))
+    return FS_REAL(glob, pattern, flags, errfunc, pglob);
   return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir,
                   static_cast<int (*)(const char*, struct stat*)>(stat),
                   static_cast<int (*)(const char*, struct stat*)>(lstat),
@@ -232,7 +219,8 @@ FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* 
 }
 
 FS_WRAPPER(int, glob64, (const char* pattern, int flags, GlobErr errfunc, glob64_t* pglob)) {
-  if ((flags & GLOB_ALTDIRFUNC) || !WalksOurs(pattern)) return FS_REAL(glob64, pattern, flags, errfunc, pglob);
+  if ((flags & GLOB_ALTDIRFUNC) || !(ancestors::WalkReaches(pattern) || ancestors::PatternReaches(pattern)))
+    return FS_REAL(glob64, pattern, flags, errfunc, pglob);
   return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir64,
                   static_cast<int (*)(const char*, struct stat64*)>(stat64),
                   static_cast<int (*)(const char*, struct stat64*)>(lstat64),
@@ -245,18 +233,18 @@ using FtwFn = int (*)(const char*, const struct stat*, int);
 using Ftw64Fn = int (*)(const char*, const struct stat64*, int);
 
 FS_WRAPPER(int, nftw, (const char* dir, NftwFn fn, int nopenfd, int flags)) {
-  if (!WalksOurs(dir)) return FS_REAL(nftw, dir, fn, nopenfd, flags);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(nftw, dir, fn, nopenfd, flags);
   return NftwOurs(dir, fn, flags);
 }
 FS_WRAPPER(int, nftw64, (const char* dir, Nftw64Fn fn, int nopenfd, int flags)) {
-  if (!WalksOurs(dir)) return FS_REAL(nftw64, dir, fn, nopenfd, flags);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(nftw64, dir, fn, nopenfd, flags);
   return NftwOurs(dir, fn, flags);
 }
 FS_WRAPPER(int, ftw, (const char* dir, FtwFn fn, int nopenfd)) {
-  if (!WalksOurs(dir)) return FS_REAL(ftw, dir, fn, nopenfd);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(ftw, dir, fn, nopenfd);
   return FtwOurs(dir, fn);
 }
 FS_WRAPPER(int, ftw64, (const char* dir, Ftw64Fn fn, int nopenfd)) {
-  if (!WalksOurs(dir)) return FS_REAL(ftw64, dir, fn, nopenfd);
+  if (!ancestors::WalkReaches(dir)) return FS_REAL(ftw64, dir, fn, nopenfd);
   return FtwOurs(dir, fn);
 }

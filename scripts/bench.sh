@@ -425,6 +425,45 @@ microbench_section() {
 }
 microbench_section
 
+# --- asyncio: fio's engines and a static program through `fanstore run` (interpose) ------------------------------
+asyncio_section() {
+  local sys why eng depth line case_name t0 t1 out
+  log "asyncio: fio engines and a static program through fanstore run vs tmpfs"
+  local FIO_SECONDS; FIO_SECONDS=$([ $QUICK = 1 ] && echo 1 || echo 3)
+  note asyncio "fio --rw=randread --bs=4k on the $BIG_MIB MiB file for ${FIO_SECONDS} s per engine (iodepth 16 for libaio, io_uring, posixaio). Through fanstore run, psync/pvsync2 are served from user space; the kernel-async engines and mmap read a memfd the file was materialized into once (not timed). 'static program': wall time of busybox (statically linked) md5sum of the file, which fanstore run serves through a FUSE mount in a private mount namespace (set-up included)."
+  for sys in fanstore-raw fanstore-zstd tmpfs; do
+    why=$(unavailable "$sys")
+    for eng in psync pvsync2 libaio io_uring posixaio mmap; do
+      case_name="fio randread 4 KiB, $eng"
+      if [ -n "$why" ] || ! command -v fio >/dev/null; then
+        record asyncio "$case_name" "$sys" IOPS higher "${why:-n/a (fio not installed)}"
+        continue
+      fi
+      depth=1
+      case $eng in libaio|io_uring|posixaio) depth=16 ;; esac
+      line=$(measure "$sys" "asyncio-$sys-$eng" fio --name=b --filename="$(root_of "$sys")/micro/big.bin" --readonly \
+             --rw=randread --bs=4k --ioengine="$eng" --iodepth=$depth --time_based --runtime="$FIO_SECONDS" \
+             --output-format=terse --terse-version=3)
+      if is_error "$line" || [ "$(echo "$line" | cut -d';' -f5)" != 0 ]; then
+        record asyncio "$case_name" "$sys" IOPS higher "error (logs/asyncio-$sys-$eng.log)"
+      else
+        record asyncio "$case_name" "$sys" IOPS higher "$(echo "$line" | cut -d';' -f8)"
+      fi
+    done
+    case_name="static program (busybox md5sum $BIG_MIB MiB)"
+    if [ -n "$why" ] || ! command -v busybox >/dev/null; then
+      record asyncio "$case_name" "$sys" s lower "${why:-n/a (busybox not installed)}"
+      continue
+    fi
+    t0=$(date +%s.%N)
+    out=$(measure "$sys" "asyncio-$sys-busybox" busybox md5sum "$(root_of "$sys")/micro/big.bin")
+    t1=$(date +%s.%N)
+    if is_error "$out"; then record asyncio "$case_name" "$sys" s lower "$out"; continue; fi
+    record asyncio "$case_name" "$sys" s lower "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')"
+  done
+}
+asyncio_section
+
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))
 tables=$($PY "$HELPERS/report.py" --dir "$OUT")

@@ -15,6 +15,7 @@ PACKAGES=(
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-h5py python3-pil python3-torch python3-torchvision
   coreutils findutils tar diffutils file
+  fio busybox-static rsync libaio-dev liburing-dev util-linux
   gnuplot-nox
 )
 

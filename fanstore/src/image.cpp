@@ -44,11 +44,20 @@ struct Image::Impl {
 
   // One fd per partition, opened (and its header checked) on first use; -1 until then.
   std::unique_ptr<std::atomic<int>[]> fds;
+  // Which file each fd was at open (st_dev, st_ino): a host program may close our fd behind our back (a raw
+  // close_range syscall) and get the number for another file, which must never be read as a partition.
+  std::unique_ptr<std::atomic<uint64_t>[]> fd_dev, fd_ino;
 
   ~Impl() {
     if (base) ::munmap(const_cast<char*>(base), len);
     for (uint32_t p = 0; fds && p < parts; ++p)
-      if (int fd = fds[p].load(); fd >= 0) ::close(fd);
+      if (int fd = fds[p].load(); fd >= 0 && SameFile(p, fd)) ::close(fd);
+  }
+
+  bool SameFile(uint32_t p, int fd) const {
+    struct stat st;
+    return ::fstat(fd, &st) == 0 && st.st_ino == fd_ino[p].load(std::memory_order_relaxed) &&
+           st.st_dev == fd_dev[p].load(std::memory_order_relaxed);
   }
 
   const char* Record(uint32_t id) const { return entry_table + uint64_t{id} * kEntrySize; }
@@ -156,7 +165,11 @@ Status ValidateHeader(const char* h, uint64_t len) {
 Result<int> Image::Impl::PartFd(uint32_t p) const {
   if (p >= parts) return Status(Code::kCorrupt, "partition " + std::to_string(p) + " is not in the index");
   int fd = fds[p].load(std::memory_order_acquire);
-  if (fd >= 0) return fd;
+  if (fd >= 0) {
+    if (SameFile(p, fd)) return fd;
+    // The number is someone else's file now: forget it (never close it) and open the partition again.
+    fds[p].compare_exchange_strong(fd, -1, std::memory_order_acq_rel);
+  }
   // No lock: two threads may both open and validate; the loser closes its fd. A mutex here could be
   // held by another thread across fork() and deadlock a DataLoader worker.
   const std::string path = PartPath(p);
@@ -168,7 +181,7 @@ Result<int> Image::Impl::PartFd(uint32_t p) const {
                   "cannot open partition " + path + ": " + std::strerror(err));
   }
   char h[kPartHeaderSize];
-  struct stat st;
+  struct stat st{};
   Status s = PreadFull(fd, h, sizeof h, 0, name);
   if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kVersion ||
                  Load32(h + phdr::kHeaderSize) != kPartHeaderSize ||
@@ -183,6 +196,8 @@ Result<int> Image::Impl::PartFd(uint32_t p) const {
     ::close(fd);
     return s;
   }
+  fd_dev[p].store(st.st_dev, std::memory_order_relaxed);
+  fd_ino[p].store(st.st_ino, std::memory_order_relaxed);
   int expected = -1;
   if (!fds[p].compare_exchange_strong(expected, fd, std::memory_order_acq_rel)) {
     ::close(fd);
@@ -228,6 +243,8 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
   if (!s.ok()) return s;
   m->fds.reset(new std::atomic<int>[m->parts]);
   for (uint32_t i = 0; i < m->parts; ++i) m->fds[i].store(-1);
+  m->fd_dev.reset(new std::atomic<uint64_t>[m->parts]());
+  m->fd_ino.reset(new std::atomic<uint64_t>[m->parts]());
   return std::shared_ptr<const Image>(new Image(std::move(m)));
 }
 

@@ -46,6 +46,8 @@ def main():
     for i, n in enumerate([1, 4095, 4096, 4097, 65536, 300000]):
         write(os.path.join(root, "bin", "random%d.bin" % i), rng.randbytes(n))
     write(os.path.join(root, "bin", "zeros.bin"), bytes(1 << 20))
+    # Several 1 MiB blocks, half compressible, for fio's engines at 4 KiB and 1 MiB block sizes.
+    write(os.path.join(root, "bin", "big.bin"), (b"fanstore fio block " * 82783)[: 3 << 19] + rng.randbytes(3 << 19))
     write(os.path.join(root, "text", "lorem.txt"), (b"lorem ipsum dolor sit amet\n" * 20000))
     for i in range(30):
         write(os.path.join(root, "text", "many", "f%03d.txt" % i), ("file %d\n" % i).encode() * (i + 1))

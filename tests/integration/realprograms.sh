@@ -7,6 +7,9 @@
 #   MOUNT        where the tree appears under RUNNER (the --mount prefix, or the FUSE mountpoint)
 # Optional environment: FSIO=path to tests/interpose's fsio harness (adds the fd-semantics checks),
 # SKIP_TORCH=1 (skip the torchvision check). Exit status: 0 when every check agrees, 1 otherwise.
+# Checks of programs that try to write (sed -i, rsync into the tree, mktemp...) compare stdout, stderr and
+# exit status with the same script on a read-only bind mount of the source tree: what a real read-only
+# file system says. They need root (mount --bind); without it they are skipped with a note.
 set -uo pipefail
 if [ $# -ne 3 ]; then
   echo "usage: $0 SOURCE_TREE RUNNER MOUNT" >&2
@@ -17,30 +20,66 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${FANSTORE_PYTHON:-/usr/bin/python3}
 export LC_ALL=C
 work=$(mktemp -d /tmp/fanstore-realprograms.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failed=0 passed=0
+ro=""
+cleanup() {
+  [ -n "$ro" ] && umount "$ro" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failed=0 passed=0 skipped=0
+# The reference for the write checks: the source tree, read-only.
+mkdir "$work/ro"
+if [ "$(id -u)" = 0 ] && mount --bind "$src" "$work/ro" 2>/dev/null; then
+  ro=$work/ro
+  mount -o remount,bind,ro "$ro" 2>/dev/null || { umount "$ro"; ro=""; }
+fi
+# A small file outside both trees for the programs that copy into them.
+printf 'input line\n' > "$work/input.txt"
+export IN=$work/input.txt
 
-# check NAME SCRIPT: runs SCRIPT with ROOT=<source tree> directly and ROOT=<mount> under RUNNER, with
-# the root prefix of both outputs replaced by "@", and compares the two byte for byte (stdout + exit status).
-check() {
-  local name=$1 script=$2
-  ROOT=$src OUT=$work/a bash -c "$script" > "$work/src.out" 2> "$work/src.err"
-  echo "exit=$?" >> "$work/src.out"
+# compare NAME SCRIPT REFERENCE WRITES: runs SCRIPT with ROOT=REFERENCE directly and ROOT=<mount> under
+# RUNNER; the root prefix of both outputs becomes "@", and the outputs (stdout and the exit status; with
+# WRITES=1 also stderr, and the random part of temporary names becomes XXXXXX) must be identical.
+compare() {
+  local name=$1 script=$2 ref=$3 writes=$4
+  ROOT=$ref OUT=$work/a bash -c "$script" > "$work/ref.out" 2> "$work/ref.err"
+  echo "exit=$?" >> "$work/ref.out"
   # shellcheck disable=SC2086  # RUNNER is a word list on purpose
   ROOT=$mnt OUT=$work/b $runner bash -c "$script" > "$work/mnt.out" 2> "$work/mnt.err"
   echo "exit=$?" >> "$work/mnt.out"
-  sed -i "s|$src|@|g" "$work/src.out"
+  local norm='s/(sed|tmp\.|\.[^./ "]+\.|tmp|\.txt)[A-Za-z0-9_]{6,10}\b/\1XXXXXX/g'
+  if [ "$writes" = 1 ]; then
+    cat "$work/ref.err" >> "$work/ref.out"
+    cat "$work/mnt.err" >> "$work/mnt.out"
+    sed -i -E -e "$norm" "$work/ref.out" "$work/mnt.out"
+  fi
+  sed -i "s|$ref|@|g" "$work/ref.out"
   sed -i "s|$mnt|@|g" "$work/mnt.out"
-  if cmp -s "$work/src.out" "$work/mnt.out" && [ -s "$work/src.out" ]; then
+  if cmp -s "$work/ref.out" "$work/mnt.out" && [ -s "$work/ref.out" ]; then
     passed=$((passed + 1))
-    printf 'ok    %-22s %s lines, %s bytes\n' "$name" "$(wc -l < "$work/src.out")" "$(wc -c < "$work/src.out")"
+    printf 'ok    %-22s %s lines, %s bytes%s\n' "$name" "$(wc -l < "$work/ref.out")" "$(wc -c < "$work/ref.out")" \
+      "$([ "$writes" = 1 ] && echo ": $(head -1 "$work/ref.out" | cut -c1-80)")"
   else
     failed=$((failed + 1))
-    echo "FAIL  $name: outputs differ (- source tree, + mount)"
-    diff -u "$work/src.out" "$work/mnt.out" | head -20 | sed 's/^/      /'
+    echo "FAIL  $name: outputs differ (- $([ "$writes" = 1 ] && echo 'read-only bind mount of the source' || echo 'source tree'), + mount)"
+    diff -u "$work/ref.out" "$work/mnt.out" | head -20 | sed 's/^/      /'
     head -5 "$work/mnt.err" | sed 's/^/      stderr: /'
   fi
   rm -rf "$work/a" "$work/b"
+}
+
+# check NAME SCRIPT: the source tree against the mount, stdout and exit status.
+check() { compare "$1" "$2" "$src" 0; }
+
+# check_ro NAME SCRIPT: for programs that try to write: a read-only bind mount of the source against the
+# mount, stdout, stderr and exit status (what a real read-only file system says).
+check_ro() {
+  if [ -z "$ro" ]; then
+    skipped=$((skipped + 1))
+    echo "skip  $1 (no read-only bind mount of the source: needs root)"
+    return
+  fi
+  compare "$1" "$2" "$ro" 1
 }
 
 check cat            'find "$ROOT" -type f -print0 | sort -z | xargs -0 cat | md5sum'
@@ -63,6 +102,44 @@ check python         "$py '$here/pyread.py' \"\$ROOT\""
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   check torchvision  "$py '$here/torchread.py' \"\$ROOT/imagefolder\""
 fi
+
+# fio with every engine it has for reading a file: psync/pvsync2 (served in user space), libaio and
+# io_uring (the kernel reads the fd), posixaio (glibc's helper threads do), mmap. Error and bytes read.
+check fio '
+  jobs=()
+  for eng in psync pvsync2 libaio io_uring posixaio mmap; do
+    for rw in read randread; do
+      for bs in 4k 1m; do jobs+=(--name="$eng-$rw-$bs" --ioengine=$eng --rw=$rw --bs=$bs); done
+    done
+  done
+  # One fio run, its 24 jobs in parallel (forked processes, each with its own fds; start-up dominates).
+  fio --filename="$ROOT/bin/big.bin" --readonly --randseed=7 --output-format=terse --terse-version=3 "${jobs[@]}" 2>/dev/null |
+    awk -F";" "{print \$3, \"error=\" \$5, \"kb=\" \$6}" | sort'
+
+# A statically linked program (busybox): LD_PRELOAD cannot reach it, so `fanstore run` hands it a FUSE mount.
+# One busybox shell per check: its applets run inside it, so one FUSE hand-over serves them all.
+check busybox        'busybox sh -c "busybox md5sum \"\$0/bin/random5.bin\" \"\$0/text/lorem.txt\" \"\$0/sci/volume.h5\";
+                      cd \"\$0\" && busybox find . | sort | busybox md5sum; busybox stat -c \"%s %a %Y\" \"\$0/bin/\"*;
+                      busybox ls \"\$0/imagefolder/cat\" | busybox wc -l; busybox cat \"\$0/names/.hidden\"" "$ROOT"'
+check busybox-cwd    'cd "$ROOT/deep/d00/d01" && busybox sh -c "pwd; ls; cat ../../../names/.hidden" | sed "s|^$ROOT|@|"'
+check rsync-read     'rsync -a "$ROOT/text/many/" "$OUT/" && cd "$OUT" && md5sum * | sort'
+
+# The mount point in its parent's listings, and paths relative to a directory fd or cwd above it.
+check parent         'P=$(dirname "$ROOT") B=$(basename "$ROOT");
+                      ls -a "$P" | grep -qx "$B" && echo "ls lists it";
+                      find "$P" -maxdepth 2 -path "*/$B/text" 2>/dev/null; echo "find: $?";
+                      cd "$P" && cat "$B/names/.hidden" && ls "$B/sci" && stat -c "%s %a" "$B/bin/random1.bin"'
+check parent-python  "$py '$here/parent_listing.py' \"\$ROOT\""
+
+# Programs that try to write: the same errors, messages and exit codes as a real read-only file system.
+check_ro sed-i       'sed -i s/lorem/LOREM/ "$ROOT/text/lorem.txt"; echo "sed: $?"; head -c 26 "$ROOT/text/lorem.txt"'
+check_ro busybox-sed 'busybox sed -i s/lorem/LOREM/ "$ROOT/text/lorem.txt"; echo "busybox sed: $?"'
+check_ro rsync-into  'rsync -a "$IN" "$ROOT/text/"; echo "rsync: $?"; rsync -a "$IN" "$ROOT/nodir/"; echo "rsync: $?"'
+check_ro mktemp      'mktemp -p "$ROOT/text"; mktemp -d -p "$ROOT"; mktemp "$ROOT/nodir/x.XXXXXX"; mktemp -u -p "$ROOT" >/dev/null; echo "-u: $?"'
+check_ro cp-ln-touch 'cp "$IN" "$ROOT/text/"; ln "$IN" "$ROOT/hard"; ln -s x "$ROOT/sym"; touch "$ROOT/new";
+                      dd if="$IN" of="$ROOT/text/lorem.txt" 2>&1 | head -1; mkdir -p "$ROOT/a/b"'
+check_ro python-tmp  "$py '$here/write_attempts.py' \"\$ROOT\" \"\$IN\""
+
 if [ -n "${FSIO:-}" ]; then
   # fd semantics on real files of the tree: fdopen+fread, mmap, dup/dup2/F_DUPFD_CLOEXEC, lseek/pread,
   # a forked child and an exec'd child reading an inherited fd.
@@ -99,5 +176,5 @@ SCRIPT
   check fd-semantics "\"$FSIO\" \"\$ROOT\" < '$work/fd.fsio'"
 fi
 
-echo "realprograms: $passed passed, $failed failed (source $src, mount $mnt${runner:+, runner: $runner})"
+echo "realprograms: $passed passed, $failed failed, $skipped skipped (source $src, mount $mnt${runner:+, runner: $runner})"
 [ $failed -eq 0 ]

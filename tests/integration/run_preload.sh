@@ -145,5 +145,101 @@ else
   fail "FANSTORE_STATS=1 printed: $(cat "$tmp/err")"
 fi
 
+# 7. Programs LD_PRELOAD cannot reach: `fanstore run` serves a static one through FUSE in a mount namespace
+#    of its own (the prefix need not exist; a real directory there is covered, not read); --fuse never refuses.
+echo "== static programs"
+want=$(md5sum < "$tmp/src/sci/volume.h5")
+got=$($run busybox md5sum /fanstore/sci/volume.h5 2> "$tmp/err" | cut -d" " -f1)
+if [ "$got  -" = "$want" ] || [ "$got" = "${want%  -}" ]; then
+  pass "fanstore run -- busybox md5sum (static, through FUSE)"
+else
+  fail "busybox md5sum through fanstore run: '$got' vs '$want': $(cat "$tmp/err")"
+fi
+mkdir -p "$tmp/covered"
+echo "real file, must stay hidden" > "$tmp/covered/real.txt"
+out=$("$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- busybox sh -c 'ls "$0"; cat "$0/names/.hidden"' "$tmp/covered" 2>&1)
+if [ "$out" = "$(ls "$tmp/src"; cat "$tmp/src/names/.hidden")" ]; then
+  pass "a static program sees the image over a non-empty real directory, not the directory"
+else
+  fail "static program over a real directory printed: $out"
+fi
+out=$("$fanstore" run --image "$tmp/zstd" --mount "$tmp/not/there/yet" -- busybox cat "$tmp/not/there/yet/names/.hidden" 2>&1)
+[ "$out" = hidden ] && pass "a missing mount prefix is created for the FUSE mount" || fail "missing prefix: $out"
+$run busybox sh -c 'exit 7'
+rc=$?
+[ $rc = 7 ] && pass "a static program's exit status comes back (7)" || fail "exit status $rc instead of 7"
+rc=$(sh -c "$run busybox sh -c 'kill -TERM \$\$'; echo \$?" 2> /dev/null)  # (no "Terminated" line here)
+[ $rc = 143 ] && pass "a static program killed by SIGTERM: status 143" || fail "killed by SIGTERM gave status $rc"
+"$fanstore" run --image "$tmp/zstd" -- busybox sleep 30 &
+sup=$!
+sleep 0.5
+kill -TERM $sup
+wait $sup
+rc=$?
+[ $rc = 143 ] && pass "SIGTERM to fanstore run reaches the static program (status 143)" || fail "SIGTERM to the supervisor: $rc"
+expect_err "--fuse never refuses a static program" "statically linked.*fanstore mount" \
+  "$fanstore" run --fuse never --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden
+out=$($run /fanstore/bin/script.sh 2>&1)
+[ "$out" = script ] && pass "fanstore run -- a program stored in the image (through FUSE)" || fail "program in the image: $out"
+out=$("$fanstore" run --fuse always --image "$tmp/zstd" -- cat /fanstore/names/.hidden 2>&1)
+[ "$out" = hidden ] && pass "--fuse always serves a dynamic program too" || fail "--fuse always: $out"
+# A static program started later by a dynamic one is handed to `fanstore run` (it gets its own FUSE mount),
+# keeping its argv[0] and the virtual cwd.
+out=$($run bash -c 'cd /fanstore/deep/d00 && exec -a sh busybox -c "echo \$0; pwd; ls | head -1"' 2>&1)
+if [ "$out" = "$(printf 'sh\n/fanstore/deep/d00\nd01')" ]; then
+  pass "a static program exec'd by bash: same argv[0], same cwd, sees the image"
+else
+  fail "static program exec'd by bash printed: $out"
+fi
+# Preloaded by hand (no `fanstore run` to hand it to): the exec fails with one line, never a silent miss.
+LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_IMAGE=$tmp/zstd FANSTORE_MOUNT=/fanstore \
+  bash -c 'busybox cat /fanstore/names/.hidden' > "$tmp/out" 2> "$tmp/err"
+if [ $? -ne 0 ] && grep -q "statically linked.*fanstore run" "$tmp/err" && [ ! -s "$tmp/out" ]; then
+  pass "a static exec under a hand-made LD_PRELOAD fails loudly: $(grep '^fanstore:' "$tmp/err")"
+else
+  fail "static exec under a hand-made LD_PRELOAD: out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
+fi
+# As a user without root: a user namespace where the kernel allows one (and /dev/fuse is open to users),
+# otherwise one line naming `fanstore mount` and the program does not run.
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
+  chmod 755 "$tmp"
+  mkdir -p "$tmp/usermnt"
+  chmod 777 "$tmp/usermnt"
+  setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$fanstore" run --image "$tmp/zstd" --mount "$tmp/usermnt" -- busybox cat "$tmp/usermnt/names/.hidden" \
+    > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+  if [ $rc = 0 ] && [ "$(cat "$tmp/out")" = hidden ]; then
+    pass "as an unprivileged user: served through FUSE in a user namespace"
+  elif [ $rc = 1 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "fanstore mount" "$tmp/err"; then
+    pass "as an unprivileged user where FUSE is out of reach: one line, nothing run: $(cat "$tmp/err")"
+  else
+    fail "unprivileged static run: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
+  fi
+fi
+
+# 8. A mount below an existing directory (--mount DATA/imagenet): the parent lists it, walks enter it, and a
+#    temp-file writer (sed -i) gets EROFS and leaves nothing in a real directory.
+echo "== a mount inside an existing directory"
+mkdir -p "$tmp/data/other"
+drun="$fanstore run --image $tmp/zstd --mount $tmp/data/imagenet --"
+out=$($drun ls "$tmp/data" 2>&1 | tr '\n' ' ')
+[ "$out" = "imagenet other " ] && pass "ls DATA lists imagenet" || fail "ls DATA: $out"
+out=$($drun find "$tmp/data" -name lorem.txt 2>&1)
+[ "$out" = "$tmp/data/imagenet/text/lorem.txt" ] && pass "find DATA -name enters the mount" || fail "find DATA: $out"
+out=$($drun "$py" -c "import glob; print(glob.glob('$tmp/data/*/text'))" 2>&1)
+[ "$out" = "['$tmp/data/imagenet/text']" ] && pass "glob DATA/*/text" || fail "glob: $out"
+out=$($drun du -s --apparent-size "$tmp/data" 2>&1 | cut -f1)
+want=$(du -s --apparent-size "$tmp/src" | cut -f1)
+[ "$out" -ge "$want" ] 2>/dev/null && pass "du DATA counts the mount ($out KiB)" || fail "du DATA: $out (source $want)"
+mkdir -p "$tmp/writable"
+echo "keep" > "$tmp/writable/keep.txt"
+$fanstore run --image "$tmp/zstd" --mount "$tmp/writable" -- sed -i s/lorem/X/ "$tmp/writable/text/lorem.txt" 2> "$tmp/err"
+if grep -q "Read-only file system" "$tmp/err" && [ "$(ls -A "$tmp/writable")" = keep.txt ]; then
+  pass "sed -i over a writable directory: EROFS, nothing written there"
+else
+  fail "sed -i over a writable directory: $(cat "$tmp/err"); left: $(ls -A "$tmp/writable")"
+fi
+
 echo "run_preload: $failed failure(s)"
 [ $failed -eq 0 ]

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fts.h>
 #include <ftw.h>
 #include <glob.h>
 #include <limits.h>
@@ -34,7 +35,20 @@ std::string g_root;
 std::map<std::string, int> g_fds;
 std::map<std::string, DIR*> g_dirs;
 
-std::string Path(const std::string& p) { return (!p.empty() && p[0] == '@') ? g_root + p.substr(1) : p; }
+// "@" at the start of a path stands for ROOT, "^" for ROOT's parent directory and "%" for ROOT's own name
+// (relative, for calls against a directory fd of the parent or after a chdir into it).
+std::string Parent() {
+  size_t slash = g_root.find_last_of('/');
+  return slash == 0 || slash == std::string::npos ? "/" : g_root.substr(0, slash);
+}
+std::string BaseName() { return g_root.substr(g_root.find_last_of('/') + 1); }
+std::string Path(const std::string& p) {
+  if (p.empty()) return p;
+  if (p[0] == '@') return g_root + p.substr(1);
+  if (p[0] == '^') return Parent() + p.substr(1);
+  if (p[0] == '%') return BaseName() + p.substr(1);
+  return p;
+}
 // Replaces ROOT by "@" in outputs (getcwd, realpath).
 std::string Unroot(const std::string& s) {
   if (s.compare(0, g_root.size(), g_root) == 0) return "@" + s.substr(g_root.size());
@@ -45,9 +59,11 @@ int Flags(const std::string& s) {
   static const std::map<std::string, int> kFlags = {
       {"O_RDONLY", O_RDONLY},     {"O_WRONLY", O_WRONLY},   {"O_RDWR", O_RDWR},         {"O_CREAT", O_CREAT},
       {"O_TRUNC", O_TRUNC},       {"O_EXCL", O_EXCL},       {"O_APPEND", O_APPEND},     {"O_DIRECTORY", O_DIRECTORY},
-      {"O_CLOEXEC", O_CLOEXEC},   {"O_NOFOLLOW", O_NOFOLLOW}, {"O_PATH", O_PATH},       {"AT_EMPTY_PATH", AT_EMPTY_PATH},
+      {"O_CLOEXEC", O_CLOEXEC},   {"O_NOFOLLOW", O_NOFOLLOW}, {"O_PATH", O_PATH}, {"O_TMPFILE", O_TMPFILE},       {"AT_EMPTY_PATH", AT_EMPTY_PATH},
       {"AT_SYMLINK_NOFOLLOW", AT_SYMLINK_NOFOLLOW}, {"AT_EACCESS", AT_EACCESS},
       {"FTW_PHYS", FTW_PHYS}, {"FTW_DEPTH", FTW_DEPTH}, {"FTW_MOUNT", FTW_MOUNT}, {"FTW_CHDIR", FTW_CHDIR},
+      {"FTS_PHYSICAL", FTS_PHYSICAL}, {"FTS_LOGICAL", FTS_LOGICAL}, {"FTS_NOSTAT", FTS_NOSTAT},
+      {"FTS_SEEDOT", FTS_SEEDOT}, {"FTS_XDEV", FTS_XDEV}, {"FTS_NOCHDIR", FTS_NOCHDIR},
       {"GLOB_MARK", GLOB_MARK}, {"GLOB_ONLYDIR", GLOB_ONLYDIR}, {"GLOB_NOCHECK", GLOB_NOCHECK}, {"F_OK", F_OK}, {"R_OK", R_OK}, {"W_OK", W_OK}, {"X_OK", X_OK},
       {"0", 0}};
   int f = 0;
@@ -521,6 +537,102 @@ void Run(const std::string& line) {
     struct statvfs sv;
     int rc = statvfs(Path(arg(1)).c_str(), &sv);
     Report(line, rc, errno, rc == 0 ? "rdonly=" + std::to_string((sv.f_flag & ST_RDONLY) != 0) : "");
+  } else if (op == "stat_t" || op == "fstatat_t") {  // stat_t PATH / fstatat_t DIRH PATH FLAGS: type, mode, size
+    int rc = op == "stat_t" ? stat(Path(arg(1)).c_str(), &st)
+                            : fstatat(Fd(arg(1)), Path(arg(2)).c_str(), &st, Flags(arg(3)));
+    int e = errno;
+    char b[64];
+    snprintf(b, sizeof b, "mode=%o size=%lld", st.st_mode, S_ISDIR(st.st_mode) ? 0LL : static_cast<long long>(st.st_size));
+    Report(line, rc, e, rc == 0 ? b : "");
+  } else if (op == "reopen") {  // reopen NEWH H FLAGS: open("/proc/self/fd/<H>", FLAGS)
+    std::string p = "/proc/self/fd/" + std::to_string(Fd(arg(2)));
+    int fd = open(p.c_str(), Flags(arg(3)), 0644);
+    int e = errno;
+    if (fd >= 0) g_fds[arg(1)] = fd;
+    Report(line, fd < 0 ? -1 : 0, e);
+  } else if (op == "readlink_fd") {  // readlink_fd H: where /proc/self/fd/<H> leads
+    char buf[PATH_MAX];
+    std::string p = "/proc/self/fd/" + std::to_string(Fd(arg(1)));
+    ssize_t n = readlink(p.c_str(), buf, sizeof buf - 1);
+    int e = errno;
+    Report(line, n < 0 ? -1 : 0, e, n > 0 ? Unroot(std::string(buf, static_cast<size_t>(n))) : "");
+  } else if (op == "mkstemp" || op == "mkostemp" || op == "mkdtemp") {  // mkstemp TEMPLATE [SUFFIXLEN]
+    std::string t = Path(arg(1));
+    int suffix = a.size() > 2 ? std::stoi(arg(2)) : 0;
+    long rc;
+    if (op == "mkdtemp") {
+      rc = mkdtemp(t.data()) ? 0 : -1;
+    } else if (op == "mkostemp") {
+      rc = mkostemps(t.data(), suffix, O_CLOEXEC);
+    } else {
+      rc = mkstemps(t.data(), suffix);
+    }
+    int e = errno;
+    // The name glibc tried: its six random characters (and whether they were filled in at all).
+    bool filled = t.find("XXXXXX") == std::string::npos;
+    Report(line, rc < 0 ? -1 : 0, e, std::string("filled=") + (filled ? "1" : "0"));
+  } else if (op == "readdir_has") {  // readdir_has D NAME: whether the stream lists NAME, and its d_type
+    DIR* d = g_dirs.at(arg(1));
+    rewinddir(d);
+    std::string name = Path(arg(2)), found = "missing";
+    errno = 0;
+    while (struct dirent* e = readdir(d))
+      if (name == e->d_name) found = "found type=" + std::to_string(e->d_type) + " ino_set=" + std::to_string(e->d_ino != 0);
+    Report(line, errno ? -1 : 0, errno, found);
+  } else if (op == "scandir_has") {  // scandir_has PATH NAME
+    struct dirent** list = nullptr;
+    int n = scandir(Path(arg(1)).c_str(), &list, nullptr, alphasort);
+    int e = errno;
+    std::string name = Path(arg(2)), found = "missing";
+    for (int i = 0; i < n; ++i) {
+      if (name == list[i]->d_name) found = "found type=" + std::to_string(list[i]->d_type);
+      free(list[i]);
+    }
+    free(list);
+    Report(line, n < 0 ? -1 : 0, e, found);
+  } else if (op == "glob_under") {  // glob_under PATTERN: the matches under ROOT only (the parent holds more)
+    glob_t g;
+    int rc = glob(Path(arg(1)).c_str(), 0, nullptr, &g);
+    std::vector<std::string> m;
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i)
+        if (Unroot(g.gl_pathv[i]) != g.gl_pathv[i]) m.push_back(Unroot(g.gl_pathv[i]));
+      globfree(&g);
+    }
+    Report(line, rc == GLOB_NOMATCH ? 0 : rc, 0, Joined(m, true));
+  } else if (op == "fts") {  // fts PATH FLAGS: every visit as "path:info:level" (sorted), and the end errno
+    std::string root = Path(arg(1));
+    char* roots[] = {root.data(), nullptr};
+    FTS* f = fts_open(roots, Flags(arg(2)), nullptr);
+    if (f == nullptr) {
+      Report(line, -1, errno);
+      return;
+    }
+    std::vector<std::string> v;
+    errno = 0;
+    const bool nostat = (Flags(arg(2)) & FTS_NOSTAT) != 0;
+    while (FTSENT* e = fts_read(f)) {
+      // With FTS_NOSTAT glibc leaves fts_statp undefined: only the type is reported.
+      std::string size = (e->fts_info == FTS_F && !nostat) ? ":size=" + std::to_string(e->fts_statp->st_size) : "";
+      v.push_back(Unroot(e->fts_path) + ":" + std::to_string(e->fts_info) + ":" + std::to_string(e->fts_level) + size);
+    }
+    int e = errno;
+    fts_close(f);
+    Report(line, e ? -1 : 0, e, Joined(v, true));
+  } else if (op == "fts_children_has") {  // fts_children_has PATH NAME: NAME among the root's children
+    std::string root = Path(arg(1));
+    char* roots[] = {root.data(), nullptr};
+    FTS* f = fts_open(roots, FTS_PHYSICAL, nullptr);
+    if (f == nullptr) {
+      Report(line, -1, errno);
+      return;
+    }
+    FTSENT* r = fts_read(f);
+    std::string name = Path(arg(2)), found = "missing";
+    for (FTSENT* c = r ? fts_children(f, 0) : nullptr; c != nullptr; c = c->fts_link)
+      if (name == c->fts_name) found = "found info=" + std::to_string(c->fts_info);
+    fts_close(f);
+    Report(line, r ? 0 : -1, r ? 0 : errno, found);
   } else if (op == "errno_kept") {  // a successful stat must leave errno alone
     errno = EXDEV;
     int rc = stat(Path(arg(1)).c_str(), &st);

@@ -15,6 +15,8 @@
 #include "fanstore/image.hpp"
 #include "fanstore/path.hpp"
 #include "fanstore/path_template.hpp"
+#include "fanstore/program_probe.hpp"
+#include "run_fuse.hpp"
 
 namespace fanstore::cli {
 namespace {
@@ -25,8 +27,17 @@ struct RunArgs {
   std::string mount = env::kDefaultMount;
   bool stats = false;
   std::string log;
+  std::string fuse = "auto";  // auto: FUSE only for programs LD_PRELOAD cannot reach; always; never
+  std::string argv0;          // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
   std::vector<std::string> command;
 };
+
+// "statically linked", etc. as the first half of an error line: "/bin/busybox is statically linked".
+std::string Unreachable(const ProgramProbe& p) {
+  std::string why = p.program + " is " + p.why;
+  if (p.reach == PreloadReach::kSecure) why = p.program + " runs with " + p.why + " (the loader ignores LD_PRELOAD)";
+  return why;
+}
 
 // Where an install puts the preload library, relative to the `fanstore` binary (cmake/FanStoreInstall.cmake: from
 // CMAKE_INSTALL_BINDIR to CMAKE_INSTALL_LIBDIR, e.g. ../lib or ../lib64).
@@ -91,10 +102,45 @@ int Run(const RunArgs& a) {
   if (a.stats) setenv(env::kStats, "1", 1);
   if (!a.log.empty()) setenv(env::kLog, a.log.c_str(), 1);
 
+  // The interposer must see the fanstore binary to hand static programs it execs over to `fanstore run`.
+  char self[PATH_MAX];
+  if (ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1); n > 0) {
+    self[n] = '\0';
+    setenv(env::kRunBinary, self, 1);
+  }
+
+  // Programs the preload cannot reach get the image through FUSE, in a mount namespace of their own.
+  if (a.fuse != "auto" && a.fuse != "always" && a.fuse != "never")
+    return Fail("run", "--fuse must be auto, always or never, got '" + a.fuse + "'");
+  ProgramProbe probe = ProbeProgram(a.command[0]);
+  // A program stored in the image exists only under the prefix: the kernel can exec it only from a mount.
+  const std::string prefix = NormalizeAbsolute(a.mount);
+  const std::string prog = probe.program.empty() || probe.program[0] != '/' ? std::string() : NormalizeAbsolute(probe.program);
+  if (probe.reach == PreloadReach::kReached && !prog.empty() && prog.compare(0, prefix.size(), prefix) == 0 &&
+      (prog.size() == prefix.size() || prog[prefix.size()] == '/' || prefix == "/") && access(prog.c_str(), F_OK) != 0) {
+    probe.reach = PreloadReach::kStatic;  // not static, but out of LD_PRELOAD's reach just the same
+    probe.why = "stored in the image (the kernel can exec it only from a mount)";
+  }
+  const bool unreachable = probe.reach != PreloadReach::kReached;
+  if (a.fuse == "always" || (a.fuse == "auto" && unreachable)) {
+    FuseRun fr;
+    fr.image = abs_image;
+    fr.daemon = abs_socket;
+    fr.mount = NormalizeAbsolute(a.mount);
+    fr.command = a.command;
+    fr.argv0 = a.argv0;
+    fr.why = unreachable ? Unreachable(probe) : a.command[0] + " was given --fuse always";
+    return RunUnderFuse(fr);
+  }
+  if (unreachable)
+    return Fail("run", Unreachable(probe) + ", so LD_PRELOAD cannot serve " + NormalizeAbsolute(a.mount) +
+                           " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
+
   std::vector<char*> argv;
-  for (const auto& s : a.command) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(const_cast<char*>(a.argv0.empty() ? a.command[0].c_str() : a.argv0.c_str()));
+  for (size_t i = 1; i < a.command.size(); ++i) argv.push_back(const_cast<char*>(a.command[i].c_str()));
   argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
+  execvp(a.command[0].c_str(), argv.data());
   int err = errno;
   Fail("run", "cannot run '" + a.command[0] + "': " + std::strerror(err));
   return err == ENOENT ? 127 : 126;
@@ -110,6 +156,11 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
   sub->add_option("--mount", args->mount, "Path prefix the image appears under (need not exist)")->capture_default_str();
   sub->add_flag("--stats", args->stats, "Print one summary line per process at exit (FANSTORE_STATS=1)");
   sub->add_option("--log", args->log, "Trace level (debug traces every call on the image: FANSTORE_LOG)");
+  sub->add_option("--fuse", args->fuse,
+                  "auto: serve programs LD_PRELOAD cannot reach (static, set-ID, 32-bit) through a FUSE mount in a "
+                  "private mount namespace; always: do that for every program; never: refuse them")
+      ->capture_default_str();
+  sub->add_option("--argv0", args->argv0, "argv[0] for the program")->group("");
   sub->add_option("command", args->command, "The command and its arguments, after --")->required()->expected(-1);
   sub->callback([args, &exit_code] { exit_code = Run(*args); });
 }

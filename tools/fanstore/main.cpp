@@ -3,6 +3,10 @@
 
 #include "commands.hpp"
 
+// The interposer leaves the fanstore binary itself alone (it looks this symbol up when it starts): a
+// `fanstore run` started inside a job that already runs under it must see the real mount point.
+extern "C" __attribute__((visibility("default"), used)) const int fanstore_cli_no_preload = 1;
+
 int main(int argc, char** argv) {
   CLI::App app{"FanStore: pack a dataset into an image and serve it to unmodified training jobs"};
   app.require_subcommand(1);

@@ -36,6 +36,8 @@ enum class Scope {
     "unset: the host name")                                                                                                 \
   X(kCwd, "FANSTORE_CWD", Scope::kRuntime, "interposer",                                                                    \
     "virtual working directory handed to exec'd children (set by the interposer, not by users)", "unset")                   \
+  X(kRunBinary, "FANSTORE_RUN", Scope::kRuntime, "interposer",                                                              \
+    "the `fanstore` binary, to which the interposer hands static programs (set by `fanstore run`, not by users)", "unset")  \
   X(kPython, "FANSTORE_PYTHON", Scope::kScript, "scripts, tests, benchmarks",                                               \
     "the Python (with numpy, h5py, PIL, torch) that every script and test runs", "`/usr/bin/python3`")                      \
   X(kBuildDir, "BUILD_DIR", Scope::kScript, "`scripts/build.sh`, `test.sh`, `demo.sh`, `bench.sh`",                         \

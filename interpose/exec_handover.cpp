@@ -1,0 +1,140 @@
+// Handing programs the preload cannot reach over to `fanstore run --fuse always`: the probe, the new command
+// line and the exec or spawn of the fanstore binary.
+#include "exec_handover.hpp"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "fanstore/env.hpp"
+#include "fanstore/program_probe.hpp"
+#include "real.hpp"
+#include "state.hpp"
+#include "trace.hpp"
+
+namespace fanstore::interpose::handover {
+namespace {
+
+constexpr long kFuseSuperMagic = 0x65735546;
+
+// Inside `fanstore run --fuse always` (or any FUSE mount at the prefix) the kernel serves the prefix to
+// every program: nothing to hand over.
+bool FuseServesMount() {
+  struct statfs sf;
+  return FS_REAL(statfs, g_mount, &sf) == 0 && sf.f_type == kFuseSuperMagic;
+}
+
+std::string Why(const ProgramProbe& p) {
+  if (p.reach == PreloadReach::kSecure) return p.program + " runs with " + p.why + " (the loader ignores LD_PRELOAD)";
+  return p.program + " is " + p.why;
+}
+
+// `fanstore run` arguments for the program: the image (or daemon) and mount of this process.
+struct CommandLine {
+  std::vector<std::string> words;
+  std::vector<char*> argv;
+  bool ok = false;
+};
+
+CommandLine Build(const char* path, char* const argv[]) {
+  CommandLine c;
+  const char* binary = getenv(env::kRunBinary);
+  const char* daemon = getenv(env::kDaemon);
+  if (binary == nullptr || *binary != '/' || g_client == nullptr) return c;
+  c.words = {binary, "run", "--fuse", "always", "--mount", std::string(g_mount, g_mount_len)};
+  if (daemon != nullptr && *daemon != '\0') {
+    c.words.insert(c.words.end(), {"--daemon", daemon});
+  } else {
+    c.words.insert(c.words.end(), {"--image", g_client->image().dir()});
+  }
+  if (argv != nullptr && argv[0] != nullptr) c.words.insert(c.words.end(), {"--argv0", argv[0]});
+  c.words.insert(c.words.end(), {"--", path});
+  for (size_t i = 1; argv != nullptr && argv[0] != nullptr && argv[i] != nullptr; ++i) c.words.emplace_back(argv[i]);
+  for (auto& w : c.words) c.argv.push_back(w.data());
+  c.argv.push_back(nullptr);
+  c.ok = true;
+  return c;
+}
+
+void SayImpossible(const std::string& why) {
+  WriteLine("fanstore: ", why, ", so LD_PRELOAD cannot serve ", std::string_view(g_mount, g_mount_len),
+            " to it: start the job with `fanstore run` (it hands such programs a FUSE mount) or use `fanstore mount`");
+}
+
+}  // namespace
+
+bool Needed(const char* path, bool search_path, std::string* why) {
+  if (path == nullptr || !Ready()) return false;
+  ReentrancyGuard guard;
+  try {
+    // execve resolves a name without '/' against the cwd, execvp through PATH.
+    std::string p = (search_path || strchr(path, '/') != nullptr) ? std::string(path) : "./" + std::string(path);
+    ProgramProbe probe = ProbeProgram(p);
+    if (probe.reach == PreloadReach::kReached || FuseServesMount()) return false;
+    *why = Why(probe);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool NeededForFd(int fd, const char* shown_as, std::string* why) {
+  if (!Ready()) return false;
+  ReentrancyGuard guard;
+  try {
+    std::string w;
+    PreloadReach reach = ProbeElfFd(fd, &w);
+    if (reach == PreloadReach::kReached || FuseServesMount()) return false;
+    *why = std::string(shown_as) + " is " + w;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+int Exec(const char* path, char* const argv[], char* const envp[], const std::string& why) {
+  CommandLine c;
+  {
+    ReentrancyGuard guard;
+    try {
+      c = Build(path, argv);
+    } catch (...) {
+      errno = ENOMEM;
+      return -1;
+    }
+  }
+  if (!c.ok) {
+    SayImpossible(why);
+    errno = EACCES;
+    return -1;
+  }
+  FS_REAL(execve, c.argv[0], c.argv.data(), envp);
+  int err = errno;
+  WriteLine("fanstore: cannot start ", c.words[0], " for ", why, ": ", strerror(err));
+  errno = err;
+  return -1;
+}
+
+int Spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
+          char* const argv[], char* const envp[], const std::string& why) {
+  CommandLine c;
+  {
+    ReentrancyGuard guard;
+    try {
+      c = Build(path, argv);
+    } catch (...) {
+      return ENOMEM;
+    }
+  }
+  if (!c.ok) {
+    SayImpossible(why);
+    return EACCES;
+  }
+  return FS_REAL(posix_spawn, pid, c.argv[0], fa, attr, c.argv.data(), envp);
+}
+
+}  // namespace fanstore::interpose::handover

@@ -1,0 +1,34 @@
+#!/usr/bin/python3
+"""Every way Python creates a file, tried in a read-only tree: prints the exception class and errno of each
+(the same on a read-only bind mount and on the FanStore mount), and that nothing was created."""
+import os
+import sys
+import tempfile
+
+
+def attempt(name, f):
+    try:
+        f()
+        print(name, "created")
+    except OSError as e:
+        print(name, e.__class__.__name__, e.errno)
+
+
+def main():
+    root, outside = sys.argv[1], sys.argv[2]
+    attempt("mkstemp", lambda: tempfile.mkstemp(dir=root))
+    attempt("mkdtemp", lambda: tempfile.mkdtemp(dir=root + "/text"))
+    attempt("TemporaryFile", lambda: tempfile.TemporaryFile(dir=root))
+    attempt("NamedTemporaryFile", lambda: tempfile.NamedTemporaryFile(dir=root + "/nodir"))
+    attempt("open x", lambda: open(root + "/new", "x"))
+    attempt("open a", lambda: open(root + "/text/lorem.txt", "a"))
+    fd = os.open(root + "/text/lorem.txt", os.O_RDONLY)
+    attempt("/proc/self/fd w", lambda: open("/proc/self/fd/%d" % fd, "w"))
+    print("/proc/self/fd r", len(open("/proc/self/fd/%d" % fd).read()))
+    attempt("link", lambda: os.link(outside, root + "/hard"))
+    attempt("symlink", lambda: os.symlink("x", root + "/sym"))
+    attempt("mkfifo", lambda: os.mkfifo(root + "/fifo"))
+
+
+if __name__ == "__main__":
+    main()

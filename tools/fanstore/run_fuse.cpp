@@ -1,0 +1,234 @@
+// The FUSE half of `fanstore run`: private mount namespace, tools/mount's server in a child, the program in
+// another child, signal forwarding, unmount, and the program's exit status.
+#include "run_fuse.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "cli_util.hpp"
+#include "fanstore/env.hpp"
+
+#ifdef FANSTORE_WITH_FUSE
+#include <dirent.h>
+
+#include "fuse_mount.hpp"
+#include "fuse_preflight.hpp"
+#endif
+
+namespace fanstore::cli {
+
+#ifndef FANSTORE_WITH_FUSE
+
+int RunUnderFuse(const FuseRun& r) {
+  return Fail("run", r.why + ", so LD_PRELOAD cannot serve " + r.mount +
+                         " to it, and this fanstore was built without FUSE (FANSTORE_FUSE=OFF): "
+                         "rebuild with FUSE, or serve the image with `fanstore mount` elsewhere");
+}
+
+#else
+
+namespace {
+
+constexpr long kFuseSuperMagic = 0x65735546;
+
+int Refuse(const FuseRun& r, const std::string& reason) {
+  return Fail("run", r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " + reason +
+                         ": mount the image with `fanstore mount --image IMAGE DIR` where you may mount, and run it there");
+}
+
+bool WriteFile(const char* path, const std::string& text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// A mount namespace of our own whose mounts do not propagate out (slave: the host's still propagate in).
+// As root a new mount namespace; otherwise a user namespace that maps only our ids to themselves, which
+// gives the capabilities to mount FUSE (Linux >= 4.18) without changing who the program runs as.
+std::string EnterNamespace() {
+  if (::geteuid() == 0) {
+    if (::unshare(CLONE_NEWNS) != 0) return std::string("unshare(CLONE_NEWNS) failed: ") + strerror(errno);
+  } else {
+    const uid_t uid = ::geteuid();
+    const gid_t gid = ::getegid();
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return std::string("this user may not create a user namespace (") + strerror(errno) + ")";
+    if (!WriteFile("/proc/self/setgroups", "deny") ||
+        !WriteFile("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
+        !WriteFile("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+      return std::string("cannot map ids in the new user namespace: ") + strerror(errno);
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    return std::string("cannot make the mount namespace private: ") + strerror(errno);
+  return {};
+}
+
+// mkdir -p, for a mount point the interposer needed no directory for.
+std::string MakeMountPoint(const std::string& dir, bool* nonempty) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    for (size_t i = 1; i <= dir.size(); ++i) {
+      if (i < dir.size() && dir[i] != '/') continue;
+      std::string part = dir.substr(0, i);
+      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+        return "the mount point " + dir + " does not exist and cannot be created (" + part + ": " + strerror(errno) + ")";
+    }
+    *nonempty = false;
+    return {};
+  }
+  if (!S_ISDIR(st.st_mode)) return "the mount prefix " + dir + " is a file, not a directory";
+  DIR* d = ::opendir(dir.c_str());
+  *nonempty = false;
+  if (d != nullptr) {
+    while (const dirent* e = ::readdir(d)) {
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+        *nonempty = true;  // hidden by the mount in our namespace only
+        break;
+      }
+    }
+    ::closedir(d);
+  }
+  return {};
+}
+
+bool IsOurMount(const std::string& dir, dev_t before) {
+  struct statfs sf;
+  struct stat st;
+  return ::statfs(dir.c_str(), &sf) == 0 && sf.f_type == kFuseSuperMagic && ::stat(dir.c_str(), &st) == 0 &&
+         st.st_dev != before;
+}
+
+void SleepMs(long ms) {
+  struct timespec ts{ms / 1000, (ms % 1000) * 1000000};
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+pid_t g_program = -1;
+// A signal sent to us (kill, Slurm, mpirun) is passed on; one the kernel sent to the whole foreground
+// process group (Ctrl-C, Ctrl-\\, a terminal hang-up) has reached the program already.
+void Forward(int sig, siginfo_t* info, void*) {
+  if (g_program > 0 && (info == nullptr || info->si_code != SI_KERNEL)) ::kill(g_program, sig);
+}
+
+// Waits for pid; true with *status when it ended within `ms` (ms < 0: no limit).
+bool WaitFor(pid_t pid, int* status, long ms) {
+  for (long waited = 0;; waited += 10) {
+    pid_t w = ::waitpid(pid, status, ms < 0 ? 0 : WNOHANG);
+    if (w == pid) return true;
+    if (w < 0 && errno != EINTR) return false;
+    if (ms >= 0 && waited >= ms) return false;
+    if (ms >= 0) SleepMs(10);
+  }
+}
+
+}  // namespace
+
+int RunUnderFuse(const FuseRun& r) {
+  if (Status s = mount::CheckFuseDevice("/dev/fuse"); !s.ok())
+    return Refuse(r, s.code() == Code::kPermission ? "/dev/fuse is not open to this user"
+                                                   : "FUSE is not available here (no /dev/fuse)");
+  if (std::string e = EnterNamespace(); !e.empty()) return Refuse(r, e);
+  bool nonempty = false;
+  if (std::string e = MakeMountPoint(r.mount, &nonempty); !e.empty()) return Refuse(r, e);
+  struct stat before;
+  if (::stat(r.mount.c_str(), &before) != 0) return Refuse(r, "the mount point " + r.mount + " vanished");
+
+  mount::MountOptions mo;
+  mo.image = r.image;
+  mo.daemon_socket = r.daemon;
+  mo.mountpoint = r.mount;
+  mo.foreground = true;
+  if (nonempty) mo.fuse_options.push_back("nonempty");
+  const pid_t self = ::getpid();
+  const pid_t server = ::fork();
+  if (server < 0) return Refuse(r, std::string("fork failed: ") + strerror(errno));
+  if (server == 0) {
+    // Out of the terminal's process group (a Ctrl-C is the program's to handle, not the server's), and
+    // gone with us if we are killed.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != self) ::_exit(1);
+    Status s = mount::Mount(mo);
+    if (!s.ok()) {
+      Refuse(r, "the FUSE mount failed: " + s.ToString());
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  for (long waited = 0; !IsOurMount(r.mount, before.st_dev); waited += 10) {
+    if (WaitFor(server, &status, 0)) return 1;  // the server said why on stderr
+    if (waited > 30000) {
+      ::kill(server, SIGKILL);
+      WaitFor(server, &status, -1);
+      return Refuse(r, "the FUSE server did not come up within 30 s");
+    }
+    SleepMs(10);
+  }
+
+  const pid_t program = ::fork();
+  if (program < 0) {
+    ::umount2(r.mount.c_str(), MNT_DETACH);
+    WaitFor(server, &status, 5000);
+    return Fail("run", std::string("fork failed: ") + strerror(errno));
+  }
+  if (program == 0) {
+    if (const char* cwd = ::getenv(env::kCwd); cwd != nullptr && *cwd == '/' && ::chdir(cwd) != 0)
+      Fail("run", std::string("cannot enter ") + cwd + ": " + strerror(errno));
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(r.argv0.empty() ? r.command[0].c_str() : r.argv0.c_str()));
+    for (size_t i = 1; i < r.command.size(); ++i) argv.push_back(const_cast<char*>(r.command[i].c_str()));
+    argv.push_back(nullptr);
+    ::execvp(r.command[0].c_str(), argv.data());
+    int err = errno;
+    Fail("run", "cannot run '" + r.command[0] + "': " + strerror(err));
+    ::_exit(err == ENOENT ? 127 : 126);
+  }
+  g_program = program;
+  struct sigaction sa{};
+  sa.sa_sigaction = Forward;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) ::sigaction(sig, &sa, nullptr);
+
+  WaitFor(program, &status, -1);
+  g_program = -1;
+  ::umount2(r.mount.c_str(), MNT_DETACH);
+  int server_status = 0;
+  if (!WaitFor(server, &server_status, 10000)) {
+    ::kill(server, SIGKILL);
+    WaitFor(server, &server_status, -1);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    ::signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    ::kill(::getpid(), sig);
+    return 128 + sig;
+  }
+  return 1;
+}
+
+#endif  // FANSTORE_WITH_FUSE
+
+}  // namespace fanstore::cli
