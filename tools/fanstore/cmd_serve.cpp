@@ -24,6 +24,22 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_option("--timeout", so->timeout_s, "Seconds after which a remote read fails with EIO")->capture_default_str();
   serve->add_flag("--cleanup", so->cleanup, "Remove the staged data when the daemon stops");
   serve->add_option("--reserve", so->reserve_bytes, "Bytes to leave free on the local file system")->capture_default_str();
+  serve->add_option("--cache-bytes", so->cache_bytes,
+                    "Node RAM cache of fetched remote files, shared by every client of the node (0: off)")
+      ->capture_default_str();
+  serve->add_option("--prefetch-window", so->prefetch_window,
+                    "Bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
+      ->capture_default_str();
+  serve->add_option("--socket-mode", so->socket_mode,
+                    "Octal permission bits of the socket (default 0600: only this user; 0660 with --group)");
+  serve->add_option("--group", so->group, "Group (name or gid) whose members may use the daemon too");
+  serve->add_option("--conn-memory", so->conn_memory,
+                    "Shared memory one client connection may pin (its reply area; bigger files go one at a time)")
+      ->capture_default_str();
+  serve->add_flag("--progress", so->progress_spin,
+                  "Poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
+  serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
+      ->capture_default_str();
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
 #else
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");

@@ -1,0 +1,67 @@
+// ProgressLoop: one step = client I/O, MPI progress, prefetch pump; then the adaptive wait.
+#include "progress_loop.hpp"
+
+#include <sched.h>
+#include <sys/prctl.h>
+
+#include <chrono>
+
+#include "daemon_protocol.hpp"
+
+namespace fanstore::daemon {
+
+namespace dp = daemon_proto;
+
+ProgressLoop::~ProgressLoop() {
+  if (th_.joinable()) {
+    if (exited_) th_.join();
+    else th_.detach();
+  }
+}
+
+void ProgressLoop::Start() {
+  th_ = std::thread([this] {
+    // The default 50 us timer slack would stretch every short idle wait (and so every remote read) by 50 us.
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    Run();
+    exited_ = true;
+  });
+}
+
+void ProgressLoop::Run() {
+  int64_t last = dp::NowUs();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool did = server_->Poll(0);
+    did |= transport_->Progress();
+    did |= router_->Pump();
+    int64_t now = dp::NowUs();
+    if (did) {
+      last = now;
+      continue;
+    }
+    int64_t oldest = 0;
+    bool awaiting = transport_->Awaiting(&oldest);
+    // A reply to our own request is usually microseconds away; so is the next request right after traffic.
+    if (o_.spin || now - last < o_.hot_us || (awaiting && now - oldest < 2000)) {
+      sched_yield();
+      continue;
+    }
+    int64_t idle = now - last;
+    int64_t wait = idle < 50000 ? 200 : idle < 1000000 ? 1000 : 2000;
+    if (awaiting) wait = 200;
+    if (server_->Poll(wait)) last = dp::NowUs();
+  }
+}
+
+bool ProgressLoop::Stop(int wait_ms) {
+  stop_ = true;
+  server_->Wake();
+  if (!th_.joinable()) return true;
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  while (!exited_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!exited_) return false;
+  th_.join();
+  return true;
+}
+
+}  // namespace fanstore::daemon
