@@ -20,6 +20,7 @@
 
 #include "daemon_protocol.hpp"
 #include "fanstore/image.hpp"
+#include "fanstore/path_template.hpp"
 #include "fetch_router.hpp"
 #include "log.hpp"
 #include "mpi_transport.hpp"
@@ -137,7 +138,11 @@ int Serve(const ServeOptions& o) {
   if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
   if (st.ok() && o.conn_memory < (1u << 20)) st = Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
   if (st.ok()) st = SocketAccess(o, &socket_mode, &group);
-  std::string local = ExpandRank(o.local, rank);
+  // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
+  auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
+  auto socket_r = ExpandNodeTemplate(ExpandRank(o.socket, rank));
+  if (st.ok()) st = local_r.ok() ? socket_r.status() : local_r.status();
+  std::string local = local_r.ok() ? *local_r : o.local;
   StagePlan plan;
   if (st.ok()) {
     auto p = PlanStaging(o.image, rank, nranks, o.replicas);
@@ -181,7 +186,7 @@ int Serve(const ServeOptions& o) {
   }
 
   local = Absolute(local);
-  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(ExpandRank(o.socket, rank));
+  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
   std::shared_ptr<const Image> img;
   ImageOpenOptions io;
   io.partition_dir = local;

@@ -14,6 +14,7 @@
 #include "fanstore/env.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path.hpp"
+#include "fanstore/path_template.hpp"
 
 namespace fanstore::cli {
 namespace {
@@ -48,8 +49,10 @@ int Run(const RunArgs& a) {
   char abs_image[PATH_MAX] = "";
   char abs_socket[PATH_MAX] = "";
   if (!a.daemon.empty()) {
-    if (!realpath(a.daemon.c_str(), abs_socket))
-      return Fail("run", "daemon socket '" + a.daemon + "': " + std::strerror(errno) +
+    auto socket = ExpandNodeTemplate(a.daemon);  // "{node}": this node's daemon when nodes share a host
+    if (!socket.ok()) return Fail("run", socket.status());
+    if (!realpath(socket->c_str(), abs_socket))
+      return Fail("run", "daemon socket '" + *socket + "': " + std::strerror(errno) +
                              " (is `fanstore serve` running and ready? try `fanstore wait " + a.daemon + "`)");
     // Handshake once here so a missing or wedged daemon is one clear line now, not an error in every child.
     auto info = ProbeDaemon(abs_socket, 5000);
@@ -94,7 +97,7 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* sub = app.add_subcommand("run", "Run a command with the image served under --mount (--image: one node; --daemon: through the node's daemon)");
   sub->add_option("--image", args->image, "Image directory written by `fanstore pack` (one node)");
-  sub->add_option("--daemon", args->daemon, "Unix socket of this node's `fanstore serve` (multi-node; sets FANSTORE_DAEMON)");
+  sub->add_option("--daemon", args->daemon, "Unix socket of this node's `fanstore serve` (multi-node; sets FANSTORE_DAEMON; {node} expands)");
   sub->add_option("--mount", args->mount, "Path prefix the image appears under (need not exist)")->capture_default_str();
   sub->add_flag("--stats", args->stats, "Print one summary line per process at exit (FANSTORE_STATS=1)");
   sub->add_option("--log", args->log, "Trace level (debug traces every call on the image: FANSTORE_LOG)");

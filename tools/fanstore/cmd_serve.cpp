@@ -5,6 +5,7 @@
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "fanstore/daemon_client.hpp"
+#include "fanstore/path_template.hpp"
 #ifdef FANSTORE_WITH_MPI
 #include "fanstore/serve.hpp"
 #endif
@@ -18,8 +19,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       "serve", "Per-node MPI daemon: stage this rank's partitions to local storage, then serve the node's clients "
                "(run one rank per node under mpirun/srun)");
   serve->add_option("--image", so->image, "Image directory on the shared file system")->required();
-  serve->add_option("--local", so->local, "Node-local staging directory ({rank} expands to the MPI rank)")->required();
-  serve->add_option("--socket", so->socket, "Unix socket clients connect to ({rank} expands); default <local>/fanstore.sock");
+  serve->add_option("--local", so->local, "Node-local staging directory ({rank} expands to the MPI rank, {node} to Slurm's node name, else the host name)")->required();
+  serve->add_option("--socket", so->socket, "Unix socket clients connect to ({rank} and {node} expand); default <local>/fanstore.sock");
   serve->add_option("--replicas", so->replicas, "Copies of each partition, on distinct ranks")->capture_default_str();
   serve->add_option("--timeout", so->timeout_s, "Seconds after which a remote read fails with EIO")->capture_default_str();
   serve->add_flag("--cleanup", so->cleanup, "Remove the staged data when the daemon stops");
@@ -52,10 +53,11 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   auto socket = std::make_shared<std::string>();
   auto timeout = std::make_shared<double>(60.0);
   CLI::App* wait = app.add_subcommand("wait", "Wait until the daemon at SOCKET accepts connections (exit 0) or time out (exit 1)");
-  wait->add_option("socket", *socket, "The daemon's Unix socket")->required();
+  wait->add_option("socket", *socket, "The daemon's Unix socket ({node} expands to this node's name)")->required();
   wait->add_option("--timeout", *timeout, "Seconds to wait")->capture_default_str();
   wait->callback([socket, timeout, &exit_code] {
-    Status s = WaitForDaemon(*socket, static_cast<int>(*timeout * 1000));
+    auto path = ExpandNodeTemplate(*socket);
+    Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000)) : path.status();
     exit_code = s.ok() ? 0 : Fail("wait", s);
   });
 }

@@ -10,6 +10,7 @@ inline constexpr const char* kStats = "FANSTORE_STATS";    // 1: one summary lin
 inline constexpr const char* kLog = "FANSTORE_LOG";        // debug: trace every intercepted call to stderr
 inline constexpr const char* kCwd = "FANSTORE_CWD";        // virtual cwd handed to exec'd children
 inline constexpr const char* kCacheBytes = "FANSTORE_CACHE_BYTES";  // decoded-file cache budget per process
+inline constexpr const char* kSlurmNodeName = "SLURMD_NODENAME";    // set by Slurm in a job step: what {node} becomes
 
 inline constexpr const char* kDefaultMount = "/fanstore";
 

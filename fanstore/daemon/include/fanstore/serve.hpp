@@ -8,8 +8,8 @@ namespace fanstore::daemon {
 
 struct ServeOptions {
   std::string image;         // image directory on the shared file system
-  std::string local;         // node-local staging directory; "{rank}" expands to the MPI rank
-  std::string socket;        // Unix socket; empty = <local>/fanstore.sock; "{rank}" expands
+  std::string local;         // node-local staging directory; "{rank}" expands to the MPI rank, "{node}" to the node name
+  std::string socket;        // Unix socket; empty = <local>/fanstore.sock; "{rank}" and "{node}" expand
   int replicas = 1;          // copies of each regular partition (distinct ranks)
   double timeout_s = 5.0;    // a remote read fails (EIO) within this
   bool cleanup = false;      // remove the staged data at exit
