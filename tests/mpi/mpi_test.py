@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases_basic  # noqa: E402
 import cases_faults  # noqa: E402
+import cases_prefetch  # noqa: E402
 import cases_security  # noqa: E402
 from mpi_harness import SKIP, Ctx, Fail, Skip, log  # noqa: E402
 
@@ -33,6 +34,7 @@ CASES = {
     "security": cases_security.case_security,
     "lock": cases_security.case_lock,
     "limits": cases_security.case_limits,
+    "prefetch": cases_prefetch.case_prefetch,
 }
 
 
@@ -43,6 +45,7 @@ def main():
     ap.add_argument("--check", required=True, help="the daemon_check test client")
     ap.add_argument("--preload", default="", help="libfanstore_preload.so (python cases)")
     ap.add_argument("--python", default=os.environ.get("FANSTORE_PYTHON", "/usr/bin/python3"))
+    ap.add_argument("--train", default="", help="fanstore-train (prefetch case: its epoch hint)")
     ap.add_argument("--runs", type=int, default=25, help="kill_stress: how many jobs to kill a rank in")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
