@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases_basic  # noqa: E402
 import cases_faults  # noqa: E402
+import cases_netns  # noqa: E402
 import cases_prefetch  # noqa: E402
 import cases_security  # noqa: E402
 from mpi_harness import SKIP, Ctx, Fail, Skip, log  # noqa: E402
@@ -35,6 +36,7 @@ CASES = {
     "lock": cases_security.case_lock,
     "limits": cases_security.case_limits,
     "prefetch": cases_prefetch.case_prefetch,
+    "netns": cases_netns.case_netns,
 }
 
 
