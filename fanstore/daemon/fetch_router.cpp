@@ -7,6 +7,7 @@
 
 #include "daemon_protocol.hpp"
 #include "log.hpp"
+#include "slab.hpp"
 
 namespace fanstore::daemon {
 
@@ -31,11 +32,17 @@ class FetchRouter::Fetch final : public FetchSink {
 
   char* Land(uint64_t n) override {
     area_.reset();
+    cache_buf_ = CacheBuffer();
     buf_ = SlabBlock();
-    // One client waits and nothing else wants the bytes: straight into its reply area.
+    // One client waits and nothing else wants the bytes yet: straight into its reply area (the cache copies them
+    // after the reply). Otherwise into cache memory, or plain memory when the cache will not keep them.
     if (waiters.size() == 1 && !prefetch) {
       area_ = router_->clients_->LandFor(waiters[0].conn, n);
       if (area_) return area_->base;
+    }
+    if (router_->cache_->Admits(range_.length)) {
+      cache_buf_ = router_->cache_->Allocate(n);
+      if (cache_buf_.mem) return cache_buf_.mem.data();
     }
     buf_ = SlabBlock::Allocate(n);
     return buf_.data();
@@ -46,6 +53,7 @@ class FetchRouter::Fetch final : public FetchSink {
       area_->poisoned = true;  // never handed out again: MPI may still write it
       return std::exchange(area_, nullptr);
     }
+    if (cache_buf_.mem) return std::make_shared<CacheBuffer>(std::move(cache_buf_));
     return std::make_shared<SlabBlock>(std::move(buf_));
   }
 
@@ -67,14 +75,14 @@ class FetchRouter::Fetch final : public FetchSink {
     if (prefetch && s.ok() && !waiters.empty()) r->Consumed(tag);  // read while in flight
     if (s.ok() && r->cache_->Admits(len)) {
       CacheBuffer cb;
-      if (buf_ && data >= buf_.data() && data + len <= buf_.data() + buf_.capacity()) {
+      const char* at = cache_buf_.mem.data();
+      if (at && data >= at && data + len <= at + cache_buf_.mem.capacity()) {
+        cb = std::move(cache_buf_);
         cb.data = data;
-        cb.mem = std::move(buf_);
       } else {
         // It landed in a client's area (which the client reuses): the cache keeps its own copy.
-        cb.mem = SlabBlock::Allocate(len);
+        cb = r->cache_->Allocate(len);
         if (cb.mem) std::memcpy(cb.mem.data(), data, len);
-        cb.data = cb.mem.data();
       }
       NodeCache::Tag keep;
       if (prefetch && waiters.empty()) keep = tag;
@@ -88,6 +96,7 @@ class FetchRouter::Fetch final : public FetchSink {
   FetchRouter* router_;
   ByteRange range_;
   std::shared_ptr<ReplyArea> area_;
+  CacheBuffer cache_buf_;
   SlabBlock buf_;
 };
 
@@ -155,6 +164,14 @@ RequestHandler::PathKind FetchRouter::Resolve(std::string_view path, ByteRange* 
   return PathKind::kRemote;
 }
 
+void FetchRouter::Settle() {
+  for (const NodeCache::Tag& t : cache_->TakeSharedReads()) {
+    stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+    Consumed(t);
+  }
+  stats_->shared_hits.store(cache_->SharedHits(), std::memory_order_relaxed);
+}
+
 void FetchRouter::OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) {
   Untag(prefetcher_.Hint(stream, std::move(ranges), append));
 }
@@ -168,6 +185,17 @@ void FetchRouter::Consumed(const NodeCache::Tag& tag) { Untag(prefetcher_.Consum
 bool FetchRouter::Pump() {
   if (cache_->budget() == 0 || prefetcher_.streams() == 0) return false;
   bool did = false;
+  // Readers that took prefetched ranges straight from the shared index move the prefetch window too (looked at
+  // every millisecond: the scan walks the ranges fetched ahead).
+  int64_t now = dp::NowUs();
+  if (now - last_scan_us_ >= 1000) {
+    last_scan_us_ = now;
+    for (const NodeCache::Tag& t : cache_->TakeSharedReads()) {
+      stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+      Consumed(t);
+      did = true;
+    }
+  }
   while (prefetch_inflight_ < o_.prefetch_inflight &&
          cache_->tagged_bytes() + prefetch_inflight_bytes_ < o_.prefetch_window) {
     auto item = prefetcher_.Next([this](const ByteRange& r) {

@@ -37,6 +37,8 @@ class FetchRouter final : public RequestHandler {
   void OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) override;
   // Starts prefetches while the window allows; true when it started any.
   bool Pump();
+  // Brings the statistics up to date with what clients read straight from the shared cache (before the exit line).
+  void Settle();
 
   class Fetch;
 
@@ -55,6 +57,7 @@ class FetchRouter final : public RequestHandler {
   Prefetcher prefetcher_;
   std::unordered_map<ByteRange, Fetch*, ByteRangeHash> inflight_;
   int prefetch_inflight_ = 0;
+  int64_t last_scan_us_ = 0;
   uint64_t prefetch_inflight_bytes_ = 0;
   std::set<uint32_t> bad_local_;  // staged partitions that failed a read: served by the other replicas
 };

@@ -1,10 +1,13 @@
 // ProgressLoop: one step = client I/O, MPI progress, prefetch pump; then the adaptive wait.
 #include "progress_loop.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 
 #include "daemon_protocol.hpp"
 
@@ -28,7 +31,45 @@ void ProgressLoop::Start() {
   });
 }
 
+namespace {
+
+// True when every CPU this thread may run on is wanted by a runnable task (ours included): spinning then takes
+// CPU from the application (sched_yield does not give up a fair share). From /proc/loadavg's running count,
+// looked at most every 2 ms; unknown counts as not contended.
+class Contention {
+ public:
+  Contention() {
+    cpu_set_t set;
+    cpus_ = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  }
+  bool Now(int64_t now_us) {
+    if (now_us - checked_ < 2000) return contended_;
+    checked_ = now_us;
+    contended_ = false;
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return contended_;
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return contended_;
+    buf[n] = '\0';
+    // "0.52 0.58 0.59 3/412 1234": the fourth field is running/total.
+    double a, b, c;
+    int running = 0, total = 0;
+    if (std::sscanf(buf, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) == 5) contended_ = running > cpus_;
+    return contended_;
+  }
+
+ private:
+  int cpus_ = 1;
+  int64_t checked_ = -1000000;
+  bool contended_ = false;
+};
+
+}  // namespace
+
 void ProgressLoop::Run() {
+  Contention contention;
   int64_t last = dp::NowUs();
   while (!stop_.load(std::memory_order_relaxed)) {
     bool did = server_->Poll(0);
@@ -41,8 +82,11 @@ void ProgressLoop::Run() {
     }
     int64_t oldest = 0;
     bool awaiting = transport_->Awaiting(&oldest);
-    // A reply to our own request is usually microseconds away; so is the next request right after traffic.
-    if (o_.spin || now - last < o_.hot_us || (awaiting && now - oldest < 2000)) {
+    // A reply to our own request is usually microseconds away; so is the next request right after traffic. Spin
+    // for it on a spare CPU only: when every CPU is busy (the loader decoding, other daemons) spinning would slow
+    // down the very readers it serves (sched_yield does not give up a fair share), so it sleeps as when idle.
+    bool hot = now - last < o_.hot_us || (awaiting && now - oldest < 2000);
+    if (o_.spin || (hot && !contention.Now(now))) {
       sched_yield();
       continue;
     }

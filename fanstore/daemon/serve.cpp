@@ -220,8 +220,11 @@ int Serve(const ServeOptions& o) {
     so.socket_mode = socket_mode;
     so.group = group;
     so.max_hint_paths = 4 * img->size() + 1024;
+    Status why;
+    cache = std::make_unique<NodeCache>(o.cache_bytes, &why);
+    if (!why.ok()) Error("no node cache: %s", why.ToString().c_str());
+    so.cache_fd = cache->shared_fd();
     server = std::make_unique<SocketServer>(so, &stats);
-    cache = std::make_unique<NodeCache>(o.cache_bytes);
     RouterOptions ro;
     ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
     router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro);
@@ -279,6 +282,7 @@ int Serve(const ServeOptions& o) {
   }
   transport->Shutdown();
   server->Stop();
+  router->Settle();
   Info("stopping on %s: %s", strsignal(sig), stats.Line().c_str());
   if (o.cleanup) RemoveStaged(local, plan);
   router.reset();

@@ -320,6 +320,17 @@ struct SocketServer::Impl {
       }
       if (r.type == dp::MsgType::kHello) {
         Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(o.hello));
+      } else if (r.type == dp::MsgType::kCacheMap) {
+        if (o.cache_fd < 0) {
+          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no node cache (--cache-bytes 0)"), {});
+        } else {
+          // A dup rides on the reply (OutMsg owns and closes it once sent).
+          auto pass = std::make_shared<ReplyArea>();
+          pass->fd = fcntl(o.cache_fd, F_DUPFD_CLOEXEC, 0);
+          pass->oneoff = true;
+          if (pass->fd < 0) Queue(c, r.type, r.req_id, Status::FromErrno(errno, "dup of the cache memfd"), {});
+          else Queue(c, r.type, r.req_id, Status::Ok(), {}, dp::kCacheMemfd, 0, 0, pass);
+        }
       } else if (r.type == dp::MsgType::kPrefetch) {
         StartHint(c, r);
       } else {

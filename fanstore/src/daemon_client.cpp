@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
 
 #include "daemon_protocol.hpp"
+#include "shared_cache.hpp"
 
 namespace fanstore {
 
@@ -173,7 +175,8 @@ struct ReplyExpect {
 // next request); a daemon-reported error is returned with its message. A reply that breaks the protocol's limits
 // is kIoError and leaves *consumed false.
 Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const RemoteFetcher::StoredUse& use,
-                 bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us) {
+                 bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us,
+                 const std::function<Status(int fd)>& on_cache_fd = nullptr) {
   *consumed = false;
   const int fd = c->sock.fd;
   unsigned char hb[dp::kReplyHeaderSize];
@@ -209,10 +212,13 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const Remo
   const bool in_area = s.ok() && (h.flags & dp::kPayloadInArea);
   const bool in_memfd = s.ok() && (h.flags & dp::kPayloadInMemfd);
   const bool new_area = s.ok() && (h.flags & dp::kNewArea);
+  const bool cache_fd = s.ok() && (h.flags & dp::kCacheMemfd);
   if (s.ok() && (in_area && in_memfd)) s = Status(Code::kIoError, "daemon reply names two payload places");
-  if (s.ok() && (new_area || in_memfd) && passed < 0)
+  if (s.ok() && cache_fd && (new_area || in_memfd || !on_cache_fd))
+    s = Status(Code::kIoError, "daemon passed a cache memfd in the wrong reply");
+  if (s.ok() && (new_area || in_memfd || cache_fd) && passed < 0)
     s = Status(Code::kIoError, "daemon announced a shared-memory payload but passed no fd");
-  if (s.ok() && !new_area && !in_memfd && passed >= 0)
+  if (s.ok() && !new_area && !in_memfd && !cache_fd && passed >= 0)
     s = Status(Code::kIoError, "daemon passed an fd it did not announce");
   std::string msg;
   if (s.ok() && h.msg_len > 0) {
@@ -234,6 +240,10 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const Remo
       }
     }
     release();  // the mapping keeps the area alive: no fd is held for it
+  }
+  if (s.ok() && cache_fd) {
+    s = on_cache_fd(passed);
+    release();
   }
   Status used;
   if (s.ok() && in_area) {
@@ -273,14 +283,35 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const Remo
 
 // Sends `r` (and `body`) and reads the reply whose payload goes to `use`.
 Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyExpect& ex, int64_t deadline,
-                const RemoteFetcher::StoredUse& use, bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us) {
+                const RemoteFetcher::StoredUse& use, bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us,
+                const std::function<Status(int fd)>& on_cache_fd = nullptr) {
   *consumed = false;
   unsigned char rb[dp::kRequestSize];
   dp::EncodeRequest(r, rb);
   Status s = dp::SendAll(c->sock.fd, rb, sizeof rb, deadline);
   if (s.ok() && !body.empty()) s = dp::SendAll(c->sock.fd, body.data(), body.size(), deadline);
   if (!s.ok()) return s;
-  return ReadReply(c, ex, deadline, use, consumed, keeper, hook, spin_us);
+  return ReadReply(c, ex, deadline, use, consumed, keeper, hook, spin_us, on_cache_fd);
+}
+
+// Maps the node cache's shared memfd: read-only, but for its hit counters.
+Status MapSharedCache(int fd, shared_cache::View* view) {
+  uint64_t size = 0;
+  Status s = CheckPassedMemfd(fd, 0, 0, &size);
+  if (!s.ok()) return s;
+  void* ro = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
+  if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the node cache");
+  uint64_t hoff = 0, hlen = 0;
+  void* hits = MAP_FAILED;
+  if (shared_cache::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
+    hits = mmap(nullptr, static_cast<size_t>(hlen), PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(hoff));
+  if (hits == MAP_FAILED || !view->Attach(static_cast<char*>(ro), size, static_cast<char*>(hits))) {
+    munmap(ro, static_cast<size_t>(size));
+    if (hits != MAP_FAILED) munmap(hits, static_cast<size_t>(hlen));
+    return Status(Code::kIoError, "the daemon's node cache has an unknown layout (fanstore version mismatch?)");
+  }
+  // Mapped for the life of the process (forked children share it): never unmapped.
+  return Status::Ok();
 }
 
 // Sends a hello on a fresh connection and decodes the daemon's answer.
@@ -329,6 +360,12 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
+    // The node cache first: a range cached there is copied out here, without a daemon round-trip.
+    if (const shared_cache::View* v = SharedCache()) {
+      thread_local std::vector<char> copy;
+      if (copy.size() < length) copy.resize(length);
+      if (v->Copy(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
+    }
     int64_t deadline = dp::NowMs() + timeout_ms_;
     auto taken = Take(deadline);
     if (!taken.ok()) return taken.status();
@@ -366,6 +403,31 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       return Status(Code::kIoError, "daemon answered a " + U64(length) + "-byte read with no payload");
     if (!got) return use("", 0);
     return s;
+  }
+
+  // The node cache's shared view, asked for once per process (null: the daemon has none, or it failed).
+  const shared_cache::View* SharedCache() {
+    int st = cache_state_.load(std::memory_order_acquire);
+    if (st == 1) return &view_;
+    if (st == 2) return nullptr;
+    std::lock_guard<std::mutex> g(cache_mu_);
+    if (cache_state_.load(std::memory_order_relaxed) != 0) return SharedCache();
+    int64_t deadline = dp::NowMs() + timeout_ms_;
+    auto taken = Take(deadline);
+    if (!taken.ok()) return nullptr;  // asked again next time
+    dp::Request r;
+    r.type = dp::MsgType::kCacheMap;
+    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    ReplyExpect ex;
+    ex.type = dp::MsgType::kCacheMap;
+    ex.req_id = r.req_id;
+    bool consumed = false;
+    Status s = Exchange(*taken, r, {}, ex, deadline, [](const char*, size_t) { return Status::Ok(); }, &consumed,
+                        this, hook_.load(std::memory_order_acquire), 0,
+                        [this](int fd) { return MapSharedCache(fd, &view_); });
+    Give(*taken, consumed);
+    cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
+    return s.ok() && view_.attached() ? &view_ : nullptr;
   }
 
   Result<dp::PrefetchCounts> Prefetch(uint64_t stream, bool append, std::string_view body) {
@@ -409,20 +471,24 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
 
   // The forking thread holds mu_ across fork(), so the child never inherits a half-updated pool.
   void AtForkPrepare() override {
+    cache_mu_.lock();  // (SharedCache takes cache_mu_, then mu_)
     mu_.lock();
     fork_locked_ = true;
   }
   void AtForkParent() override {
     fork_locked_ = false;
     mu_.unlock();
+    cache_mu_.unlock();
   }
   void AfterForkChild() override {
     if (fork_locked_) {
       fork_locked_ = false;
-      mu_.unlock();  // the forking thread's lock (the child's only thread)
+      mu_.unlock();  // the forking thread's locks (the child's only thread)
+      cache_mu_.unlock();
     } else {
-      // No prepare hook ran: another thread may have held mu_ at fork time and does not exist here.
+      // No prepare hook ran: another thread may have held them at fork time and does not exist here.
       new (&mu_) std::mutex;
+      new (&cache_mu_) std::mutex;
     }
     std::lock_guard<std::mutex> g(mu_);
     DropInheritedLocked();
@@ -536,6 +602,9 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   std::vector<Conn*> idle_;                 // connected, handshaken, no request in flight
   std::vector<OwnedFd> held_;               // memfds passed by the daemon, held while read
   std::atomic<FdHook> hook_{nullptr};       // marks our fds internal (the interposer's close-all protection)
+  std::mutex cache_mu_;                     // asking for the node cache (not mu_: Take takes that)
+  std::atomic<int> cache_state_{0};         // 0 not asked yet, 1 view_ attached, 2 none
+  shared_cache::View view_;
   bool fork_locked_ = false;                // AtForkPrepare holds mu_
   uint64_t generation_ = 0;
   std::atomic<uint64_t> next_id_{2};        // 1 is the hello

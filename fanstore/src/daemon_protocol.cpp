@@ -93,7 +93,8 @@ bool DecodeRequest(const unsigned char in[kRequestSize], Request* r) {
   }
   // Only a prefetch carries a body: anything else with one is a stream we cannot resynchronise.
   if (r->type != MsgType::kPrefetch && r->body_len != 0) return false;
-  return r->type == MsgType::kHello || r->type == MsgType::kFetch || r->type == MsgType::kPrefetch;
+  return r->type == MsgType::kHello || r->type == MsgType::kFetch || r->type == MsgType::kPrefetch ||
+         r->type == MsgType::kCacheMap;
 }
 
 void EncodeReplyHeader(const ReplyHeader& h, unsigned char out[kReplyHeaderSize]) {

@@ -18,7 +18,8 @@ inline constexpr uint32_t kRequestMagic = 0x51445346;  // "FSDQ" little-endian
 inline constexpr uint32_t kReplyMagic = 0x52445346;    // "FSDR"
 inline constexpr uint16_t kVersion = 2;
 
-enum class MsgType : uint16_t { kHello = 1, kFetch = 2, kPrefetch = 3 };
+// kCacheMap: the reply passes the node cache's shared memfd (kCacheMemfd), or kUnsupported when the daemon has none.
+enum class MsgType : uint16_t { kHello = 1, kFetch = 2, kPrefetch = 3, kCacheMap = 4 };
 
 // Client -> daemon, a fixed 48-byte header, then body_len bytes of body (prefetch only):
 //   0 u32 magic | 4 u16 version | 6 u16 type | 8 u64 req_id
@@ -49,10 +50,12 @@ inline constexpr uint64_t kMaxPrefetchBody = 64ull << 20;
 //   client sends its next request on this connection. With kNewArea, exactly one fd (a memfd whose size is sealed)
 //   rides on the header's first byte and replaces the connection's area from this reply on.
 // kPayloadInMemfd: exactly one fd (a size-sealed memfd) rides on the header, the payload at shm_offset of it.
+// kCacheMemfd: exactly one fd rides on the header: the node cache's shared memfd (fanstore/src/shared_cache.hpp).
 inline constexpr size_t kReplyHeaderSize = 48;
 inline constexpr uint32_t kPayloadInArea = 1u << 0;
 inline constexpr uint32_t kNewArea = 1u << 1;
 inline constexpr uint32_t kPayloadInMemfd = 1u << 2;
+inline constexpr uint32_t kCacheMemfd = 1u << 3;
 struct ReplyHeader {
   MsgType type = MsgType::kFetch;
   uint64_t req_id = 0;

@@ -22,9 +22,18 @@ SECTIONS = [
     ("dlio", "DLIO-style MLPerf Storage emulation (one emulated accelerator)",
      ["fanstore", "fuse", "tmpfs", "disk"],
      [("fanstore", "tmpfs"), ("fanstore", "disk"), ("fuse", "tmpfs")]),
-    ("remote", "Remote reads: 4 daemons on one machine vs an MPI ping-pong",
-     ["fanstore-daemon", "fanstore-local", "mpi-pingpong"],
-     [("fanstore-daemon", "mpi-pingpong"), ("fanstore-daemon", "fanstore-local")]),
+    ("remote", "Remote reads: 4 daemons on one machine (shared memory) vs an MPI ping-pong",
+     ["fanstore-daemon", "fanstore-fetch", "fanstore-local", "mpi-pingpong"],
+     [("fanstore-daemon", "mpi-pingpong"), ("fanstore-fetch", "mpi-pingpong"), ("fanstore-daemon", "fanstore-local")]),
+    ("remote-tcp", "Remote reads across 4 network namespaces: Open MPI over TCP on veths",
+     ["fanstore-daemon", "fanstore-fetch", "mpi-pingpong"],
+     [("fanstore-daemon", "mpi-pingpong"), ("fanstore-fetch", "mpi-pingpong")]),
+    ("prefetch", "DataLoader epoch on 4 daemons, 3/4 of the files remote, vs a local image",
+     ["fanstore-hinted", "fanstore-daemon", "fanstore-local"],
+     [("fanstore-hinted", "fanstore-local"), ("fanstore-daemon", "fanstore-local")]),
+    ("daemon", "The daemon: idle CPU, and a peer killed under a 1,000-file read",
+     ["fanstore-daemon", "fanstore-progress", "normal"],
+     [("fanstore-daemon", "normal")]),
     ("pack", "Packing a dataset: fanstore pack vs tar | zstd",
      ["fanstore-pack", "tar-zstd", "tar"],
      [("fanstore-pack", "tar-zstd"), ("fanstore-pack", "tar")]),
@@ -38,12 +47,14 @@ HEADINGS = {
     "disk": "disk (ext4)", "fanstore": "FanStore", "fanstore-daemon": "FanStore via daemon",
     "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
     "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
-    "pytorch": "PyTorch 1.13",
+    "pytorch": "PyTorch 1.13", "fanstore-fetch": "daemon fetch", "fanstore-hinted": "daemons + hints",
+    "fanstore-progress": "--progress", "normal": "before the kill",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
     "fanstore-raw": "FanStore", "fanstore-zstd": "FanStore zstd", "fuse": "FUSE", "fanstore": "FanStore",
-    "fanstore-daemon": "FanStore remote", "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
+    "fanstore-daemon": "FanStore remote", "fanstore-fetch": "daemon fetch", "fanstore-hinted": "FanStore + hints",
+    "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
 }
 
 
