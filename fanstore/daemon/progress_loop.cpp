@@ -15,6 +15,10 @@ namespace fanstore::daemon {
 
 namespace dp = daemon_proto;
 
+// The hot loop's nap when every CPU is busy: a few times cheaper in CPU than spinning through it, and a few times
+// faster to answer than the idle ladder's 200 us (measured: 4 KiB fetches p50 268 us vs 780 us at load 7 on 2 cores).
+constexpr int64_t kHotNapUs = 50;
+
 ProgressLoop::~ProgressLoop() {
   if (th_.joinable()) {
     if (exited_) th_.join();
@@ -84,10 +88,14 @@ void ProgressLoop::Run() {
     bool awaiting = transport_->Awaiting(&oldest);
     // A reply to our own request is usually microseconds away; so is the next request right after traffic. Spin
     // for it on a spare CPU only: when every CPU is busy (the loader decoding, other daemons) spinning would slow
-    // down the very readers it serves (sched_yield does not give up a fair share), so it sleeps as when idle.
+    // down the very readers it serves (sched_yield does not give up a fair share), so it takes short naps.
     bool hot = now - last < o_.hot_us || (awaiting && now - oldest < 2000);
     if (o_.spin || (hot && !contention.Now(now))) {
       sched_yield();
+      continue;
+    }
+    if (hot) {
+      if (server_->Poll(kHotNapUs)) last = dp::NowUs();
       continue;
     }
     int64_t idle = now - last;

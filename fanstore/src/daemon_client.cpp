@@ -45,17 +45,8 @@ namespace {
 using FdHook = void (*)(int fd);
 
 // How long a client spins (non-blocking receives + sched_yield) for a fetch reply before sleeping in poll: a busy
-// daemon answers within microseconds, a sleeping thread takes tens of them to wake. FANSTORE_DAEMON_SPIN_US.
-int SpinMicros() {
-  static const int v = [] {
-    const char* s = std::getenv("FANSTORE_DAEMON_SPIN_US");
-    if (!s || !*s) return 50;
-    char* end = nullptr;
-    long x = std::strtol(s, &end, 10);
-    return (end && *end == '\0' && x >= 0 && x <= 1000000) ? static_cast<int>(x) : 50;
-  }();
-  return v;
-}
+// daemon answers within microseconds, a sleeping thread takes tens of them to wake.
+constexpr int kReplySpinUs = 50;
 
 // An fd number together with the identity of the open file it named when we got it. Before we reuse or close
 // a number, we check it still names that file: the program may have closed it behind our back (a close-all
@@ -389,7 +380,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
                           got = true;
                           return use(d, n);
                         },
-                        &consumed, this, hook_.load(std::memory_order_acquire), SpinMicros());
+                        &consumed, this, hook_.load(std::memory_order_acquire), kReplySpinUs);
     // A socket failure, a timeout or a malformed reply leaves the stream at an unknown position (a late reply
     // may still arrive), so that connection is dropped; a daemon-reported error was read completely and the
     // connection is reused.
