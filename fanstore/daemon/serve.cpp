@@ -176,14 +176,19 @@ int Serve(const ServeOptions& o) {
       if (sigismember(&pending, s) && sigismember(&sigs, s)) return true;
     return false;
   };
-  st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled);
-  if (!st.ok()) Error("%s", st.ToString().c_str());
-  if (!AllOk(st.ok(), rank, "staging")) {
+  std::unique_ptr<SocketServer> server;
+  // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
+  auto failed = [&](const char* phase) {
+    if (!st.ok()) Error("%s", st.ToString().c_str());
+    if (AllOk(st.ok(), rank, phase)) return false;
+    server.reset();
     if (o.cleanup) RemoveStaged(local, plan);
     close(lock_fd);
     FinalizeWithin(5, 1);
-    return 1;
-  }
+    return true;
+  };
+  st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled);
+  if (failed("staging")) return 1;
 
   local = Absolute(local);
   std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
@@ -197,7 +202,6 @@ int Serve(const ServeOptions& o) {
   DaemonStats stats;
   std::unique_ptr<StagedReader> staged;
   std::unique_ptr<MpiTransport> transport;
-  std::unique_ptr<SocketServer> server;
   std::unique_ptr<NodeCache> cache;
   std::unique_ptr<FetchRouter> router;
   if (st.ok()) {
@@ -231,25 +235,10 @@ int Serve(const ServeOptions& o) {
     server->SetHandler(router.get());
     st = server->Bind(socket_path);
   }
-  if (!st.ok()) Error("%s", st.ToString().c_str());
-  if (!AllOk(st.ok(), rank, "start-up")) {
-    server.reset();
-    if (o.cleanup) RemoveStaged(local, plan);
-    close(lock_fd);
-    FinalizeWithin(5, 1);
-    return 1;
-  }
-
+  if (failed("start-up")) return 1;
   // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
   st = server->Publish();
-  if (!st.ok()) Error("%s", st.ToString().c_str());
-  if (!AllOk(st.ok(), rank, "publishing the socket")) {
-    server.reset();
-    if (o.cleanup) RemoveStaged(local, plan);
-    close(lock_fd);
-    FinalizeWithin(5, 1);
-    return 1;
-  }
+  if (failed("publishing the socket")) return 1;
   unsigned long long staged_bytes = plan.bytes, total = 0;
   MPI_Reduce(&staged_bytes, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   LoopOptions lo;

@@ -18,11 +18,14 @@ def descends(pid, ancestor):
             return False
         if pid == ancestor:
             return True
+        if pid <= 1:
+            return False
     return False
 
 
-def daemons(parent, rank):
-    out = []
+def serve_pids(parent):
+    """rank -> pid of the `fanstore serve` processes under mpirun `parent` (tests/mpi uses it too)."""
+    out = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -35,8 +38,9 @@ def daemons(parent, rank):
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if rank is None or f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-            out.append(int(d))
+        for e in env:
+            if e.startswith(b"OMPI_COMM_WORLD_RANK="):
+                out[int(e.split(b"=")[1])] = int(d)
     return out
 
 
@@ -64,7 +68,7 @@ def main():
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(a.socket)
             conns.append(s)
-    pids = daemons(a.parent, a.rank)
+    pids = [p for r, p in serve_pids(a.parent).items() if a.rank is None or r == a.rank]
     if not pids:
         raise SystemExit("daemon_cpu: no fanstore serve under that mpirun")
     time.sleep(a.settle)

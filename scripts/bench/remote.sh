@@ -22,51 +22,54 @@ remote_cleanup() {
   NETNS_UP=0
 }
 
-# ping-pong rows of SECTION from "size,latency_us,mib_per_s" lines in $1 (log name $2).
-record_pingpong() {
-  local section=$1 pp=$2 logname=$3 label size lat bw
+# record_csv SECTION SYSTEM CSV MISSING : the latency and throughput rows of every REMOTE_CASES size from the
+# "size,latency_us,mib_per_s" lines in CSV; a size without a line gets MISSING (why it is not there).
+record_csv() {
+  local section=$1 sys=$2 csv=$3 missing=$4 label size lat bw
   for c in "${REMOTE_CASES[@]}"; do
     IFS='|' read -r label size _ _ <<<"$c"
-    lat=$(echo "$pp" | awk -F, -v s="$size" '$1 == s {print $2}')
-    bw=$(echo "$pp" | awk -F, -v s="$size" '$1 == s {print $3}')
-    record "$section" "$label latency" mpi-pingpong us/file lower "${lat:-error (logs/$logname.log)}"
-    record "$section" "$label throughput" mpi-pingpong MiB/s higher "${bw:-error (logs/$logname.log)}"
+    lat=$(echo "$csv" | awk -F, -v s="$size" '$1 == s {print $2}')
+    bw=$(echo "$csv" | awk -F, -v s="$size" '$1 == s {print $3}')
+    record "$section" "$label latency" "$sys" us/file lower "${lat:-$missing}"
+    record "$section" "$label throughput" "$sys" MiB/s higher "${bw:-$missing}"
+  done
+}
+
+# iobench_rows SECTION SYSTEM WHY TAG PREFIX... : whole-file reads of every REMOTE_CASES size, once, by a fresh
+# `PREFIX iobench` process (1 reader for latency, 4 for throughput); WHY non-empty: every row says it instead.
+iobench_rows() {
+  local section=$1 sys=$2 why=$3 tag=$4 label size path list kind case_name unit better threads args line v
+  shift 4
+  for c in "${REMOTE_CASES[@]}"; do
+    IFS='|' read -r label size path list <<<"$c"
+    for kind in lat bw; do
+      if [ $kind = lat ]; then case_name="$label latency"; unit=us/file; better=lower; threads=1
+      else case_name="$label throughput"; unit=MiB/s; better=higher; threads=4; fi
+      if [ -n "$why" ]; then record "$section" "$case_name" "$sys" "$unit" "$better" "$why"; continue; fi
+      # One pass, no warm-up: the client caches what it fetched, so a second pass would time cache hits.
+      args=(--op read --path "$MOUNT/$path" --list "$LISTS/$list" --threads "$threads" --warmup 0 --min-time 0 --block 4194304)
+      line=$(measure none "$tag-$size-$kind" "$@" "$IOBENCH" "${args[@]}")
+      if is_error "$line"; then record "$section" "$case_name" "$sys" "$unit" "$better" "$line"; continue; fi
+      if [ $kind = lat ]; then v=$(awk -v n="$(field "$line" 6)" 'BEGIN {printf "%.2f", n / 1000}'); else v=$(field "$line" 8); fi
+      record "$section" "$case_name" "$sys" "$unit" "$better" "$v"
+    done
   done
 }
 
 # Whole-file reads (fanstore-daemon) and fetches alone (fanstore-fetch) through the daemon at $DAEMON_SOCKET;
 # `why` non-empty: every row says it instead.
 record_daemon_reads() {
-  local section=$1 why=$2 tag=$3 label size path list kind case_name unit better threads args line v out
-  for c in "${REMOTE_CASES[@]}"; do
-    IFS='|' read -r label size path list <<<"$c"
-    for kind in lat bw; do
-      if [ $kind = lat ]; then case_name="$label latency"; unit=us/file; better=lower; threads=1
-      else case_name="$label throughput"; unit=MiB/s; better=higher; threads=4; fi
-      if [ -n "$why" ]; then record "$section" "$case_name" fanstore-daemon "$unit" "$better" "$why"; continue; fi
-      # One pass, no warm-up: the client caches what it fetched, so a second pass would time cache hits.
-      args=(--op read --path "$MOUNT/$path" --list "$LISTS/$list" --threads "$threads" --warmup 0 --min-time 0 --block 4194304)
-      line=$(measure none "$tag-daemon-$size-$kind" "$FANSTORE" run --daemon "$DAEMON_SOCKET" --mount "$MOUNT" -- "$IOBENCH" "${args[@]}")
-      if is_error "$line"; then record "$section" "$case_name" fanstore-daemon "$unit" "$better" "$line"; continue; fi
-      if [ $kind = lat ]; then v=$(awk -v n="$(field "$line" 6)" 'BEGIN {printf "%.2f", n / 1000}'); else v=$(field "$line" 8); fi
-      record "$section" "$case_name" fanstore-daemon "$unit" "$better" "$v"
-    done
-  done
+  local section=$1 why=$2 tag=$3 out
+  iobench_rows "$section" fanstore-daemon "$why" "$tag-daemon" "$FANSTORE" run --daemon "$DAEMON_SOCKET" --mount "$MOUNT" --
   out=""
   if [ -z "$why" ] && [ -x "$BENCH_REMOTE" ]; then
     out=$(FANSTORE_DAEMON=$DAEMON_SOCKET timeout 300 "$BENCH_REMOTE" --sizes "$(remote_sizes)" --threads 4 \
       --min-time "$MIN_TIME" 2>"$LOGS/$tag-fetch.log") || out=""
     echo "$out" >>"$LOGS/$tag-fetch.log"
   fi
-  for c in "${REMOTE_CASES[@]}"; do
-    IFS='|' read -r label size _ _ <<<"$c"
-    local r lat bw
-    r=${why:-$([ -x "$BENCH_REMOTE" ] && echo "error (logs/$tag-fetch.log)" || echo "n/a (not built: bench_remote)")}
-    lat=$(echo "$out" | awk -F, -v s="$size" '$1 == s {print $2}')
-    bw=$(echo "$out" | awk -F, -v s="$size" '$1 == s {print $3}')
-    record "$section" "$label latency" fanstore-fetch us/file lower "${lat:-$r}"
-    record "$section" "$label throughput" fanstore-fetch MiB/s higher "${bw:-$r}"
-  done
+  local r
+  r=${why:-$([ -x "$BENCH_REMOTE" ] && echo "error (logs/$tag-fetch.log)" || echo "n/a (not built: bench_remote)")}
+  record_csv "$section" fanstore-fetch "$out" "$r"
 }
 
 remote_sizes() {
@@ -83,7 +86,7 @@ remote_shm_rows() {
   pp=$(timeout 120 "${MPIRUN[@]}" -np 4 "$PINGPONG" --sizes "$(remote_sizes)" --min-time "$MIN_TIME" --window 4 \
     2>"$LOGS/pingpong.log") || pp=""
   echo "$pp" >>"$LOGS/pingpong.log"
-  record_pingpong remote "$pp" pingpong
+  record_csv remote mpi-pingpong "$pp" "error (logs/pingpong.log)"
   local why=""
   if [ $HAVE_SERVE = 0 ]; then why=$NA_SERVE
   elif [ -n "$REMOTE_LOCAL_WHY" ]; then why="n/a (no image to serve: $REMOTE_LOCAL_WHY)"
@@ -93,20 +96,7 @@ remote_shm_rows() {
   fi
   record_daemon_reads remote "$why" remote
   # The local image: the same reads without a daemon.
-  local label size path list kind case_name unit better threads args line v
-  for c in "${REMOTE_CASES[@]}"; do
-    IFS='|' read -r label size path list <<<"$c"
-    for kind in lat bw; do
-      if [ $kind = lat ]; then case_name="$label latency"; unit=us/file; better=lower; threads=1
-      else case_name="$label throughput"; unit=MiB/s; better=higher; threads=4; fi
-      if [ -n "$REMOTE_LOCAL_WHY" ]; then record remote "$case_name" fanstore-local "$unit" "$better" "$REMOTE_LOCAL_WHY"; continue; fi
-      args=(--op read --path "$MOUNT/$path" --list "$LISTS/$list" --threads "$threads" --warmup 0 --min-time 0 --block 4194304)
-      line=$(measure none "remote-local-$size-$kind" "$FANSTORE" run --image "$REMOTE_IMG" --mount "$MOUNT" -- "$IOBENCH" "${args[@]}")
-      if is_error "$line"; then record remote "$case_name" fanstore-local "$unit" "$better" "$line"; continue; fi
-      if [ $kind = lat ]; then v=$(awk -v n="$(field "$line" 6)" 'BEGIN {printf "%.2f", n / 1000}'); else v=$(field "$line" 8); fi
-      record remote "$case_name" fanstore-local "$unit" "$better" "$v"
-    done
-  done
+  iobench_rows remote fanstore-local "$REMOTE_LOCAL_WHY" remote-local "$FANSTORE" run --image "$REMOTE_IMG" --mount "$MOUNT" --
   # Idle CPU of these daemons (default settings but the cache), then with 2,000 idle connections on rank 0.
   local cpu
   if [ -z "$why" ]; then
@@ -149,7 +139,7 @@ remote_tcp_rows() {
       record remote-tcp "$label latency" mpi-pingpong us/file lower "$why"
     done
   else
-    record_pingpong remote-tcp "$pp" pingpong-tcp
+    record_csv remote-tcp mpi-pingpong "$pp" "error (logs/pingpong-tcp.log)"
   fi
   record_daemon_reads remote-tcp "$why" tcp
   if [ -n "$DAEMON_PID" ]; then stop_daemons; fi

@@ -94,18 +94,24 @@ def digest(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def snapshot(dirs):
+    """path -> (inode, mtime, content digest) of what the directories hold."""
+    out = {}
+    for d in dirs:
+        for f in os.listdir(d):
+            p = os.path.join(d, f)
+            st = os.lstat(p)
+            out[p] = (st.st_ino, st.st_mtime_ns, digest(p) if stat.S_ISREG(st.st_mode) else None)
+    return out
+
+
 def case_lock(ctx):
     """A second job on the same --local is refused by every rank before it writes anything; the running job's
     index and partitions are untouched and it keeps serving."""
     ctx.pack(parts=4)
     job = Job(ctx, 2)
     job.wait_ready()
-    before = {}
-    for r in range(2):
-        for f in os.listdir(ctx.node(r)):
-            p = os.path.join(ctx.node(r), f)
-            st = os.lstat(p)
-            before[p] = (st.st_ino, st.st_mtime_ns, digest(p) if stat.S_ISREG(st.st_mode) else None)
+    before = snapshot(ctx.node(r) for r in range(2))
     # Another dataset, same --local: what the old daemon staged over the running job's index.
     other = os.path.join(ctx.work, "other")
     os.makedirs(os.path.join(other, "x"))
@@ -122,12 +128,7 @@ def case_lock(ctx):
     exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
     check(len(exits) == 2 and all(v != "0" for v in exits.values()), f"every rank of the second job must fail: {exits}")
     check(len(re.findall(r"is in use by another `fanstore serve`", out)) == 2, "each rank must say the directory is in use")
-    after = {}
-    for r in range(2):
-        for f in os.listdir(ctx.node(r)):
-            p = os.path.join(ctx.node(r), f)
-            st = os.lstat(p)
-            after[p] = (st.st_ino, st.st_mtime_ns, digest(p) if stat.S_ISREG(st.st_mode) else None)
+    after = snapshot(ctx.node(r) for r in range(2))
     check(after == before, "the second job changed the running job's files")
     check(not any(os.path.exists(os.path.join(ctx.work, f"second{r}.sock")) for r in range(2)),
           "the refused job left a socket")

@@ -9,7 +9,11 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
+import daemon_cpu  # noqa: E402  (serve_pids)
 
 SKIP = 77
 
@@ -161,38 +165,7 @@ class Job:
 
     def pids(self):
         """rank -> pid of this job's `fanstore serve` processes (descendants of its mpirun)."""
-        out = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    cmd = f.read().split(b"\0")
-                if len(cmd) < 2 or not cmd[0].endswith(b"fanstore") or cmd[1] != b"serve":
-                    continue
-                if not self._descends(int(d)):
-                    continue
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            for e in env:
-                if e.startswith(b"OMPI_COMM_WORLD_RANK="):
-                    out[int(e.split(b"=")[1])] = int(d)
-        return out
-
-    def _descends(self, pid):
-        for _ in range(6):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                return False
-            if pid == self.p.pid:
-                return True
-            if pid <= 1:
-                return False
-        return False
+        return daemon_cpu.serve_pids(self.p.pid)
 
     def wait(self, timeout=60):
         try:
@@ -225,20 +198,6 @@ class Job:
             except ProcessLookupError:
                 pass
         self.p.wait()
-
-
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def idle_cpu(pids, seconds=3.0):
-    """Percent of one core each daemon used over `seconds` while nobody reads (a benchmark figure, not a test)."""
-    hz = os.sysconf("SC_CLK_TCK")
-    t0 = {r: cpu_ticks(p) for r, p in pids.items()}
-    time.sleep(seconds)
-    return {r: 100.0 * (cpu_ticks(p) - t0[r]) / hz / seconds for r, p in pids.items()}
 
 
 def parts_of(node):
