@@ -53,6 +53,7 @@ cleanup() {
   log "cleaning up"
   if mountpoint -q "$FUSE_MNT" 2>/dev/null; then fusermount3 -u "$FUSE_MNT" 2>/dev/null || true; fi
   if [ -n "$DAEMON_PID" ]; then stop_daemons; fi
+  if declare -F remote_cleanup >/dev/null; then remote_cleanup; fi
   if [ $KEEP = 0 ]; then
     rm -rf "$TMPFS"
     # Deleting GBs on this disk (mounted with discard) takes tens of seconds: rename, then delete in the background.
@@ -310,55 +311,10 @@ for sys in fanstore fuse tmpfs disk; do
   done
 done
 
-# --- remote: 4 daemons on this machine vs an MPI ping-pong -------------------------------------------------------
-log "remote: MPI ping-pong, local image, daemons"
-# One machine: shared-memory transport only, no core binding (6 ranks share 2 cores).
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "self,vader")
-REMOTE_CASES=("4 KiB|4096|d10k|d10k.txt" "128 KiB|131072|f128k|f128k.txt" "4 MiB|4194304|f4m|f4m.txt")
-note remote "Each file is read once by a fresh client process (no warm-up: the client caches fetched files). Latency: one reader, whole-file read (open+read+close), us per file. Throughput: 4 reader threads vs a ping-pong with 4 replies in flight. 'via daemon': the client on rank 0 reads every file through its daemon; with 4 ranks about 3/4 of the files live on other ranks (remote), the rest are local. MPI ping-pong: 4 ranks as well; rank 0 sends a small request round-robin to ranks 1-3, which reply with the file's size in bytes (1, then 4 in flight): the floor under a remote read, which also has to find, read and check the file."
-declare -A PP_LAT PP_BW
-if [ -x "$PINGPONG" ] && pp=$(timeout 120 "${MPIRUN[@]}" -np 4 "$PINGPONG" --sizes 4096,131072,4194304 \
-    --min-time "$MIN_TIME" --window 4 2>"$LOGS/pingpong.log"); then
-  echo "$pp" >>"$LOGS/pingpong.log"
-  while IFS=, read -r size lat bw; do PP_LAT[$size]=$lat; PP_BW[$size]=$bw; done < <(echo "$pp" | tail -n +2)
-fi
-# Its own image of micro/ in 4 partitions, so that 4 ranks each own one and 3/4 of the reads are remote.
-REMOTE_IMG=$DISK/img-remote
-REMOTE_LOCAL_WHY=$(unavailable fanstore-local)
-if [ -z "$REMOTE_LOCAL_WHY" ] && ! timed pack-remote "$FANSTORE" pack "$SRC/micro" -o "$REMOTE_IMG" --parts 4 --level 0 \
-    --threads 2 >/dev/null; then
-  REMOTE_LOCAL_WHY="error (logs/pack-remote.log)"
-fi
-DAEMON_WHY=""
-if [ $HAVE_SERVE = 0 ]; then DAEMON_WHY=$NA_SERVE
-elif [ -n "$REMOTE_LOCAL_WHY" ]; then DAEMON_WHY="n/a (no image to serve: $REMOTE_LOCAL_WHY)"
-else
-  # shellcheck source=scripts/bench/start_daemons.sh
-  source "$HELPERS/start_daemons.sh"
-  start_daemons "$REMOTE_IMG" "$TMPFS/nodes" || DAEMON_WHY="error (daemons did not start: logs/serve.log)"
-fi
-for c in "${REMOTE_CASES[@]}"; do
-  IFS='|' read -r label size path list <<<"$c"
-  for sys in fanstore-daemon fanstore-local; do
-    for kind in lat bw; do
-      if [ $kind = lat ]; then case_name="$label latency"; unit=us/file; better=lower; threads=1
-      else case_name="$label throughput"; unit=MiB/s; better=higher; threads=4; fi
-      if [ $sys = fanstore-daemon ]; then why=$DAEMON_WHY; else why=$REMOTE_LOCAL_WHY; fi
-      if [ -n "$why" ]; then record remote "$case_name" "$sys" "$unit" "$better" "$why"; continue; fi
-      # One pass, no warm-up: FanStore's client caches what it fetched, so a second pass would time cache hits.
-      args=(--op read --path "$MOUNT/$path" --list "$LISTS/$list" --threads "$threads" --warmup 0 --min-time 0 --block 4194304)
-      if [ $sys = fanstore-daemon ]; then prefix=("$FANSTORE" run --daemon "$DAEMON_SOCKET" --mount "$MOUNT" --)
-      else prefix=("$FANSTORE" run --image "$REMOTE_IMG" --mount "$MOUNT" --); fi
-      line=$(measure none "remote-$sys-$size-$kind" "${prefix[@]}" "$IOBENCH" "${args[@]}")
-      if is_error "$line"; then record remote "$case_name" "$sys" "$unit" "$better" "$line"; continue; fi
-      if [ $kind = lat ]; then v=$(awk -v n="$(field "$line" 6)" 'BEGIN {printf "%.2f", n / 1000}'); else v=$(field "$line" 8); fi
-      record remote "$case_name" "$sys" "$unit" "$better" "$v"
-    done
-  done
-  record remote "$label latency" mpi-pingpong us/file lower "${PP_LAT[$size]:-error (logs/pingpong.log)}"
-  record remote "$label throughput" mpi-pingpong MiB/s higher "${PP_BW[$size]:-error (logs/pingpong.log)}"
-done
-if [ -n "$DAEMON_PID" ]; then stop_daemons; fi
+# --- remote: daemons vs MPI ping-pong (shared memory and TCP), prefetch epochs, idle CPU, a dead peer -------------
+# shellcheck source=scripts/bench/remote.sh
+source "$HELPERS/remote.sh"
+remote_rows
 
 # --- trainer: fanstore-train vs PyTorch --------------------------------------------------------------------------
 # model|batch|input size. Inputs are smaller than MLPerf's (ResNet-50 224, CosmoFlow/U-Net 128^3) where a step

@@ -8,7 +8,7 @@ PACKAGES=(
   libzstd-dev zstd libxxhash-dev
   libfuse3-dev fuse3
   libopenmpi-dev openmpi-bin
-  slurmd slurmctld slurm-client munge libpmix-dev iproute2  # tests/slurm: a private virtual cluster (srun --mpi=pmix dlopens libpmix.so, ss finds free ports); the system services stay unused
+  slurmd slurmctld slurm-client munge libpmix-dev iproute2  # tests/slurm: a private virtual cluster (srun --mpi=pmix dlopens libpmix.so, ss finds free ports); the system services stay unused; iproute2 also: tests/mpi netns hosts (ip netns)
   libhdf5-dev hdf5-tools
   libdnnl-dev ocl-icd-opencl-dev
   libturbojpeg0-dev libjpeg62-turbo-dev

@@ -3,6 +3,10 @@
 # node's daemon. Usage: scripts/mpirun-example.sh IMAGE LOCAL_DIR HOSTFILE -- COMMAND...
 #   e.g. scripts/mpirun-example.sh /shared/imagenet.fst /nvme/fanstore hosts -- python train.py --data /fanstore/train
 # Every node needs the same LOCAL_DIR (node-local: NVMe or /dev/shm) and FanStore at the same path.
+# If one node's daemon dies, the others keep serving (their clients get EIO for that node's files, or read another
+# replica with FANSTORE_SERVE_OPTIONS='--replicas 2'): mpirun is told not to abort the job when a rank exits
+# (--mca orte_abort_on_non_zero_status 0; Open MPI 4.1 would otherwise kill every daemon). Set
+# FANSTORE_ABORT_ON_DEATH=1 to have one dead daemon stop them all instead.
 set -euo pipefail
 if [ $# -lt 5 ] || [ "$4" != "--" ]; then
   echo "usage: $0 IMAGE LOCAL_DIR HOSTFILE -- COMMAND..." >&2
@@ -15,8 +19,12 @@ nodes=$(sort -u "$hostfile" | grep -vc '^\s*$')
 sock="$local/fanstore.sock"
 
 # 1. One daemon per node (ppr:1:node), staging this node's partitions; --cleanup removes them at the end.
-mpirun --hostfile "$hostfile" --map-by ppr:1:node --bind-to none \
-  "$fanstore" serve --image "$image" --local "$local" --timeout "${FANSTORE_TIMEOUT:-5}" --cleanup &
+keep_survivors=(--mca orte_abort_on_non_zero_status 0)
+[ "${FANSTORE_ABORT_ON_DEATH:-0}" = 1 ] && keep_survivors=()
+# shellcheck disable=SC2086 # FANSTORE_SERVE_OPTIONS is a list of options
+mpirun --hostfile "$hostfile" --map-by ppr:1:node --bind-to none "${keep_survivors[@]}" \
+  "$fanstore" serve --image "$image" --local "$local" --timeout "${FANSTORE_TIMEOUT:-5}" --cleanup \
+  ${FANSTORE_SERVE_OPTIONS:-} &
 serve_pid=$!
 # Whatever happens to the job, stop the daemons: SIGTERM to mpirun reaches every rank, which removes its
 # socket (and, with --cleanup, the staged data).

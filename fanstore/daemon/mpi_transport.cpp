@@ -1,19 +1,22 @@
-// The daemon's MPI side: a single progress thread with nonblocking MPI (Isend/Improbe/Mrecv/Testsome) and a
-// short condition-variable wait when idle, so many fetches are in flight without MPI_THREAD_MULTIPLE and an
-// idle daemon does not spin. Messages (docs/daemon.md):
-//   request  tag kTagRequest: u64 req_id | u32 entry id | u32 reserved                                (16 B)
-//   reply    tag kTagReply:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
-//                             | message | payload (when chunks == 0)
-//   chunks   tag kTagChunk:   payloads over kMaxMessage follow as `chunks` messages of <= kMaxMessage bytes
+// The daemon's MPI side. Messages (docs/daemon.md), all on MPI_COMM_WORLD:
+//   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe) | u64 offset | u64 length
+//   reply    tag kTagReplyBase + slot:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
+//                                        | message | payload (when chunks == 0)
+//   chunks   tag kTagChunk:              payloads over kMaxMessage follow as `chunks` messages of <= kMaxMessage
+// The reply tag carries the request's slot, so the asker knows which fetch a reply is for from the probe alone and
+// receives it straight into that fetch's memory (the client's reply area): no copy in the asking daemon. The owner
+// reads the range into a pooled, already-faulted send buffer behind the header: one copy, from the page cache.
+// Every MPI call here is nonblocking or completes at once (Improbe, Imrecv, Isend, Testsome; Mrecv only of a
+// 32-byte request, which arrives whole): a receive from a peer killed mid-transfer (Open MPI's shared-memory
+// single copy then fails with "Read -1, expected N, errno = 3" and the receive never completes) is given up at
+// its deadline instead of wedging the thread.
 #include "mpi_transport.hpp"
 
 #include <mpi.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "daemon_protocol.hpp"
 #include "format.hpp"
 #include "log.hpp"
+#include "peer_table.hpp"
 #include "placement.hpp"
 
 namespace fanstore::daemon {
@@ -33,91 +37,190 @@ using format::Store32;
 using format::Store64;
 
 constexpr int kTagRequest = 0x4653;
-constexpr int kTagReply = 0x4654;
 constexpr int kTagChunk = 0x4655;
-constexpr size_t kRequestBytes = 16;
+constexpr int kTagReplyBase = 0x5000;
+constexpr size_t kRequestBytes = 32;
 constexpr size_t kReplyHeader = 32;
+constexpr uint32_t kKindFetch = 0, kKindProbe = 1;
 // MPI counts are ints: anything bigger travels in chunks of this size.
 constexpr uint64_t kMaxMessage = 1ull << 30;
+// Replies up to this size are received into scratch memory first (they are errors, probe answers, tiny files,
+// or the header of a chunked reply); bigger ones straight into the fetch's memory.
+constexpr int kSmallReply = 1024;
 
-// Receives a chunked (> kMaxMessage) payload. Owned jointly by the posted receives, so its memory stays valid
-// until MPI is done with it even when the request it was for has failed over or finished meanwhile.
-struct ChunkSink {
-  int fd = -1;
-  void* map = nullptr;
-  uint64_t len = 0;
-  int left = 0;         // receives still outstanding
-  std::string scratch;  // used instead of a memfd when none could be made (the request then fails)
-  ~ChunkSink() {
-    if (map) munmap(map, len);
-    if (fd >= 0) close(fd);
+std::string MpiError(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+// Send buffers of the owner side: already faulted in, so serving a range costs a copy, not page faults.
+class BufferPool {
+ public:
+  struct Buf {
+    std::unique_ptr<char[]> mem;
+    uint64_t cap = 0;
+  };
+  Buf Get(uint64_t n) {
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i)
+      if (free_[i].cap >= n && (best == free_.size() || free_[i].cap < free_[best].cap)) best = i;
+    if (best < free_.size()) {
+      Buf b = std::move(free_[best]);
+      free_[best] = std::move(free_.back());
+      free_.pop_back();
+      free_bytes_ -= b.cap;
+      return b;
+    }
+    uint64_t cap = n < (64u << 10) ? (64u << 10) : (n + (1u << 20) - 1) & ~uint64_t((1u << 20) - 1);
+    Buf b;
+    b.mem.reset(new (std::nothrow) char[cap]);
+    b.cap = b.mem ? cap : 0;
+    return b;
   }
+  void Put(Buf b) {
+    if (!b.mem) return;
+    // Keep what a burst needed, up to a bound; the biggest go first when over it.
+    free_bytes_ += b.cap;
+    free_.push_back(std::move(b));
+    while (free_bytes_ > kKeepBytes && !free_.empty()) {
+      auto big = std::max_element(free_.begin(), free_.end(), [](const Buf& a, const Buf& c) { return a.cap < c.cap; });
+      free_bytes_ -= big->cap;
+      *big = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+
+ private:
+  static constexpr uint64_t kKeepBytes = 256ull << 20;
+  std::vector<Buf> free_;
+  uint64_t free_bytes_ = 0;
 };
 
-// A fetch this rank started for a local client.
+enum class Phase { kSent, kReceiving, kChunks };
+
+// A fetch this rank started.
 struct Pending {
-  uint32_t id = 0;
-  MpiTransport::Done done;
-  std::vector<int> order;  // ranks to try, in order
+  uint64_t req_id = 0;
+  ByteRange range;
+  FetchSink* sink = nullptr;
+  std::vector<int> order;  // holders to try, in order
   size_t attempt = 0;
-  int64_t final_deadline = 0;
+  int64_t final_deadline = 0;  // us
   int64_t attempt_start = 0;
   int64_t attempt_deadline = 0;
-  Status last;                       // why the previous attempt failed
-  std::shared_ptr<ChunkSink> sink;   // set while a chunked payload is arriving
-  Status reply_status;               // the owner's code for a chunked reply
+  uint64_t attempt_gen = 0;    // bumps per attempt: completions of an abandoned attempt are recognised
+  Phase phase = Phase::kSent;
+  bool landed = false;         // sink memory handed out for this attempt
+  // Filled by AbandonLanding with the owner of that memory; the receive's completion callbacks hold the slot, so
+  // the memory is freed when MPI completes them (never, for a receive from a dead peer).
+  std::shared_ptr<std::shared_ptr<void>> keep;
+  Status last;                 // why the previous attempt failed
+  char* chunk_dst = nullptr;   // a chunked reply's landed memory
+  int current() const { return order[attempt]; }
 };
 
 }  // namespace
 
 struct MpiTransport::Impl {
-  std::shared_ptr<const Image> img;
+  const StagedReader* local;
   TransportOptions o;
   DaemonStats* stats;
+  PeerTable peers;
+  int reply_slots = 1;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::pair<uint32_t, Done>> queued;  // from the socket server, guarded by mu
-  bool stop = false;
-  std::thread th;
-  std::function<bool(int64_t)> front_poll;
-  std::function<void()> front_wake;
-
-  // Progress-thread state only.
   std::unordered_map<uint64_t, Pending> pending;
+  std::vector<uint64_t> slot_req;  // reply slot -> req_id in flight there (0: free)
   uint64_t next_req = 1;
-  std::vector<MPI_Request> active;                   // outstanding Isend/Irecv
-  std::vector<std::function<void()>> on_complete;    // parallel to `active`: run when it completes
+  int64_t next_deadline = INT64_MAX;
+  bool shut = false;
+
+  // Outstanding MPI requests and what to do when each completes.
+  std::vector<MPI_Request> active;
+  std::vector<std::function<void()>> on_complete;
+  BufferPool pool;
+
+  Impl(const StagedReader* l, TransportOptions opts, DaemonStats* s) : local(l), o(opts), stats(s), peers(opts.nranks) {
+    void* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    int tag_ub = flag ? *static_cast<int*>(ub) : 32767;
+    reply_slots = std::max(1, std::min(tag_ub, 1 << 30) - kTagReplyBase + 1);
+    slot_req.assign(static_cast<size_t>(std::min(reply_slots, 1 << 20)), 0);
+    reply_slots = static_cast<int>(slot_req.size());
+  }
 
   void Track(MPI_Request r, std::function<void()> f) {
     active.push_back(r);
     on_complete.push_back(std::move(f));
   }
 
-  // False when MPI refuses at once (MPI_ERRORS_RETURN is set: e.g. the peer's connection is known dead).
-  bool Send(int dest, int tag, std::shared_ptr<std::string> buf) {
-    MPI_Request r;
-    if (MPI_Isend(buf->data(), static_cast<int>(buf->size()), MPI_BYTE, dest, tag, MPI_COMM_WORLD, &r) != MPI_SUCCESS)
-      return false;
-    Track(r, [buf] {});  // keeps the buffer alive until MPI is done with it
-    return true;
+  int SlotOf(uint64_t req_id) const { return static_cast<int>(req_id % static_cast<uint64_t>(reply_slots)); }
+
+  uint64_t NewReqId() {
+    // The reply tag is the request's slot: skip slots a fetch still waits on.
+    // Slot 0 is the probes' (their answers carry req_id 0).
+    for (;;) {
+      uint64_t id = next_req++;
+      if (SlotOf(id) == 0) continue;
+      if (slot_req[static_cast<size_t>(SlotOf(id))] == 0) return id;
+    }
   }
 
-  void Finish(uint64_t req_id, Status s, Payload p) {
+  // ---- asking side ------------------------------------------------------------------------------------------
+
+  void Finish(uint64_t req_id, const Status& s, const char* data, uint64_t len) {
     auto it = pending.find(req_id);
     if (it == pending.end()) return;
-    Done done = std::move(it->second.done);
+    FetchSink* sink = it->second.sink;
+    slot_req[static_cast<size_t>(SlotOf(req_id))] = 0;
     pending.erase(it);
-    done(std::move(s), std::move(p));
+    sink->Done(s, data, len);
+  }
+
+  // Gives up the current attempt's receive, if one is posted: its memory now belongs to the receive's callbacks.
+  void AbandonLanding(Pending& p) {
+    if (!p.landed) return;
+    p.landed = false;
+    *p.keep = p.sink->Abandon();
+  }
+
+  // Lands the current attempt's reply of `n` bytes in the sink's memory (null: none).
+  char* Land(Pending& p, uint64_t n) {
+    char* dst = p.sink->Land(n);
+    if (!dst) return nullptr;
+    p.landed = true;
+    p.keep = std::make_shared<std::shared_ptr<void>>();
+    return dst;
+  }
+
+  void Send(int dest, int tag, const char* data, size_t n, std::function<void()> done, Status* err) {
+    MPI_Request r;
+    int rc = MPI_Isend(data, static_cast<int>(n), MPI_BYTE, dest, tag, MPI_COMM_WORLD, &r);
+    if (rc != MPI_SUCCESS) {
+      if (err) *err = Status(Code::kIoError, "MPI_Isend to rank " + std::to_string(dest) + " failed: " + MpiError(rc));
+      done();
+      return;
+    }
+    Track(r, std::move(done));
   }
 
   // Sends the next attempt of `req_id`, or finishes it with the last error when no holder is left.
   void NextAttempt(uint64_t req_id) {
     Pending& p = pending.at(req_id);
-    int64_t now = dp::NowMs();
+    int64_t now = dp::NowUs();
+    while (p.attempt < p.order.size() && !peers.up(p.current())) {
+      stats->fast_fails.fetch_add(1, std::memory_order_relaxed);
+      p.last = Status(Code::kIoError, "rank " + std::to_string(p.current()) + " is not answering (down for " +
+                                          std::to_string((now - peers.down_since_us(p.current())) / 1000) +
+                                          " ms; probing it)");
+      ++p.attempt;
+    }
     if (p.attempt >= p.order.size() || now >= p.final_deadline) {
-      Status why = p.last.ok() ? Status(Code::kIoError, "no other rank holds this partition") : p.last;
-      Finish(req_id, why, Payload{});
+      Status why = p.last.ok() ? Status(Code::kIoError, "no other rank holds partition " + std::to_string(p.range.part))
+                               : p.last;
+      Finish(req_id, why, nullptr, 0);
       return;
     }
     if (p.attempt > 0) stats->failovers.fetch_add(1, std::memory_order_relaxed);
@@ -126,192 +229,346 @@ struct MpiTransport::Impl {
     int64_t left = p.final_deadline - now;
     p.attempt_start = now;
     p.attempt_deadline = now + left / static_cast<int64_t>(p.order.size() - p.attempt);
+    next_deadline = std::min(next_deadline, p.attempt_deadline);
+    ++p.attempt_gen;
+    p.phase = Phase::kSent;
     auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
     Store64(buf->data(), req_id);
-    Store32(buf->data() + 8, p.id);
-    if (!Send(p.order[p.attempt], kTagRequest, std::move(buf)))
-      Fail(req_id, Status(Code::kIoError, "MPI_Isend failed (peer gone?)"));
+    Store32(buf->data() + 8, p.range.part);
+    Store32(buf->data() + 12, kKindFetch);
+    Store64(buf->data() + 16, p.range.offset);
+    Store64(buf->data() + 24, p.range.length);
+    stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
+    Status err;
+    Send(p.current(), kTagRequest, buf->data(), buf->size(), [buf] {}, &err);
+    if (!err.ok()) Fail(req_id, err);
   }
 
-  void Fail(uint64_t req_id, Status why) {
+  void Fail(uint64_t req_id, const Status& why) {
     auto it = pending.find(req_id);
     if (it == pending.end()) return;
     Pending& p = it->second;
-    p.last = Status(why.code(), "rank " + std::to_string(p.order[p.attempt]) + ": " + why.message());
-    p.sink.reset();
+    AbandonLanding(p);
+    p.last = Status(why.code(), "rank " + std::to_string(p.current()) + ": " + why.message());
     ++p.attempt;
     NextAttempt(req_id);
   }
 
-  void StartQueued() {
-    std::deque<std::pair<uint32_t, Done>> q;
-    {
-      std::lock_guard<std::mutex> g(mu);
-      q.swap(queued);
+  void Fetch(const ByteRange& r, FetchSink* sink) {
+    if (shut) {
+      sink->Done(Status(Code::kIoError, "daemon is shutting down"), nullptr, 0);
+      return;
     }
-    for (auto& [id, done] : q) {
-      uint64_t req_id = next_req++;
-      Pending p;
-      p.id = id;
-      p.done = std::move(done);
-      Entry e = img->Get(id);
-      p.order = ReadOrder(id, e.part, o.replicated_part, o.nranks, o.replicas, o.rank);
-      // 90% of the client's timeout: our "timeout" reply must reach the client before it gives up itself.
-      p.final_deadline = dp::NowMs() + o.timeout_ms * 9 / 10;
-      pending.emplace(req_id, std::move(p));
-      NextAttempt(req_id);
+    uint64_t req_id = NewReqId();
+    Pending p;
+    p.req_id = req_id;
+    p.range = r;
+    p.sink = sink;
+    p.order = ReadOrder(RangeKey(r.part, r.offset), r.part, o.replicated_part, o.nranks, o.replicas, o.rank);
+    // 90% of the client's timeout: our "timeout" reply must reach the client before it gives up itself.
+    p.final_deadline = dp::NowUs() + static_cast<int64_t>(o.timeout_ms) * 900;
+    slot_req[static_cast<size_t>(SlotOf(req_id))] = req_id;
+    pending.emplace(req_id, std::move(p));
+    NextAttempt(req_id);
+  }
+
+  // Pending fetch a reply from `src` on `tag` belongs to, or null (a late answer from a replica given up on).
+  Pending* Expecting(int src, int tag) {
+    int slot = tag - kTagReplyBase;
+    if (slot < 0 || slot >= reply_slots) return nullptr;
+    uint64_t id = slot_req[static_cast<size_t>(slot)];
+    auto it = pending.find(id);
+    if (it == pending.end()) return nullptr;
+    Pending& p = it->second;
+    if (p.phase != Phase::kSent || p.attempt >= p.order.size() || p.current() != src) return nullptr;
+    return &p;
+  }
+
+  // A reply is waiting (probed as `m`, `count` bytes, from `src` on `tag`).
+  void OnReply(MPI_Message m, int src, int tag, int count) {
+    Pending* p = Expecting(src, tag);
+    if (!p || count <= kSmallReply) {
+      // Scratch first: small replies, and late answers (dropped once received; their chunks too).
+      auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
+      uint64_t req_id = p ? p->req_id : 0, gen = p ? p->attempt_gen : 0;
+      if (p) p->phase = Phase::kReceiving;
+      MPI_Request r;
+      MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
+      Track(r, [this, scratch, req_id, gen, src] { OnScratchReply(req_id, gen, src, *scratch); });
+      return;
+    }
+    char* dst = Land(*p, static_cast<uint64_t>(count));
+    if (!dst) {
+      // Must still be received; then the fetch fails.
+      auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
+      MPI_Request r;
+      MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
+      Track(r, [scratch] {});
+      Fail(p->req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(count) + "-byte reply"));
+      return;
+    }
+    p->phase = Phase::kReceiving;
+    MPI_Request r;
+    MPI_Imrecv(dst, count, MPI_BYTE, &m, &r);
+    uint64_t req_id = p->req_id, gen = p->attempt_gen;
+    Track(r, [this, req_id, gen, dst, count, keep = p->keep] {
+      OnLandedReply(req_id, gen, dst, static_cast<uint64_t>(count));
+    });
+  }
+
+  Pending* Current(uint64_t req_id, uint64_t gen) {
+    auto it = pending.find(req_id);
+    if (it == pending.end() || it->second.attempt_gen != gen) return nullptr;
+    return &it->second;
+  }
+
+  struct ReplyHead {
+    uint64_t req_id;
+    Code code;
+    uint32_t msg_len;
+    uint64_t n;
+    uint32_t chunks;
+  };
+  static bool ParseHead(const char* b, uint64_t count, ReplyHead* h) {
+    if (count < kReplyHeader) return false;
+    h->req_id = Load64(b);
+    uint32_t code = Load32(b + 8);
+    if (code > static_cast<uint32_t>(Code::kNoMemory)) return false;
+    h->code = static_cast<Code>(code);
+    h->msg_len = Load32(b + 12);
+    h->n = Load64(b + 16);
+    h->chunks = Load32(b + 24);
+    return h->msg_len <= count - kReplyHeader;
+  }
+
+  void OnScratchReply(uint64_t req_id, uint64_t gen, int src, const std::string& b) {
+    ReplyHead h{};
+    bool well = ParseHead(b.data(), b.size(), &h);
+    Pending* p = req_id ? Current(req_id, gen) : nullptr;
+    if (!p || !well || h.req_id != req_id) {
+      // Not the awaited answer (a late one sharing the tag, a probe answer): dropped, chunks and all; the
+      // fetch keeps waiting for its own.
+      if (well && h.chunks) ReceiveChunks(src, nullptr, h.n);
+      if (p && p->phase == Phase::kReceiving) p->phase = Phase::kSent;
+      return;
+    }
+    std::string msg(b.data() + kReplyHeader, h.msg_len);
+    if (h.chunks) {
+      // The payload follows in chunks: land it, then receive them in order.
+      Status rs = h.code == Code::kOk ? Status::Ok() : Status(h.code, msg);
+      if (!rs.ok()) {
+        ReceiveChunks(src, nullptr, h.n);
+        return Fail(req_id, rs);
+      }
+      char* dst = Land(*p, h.n);
+      if (!dst) {
+        ReceiveChunks(src, nullptr, h.n);
+        return Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
+      }
+      p->phase = Phase::kChunks;
+      p->chunk_dst = dst;
+      ReceiveChunks(src, p, h.n);
+      return;
+    }
+    if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
+    uint64_t off = kReplyHeader + h.msg_len;
+    if (off + h.n != b.size() || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    char* dst = Land(*p, h.n ? h.n : 1);
+    if (!dst) return Fail(req_id, Status(Code::kNoMemory, "no memory for a reply"));
+    std::memcpy(dst, b.data() + off, h.n);
+    Received(req_id, dst, h.n);
+  }
+
+  void OnLandedReply(uint64_t req_id, uint64_t gen, const char* dst, uint64_t count) {
+    Pending* p = Current(req_id, gen);
+    if (!p) return;  // abandoned meanwhile; its memory is the graveyard's
+    ReplyHead h{};
+    if (!ParseHead(dst, count, &h) || h.req_id != req_id || h.chunks)
+      return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    if (h.code != Code::kOk) return Fail(req_id, Status(h.code, std::string(dst + kReplyHeader, h.msg_len)));
+    uint64_t off = kReplyHeader + h.msg_len;
+    if (off + h.n != count || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    Received(req_id, dst + off, h.n);
+  }
+
+  void Received(uint64_t req_id, const char* data, uint64_t n) {
+    stats->bytes_received.fetch_add(n, std::memory_order_relaxed);
+    Finish(req_id, Status::Ok(), data, n);
+  }
+
+  // Receives `total` bytes of chunks from `src` in order, one receive at a time, into `dst` (the landed memory of
+  // fetch req_id's attempt gen), or (dst null: a reply nobody waits for) into a scratch chunk that is dropped. An
+  // attempt abandoned meanwhile keeps receiving into its memory (kept alive by `keep`): MPI would otherwise match
+  // its chunks against a later reply's receives.
+  void ReceiveChunks(int src, uint64_t req_id, uint64_t gen, char* dst, std::shared_ptr<std::shared_ptr<void>> keep,
+                     uint64_t total) {
+    std::shared_ptr<std::string> scratch;
+    if (!dst) scratch = std::make_shared<std::string>(static_cast<size_t>(std::min(total, kMaxMessage)), '\0');
+    PostChunk(src, req_id, gen, dst, std::move(keep), std::move(scratch), 0, total);
+  }
+  void ReceiveChunks(int src, std::nullptr_t, uint64_t total) { ReceiveChunks(src, 0, 0, nullptr, nullptr, total); }
+  void ReceiveChunks(int src, Pending* p, uint64_t total) {
+    ReceiveChunks(src, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total);
+  }
+
+  void PostChunk(int src, uint64_t req_id, uint64_t gen, char* dst, std::shared_ptr<std::shared_ptr<void>> keep,
+                 std::shared_ptr<std::string> scratch, uint64_t off, uint64_t total) {
+    if (off >= total) {
+      if (dst && Current(req_id, gen)) Received(req_id, dst, total);
+      return;
+    }
+    uint64_t n = std::min(kMaxMessage, total - off);
+    char* into = dst ? dst + off : scratch->data();
+    MPI_Request r;
+    MPI_Irecv(into, static_cast<int>(n), MPI_BYTE, src, kTagChunk, MPI_COMM_WORLD, &r);
+    Track(r, [this, src, req_id, gen, dst, keep, scratch, off, n, total] {
+      PostChunk(src, req_id, gen, dst, keep, scratch, off + n, total);
+    });
+  }
+
+  void CheckDeadlines(int64_t now) {
+    if (now < next_deadline) return;
+    next_deadline = INT64_MAX;
+    std::vector<uint64_t> late;
+    for (auto& [id, p] : pending) {
+      if (now >= p.attempt_deadline) late.push_back(id);
+      else next_deadline = std::min(next_deadline, p.attempt_deadline);
+    }
+    for (uint64_t id : late) {
+      auto it = pending.find(id);
+      if (it == pending.end()) continue;
+      Pending& p = it->second;
+      if (now < p.attempt_deadline) continue;
+      int r = p.current();
+      int64_t waited = (now - p.attempt_start) / 1000;
+      stats->timeouts.fetch_add(1, std::memory_order_relaxed);
+      bool went_down = peers.TimedOut(r, p.attempt_start, now);
+      Fail(id, Status(Code::kTimeout, "no answer within " + std::to_string(waited) + " ms (daemon stopped or dead?)"));
+      if (went_down) PeerDown(r, waited);
     }
   }
 
-  // A peer asks for a file of ours: read its stored bytes and reply (errors are replied, never dropped).
-  void ServePeer(int src, const std::string& req) {
-    uint64_t req_id = Load64(req.data());
-    uint32_t id = Load32(req.data() + 8);
-    stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
-    std::string stored;
-    Status s;
-    if (req.size() != kRequestBytes || id >= img->size()) {
-      s = Status(Code::kInvalidArgument, "malformed request");
-    } else {
-      Entry e = img->Get(id);
-      if (!e.is_reg()) s = Status(Code::kIsDirectory, std::string(e.path) + " is not a file");
-      else if (!img->HasPartition(e.part))
-        s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " is not staged on this rank");
-      else s = img->ReadStored(id, &stored);
+  // `r` let a request time out without a word: from now on its reads fail over (or fail) at once.
+  void PeerDown(int r, int64_t waited_ms) {
+    stats->peers_down.fetch_add(1, std::memory_order_relaxed);
+    Error("rank %d did not answer within %lld ms: treating it as down (its partitions fail over to replicas, or "
+          "fail at once) until it answers again",
+          r, static_cast<long long>(waited_ms));
+    std::vector<uint64_t> waiting;
+    for (auto& [id, p] : pending)
+      if (p.attempt < p.order.size() && p.current() == r) waiting.push_back(id);
+    for (uint64_t id : waiting) {
+      stats->fast_fails.fetch_add(1, std::memory_order_relaxed);
+      Fail(id, Status(Code::kTimeout, "gave up: rank " + std::to_string(r) + " stopped answering"));
     }
-    std::string msg = s.ok() ? std::string() : s.message();
-    uint64_t n = s.ok() ? stored.size() : 0;
-    uint32_t chunks = n > kMaxMessage ? static_cast<uint32_t>((n + kMaxMessage - 1) / kMaxMessage) : 0;
-    auto buf = std::make_shared<std::string>(kReplyHeader + msg.size() + (chunks ? 0 : n), '\0');
-    Store64(buf->data(), req_id);
-    Store32(buf->data() + 8, static_cast<uint32_t>(s.code()));
-    Store32(buf->data() + 12, static_cast<uint32_t>(msg.size()));
-    Store64(buf->data() + 16, n);
-    Store32(buf->data() + 24, chunks);
-    std::memcpy(buf->data() + kReplyHeader, msg.data(), msg.size());
-    if (!chunks && n) std::memcpy(buf->data() + kReplyHeader + msg.size(), stored.data(), n);
-    // If even the reply cannot be sent the asker times out and fails over: nothing more to do here.
-    Send(src, kTagReply, std::move(buf));
-    if (chunks) {
-      auto all = std::make_shared<std::string>(std::move(stored));
-      for (uint64_t off = 0; off < n; off += kMaxMessage) {
-        MPI_Request r;
-        MPI_Isend(all->data() + off, static_cast<int>(std::min(kMaxMessage, n - off)), MPI_BYTE, src, kTagChunk,
-                  MPI_COMM_WORLD, &r);
-        Track(r, [all] {});
+  }
+
+  void Heard(int src) {
+    if (peers.Heard(src, dp::NowUs())) Info("rank %d answers again: reading from it again", src);
+  }
+
+  void ProbeDownPeers() {
+    for (int r = 0; r < o.nranks; ++r) {
+      if (r == o.rank || !peers.TakeProbe(r)) continue;
+      // One probe per down event: a stopped peer answers it when it runs again; a dead one never does, and
+      // nothing more is ever queued towards it.
+      auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
+      Store64(buf->data(), 0);
+      Store32(buf->data() + 12, kKindProbe);
+      Send(r, kTagRequest, buf->data(), buf->size(), [buf] {}, nullptr);
+    }
+  }
+
+  // ---- owner side -------------------------------------------------------------------------------------------
+
+  // A peer asks for a range of ours (or probes us): read it behind the reply header and send (errors are
+  // replied, never dropped).
+  void ServePeer(int src, const char* req, int count) {
+    uint64_t req_id = count >= static_cast<int>(kRequestBytes) ? Load64(req) : 0;
+    uint32_t part = Load32(req + 8), kind = Load32(req + 12);
+    uint64_t off = Load64(req + 16), len = Load64(req + 24);
+    int tag = kTagReplyBase + SlotOf(req_id);
+    Status s;
+    if (count != static_cast<int>(kRequestBytes)) s = Status(Code::kInvalidArgument, "malformed request");
+    else if (kind == kKindProbe) len = 0;
+    else if (kind != kKindFetch) s = Status(Code::kInvalidArgument, "unknown request kind");
+    else s = local->Check(part, off, len);
+    if (kind == kKindFetch) stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
+    std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
+    uint64_t n = s.ok() ? len : 0;
+    uint32_t chunks = n + kReplyHeader + msg.size() > kMaxMessage ? static_cast<uint32_t>((n + kMaxMessage - 1) / kMaxMessage) : 0;
+    auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
+    if (!buf->mem) {
+      s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");
+      msg = s.message();
+      n = 0;
+      chunks = 0;
+      *buf = pool.Get(kReplyHeader + msg.size());
+      if (!buf->mem) return;  // the asker times out and fails over
+    }
+    char* b = buf->mem.get();
+    if (n > 0) {
+      s = local->Read(part, off, n, b + kReplyHeader + msg.size());
+      if (!s.ok()) {
+        msg = s.message().substr(0, dp::kMaxReplyMessage);
+        n = 0;
+        chunks = 0;
       }
+    }
+    Store64(b, req_id);
+    Store32(b + 8, static_cast<uint32_t>(s.code()));
+    Store32(b + 12, static_cast<uint32_t>(msg.size()));
+    Store64(b + 16, n);
+    Store32(b + 24, chunks);
+    Store32(b + 28, 0);
+    std::memcpy(b + kReplyHeader, msg.data(), msg.size());
+    // The buffer goes back to the pool when every send of it completed (never, if the asker died meanwhile).
+    auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
+    auto release = [this, buf, sends] {
+      if (--*sends == 0) pool.Put(std::move(*buf));
+    };
+    uint64_t head = kReplyHeader + msg.size() + (chunks ? 0 : n);
+    Send(src, tag, b, head, release, nullptr);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      uint64_t at = c * kMaxMessage;
+      Send(src, kTagChunk, b + kReplyHeader + msg.size() + at, std::min(kMaxMessage, n - at), release, nullptr);
     }
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
   }
 
-  // A reply to one of our fetches: matched by req_id and by the rank currently asked (late answers from a
-  // replica we gave up on are dropped).
-  void OnReply(MPI_Message m, int src, int count) {
-    // Big payloads are received straight into a memfd the client will map: one copy fewer.
-    bool shm = static_cast<uint64_t>(count) > kReplyHeader + dp::kInlineMax;
-    Payload pl;
-    void* map = nullptr;
-    std::string small;
-    char* base;
-    if (shm) {
-      Status s = dp::CreatePayloadMemfd(static_cast<uint64_t>(count), &pl.memfd, &map);
-      if (!s.ok()) {
-        // Still receive (MPI requires it) into memory; the request fails below.
-        Error("%s", s.ToString().c_str());
-        shm = false;
-      }
-    }
-    if (!shm) small.resize(static_cast<size_t>(count));
-    base = shm ? static_cast<char*>(map) : small.data();
-    MPI_Mrecv(base, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-    if (count < static_cast<int>(kReplyHeader)) {
-      if (map) munmap(map, static_cast<size_t>(count));
-      return;
-    }
-    uint64_t req_id = Load64(base);
-    Code code = static_cast<Code>(Load32(base + 8));
-    uint32_t msg_len = Load32(base + 12);
-    uint64_t n = Load64(base + 16);
-    uint32_t chunks = Load32(base + 24);
-    std::string msg(base + kReplyHeader, std::min<uint64_t>(msg_len, count - kReplyHeader));
-    auto it = pending.find(req_id);
-    bool current = it != pending.end() && it->second.attempt < it->second.order.size() &&
-                   it->second.order[it->second.attempt] == src && !it->second.sink;
-    if (chunks) {
-      if (map) munmap(map, static_cast<size_t>(count));
-      // The chunks must be received whatever happens to the request, into a memfd (or scratch on failure).
-      auto sink = std::make_shared<ChunkSink>();
-      Status ms = dp::CreatePayloadMemfd(n, &sink->fd, &sink->map);
-      if (ms.ok()) sink->len = n;
-      else sink->scratch.resize(kMaxMessage);
-      for (uint64_t off = 0; off < n; off += kMaxMessage) {
-        MPI_Request r;
-        char* dst = sink->map ? static_cast<char*>(sink->map) + off : sink->scratch.data();
-        MPI_Irecv(dst, static_cast<int>(std::min(kMaxMessage, n - off)), MPI_BYTE, src, kTagChunk, MPI_COMM_WORLD, &r);
-        ++sink->left;
-        Track(r, [this, req_id, sink, n] {
-          if (--sink->left > 0) return;
-          auto p = pending.find(req_id);
-          if (p == pending.end() || p->second.sink != sink) return;  // abandoned meanwhile: just drop the bytes
-          p->second.sink.reset();
-          if (!p->second.reply_status.ok()) return Fail(req_id, p->second.reply_status);
-          Payload out;
-          out.memfd = std::exchange(sink->fd, -1);
-          out.size = n;
-          stats->bytes_received.fetch_add(n, std::memory_order_relaxed);
-          Finish(req_id, Status::Ok(), std::move(out));
-        });
-      }
-      if (!current) return;
-      if (!ms.ok()) return Fail(req_id, ms);
-      it->second.sink = sink;
-      it->second.reply_status = code == Code::kOk ? Status::Ok() : Status(code, msg);
-      return;
-    }
-    if (!current) {
-      if (map) munmap(map, static_cast<size_t>(count));
-      return;  // late or duplicate answer
-    }
-    if (code != Code::kOk) {
-      if (map) munmap(map, static_cast<size_t>(count));
-      return Fail(req_id, Status(code, msg));
-    }
-    uint64_t off = kReplyHeader + msg_len;
-    if (off + n != static_cast<uint64_t>(count)) {
-      if (map) munmap(map, static_cast<size_t>(count));
-      return Fail(req_id, Status(Code::kIoError, "malformed reply"));
-    }
-    if (shm) {
-      munmap(map, static_cast<size_t>(count));
-      pl.offset = off;
-      pl.size = n;
-    } else {
-      pl.bytes.assign(small.data() + off, n);
-    }
-    stats->bytes_received.fetch_add(n, std::memory_order_relaxed);
-    Finish(req_id, Status::Ok(), std::move(pl));
-  }
+  // ---- progress ---------------------------------------------------------------------------------------------
 
   // Drains every message that has arrived; true if there was any.
   bool PollIncoming() {
     bool any = false;
-    for (int tag : {kTagRequest, kTagReply}) {
-      for (;;) {
-        int flag = 0;
-        MPI_Message m;
-        MPI_Status st;
-        MPI_Improbe(MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &flag, &m, &st);
-        if (!flag) break;
-        any = true;
-        int count = 0;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        if (tag == kTagRequest) {
-          std::string req(static_cast<size_t>(count), '\0');
-          MPI_Mrecv(req.data(), count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-          ServePeer(st.MPI_SOURCE, req);
+    for (;;) {
+      int flag = 0;
+      MPI_Message m;
+      MPI_Status st;
+      if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &m, &st) != MPI_SUCCESS || !flag) break;
+      any = true;
+      int count = 0;
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      Heard(st.MPI_SOURCE);
+      if (st.MPI_TAG == kTagRequest) {
+        // 32 bytes: complete on arrival (eager), so this Mrecv returns at once.
+        char req[kRequestBytes] = {};
+        if (count > static_cast<int>(kRequestBytes)) {
+          std::string big(static_cast<size_t>(count), '\0');
+          MPI_Mrecv(big.data(), count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
         } else {
-          OnReply(m, st.MPI_SOURCE, count);
+          MPI_Mrecv(req, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
         }
+        ServePeer(st.MPI_SOURCE, req, count);
+      } else if (st.MPI_TAG >= kTagReplyBase) {
+        OnReply(m, st.MPI_SOURCE, st.MPI_TAG, count);
+      } else {
+        // A chunk nobody posted a receive for cannot happen (they are posted before the next probe); anything
+        // else is not ours: receive and drop it so it does not sit in the queue forever.
+        auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
+        MPI_Request r;
+        MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
+        Track(r, [scratch] {});
       }
     }
     return any;
@@ -323,9 +580,10 @@ struct MpiTransport::Impl {
     int outcount = 0;
     std::vector<int> idx(active.size());
     MPI_Testsome(static_cast<int>(active.size()), active.data(), &outcount, idx.data(), MPI_STATUSES_IGNORE);
-    if (outcount == MPI_UNDEFINED || outcount == 0) return false;
+    if (outcount == MPI_UNDEFINED || outcount <= 0) return false;
     std::vector<std::function<void()>> done;
-    for (int i = 0; i < outcount; ++i) done.push_back(std::move(on_complete[idx[i]]));
+    done.reserve(static_cast<size_t>(outcount));
+    for (int i = 0; i < outcount; ++i) done.push_back(std::move(on_complete[static_cast<size_t>(idx[i])]));
     // Completed handles are MPI_REQUEST_NULL now; compact both arrays.
     size_t w = 0;
     for (size_t r = 0; r < active.size(); ++r) {
@@ -341,115 +599,53 @@ struct MpiTransport::Impl {
     return true;
   }
 
-  void CheckDeadlines() {
-    int64_t now = dp::NowMs();
-    std::vector<uint64_t> late;
-    for (auto& [id, p] : pending)
-      if (now >= p.attempt_deadline) late.push_back(id);
-    for (uint64_t id : late) {
-      auto it = pending.find(id);
-      if (it == pending.end()) continue;
-      int64_t waited = it->second.attempt_deadline - it->second.attempt_start;
-      Fail(id, Status(Code::kTimeout, "no answer within " + std::to_string(waited) + " ms (daemon stopped or dead?)"));
-    }
+  bool Progress() {
+    if (shut) return false;
+    bool did = PollIncoming();
+    did |= Reap();
+    CheckDeadlines(dp::NowUs());
+    ProbeDownPeers();
+    return did;
   }
 
-  void Loop() {
-    int idle = 0;
-    for (;;) {
-      bool stopping;
-      {
-        std::lock_guard<std::mutex> g(mu);
-        stopping = stop;
-      }
-      if (stopping) break;
-      bool busy = front_poll && front_poll(0);
-      StartQueued();
-      busy |= PollIncoming();
-      busy |= Reap();
-      CheckDeadlines();
-      if (busy) {
-        idle = 0;
-        continue;
-      }
-      // Nothing to do. MPI has no fd to poll, so the wait is adaptive: a few yields right after traffic
-      // (a reply or a rendezvous step is usually microseconds away), then waits for client I/O (poll) that
-      // grow from 20 us to 2 ms the longer we stay idle. Client bytes end the wait at once.
-      ++idle;
-      if (idle < 64) {
-        std::this_thread::yield();
-        continue;
-      }
-      int64_t wait_us = idle < 2000 ? 20 : idle < 4000 ? 200 : 2000;
-      if (front_poll) {
-        if (front_poll(wait_us)) idle = 0;
-        continue;
-      }
-      std::unique_lock<std::mutex> lk(mu);
-      if (cv.wait_for(lk, std::chrono::microseconds(wait_us), [&] { return stop || !queued.empty(); })) idle = 0;
-    }
-    // Shutting down: every waiting client gets an answer; transfers still in flight are abandoned.
+  void Shutdown() {
+    if (shut) return;
     std::vector<uint64_t> ids;
     for (auto& [id, p] : pending) ids.push_back(id);
-    for (uint64_t id : ids) Finish(id, Status(Code::kIoError, "daemon is shutting down"), Payload{});
-    std::deque<std::pair<uint32_t, Done>> q;
-    {
-      std::lock_guard<std::mutex> g(mu);
-      q.swap(queued);
+    for (uint64_t id : ids) {
+      auto it = pending.find(id);
+      if (it == pending.end()) continue;
+      AbandonLanding(it->second);
+      Finish(id, Status(Code::kIoError, "daemon is shutting down"), nullptr, 0);
     }
-    for (auto& [id, done] : q) done(Status(Code::kIoError, "daemon is shutting down"), Payload{});
-    for (MPI_Request& r : active)
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    active.clear();
-    on_complete.clear();
+    shut = true;
+  }
+
+  ~Impl() {
+    Shutdown();
+    // Requests still in flight (sends to vanished peers, abandoned receives) stay MPI's until MPI_Finalize: the
+    // memory their callbacks own must outlive this object, so it is left allocated on purpose.
+    if (!on_complete.empty()) new std::vector<std::function<void()>>(std::move(on_complete));
   }
 };
 
-MpiTransport::MpiTransport(std::shared_ptr<const Image> image, TransportOptions opts, DaemonStats* stats)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->img = std::move(image);
-  impl_->o = opts;
-  impl_->stats = stats;
+MpiTransport::MpiTransport(const StagedReader* local, TransportOptions opts, DaemonStats* stats)
+    : impl_(std::make_unique<Impl>(local, opts, stats)) {}
+
+MpiTransport::~MpiTransport() = default;
+
+void MpiTransport::Fetch(const ByteRange& r, FetchSink* sink) { impl_->Fetch(r, sink); }
+
+bool MpiTransport::Progress() { return impl_->Progress(); }
+
+bool MpiTransport::Awaiting(int64_t* oldest_us) const {
+  if (impl_->pending.empty()) return false;
+  int64_t oldest = INT64_MAX;
+  for (auto& [id, p] : impl_->pending) oldest = std::min(oldest, p.attempt_start);
+  *oldest_us = oldest;
+  return true;
 }
 
-MpiTransport::~MpiTransport() { Stop(); }
-
-void MpiTransport::SetFrontEnd(std::function<bool(int64_t)> poll, std::function<void()> wake) {
-  impl_->front_poll = std::move(poll);
-  impl_->front_wake = std::move(wake);
-}
-
-void MpiTransport::Start() {
-  impl_->th = std::thread([this] {
-    // The default 50 us timer slack would stretch every short idle wait (and so every remote read) by 50 us.
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    impl_->Loop();
-  });
-}
-
-void MpiTransport::Stop() {
-  {
-    std::lock_guard<std::mutex> g(impl_->mu);
-    impl_->stop = true;
-  }
-  impl_->cv.notify_all();
-  if (impl_->front_wake) impl_->front_wake();
-  if (impl_->th.joinable()) impl_->th.join();
-  // The front end may be destroyed after this: a second Stop (the destructor's) must not touch it.
-  impl_->front_poll = nullptr;
-  impl_->front_wake = nullptr;
-}
-
-void MpiTransport::Fetch(uint32_t id, Done done) {
-  {
-    std::lock_guard<std::mutex> g(impl_->mu);
-    if (impl_->stop) {
-      done(Status(Code::kIoError, "daemon is shutting down"), Payload{});
-      return;
-    }
-    impl_->queued.emplace_back(id, std::move(done));
-  }
-  impl_->cv.notify_one();
-}
+void MpiTransport::Shutdown() { impl_->Shutdown(); }
 
 }  // namespace fanstore::daemon

@@ -1,19 +1,16 @@
-// Daemon-to-daemon transport: one progress thread owns every MPI call after start-up, serves peers'
-// requests from the local partitions and fetches remote stored bytes with deadlines and replica failover.
-// The same thread drives the client socket front end (SetFrontEnd), so a fetch crosses no thread boundary.
+// Daemon-to-daemon transport: byte ranges of partitions by one MPI request/reply round-trip, many in flight,
+// with deadlines, replica failover, dead-peer detection (once per peer, then fail-fast, with a background
+// probe) and nonblocking MPI calls only (a peer that dies mid-transfer can never wedge this thread). It also
+// answers the other ranks' requests from this rank's staged partitions. Single-threaded: the daemon's progress
+// thread makes every call after start-up.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
-#include "fanstore/image.hpp"
+#include "byte_range.hpp"
 #include "fanstore/status.hpp"
-#include "payload.hpp"
+#include "staged_reader.hpp"
 #include "stats.hpp"
 
 namespace fanstore::daemon {
@@ -21,26 +18,42 @@ namespace fanstore::daemon {
 struct TransportOptions {
   int rank = 0, nranks = 1;
   int replicas = 1;
-  uint32_t replicated_part = kNoPartition;
+  uint32_t replicated_part = 0xFFFFFFFFu;
   int timeout_ms = 5000;  // total budget of one fetch over all replicas
+};
+
+// The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.
+class FetchSink {
+ public:
+  virtual ~FetchSink() = default;
+  // Memory for a reply message of `n` bytes (a 32-byte header, an error message, the payload); it must stay
+  // valid until Done or Abandon. Null: no memory (the fetch fails).
+  virtual char* Land(uint64_t n) = 0;
+  // A receive into the landed memory was given up while MPI may still write it (the peer went silent mid-
+  // transfer): the sink hands over an owner of that memory, which the transport keeps until MPI is done with it
+  // (forever, if the peer is dead); the sink must not reuse it. Land may be called again for the next replica.
+  virtual std::shared_ptr<void> Abandon() = 0;
+  // The fetch is over: `data` (inside the landed memory) holds `len` bytes, or `s` says why not. Called exactly
+  // once; the sink may delete itself in it.
+  virtual void Done(const Status& s, const char* data, uint64_t len) = 0;
 };
 
 class MpiTransport {
  public:
-  // Called on the progress thread with the stored bytes or the reason they could not be had.
-  using Done = std::function<void(Status, Payload)>;
-
-  MpiTransport(std::shared_ptr<const Image> image, TransportOptions opts, DaemonStats* stats);
+  // `local` serves the other ranks' requests (a rank with nothing staged answers each with an error).
+  MpiTransport(const StagedReader* local, TransportOptions opts, DaemonStats* stats);
   ~MpiTransport();
-  // `poll(timeout_us)` handles client I/O, waiting at most timeout_us for some (0: just look); true when it did
-  // anything. `wake()` interrupts a poll in progress (for Stop). Without a front end the thread waits on a cv.
-  void SetFrontEnd(std::function<bool(int64_t timeout_us)> poll, std::function<void()> wake);
-  void Start();  // after MPI_Init and the start-up collectives: from now on only the progress thread calls MPI
-  void Stop();   // answers pending fetches with an error, cancels what can be cancelled, joins
 
-  // Thread-safe. Fetches entry `id` from the holders of its partition other than this rank, in ReadOrder;
-  // `done` is called exactly once, within the timeout.
-  void Fetch(uint32_t id, Done done);
+  // Fetches `r` from the holders of r.part other than this rank, skipping peers known to be down.
+  void Fetch(const ByteRange& r, FetchSink* sink);
+  // One step: answers peers, receives replies, completes sends, enforces deadlines, probes down peers.
+  // True when it did anything.
+  bool Progress();
+  // Fetches of ours are in flight, and the oldest was sent at *oldest_us (their replies are usually
+  // microseconds away: worth spinning for).
+  bool Awaiting(int64_t* oldest_us) const;
+  // Fails every pending fetch ("shutting down") and leaves MPI requests to MPI_Finalize. Idempotent.
+  void Shutdown();
 
   struct Impl;
 

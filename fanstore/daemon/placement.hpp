@@ -27,19 +27,22 @@ inline bool Holds(int rank, uint32_t part, uint32_t replicated_part, int nranks,
   return false;
 }
 
-// The order in which rank `self` asks for entry `entry` of `part`: the holders rotated by the entry id
-// (deterministic, and spreads one partition's readers over its replicas), without `self`.
-inline std::vector<int> ReadOrder(uint32_t entry, uint32_t part, uint32_t replicated_part, int nranks, int replicas,
+// The order in which rank `self` asks for a range of `part`: the holders rotated by `key` (a hash of the range:
+// deterministic, and spreads one partition's readers over its replicas), without `self`.
+inline std::vector<int> ReadOrder(uint64_t key, uint32_t part, uint32_t replicated_part, int nranks, int replicas,
                                   int self) {
   std::vector<int> h = Holders(part, replicated_part, nranks, replicas);
   std::vector<int> order;
   if (h.empty()) return order;
-  size_t start = entry % h.size();
+  size_t start = static_cast<size_t>(key % h.size());
   for (size_t i = 0; i < h.size(); ++i) {
     int r = h[(start + i) % h.size()];
     if (r != self) order.push_back(r);
   }
   return order;
 }
+
+// The rotation key of a range: ranges a few KiB apart land on different replicas.
+inline uint64_t RangeKey(uint32_t part, uint64_t offset) { return (offset >> 12) + part; }
 
 }  // namespace fanstore::daemon

@@ -1,12 +1,15 @@
-// `fanstore serve` orchestration: MPI start-up, staging with an all-ranks verdict, ready barrier, serving
-// until a termination signal, then a clean stop (socket, shared memory, optionally the staged data).
+// `fanstore serve` orchestration: MPI start-up, the --local lock, staging with an all-ranks verdict, the socket
+// published on every rank before "ready", serving until a termination signal, then a clean stop (socket, staged
+// data with --cleanup) that cannot hang on a dead peer.
 #include "fanstore/serve.hpp"
 
+#include <grp.h>
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,9 +21,13 @@
 #include "daemon_protocol.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path_template.hpp"
+#include "fetch_router.hpp"
 #include "log.hpp"
 #include "mpi_transport.hpp"
+#include "node_cache.hpp"
+#include "progress_loop.hpp"
 #include "socket_server.hpp"
+#include "staged_reader.hpp"
 #include "staging.hpp"
 #include "stats.hpp"
 
@@ -57,6 +64,41 @@ void FinalizeWithin(int seconds, int exit_code) {
   MPI_Finalize();
 }
 
+// --socket-mode / --group into permission bits and a gid.
+Status SocketAccess(const ServeOptions& o, mode_t* mode, gid_t* gid) {
+  *gid = static_cast<gid_t>(-1);
+  if (!o.group.empty()) {
+    char* end = nullptr;
+    unsigned long g = std::strtoul(o.group.c_str(), &end, 10);
+    if (end && *end == '\0') {
+      *gid = static_cast<gid_t>(g);
+    } else {
+      struct group* gr = getgrnam(o.group.c_str());
+      if (!gr) return Status(Code::kInvalidArgument, "--group " + o.group + ": no such group");
+      *gid = gr->gr_gid;
+    }
+  }
+  *mode = *gid != static_cast<gid_t>(-1) ? 0660 : 0600;
+  if (!o.socket_mode.empty()) {
+    char* end = nullptr;
+    unsigned long m = std::strtoul(o.socket_mode.c_str(), &end, 8);
+    if (!end || *end != '\0' || m > 0777 || !(m & 0600))
+      return Status(Code::kInvalidArgument, "--socket-mode " + o.socket_mode +
+                                                ": give octal permission bits that include the owner's rw, e.g. 0660");
+    *mode = static_cast<mode_t>(m);
+  }
+  return Status::Ok();
+}
+
+// Each connection is an fd: allow as many as the hard limit lets us.
+void RaiseFdLimit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 }  // namespace
 
 int Serve(const ServeOptions& o) {
@@ -87,10 +129,15 @@ int Serve(const ServeOptions& o) {
     return 1;
   }
   auto t0 = std::chrono::steady_clock::now();
+  RaiseFdLimit();
 
   Status st;
+  mode_t socket_mode = 0600;
+  gid_t group = static_cast<gid_t>(-1);
   if (o.replicas < 1) st = Status(Code::kInvalidArgument, "--replicas must be >= 1");
   if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
+  if (st.ok() && o.conn_memory < (1u << 20)) st = Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
+  if (st.ok()) st = SocketAccess(o, &socket_mode, &group);
   // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
   auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
   auto socket_r = ExpandNodeTemplate(ExpandRank(o.socket, rank));
@@ -102,7 +149,21 @@ int Serve(const ServeOptions& o) {
     if (p.ok()) plan = std::move(p).value();
     else st = p.status();
   }
-  if (st.ok() && rank == 0)
+  // The lock comes first and every rank agrees on it before anything is written: a second job on a directory in
+  // use stops here, leaving the running job's files alone (and --cleanup removes nothing).
+  int lock_fd = -1;
+  if (st.ok()) {
+    auto l = LockLocal(o.image, local);
+    if (l.ok()) lock_fd = *l;
+    else st = l.status();
+  }
+  if (!st.ok()) Error("%s", st.ToString().c_str());
+  if (!AllOk(st.ok(), rank, "start-up")) {
+    if (lock_fd >= 0) close(lock_fd);
+    FinalizeWithin(5, 1);
+    return 1;
+  }
+  if (rank == 0)
     Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o.image.c_str(),
          o.local.c_str(), nranks, o.replicas, o.replicas == 1 ? "" : "s", plan.parts.size());
   std::function<void(const char*)> progress;
@@ -115,13 +176,19 @@ int Serve(const ServeOptions& o) {
       if (sigismember(&pending, s) && sigismember(&sigs, s)) return true;
     return false;
   };
-  if (st.ok()) st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled);
-  if (!st.ok()) Error("%s", st.ToString().c_str());
-  if (!AllOk(st.ok(), rank, "staging")) {
+  std::unique_ptr<SocketServer> server;
+  // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
+  auto failed = [&](const char* phase) {
+    if (!st.ok()) Error("%s", st.ToString().c_str());
+    if (AllOk(st.ok(), rank, phase)) return false;
+    server.reset();
     if (o.cleanup) RemoveStaged(local, plan);
+    close(lock_fd);
     FinalizeWithin(5, 1);
-    return 1;
-  }
+    return true;
+  };
+  st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled);
+  if (failed("staging")) return 1;
 
   local = Absolute(local);
   std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
@@ -133,43 +200,52 @@ int Serve(const ServeOptions& o) {
   else st = opened.status();
 
   DaemonStats stats;
-  TransportOptions to;
-  to.rank = rank;
-  to.nranks = nranks;
-  to.replicas = o.replicas;
-  to.replicated_part = plan.replicated_part;
-  to.timeout_ms = static_cast<int>(o.timeout_s * 1000);
+  std::unique_ptr<StagedReader> staged;
   std::unique_ptr<MpiTransport> transport;
-  std::unique_ptr<SocketServer> server;
+  std::unique_ptr<NodeCache> cache;
+  std::unique_ptr<FetchRouter> router;
   if (st.ok()) {
-    transport = std::make_unique<MpiTransport>(img, to, &stats);
-    daemon_proto::HelloInfo hello;
-    hello.rank = static_cast<uint32_t>(rank);
-    hello.nranks = static_cast<uint32_t>(nranks);
-    hello.timeout_ms = static_cast<uint32_t>(to.timeout_ms);
-    hello.index_dir = local;
-    hello.partition_dir = local;
-    server = std::make_unique<SocketServer>(img, transport.get(), &stats, hello);
+    staged = std::make_unique<StagedReader>(*img);
+    TransportOptions to;
+    to.rank = rank;
+    to.nranks = nranks;
+    to.replicas = o.replicas;
+    to.replicated_part = plan.replicated_part;
+    to.timeout_ms = static_cast<int>(o.timeout_s * 1000);
+    transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
+    ServerOptions so;
+    so.hello.rank = static_cast<uint32_t>(rank);
+    so.hello.nranks = static_cast<uint32_t>(nranks);
+    so.hello.timeout_ms = static_cast<uint32_t>(to.timeout_ms);
+    so.hello.index_dir = local;
+    so.hello.partition_dir = local;
+    so.partitions = img->PartitionCount();
+    so.area_max = o.conn_memory;
+    so.socket_mode = socket_mode;
+    so.group = group;
+    so.max_hint_paths = 4 * img->size() + 1024;
+    Status why;
+    cache = std::make_unique<NodeCache>(o.cache_bytes, &why);
+    if (!why.ok()) Error("no node cache: %s", why.ToString().c_str());
+    so.cache_fd = cache->shared_fd();
+    server = std::make_unique<SocketServer>(so, &stats);
+    RouterOptions ro;
+    ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
+    router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro);
+    server->SetHandler(router.get());
     st = server->Bind(socket_path);
-    if (!st.ok()) Error("%s", st.ToString().c_str());
-  } else {
-    Error("%s", st.ToString().c_str());
   }
-  if (!AllOk(st.ok(), rank, "start-up")) {
-    server.reset();
-    if (o.cleanup) RemoveStaged(local, plan);
-    FinalizeWithin(5, 1);
-    return 1;
-  }
-
+  if (failed("start-up")) return 1;
+  // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
   st = server->Publish();
-  if (!st.ok()) Error("%s", st.ToString().c_str());
-  SocketServer* srv = server.get();
-  transport->SetFrontEnd([srv](int64_t us) { return srv->Poll(us); }, [srv] { srv->Wake(); });
-  unsigned long long staged = plan.bytes, total = 0;
-  MPI_Reduce(&staged, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);  // every rank's socket exists before rank 0 says "ready"
-  transport->Start();            // from here on only the progress thread calls MPI
+  if (failed("publishing the socket")) return 1;
+  unsigned long long staged_bytes = plan.bytes, total = 0;
+  MPI_Reduce(&staged_bytes, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  LoopOptions lo;
+  lo.spin = o.progress_spin;
+  lo.hot_us = o.hot_us;
+  ProgressLoop loop(server.get(), transport.get(), router.get(), lo);
+  loop.Start();  // from here on only the progress thread calls MPI
   if (rank == 0) {
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %.1f MiB staged in %.1f s, "
@@ -184,14 +260,24 @@ int Serve(const ServeOptions& o) {
   int sig = 0;
   sigwait(&sigs, &sig);
 
-  // The progress thread (which also drives the sockets) stops first and leaves MPI to us again; then every
-  // client connection is closed, so clients see EIO at once, and the socket file is removed.
-  transport->Stop();
+  // The socket goes first, so no client connects to a daemon on its way out and nothing stale is left even if the
+  // rest were to hang; then the progress thread stops (it never blocks in MPI, but if it ever did, exit anyway),
+  // every client connection is closed (clients see EIO at once).
+  server->Unpublish();
+  if (!loop.Stop(5000)) {
+    Error("progress thread did not stop within 5 s on %s; exiting", strsignal(sig));
+    if (o.cleanup) RemoveStaged(local, plan);
+    _exit(1);
+  }
+  transport->Shutdown();
   server->Stop();
+  router->Settle();
   Info("stopping on %s: %s", strsignal(sig), stats.Line().c_str());
   if (o.cleanup) RemoveStaged(local, plan);
-  transport.reset();
+  router.reset();
   server.reset();
+  transport.reset();
+  close(lock_fd);
   FinalizeWithin(3, 0);
   return 0;
 }

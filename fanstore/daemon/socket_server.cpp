@@ -1,24 +1,26 @@
-// SocketServer: non-blocking Unix-socket event loop; replies carry big payloads as memfds (SCM_RIGHTS).
+// SocketServer: an epoll loop over the client connections, one request at a time per connection, replies in
+// shared reply areas (memfds passed once with SCM_RIGHTS), peer credentials checked on accept.
 #include "socket_server.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
-#include <time.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <deque>
-#include <map>
+#include <fstream>
 #include <mutex>
-#include <set>
-#include <vector>
+#include <sstream>
+#include <unordered_map>
 
 #include "log.hpp"
 
@@ -27,35 +29,36 @@ namespace {
 
 namespace dp = daemon_proto;
 
-uint64_t NowUs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
+// Keys of the epoll events that are not connections.
+constexpr uint64_t kWakeKey = 0, kListenKey = 1;
+// A prefetch path longer than this is a protocol error (PATH_MAX is 4096).
+constexpr size_t kMaxPathLine = 64 * 1024;
 
 struct OutMsg {
   std::string bytes;  // header + message + inline payload
   size_t off = 0;
-  int fd = -1;        // memfd to pass with the first byte; owned
-  ~OutMsg() {
-    if (fd >= 0) close(fd);
-  }
-  OutMsg() = default;
-  OutMsg(OutMsg&& o) noexcept : bytes(std::move(o.bytes)), off(o.off), fd(std::exchange(o.fd, -1)) {}
-  OutMsg& operator=(OutMsg&&) = delete;
+  std::shared_ptr<ReplyArea> pass;  // its fd rides on the first byte
 };
 
 struct Conn {
   int fd = -1;
+  uid_t uid = 0;
+  bool refused = false;  // SO_PEERCRED said no: the first request is answered with the reason, then closed
+  bool closing = false;  // close once the output is flushed
+  bool busy = false;     // a fetch is being answered: its next request waits in the socket
+  uint32_t events = 0;   // current epoll interest
   std::string in;
   std::deque<OutMsg> out;
-};
-
-// A fetch finished by the transport, handed back to the server thread.
-struct Completion {
-  uint64_t conn_id = 0, req_id = 0, t0_us = 0;
-  Status status;
-  Payload payload;
+  std::shared_ptr<ReplyArea> area;    // current reply area
+  bool area_known = false;            // the client has it (its fd went out)
+  std::shared_ptr<ReplyArea> oneoff;  // the one-off memfd of the request being answered
+  uint64_t busy_req = 0;
+  // A prefetch hint being received.
+  bool in_hint = false;
+  uint64_t hint_left = 0, hint_req = 0, hint_stream = 0;
+  bool hint_append = false, hint_bad = false;
+  std::vector<ByteRange> hint_ranges;
+  dp::PrefetchCounts hint_counts;
 };
 
 sockaddr_un Addr(const std::string& path) {
@@ -65,33 +68,75 @@ sockaddr_un Addr(const std::string& path) {
   return a;
 }
 
+// Supplementary groups of a process, from /proc (SO_PEERCRED carries only the primary gid).
+bool InGroup(pid_t pid, gid_t gid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Groups:", 0) != 0) continue;
+    std::istringstream in(line.substr(7));
+    unsigned long g;
+    while (in >> g)
+      if (static_cast<gid_t>(g) == gid) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
+ReplyArea::~ReplyArea() {
+  if (base) munmap(base, size);
+  if (fd >= 0) close(fd);
+}
+
+std::shared_ptr<ReplyArea> ReplyArea::Create(uint64_t size, Status* why) {
+  auto a = std::make_shared<ReplyArea>();
+  void* map = nullptr;
+  Status s = dp::CreatePayloadMemfd(size, &a->fd, &map);
+  if (!s.ok()) {
+    if (why) *why = s;
+    return nullptr;
+  }
+  a->base = static_cast<char*>(map);
+  a->size = size;
+  return a;
+}
+
 struct SocketServer::Impl {
-  std::shared_ptr<const Image> img;
-  MpiTransport* transport;
+  ServerOptions o;
   DaemonStats* stats;
-  dp::HelloInfo hello;
+  RequestHandler** handler;
   std::string path, tmp_path;
-  int listen_fd = -1, wake_fd = -1;
+  int listen_fd = -1, wake_fd = -1, ep = -1;
   bool published = false;
+  std::mutex unlink_mu;  // Unpublish may run on the signal-handling thread
+  bool unlinked = false;
+  int64_t accept_paused_until = 0;  // out of fds: the listening socket rests a while (else epoll spins)
 
-  std::mutex mu;                       // guards `done` (fetches may complete on another thread at shutdown)
-  std::vector<Completion> done;
+  std::unordered_map<uint64_t, Conn> conns;
+  uint64_t next_conn = 2;
+  std::vector<uint64_t> doomed;
 
-  std::map<uint64_t, Conn> conns;      // the polling thread only
-  std::set<uint32_t> reported_bad_parts;
-  std::vector<pollfd> pfds;
-  std::vector<uint64_t> ids;
-  uint64_t next_conn = 1;
+  RequestHandler* H() { return *handler; }
 
-  void Wake() {
-    uint64_t one = 1;
-    ssize_t r = write(wake_fd, &one, sizeof one);
-    (void)r;  // a full eventfd counter still wakes the loop
+  // A connection reads its next request only when its previous answer is out: replies the client does not read
+  // stay in its socket, and it can never make us queue more than one (bounded memory and fds per connection).
+  static bool Accepting(const Conn& c) { return !c.busy && !c.closing && c.out.empty(); }
+
+  void SetEvents(uint64_t id, Conn& c) {
+    uint32_t want = 0;
+    if (Accepting(c)) want |= EPOLLIN;
+    if (!c.out.empty()) want |= EPOLLOUT;
+    if (want == c.events) return;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = id;
+    epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
+    c.events = want;
   }
 
-  void Queue(Conn& c, dp::MsgType type, uint64_t req_id, const Status& s, Payload p) {
+  void Queue(Conn& c, dp::MsgType type, uint64_t req_id, const Status& s, const std::string& inline_payload,
+             uint32_t flags = 0, uint64_t size = 0, uint64_t offset = 0, std::shared_ptr<ReplyArea> pass = nullptr) {
     dp::ReplyHeader h;
     h.type = type;
     h.req_id = req_id;
@@ -99,115 +144,265 @@ struct SocketServer::Impl {
     std::string msg = s.ok() ? std::string() : s.message();
     if (msg.size() > dp::kMaxReplyMessage) msg.resize(dp::kMaxReplyMessage);  // clients reject longer ones
     h.msg_len = static_cast<uint32_t>(msg.size());
-    h.payload_size = p.length();
+    h.flags = flags;
+    h.payload_size = flags & (dp::kPayloadInArea | dp::kPayloadInMemfd) ? size : inline_payload.size();
+    h.shm_offset = offset;
     OutMsg m;
-    if (p.memfd >= 0) {
-      h.flags = dp::kPayloadInMemfd;
-      h.shm_offset = p.offset;
-      m.fd = std::exchange(p.memfd, -1);
-    }
     m.bytes.resize(dp::kReplyHeaderSize);
     dp::EncodeReplyHeader(h, reinterpret_cast<unsigned char*>(m.bytes.data()));
     m.bytes += msg;
-    if (m.fd < 0) m.bytes += p.bytes;
+    m.bytes += inline_payload;
+    m.pass = std::move(pass);
     c.out.push_back(std::move(m));
   }
 
-  // Reads a file of a partition staged here (the client normally does this itself; this covers a client
-  // whose view is older than ours). Big payloads go into a memfd.
-  Status ReadLocal(uint32_t id, Payload* p) {
-    std::string stored;
-    Status s = img->ReadStored(id, &stored);
-    if (!s.ok()) return s;
-    if (stored.size() <= dp::kInlineMax) {
-      p->bytes = std::move(stored);
-      return Status::Ok();
-    }
-    void* map = nullptr;
-    s = dp::CreatePayloadMemfd(stored.size(), &p->memfd, &map);
-    if (!s.ok()) return s;
-    std::memcpy(map, stored.data(), stored.size());
-    munmap(map, stored.size());
-    p->size = stored.size();
-    return Status::Ok();
-  }
-
-  void HandleRequest(uint64_t conn_id, Conn& c, const dp::Request& r) {
-    if (r.type == dp::MsgType::kHello) {
-      Payload p;
-      p.bytes = dp::EncodeHello(hello);
-      Queue(c, r.type, r.req_id, Status::Ok(), std::move(p));
-      return;
-    }
-    uint64_t t0 = NowUs();
-    stats->client_requests.fetch_add(1, std::memory_order_relaxed);
-    if (r.entry >= img->size() || !img->Get(r.entry).is_reg()) {
-      stats->client_errors.fetch_add(1, std::memory_order_relaxed);
-      Queue(c, r.type, r.req_id, Status(Code::kInvalidArgument, "entry " + std::to_string(r.entry) + " is not a file"),
-            Payload{});
-      return;
-    }
-    Entry e = img->Get(r.entry);
-    if (img->HasPartition(e.part) && !reported_bad_parts.count(e.part)) {
-      Payload p;
-      Status s = ReadLocal(r.entry, &p);
-      if (s.ok()) {
-        Queue(c, r.type, r.req_id, s, std::move(p));
-        stats->AddLatency(NowUs() - t0);
-        return;
+  void Reply(uint64_t id, Conn& c, const Status& s, const char* data, uint64_t n) {
+    uint64_t req = c.busy_req;
+    c.busy = false;
+    std::shared_ptr<ReplyArea> oneoff = std::move(c.oneoff);
+    if (!s.ok()) {
+      Queue(c, dp::MsgType::kFetch, req, s, {});
+    } else if (oneoff && data >= oneoff->base && data + n <= oneoff->base + oneoff->size) {
+      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, static_cast<uint64_t>(data - oneoff->base),
+            oneoff);
+    } else {
+      // Into the connection's area (in place when it landed there), or a one-off memfd for a huge payload.
+      std::shared_ptr<ReplyArea> a = c.area;
+      bool in_area = a && !a->poisoned && data >= a->base && data + n <= a->base + a->size;
+      if (!in_area) {
+        a = AreaFor(c, n);
+        if (a && n) std::memcpy(a->base, data, n);
+        data = a ? a->base : nullptr;
       }
-      // Our copy is unreadable (deleted, truncated): the other replicas may still have it. Said once per
-      // partition, not once per file.
-      if (reported_bad_parts.insert(e.part).second)
-        Error("local read of %s failed (%s); partition %u is served by the other replicas from now on",
-              std::string(e.path).c_str(), s.ToString().c_str(), e.part);
+      if (!a) {
+        Queue(c, dp::MsgType::kFetch, req, Status(Code::kNoMemory, "daemon has no memory for the reply"), {});
+      } else if (a->oneoff) {
+        Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, 0, a);
+      } else {
+        uint32_t flags = dp::kPayloadInArea;
+        std::shared_ptr<ReplyArea> pass;
+        if (!c.area_known) {
+          flags |= dp::kNewArea;
+          pass = a;
+          c.area_known = true;
+        }
+        Queue(c, dp::MsgType::kFetch, req, s, {}, flags, n, static_cast<uint64_t>(data - a->base), pass);
+      }
     }
-    uint64_t req_id = r.req_id;
-    transport->Fetch(r.entry, [this, conn_id, req_id, t0](Status s, Payload p) {
-      Completion cp;
-      cp.conn_id = conn_id;
-      cp.req_id = req_id;
-      cp.t0_us = t0;
-      cp.status = std::move(s);
-      cp.payload = std::move(p);
-      std::lock_guard<std::mutex> g(mu);
-      done.push_back(std::move(cp));
-    });
+    Flush(id, c);
+    SetEvents(id, c);
   }
 
-  // false: the connection is gone and was closed.
+  // The connection's area if it can take n bytes, else a new (bigger) one, or a one-off memfd past area_max.
+  std::shared_ptr<ReplyArea> AreaFor(Conn& c, uint64_t n) {
+    if (c.area && !c.area->poisoned && c.area->size >= n) return c.area;
+    Status why;
+    if (n > o.area_max) {
+      auto a = ReplyArea::Create(n ? n : 1, &why);
+      if (!a) {
+        Error("reply memfd of %llu bytes: %s", static_cast<unsigned long long>(n), why.ToString().c_str());
+        return nullptr;
+      }
+      a->oneoff = true;
+      c.oneoff = a;
+      return a;
+    }
+    uint64_t want = std::max<uint64_t>(1u << 20, c.area && !c.area->poisoned ? c.area->size * 2 : 0);
+    while (want < n) want *= 2;
+    want = std::min(want, o.area_max);
+    auto a = ReplyArea::Create(want, &why);
+    if (!a) {
+      Error("reply area of %llu bytes: %s", static_cast<unsigned long long>(want), why.ToString().c_str());
+      return nullptr;
+    }
+    c.area = a;
+    c.area_known = false;
+    return a;
+  }
+
+  void Refuse(Conn& c, const dp::Request& r) {
+    uid_t me = geteuid();
+    Queue(c, r.type, r.req_id,
+          Status(Code::kPermission, "uid " + std::to_string(c.uid) + " may not use this daemon (it serves uid " +
+                                        std::to_string(me) + "; `fanstore serve --socket-mode/--group` widen it)"),
+          {});
+    c.closing = true;
+  }
+
+  void StartHint(Conn& c, const dp::Request& r) {
+    c.in_hint = true;
+    c.hint_left = r.body_len;
+    c.hint_req = r.req_id;
+    c.hint_stream = r.stream;
+    c.hint_append = (r.flags & dp::kAppend) != 0;
+    c.hint_bad = r.body_len > dp::kMaxPrefetchBody;
+    c.hint_ranges.clear();
+    c.hint_counts = {};
+  }
+
+  // Consumes hint body bytes from c.in (complete lines only, unless the body ends); true when the hint is whole.
+  bool TakeHintBody(Conn& c, size_t* used) {
+    size_t avail = std::min<uint64_t>(c.in.size() - *used, c.hint_left);
+    std::string_view chunk(c.in.data() + *used, avail);
+    bool last = avail == c.hint_left;
+    size_t take = last ? avail : (chunk.rfind('\n') == std::string_view::npos ? 0 : chunk.rfind('\n') + 1);
+    if (!last && take == 0 && avail > kMaxPathLine) c.hint_bad = true;
+    if (!last && take == 0 && !c.hint_bad) return false;  // wait for the rest of the line
+    if (c.hint_bad) take = avail;                          // drain, answer with an error at the end
+    if (!c.hint_bad) {
+      for (std::string_view p : dp::SplitPaths(chunk.substr(0, take))) {
+        ByteRange br;
+        switch (H()->Resolve(p, &br)) {
+          case RequestHandler::PathKind::kRemote:
+            if (c.hint_ranges.size() >= o.max_hint_paths) {
+              c.hint_bad = true;
+              break;
+            }
+            c.hint_ranges.push_back(br);
+            ++c.hint_counts.remote;
+            c.hint_counts.remote_bytes += br.length;
+            break;
+          case RequestHandler::PathKind::kLocal:
+            ++c.hint_counts.local;
+            break;
+          case RequestHandler::PathKind::kMissing:
+            ++c.hint_counts.missing;
+            break;
+        }
+      }
+    }
+    *used += take;
+    c.hint_left -= take;
+    return c.hint_left == 0;
+  }
+
+  void FinishHint(uint64_t id, Conn& c) {
+    c.in_hint = false;
+    if (c.hint_bad) {
+      Queue(c, dp::MsgType::kPrefetch, c.hint_req,
+            Status(Code::kInvalidArgument, "prefetch hint too big (at most " + std::to_string(dp::kMaxPrefetchBody) +
+                                               " bytes, " + std::to_string(o.max_hint_paths) +
+                                               " files, lines under 64 KiB)"),
+            {});
+    } else {
+      H()->OnHint(c.hint_stream, std::move(c.hint_ranges), c.hint_append);
+      Queue(c, dp::MsgType::kPrefetch, c.hint_req, Status::Ok(), dp::EncodePrefetchCounts(c.hint_counts));
+    }
+    c.hint_ranges = {};
+    (void)id;
+  }
+
+  // Handles what c.in holds; stops at a fetch (answered later) or when more bytes are needed.
+  // false: protocol error, close.
+  bool Handle(uint64_t id, Conn& c) {
+    size_t used = 0;
+    bool ok = true;
+    while (!c.busy && !c.closing) {
+      // The previous reply is still queued (the client is not reading): the next request waits.
+      if (!c.out.empty() && !Flush(id, c)) break;
+      if (!c.out.empty()) break;
+      if (c.in_hint) {
+        if (!TakeHintBody(c, &used)) break;
+        FinishHint(id, c);
+        continue;
+      }
+      if (c.in.size() - used < dp::kRequestSize) break;
+      dp::Request r;
+      if (!dp::DecodeRequest(reinterpret_cast<const unsigned char*>(c.in.data() + used), &r)) {
+        Error("client sent a malformed request (fanstore version mismatch?); closing its connection");
+        ok = false;
+        break;
+      }
+      used += dp::kRequestSize;
+      if (c.refused) {
+        Refuse(c, r);
+        break;
+      }
+      if (r.type == dp::MsgType::kHello) {
+        Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(o.hello));
+      } else if (r.type == dp::MsgType::kCacheMap) {
+        if (o.cache_fd < 0) {
+          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no node cache (--cache-bytes 0)"), {});
+        } else {
+          // A dup rides on the reply (OutMsg owns and closes it once sent).
+          auto pass = std::make_shared<ReplyArea>();
+          pass->fd = fcntl(o.cache_fd, F_DUPFD_CLOEXEC, 0);
+          pass->oneoff = true;
+          if (pass->fd < 0) Queue(c, r.type, r.req_id, Status::FromErrno(errno, "dup of the cache memfd"), {});
+          else Queue(c, r.type, r.req_id, Status::Ok(), {}, dp::kCacheMemfd, 0, 0, pass);
+        }
+      } else if (r.type == dp::MsgType::kPrefetch) {
+        StartHint(c, r);
+      } else {
+        stats->client_requests.fetch_add(1, std::memory_order_relaxed);
+        if (r.part >= o.partitions || r.length > (1ull << 40)) {
+          stats->client_errors.fetch_add(1, std::memory_order_relaxed);
+          Queue(c, r.type, r.req_id,
+                Status(Code::kInvalidArgument, "no partition " + std::to_string(r.part) + " or an absurd length"), {});
+          continue;
+        }
+        c.busy = true;
+        c.busy_req = r.req_id;
+        c.in.erase(0, used);
+        used = 0;
+        // OnFetch may answer at once (cache, local partition): Deliver then leaves the next request to this loop.
+        handling = id;
+        H()->OnFetch(id, r.req_id, ByteRange{r.part, r.offset, r.length});
+        handling = 0;
+      }
+    }
+    c.in.erase(0, used);
+    return ok;
+  }
+  uint64_t handling = 0;        // the connection whose requests Handle is working through
+  std::vector<uint64_t> ready;  // connections with a whole request buffered, to handle on the next Poll
+
+  bool HandleReady() {
+    if (ready.empty()) return false;
+    std::vector<uint64_t> r;
+    r.swap(ready);
+    for (uint64_t id : r) {
+      auto it = conns.find(id);
+      if (it == conns.end() || it->second.busy) continue;
+      if (!Handle(id, it->second)) {
+        Close(id);
+        continue;
+      }
+      if (conns.count(id)) SetEvents(id, it->second);
+    }
+    return true;
+  }
+
+  // false: the connection is gone (EOF, error, protocol error).
   bool OnReadable(uint64_t id, Conn& c) {
-    char buf[4096];
-    for (;;) {
+    char buf[64 * 1024];
+    // Only as much as one request needs at a time: a client cannot make us buffer its pipeline.
+    for (int rounds = 0; rounds < 16 && Accepting(c); ++rounds) {
       ssize_t n = recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
       if (n > 0) {
         c.in.append(buf, static_cast<size_t>(n));
+        if (!Handle(id, c)) return false;
+        if (!c.busy && c.in.size() > kMaxPathLine + dp::kRequestSize) {
+          // Only a stalled hint line can pile up this much: Handle consumes every whole request.
+          Error("client sent more than %zu bytes without a complete request; closing its connection", c.in.size());
+          return false;
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       return false;  // EOF or error: the client went away
     }
-    size_t used = 0;
-    while (c.in.size() - used >= dp::kRequestSize) {
-      dp::Request r;
-      if (!dp::DecodeRequest(reinterpret_cast<const unsigned char*>(c.in.data() + used), &r)) {
-        Error("client sent a malformed request (fanstore version mismatch?); closing its connection");
-        return false;
-      }
-      used += dp::kRequestSize;
-      HandleRequest(id, c, r);
-    }
-    c.in.erase(0, used);
     return true;
   }
 
   // Writes what it can; false when the peer is gone.
-  bool Flush(Conn& c) {
+  bool Flush(uint64_t id, Conn& c) {
+    (void)id;
     while (!c.out.empty()) {
       OutMsg& m = c.out.front();
       ssize_t n;
-      if (m.fd >= 0 && m.off == 0) {
+      if (m.pass && m.off == 0) {
         iovec iov{m.bytes.data(), m.bytes.size()};
         alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
         msghdr h{};
@@ -219,7 +414,7 @@ struct SocketServer::Impl {
         cm->cmsg_level = SOL_SOCKET;
         cm->cmsg_type = SCM_RIGHTS;
         cm->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(cm), &m.fd, sizeof(int));
+        std::memcpy(CMSG_DATA(cm), &m.pass->fd, sizeof(int));
         n = sendmsg(c.fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
       } else {
         n = send(c.fd, m.bytes.data() + m.off, m.bytes.size() - m.off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -229,27 +424,37 @@ struct SocketServer::Impl {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
         return false;
       }
+      if (m.off == 0 && m.pass) {
+        // The client has its own reference now; a one-off memfd is ours no longer, an area stays mapped here.
+        if (m.pass->oneoff) {
+          m.pass.reset();
+        } else if (m.pass->fd >= 0) {
+          close(m.pass->fd);
+          m.pass->fd = -1;
+          m.pass.reset();
+        }
+      }
       m.off += static_cast<size_t>(n);
-      if (m.off == m.bytes.size()) c.out.pop_front();  // closes our copy of the memfd
+      if (m.off == m.bytes.size()) c.out.pop_front();
     }
+    if (c.closing) return false;
     return true;
   }
 
-  bool DeliverCompletions() {
-    std::vector<Completion> ds;
-    {
-      std::lock_guard<std::mutex> g(mu);
-      ds.swap(done);
-    }
-    if (ds.empty()) return false;
-    for (Completion& cp : ds) {
-      if (!cp.status.ok()) stats->client_errors.fetch_add(1, std::memory_order_relaxed);
-      stats->AddLatency(NowUs() - cp.t0_us);
-      auto it = conns.find(cp.conn_id);
-      if (it == conns.end()) continue;  // the client left; Payload's destructor closes the memfd
-      Queue(it->second, dp::MsgType::kFetch, cp.req_id, cp.status, std::move(cp.payload));
-    }
-    return true;
+  void Close(uint64_t id) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    epoll_ctl(ep, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    close(it->second.fd);
+    conns.erase(it);
+  }
+
+  bool Allowed(const ucred& cr) const {
+    if (cr.uid == geteuid() || cr.uid == 0) return true;
+    if (o.socket_mode & 0006) return true;  // the socket is open to everyone by choice
+    if (o.group != static_cast<gid_t>(-1) && (o.socket_mode & 0060) && (cr.gid == o.group || InGroup(cr.pid, o.group)))
+      return true;
+    return false;
   }
 
   void Accept() {
@@ -257,65 +462,101 @@ struct SocketServer::Impl {
       int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) Error("accept: %s", std::strerror(errno));
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of fds: stop listening for a while, or a readable listening socket would spin this loop.
+          Error("accept: %s; new connections wait (raise `ulimit -n`)", std::strerror(errno));
+          accept_paused_until = dp::NowUs() + 100000;
+          epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          Error("accept: %s", std::strerror(errno));
+        }
         return;
       }
-      conns[next_conn++].fd = fd;
+      ucred cr{};
+      socklen_t len = sizeof cr;
+      Conn c;
+      c.fd = fd;
+      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || !Allowed(cr)) {
+        c.refused = true;
+        stats->refused.fetch_add(1, std::memory_order_relaxed);
+        Error("refused a connection from uid %u (pid %d): not this daemon's user%s", static_cast<unsigned>(cr.uid),
+              static_cast<int>(cr.pid), o.group != static_cast<gid_t>(-1) ? " nor in its --group" : "");
+      }
+      c.uid = cr.uid;
+      uint64_t id = next_conn++;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = id;
+      c.events = EPOLLIN;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close(fd);
+        continue;
+      }
+      conns.emplace(id, std::move(c));
     }
   }
 
   bool Poll(int64_t timeout_us) {
-    bool did = DeliverCompletions();
-    pfds.clear();
-    ids.clear();
-    pfds.push_back({wake_fd, POLLIN, 0});
-    pfds.push_back({listen_fd, POLLIN, 0});
-    for (auto& [id, c] : conns) {
-      pfds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-      ids.push_back(id);
+    bool handled = HandleReady();
+    if (handled) timeout_us = 0;
+    if (accept_paused_until && dp::NowUs() >= accept_paused_until) {
+      accept_paused_until = 0;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kListenKey;
+      epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd, &ev);
     }
-    int64_t us = did ? 0 : timeout_us;
-    timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
-    int r = ppoll(pfds.data(), pfds.size(), &ts, nullptr);
-    if (r < 0) {
-      if (errno != EINTR) Error("poll: %s", std::strerror(errno));
-      return did;
+    if (timeout_us > 0) {
+      // epoll_wait counts in milliseconds; the idle ladder needs microseconds: sleep in ppoll on the epoll fd.
+      pollfd p{ep, POLLIN, 0};
+      timespec ts{static_cast<time_t>(timeout_us / 1000000), static_cast<long>(timeout_us % 1000000) * 1000};
+      int r = ppoll(&p, 1, &ts, nullptr);
+      if (r <= 0) return handled;
     }
-    if (r == 0) return did;
-    if (pfds[0].revents) {
-      uint64_t v;
-      ssize_t n = read(wake_fd, &v, sizeof v);
-      (void)n;
-    }
-    if (pfds[1].revents & POLLIN) Accept();
-    for (size_t i = 2; i < pfds.size(); ++i) {
-      if (!pfds[i].revents) continue;
-      auto it = conns.find(ids[i - 2]);
-      if (it == conns.end()) continue;
-      bool alive = true;
-      if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) alive = OnReadable(it->first, it->second);
-      if (alive) alive = Flush(it->second);
-      if (!alive) {
-        close(it->second.fd);
-        conns.erase(it);
+    epoll_event evs[64];
+    int n = epoll_wait(ep, evs, 64, 0);
+    if (n <= 0) return handled;
+    for (int i = 0; i < n; ++i) {
+      uint64_t key = evs[i].data.u64;
+      if (key == kWakeKey) {
+        uint64_t v;
+        ssize_t r = read(wake_fd, &v, sizeof v);
+        (void)r;
+        continue;
       }
+      if (key == kListenKey) {
+        Accept();
+        continue;
+      }
+      auto it = conns.find(key);
+      if (it == conns.end()) continue;
+      Conn& c = it->second;
+      // A hung-up client wants no answer; keeping it would make epoll report the hang-up forever.
+      bool alive = !(evs[i].events & (EPOLLHUP | EPOLLERR));
+      if (alive && (evs[i].events & EPOLLIN)) alive = OnReadable(key, c);
+      if (alive) alive = Flush(key, c);
+      if (!alive) {
+        Close(key);
+        continue;
+      }
+      // Its queue drained: requests it sent meanwhile may be buffered here already.
+      if (Accepting(c) && c.in.size() >= dp::kRequestSize) ready.push_back(key);
+      SetEvents(key, c);
     }
     return true;
   }
 };
 
-SocketServer::SocketServer(std::shared_ptr<const Image> image, MpiTransport* transport, DaemonStats* stats,
-                           dp::HelloInfo hello)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->img = std::move(image);
-  impl_->transport = transport;
+SocketServer::SocketServer(ServerOptions o, DaemonStats* stats) : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(o);
   impl_->stats = stats;
-  impl_->hello = std::move(hello);
+  impl_->handler = &handler_;
 }
 
 SocketServer::~SocketServer() {
   Stop();
   if (impl_->wake_fd >= 0) close(impl_->wake_fd);
+  if (impl_->ep >= 0) close(impl_->ep);
 }
 
 Status SocketServer::Bind(const std::string& path) {
@@ -338,13 +579,26 @@ Status SocketServer::Bind(const std::string& path) {
   }
   m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (m.wake_fd < 0) return Status::FromErrno(errno, "eventfd");
+  m.ep = epoll_create1(EPOLL_CLOEXEC);
+  if (m.ep < 0) return Status::FromErrno(errno, "epoll_create1");
   m.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (m.listen_fd < 0) return Status::FromErrno(errno, "socket");
   unlink(m.tmp_path.c_str());
   sockaddr_un a = Addr(m.tmp_path);
   if (bind(m.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
     return Status::FromErrno(errno, "bind " + m.tmp_path);
-  if (listen(m.listen_fd, 1024) != 0) return Status::FromErrno(errno, "listen " + m.tmp_path);
+  // Whatever the umask: owner only unless --socket-mode/--group say otherwise. Set before listen(), so no
+  // connection can come in under wider permissions; SO_PEERCRED is checked on accept as well.
+  if (m.o.group != static_cast<gid_t>(-1) && chown(m.tmp_path.c_str(), static_cast<uid_t>(-1), m.o.group) != 0)
+    return Status::FromErrno(errno, "chgrp " + m.tmp_path + " to gid " + std::to_string(m.o.group));
+  if (chmod(m.tmp_path.c_str(), m.o.socket_mode & 0777) != 0) return Status::FromErrno(errno, "chmod " + m.tmp_path);
+  if (listen(m.listen_fd, 4096) != 0) return Status::FromErrno(errno, "listen " + m.tmp_path);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeKey;
+  epoll_ctl(m.ep, EPOLL_CTL_ADD, m.wake_fd, &ev);
+  ev.data.u64 = kListenKey;
+  epoll_ctl(m.ep, EPOLL_CTL_ADD, m.listen_fd, &ev);
   return Status::Ok();
 }
 
@@ -358,18 +612,50 @@ Status SocketServer::Publish() {
 bool SocketServer::Poll(int64_t timeout_us) { return impl_->Poll(timeout_us); }
 
 void SocketServer::Wake() {
-  if (impl_->wake_fd >= 0) impl_->Wake();
+  if (impl_->wake_fd < 0) return;
+  uint64_t one = 1;
+  ssize_t r = write(impl_->wake_fd, &one, sizeof one);
+  (void)r;  // a full eventfd counter still wakes the loop
+}
+
+void SocketServer::Unpublish() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> g(m.unlink_mu);
+  if (m.unlinked || m.listen_fd < 0) return;
+  unlink((m.published ? m.path : m.tmp_path).c_str());
+  m.unlinked = true;
 }
 
 void SocketServer::Stop() {
   Impl& m = *impl_;
+  Unpublish();
   for (auto& [id, c] : m.conns) close(c.fd);
   m.conns.clear();
   if (m.listen_fd >= 0) {
     close(m.listen_fd);
     m.listen_fd = -1;
-    unlink((m.published ? m.path : m.tmp_path).c_str());
   }
 }
+
+std::shared_ptr<ReplyArea> SocketServer::LandFor(uint64_t conn, uint64_t n) {
+  auto it = impl_->conns.find(conn);
+  if (it == impl_->conns.end()) return nullptr;
+  return impl_->AreaFor(it->second, n);
+}
+
+void SocketServer::Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n) {
+  auto it = impl_->conns.find(conn);
+  if (it == impl_->conns.end() || !it->second.busy || it->second.busy_req != req_id) return;
+  if (!s.ok()) impl_->stats->client_errors.fetch_add(1, std::memory_order_relaxed);
+  impl_->Reply(conn, it->second, s, data, n);
+  // The next request may already wait in the connection's buffer (unless Handle, further up the stack, is
+  // working through them: it goes on by itself).
+  // The next request may already wait in the connection's buffer. It is handled on the next Poll, not now: the
+  // caller may still read the bytes just delivered (e.g. to cache them) from this connection's area. (When
+  // Handle, further up the stack, works through this connection's requests, it goes on by itself.)
+  if (impl_->handling != conn && !it->second.in.empty() && Impl::Accepting(it->second)) impl_->ready.push_back(conn);
+}
+
+size_t SocketServer::connections() const { return impl_->conns.size(); }
 
 }  // namespace fanstore::daemon

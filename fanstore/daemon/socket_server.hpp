@@ -1,42 +1,95 @@
-// The daemon's Unix-socket front: accepts this node's client processes, answers hellos and fetches
-// (local partitions read here, the rest through the MPI transport). It has no thread of its own: the
-// transport's progress thread calls Poll, so a remote fetch never crosses a thread boundary in the daemon.
+// The daemon's Unix-socket front: accepts this node's client processes (only the owner's uid, root, and what
+// --socket-mode / --group allow, checked with SO_PEERCRED), answers hellos, fetches and prefetch hints. Replies
+// land in each connection's shared reply area (a size-sealed memfd mapped once by both sides). A connection is
+// answered one request at a time -- requests it pipelines wait in its socket -- so it can pin at most its area (or,
+// for a payload bigger than the area may grow, one memfd of that payload): bounded memory and fds per connection,
+// whatever the client does. epoll: idle connections cost nothing. No thread of its own: the daemon's progress
+// thread calls Poll.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "byte_range.hpp"
 #include "daemon_protocol.hpp"
-#include "fanstore/image.hpp"
 #include "fanstore/status.hpp"
-#include "mpi_transport.hpp"
 #include "stats.hpp"
 
 namespace fanstore::daemon {
 
+// A connection's reply area, or a one-off memfd for a payload bigger than areas may grow. Daemon side: mapped
+// read-write. `poisoned`: an abandoned MPI receive may still write it, so it is never handed out again.
+struct ReplyArea {
+  int fd = -1;  // kept until passed to the client
+  char* base = nullptr;
+  uint64_t size = 0;
+  bool oneoff = false;
+  bool poisoned = false;
+  ~ReplyArea();
+  static std::shared_ptr<ReplyArea> Create(uint64_t size, Status* why);
+};
+
+// What a client asked for, handled by the router (fetch_router.hpp).
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+  virtual void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) = 0;
+  enum class PathKind { kRemote, kLocal, kMissing };
+  // What an image-relative path is to this node (for a prefetch hint): *r is its stored range when remote.
+  virtual PathKind Resolve(std::string_view path, ByteRange* r) = 0;
+  virtual void OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) = 0;
+};
+
+struct ServerOptions {
+  daemon_proto::HelloInfo hello;
+  uint32_t partitions = 0;            // fetches name a partition below this
+  uint64_t area_max = 64ull << 20;    // a reply area grows up to this; bigger payloads travel in a one-off memfd
+  mode_t socket_mode = 0600;          // permission bits of the socket file
+  gid_t group = static_cast<gid_t>(-1);  // --group: the socket's group; its members may connect
+  uint64_t max_hint_paths = 1u << 24;    // a hint longer than this is refused
+  int cache_fd = -1;                     // the node cache's shared memfd (passed on kCacheMap); -1: none
+};
+
 class SocketServer {
  public:
-  SocketServer(std::shared_ptr<const Image> image, MpiTransport* transport, DaemonStats* stats,
-               daemon_proto::HelloInfo hello);
+  SocketServer(ServerOptions o, DaemonStats* stats);
   ~SocketServer();
+  void SetHandler(RequestHandler* h) { handler_ = h; }
 
-  // Listens under a temporary name next to `path` (so clients cannot connect before Publish). Refuses a
-  // path where a live daemon answers; replaces a stale socket left by a killed one.
+  // Listens under a temporary name next to `path` (so clients cannot connect before Publish), with the
+  // socket's mode and group set before anyone could connect. Refuses a path where a live daemon answers;
+  // replaces a stale socket left by a killed one.
   Status Bind(const std::string& path);
   // Renames the socket to its final path: from now on `fanstore wait` and clients see it.
   Status Publish();
-  // Handles client I/O, waiting at most timeout_us for some; true when anything happened. One thread only.
+  // Handles client I/O, waiting at most timeout_us for some (0: just look); true when anything happened.
   bool Poll(int64_t timeout_us);
   // Interrupts a Poll in progress; any thread.
   void Wake();
+  // Removes the socket file (clients can no longer connect); any thread, idempotent.
+  void Unpublish();
   // Closes every connection (clients then get EIO at once) and removes the socket. Not concurrent with Poll.
   void Stop();
+
+  // For the router. Memory where `n` bytes of a reply for `conn` may be received directly: its reply area
+  // (grown or replaced as needed), or a one-off memfd when `n` exceeds the area limit. Null area: the
+  // connection is gone or no memory could be had.
+  std::shared_ptr<ReplyArea> LandFor(uint64_t conn, uint64_t n);
+  // Answers fetch `req_id` of `conn` with `n` bytes at `data`: in place when they lie in the connection's
+  // area or one-off memfd, else copied there. A gone connection is ignored.
+  void Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n);
+  size_t connections() const;
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
+  RequestHandler* handler_ = nullptr;
 };
 
 }  // namespace fanstore::daemon

@@ -2,6 +2,7 @@
 #include "staging.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -43,20 +44,28 @@ Result<uint64_t> FileSize(const std::string& path) {
 }
 
 // Copies src to dst via a temporary name in dst's directory, so a half-copied file never has the final name.
+// The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask.
 Status CopyFile(const std::string& src, const std::string& dst) {
   int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Status::FromErrno(errno, "open " + src);
+  struct stat sst;
+  if (fstat(in, &sst) != 0) {
+    int err = errno;
+    close(in);
+    return Status::FromErrno(err, "stat " + src);
+  }
   std::string tmp = dst + ".tmp." + std::to_string(getpid());
-  int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (out < 0) {
     int err = errno;
     close(in);
     return Status::FromErrno(err, "create " + tmp);
   }
   Status s;
+  if (fchmod(out, sst.st_mode & 07777) != 0) s = Status::FromErrno(errno, "chmod " + tmp);
   bool use_cfr = true;  // copy_file_range stays in the kernel; fall back to read/write across file systems
   std::unique_ptr<char[]> buf;
-  for (;;) {
+  for (; s.ok();) {
     ssize_t n;
     if (use_cfr) {
       n = copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
@@ -156,9 +165,34 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
   return plan;
 }
 
+Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir) {
+  struct stat ist;
+  if (stat(image_dir.c_str(), &ist) != 0) return Status::FromErrno(errno, "stat " + image_dir);
+  // A new staging directory gets the image directory's permissions (so does each staged file).
+  if (mkdir(local_dir.c_str(), ist.st_mode & 0777) == 0) {
+    if (chmod(local_dir.c_str(), ist.st_mode & 07777) != 0) return Status::FromErrno(errno, "chmod " + local_dir);
+  } else if (errno != EEXIST) {
+    return Status::FromErrno(errno, "mkdir " + local_dir);
+  }
+  int fd = open(local_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOTDIR) return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");
+    return Status::FromErrno(errno, "open " + local_dir);
+  }
+  // flock on the directory itself: nothing is written to take it, and it goes away with the process.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EWOULDBLOCK)
+      return Status(Code::kExists, "--local " + local_dir + " is in use by another `fanstore serve` (stop it, or give "
+                                   "each job and each rank of a node its own directory, e.g. --local /nvme/job{rank})");
+    return Status::FromErrno(err, "lock " + local_dir);
+  }
+  return fd;
+}
+
 Status Stage(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes,
              const std::function<void(const char* line)>& progress, const std::function<bool()>& cancelled) {
-  if (mkdir(local_dir.c_str(), 0755) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + local_dir);
   struct stat dst;
   if (stat(local_dir.c_str(), &dst) != 0) return Status::FromErrno(errno, "stat " + local_dir);
   if (!S_ISDIR(dst.st_mode)) return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");

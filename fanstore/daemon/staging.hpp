@@ -21,7 +21,12 @@ struct StagePlan {
 // Decides what `rank` of `nranks` keeps of the image at `image_dir` (see placement.hpp).
 Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks, int replicas);
 
-// Copies the plan's files into `local_dir` (created if missing; files appear under their final name only
+// Creates `local_dir` if missing (with the image directory's permissions) and takes an exclusive lock on it, held
+// as long as the returned fd is open: a second `fanstore serve` on the same directory is refused (kExists, one
+// line saying what to do) before it writes anything there.
+Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir);
+
+// Copies the plan's files into `local_dir` (which LockLocal made; files appear under their final name only
 // when complete), then verifies them. Refuses up front, naming the partition and the bytes needed, when
 // statvfs says they will not fit while leaving `reserve_bytes` free. `progress` gets one human line now and
 // then (may be empty); `cancelled` (may be empty) is asked before each file, so a Ctrl-C during a long

@@ -24,16 +24,16 @@ std::string DaemonStats::Line() const {
     size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
     return v[i];
   };
-  char buf[512];
+  auto u = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "served %llu client requests (%llu errors, %llu failovers), %llu peer requests; bytes sent %llu, "
-                "received %llu; client latency p50 %llu us, p99 %llu us",
-                static_cast<unsigned long long>(client_requests.load()),
-                static_cast<unsigned long long>(client_errors.load()),
-                static_cast<unsigned long long>(failovers.load()),
-                static_cast<unsigned long long>(peer_requests.load()),
-                static_cast<unsigned long long>(bytes_sent.load()),
-                static_cast<unsigned long long>(bytes_received.load()), pct(0.50), pct(0.99));
+                "received %llu; client latency p50 %llu us, p99 %llu us; %llu peer fetches, %llu cache hits, "
+                "%llu coalesced, %llu prefetched, %llu prefetch hits; %llu timeouts, %llu fast fails, "
+                "%llu peers down; %llu connections refused; %llu shared cache hits",
+                u(client_requests), u(client_errors), u(failovers), u(peer_requests), u(bytes_sent),
+                u(bytes_received), pct(0.50), pct(0.99), u(peer_fetches), u(cache_hits), u(coalesced), u(prefetched),
+                u(prefetch_hits), u(timeouts), u(fast_fails), u(peers_down), u(refused), u(shared_hits));
   return buf;
 }
 

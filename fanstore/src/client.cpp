@@ -251,11 +251,10 @@ Result<std::shared_ptr<const FileBytes>> Client::Load(uint32_t id) {
     s = image_->ReadFile(id, out);
     stats_.local_loads.fetch_add(1, std::memory_order_relaxed);
   } else if (opts_.remote) {
-    std::string stored;
-    s = opts_.remote->FetchStored(e, &stored);
-    if (s.ok()) s = DecodeStored(e, stored.data(), stored.size(), out);
+    // Decoded straight from the fetcher's buffer (the daemon's shared reply area): no intermediate copy.
+    s = opts_.remote->WithStored(e, [&](const char* data, size_t n) { return DecodeStored(e, data, n, out); });
     stats_.remote_loads.fetch_add(1, std::memory_order_relaxed);
-    stats_.remote_bytes.fetch_add(stored.size(), std::memory_order_relaxed);
+    if (s.ok()) stats_.remote_bytes.fetch_add(e.stored_size, std::memory_order_relaxed);
   } else {
     s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
                                    " is not on this node and no daemon is configured");

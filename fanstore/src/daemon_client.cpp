@@ -1,4 +1,5 @@
-// The client half of daemon mode: connect + handshake, readiness wait, and a RemoteFetcher over the socket.
+// The client half of daemon mode: connect + handshake, readiness wait, prefetch hints, and a RemoteFetcher over
+// the socket whose payloads are read in place from each connection's shared reply area.
 #include "fanstore/daemon_client.hpp"
 
 #include <fcntl.h>
@@ -10,22 +11,42 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdint>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
 
 #include "daemon_protocol.hpp"
+#include "shared_cache.hpp"
 
 namespace fanstore {
 
 namespace dp = daemon_proto;
 
+// The default for fetchers that can only fill a string (tests, other transports).
+Status RemoteFetcher::WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) {
+  Entry e;
+  e.part = part;
+  e.offset = offset;
+  e.stored_size = length;
+  std::string stored;
+  Status s = FetchStored(e, &stored);
+  if (!s.ok()) return s;
+  return use(stored.data(), stored.size());
+}
+
 namespace {
 
 using FdHook = void (*)(int fd);
+
+// How long a client spins (non-blocking receives + sched_yield) for a fetch reply before sleeping in poll: a busy
+// daemon answers within microseconds, a sleeping thread takes tens of them to wake.
+constexpr int kReplySpinUs = 50;
 
 // An fd number together with the identity of the open file it named when we got it. Before we reuse or close
 // a number, we check it still names that file: the program may have closed it behind our back (a close-all
@@ -94,58 +115,64 @@ Result<int> Connect(const std::string& path, int64_t deadline_ms, FdHook hook, O
       continue;
     }
     return Status(Code::kIoError, "cannot connect to the fanstore daemon at " + path + ": " + std::strerror(err) +
-                                      (err == ENOENT ? " (is `fanstore serve` running and ready?)" : ""));
+                                      (err == ENOENT   ? " (is `fanstore serve` running and ready?)"
+                                       : err == EACCES ? " (the socket belongs to another user: see `fanstore serve "
+                                                         "--socket-mode/--group`)"
+                                                       : ""));
   }
 }
 
 std::string U64(uint64_t v) { return std::to_string(v); }
 
-// Copies payload_size bytes at shm_offset of the passed memfd `mfd` into *payload, after checking that they lie
-// inside the file and that its size is sealed (so the mapping can never fault).
-Status CopyFromMemfd(int mfd, uint64_t offset, uint64_t size, std::string* payload) {
+// A memfd the daemon passed: checks that its size is sealed (so a mapping can never fault) and that
+// [offset, offset + size) lies inside it. *file_size gets its size.
+Status CheckPassedMemfd(int mfd, uint64_t offset, uint64_t size, uint64_t* file_size) {
   struct stat st;
-  if (fstat(mfd, &st) != 0) return Status::FromErrno(errno, "fstat of the daemon's payload memfd");
+  if (fstat(mfd, &st) != 0) return Status::FromErrno(errno, "fstat of the daemon's memfd");
   if (!S_ISREG(st.st_mode)) return Status(Code::kIoError, "daemon passed an fd that is not a memfd");
   int seals = fcntl(mfd, F_GET_SEALS);
-  if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    return Status(Code::kIoError, "daemon passed a payload memfd whose size is not sealed (older daemon?)");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (offset > file_size || size > file_size - offset)  // overflow-safe: offset + size <= file_size
-    return Status(Code::kIoError, "daemon reply claims " + U64(size) + " bytes at offset " + U64(offset) +
-                                      " of a " + U64(file_size) + "-byte memfd");
-  payload->clear();
-  if (size == 0) return Status::Ok();
-  const uint64_t len = offset + size;
-  if (len > static_cast<uint64_t>(SIZE_MAX)) return Status(Code::kIoError, "daemon payload too large to map");
-  void* m = mmap(nullptr, static_cast<size_t>(len), PROT_READ, MAP_SHARED, mfd, 0);
-  if (m == MAP_FAILED) return Status::FromErrno(errno, "mmap of the daemon's payload");
-  try {
-    payload->assign(static_cast<const char*>(m) + offset, static_cast<size_t>(size));
-  } catch (...) {
-    munmap(m, static_cast<size_t>(len));
-    return Status(Code::kNoMemory, "out of memory for a " + U64(size) + "-byte payload");
-  }
-  munmap(m, static_cast<size_t>(len));
+  if (seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_GROW))
+    return Status(Code::kIoError, "daemon passed a memfd whose size is not sealed (older daemon?)");
+  *file_size = static_cast<uint64_t>(st.st_size);
+  if (offset > *file_size || size > *file_size - offset)  // overflow-safe: offset + size <= file_size
+    return Status(Code::kIoError, "daemon reply claims " + U64(size) + " bytes at offset " + U64(offset) + " of a " +
+                                      U64(*file_size) + "-byte memfd");
+  if (*file_size > static_cast<uint64_t>(SIZE_MAX)) return Status(Code::kIoError, "daemon memfd too large to map");
   return Status::Ok();
 }
+
+// One connection to the daemon, with the read-only mapping of its reply area (null until the daemon sends one).
+struct Conn {
+  OwnedFd sock;
+  const char* area = nullptr;
+  size_t area_len = 0;
+  void UnmapArea() {
+    if (area) munmap(const_cast<char*>(area), area_len);
+    area = nullptr;
+    area_len = 0;
+  }
+};
 
 // What a reply to one request may look like; checked before anything is allocated.
 struct ReplyExpect {
   dp::MsgType type = dp::MsgType::kFetch;
   uint64_t req_id = 0;
-  bool exact = false;       // payload_size must be 0 or exactly `payload` (fetch: the entry's stored size)
+  bool exact = false;       // payload_size must be 0 or exactly `payload` (fetch: the requested length)
   uint64_t payload = 0;     // otherwise the most it may be
 };
 
-// Reads one reply (header, message, payload) for `ex`. *consumed says whether the whole reply was read and was
-// well-formed (the connection can carry the next request); a daemon-reported error is returned with its
-// message. A reply that breaks the protocol's limits is kIoError and leaves *consumed false.
-Status ReadReply(int fd, const ReplyExpect& ex, int64_t deadline_ms, std::string* payload, bool* consumed,
-                 FdKeeper* keeper, FdHook hook) {
+// Reads one reply (header, message, payload) for `ex` on `c` and hands the payload to `use` (a view valid during
+// the call). *consumed says whether the whole reply was read and was well-formed (the connection can carry the
+// next request); a daemon-reported error is returned with its message. A reply that breaks the protocol's limits
+// is kIoError and leaves *consumed false.
+Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const RemoteFetcher::StoredUse& use,
+                 bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us,
+                 const std::function<Status(int fd)>& on_cache_fd = nullptr) {
   *consumed = false;
+  const int fd = c->sock.fd;
   unsigned char hb[dp::kReplyHeaderSize];
   int passed = -1;
-  Status s = dp::RecvAll(fd, hb, sizeof hb, deadline_ms, &passed);
+  Status s = dp::RecvAll(fd, hb, sizeof hb, deadline_ms, &passed, spin_us);
   OwnedFd held;
   if (passed >= 0) {
     if (!Identify(passed, &held)) {
@@ -158,51 +185,143 @@ Status ReadReply(int fd, const ReplyExpect& ex, int64_t deadline_ms, std::string
       hook(passed);
     }
   }
+  auto release = [&] {
+    if (passed < 0) return;
+    if (keeper) keeper->Release(held);
+    else CloseIfOurs(held);
+    passed = -1;
+  };
   dp::ReplyHeader h;
   if (s.ok() && (!dp::DecodeReplyHeader(hb, &h) || h.req_id != ex.req_id || h.type != ex.type))
-    s = Status(Code::kIoError, "daemon sent a malformed or out-of-order reply (version mismatch?)");
+    s = Status(Code::kIoError, "daemon sent a malformed or out-of-order reply (fanstore version mismatch?)");
   if (s.ok() && h.msg_len > dp::kMaxReplyMessage)
     s = Status(Code::kIoError, "daemon reply carries a " + U64(h.msg_len) + "-byte message (at most " +
                                    U64(dp::kMaxReplyMessage) + " allowed)");
   if (s.ok() && (ex.exact ? (h.payload_size != 0 && h.payload_size != ex.payload) : h.payload_size > ex.payload))
     s = Status(Code::kIoError, "daemon reply carries " + U64(h.payload_size) + " payload bytes, expected " +
                                    (ex.exact ? "" : "at most ") + U64(ex.payload));
+  const bool in_area = s.ok() && (h.flags & dp::kPayloadInArea);
   const bool in_memfd = s.ok() && (h.flags & dp::kPayloadInMemfd);
-  if (s.ok() && in_memfd && passed < 0)
+  const bool new_area = s.ok() && (h.flags & dp::kNewArea);
+  const bool cache_fd = s.ok() && (h.flags & dp::kCacheMemfd);
+  if (s.ok() && (in_area && in_memfd)) s = Status(Code::kIoError, "daemon reply names two payload places");
+  if (s.ok() && cache_fd && (new_area || in_memfd || !on_cache_fd))
+    s = Status(Code::kIoError, "daemon passed a cache memfd in the wrong reply");
+  if (s.ok() && (new_area || in_memfd || cache_fd) && passed < 0)
     s = Status(Code::kIoError, "daemon announced a shared-memory payload but passed no fd");
+  if (s.ok() && !new_area && !in_memfd && !cache_fd && passed >= 0)
+    s = Status(Code::kIoError, "daemon passed an fd it did not announce");
   std::string msg;
   if (s.ok() && h.msg_len > 0) {
     msg.resize(h.msg_len);
     s = dp::RecvAll(fd, msg.data(), msg.size(), deadline_ms, nullptr);
   }
-  if (s.ok() && in_memfd) {
-    s = CopyFromMemfd(passed, h.shm_offset, h.payload_size, payload);
+  if (s.ok() && new_area) {
+    uint64_t len = 0;
+    s = CheckPassedMemfd(passed, 0, 0, &len);
+    if (s.ok() && len == 0) s = Status(Code::kIoError, "daemon passed an empty reply area");
+    if (s.ok()) {
+      void* m = mmap(nullptr, static_cast<size_t>(len), PROT_READ, MAP_SHARED, passed, 0);
+      if (m == MAP_FAILED) {
+        s = Status::FromErrno(errno, "mmap of the daemon's reply area");
+      } else {
+        c->UnmapArea();
+        c->area = static_cast<const char*>(m);
+        c->area_len = static_cast<size_t>(len);
+      }
+    }
+    release();  // the mapping keeps the area alive: no fd is held for it
+  }
+  if (s.ok() && cache_fd) {
+    s = on_cache_fd(passed);
+    release();
+  }
+  Status used;
+  if (s.ok() && in_area) {
+    if (h.shm_offset > c->area_len || h.payload_size > c->area_len - h.shm_offset)
+      s = Status(Code::kIoError, "daemon reply claims " + U64(h.payload_size) + " bytes at offset " +
+                                     U64(h.shm_offset) + " of a " + U64(c->area_len) + "-byte reply area");
+    else if (h.code == Code::kOk)
+      used = use(c->area + h.shm_offset, static_cast<size_t>(h.payload_size));
+  } else if (s.ok() && in_memfd) {
+    uint64_t len = 0;
+    s = CheckPassedMemfd(passed, h.shm_offset, h.payload_size, &len);
+    if (s.ok() && h.code == Code::kOk) {
+      void* m = h.payload_size ? mmap(nullptr, static_cast<size_t>(len), PROT_READ, MAP_SHARED, passed, 0) : nullptr;
+      if (m == MAP_FAILED) {
+        s = Status::FromErrno(errno, "mmap of the daemon's payload");
+      } else {
+        used = use(static_cast<const char*>(m) + h.shm_offset, static_cast<size_t>(h.payload_size));
+        if (m) munmap(m, static_cast<size_t>(len));
+      }
+    }
   } else if (s.ok()) {
-    payload->resize(h.payload_size);  // bounded by the checks above
-    if (h.payload_size > 0) s = dp::RecvAll(fd, payload->data(), payload->size(), deadline_ms, nullptr);
+    std::string payload;
+    try {
+      payload.resize(h.payload_size);  // bounded by the checks above
+    } catch (...) {
+      s = Status(Code::kNoMemory, "out of memory for a " + U64(h.payload_size) + "-byte reply");
+    }
+    if (s.ok() && h.payload_size > 0) s = dp::RecvAll(fd, payload.data(), payload.size(), deadline_ms, nullptr);
+    if (s.ok() && h.code == Code::kOk) used = use(payload.data(), payload.size());
   }
-  if (passed >= 0) {
-    if (keeper) keeper->Release(held);
-    else CloseIfOurs(held);
-  }
+  release();
   if (!s.ok()) return s;
   *consumed = true;
   if (h.code != Code::kOk) return Status(h.code, "daemon: " + msg);
+  return used;
+}
+
+// Sends `r` (and `body`) and reads the reply whose payload goes to `use`.
+Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyExpect& ex, int64_t deadline,
+                const RemoteFetcher::StoredUse& use, bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us,
+                const std::function<Status(int fd)>& on_cache_fd = nullptr) {
+  *consumed = false;
+  unsigned char rb[dp::kRequestSize];
+  dp::EncodeRequest(r, rb);
+  Status s = dp::SendAll(c->sock.fd, rb, sizeof rb, deadline);
+  if (s.ok() && !body.empty()) s = dp::SendAll(c->sock.fd, body.data(), body.size(), deadline);
+  if (!s.ok()) return s;
+  return ReadReply(c, ex, deadline, use, consumed, keeper, hook, spin_us, on_cache_fd);
+}
+
+// Maps the node cache's shared memfd: read-only, but for its hit counters.
+Status MapSharedCache(int fd, shared_cache::View* view) {
+  uint64_t size = 0;
+  Status s = CheckPassedMemfd(fd, 0, 0, &size);
+  if (!s.ok()) return s;
+  void* ro = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
+  if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the node cache");
+  uint64_t hoff = 0, hlen = 0;
+  void* hits = MAP_FAILED;
+  if (shared_cache::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
+    hits = mmap(nullptr, static_cast<size_t>(hlen), PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(hoff));
+  if (hits == MAP_FAILED || !view->Attach(static_cast<char*>(ro), size, static_cast<char*>(hits))) {
+    munmap(ro, static_cast<size_t>(size));
+    if (hits != MAP_FAILED) munmap(hits, static_cast<size_t>(hlen));
+    return Status(Code::kIoError, "the daemon's node cache has an unknown layout (fanstore version mismatch?)");
+  }
+  // Mapped for the life of the process (forked children share it): never unmapped.
   return Status::Ok();
 }
 
 // Sends a hello on a fresh connection and decodes the daemon's answer.
-Status Handshake(int fd, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keeper, FdHook hook) {
-  unsigned char rb[dp::kRequestSize];
-  dp::EncodeRequest({dp::MsgType::kHello, 1, 0}, rb);
-  Status s = dp::SendAll(fd, rb, sizeof rb, deadline_ms);
-  std::string payload;
-  bool consumed = false;
+Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keeper, FdHook hook) {
+  dp::Request r;
+  r.type = dp::MsgType::kHello;
+  r.req_id = 1;
   ReplyExpect ex;
   ex.type = dp::MsgType::kHello;
   ex.req_id = 1;
   ex.payload = dp::kMaxHelloPayload;
-  if (s.ok()) s = ReadReply(fd, ex, deadline_ms, &payload, &consumed, keeper, hook);
+  std::string payload;
+  bool consumed = false;
+  Status s = Exchange(c, r, {}, ex, deadline_ms,
+                      [&](const char* d, size_t n) {
+                        payload.assign(d, n);
+                        return Status::Ok();
+                      },
+                      &consumed, keeper, hook, 0);
   if (!s.ok()) return s;
   dp::HelloInfo h;
   if (!dp::DecodeHello(payload, &h)) return Status(Code::kIoError, "daemon sent a malformed hello");
@@ -218,80 +337,172 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
  public:
   DaemonFetcher(std::string path, int timeout_ms) : path_(std::move(path)), timeout_ms_(timeout_ms) {}
   ~DaemonFetcher() override {
-    for (const OwnedFd& c : all_) CloseIfOurs(c);
+    for (auto& c : all_) Destroy(c.get());
     for (const OwnedFd& m : held_) CloseIfOurs(m);
   }
 
   Status FetchStored(const Entry& e, std::string* out) override {
+    Status s = WithStored(e.part, e.offset, e.stored_size, [out](const char* d, size_t n) {
+      out->assign(d, n);
+      return Status::Ok();
+    });
+    if (!s.ok()) return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
+    return s;
+  }
+
+  Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
+    // The node cache first: a range cached there is copied out here, without a daemon round-trip.
+    if (const shared_cache::View* v = SharedCache()) {
+      thread_local std::vector<char> copy;
+      if (copy.size() < length) copy.resize(length);
+      if (v->Copy(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
+    }
     int64_t deadline = dp::NowMs() + timeout_ms_;
-    auto conn = Take(deadline);
-    if (!conn.ok())
-      return Status(conn.status().code(), "remote read of " + std::string(e.path) + ": " + conn.status().message());
-    const int fd = conn->fd;
-    uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    unsigned char rb[dp::kRequestSize];
-    dp::EncodeRequest({dp::MsgType::kFetch, id, e.id}, rb);
-    Status s = dp::SendAll(fd, rb, sizeof rb, deadline);
-    bool consumed = false;
+    auto taken = Take(deadline);
+    if (!taken.ok()) return taken.status();
+    Conn* c = *taken;
+    dp::Request r;
+    r.type = dp::MsgType::kFetch;
+    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    r.part = part;
+    r.offset = offset;
+    r.length = length;
     ReplyExpect ex;
     ex.type = dp::MsgType::kFetch;
-    ex.req_id = id;
+    ex.req_id = r.req_id;
     ex.exact = true;
-    ex.payload = e.stored_size;
-    if (s.ok()) s = ReadReply(fd, ex, deadline, out, &consumed, this, hook_.load(std::memory_order_acquire));
+    ex.payload = length;
+    bool consumed = false;
+    bool got = false;
+    // `use` runs while we hold the connection: the area's bytes stay put until our next request on it.
+    Status s = Exchange(c, r, {}, ex, deadline,
+                        [&](const char* d, size_t n) {
+                          got = true;
+                          return use(d, n);
+                        },
+                        &consumed, this, hook_.load(std::memory_order_acquire), kReplySpinUs);
     // A socket failure, a timeout or a malformed reply leaves the stream at an unknown position (a late reply
     // may still arrive), so that connection is dropped; a daemon-reported error was read completely and the
     // connection is reused.
-    Give(*conn, consumed);
-    if (!s.ok()) return Status(s.code(), "remote read of " + std::string(e.path) + " via " + path_ + ": " + s.message());
-    if (out->size() != e.stored_size)
-      return Status(Code::kCorrupt, "remote read of " + std::string(e.path) + ": got " + std::to_string(out->size()) +
-                                        " stored bytes, index says " + std::to_string(e.stored_size));
-    return Status::Ok();
+    Give(c, consumed);
+    if (!s.ok()) {
+      if (got) return s;  // use's own verdict (e.g. a checksum mismatch), not a transport error
+      return Status(s.code(), "partition " + U64(part) + " bytes " + U64(offset) + "+" + U64(length) + " via " +
+                                  path_ + ": " + s.message());
+    }
+    if (!got && length != 0)
+      return Status(Code::kIoError, "daemon answered a " + U64(length) + "-byte read with no payload");
+    if (!got) return use("", 0);
+    return s;
+  }
+
+  // The node cache's shared view, asked for once per process (null: the daemon has none, or it failed).
+  const shared_cache::View* SharedCache() {
+    int st = cache_state_.load(std::memory_order_acquire);
+    if (st == 1) return &view_;
+    if (st == 2) return nullptr;
+    std::lock_guard<std::mutex> g(cache_mu_);
+    if (cache_state_.load(std::memory_order_relaxed) != 0) return SharedCache();
+    int64_t deadline = dp::NowMs() + timeout_ms_;
+    auto taken = Take(deadline);
+    if (!taken.ok()) return nullptr;  // asked again next time
+    dp::Request r;
+    r.type = dp::MsgType::kCacheMap;
+    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    ReplyExpect ex;
+    ex.type = dp::MsgType::kCacheMap;
+    ex.req_id = r.req_id;
+    bool consumed = false;
+    Status s = Exchange(*taken, r, {}, ex, deadline, [](const char*, size_t) { return Status::Ok(); }, &consumed,
+                        this, hook_.load(std::memory_order_acquire), 0,
+                        [this](int fd) { return MapSharedCache(fd, &view_); });
+    Give(*taken, consumed);
+    cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
+    return s.ok() && view_.attached() ? &view_ : nullptr;
+  }
+
+  Result<dp::PrefetchCounts> Prefetch(uint64_t stream, bool append, std::string_view body) {
+    int64_t deadline = dp::NowMs() + timeout_ms_;
+    auto taken = Take(deadline);
+    if (!taken.ok()) return taken.status();
+    dp::Request r;
+    r.type = dp::MsgType::kPrefetch;
+    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    r.stream = stream;
+    r.flags = append ? dp::kAppend : 0;
+    r.body_len = body.size();
+    ReplyExpect ex;
+    ex.type = dp::MsgType::kPrefetch;
+    ex.req_id = r.req_id;
+    ex.payload = dp::kPrefetchReplySize;
+    std::string payload;
+    bool consumed = false;
+    Status s = Exchange(*taken, r, body, ex, deadline,
+                        [&](const char* d, size_t n) {
+                          payload.assign(d, n);
+                          return Status::Ok();
+                        },
+                        &consumed, this, hook_.load(std::memory_order_acquire), 0);
+    Give(*taken, consumed);
+    if (!s.ok()) return s;
+    dp::PrefetchCounts counts;
+    if (!dp::DecodePrefetchCounts(payload, &counts)) return Status(Code::kIoError, "daemon sent a malformed prefetch reply");
+    return counts;
   }
 
   void SetInternalFdHook(void (*hook)(int fd)) override {
     std::lock_guard<std::mutex> g(mu_);
     hook_.store(hook, std::memory_order_release);
     if (hook == nullptr) return;
-    for (const OwnedFd& c : all_)
-      if (StillOurs(c)) hook(c.fd);
+    for (auto& c : all_)
+      if (StillOurs(c->sock)) hook(c->sock.fd);
     for (const OwnedFd& m : held_)
       if (StillOurs(m)) hook(m.fd);
   }
 
   // The forking thread holds mu_ across fork(), so the child never inherits a half-updated pool.
   void AtForkPrepare() override {
+    cache_mu_.lock();  // (SharedCache takes cache_mu_, then mu_)
     mu_.lock();
     fork_locked_ = true;
   }
   void AtForkParent() override {
     fork_locked_ = false;
     mu_.unlock();
+    cache_mu_.unlock();
   }
   void AfterForkChild() override {
     if (fork_locked_) {
       fork_locked_ = false;
-      mu_.unlock();  // the forking thread's lock (the child's only thread)
+      mu_.unlock();  // the forking thread's locks (the child's only thread)
+      cache_mu_.unlock();
     } else {
-      // No prepare hook ran: another thread may have held mu_ at fork time and does not exist here.
+      // No prepare hook ran: another thread may have held them at fork time and does not exist here.
       new (&mu_) std::mutex;
+      new (&cache_mu_) std::mutex;
     }
     std::lock_guard<std::mutex> g(mu_);
     DropInheritedLocked();
   }
 
  private:
+  static void Destroy(Conn* c) {
+    CloseIfOurs(c->sock);
+    c->UnmapArea();
+  }
+
   // In a child: inherited connections carry the parent's conversations and must never be talked on. The
   // child closes its copies of those still naming our sockets (the parent keeps its own; closing here also
-  // lets the daemon see EOF once the parent drops one) and of memfds a parent thread held at fork time;
-  // numbers that name something else now are forgotten, not closed. New connections are made lazily.
+  // lets the daemon see EOF once the parent drops one), unmaps their areas, and closes memfds a parent thread
+  // held at fork time; numbers that name something else now are forgotten, not closed. A connection another
+  // thread was using at fork time is not in idle_ but is in all_: it is dropped too. New ones come lazily.
   void DropInheritedLocked() {
-    for (const OwnedFd& c : all_) CloseIfOurs(c);
+    for (auto& c : all_) Destroy(c.get());
     for (const OwnedFd& m : held_) CloseIfOurs(m);
     all_.clear();
     idle_.clear();
     held_.clear();
+    ++generation_;
     owner_ = getpid();
   }
 
@@ -314,77 +525,94 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     // Not found: dropped by a fork-without-hooks cleanup; nothing of ours to close.
   }
 
-  static void EraseFrom(std::vector<OwnedFd>* v, const OwnedFd& o) {
-    for (size_t i = 0; i < v->size(); ++i)
-      if ((*v)[i].fd == o.fd && (*v)[i].ino == o.ino && (*v)[i].dev == o.dev) {
-        (*v)[i] = v->back();
-        v->pop_back();
+  // Forgets `c` (it stays allocated while a thread may still hold the pointer in a parent that forked without
+  // hooks: the child's copy of the pointer is never used after DropInheritedLocked).
+  void EraseLocked(Conn* c) {
+    for (size_t i = 0; i < all_.size(); ++i)
+      if (all_[i].get() == c) {
+        Destroy(c);
+        all_[i] = std::move(all_.back());
+        all_.pop_back();
         return;
       }
   }
 
-  Result<OwnedFd> Take(int64_t deadline) {
+  Result<Conn*> Take(int64_t deadline) {
+    uint64_t gen;
     {
       std::lock_guard<std::mutex> g(mu_);
       // Forked without the AtFork hooks: never talk on the parent's connections (replies would be split
       // between two processes); drop our copies and connect afresh.
       if (owner_ != getpid()) DropInheritedLocked();
       while (!idle_.empty()) {
-        OwnedFd c = idle_.back();
+        Conn* c = idle_.back();
         idle_.pop_back();
-        if (StillOurs(c)) return c;
+        if (StillOurs(c->sock)) return c;
         // The number was closed behind our back and may now be the program's file or socket: never send on
         // it, never close it; just forget it.
-        EraseFrom(&all_, c);
+        c->sock.fd = -1;
+        EraseLocked(c);
       }
+      gen = generation_;
     }
     FdHook hook = hook_.load(std::memory_order_acquire);
-    OwnedFd c;
-    auto fd = Connect(path_, deadline, hook, &c);
+    auto conn = std::make_unique<Conn>();
+    auto fd = Connect(path_, deadline, hook, &conn->sock);
     if (!fd.ok()) return fd.status();
     DaemonInfo info;
-    Status s = Handshake(c.fd, deadline, &info, this, hook);
+    Status s = Handshake(conn.get(), deadline, &info, this, hook);
     if (!s.ok()) {
-      CloseIfOurs(c);
+      Destroy(conn.get());
       return s;
     }
     std::lock_guard<std::mutex> g(mu_);
-    all_.push_back(c);
-    return c;
+    if (gen != generation_ || owner_ != getpid()) {
+      Destroy(conn.get());
+      return Status(Code::kIoError, "daemon connection pool was reset while connecting (fork?)");
+    }
+    all_.push_back(std::move(conn));
+    return all_.back().get();
   }
 
-  void Give(const OwnedFd& c, bool reusable) {
+  void Give(Conn* c, bool reusable) {
     std::lock_guard<std::mutex> g(mu_);
+    bool known = false;
+    for (auto& k : all_) known |= k.get() == c;
+    if (!known) return;  // the pool was dropped (fork) meanwhile
     if (reusable) {
       idle_.push_back(c);
       return;
     }
-    EraseFrom(&all_, c);
-    CloseIfOurs(c);
+    EraseLocked(c);
   }
 
   const std::string path_;
   const int timeout_ms_;
   std::mutex mu_;
-  std::vector<OwnedFd> idle_;  // connected, handshaken, no request in flight
-  std::vector<OwnedFd> all_;   // every connection this process owns (idle or in use)
-  std::vector<OwnedFd> held_;  // memfds passed by the daemon, held while their payload is copied out
-  std::atomic<FdHook> hook_{nullptr};  // marks our fds internal (the interposer's close-all protection)
-  bool fork_locked_ = false;           // AtForkPrepare holds mu_
-  std::atomic<uint64_t> next_id_{2};   // 1 is the hello
-  pid_t owner_ = getpid();             // the process the connections in all_ belong to
+  std::vector<std::unique_ptr<Conn>> all_;  // every connection this process owns (idle or in use)
+  std::vector<Conn*> idle_;                 // connected, handshaken, no request in flight
+  std::vector<OwnedFd> held_;               // memfds passed by the daemon, held while read
+  std::atomic<FdHook> hook_{nullptr};       // marks our fds internal (the interposer's close-all protection)
+  std::mutex cache_mu_;                     // asking for the node cache (not mu_: Take takes that)
+  std::atomic<int> cache_state_{0};         // 0 not asked yet, 1 view_ attached, 2 none
+  shared_cache::View view_;
+  bool fork_locked_ = false;                // AtForkPrepare holds mu_
+  uint64_t generation_ = 0;
+  std::atomic<uint64_t> next_id_{2};        // 1 is the hello
+  pid_t owner_ = getpid();                  // the process the connections in all_ belong to
 };
 
 }  // namespace
 
 Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
   int64_t deadline = dp::NowMs() + timeout_ms;
-  OwnedFd c;
-  auto fd = Connect(socket_path, deadline, nullptr, &c);
+  Conn c;
+  auto fd = Connect(socket_path, deadline, nullptr, &c.sock);
   if (!fd.ok()) return fd.status();
   DaemonInfo info;
-  Status s = Handshake(c.fd, deadline, &info, nullptr, nullptr);
-  CloseIfOurs(c);
+  Status s = Handshake(&c, deadline, &info, nullptr, nullptr);
+  CloseIfOurs(c.sock);
+  c.UnmapArea();
   if (!s.ok()) return Status(s.code(), "fanstore daemon at " + socket_path + ": " + s.message());
   return info;
 }
@@ -409,6 +637,40 @@ Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& s
   *info = *r;
   int timeout = info->timeout_ms > 0 ? static_cast<int>(info->timeout_ms) : 5000;
   return std::shared_ptr<RemoteFetcher>(std::make_shared<DaemonFetcher>(socket_path, timeout));
+}
+
+Result<PrefetchResult> SendPrefetchHint(const std::string& socket_path, const std::vector<std::string>& paths,
+                                        uint64_t stream, int timeout_ms) {
+  DaemonFetcher f(socket_path, timeout_ms);
+  PrefetchResult total;
+  std::string body;
+  bool append = false;
+  auto flush = [&]() -> Status {
+    auto r = f.Prefetch(stream, append, body);
+    if (!r.ok()) return r.status();
+    total.remote += r->remote;
+    total.local += r->local;
+    total.missing += r->missing;
+    total.remote_bytes += r->remote_bytes;
+    body.clear();
+    append = true;  // the following pieces extend the stream the first one replaced
+    return Status::Ok();
+  };
+  for (const std::string& p : paths) {
+    if (p.find('\n') != std::string::npos)
+      return Status(Code::kInvalidArgument, "prefetch path contains a newline: " + p);
+    if (!body.empty() && body.size() + p.size() + 1 > dp::kMaxPrefetchBody) {
+      Status s = flush();
+      if (!s.ok()) return s;
+    }
+    body += p;
+    body += '\n';
+  }
+  if (!body.empty() || !append) {
+    Status s = flush();
+    if (!s.ok()) return s;
+  }
+  return total;
 }
 
 }  // namespace fanstore

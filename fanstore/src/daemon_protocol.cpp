@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -48,6 +49,12 @@ Status WaitReady(int fd, short events, int64_t deadline_ms, const char* what) {
 
 }  // namespace
 
+int64_t NowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t NowMs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -60,15 +67,34 @@ void EncodeRequest(const Request& r, unsigned char out[kRequestSize]) {
   Store16(out + 4, kVersion);
   Store16(out + 6, static_cast<uint16_t>(r.type));
   Store64(out + 8, r.req_id);
-  Store32(out + 16, r.entry);
+  if (r.type == MsgType::kPrefetch) {
+    Store64(out + 16, r.stream);
+    Store32(out + 24, r.flags);
+  } else {
+    Store32(out + 16, r.part);
+    Store64(out + 24, r.offset);
+    Store64(out + 32, r.length);
+  }
+  Store64(out + 40, r.body_len);
 }
 
 bool DecodeRequest(const unsigned char in[kRequestSize], Request* r) {
   if (Load32(in) != kRequestMagic || Load16(in + 4) != kVersion) return false;
   r->type = static_cast<MsgType>(Load16(in + 6));
   r->req_id = Load64(in + 8);
-  r->entry = Load32(in + 16);
-  return r->type == MsgType::kHello || r->type == MsgType::kFetch;
+  r->body_len = Load64(in + 40);
+  if (r->type == MsgType::kPrefetch) {
+    r->stream = Load64(in + 16);
+    r->flags = Load32(in + 24);
+  } else {
+    r->part = Load32(in + 16);
+    r->offset = Load64(in + 24);
+    r->length = Load64(in + 32);
+  }
+  // Only a prefetch carries a body: anything else with one is a stream we cannot resynchronise.
+  if (r->type != MsgType::kPrefetch && r->body_len != 0) return false;
+  return r->type == MsgType::kHello || r->type == MsgType::kFetch || r->type == MsgType::kPrefetch ||
+         r->type == MsgType::kCacheMap;
 }
 
 void EncodeReplyHeader(const ReplyHeader& h, unsigned char out[kReplyHeaderSize]) {
@@ -122,6 +148,38 @@ bool DecodeHello(const std::string& s, HelloInfo* h) {
   return true;
 }
 
+std::string EncodePrefetchCounts(const PrefetchCounts& c) {
+  std::string s(kPrefetchReplySize, '\0');
+  auto* p = reinterpret_cast<unsigned char*>(s.data());
+  Store64(p + 0, c.remote);
+  Store64(p + 8, c.local);
+  Store64(p + 16, c.missing);
+  Store64(p + 24, c.remote_bytes);
+  return s;
+}
+
+bool DecodePrefetchCounts(const std::string& s, PrefetchCounts* c) {
+  if (s.size() != kPrefetchReplySize) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  c->remote = Load64(p + 0);
+  c->local = Load64(p + 8);
+  c->missing = Load64(p + 16);
+  c->remote_bytes = Load64(p + 24);
+  return true;
+}
+
+std::vector<std::string_view> SplitPaths(std::string_view body) {
+  std::vector<std::string_view> out;
+  while (!body.empty()) {
+    size_t nl = body.find('\n');
+    std::string_view line = body.substr(0, nl);
+    if (!line.empty()) out.push_back(line);
+    if (nl == std::string_view::npos) break;
+    body.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
 Status SendAll(int fd, const void* p, size_t n, int64_t deadline_ms) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
@@ -141,8 +199,9 @@ Status SendAll(int fd, const void* p, size_t n, int64_t deadline_ms) {
   return Status::Ok();
 }
 
-Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out) {
+Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out, int spin_us) {
   char* c = static_cast<char*>(p);
+  int64_t spin_until = spin_us > 0 ? NowUs() + spin_us : 0;
   while (n > 0) {
     iovec iov{c, n};
     alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
@@ -155,6 +214,11 @@ Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out) {
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (spin_until && NowUs() < spin_until) {
+          sched_yield();
+          continue;
+        }
+        spin_until = 0;
         Status s = WaitReady(fd, POLLIN, deadline_ms, "waiting for the daemon's reply");
         if (!s.ok()) return s;
         continue;

@@ -9,7 +9,7 @@ import argparse
 import time
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 from torchvision import datasets, transforms
 from PIL import Image
 
@@ -32,14 +32,21 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--label", default="run")
+    p.add_argument("--hint", action="store_true",
+                   help="send each epoch's order to the FanStore daemon (tools/python/fanstore_prefetch.py)")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.mode == "bytes":
         ds = datasets.ImageFolder(a.root, loader=read_len)
     else:
         ds = datasets.ImageFolder(a.root, loader=decode, transform=transforms.ToTensor())
-    loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers,
-                        generator=torch.Generator().manual_seed(0))
+    if a.hint:
+        from fanstore_prefetch import HintingSampler, paths_of
+        sampler = HintingSampler(RandomSampler(ds, generator=torch.Generator().manual_seed(0)), paths_of(ds))
+        loader = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers)
+    else:
+        loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers,
+                            generator=torch.Generator().manual_seed(0))
     # The directory scan above is not timed: it is done once per job; the epoch (incl. worker start-up) is.
     start = time.monotonic()
     files = 0

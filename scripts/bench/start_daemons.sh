@@ -2,12 +2,16 @@
 # shellcheck shell=bash
 # Uses FANSTORE, LOGS and MPIRUN from bench.sh; sets DAEMON_PID (mpirun's pid) and DAEMON_SOCKET (rank 0's socket).
 
-# start_daemons IMAGE DIR : returns non-zero when rank 0's socket does not come up within 60 s.
+# start_daemons IMAGE DIR [SERVE OPTIONS...] : returns non-zero when rank 0's socket does not come up within 60 s.
+# DAEMON_LAUNCH (an array, default MPIRUN -np 4) replaces the launcher, e.g. mpirun across network namespaces.
 start_daemons() {
   local image=$1 dir=$2
+  shift 2
+  local launch=("${MPIRUN[@]}" -np 4)
+  if [ -n "${DAEMON_LAUNCH+x}" ]; then launch=("${DAEMON_LAUNCH[@]}"); fi
   mkdir -p "$dir"
-  "${MPIRUN[@]}" -np 4 "$FANSTORE" serve --image "$image" --local "$dir/node{rank}" \
-    --socket "$dir/node{rank}.sock" --cleanup >"$LOGS/serve.log" 2>&1 &
+  "${launch[@]}" "$FANSTORE" serve --image "$image" --local "$dir/node{rank}" \
+    --socket "$dir/node{rank}.sock" --cleanup "$@" >"$LOGS/serve.log" 2>&1 &
   DAEMON_PID=$!
   DAEMON_SOCKET=$dir/node0.sock
   "$FANSTORE" wait "$DAEMON_SOCKET" --timeout 60 >>"$LOGS/serve.log" 2>&1
@@ -17,5 +21,6 @@ start_daemons() {
 stop_daemons() {
   kill -TERM "$DAEMON_PID" 2>/dev/null || true
   wait "$DAEMON_PID" 2>/dev/null || true
+  cat "$LOGS/serve.log" >>"$LOGS/serve-all.log" 2>/dev/null || true
   DAEMON_PID=""
 }

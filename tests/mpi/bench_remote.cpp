@@ -1,18 +1,17 @@
-// Benchmark: remote-read latency through a fanstore daemon next to a raw MPI ping-pong of the same size,
-// measured in one run. Run with 2 ranks on the nodes (or cores) the daemons use, e.g.
-//   mpirun -np 2 bench_remote --socket <rank-0 daemon socket> --size 131072
-// Ranks 0 and 1 first ping-pong `size` bytes; then rank 0 (not using MPI for it) loads every remote file of
-// exactly `size` bytes through Client (no cache), which is one daemon->daemon MPI round-trip each, plus the
-// socket hop, the memfd hand-off, and the checksum.
-#include <mpi.h>
-#include <stdlib.h>
-#include <unistd.h>
-
+// Benchmark driver (scripts/bench.sh): remote fetches through the node's daemon, the daemon's part of a remote read
+// -- the stored bytes of a file of another node landing in the caller's buffer, as an MPI receive would -- without
+// the client's decode and file-system layers. For each size: the mean latency of one reader, then the throughput
+// of --threads readers, each over every remote file of exactly that size, for at least --min-time seconds.
+// Prints "size,latency_us,mib_per_s_threads<N>". MPI-free: it talks to the daemon at FANSTORE_DAEMON.
 #include <CLI/CLI.hpp>
-#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fanstore/client.hpp"
@@ -20,113 +19,85 @@
 
 namespace {
 
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * (v.size() - 1) + 0.5)];
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  CLI::App app{"Remote read through the daemon vs. MPI ping-pong, same size, same run"};
-  std::string socket;
-  uint64_t size = 128 * 1024;
-  int iters = 200, rounds = 3;
-  app.add_option("--socket", socket, "Rank 0's daemon socket")->required();
-  app.add_option("--size", size, "Bytes per message / file size to select")->capture_default_str();
-  app.add_option("--iters", iters, "Ping-pong iterations")->capture_default_str();
-  app.add_option("--rounds", rounds, "Passes over the remote files")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    MPI_Finalize();
-    return rc;
+  CLI::App app{"Remote fetches through the node's fanstore daemon: latency and throughput per file size"};
+  std::string sizes = "4096,131072,4194304";
+  int threads = 4;
+  double min_time = 0.3;
+  app.add_option("--sizes", sizes, "File sizes to select (bytes, comma-separated)")->capture_default_str();
+  app.add_option("--threads", threads, "Readers for the throughput figure")->capture_default_str();
+  app.add_option("--min-time", min_time, "Seconds per measurement (at least one pass)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const char* sock = std::getenv("FANSTORE_DAEMON");
+  if (!sock || !*sock) {
+    std::fprintf(stderr, "bench_remote: set FANSTORE_DAEMON (or run under `fanstore run --daemon`)\n");
+    return 2;
   }
-  if (n < 2) {
-    if (rank == 0) std::fprintf(stderr, "bench_remote: needs 2 ranks\n");
-    MPI_Finalize();
+  setenv("FANSTORE_CACHE_BYTES", "0", 1);
+  auto client = fanstore::Client::FromEnv();
+  if (!client.ok()) {
+    std::fprintf(stderr, "bench_remote: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  // Ping-pong between ranks 0 and 1 (others idle).
-  std::vector<char> buf(size);
-  std::vector<double> pp;
-  for (int i = 0; i < iters + 10; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    auto t0 = std::chrono::steady_clock::now();
-    if (rank == 0) {
-      MPI_Send(buf.data(), static_cast<int>(size), MPI_BYTE, 1, 1, MPI_COMM_WORLD);
-      MPI_Recv(buf.data(), static_cast<int>(size), MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    } else if (rank == 1) {
-      MPI_Recv(buf.data(), static_cast<int>(size), MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      MPI_Send(buf.data(), static_cast<int>(size), MPI_BYTE, 0, 1, MPI_COMM_WORLD);
-    }
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= 10) pp.push_back(us);
+  fanstore::DaemonInfo info;
+  auto fetcher = fanstore::ConnectDaemonFetcher(sock, &info);
+  if (!fetcher.ok()) {
+    std::fprintf(stderr, "bench_remote: %s\n", fetcher.status().ToString().c_str());
+    return 1;
   }
-  int rc = 0;
-  if (rank == 0) {
-    setenv("FANSTORE_DAEMON", socket.c_str(), 1);
-    setenv("FANSTORE_CACHE_BYTES", "0", 1);  // every Load is a real remote read
-    auto c = fanstore::Client::FromEnv();
-    if (!c.ok()) {
-      std::fprintf(stderr, "bench_remote: %s\n", c.status().ToString().c_str());
-      rc = 1;
-    } else {
-      const fanstore::Image& img = (*c)->image();
-      std::vector<uint32_t> ids;
-      for (uint32_t id = 0; id < img.size(); ++id) {
-        fanstore::Entry e = img.Get(id);
-        if (e.is_reg() && e.size == size && !img.HasPartition(e.part)) ids.push_back(id);
-      }
-      std::vector<double> rr, local;
-      for (int r = 0; r < rounds; ++r)
-        for (uint32_t id : ids) {
-          auto t0 = std::chrono::steady_clock::now();
-          auto b = (*c)->Load(id);
-          double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-          if (!b.ok()) {
-            std::fprintf(stderr, "bench_remote: %s\n", b.status().ToString().c_str());
-            rc = 1;
-            break;
+  const fanstore::Image& img = (*client)->image();
+  std::printf("size,latency_us,mib_per_s_threads%d\n", threads);
+  std::stringstream ss(sizes);
+  for (std::string item; std::getline(ss, item, ',');) {
+    uint64_t size = std::strtoull(item.c_str(), nullptr, 10);
+    std::vector<fanstore::Entry> files;
+    for (uint32_t id = 0; id < img.size(); ++id) {
+      fanstore::Entry e = img.Get(id);
+      if (e.is_reg() && e.stored_size == size && !img.HasPartition(e.part)) files.push_back(e);
+    }
+    if (files.empty()) {
+      std::fprintf(stderr, "bench_remote: no remote file stored in exactly %llu bytes\n",
+                   static_cast<unsigned long long>(size));
+      return 1;
+    }
+    std::atomic<bool> failed{false};
+    // Each reader walks the files from its own starting point; returns files fetched.
+    auto run = [&](int nthreads) {
+      std::atomic<uint64_t> done{0};
+      double t0 = Now();
+      std::vector<std::thread> ts;
+      for (int t = 0; t < nthreads; ++t)
+        ts.emplace_back([&, t] {
+          std::vector<char> buf(size);  // the caller's buffer, warm after the first fetch
+          for (size_t i = static_cast<size_t>(t) * files.size() / nthreads, k = 0;; ++i, ++k) {
+            if (k >= files.size() && Now() - t0 >= min_time) break;
+            const fanstore::Entry& e = files[i % files.size()];
+            fanstore::Status s = (*fetcher)->WithStored(e, [&](const char* d, size_t n) {
+              std::memcpy(buf.data(), d, n);
+              return fanstore::Status::Ok();
+            });
+            if (!s.ok()) {
+              std::fprintf(stderr, "bench_remote: %s\n", s.ToString().c_str());
+              failed = true;
+              return;
+            }
+            done.fetch_add(1);
           }
-          if (r > 0 || ids.size() < 4) rr.push_back(us);  // first pass warms connections and the owners
-        }
-      for (uint32_t id = 0; id < img.size(); ++id) {
-        fanstore::Entry e = img.Get(id);
-        if (!e.is_reg() || e.size != size || !img.HasPartition(e.part)) continue;
-        auto t0 = std::chrono::steady_clock::now();
-        auto b = (*c)->Load(id);
-        local.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-        (void)b;
-      }
-      std::printf("bench_remote: size %llu B\n", static_cast<unsigned long long>(size));
-      std::printf("  MPI ping-pong round-trip      : p50 %8.1f us  p99 %8.1f us  (%zu iters)\n", Pct(pp, 0.5),
-                  Pct(pp, 0.99), pp.size());
-      std::printf("  remote read via daemon (Load) : p50 %8.1f us  p99 %8.1f us  (%zu reads, ratio p50 %.1fx)\n",
-                  Pct(rr, 0.5), Pct(rr, 0.99), rr.size(), Pct(pp, 0.5) > 0 ? Pct(rr, 0.5) / Pct(pp, 0.5) : 0.0);
-      std::printf("  local read (Load, same node)  : p50 %8.1f us  p99 %8.1f us  (%zu reads)\n", Pct(local, 0.5),
-                  Pct(local, 0.99), local.size());
-      if (rr.empty()) {
-        std::fprintf(stderr, "bench_remote: no remote file of exactly %llu bytes in the image\n",
-                     static_cast<unsigned long long>(size));
-        rc = 1;
-      }
-    }
+        });
+      for (auto& th : ts) th.join();
+      return std::make_pair(done.load(), Now() - t0);
+    };
+    run(1);  // warm-up: connections, reply areas, the owners' send buffers
+    auto [n1, s1] = run(1);
+    auto [nt, st] = run(threads);
+    if (failed) return 1;
+    std::printf("%llu,%.2f,%.2f\n", static_cast<unsigned long long>(size), s1 / static_cast<double>(n1) * 1e6,
+                static_cast<double>(nt) * static_cast<double>(size) / st / (1 << 20));
+    std::fflush(stdout);
   }
-  // Rank 1 must not busy-poll in a blocking collective while rank 0 measures (it would steal a core from
-  // the daemons): a nonblocking broadcast tested every millisecond.
-  MPI_Request done;
-  MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &done);
-  for (int flag = 0; !flag;) {
-    MPI_Test(&done, &flag, MPI_STATUS_IGNORE);
-    if (!flag) usleep(1000);
-  }
-  MPI_Finalize();
-  return rc;
+  return 0;
 }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -177,9 +178,11 @@ class FakeDaemon {
   std::vector<std::thread> workers_;
 };
 
+// The fake daemons pick their answer by the requested partition number.
 Entry MakeEntry(uint32_t id, uint64_t stored_size) {
   Entry e;
   e.id = id;
+  e.part = id;
   e.path = "fake/file";
   e.stored_size = stored_size;
   e.size = stored_size;
@@ -236,10 +239,15 @@ const std::string kSmall = "hello, fanstore";
 const std::string kBig = Pattern(100000, 'a');
 constexpr uint64_t kBigOffset = 4096;
 
+// Per-connection reply areas of the fake daemon (fd -> its area memfd), as `fanstore serve` keeps them.
+std::mutex g_areas_mu;
+std::map<int, int> g_areas;
+
 // Entry 1: inline kSmall. Entry 2: kBig in a sealed memfd at kBigOffset. Entry 3: a daemon-reported timeout.
+// Entry 4: kBig in a new reply area (its fd rides along); entry 7: kSmall in the connection's existing area.
 // Entries 10..: malformed replies (see the test).
 void Handle(int c, const dp::Request& r, pid_t) {
-  switch (r.entry) {
+  switch (r.part) {
     case 1: SendReply(c, OkHeader(r, kSmall.size()), kSmall); return;
     case 2: {
       int m = MakeMemfd(kBigOffset + kBig.size(), kBigOffset, kBig, true);
@@ -256,6 +264,33 @@ void Handle(int c, const dp::Request& r, pid_t) {
       std::string msg = "peer rank 2 did not answer";
       h.msg_len = static_cast<uint32_t>(msg.size());
       SendReply(c, h, msg);
+      return;
+    }
+    case 4: {
+      int m = MakeMemfd(1 << 20, 100, kBig, true);
+      {
+        std::lock_guard<std::mutex> g(g_areas_mu);
+        if (g_areas.count(c)) close(g_areas[c]);
+        g_areas[c] = dup(m);
+      }
+      dp::ReplyHeader h = OkHeader(r, kBig.size());
+      h.flags = dp::kPayloadInArea | dp::kNewArea;
+      h.shm_offset = 100;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 7: {
+      int m = -1;
+      {
+        std::lock_guard<std::mutex> g(g_areas_mu);
+        if (g_areas.count(c)) m = g_areas[c];
+      }
+      if (m >= 0 && pwrite(m, kSmall.data(), kSmall.size(), 5000) != static_cast<ssize_t>(kSmall.size())) abort();
+      dp::ReplyHeader h = OkHeader(r, kSmall.size());
+      h.flags = dp::kPayloadInArea;
+      h.shm_offset = 5000;
+      SendReply(c, h, "");
       return;
     }
     case 10: {  // inline payload one byte longer than the stored size
@@ -320,6 +355,37 @@ void Handle(int c, const dp::Request& r, pid_t) {
       WriteAll(c, kSmall.data(), kSmall.size());
       return;
     }
+    case 19: {  // a new reply area whose size is not sealed
+      int m = MakeMemfd(1 << 20, 0, kSmall, false);
+      dp::ReplyHeader h = OkHeader(r, kSmall.size());
+      h.flags = dp::kPayloadInArea | dp::kNewArea;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 20: {  // a payload past the end of the new area
+      int m = MakeMemfd(4096, 0, "", true);
+      dp::ReplyHeader h = OkHeader(r, kSmall.size());
+      h.flags = dp::kPayloadInArea | dp::kNewArea;
+      h.shm_offset = 4090;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 21: {  // two payload places at once
+      int m = MakeMemfd(4096, 0, kSmall, true);
+      dp::ReplyHeader h = OkHeader(r, kSmall.size());
+      h.flags = dp::kPayloadInArea | dp::kPayloadInMemfd;
+      SendReply(c, h, "", m);
+      close(m);
+      return;
+    }
+    case 22: {  // an fd nobody announced, with an inline payload
+      int m = MakeMemfd(4096, 0, "", true);
+      SendReply(c, OkHeader(r, kSmall.size()), kSmall, m);
+      close(m);
+      return;
+    }
     default: {
       dp::ReplyHeader h = OkHeader(r, 0);
       h.code = Code::kNotFound;
@@ -371,7 +437,9 @@ TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
       {12, 0, "message"},                   {13, 8192, "offset"},
       {14, 8192, "4096-byte memfd"},        {15, 8192, "not sealed"},
       {16, 8192, "passed no fd"},           {17, kSmall.size(), "out-of-order"},
-      {18, kSmall.size(), "malformed"},
+      {18, kSmall.size(), "malformed"},     {19, kSmall.size(), "not sealed"},
+      {20, kSmall.size(), "4096-byte reply area"}, {21, kSmall.size(), "two payload places"},
+      {22, kSmall.size(), "did not announce"},    {7, kSmall.size(), "0-byte reply area"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("entry " + std::to_string(c.entry));
@@ -385,6 +453,30 @@ TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
     EXPECT_EQ(out, kSmall);
     EXPECT_EQ(d.accepts(), before + 1);
   }
+}
+
+// A reply area comes once per connection, is mapped, and later replies are read from it in place (no fd).
+TEST(DaemonClient, ReadsFromTheConnectionsReplyArea) {
+  FakeDaemon d(Handle);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  std::string out;
+  Status s = f->FetchStored(MakeEntry(4, kBig.size()), &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out, kBig);
+  int conns = d.accepts();
+  // In place: the view handed to `use` lies in the area, whose fd the client did not keep.
+  s = f->WithStored(7, 0, kSmall.size(), [&](const char* data, size_t n) {
+    out.assign(data, n);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out, kSmall);
+  EXPECT_EQ(d.accepts(), conns) << "the area's connection was reused";
+  // use's own failure comes back as is (a checksum mismatch must stay kCorrupt, not become a transport error).
+  s = f->WithStored(7, 0, kSmall.size(), [](const char*, size_t) { return Status(Code::kCorrupt, "bad sum"); });
+  EXPECT_EQ(s.code(), Code::kCorrupt);
+  EXPECT_EQ(s.message(), "bad sum");
 }
 
 // The program replaces our idle connection's fd number (a close-all loop the interposer did not see, then
@@ -448,7 +540,7 @@ TEST(DaemonClient, ReplacedIdleFdIsNeitherUsedNorClosed) {
 // Entry 5 answers at once, entry 6 after 50 ms; both with the peer's pid (as seen at connect), so the
 // child can tell whether its request travelled on its own connection.
 void HandlePid(int c, const dp::Request& r, pid_t peer) {
-  if (r.entry == 6) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (r.part == 6) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016d", static_cast<int>(peer));
   std::string p(buf, 16);

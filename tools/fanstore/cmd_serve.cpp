@@ -1,10 +1,18 @@
-// `fanstore serve` (the per-node MPI daemon) and `fanstore wait SOCKET` (block until a daemon is ready).
+// `fanstore serve` (the per-node MPI daemon), `fanstore wait SOCKET` (block until a daemon is ready) and
+// `fanstore prefetch` (tell the node's daemon which files will be read, in order).
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "fanstore/daemon_client.hpp"
+#include "fanstore/env.hpp"
+#include "fanstore/path.hpp"
 #include "fanstore/path_template.hpp"
 #ifdef FANSTORE_WITH_MPI
 #include "fanstore/serve.hpp"
@@ -25,6 +33,22 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_option("--timeout", so->timeout_s, "Seconds after which a remote read fails with EIO")->capture_default_str();
   serve->add_flag("--cleanup", so->cleanup, "Remove the staged data when the daemon stops");
   serve->add_option("--reserve", so->reserve_bytes, "Bytes to leave free on the local file system")->capture_default_str();
+  serve->add_option("--cache-bytes", so->cache_bytes,
+                    "Node RAM cache of fetched remote files, shared by every client of the node (0: off)")
+      ->capture_default_str();
+  serve->add_option("--prefetch-window", so->prefetch_window,
+                    "Bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
+      ->capture_default_str();
+  serve->add_option("--socket-mode", so->socket_mode,
+                    "Octal permission bits of the socket (default 0600: only this user; 0660 with --group)");
+  serve->add_option("--group", so->group, "Group (name or gid) whose members may use the daemon too");
+  serve->add_option("--conn-memory", so->conn_memory,
+                    "Shared memory one client connection may pin (its reply area; bigger files go one at a time)")
+      ->capture_default_str();
+  serve->add_flag("--progress", so->progress_spin,
+                  "Poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
+  serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
+      ->capture_default_str();
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
 #else
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");
@@ -43,6 +67,74 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
     auto path = ExpandNodeTemplate(*socket);
     Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000)) : path.status();
     exit_code = s.ok() ? 0 : Fail("wait", s);
+  });
+
+  struct PrefetchArgs {
+    std::string daemon, list, mount;
+    uint64_t stream = 0;
+  };
+  auto pa = std::make_shared<PrefetchArgs>();
+  CLI::App* prefetch = app.add_subcommand(
+      "prefetch", "Tell the node's daemon the files that will be read, in order: it fetches the remote ones ahead "
+                  "into its node cache (a new list replaces the previous one of the same --stream)");
+  prefetch->add_option("list", pa->list, "File with one path per line ('-': standard input); absolute paths under "
+                                         "--mount or image-relative ones")
+      ->required();
+  prefetch->add_option("--daemon", pa->daemon, "The daemon's Unix socket (default: $FANSTORE_DAEMON; {node} expands)");
+  prefetch->add_option("--mount", pa->mount, "Mount prefix of absolute paths (default: $FANSTORE_MOUNT or /fanstore)");
+  prefetch->add_option("--stream", pa->stream, "Hint stream: one per reader (e.g. per rank)")->capture_default_str();
+  prefetch->callback([pa, &exit_code] {
+    std::string sock = pa->daemon;
+    if (sock.empty()) {
+      const char* d = std::getenv(env::kDaemon);
+      if (!d || !*d) {
+        exit_code = Fail("prefetch", "no daemon: give --daemon SOCKET (or run under `fanstore run --daemon`)");
+        return;
+      }
+      sock = d;
+    }
+    auto path = ExpandNodeTemplate(sock);
+    if (!path.ok()) {
+      exit_code = Fail("prefetch", path.status());
+      return;
+    }
+    std::string mount = pa->mount;
+    if (mount.empty()) {
+      const char* m = std::getenv(env::kMount);
+      mount = m && *m ? m : env::kDefaultMount;
+    }
+    mount = NormalizeAbsolute(mount);
+    std::ifstream file;
+    if (pa->list != "-") {
+      file.open(pa->list);
+      if (!file) {
+        exit_code = Fail("prefetch", "cannot read the list " + pa->list);
+        return;
+      }
+    }
+    std::istream& in = pa->list == "-" ? std::cin : file;
+    std::vector<std::string> rels;
+    uint64_t outside = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      Classified c = ClassifyPath(line[0] == '/' ? line : mount + "/" + line, mount, "/");
+      if (c.cls != PathClass::kOurs || c.rel.empty()) {
+        ++outside;
+        continue;
+      }
+      rels.push_back(std::move(c.rel));
+    }
+    auto r = SendPrefetchHint(*path, rels, pa->stream);
+    if (!r.ok()) {
+      exit_code = Fail("prefetch", r.status());
+      return;
+    }
+    std::printf("fanstore prefetch: %llu remote files (%.1f MiB) queued for the node cache, %llu on this node, "
+                "%llu not in the image, %llu outside %s\n",
+                static_cast<unsigned long long>(r->remote), static_cast<double>(r->remote_bytes) / (1 << 20),
+                static_cast<unsigned long long>(r->local), static_cast<unsigned long long>(r->missing),
+                static_cast<unsigned long long>(outside), mount.c_str());
+    exit_code = 0;
   });
 }
 

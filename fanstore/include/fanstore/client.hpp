@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,8 +37,15 @@ class FileBytes {
 class RemoteFetcher {
  public:
   virtual ~RemoteFetcher() = default;
-  // Fills `out` with the stored (compressed) bytes of `e`. Must fail within its timeout, never hang.
+  // Fills `out` with the stored (compressed) bytes of `e`: the range [e.offset, e.offset + e.stored_size) of
+  // partition e.part. Must fail within its timeout, never hang.
   virtual Status FetchStored(const Entry& e, std::string* out) = 0;
+  // Calls `use` once with the stored bytes [offset, offset + length) of partition `part`, valid only during the
+  // call (the daemon fetcher passes a view of its shared reply area: no copy), and returns use's status, or the
+  // fetch error without calling it. The default fetches into memory with FetchStored.
+  using StoredUse = std::function<Status(const char* data, size_t size)>;
+  virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use);
+  Status WithStored(const Entry& e, const StoredUse& use) { return WithStored(e.part, e.offset, e.stored_size, use); }
   // Called in a forked child: drop connections the child must not share with its parent.
   virtual void AfterForkChild() {}
   // pthread_atfork prepare/parent: hold (then release) the fetcher's locks across fork, so the child never

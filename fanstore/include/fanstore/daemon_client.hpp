@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fanstore/client.hpp"
 #include "fanstore/status.hpp"
@@ -27,8 +28,25 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms);
 Status WaitForDaemon(const std::string& socket_path, int timeout_ms);
 
 // A RemoteFetcher over the daemon socket. Thread-safe: a small pool of connections, one request in flight
-// on each; fork-safe: a child drops inherited connections and reconnects lazily. Every socket wait is
-// bounded by the daemon's --timeout, so a dead daemon is kTimeout/kIoError, never a hang.
+// on each (its payload is read in place from the connection's shared reply area: WithStored copies nothing);
+// fork-safe: a child drops inherited connections and reconnects lazily. Every socket wait is bounded by the
+// daemon's --timeout, so a dead daemon is kTimeout/kIoError, never a hang.
 Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& socket_path, DaemonInfo* info);
+
+// What a daemon did with a prefetch hint.
+struct PrefetchResult {
+  uint64_t remote = 0;        // files on other nodes, queued for prefetch into the node cache, in order
+  uint64_t local = 0;         // files staged on this node (read directly: nothing to fetch)
+  uint64_t missing = 0;       // paths that are not files of the image
+  uint64_t remote_bytes = 0;  // stored bytes of the queued files
+};
+
+// Tells the daemon at `socket_path` which files this node will read next, in order (image-relative paths, e.g.
+// "train/n01/x.jpg"). It fetches the remote ones ahead into its node cache (fanstore serve --cache-bytes), where
+// every client process of the node finds them. A hint replaces the previous one with the same `stream` id
+// (one stream per reader, e.g. per rank: each epoch's order replaces the last). Usable from any language: the
+// request is documented in docs/daemon.md.
+Result<PrefetchResult> SendPrefetchHint(const std::string& socket_path, const std::vector<std::string>& paths,
+                                        uint64_t stream, int timeout_ms = 10000);
 
 }  // namespace fanstore

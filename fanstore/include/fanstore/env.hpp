@@ -66,6 +66,12 @@ enum class Scope {
   X(kStageTimeout, "FANSTORE_STAGE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`",                                 \
     "seconds to wait for every node's daemon to finish staging", "3600")                                                    \
   X(kProcessesPerNode, "FANSTORE_PPN", Scope::kScript, "`scripts/mpirun-example.sh`", "job processes per node", "1")        \
+  X(kAbortOnDeath, "FANSTORE_ABORT_ON_DEATH", Scope::kScript, "`scripts/mpirun-example.sh`",                               \
+    "`1`: mpirun ends every daemon when one dies (default: the survivors keep serving)", "0")                               \
+  X(kServeOptions, "FANSTORE_SERVE_OPTIONS", Scope::kScript, "`scripts/mpirun-example.sh`",                                 \
+    "extra `fanstore serve` options (e.g. `--cache-bytes 4G`)", "empty")                                                    \
+  X(kBenchDaemonLaunch, "DAEMON_LAUNCH", Scope::kScript, "`scripts/bench/start_daemons.sh`",                                \
+    "launcher (a bash array) replacing `mpirun -np 4`, e.g. mpirun across network namespaces", "`mpirun -np 4`")           \
   X(kSlurmImage, "IMAGE", Scope::kScript, "`scripts/slurm/fanstore.sbatch`", "image directory on the shared file system",   \
     "`/shared/imagenet.fst`")                                                                                               \
   X(kSlurmLocal, "LOCAL", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                                \

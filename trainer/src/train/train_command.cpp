@@ -14,6 +14,7 @@
 #include "metrics_log.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/data/batch_loader.hpp"
+#include "trainer/data/daemon_hint.hpp"
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
@@ -183,6 +184,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
     const std::size_t first = epoch == position.epoch ? position.next_batch : 0;  // mid-epoch resume
     std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first), batches.end());
+    data::hint_epoch_order(*train_set, remaining, comm.rank());  // FanStore daemon prefetch; no-op without one
     data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
     validated_at_end = false;
 

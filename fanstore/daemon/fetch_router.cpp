@@ -1,0 +1,218 @@
+// FetchRouter: local read, cache hit, join, or a new peer fetch; prefetch pump; the fetch object that decides
+// where a peer's reply lands (the asking client's reply area when one client waits, else cache memory).
+#include "fetch_router.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "daemon_protocol.hpp"
+#include "log.hpp"
+#include "slab.hpp"
+
+namespace fanstore::daemon {
+
+namespace dp = daemon_proto;
+
+namespace {
+
+struct Waiter {
+  uint64_t conn = 0, req_id = 0;
+  int64_t t0_us = 0;
+};
+
+}  // namespace
+
+class FetchRouter::Fetch final : public FetchSink {
+ public:
+  Fetch(FetchRouter* r, const ByteRange& range) : router_(r), range_(range) {}
+
+  std::vector<Waiter> waiters;
+  bool prefetch = false;
+  NodeCache::Tag tag;  // the hint position, for a prefetch
+
+  char* Land(uint64_t n) override {
+    area_.reset();
+    cache_buf_ = CacheBuffer();
+    buf_ = SlabBlock();
+    // One client waits and nothing else wants the bytes yet: straight into its reply area (the cache copies them
+    // after the reply). Otherwise into cache memory, or plain memory when the cache will not keep them.
+    if (waiters.size() == 1 && !prefetch) {
+      area_ = router_->clients_->LandFor(waiters[0].conn, n);
+      if (area_) return area_->base;
+    }
+    if (router_->cache_->Admits(range_.length)) {
+      cache_buf_ = router_->cache_->Allocate(n);
+      if (cache_buf_.mem) return cache_buf_.mem.data();
+    }
+    buf_ = SlabBlock::Allocate(n);
+    return buf_.data();
+  }
+
+  std::shared_ptr<void> Abandon() override {
+    if (area_) {
+      area_->poisoned = true;  // never handed out again: MPI may still write it
+      return std::exchange(area_, nullptr);
+    }
+    if (cache_buf_.mem) return std::make_shared<CacheBuffer>(std::move(cache_buf_));
+    return std::make_shared<SlabBlock>(std::move(buf_));
+  }
+
+  void Done(const Status& s, const char* data, uint64_t len) override {
+    FetchRouter* r = router_;
+    r->inflight_.erase(range_);
+    if (prefetch) {
+      --r->prefetch_inflight_;
+      r->prefetch_inflight_bytes_ -= range_.length;
+    }
+    // The replies go out first (the latency path); the client's next request on its connection -- which may
+    // reuse the area this landed in -- is only read after this returns (SocketServer defers it).
+    int64_t now = dp::NowUs();
+    for (const Waiter& w : waiters) {
+      r->clients_->Deliver(w.conn, w.req_id, s, data, len);
+      r->stats_->AddLatency(static_cast<uint64_t>(now - w.t0_us));
+    }
+    if (prefetch && !s.ok()) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.index));
+    if (prefetch && s.ok() && !waiters.empty()) r->Consumed(tag);  // read while in flight
+    if (s.ok() && r->cache_->Admits(len)) {
+      CacheBuffer cb;
+      const char* at = cache_buf_.mem.data();
+      if (at && data >= at && data + len <= at + cache_buf_.mem.capacity()) {
+        cb = std::move(cache_buf_);
+        cb.data = data;
+      } else {
+        // It landed in a client's area (which the client reuses): the cache keeps its own copy.
+        cb = r->cache_->Allocate(len);
+        if (cb.mem) std::memcpy(cb.mem.data(), data, len);
+      }
+      NodeCache::Tag keep;
+      if (prefetch && waiters.empty()) keep = tag;
+      if (cb.mem && !r->cache_->Insert(range_, std::move(cb), keep) && keep.prefetched)
+        r->Untag(r->prefetcher_.Dropped(tag.stream, tag.index));
+    }
+    delete this;
+  }
+
+ private:
+  FetchRouter* router_;
+  ByteRange range_;
+  std::shared_ptr<ReplyArea> area_;
+  CacheBuffer cache_buf_;
+  SlabBlock buf_;
+};
+
+FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport,
+                         NodeCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o)
+    : img_(std::move(img)),
+      local_(local),
+      transport_(transport),
+      cache_(cache),
+      clients_(clients),
+      stats_(stats),
+      o_(o) {}
+
+FetchRouter::~FetchRouter() = default;  // fetches still in flight are finished (and deleted) by the transport
+
+void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
+  int64_t t0 = dp::NowUs();
+  // A partition staged here (the client normally reads those itself: this covers a client whose view is older
+  // than ours). Read straight into its reply area.
+  if (local_->Has(r.part) && !bad_local_.count(r.part)) {
+    std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
+    if (!a) return;
+    Status s = local_->Read(r.part, r.offset, r.length, a->base);
+    if (s.ok() || s.code() == Code::kInvalidArgument) {
+      clients_->Deliver(conn, req_id, s, a->base, s.ok() ? r.length : 0);
+      stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
+      return;
+    }
+    // Our copy is unreadable (deleted, truncated): the other replicas may still have it. Said once per partition.
+    if (bad_local_.insert(r.part).second)
+      Error("reading staged partition %u failed (%s); it is served by the other replicas from now on", r.part,
+            s.ToString().c_str());
+  }
+  NodeCache::Tag tag;
+  if (const char* hit = cache_->Find(r, &tag)) {
+    stats_->cache_hits.fetch_add(1, std::memory_order_relaxed);
+    if (tag.prefetched) {
+      stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+      Consumed(tag);
+    }
+    clients_->Deliver(conn, req_id, Status::Ok(), hit, r.length);
+    stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
+    return;
+  }
+  if (auto it = inflight_.find(r); it != inflight_.end()) {
+    stats_->coalesced.fetch_add(1, std::memory_order_relaxed);
+    if (it->second->prefetch && it->second->waiters.empty()) stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+    it->second->waiters.push_back({conn, req_id, t0});
+    return;
+  }
+  auto* f = new Fetch(this, r);
+  f->waiters.push_back({conn, req_id, t0});
+  inflight_[r] = f;
+  transport_->Fetch(r, f);
+}
+
+RequestHandler::PathKind FetchRouter::Resolve(std::string_view path, ByteRange* r) {
+  while (!path.empty() && path.front() == '/') path.remove_prefix(1);
+  auto id = img_->Lookup(path);
+  if (!id.ok()) return PathKind::kMissing;
+  Entry e = img_->Get(*id);
+  if (!e.is_reg()) return PathKind::kMissing;
+  if (e.stored_size == 0 || img_->HasPartition(e.part)) return PathKind::kLocal;
+  *r = ByteRange{e.part, e.offset, e.stored_size};
+  return PathKind::kRemote;
+}
+
+void FetchRouter::Settle() {
+  for (const NodeCache::Tag& t : cache_->TakeSharedReads()) {
+    stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+    Consumed(t);
+  }
+  stats_->shared_hits.store(cache_->SharedHits(), std::memory_order_relaxed);
+}
+
+void FetchRouter::OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) {
+  Untag(prefetcher_.Hint(stream, std::move(ranges), append));
+}
+
+void FetchRouter::Untag(const std::vector<ByteRange>& ranges) {
+  for (const ByteRange& r : ranges) cache_->Untag(r);
+}
+
+void FetchRouter::Consumed(const NodeCache::Tag& tag) { Untag(prefetcher_.Consumed(tag.stream, tag.index)); }
+
+bool FetchRouter::Pump() {
+  if (cache_->budget() == 0 || prefetcher_.streams() == 0) return false;
+  bool did = false;
+  // Readers that took prefetched ranges straight from the shared index move the prefetch window too (looked at
+  // every millisecond: the scan walks the ranges fetched ahead).
+  int64_t now = dp::NowUs();
+  if (now - last_scan_us_ >= 1000) {
+    last_scan_us_ = now;
+    for (const NodeCache::Tag& t : cache_->TakeSharedReads()) {
+      stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+      Consumed(t);
+      did = true;
+    }
+  }
+  while (prefetch_inflight_ < o_.prefetch_inflight &&
+         cache_->tagged_bytes() + prefetch_inflight_bytes_ < o_.prefetch_window) {
+    auto item = prefetcher_.Next([this](const ByteRange& r) {
+      return !cache_->Admits(r.length) || cache_->Contains(r) || inflight_.count(r) > 0;
+    });
+    if (!item) break;
+    auto* f = new Fetch(this, item->range);
+    f->prefetch = true;
+    f->tag = NodeCache::Tag{true, item->stream, item->index};
+    inflight_[item->range] = f;
+    ++prefetch_inflight_;
+    prefetch_inflight_bytes_ += item->range.length;
+    stats_->prefetched.fetch_add(1, std::memory_order_relaxed);
+    did = true;
+    transport_->Fetch(item->range, f);
+  }
+  return did;
+}
+
+}  // namespace fanstore::daemon

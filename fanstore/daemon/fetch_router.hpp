@@ -1,0 +1,65 @@
+// Where a client's fetch is answered from: this node's staged partitions, the node cache, a fetch of the same
+// range already in flight (joined: N readers of one file cost one transfer), or a new fetch from a peer -- whose
+// reply lands directly in the asking client's reply area. Also runs the prefetch hints: ranges fetched ahead
+// into the node cache, within a bounded window. Single-threaded (the daemon's progress thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "byte_range.hpp"
+#include "fanstore/image.hpp"
+#include "mpi_transport.hpp"
+#include "node_cache.hpp"
+#include "prefetcher.hpp"
+#include "socket_server.hpp"
+#include "staged_reader.hpp"
+#include "stats.hpp"
+
+namespace fanstore::daemon {
+
+struct RouterOptions {
+  uint64_t prefetch_window = 256ull << 20;  // bytes fetched ahead and not read yet, at most
+  int prefetch_inflight = 16;               // prefetch fetches in flight, at most
+};
+
+class FetchRouter final : public RequestHandler {
+ public:
+  FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport, NodeCache* cache,
+              SocketServer* clients, DaemonStats* stats, RouterOptions o);
+  ~FetchRouter() override;
+
+  void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
+  PathKind Resolve(std::string_view path, ByteRange* r) override;
+  void OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) override;
+  // Starts prefetches while the window allows; true when it started any.
+  bool Pump();
+  // Brings the statistics up to date with what clients read straight from the shared cache (before the exit line).
+  void Settle();
+
+  class Fetch;
+
+ private:
+  friend class Fetch;
+  void Consumed(const NodeCache::Tag& tag);
+  void Untag(const std::vector<ByteRange>& ranges);
+
+  std::shared_ptr<const Image> img_;
+  const StagedReader* local_;
+  MpiTransport* transport_;
+  NodeCache* cache_;
+  SocketServer* clients_;
+  DaemonStats* stats_;
+  RouterOptions o_;
+  Prefetcher prefetcher_;
+  std::unordered_map<ByteRange, Fetch*, ByteRangeHash> inflight_;
+  int prefetch_inflight_ = 0;
+  int64_t last_scan_us_ = 0;
+  uint64_t prefetch_inflight_bytes_ = 0;
+  std::set<uint32_t> bad_local_;  // staged partitions that failed a read: served by the other replicas
+};
+
+}  // namespace fanstore::daemon

@@ -1,0 +1,138 @@
+// NodeCache: ranges by (partition, start offset) with containment lookup; two lists decide eviction order; the
+// shared arena holds the bytes and the index clients read.
+#include "node_cache.hpp"
+
+namespace fanstore::daemon {
+
+NodeCache::NodeCache(uint64_t budget_bytes, Status* why) : budget_(budget_bytes) {
+  if (budget_ == 0) return;
+  Status s;
+  arena_ = SharedArena::Create(budget_, &s);
+  if (!arena_) {
+    budget_ = 0;
+    if (why) *why = s;
+  }
+}
+
+CacheBuffer NodeCache::Allocate(uint64_t n) {
+  CacheBuffer b;
+  if (!arena_) return b;
+  // Cold ranges make room; bounded, so one allocation never empties a cache of tiny ranges for a big one.
+  for (int evicted = 0; evicted <= 4096; ++evicted) {
+    b.mem = arena_->Allocate(n);
+    if (b.mem || !EvictOne()) break;
+  }
+  b.data = b.mem ? b.mem.data() : nullptr;
+  return b;
+}
+
+std::vector<NodeCache::Tag> NodeCache::TakeSharedReads() {
+  std::vector<Tag> read;
+  if (!arena_) return read;
+  for (auto it = tagged_list_.begin(); it != tagged_list_.end();) {
+    auto cur = it++;
+    if (arena_->Hits(cur->slot) == 0) continue;
+    read.push_back(cur->tag);
+    cur->tag = Tag{};
+    tagged_ -= cur->range.length;
+    lru_.splice(lru_.begin(), tagged_list_, cur);
+  }
+  return read;
+}
+
+uint64_t NodeCache::SharedHits() const {
+  uint64_t n = withdrawn_hits_;
+  if (!arena_) return n;
+  for (const List* l : {&lru_, &tagged_list_})
+    for (const Node& node : *l) n += arena_->Hits(node.slot);
+  return n;
+}
+
+const NodeCache::List::iterator* NodeCache::Locate(const ByteRange& r) const {
+  auto p = index_.find(r.part);
+  if (p == index_.end() || p->second.empty()) return nullptr;
+  auto it = p->second.upper_bound(r.offset);  // first range starting after r.offset
+  if (it == p->second.begin()) return nullptr;
+  --it;
+  const Node& n = *it->second;
+  if (n.range.end() < r.end() || r.offset < n.range.offset) return nullptr;
+  return &it->second;
+}
+
+bool NodeCache::Contains(const ByteRange& r) const { return Locate(r) != nullptr; }
+
+const char* NodeCache::Find(const ByteRange& r, Tag* consumed) {
+  *consumed = Tag{};
+  const List::iterator* loc = Locate(r);
+  if (!loc) return nullptr;
+  List::iterator it = *loc;
+  if (it->tag.prefetched) {
+    *consumed = it->tag;
+    it->tag = Tag{};
+    tagged_ -= it->range.length;
+    lru_.splice(lru_.begin(), tagged_list_, it);
+  } else {
+    lru_.splice(lru_.begin(), lru_, it);
+  }
+  return it->buf.data + (r.offset - it->range.offset);
+}
+
+void NodeCache::Untag(const ByteRange& r) {
+  auto p = index_.find(r.part);
+  if (p == index_.end()) return;
+  auto f = p->second.find(r.offset);
+  if (f == p->second.end() || !(f->second->range == r) || !f->second->tag.prefetched) return;
+  List::iterator it = f->second;
+  it->tag = Tag{};
+  tagged_ -= it->range.length;
+  // Not read, so not recently used: it goes to the cold end.
+  lru_.splice(lru_.end(), tagged_list_, it);
+}
+
+void NodeCache::Erase(List::iterator it, List* from) {
+  // Out of the shared index first: from here on no client completes a copy of it, and its memory can go.
+  if (arena_ && it->slot >= 0) {
+    withdrawn_hits_ += arena_->Hits(it->slot);
+    arena_->Withdraw(it->slot);
+  }
+  auto p = index_.find(it->range.part);
+  if (p != index_.end()) {
+    p->second.erase(it->range.offset);
+    if (p->second.empty()) index_.erase(p);
+  }
+  used_ -= it->range.length;
+  if (it->tag.prefetched) tagged_ -= it->range.length;
+  from->erase(it);
+}
+
+bool NodeCache::EvictOne() {
+  if (!lru_.empty()) {
+    Erase(std::prev(lru_.end()), &lru_);
+    return true;
+  }
+  if (!tagged_list_.empty()) {
+    Erase(tagged_list_.begin(), &tagged_list_);
+    return true;
+  }
+  return false;
+}
+
+bool NodeCache::Insert(const ByteRange& r, CacheBuffer buf, Tag tag) {
+  if (!Admits(r.length) || !arena_ || !buf.mem) return false;
+  auto p = index_.find(r.part);
+  if (p != index_.end() && p->second.count(r.offset)) return false;
+  // A range already covered by a bigger cached one needs no second copy.
+  if (Contains(r)) return false;
+  while (used_ + r.length > budget_)
+    if (!EvictOne()) return false;
+  List& into = tag.prefetched ? tagged_list_ : lru_;
+  auto it = tag.prefetched ? into.insert(into.end(), Node{r, std::move(buf), tag, -1})
+                           : into.insert(into.begin(), Node{r, std::move(buf), tag, -1});
+  it->slot = arena_->Publish(r.part, r.offset, r.length, it->buf.data);
+  index_[r.part][r.offset] = it;
+  used_ += r.length;
+  if (tag.prefetched) tagged_ += r.length;
+  return true;
+}
+
+}  // namespace fanstore::daemon

@@ -1,0 +1,205 @@
+"""Basic daemon cases: staging layout and reads from every rank, replicas and failover, staging errors, a PyTorch
+DataLoader through `fanstore run --daemon`, and one transfer for many readers of one file (the node cache)."""
+import json
+import hashlib
+import os
+import re
+import subprocess
+
+from mpi_harness import Job, SKIP, check, counters, log, parts_of
+
+
+def case_read_all(ctx):
+    ctx.pack(parts=8)
+    job = Job(ctx, 4)
+    job.wait_ready()
+    for r in range(4):
+        got = parts_of(ctx.node(r))
+        want = sorted([f"part-{i:05d}.fsp" for i in range(8) if i % 4 == r] + ["part-rep.fsp"])
+        check(got == want, f"rank {r} staged {got}, expected {want}")
+    w = subprocess.run([ctx.args.fanstore, "wait", os.path.join(ctx.work, "nobody.sock"), "--timeout", "0.3"],
+                       capture_output=True, text=True)
+    check(w.returncode == 1 and "not ready" in w.stderr, f"fanstore wait on a missing socket: {w.returncode} {w.stderr}")
+    r = ctx.run_check(0, "--which", "all")
+    check(r.returncode == 0, "reading every file through rank 0 failed")
+    m = re.search(r"\((\d+) local, (\d+) remote\)", r.stdout)
+    check(m and int(m.group(2)) > int(m.group(1)), "expected most files to be remote")
+    procs = [ctx.start_check(i, "--threads", "2") for i in range(4)]
+    for i, p in enumerate(procs):
+        out, _ = p.communicate(timeout=120)
+        log(f"concurrent client@rank{i} -> rc {p.returncode}: {out.strip()}")
+        check(p.returncode == 0, f"concurrent client on rank {i} failed")
+    job.stop()
+    out = job.output()
+    log("daemon exit lines:\n" + "\n".join(l for l in out.splitlines() if "stopping on" in l))
+    check(len(re.findall(r"fanstore serve\[rank \d\]: stopping on .*served \d+ client requests", out)) == 4,
+          "expected one exit line per rank:\n" + out)
+    for r in range(4):
+        check(not os.path.exists(ctx.sock(r)), f"socket of rank {r} left behind")
+        check(parts_of(ctx.node(r)), "staged data removed without --cleanup")
+
+
+def case_replicas(ctx):
+    ctx.pack(parts=8)
+    job = Job(ctx, 4, "--replicas", "2", "--timeout", "4", "--cleanup", "--cache-bytes", "0")
+    job.wait_ready()
+    for r in range(4):
+        got = parts_of(ctx.node(r))
+        want = sorted([f"part-{i:05d}.fsp" for i in range(8) if r in (i % 4, (i % 4 + 1) % 4)] + ["part-rep.fsp"])
+        check(got == want, f"rank {r} staged {got}, expected {want}")
+    # Lose rank 1's staged data: truncate (so even an open fd reads nothing) and delete.
+    for f in parts_of(ctx.node(1)):
+        path = os.path.join(ctx.node(1), f)
+        os.truncate(path, 0)
+        os.unlink(path)
+    log(f"removed rank 1's staged partitions; left: {parts_of(ctx.node(1))}")
+    for rank in (0, 1, 2):
+        r = ctx.run_check(rank, "--which", "all", "--threads", "2")
+        check(r.returncode == 0, f"reads through rank {rank} failed after rank 1 lost its data")
+    job.stop()
+    out = job.output()
+    log("daemon exit lines:\n" + "\n".join(l for l in out.splitlines() if "stopping on" in l))
+    failovers = sum(int(x) for x in re.findall(r"(\d+) failovers", out))
+    check(failovers > 0, "expected some reads to fail over to the second replica")
+    for r in range(4):
+        check(not os.path.exists(ctx.node(r)) or not parts_of(ctx.node(r)), f"--cleanup left data on rank {r}")
+
+
+def case_nospace(ctx):
+    ctx.pack(parts=8)
+    job = Job(ctx, 4, "--reserve", str(10 ** 18), wrap_exit=True)
+    job.wait(120)
+    out = job.output()
+    log("output:\n" + out.strip())
+    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+    check(len(exits) == 4 and all(v != "0" for v in exits.values()), f"every rank must exit non-zero: {exits}")
+    errs = re.findall(r"fanstore serve\[rank (\d)\]: no space: not enough space in \S+ for partition (part-\S+\.fsp): "
+                      r"this rank needs (\d+) bytes", out)
+    check(len(errs) == 4, "expected one space error per rank naming the partition and the bytes")
+
+    # One rank fails alone (its --local is a regular file): every rank must still exit non-zero.
+    for r in range(4):
+        subprocess.run(["rm", "-rf", ctx.node(r)], check=True)
+    open(ctx.node(2), "w").close()
+    job = Job(ctx, 4, wrap_exit=True)
+    job.wait(120)
+    out = job.output()
+    log("output:\n" + out.strip())
+    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+    check(len(exits) == 4 and all(v != "0" for v in exits.values()),
+          f"every rank must exit non-zero when one fails: {exits}")
+    check(re.search(r"fanstore serve\[rank 2\]: .*node2", out), "rank 2 must say what failed")
+    check(re.search(r"failed on 1 rank\(s\)", out), "rank 0 must say another rank failed")
+    os.unlink(ctx.node(2))
+
+
+DATALOADER = r'''
+import hashlib, json, os, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.datasets import DatasetFolder
+
+def load(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+class Md5(Dataset):
+    def __init__(self, root):
+        self.inner = DatasetFolder(root, loader=load, extensions=(".bin",))
+    def __len__(self):
+        return len(self.inner)
+    def __getitem__(self, i):
+        data, target = self.inner[i]
+        return os.path.relpath(self.inner.samples[i][0], sys.argv[1]), hashlib.md5(data).hexdigest(), os.getpid()
+
+def collate(batch):
+    return batch
+
+if __name__ == "__main__":
+    loader = DataLoader(Md5(sys.argv[1]), batch_size=4, num_workers=2, collate_fn=collate)
+    out, pids = {}, set()
+    for batch in loader:
+        for rel, md5, pid in batch:
+            out[rel] = md5
+            pids.add(pid)
+    print(json.dumps({"files": out, "workers": len(pids)}))
+'''
+
+
+def source_md5s(root):
+    want = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(d, name)
+            with open(p, "rb") as f:
+                want[os.path.relpath(p, root)] = hashlib.md5(f.read()).hexdigest()
+    return want
+
+
+def torch_or_skip(ctx):
+    if not os.path.exists(ctx.args.preload):
+        log(f"SKIPPED: {ctx.args.preload} is not built (the interposer); cannot run python through the daemon")
+        return False
+    probe = subprocess.run([ctx.args.python, "-c", "import torch, torchvision"], capture_output=True)
+    if probe.returncode != 0:
+        log(f"SKIPPED: {ctx.args.python} cannot import torch and torchvision")
+        return False
+    return True
+
+
+def case_python(ctx):
+    if not torch_or_skip(ctx):
+        return SKIP
+    ctx.pack(parts=4)
+    job = Job(ctx, 2)
+    job.wait_ready()
+    script = os.path.join(ctx.work, "dl.py")
+    with open(script, "w") as f:
+        f.write(DATALOADER)
+    r = subprocess.run([ctx.args.fanstore, "run", "--daemon", ctx.sock(0), "--mount", "/fanstore", "--stats", "--",
+                        ctx.args.python, script, "/fanstore/train"], capture_output=True, text=True,
+                       env=ctx.env, timeout=300)
+    check(r.returncode == 0, f"python through the daemon failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    want = source_md5s(os.path.join(ctx.src, "train"))
+    log(f"DataLoader(num_workers=2) read {len(got['files'])} files in {got['workers']} workers")
+    check(got["files"] == want, "md5sums through the daemon differ from the source")
+    check(got["workers"] == 2, "expected both DataLoader workers to read")
+    job.stop()
+    out = job.output()
+    check(len(re.findall(r"stopping on", out)) == 2, "both ranks must stop cleanly")
+    c = counters(out, 0)
+    log(f"rank 0 daemon: {c}")
+    # (The workers leave with os._exit, so their FANSTORE_STATS lines never print: ask the daemon instead.)
+    check(c and c["client requests"] > 0 and c["errors"] == 0,
+          "the DataLoader workers must have fetched remote files through rank 0's daemon, without errors")
+
+
+def case_coalesce(ctx):
+    """Eight processes on one node read the same remote files at once: each range crosses MPI once (joined while
+    in flight, then read from the node cache, through the daemon or straight from its shared index), and every
+    reader gets the right bytes."""
+    os.makedirs(os.path.join(ctx.src, "big"))
+    import random
+    rnd = random.Random(3)
+    for i in range(4):
+        with open(os.path.join(ctx.src, "big", f"b{i}.bin"), "wb") as f:
+            f.write(rnd.randbytes((3 << 20) + i * 4099))
+    r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", ctx.img, "--parts", "2"], capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode == 0, r.stderr)
+    job = Job(ctx, 2)
+    job.wait_ready()
+    procs = [ctx.start_check(0, "--which", "remote", "--threads", "2") for _ in range(8)]
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        check(p.returncode == 0, f"a reader failed: {out}")
+    remote = int(re.search(r"(\d+) remote\)", out).group(1))
+    job.stop()
+    c = counters(job.output(), 0)
+    log(f"rank 0 daemon: {c}")
+    shared = c["shared cache hits"]
+    check(c["client requests"] + shared == 8 * remote, "every read went to the daemon or the shared node cache")
+    check(c["peer fetches"] == remote, f"each of the {remote} remote files must cross MPI exactly once")
+    check(c["cache hits"] + c["coalesced"] + shared == 7 * remote,
+          "the other readers joined a fetch or read the node cache")

@@ -1,0 +1,60 @@
+"""Multi-host for real: four network namespaces joined by veths on a bridge (scripts/netns-hosts.sh), one
+`fanstore serve` per namespace, Open MPI over TCP between them (mpirun starts an orted in each namespace). Every
+file read through one node's daemon matches the source; then one "host" is SIGKILLed: its files fail with EIO
+after one timeout, the other hosts keep serving and stop cleanly. Skipped, with the reason, where network
+namespaces cannot be made (not root, no iproute2, a container without CAP_SYS_ADMIN)."""
+import os
+import re
+import signal
+import subprocess
+
+from mpi_harness import Job, Skip, check, counters, log, wait_gone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NETNS = os.path.normpath(os.path.join(HERE, "..", "..", "scripts", "netns-hosts.sh"))
+HOSTS = 4
+
+
+def up(ctx, tag):
+    d = os.path.join(ctx.work, "netns")
+    r = subprocess.run([NETNS, "up", tag, str(HOSTS), d], capture_output=True, text=True, timeout=60)
+    if r.returncode == 77:
+        raise Skip(r.stderr.strip())
+    check(r.returncode == 0, f"netns-hosts.sh up failed: {r.stderr}")
+    ctx.cleanups = getattr(ctx, "cleanups", []) + [
+        lambda: subprocess.run([NETNS, "down", tag, str(HOSTS)], capture_output=True, timeout=60)]
+    with open(os.path.join(d, "mpirun")) as f:
+        return [line for line in f.read().splitlines() if line]
+
+
+def case_netns(ctx):
+    prefix = up(ctx, f"t{os.getpid()}")
+    ctx.pack(parts=8)
+    timeout = 2.0
+    job = Job(ctx, HOSTS, "--timeout", str(timeout), "--cache-bytes", "0",
+              launcher=prefix + ["-np", str(HOSTS)], mpirun_extra=("--mca", "orte_abort_on_non_zero_status", "0"))
+    job.wait_ready()
+    out = job.output()
+    # Each rank really sits in its own namespace: its network namespace differs from every other rank's.
+    pids = job.pids()
+    check(len(pids) == HOSTS, f"found daemons {pids}:\n{out}")
+    nets = {r: os.readlink(f"/proc/{p}/ns/net") for r, p in pids.items()}
+    check(len(set(nets.values())) == HOSTS, f"ranks share network namespaces: {nets}")
+    for rank in (0, 2):
+        r = ctx.run_check(rank, "--threads", "2")
+        check(r.returncode == 0, f"reading every file through rank {rank} over TCP failed")
+        m = re.search(r"\((\d+) local, (\d+) remote\)", r.stdout)
+        check(m and int(m.group(2)) > 0, "expected remote files")
+    os.kill(pids[1], signal.SIGKILL)
+    wait_gone(pids[1])
+    log(f"SIGKILLed the daemon of host 1 (pid {pids[1]})")
+    r = ctx.run_check(0, "--threads", "4", "--dead-owner", "1", "--nranks", str(HOSTS), "--max-seconds", "60")
+    check(r.returncode == 0, "after host 1 died: its files must fail with EIO, all others must read")
+    r = ctx.run_check(3, "--threads", "2", "--dead-owner", "1", "--nranks", str(HOSTS), "--max-seconds", "60")
+    check(r.returncode == 0, "host 3 must keep serving")
+    job.stop()
+    out = job.output()
+    check(len(re.findall(r"stopping on", out)) == HOSTS - 1, "the surviving hosts must stop cleanly:\n" + out[-3000:])
+    c = counters(out, 0)
+    log(f"rank 0 daemon: {c}")
+    check(c["peers down"] == 1 and c["timeouts"] <= 4, "host 1 must be declared down once")

@@ -1,0 +1,126 @@
+"""Prefetch cases: `fanstore prefetch` (a list of paths), the pure-Python sampler wrapper under a PyTorch
+DataLoader for two epochs, and `fanstore-train` hinting its own shuffled order. The daemon's counters show what
+the hints did: every remote file crossed MPI once, readers found it fetched ahead (or joined the fetch)."""
+import json
+import os
+import re
+import subprocess
+
+from cases_basic import source_md5s, torch_or_skip
+from mpi_harness import Job, check, counters, log
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_TOOLS = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "python"))
+
+HINTED_LOADER = r'''
+import hashlib, json, os, sys
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+from torchvision.datasets import DatasetFolder
+from fanstore_prefetch import HintingSampler, paths_of
+
+def load(path):
+    with open(path, "rb") as f:
+        return hashlib.md5(f.read()).hexdigest()
+
+if __name__ == "__main__":
+    root = sys.argv[1]
+    ds = DatasetFolder(root, loader=load, extensions=(".bin",))
+    class Remember(HintingSampler):  # keeps the epoch's order, to match samples to files
+        def __iter__(self):
+            it = super().__iter__()
+            self.order = list(it)
+            return iter(self.order)
+    sampler = Remember(RandomSampler(ds, generator=torch.Generator().manual_seed(0)), paths_of(ds))
+    loader = DataLoader(ds, sampler=sampler, batch_size=4, num_workers=2, collate_fn=lambda b: b)
+    # Each sample is (md5 of the file read by a worker, class); the sampler's order says which file it was.
+    epochs = []
+    for epoch in range(2):
+        got = [md5 for batch in loader for md5, _ in batch]
+        files = {os.path.relpath(ds.samples[i][0], root): got[k] for k, i in enumerate(sampler.order)}
+        epochs.append({"hint": sampler.last, "files": files})
+    print(json.dumps(epochs))
+'''
+
+
+def case_prefetch(ctx):
+    ctx.pack(parts=4, nfiles=160, sizes=(50000, 131072, 300000))
+    job = Job(ctx, 2, "--cache-bytes", str(256 << 20))
+    job.wait_ready()
+    # 1. The CLI: every file of the tree, a replicated (local) one, one not in the image, one outside the mount.
+    paths = []
+    for d, _, files in os.walk(os.path.join(ctx.src, "train")):
+        paths += ["/fanstore/" + os.path.relpath(os.path.join(d, f), ctx.src) for f in sorted(files)]
+    paths += ["val/" + sorted(os.listdir(os.path.join(ctx.src, "val")))[0], "train/none.bin", "/elsewhere/x.bin"]
+    lst = os.path.join(ctx.work, "list.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(paths) + "\n")
+    r = subprocess.run([ctx.args.fanstore, "prefetch", "--daemon", ctx.sock(0), lst], capture_output=True, text=True,
+                       env=ctx.env, timeout=60)
+    log(f"fanstore prefetch -> rc {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}")
+    check(r.returncode == 0, "fanstore prefetch failed")
+    m = re.search(r"(\d+) remote files .* (\d+) on this node, (\d+) not in the image, (\d+) outside", r.stdout)
+    check(m, "unexpected output")
+    remote, local, missing, outside = (int(x) for x in m.groups())
+    check(missing == 1 and outside == 1 and local >= 1 and remote > 0, "wrong counts")
+    res = ctx.run_check(0, "--which", "remote", "--threads", "2")
+    check(res.returncode == 0, "reading after the hint failed")
+    job.stop()
+    c = counters(job.output(), 0)
+    log(f"rank 0 daemon: {c}")
+    # The reader may overtake the prefetcher on a busy machine (it then fetches the file itself and the prefetcher
+    # skips it): each file still crosses MPI once, and every file fetched ahead is used.
+    check(c["peer fetches"] == remote, "each remote file must have crossed MPI once")
+    check(c["prefetched"] > remote // 2, f"the daemon must have fetched most of the {remote} hinted files ahead")
+    check(c["prefetch hits"] == c["prefetched"], "every file fetched ahead must have been read from the cache")
+
+    # 2. The Python sampler wrapper: two epochs through a DataLoader with forked workers.
+    if torch_or_skip(ctx):
+        job = Job(ctx, 2, "--cache-bytes", str(256 << 20))
+        job.wait_ready()
+        script = os.path.join(ctx.work, "hinted.py")
+        with open(script, "w") as f:
+            f.write(HINTED_LOADER)
+        env = dict(ctx.env, PYTHONPATH=PYTHON_TOOLS)
+        r = subprocess.run([ctx.args.fanstore, "run", "--daemon", ctx.sock(0), "--mount", "/fanstore", "--",
+                            ctx.args.python, script, "/fanstore/train"], capture_output=True, text=True, env=env,
+                           timeout=300)
+        check(r.returncode == 0, f"the hinted DataLoader failed (rc {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-3000:]}")
+        epochs = json.loads(r.stdout.strip().splitlines()[-1])
+        want = source_md5s(os.path.join(ctx.src, "train"))
+        for e in epochs:
+            check(e["files"] == want, "bytes through the hinted DataLoader differ from the source")
+        hint = epochs[0]["hint"]
+        log(f"epoch hints: {[e['hint'] for e in epochs]}")
+        check(hint and hint["remote"] > 0 and hint["missing"] == 0 and hint["outside"] == 0,
+              "the sampler's hint must name the dataset's files")
+        job.stop()
+        c = counters(job.output(), 0)
+        log(f"rank 0 daemon: {c}")
+        check(c["peer fetches"] == hint["remote"], "over two epochs each remote file must cross MPI once")
+        check(c["prefetch hits"] > 0, "the DataLoader must have found files fetched ahead")
+    # 3. fanstore-train hints its own shuffled order (per rank).
+    if ctx.args.train and os.path.exists(ctx.args.train):
+        datagen = os.path.join(os.path.dirname(ctx.args.train), "fanstore-datagen")
+        tree = os.path.join(ctx.work, "imgs")
+        r = subprocess.run([datagen, "imagefolder", "-o", tree, "--samples", "24", "--classes", "2", "--size", "32"],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, r.stderr)
+        img = os.path.join(ctx.work, "img-train")
+        r = subprocess.run([ctx.args.fanstore, "pack", tree, "-o", img, "--parts", "4"], capture_output=True,
+                           text=True, timeout=120)
+        check(r.returncode == 0, r.stderr)
+        job = Job(ctx, 2, image=img, local=os.path.join(ctx.work, "tnode{rank}"))
+        sock = os.path.join(ctx.work, "tnode0", "fanstore.sock")
+        job.wait_ready(socks=[sock, os.path.join(ctx.work, "tnode1", "fanstore.sock")])
+        r = subprocess.run([ctx.args.fanstore, "run", "--daemon", sock, "--", ctx.args.train, "--model", "resnet50",
+                            "--data", "/fanstore/train", "--input-size", "32", "--batch", "2", "--max-steps", "1",
+                            "--threads", "1", "--checkpoint", os.path.join(ctx.work, "ck")],
+                           capture_output=True, text=True, env=ctx.env, timeout=300)
+        check(r.returncode == 0, f"fanstore-train through the daemon failed:\n{r.stderr[-3000:]}")
+        job.stop()
+        c = counters(job.output(), 0)
+        log(f"rank 0 daemon after fanstore-train: {c}")
+        check(c["prefetched"] > 0, "fanstore-train must have hinted its epoch order")
+    else:
+        log("fanstore-train not built: its hint is not exercised")

@@ -1,0 +1,209 @@
+"""Security and resource cases: the socket is the owner's only (0600 whatever the umask; SO_PEERCRED checked
+even when its mode is widened behind the daemon's back; --group lets a group in), staged files keep the image's
+permissions, a second `fanstore serve` on a --local in use is refused before it writes anything, and a client
+that pipelines fetches without reading or opens thousands of idle connections pins bounded memory and fds.
+
+The other-user checks run a client as uid 65534 with setpriv (root only: skipped with a message otherwise)."""
+import hashlib
+import os
+import re
+import resource
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+
+from mpi_harness import Job, Skip, check, counters, log, parts_of
+
+NOBODY = 65534
+
+
+def as_user(cmd, groups=None):
+    """`cmd` as uid/gid 65534 (with supplementary `groups`, or none)."""
+    g = ["--groups", ",".join(str(x) for x in groups)] if groups else ["--clear-groups"]
+    return ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY)] + g + ["--"] + cmd
+
+
+def can_switch_user():
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def case_security(ctx):
+    ctx.pack(parts=4)
+    # A private image: 0600 files in a 0700 directory.
+    os.chmod(ctx.img, 0o700)
+    for f in os.listdir(ctx.img):
+        os.chmod(os.path.join(ctx.img, f), 0o600)
+    # The sockets live in a directory everybody may traverse, so only their own mode guards them.
+    os.chmod(ctx.work, 0o755)
+    socks = [os.path.join(ctx.work, f"s{r}.sock") for r in range(2)]
+    old = os.umask(0)  # the daemon must not depend on the caller's umask
+    try:
+        job = Job(ctx, 2, "--socket", os.path.join(ctx.work, "s{rank}.sock"))
+    finally:
+        os.umask(old)
+    job.wait_ready(socks=socks)
+    for r in range(2):
+        check(mode(socks[r]) == 0o600, f"socket of rank {r} is {oct(mode(socks[r]))}, expected 0o600 (umask 000)")
+        check(mode(ctx.node(r)) == 0o700, f"staging directory of rank {r} is {oct(mode(ctx.node(r)))}, expected the "
+                                          "image directory's 0o700")
+        for f in parts_of(ctx.node(r)) + ["index.fsi"]:
+            p = os.path.join(ctx.node(r), f)
+            check(mode(p) == 0o600, f"staged {f} of rank {r} is {oct(mode(p))}, expected the image's 0o600")
+    log("umask 000: sockets 0600, staged files 0600 in a 0700 directory, as the image")
+    if not can_switch_user():
+        job.stop()
+        raise Skip("not root (or no setpriv): the other-user checks need to run a client as uid 65534")
+    wait = [ctx.args.fanstore, "wait", socks[0], "--timeout", "1"]
+    r = subprocess.run(as_user(wait), capture_output=True, text=True, env=ctx.env)
+    log(f"uid {NOBODY} on the 0600 socket -> rc {r.returncode}: {r.stderr.strip()}")
+    check(r.returncode != 0 and "Permission denied" in r.stderr, "another user must not connect to a 0600 socket")
+    # Widened behind the daemon's back (a careless chmod): SO_PEERCRED still keeps the other user out.
+    os.chmod(socks[0], 0o666)
+    r = subprocess.run(as_user(wait), capture_output=True, text=True, env=ctx.env)
+    log(f"uid {NOBODY} on a socket chmod'ed 0666 -> rc {r.returncode}: {r.stderr.strip()}")
+    check(r.returncode != 0 and "may not use this daemon" in r.stderr,
+          "the daemon must refuse a uid it does not serve, with the reason")
+    check(ctx.run_check(0, "--which", "remote", sock=socks[0]).returncode == 0, "the owner must still be served")
+    job.stop()
+    c = counters(job.output(), 0)
+    check(c and c["connections refused"] >= 1, "the refusal must be counted")
+
+    # --group: members get in (0660 socket of that group), others do not.
+    group = 1  # `daemon` on Debian; any group other than ours and nobody's will do
+    job = Job(ctx, 2, "--socket", os.path.join(ctx.work, "s{rank}.sock"), "--group", str(group))
+    job.wait_ready(socks=socks)
+    st = os.stat(socks[0])
+    check(stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group,
+          f"with --group the socket must be 0660 and of gid {group}: {oct(st.st_mode)} gid {st.st_gid}")
+    r = subprocess.run(as_user(wait, groups=[group]), capture_output=True, text=True, env=ctx.env)
+    log(f"uid {NOBODY} in group {group} -> rc {r.returncode}: {r.stderr.strip()}")
+    check(r.returncode == 0, "a member of --group must be allowed")
+    r = subprocess.run(as_user(wait), capture_output=True, text=True, env=ctx.env)
+    check(r.returncode != 0, "a user outside --group must not get in")
+    job.stop()
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def snapshot(dirs):
+    """path -> (inode, mtime, content digest) of what the directories hold."""
+    out = {}
+    for d in dirs:
+        for f in os.listdir(d):
+            p = os.path.join(d, f)
+            st = os.lstat(p)
+            out[p] = (st.st_ino, st.st_mtime_ns, digest(p) if stat.S_ISREG(st.st_mode) else None)
+    return out
+
+
+def case_lock(ctx):
+    """A second job on the same --local is refused by every rank before it writes anything; the running job's
+    index and partitions are untouched and it keeps serving."""
+    ctx.pack(parts=4)
+    job = Job(ctx, 2)
+    job.wait_ready()
+    before = snapshot(ctx.node(r) for r in range(2))
+    # Another dataset, same --local: what the old daemon staged over the running job's index.
+    other = os.path.join(ctx.work, "other")
+    os.makedirs(os.path.join(other, "x"))
+    with open(os.path.join(other, "x", "y.bin"), "wb") as f:
+        f.write(b"another dataset" * 1000)
+    r = subprocess.run([ctx.args.fanstore, "pack", other, "-o", os.path.join(ctx.work, "img2"), "--parts", "2"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, r.stderr)
+    second = Job(ctx, 2, "--socket", os.path.join(ctx.work, "second{rank}.sock"), "--cleanup", wrap_exit=True,
+                 image=os.path.join(ctx.work, "img2"))
+    second.wait(120)
+    out = second.output()
+    log("second job:\n" + out.strip())
+    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+    check(len(exits) == 2 and all(v != "0" for v in exits.values()), f"every rank of the second job must fail: {exits}")
+    check(len(re.findall(r"is in use by another `fanstore serve`", out)) == 2, "each rank must say the directory is in use")
+    after = snapshot(ctx.node(r) for r in range(2))
+    check(after == before, "the second job changed the running job's files")
+    check(not any(os.path.exists(os.path.join(ctx.work, f"second{r}.sock")) for r in range(2)),
+          "the refused job left a socket")
+    r = ctx.run_check(0)
+    check(r.returncode == 0, "the running job must keep serving")
+    job.stop()
+
+
+def hostile_pipeline(sock_path, part, offset, length, n):
+    """A client that sends a hello and `n` fetches without ever reading a reply."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+
+    def req(kind, rid, p=0, off=0, ln=0):
+        return struct.pack("<IHHQIIQQQ", 0x51445346, 2, kind, rid, p, 0, off, ln, 0)
+
+    s.sendall(req(1, 1))
+    s.setblocking(False)
+    sent = 0
+    for i in range(n):
+        try:
+            s.send(req(2, i + 2, part, offset, length))
+            sent += 1
+        except BlockingIOError:
+            break
+    return s, sent
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def memfd_maps(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return sum(1 for line in f if "memfd:" in line)
+
+
+def case_limits(ctx):
+    """One connection pipelining thousands of fetches it never reads, and 2,000 idle connections: the daemon's
+    fds and shared mappings stay bounded and other clients are served."""
+    ctx.pack(parts=4, sizes=(300000,))
+    job = Job(ctx, 2, "--cache-bytes", "0")
+    job.wait_ready()
+    pid = job.pids()[0]
+    check(ctx.run_check(0).returncode == 0, "reads before the flood failed")
+    base_fds, base_maps = fd_count(pid), memfd_maps(pid)
+    # A range of partition 1, which rank 1 holds: remote for rank 0 (the daemon knows only byte ranges).
+    hostile = []
+    total = 0
+    for _ in range(4):
+        s, sent = hostile_pipeline(ctx.sock(0), 1, 4096, 300000, 20000)
+        hostile.append(s)
+        total += sent
+    # Let the daemon work through what it can (a normal client's full read takes longer than that).
+    check(ctx.run_check(0, "--threads", "2").returncode == 0, "a normal client must be served during the flood")
+    fds, maps = fd_count(pid), memfd_maps(pid)
+    log(f"4 connections pipelined {total} fetches without reading: daemon fds {base_fds} -> {fds}, "
+        f"memfd mappings {base_maps} -> {maps}")
+    check(fds <= base_fds + 4 + 2, "fds must stay bounded (one socket per connection, no fd per queued reply)")
+    check(maps <= base_maps + 4 + 2, "shared memory must stay bounded (one reply area per connection)")
+    for s in hostile:
+        s.close()
+    # 2,000 idle connections.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, 4096)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    idle = []
+    for _ in range(min(2000, want - 100)):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(ctx.sock(0))
+        idle.append(s)
+    check(ctx.run_check(0, "--threads", "2").returncode == 0, "a client must be served next to 2,000 idle connections")
+    log(f"{len(idle)} idle connections: daemon fds {fd_count(pid)}, memfd mappings {memfd_maps(pid)}")
+    check(memfd_maps(pid) <= base_maps + 4 + 2, "idle connections must not pin shared memory")
+    for s in idle:
+        s.close()
+    job.stop()
