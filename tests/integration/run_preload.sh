@@ -177,6 +177,100 @@ kill -TERM $sup
 wait $sup
 rc=$?
 [ $rc = 143 ] && pass "SIGTERM to fanstore run reaches the static program (status 143)" || fail "SIGTERM to the supervisor: $rc"
+# The FUSE mount must outlive every read of the program: a SIGKILL to the supervisor (the OOM killer, `kill -9`
+# of the pid a parent knows) or a SIGTERM to the whole job (Slurm, pkill) must never leave the program reading
+# the real directory the mount covered. Generous hang detection only: no timing is asserted.
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+gone() { for _ in $(seq 300); do kill -0 "$1" 2> /dev/null || return 0; sleep 0.1; done; return 1; }
+lister='trap "" TERM; echo $$ > "$0/../pid"; for i in $(seq 30); do ls "$0" | head -1; [ $i = 1 ] && echo > "$0/../listed"; sleep 0.1; done'
+mkdir -p "$tmp/kill/covered"
+echo "real file, must stay hidden" > "$tmp/kill/covered/real.txt"
+"$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c "$lister" "$tmp/kill/covered" \
+  > "$tmp/kill/out" 2>&1 &
+sup=$!
+if wait_file "$tmp/kill/listed"; then
+  kill -KILL $sup
+  wait $sup 2> /dev/null
+  if ! gone "$(cat "$tmp/kill/pid")"; then
+    fail "SIGKILL to fanstore run: the static program lives on without its supervisor"
+  elif grep -q real.txt "$tmp/kill/out"; then
+    fail "SIGKILL to fanstore run: the program then read the covered directory: $(tr '\n' ' ' < "$tmp/kill/out")"
+  else
+    pass "SIGKILL to fanstore run ends the static program; it never reads the covered directory"
+  fi
+else
+  fail "SIGKILL scenario: the program never listed the mount: $(cat "$tmp/kill/out")"
+fi
+rm -f "$tmp/kill/pid" "$tmp/kill/listed"
+"$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c "$lister; exit 5" "$tmp/kill/covered" \
+  > "$tmp/kill/out" 2>&1 &
+sup=$!
+if wait_file "$tmp/kill/listed"; then
+  # Every process of the job, as Slurm's scancel or `kill -TERM -- -PGID` would (the program ignores it).
+  pkill -TERM -P $sup
+  wait $sup
+  rc=$?
+  if grep -q real.txt "$tmp/kill/out"; then
+    fail "SIGTERM to the job: the program read the covered directory: $(tr '\n' ' ' < "$tmp/kill/out" | cut -c1-200)"
+  elif [ $rc != 5 ]; then
+    fail "SIGTERM to the job: status $rc instead of the program's 5"
+  else
+    pass "SIGTERM to every process of the job: the mount stays until the program ends (status 5)"
+  fi
+else
+  fail "SIGTERM scenario: the program never listed the mount: $(cat "$tmp/kill/out")"
+fi
+# A FUSE server that dies under the program: its reads fail (never the covered directory), fanstore run says so.
+rm -f "$tmp/kill/pid" "$tmp/kill/listed"
+"$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c "$lister; exit 6" "$tmp/kill/covered" \
+  > "$tmp/kill/out" 2> "$tmp/kill/err" &
+sup=$!
+if wait_file "$tmp/kill/listed"; then
+  pkill -KILL -x -P $sup fanstore
+  wait $sup
+  rc=$?
+  if [ $rc = 6 ] && ! grep -q real.txt "$tmp/kill/out" && grep -q "^fanstore run: the FUSE server .* ended" "$tmp/kill/err"; then
+    pass "a FUSE server killed under the program: reads fail, one line says so, status 6 kept"
+  else
+    fail "FUSE server killed: rc=$rc out=$(tr '\n' ' ' < "$tmp/kill/out" | cut -c1-120) err=$(head -2 "$tmp/kill/err")"
+  fi
+else
+  fail "server-death scenario: the program never listed the mount: $(cat "$tmp/kill/out")"
+fi
+# A program killed by a core-dumping signal: the same status, and no core file of fanstore itself (which
+# would overwrite the program's own core where core_pattern is a plain file name).
+mkdir -p "$tmp/core"
+st=$(cd "$tmp/core" && "$py" -c '
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, st = os.waitpid(pid, 0)
+print(os.WTERMSIG(st) if os.WIFSIGNALED(st) else "exit", os.WCOREDUMP(st))
+' "$fanstore" run --image "$tmp/zstd" -- busybox sh -c 'ulimit -c 0; kill -SEGV $$' 2> /dev/null)
+if [ "$st" = "11 False" ] && ! ls "$tmp/core" | grep -q core; then
+  pass "a program killed by SIGSEGV: fanstore run dies of SIGSEGV too, without dumping a core of its own"
+else
+  fail "program killed by SIGSEGV: supervisor '$st' (want '11 False'), files: $(ls "$tmp/core")"
+fi
+# A working directory at or below the prefix is re-entered through the mount, never the real directory.
+out=$(cd "$tmp/covered" && "$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- busybox ls 2>&1 | head -2 | tr '\n' ' ')
+[ "$out" = "bin deep " ] && pass "a static program started in the covered directory lists the image" ||
+  fail "static program started in the covered directory listed: $out"
+mkdir -p "$tmp/covered/names"
+out=$(cd "$tmp/covered/names" && "$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- bash -c 'busybox cat .hidden; busybox pwd' 2>&1 | tr '\n' ' ')
+[ "$out" = "hidden $tmp/covered/names " ] && pass "a static program exec'd from a real cwd under the prefix reads the image" ||
+  fail "static program exec'd from a real cwd under the prefix: $out"
+out=$(cd "$tmp/covered" && mkdir -p not-in-image && cd not-in-image &&
+      "$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- busybox ls 2>&1)
+rc=$?
+rmdir "$tmp/covered/not-in-image"
+if [ $rc != 0 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "not-in-image"; then
+  pass "a cwd under the prefix that the image lacks: one line, nothing run ($out)"
+else
+  fail "a cwd under the prefix that the image lacks: rc=$rc: $out"
+fi
 expect_err "--fuse never refuses a static program" "statically linked.*fanstore mount" \
   "$fanstore" run --fuse never --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden
 out=$($run /fanstore/bin/script.sh 2>&1)
