@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "exec_handover.hpp"
+#include "exec_path.hpp"
 #include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
@@ -290,25 +291,24 @@ FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp[])) {
   return FS_REAL(fexecve, fd, argv, envp);
 }
 
-FS_WRAPPER(int, execv, (const char* path, char* const argv[])) {
-  lazy::MaterializeAll(true);
-  std::string why;
-  if (Active() && handover::Needed(path, false, &why)) return handover::Exec(path, argv, environ, why);
-  return FS_REAL(execv, path, argv);
-}
+// glibc's execv, execvp and execvpe call an internal execve: they are done on ours instead (exec_path.hpp),
+// so a program stored in the image, a PATH entry under the mount and the hand-over work for every launcher.
+FS_WRAPPER(int, execv, (const char* path, char* const argv[])) { return execve(path, argv, environ); }
 
 FS_WRAPPER(int, execvp, (const char* file, char* const argv[])) {
-  lazy::MaterializeAll(true);
-  std::string why;
-  if (Active() && handover::Needed(file, true, &why)) return handover::Exec(file, argv, environ, why);
-  return FS_REAL(execvp, file, argv);
+  if (!Active()) {
+    lazy::MaterializeAll(true);
+    return FS_REAL(execvp, file, argv);
+  }
+  return exec_path::Execvpe(file, argv, environ);
 }
 
 FS_WRAPPER(int, execvpe, (const char* file, char* const argv[], char* const envp[])) {
-  lazy::MaterializeAll(true);
-  std::string why;
-  if (Active() && handover::Needed(file, true, &why)) return handover::Exec(file, argv, envp, why);
-  return FS_REAL(execvpe, file, argv, envp);
+  if (!Active()) {
+    lazy::MaterializeAll(true);
+    return FS_REAL(execvpe, file, argv, envp);
+  }
+  return exec_path::Execvpe(file, argv, envp);
 }
 
 namespace {
@@ -379,6 +379,8 @@ FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
 FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa,
                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
+  int rc;
+  if (exec_path::Spawn(pid, path, false, fa, attr, argv, envp, &rc)) return rc;  // a program of the image
   std::string why;
   if (Active() && handover::Needed(path, false, &why)) return handover::Spawn(pid, path, fa, attr, argv, envp, why);
   return FS_REAL(posix_spawn, pid, path, fa, attr, argv, envp);
@@ -387,6 +389,8 @@ FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_f
 FS_WRAPPER(int, posix_spawnp, (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa,
                                const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
+  int rc;
+  if (exec_path::Spawn(pid, file, true, fa, attr, argv, envp, &rc)) return rc;  // found in the image
   std::string why;
   if (Active() && handover::Needed(file, true, &why)) return handover::Spawn(pid, file, fa, attr, argv, envp, why);
   return FS_REAL(posix_spawnp, pid, file, fa, attr, argv, envp);
