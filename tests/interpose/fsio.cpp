@@ -556,6 +556,19 @@ void Run(const std::string& line) {
     ssize_t n = readlink(p.c_str(), buf, sizeof buf - 1);
     int e = errno;
     Report(line, n < 0 ? -1 : 0, e, n > 0 ? Unroot(std::string(buf, static_cast<size_t>(n))) : "");
+  } else if (op == "lstat_fd") {  // lstat_fd H: /proc/self/fd/<H> is a link (lstat, fstatat and statx
+    // without following) to the file (stat): what realpath implementations walking with lstat rely on
+    std::string p = "/proc/self/fd/" + std::to_string(Fd(arg(1)));
+    struct stat l, f;
+    struct statx x;
+    int rl = lstat(p.c_str(), &l), ra = fstatat(AT_FDCWD, p.c_str(), &f, AT_SYMLINK_NOFOLLOW);
+    int rx = statx(AT_FDCWD, p.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE, &x);
+    bool links = rl == 0 && S_ISLNK(l.st_mode) && ra == 0 && S_ISLNK(f.st_mode) && rx == 0 && S_ISLNK(x.stx_mode);
+    int rs = stat(p.c_str(), &f);
+    char b[96];
+    snprintf(b, sizeof b, "nofollow_is_link=%d follow_mode=%o size=%lld", links, rs == 0 ? f.st_mode : 0u,
+             rs == 0 ? static_cast<long long>(f.st_size) : -1LL);
+    Report(line, rl, errno, b);
   } else if (op == "mkstemp" || op == "mkostemp" || op == "mkdtemp") {  // mkstemp TEMPLATE [SUFFIXLEN]
     std::string t = Path(arg(1));
     int suffix = a.size() > 2 ? std::stoi(arg(2)) : 0;
