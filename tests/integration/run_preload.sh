@@ -310,6 +310,28 @@ if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
   else
     fail "unprivileged static run: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
   fi
+  # A set-user-ID program started by a user (su, sudo, mount, passwd, fusermount3, ping...): FUSE would need
+  # a user namespace, where the kernel drops its privileges. It runs as before, privileged and without the
+  # image, after one line saying so -- neither refused nor silently stripped of what it exists for.
+  cp "$(command -v id)" "$tmp/suid-id"
+  chmod 4755 "$tmp/suid-id"
+  if [ "$(setpriv --reuid=65534 --regid=65534 --clear-groups "$tmp/suid-id" -u 2> /dev/null)" != 0 ]; then
+    echo "skip  set-user-ID programs under fanstore run ($tmp is mounted nosuid)"
+  else
+    for how in "run" "exec"; do
+      if [ $how = run ]; then set -- "$tmp/suid-id" -u; else set -- bash -c "\"$tmp/suid-id\" -u"; fi
+      setpriv --reuid=65534 --regid=65534 --clear-groups "$fanstore" run --image "$tmp/zstd" -- "$@" \
+        > "$tmp/out" 2> "$tmp/err"
+      rc=$?
+      if [ $rc = 0 ] && [ "$(cat "$tmp/out")" = 0 ] && [ "$(wc -l < "$tmp/err")" = 1 ] &&
+         grep -q "set-user-ID.*without the image.*fanstore mount" "$tmp/err"; then
+        pass "a set-user-ID program ($how) keeps its privileges, with one line: $(cat "$tmp/err")"
+      else
+        fail "set-user-ID program ($how) as a user: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
+      fi
+    done
+    set --
+  fi
 fi
 
 # 8. A mount below an existing directory (--mount DATA/imagenet): the parent lists it, walks enter it, and a
