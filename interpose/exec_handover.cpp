@@ -75,6 +75,10 @@ bool Needed(const char* path, bool search_path, std::string* why) {
     std::string p = (search_path || strchr(path, '/') != nullptr) ? std::string(path) : "./" + std::string(path);
     ProgramProbe probe = ProbeProgram(p);
     if (probe.reach == PreloadReach::kReached || FuseServesMount()) return false;
+    if (FuseWouldDropPrivileges(probe)) {
+      WriteLine("fanstore: ", PrivilegedWithoutImage(probe, std::string(g_mount, g_mount_len)));
+      return false;
+    }
     *why = Why(probe);
     return true;
   } catch (...) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -120,6 +121,10 @@ int Run(const RunArgs& a) {
       (prog.size() == prefix.size() || prog[prefix.size()] == '/' || prefix == "/") && access(prog.c_str(), F_OK) != 0) {
     probe.reach = PreloadReach::kStatic;  // not static, but out of LD_PRELOAD's reach just the same
     probe.why = "stored in the image (the kernel can exec it only from a mount)";
+  }
+  if (a.fuse == "auto" && FuseWouldDropPrivileges(probe)) {
+    std::fprintf(stderr, "fanstore run: %s\n", PrivilegedWithoutImage(probe, prefix).c_str());
+    probe.reach = PreloadReach::kReached;  // exec'd as is, below
   }
   const bool unreachable = probe.reach != PreloadReach::kReached;
   if (a.fuse == "always" || (a.fuse == "auto" && unreachable)) {
