@@ -285,6 +285,12 @@ if [ "$out" = "$(printf 'sh\n/fanstore/deep/d00\nd01')" ]; then
 else
   fail "static program exec'd by bash printed: $out"
 fi
+# Any argv[0] survives the hand-over, an empty one and those that look like options included.
+for a0 in "" "-sh" "--help" "--"; do
+  want=$(bash -c "exec -a '$a0' busybox sh -c 'echo \$0'" 2>&1)
+  got=$($run bash -c "exec -a '$a0' busybox sh -c 'echo \$0'" 2>&1)
+  [ "$got" = "$want" ] && pass "hand-over keeps argv[0] '$a0' ($got)" || fail "hand-over with argv[0] '$a0': '$got' instead of '$want'"
+done
 # Preloaded by hand (no `fanstore run` to hand it to): the exec fails with one line, never a silent miss.
 LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_IMAGE=$tmp/zstd FANSTORE_MOUNT=/fanstore \
   bash -c 'busybox cat /fanstore/names/.hidden' > "$tmp/out" 2> "$tmp/err"
