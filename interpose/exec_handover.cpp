@@ -54,6 +54,7 @@ CommandLine Build(const char* path, char* const argv[]) {
   } else {
     c.words.insert(c.words.end(), {"--image", g_client->image().dir()});
   }
+  // (CLI11 takes the next word as the value, even an empty one or one that looks like an option: "-sh".)
   if (argv != nullptr && argv[0] != nullptr) c.words.insert(c.words.end(), {"--argv0", argv[0]});
   c.words.insert(c.words.end(), {"--", path});
   for (size_t i = 1; argv != nullptr && argv[0] != nullptr && argv[i] != nullptr; ++i) c.words.emplace_back(argv[i]);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct RunArgs {
   bool stats = false;
   std::string log;
   std::string fuse = "auto";  // auto: FUSE only for programs LD_PRELOAD cannot reach; always; never
-  std::string argv0;          // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
+  std::optional<std::string> argv0;  // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
   std::vector<std::string> command;
 };
 
@@ -142,7 +143,7 @@ int Run(const RunArgs& a) {
                            " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
 
   std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(a.argv0.empty() ? a.command[0].c_str() : a.argv0.c_str()));
+  argv.push_back(const_cast<char*>(a.argv0 ? a.argv0->c_str() : a.command[0].c_str()));
   for (size_t i = 1; i < a.command.size(); ++i) argv.push_back(const_cast<char*>(a.command[i].c_str()));
   argv.push_back(nullptr);
   execvp(a.command[0].c_str(), argv.data());

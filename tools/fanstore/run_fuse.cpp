@@ -254,7 +254,7 @@ int RunUnderFuse(const FuseRun& r) {
       ::_exit(1);
     }
     std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(r.argv0.empty() ? r.command[0].c_str() : r.argv0.c_str()));
+    argv.push_back(const_cast<char*>(r.argv0 ? r.argv0->c_str() : r.command[0].c_str()));
     for (size_t i = 1; i < r.command.size(); ++i) argv.push_back(const_cast<char*>(r.command[i].c_str()));
     argv.push_back(nullptr);
     ::execvp(r.command[0].c_str(), argv.data());

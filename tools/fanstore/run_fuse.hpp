@@ -2,6 +2,7 @@
 // the mount prefix in a private mount namespace that only the program and its children see.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,7 @@ struct FuseRun {
   std::string daemon;  // absolute socket of this node's `fanstore serve` (multi-node)
   std::string mount;   // normalised absolute prefix
   std::vector<std::string> command;
-  std::string argv0;   // argv[0] for the program when it differs from command[0]
+  std::optional<std::string> argv0;  // argv[0] for the program when it differs from command[0] (may be empty)
   std::string why;     // "/bin/busybox is statically linked": the first half of every error line
 };
 
