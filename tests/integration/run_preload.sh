@@ -340,6 +340,47 @@ if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
   fi
 fi
 
+# 7b. "#!" scripts stored in the image run as the kernel runs them from a real mount: the interpreter gets the
+#     script's own path (so `$0`, `__file__`, `sys.path[0]` point next to it, where its helpers are), and an
+#     interpreter stored in the image too (a packed venv's `pip`, `torchrun`) is run from the image.
+echo "== scripts stored in the image"
+mkdir -p "$tmp/venv/bin" "$tmp/venv/code"
+cp "$(type -P echo)" "$tmp/venv/bin/echo.elf"
+printf '#!/fanstore/bin/echo.elf  from the image \n' > "$tmp/venv/bin/tool"
+printf '#!/fanstore/bin/tool\n' > "$tmp/venv/bin/nested"
+printf '#!%s\nimport sys\nprint(sys.argv[0], sys.path[0])\nimport helper\nprint(helper.X)\n' "$py" > "$tmp/venv/code/train.py"
+echo 'X = "helper imported"' > "$tmp/venv/code/helper.py"
+printf '#!/bin/sh\necho "$0 $*"; cat "$(dirname "$0")/helper.py"\n' > "$tmp/venv/code/run.sh"
+chmod 755 "$tmp/venv/bin/"* "$tmp/venv/code/"*
+"$fanstore" pack "$tmp/venv" -o "$tmp/venvimg" > /dev/null
+vrun="$fanstore run --image $tmp/venvimg --"
+want="from the image /fanstore/bin/tool x"
+for how in bash python-subprocess posix_spawn env; do
+  case $how in
+    bash) out=$($vrun bash -c '/fanstore/bin/tool x' 2>&1) ;;
+    python-subprocess) out=$($vrun "$py" -c 'import subprocess; subprocess.run(["/fanstore/bin/tool", "x"])' 2>&1) ;;
+    posix_spawn) out=$($vrun "$py" -c 'import os; os.waitpid(os.posix_spawn("/fanstore/bin/tool", ["tool", "x"], os.environ), 0)' 2>&1) ;;
+    env) out=$($vrun env /fanstore/bin/tool x 2>&1) ;;
+  esac
+  [ "$out" = "$want" ] && pass "a script with its interpreter in the image ($how)" || fail "script with its interpreter in the image ($how): '$out'"
+done
+out=$($vrun bash -c '/fanstore/bin/nested y' 2>&1)
+[ "$out" = "from the image /fanstore/bin/tool /fanstore/bin/nested y" ] && pass "a script whose interpreter is such a script" ||
+  fail "nested image interpreters: '$out'"
+want=$(printf '/fanstore/code/train.py /fanstore/code\nhelper imported\n/fanstore/code/run.sh a b\nX = "helper imported"')
+for how in bash posix_spawn; do
+  case $how in
+    bash) out=$($vrun bash -c '/fanstore/code/train.py; cd /fanstore/code && ./run.sh a b | sed "s|^\./|/fanstore/code/|"' 2>&1) ;;
+    posix_spawn) out=$($vrun "$py" -c '
+import os, sys
+for argv in (["/fanstore/code/train.py"], ["/fanstore/code/run.sh", "a", "b"]):
+    sys.stdout.flush()
+    os.waitpid(os.posix_spawn(argv[0], argv, os.environ), 0)' 2>&1) ;;
+  esac
+  [ "$out" = "$want" ] && pass "a script of the image sees its own path and its neighbours ($how)" ||
+    fail "script of the image ($how): '$out'"
+done
+
 # 8. A mount below an existing directory (--mount DATA/imagenet): the parent lists it, walks enter it, and a
 #    temp-file writer (sed -i) gets EROFS and leaves nothing in a real directory.
 echo "== a mount inside an existing directory"
