@@ -182,13 +182,21 @@ rc=$?
 # the real directory the mount covered. Generous hang detection only: no timing is asserted.
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
 gone() { for _ in $(seq 300); do kill -0 "$1" 2> /dev/null || return 0; sleep 0.1; done; return 1; }
-lister='trap "" TERM; echo $$ > "$0/../pid"; for i in $(seq 30); do ls "$0" | head -1; [ $i = 1 ] && echo > "$0/../listed"; sleep 0.1; done'
 mkdir -p "$tmp/kill/covered"
 echo "real file, must stay hidden" > "$tmp/kill/covered/real.txt"
-"$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c "$lister" "$tmp/kill/covered" \
-  > "$tmp/kill/out" 2>&1 &
-sup=$!
-if wait_file "$tmp/kill/listed"; then
+# start_lister STATUS: a static program over that directory that ignores SIGTERM, lists the mount 30 times and
+# exits with STATUS, in the background ($sup: its `fanstore run`); true once it has listed the mount.
+start_lister() {
+  rm -f "$tmp/kill/pid" "$tmp/kill/listed"
+  "$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c \
+    'trap "" TERM; echo $$ > "$0/../pid"; for i in $(seq 30); do ls "$0" | head -1; [ $i = 1 ] && echo > "$0/../listed"; sleep 0.1; done; exit '"$1" \
+    "$tmp/kill/covered" > "$tmp/kill/out" 2> "$tmp/kill/err" &
+  sup=$!
+  wait_file "$tmp/kill/listed" && return 0
+  fail "the program under fanstore run never listed the mount: $(cat "$tmp/kill/out" "$tmp/kill/err")"
+  return 1
+}
+if start_lister 0; then
   kill -KILL $sup
   wait $sup 2> /dev/null
   if ! gone "$(cat "$tmp/kill/pid")"; then
@@ -198,14 +206,8 @@ if wait_file "$tmp/kill/listed"; then
   else
     pass "SIGKILL to fanstore run ends the static program; it never reads the covered directory"
   fi
-else
-  fail "SIGKILL scenario: the program never listed the mount: $(cat "$tmp/kill/out")"
 fi
-rm -f "$tmp/kill/pid" "$tmp/kill/listed"
-"$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c "$lister; exit 5" "$tmp/kill/covered" \
-  > "$tmp/kill/out" 2>&1 &
-sup=$!
-if wait_file "$tmp/kill/listed"; then
+if start_lister 5; then
   # Every process of the job, as Slurm's scancel or `kill -TERM -- -PGID` would (the program ignores it).
   pkill -TERM -P $sup
   wait $sup
@@ -217,15 +219,9 @@ if wait_file "$tmp/kill/listed"; then
   else
     pass "SIGTERM to every process of the job: the mount stays until the program ends (status 5)"
   fi
-else
-  fail "SIGTERM scenario: the program never listed the mount: $(cat "$tmp/kill/out")"
 fi
 # A FUSE server that dies under the program: its reads fail (never the covered directory), fanstore run says so.
-rm -f "$tmp/kill/pid" "$tmp/kill/listed"
-"$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c "$lister; exit 6" "$tmp/kill/covered" \
-  > "$tmp/kill/out" 2> "$tmp/kill/err" &
-sup=$!
-if wait_file "$tmp/kill/listed"; then
+if start_lister 6; then
   pkill -KILL -x -P $sup fanstore
   wait $sup
   rc=$?
@@ -234,8 +230,6 @@ if wait_file "$tmp/kill/listed"; then
   else
     fail "FUSE server killed: rc=$rc out=$(tr '\n' ' ' < "$tmp/kill/out" | cut -c1-120) err=$(head -2 "$tmp/kill/err")"
   fi
-else
-  fail "server-death scenario: the program never listed the mount: $(cat "$tmp/kill/out")"
 fi
 # A program killed by a core-dumping signal: the same status, and no core file of fanstore itself (which
 # would overwrite the program's own core where core_pattern is a plain file name).
