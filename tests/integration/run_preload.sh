@@ -397,6 +397,13 @@ if grep -q "Read-only file system" "$tmp/err" && [ "$(ls -A "$tmp/writable")" = 
 else
   fail "sed -i over a writable directory: $(cat "$tmp/err"); left: $(ls -A "$tmp/writable")"
 fi
+$fanstore run --image "$tmp/zstd" --mount "$tmp/writable" -- "$py" "$here/write_attempts.py" "$tmp/writable" /etc/hostname \
+  > "$tmp/out" 2>&1
+if [ "$(ls -A "$tmp/writable")" = keep.txt ] && ! grep -q created "$tmp/out"; then
+  pass "every way Python creates a file (temp files, link, fifo, Unix sockets) over a writable directory: nothing there"
+else
+  fail "creating over a writable directory left: $(ls -A "$tmp/writable" | tr '\n' ' '): $(grep created "$tmp/out")"
+fi
 
 echo "run_preload: $failed failure(s)"
 [ $failed -eq 0 ]
