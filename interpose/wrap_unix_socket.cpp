@@ -1,4 +1,4 @@
-// Unix socket names under the mount: bind creates a file there (EROFS, as on a read-only mount, never a
+// Unix socket names under the mount: bind creates a file there (EROFS, as on a read-only file system, never a
 // socket in a real directory behind the prefix); connect and sendto look one up (the image holds no sockets).
 #include <errno.h>
 #include <stddef.h>
@@ -26,8 +26,9 @@ bool UnixPath(const struct sockaddr* addr, socklen_t len, char (&buf)[sizeof(soc
   return true;
 }
 
-// connect/sendto to a name under the mount: the lookup's ENOENT/ENOTDIR, else ECONNREFUSED (no entry of the
-// image is a socket). 0 when the name is not ours.
+// connect/sendto to a name under the mount: the lookup's ENOENT/ENOTDIR, else EROFS -- the kernel asks for
+// write permission on the socket file before it checks the type, which a read-only file system refuses for
+// files and directories, the only entries an image has. 0 when the name is not ours.
 int LookupErrno(const char* call, const struct sockaddr* addr, socklen_t len) {
   char path[sizeof(sockaddr_un::sun_path) + 1];
   if (!Active() || !UnixPath(addr, len, path)) return 0;
@@ -36,7 +37,7 @@ int LookupErrno(const char* call, const struct sockaddr* addr, socklen_t len) {
   int err = Serve(
       [&] {
         LookUp(&r);
-        return r.kind == Resolved::kFail ? r.err : ECONNREFUSED;
+        return r.kind == Resolved::kFail ? r.err : EROFS;
       },
       ENOMEM);
   TraceCall(call, path, -1, err);

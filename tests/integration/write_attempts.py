@@ -29,10 +29,13 @@ def main():
     attempt("link", lambda: os.link(outside, root + "/hard"))
     attempt("symlink", lambda: os.symlink("x", root + "/sym"))
     attempt("mkfifo", lambda: os.mkfifo(root + "/fifo"))
-    # A Unix socket's name is a file too; connecting looks one up.
+    # A Unix socket's name is a file too; connecting looks one up. (Connecting to an existing regular file is
+    # ECONNREFUSED on a read-only bind mount but EROFS on a read-only file system: ro.fsio checks that one.)
     for path in ["/sock", "/text/sock", "/nodir/sock", "/text/lorem.txt", "/text/lorem.txt/sock"]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             attempt("bind " + path, lambda: s.bind(root + path))
+        if path == "/text/lorem.txt":
+            continue
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             attempt("connect " + path, lambda: s.connect(root + path))
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:

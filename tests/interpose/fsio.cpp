@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -533,6 +535,17 @@ void Run(const std::string& line) {
     Call(line, setxattr(Path(arg(1)).c_str(), "user.x", "1", 1, 0));
   } else if (op == "mkfifo") {
     Call(line, mkfifo(Path(arg(1)).c_str(), 0644));
+  } else if (op == "bind_unix" || op == "connect_unix") {  // bind_unix PATH / connect_unix PATH: a Unix socket name
+    struct sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string p = Path(arg(1));
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", p.c_str());
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto* sa = reinterpret_cast<struct sockaddr*>(&addr);
+    int rc = op == "bind_unix" ? bind(s, sa, sizeof addr) : connect(s, sa, sizeof addr);
+    int e = errno;
+    close(s);
+    Report(line, rc, e);
   } else if (op == "statvfs_ro") {
     struct statvfs sv;
     int rc = statvfs(Path(arg(1)).c_str(), &sv);
