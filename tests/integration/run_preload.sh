@@ -236,7 +236,8 @@ fi
 mkdir -p "$tmp/core"
 st=$(cd "$tmp/core" && "$py" -c '
 import os, resource, sys
-resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
 pid = os.fork()
 if pid == 0:
     os.execv(sys.argv[1], sys.argv[1:])
