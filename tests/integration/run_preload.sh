@@ -406,5 +406,13 @@ else
   fail "creating over a writable directory left: $(ls -A "$tmp/writable" | tr '\n' ' '): $(grep created "$tmp/out")"
 fi
 
+# A path through a sibling whose name starts with the mount's ("DATA/imagenet-old/../imagenet/x") is under the
+# mount once normalised: the image's file, never the real one the mount covers.
+mkdir -p "$tmp/sib/m/text" "$tmp/sib/mx"
+echo "real file, must stay hidden" > "$tmp/sib/m/text/lorem.txt"
+out=$("$fanstore" run --image "$tmp/zstd" --mount "$tmp/sib/m" -- head -c 11 "$tmp/sib/mx/../m/text/lorem.txt" 2>&1)
+[ "$out" = "lorem ipsum" ] && pass "a path through a sibling named like the mount reads the image" ||
+  fail "path through a sibling named like the mount read: $out"
+
 echo "run_preload: $failed failure(s)"
 [ $failed -eq 0 ]
