@@ -3,9 +3,12 @@
 #include "exec_handover.hpp"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <vector>
@@ -51,6 +54,7 @@ CommandLine Build(const char* path, char* const argv[]) {
   } else {
     c.words.insert(c.words.end(), {"--image", g_client->image().dir()});
   }
+  // (CLI11 takes the next word as the value, even an empty one or one that looks like an option: "-sh".)
   if (argv != nullptr && argv[0] != nullptr) c.words.insert(c.words.end(), {"--argv0", argv[0]});
   c.words.insert(c.words.end(), {"--", path});
   for (size_t i = 1; argv != nullptr && argv[0] != nullptr && argv[i] != nullptr; ++i) c.words.emplace_back(argv[i]);
@@ -65,16 +69,41 @@ void SayImpossible(const std::string& why) {
             " to it: start the job with `fanstore run` (it hands such programs a FUSE mount) or use `fanstore mount`");
 }
 
+// The usual exec -- a dynamically linked program of this machine's class, without set-ID bits or file
+// capabilities, or a file we cannot open (the exec reports what is wrong, as ProbeProgram leaves it) --
+// recognised with a few syscalls and no allocation: exec from a forked child (of a multithreaded program, or
+// a crash handler) must stay async-signal-safe. Anything else: the full probe.
+bool PlainDynamicProgram(const char* path) {
+  int fd = FS_REAL(open, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  struct stat st;
+  char head[2];
+  bool plain = FS_REAL(fstat, fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & (S_ISUID | S_ISGID)) == 0 &&
+               (::getuid() == 0 || FS_REAL(fgetxattr, fd, "security.capability", nullptr, 0) < 0) &&
+               FS_REAL(pread, fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
+               !(head[0] == '#' && head[1] == '!') && ProbeElfFd(fd) == PreloadReach::kReached;
+  FS_REAL(close, fd);
+  return plain;
+}
+
 }  // namespace
 
 bool Needed(const char* path, bool search_path, std::string* why) {
   if (path == nullptr || !Ready()) return false;
   ReentrancyGuard guard;
+  const int saved = errno;
+  const bool plain = (!search_path || strchr(path, '/') != nullptr) && PlainDynamicProgram(path);
+  errno = saved;
+  if (plain) return false;
   try {
     // execve resolves a name without '/' against the cwd, execvp through PATH.
     std::string p = (search_path || strchr(path, '/') != nullptr) ? std::string(path) : "./" + std::string(path);
     ProgramProbe probe = ProbeProgram(p);
     if (probe.reach == PreloadReach::kReached || FuseServesMount()) return false;
+    if (FuseWouldDropPrivileges(probe)) {
+      WriteLine("fanstore: ", PrivilegedWithoutImage(probe, std::string(g_mount, g_mount_len)));
+      return false;
+    }
     *why = Why(probe);
     return true;
   } catch (...) {

@@ -1,6 +1,7 @@
 // Calls on lazy fds (lazy.hpp): reads and seeks served in user space; everything that hands the fd to
 // the kernel (mmap, fdopen, sendfile, copy_file_range, splice, ioctl) materializes it first; exec and
 // spawn materialize every lazy fd the child could inherit. For other fds each wrapper is one load.
+#include <alloca.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -14,9 +15,9 @@
 #include <unistd.h>
 
 #include <string>
-#include <vector>
 
 #include "exec_handover.hpp"
+#include "exec_path.hpp"
 #include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
@@ -290,95 +291,82 @@ FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp[])) {
   return FS_REAL(fexecve, fd, argv, envp);
 }
 
-FS_WRAPPER(int, execv, (const char* path, char* const argv[])) {
-  lazy::MaterializeAll(true);
-  std::string why;
-  if (Active() && handover::Needed(path, false, &why)) return handover::Exec(path, argv, environ, why);
-  return FS_REAL(execv, path, argv);
-}
+// glibc's execv, execvp and execvpe call an internal execve: they are done on ours instead (exec_path.hpp),
+// so a program stored in the image, a PATH entry under the mount and the hand-over work for every launcher.
+FS_WRAPPER(int, execv, (const char* path, char* const argv[])) { return execve(path, argv, environ); }
 
 FS_WRAPPER(int, execvp, (const char* file, char* const argv[])) {
-  lazy::MaterializeAll(true);
-  std::string why;
-  if (Active() && handover::Needed(file, true, &why)) return handover::Exec(file, argv, environ, why);
-  return FS_REAL(execvp, file, argv);
+  if (!Active()) {
+    lazy::MaterializeAll(true);
+    return FS_REAL(execvp, file, argv);
+  }
+  return exec_path::Execvpe(file, argv, environ);
 }
 
 FS_WRAPPER(int, execvpe, (const char* file, char* const argv[], char* const envp[])) {
-  lazy::MaterializeAll(true);
-  std::string why;
-  if (Active() && handover::Needed(file, true, &why)) return handover::Exec(file, argv, envp, why);
-  return FS_REAL(execvpe, file, argv, envp);
+  if (!Active()) {
+    lazy::MaterializeAll(true);
+    return FS_REAL(execvpe, file, argv, envp);
+  }
+  return exec_path::Execvpe(file, argv, envp);
 }
 
+// execl, execlp, execle: the argument list as an argv array on the caller's stack, as glibc builds it (exec
+// must not allocate: it is async-signal-safe), then our execv/execvp/execve.
 namespace {
-// execl-style argument lists as an argv array (on the heap: exec either replaces us or fails).
-std::vector<char*>* CollectArgs(const char* arg0, va_list ap, char*** envp_out) {
-  auto* v = new (std::nothrow) std::vector<char*>;
-  if (v == nullptr) return nullptr;
-  try {
-    v->push_back(const_cast<char*>(arg0));
-    if (arg0 != nullptr) {
-      for (;;) {
-        char* a = va_arg(ap, char*);
-        v->push_back(a);
-        if (a == nullptr) break;
-      }
-    }
-    if (envp_out) *envp_out = va_arg(ap, char**);
-  } catch (...) {
-    delete v;
-    return nullptr;
+// Entries argv needs for arg0 and the arguments after it, up to their terminating NULL (included).
+size_t ArgvSlots(const char* arg0, va_list* ap) {
+  size_t n = 1;
+  if (arg0 != nullptr) {
+    va_list count;
+    va_copy(count, *ap);
+    while (va_arg(count, char*) != nullptr) ++n;
+    va_end(count);
   }
-  return v;
+  return n + 1;
 }
-
-// Runs `exec` on the collected argv (null: out of memory) and frees it, keeping exec's errno.
-template <class Exec>
-int ExecCollected(std::vector<char*>* v, Exec exec) {
-  if (v == nullptr) {
-    errno = ENOMEM;
-    return -1;
-  }
-  int rc = exec(v->data());
-  int e = errno;
-  delete v;
-  errno = e;
-  return rc;
+// Fills argv (ArgvSlots entries) from arg0 and *ap; *ap is left after the terminating NULL (execle's envp).
+char** FillArgv(char** argv, const char* arg0, va_list* ap) {
+  size_t i = 0;
+  argv[i++] = const_cast<char*>(arg0);
+  if (arg0 != nullptr)
+    while ((argv[i++] = va_arg(*ap, char*)) != nullptr) {
+    }
+  return argv;
 }
 }  // namespace
 
 FS_WRAPPER(int, execl, (const char* path, const char* arg, ...)) {
   va_list ap;
   va_start(ap, arg);
-  std::vector<char*>* v = CollectArgs(arg, ap, nullptr);
+  char** argv = FillArgv(static_cast<char**>(alloca(ArgvSlots(arg, &ap) * sizeof(char*))), arg, &ap);
   va_end(ap);
-  // Our execv wrapper (materializes), then libc's.
-  return ExecCollected(v, [&](char** argv) { return execv(path, argv); });
+  return execv(path, argv);
 }
 
 FS_WRAPPER(int, execlp, (const char* file, const char* arg, ...)) {
   va_list ap;
   va_start(ap, arg);
-  std::vector<char*>* v = CollectArgs(arg, ap, nullptr);
+  char** argv = FillArgv(static_cast<char**>(alloca(ArgvSlots(arg, &ap) * sizeof(char*))), arg, &ap);
   va_end(ap);
-  return ExecCollected(v, [&](char** argv) { return execvp(file, argv); });
+  return execvp(file, argv);
 }
 
 FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
   va_list ap;
   va_start(ap, arg);
-  char** envp = nullptr;
-  std::vector<char*>* v = CollectArgs(arg, ap, &envp);
+  char** argv = FillArgv(static_cast<char**>(alloca(ArgvSlots(arg, &ap) * sizeof(char*))), arg, &ap);
+  char** envp = va_arg(ap, char**);
   va_end(ap);
-  // Our execve: FANSTORE_CWD, programs inside the image.
-  return ExecCollected(v, [&](char** argv) { return execve(path, argv, envp); });
+  return execve(path, argv, envp);
 }
 
 // posix_spawn's file actions may dup2 any fd (close-on-exec or not) into the child: materialize all.
 FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa,
                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
+  int rc;
+  if (exec_path::Spawn(pid, path, false, fa, attr, argv, envp, &rc)) return rc;  // a program of the image
   std::string why;
   if (Active() && handover::Needed(path, false, &why)) return handover::Spawn(pid, path, fa, attr, argv, envp, why);
   return FS_REAL(posix_spawn, pid, path, fa, attr, argv, envp);
@@ -387,6 +375,8 @@ FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_f
 FS_WRAPPER(int, posix_spawnp, (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa,
                                const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
+  int rc;
+  if (exec_path::Spawn(pid, file, true, fa, attr, argv, envp, &rc)) return rc;  // found in the image
   std::string why;
   if (Active() && handover::Needed(file, true, &why)) return handover::Spawn(pid, file, fa, attr, argv, envp, why);
   return FS_REAL(posix_spawnp, pid, file, fa, attr, argv, envp);

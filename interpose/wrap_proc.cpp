@@ -10,6 +10,7 @@
 
 #include "cwd.hpp"
 #include "exec_handover.hpp"
+#include "exec_path.hpp"
 #include "fanstore/env.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
@@ -239,7 +240,8 @@ FS_WRAPPER(void, _exit, (int status)) {
 FS_WRAPPER(pid_t, vfork, ()) { return FS_REAL(fork); }
 
 // execve hands the virtual cwd to the child (FANSTORE_CWD); a program inside the image is executed
-// from its memfd (fexecve), since the kernel cannot see the path.
+// from its memfd (fexecve), since the kernel cannot see the path; a "#!" script inside the image, or a real
+// one whose interpreter is inside it, is run as the kernel runs scripts (exec_path::ExecScript).
 FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(true);  // the new program must find real files under the fds it inherits
   if (!Active()) return FS_REAL(execve, path, argv, envp);
@@ -250,7 +252,10 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
     env2 = Serve([&] { return EnvWithCwd(envp, v); }, static_cast<char**>(nullptr));
   char* const* use_env = env2 ? env2 : envp;
   std::string why;
+  exec_path::Shebang sb;
   if (r.pass()) {
+    if (exec_path::RealScriptWithImageInterpreter(r.PassPath(path), &sb))
+      return exec_path::ExecScript(sb, path, argv, use_env);
     // A static (or set-ID, 32-bit) program would not see the image: `fanstore run` hands it a FUSE mount.
     if (handover::Needed(r.PassPath(path), false, &why)) return handover::Exec(r.PassPath(path), argv, use_env, why);
     return FS_REAL(execve, r.PassPath(path), argv, use_env);
@@ -264,12 +269,14 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
         if (g_client->image().Get(r.id).is_dir()) return EACCES;
         // The memfd itself is executable by anyone: apply the packed mode bits as the kernel would.
         if (int e = AccessEntry(r.id, X_OK, true); e != 0) return e;
-        int fd = OpenEntry(r.id, O_RDONLY);  // not close-on-exec: "#!" scripts are run via /dev/fd/N
+        int fd = OpenEntry(r.id, O_RDONLY | O_CLOEXEC);  // an ELF program needs no fd once it runs
         if (fd < 0) return errno;
         image_path = AbsoluteOf(r.rel);
-        if (handover::NeededForFd(fd, image_path.c_str(), &why)) {
+        int script = exec_path::ReadShebang(fd, &sb);
+        if (script != 0 || handover::NeededForFd(fd, image_path.c_str(), &why)) {
           FdTable::Clear(fd);
           FS_REAL(close, fd);
+          if (script != 0) return script < 0 ? ENOEXEC : -2;  // -2: its interpreter runs it (below)
           return -1;  // run it from the FUSE mount instead (below)
         }
         TraceCall("execve", path, 0, 0);
@@ -281,6 +288,7 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
       },
       ENOMEM);
   if (err == -1) return handover::Exec(image_path.c_str(), argv, use_env, why);
+  if (err == -2) return exec_path::ExecScript(sb, path, argv, use_env);
   TraceCall("execve", path, -1, err);
   errno = err ? err : saved;
   return -1;

@@ -14,12 +14,15 @@ static_assert(sizeof(struct stat) == sizeof(struct stat64), "stat and stat64 mus
 
 namespace {
 
-// stat/lstat on a path (the image holds no symlinks, so both follow the same rules).
+// stat/lstat on a path (the image holds no symlinks, so both follow the same rules). The one link that
+// leads into the image, /proc/self/fd/N of one of our fds, is a link to lstat (`nofollow`) as on any file
+// system: realpath implementations walk paths with lstat and readlink.
 template <class Pass>
-int StatPath(const char* call, int dirfd, const char* path, void* st, Pass pass) noexcept {
+int StatPath(const char* call, int dirfd, const char* path, void* st, Pass pass, bool nofollow = false) noexcept {
   if (!Active()) return pass(dirfd, path);
   Resolved r = SafeClassify(dirfd, path);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
+  if (nofollow && r.fd_link) return pass(dirfd, path);
   return ServePath(call, r, path, [&](uint32_t id) {
     StatEntry(id, static_cast<struct stat*>(st));
     return 0;
@@ -61,7 +64,7 @@ int StatAt(const char* call, int dirfd, const char* path, void* st, int flags, P
     errno = saved;
     return 0;
   }
-  return StatPath(call, dirfd, path, st, pass);
+  return StatPath(call, dirfd, path, st, pass, (flags & AT_SYMLINK_NOFOLLOW) != 0);
 }
 
 }  // namespace
@@ -73,10 +76,10 @@ FS_WRAPPER(int, stat64, (const char* path, struct stat64* st)) {
   return StatPath("stat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(stat64, p, st); });
 }
 FS_WRAPPER(int, lstat, (const char* path, struct stat* st)) {
-  return StatPath("lstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat, p, st); });
+  return StatPath("lstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat, p, st); }, true);
 }
 FS_WRAPPER(int, lstat64, (const char* path, struct stat64* st)) {
-  return StatPath("lstat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat64, p, st); });
+  return StatPath("lstat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat64, p, st); }, true);
 }
 FS_WRAPPER(int, fstat, (int fd, struct stat* st)) {
   return StatFd("fstat", fd, st, [&] { return FS_REAL(fstat, fd, st); });
@@ -102,11 +105,12 @@ FS_WRAPPER(int, __xstat64, (int ver, const char* path, struct stat64* st)) {
                   [&](int, const char* p) { return FS_REAL(__xstat64, ver, p, st); });
 }
 FS_WRAPPER(int, __lxstat, (int ver, const char* path, struct stat* st)) {
-  return StatPath("__lxstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__lxstat, ver, p, st); });
+  return StatPath("__lxstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__lxstat, ver, p, st); },
+                  true);
 }
 FS_WRAPPER(int, __lxstat64, (int ver, const char* path, struct stat64* st)) {
   return StatPath("__lxstat64", AT_FDCWD, path, st,
-                  [&](int, const char* p) { return FS_REAL(__lxstat64, ver, p, st); });
+                  [&](int, const char* p) { return FS_REAL(__lxstat64, ver, p, st); }, true);
 }
 FS_WRAPPER(int, __fxstat, (int ver, int fd, struct stat* st)) {
   return StatFd("__fxstat", fd, st, [&] { return FS_REAL(__fxstat, ver, fd, st); });
@@ -143,6 +147,7 @@ FS_WRAPPER(int, statx, (int dirfd, const char* path, int flags, unsigned int mas
   }
   Resolved r = SafeClassify(dirfd, path);
   if (r.pass()) return FS_REAL(statx, r.PassDirfd(dirfd), r.PassPath(path), flags, mask, stx);
+  if (r.fd_link && (flags & AT_SYMLINK_NOFOLLOW)) return FS_REAL(statx, dirfd, path, flags, mask, stx);
   return ServePath("statx", r, path, [&](uint32_t id) {
     StatxEntry(id, stx);
     return 0;

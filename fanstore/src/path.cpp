@@ -40,11 +40,14 @@ Classified ClassifyPath(std::string_view path, std::string_view mount, std::stri
   // (normalisation cannot make "/usr/..//fanstore" common enough to matter, but handle it anyway).
   std::string joined;
   if (path[0] == '/') {
+    // Only a path with "..", "." or "//" components can normalise to something its text does not start with.
+    const bool plain = path.find("/..") == std::string_view::npos && path.find("//") == std::string_view::npos &&
+                       path.find("/./") == std::string_view::npos;
     if (path.size() >= mount.size() && path.compare(0, mount.size(), mount) == 0) {
-      // "/fanstore", "/fanstore/..." are candidates; "/fanstorex" is not. A mount at "/" takes everything.
-      if (mount.size() > 1 && path.size() > mount.size() && path[mount.size()] != '/') return r;
-    } else if (path.find("/..") == std::string_view::npos && path.find("//") == std::string_view::npos &&
-               path.find("/./") == std::string_view::npos) {
+      // "/fanstore", "/fanstore/..." are candidates; "/fanstorex" is not (but "/fanstorex/../fanstore/a" is).
+      // A mount at "/" takes everything.
+      if (mount.size() > 1 && path.size() > mount.size() && path[mount.size()] != '/' && plain) return r;
+    } else if (plain) {
       return r;
     }
     joined.assign(path);

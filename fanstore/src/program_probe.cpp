@@ -151,4 +151,12 @@ ProgramProbe ProbeProgram(const std::string& command, const char* search_path) {
   return out;
 }
 
+bool FuseWouldDropPrivileges(const ProgramProbe& p) { return p.reach == PreloadReach::kSecure && ::geteuid() != 0; }
+
+std::string PrivilegedWithoutImage(const ProgramProbe& p, const std::string& mount) {
+  return p.program + " runs with " + p.why + ": it keeps its privileges and runs without the image under " + mount +
+         " (the loader ignores LD_PRELOAD for it, and a FUSE mount in a user namespace would drop them); if it must "
+         "read the image, mount it with `fanstore mount` or run the job as root";
+}
+
 }  // namespace fanstore

@@ -54,6 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"/fanstorex", "/", PathClass::kNotOurs, ""},                        // a prefix is not ours
         Case{"/fanstorex/a", "/", PathClass::kNotOurs, ""},
         Case{"/fanstore.old/a", "/", PathClass::kNotOurs, ""},
+        Case{"/fanstorex/../fanstore/a", "/", PathClass::kOurs, "a"},           // a sibling, then back in
         Case{"/usr/lib/libc.so", "/", PathClass::kNotOurs, ""},
         Case{"/usr/../fanstore/a", "/", PathClass::kOurs, "a"},                  // '..' into the mount
         Case{"//fanstore/a", "/", PathClass::kOurs, "a"},

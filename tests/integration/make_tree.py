@@ -2,6 +2,7 @@
 """Generates the edge-case tree the real-program suite packs and compares: deterministic for a given seed."""
 import os
 import random
+import shutil
 import sys
 
 import h5py
@@ -54,6 +55,14 @@ def main():
     exe = os.path.join(root, "bin", "script.sh")
     write(exe, b"#!/bin/sh\necho script\n")
     os.chmod(exe, 0o755)
+    # No "#!": execvp and the shells run it with /bin/sh (ENOEXEC). And a real ELF program, this machine's `echo`.
+    plain = os.path.join(root, "bin", "plain.sh")
+    write(plain, b"echo plain \"$@\"\n")
+    os.chmod(plain, 0o755)
+    elf = os.path.join(root, "bin", "echo.elf")
+    with open(shutil.which("echo"), "rb") as f:
+        write(elf, f.read())
+    os.chmod(elf, 0o755)
     os.chmod(os.path.join(root, "text", "lorem.txt"), 0o600)
 
     # Scientific formats.

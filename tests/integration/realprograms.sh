@@ -99,6 +99,7 @@ check grep-r         'grep -rc "lorem" "$ROOT/text" | sort'
 check cmp            'cmp "$ROOT/bin/random5.bin" "$ROOT/bin/random5.bin" && echo same'
 check sh-cd          'cd "$ROOT/deep/d00/d01" && pwd && ls && cd ../../.. && pwd && cat names/.hidden'
 check python         "$py '$here/pyread.py' \"\$ROOT\""
+check exec-image     "bash '$here/exec_from_image.sh' \"\$ROOT\" '$py'"
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   check torchvision  "$py '$here/torchread.py' \"\$ROOT/imagefolder\""
 fi

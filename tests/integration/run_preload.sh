@@ -177,6 +177,95 @@ kill -TERM $sup
 wait $sup
 rc=$?
 [ $rc = 143 ] && pass "SIGTERM to fanstore run reaches the static program (status 143)" || fail "SIGTERM to the supervisor: $rc"
+# The FUSE mount must outlive every read of the program: a SIGKILL to the supervisor (the OOM killer, `kill -9`
+# of the pid a parent knows) or a SIGTERM to the whole job (Slurm, pkill) must never leave the program reading
+# the real directory the mount covered. Generous hang detection only: no timing is asserted.
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+gone() { for _ in $(seq 300); do kill -0 "$1" 2> /dev/null || return 0; sleep 0.1; done; return 1; }
+mkdir -p "$tmp/kill/covered"
+echo "real file, must stay hidden" > "$tmp/kill/covered/real.txt"
+# start_lister STATUS: a static program over that directory that ignores SIGTERM, lists the mount 30 times and
+# exits with STATUS, in the background ($sup: its `fanstore run`); true once it has listed the mount.
+start_lister() {
+  rm -f "$tmp/kill/pid" "$tmp/kill/listed"
+  "$fanstore" run --image "$tmp/zstd" --mount "$tmp/kill/covered" -- busybox sh -c \
+    'trap "" TERM; echo $$ > "$0/../pid"; for i in $(seq 30); do ls "$0" | head -1; [ $i = 1 ] && echo > "$0/../listed"; sleep 0.1; done; exit '"$1" \
+    "$tmp/kill/covered" > "$tmp/kill/out" 2> "$tmp/kill/err" &
+  sup=$!
+  wait_file "$tmp/kill/listed" && return 0
+  fail "the program under fanstore run never listed the mount: $(cat "$tmp/kill/out" "$tmp/kill/err")"
+  return 1
+}
+if start_lister 0; then
+  kill -KILL $sup
+  wait $sup 2> /dev/null
+  if ! gone "$(cat "$tmp/kill/pid")"; then
+    fail "SIGKILL to fanstore run: the static program lives on without its supervisor"
+  elif grep -q real.txt "$tmp/kill/out"; then
+    fail "SIGKILL to fanstore run: the program then read the covered directory: $(tr '\n' ' ' < "$tmp/kill/out")"
+  else
+    pass "SIGKILL to fanstore run ends the static program; it never reads the covered directory"
+  fi
+fi
+if start_lister 5; then
+  # Every process of the job, as Slurm's scancel or `kill -TERM -- -PGID` would (the program ignores it).
+  pkill -TERM -P $sup
+  wait $sup
+  rc=$?
+  if grep -q real.txt "$tmp/kill/out"; then
+    fail "SIGTERM to the job: the program read the covered directory: $(tr '\n' ' ' < "$tmp/kill/out" | cut -c1-200)"
+  elif [ $rc != 5 ]; then
+    fail "SIGTERM to the job: status $rc instead of the program's 5"
+  else
+    pass "SIGTERM to every process of the job: the mount stays until the program ends (status 5)"
+  fi
+fi
+# A FUSE server that dies under the program: its reads fail (never the covered directory), fanstore run says so.
+if start_lister 6; then
+  pkill -KILL -x -P $sup fanstore
+  wait $sup
+  rc=$?
+  if [ $rc = 6 ] && ! grep -q real.txt "$tmp/kill/out" && grep -q "^fanstore run: the FUSE server .* ended" "$tmp/kill/err"; then
+    pass "a FUSE server killed under the program: reads fail, one line says so, status 6 kept"
+  else
+    fail "FUSE server killed: rc=$rc out=$(tr '\n' ' ' < "$tmp/kill/out" | cut -c1-120) err=$(head -2 "$tmp/kill/err")"
+  fi
+fi
+# A program killed by a core-dumping signal: the same status, and no core file of fanstore itself (which
+# would overwrite the program's own core where core_pattern is a plain file name).
+mkdir -p "$tmp/core"
+st=$(cd "$tmp/core" && "$py" -c '
+import os, resource, sys
+hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, st = os.waitpid(pid, 0)
+print(os.WTERMSIG(st) if os.WIFSIGNALED(st) else "exit", os.WCOREDUMP(st))
+' "$fanstore" run --image "$tmp/zstd" -- busybox sh -c 'ulimit -c 0; kill -SEGV $$' 2> /dev/null)
+if [ "$st" = "11 False" ] && ! ls "$tmp/core" | grep -q core; then
+  pass "a program killed by SIGSEGV: fanstore run dies of SIGSEGV too, without dumping a core of its own"
+else
+  fail "program killed by SIGSEGV: supervisor '$st' (want '11 False'), files: $(ls "$tmp/core")"
+fi
+# A working directory at or below the prefix is re-entered through the mount, never the real directory.
+out=$(cd "$tmp/covered" && "$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- busybox ls 2>&1 | head -2 | tr '\n' ' ')
+[ "$out" = "bin deep " ] && pass "a static program started in the covered directory lists the image" ||
+  fail "static program started in the covered directory listed: $out"
+mkdir -p "$tmp/covered/names"
+out=$(cd "$tmp/covered/names" && "$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- bash -c 'busybox cat .hidden; busybox pwd' 2>&1 | tr '\n' ' ')
+[ "$out" = "hidden $tmp/covered/names " ] && pass "a static program exec'd from a real cwd under the prefix reads the image" ||
+  fail "static program exec'd from a real cwd under the prefix: $out"
+out=$(cd "$tmp/covered" && mkdir -p not-in-image && cd not-in-image &&
+      "$fanstore" run --image "$tmp/zstd" --mount "$tmp/covered" -- busybox ls 2>&1)
+rc=$?
+rmdir "$tmp/covered/not-in-image"
+if [ $rc != 0 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "not-in-image"; then
+  pass "a cwd under the prefix that the image lacks: one line, nothing run ($out)"
+else
+  fail "a cwd under the prefix that the image lacks: rc=$rc: $out"
+fi
 expect_err "--fuse never refuses a static program" "statically linked.*fanstore mount" \
   "$fanstore" run --fuse never --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden
 out=$($run /fanstore/bin/script.sh 2>&1)
@@ -191,6 +280,12 @@ if [ "$out" = "$(printf 'sh\n/fanstore/deep/d00\nd01')" ]; then
 else
   fail "static program exec'd by bash printed: $out"
 fi
+# Any argv[0] survives the hand-over, an empty one and those that look like options included.
+for a0 in "" "-sh" "--help" "--"; do
+  want=$(bash -c "exec -a '$a0' busybox sh -c 'echo \$0'" 2>&1)
+  got=$($run bash -c "exec -a '$a0' busybox sh -c 'echo \$0'" 2>&1)
+  [ "$got" = "$want" ] && pass "hand-over keeps argv[0] '$a0' ($got)" || fail "hand-over with argv[0] '$a0': '$got' instead of '$want'"
+done
 # Preloaded by hand (no `fanstore run` to hand it to): the exec fails with one line, never a silent miss.
 LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_IMAGE=$tmp/zstd FANSTORE_MOUNT=/fanstore \
   bash -c 'busybox cat /fanstore/names/.hidden' > "$tmp/out" 2> "$tmp/err"
@@ -216,7 +311,70 @@ if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
   else
     fail "unprivileged static run: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
   fi
+  # A set-user-ID program started by a user (su, sudo, mount, passwd, fusermount3, ping...): FUSE would need
+  # a user namespace, where the kernel drops its privileges. It runs as before, privileged and without the
+  # image, after one line saying so -- neither refused nor silently stripped of what it exists for.
+  cp "$(command -v id)" "$tmp/suid-id"
+  chmod 4755 "$tmp/suid-id"
+  if [ "$(setpriv --reuid=65534 --regid=65534 --clear-groups "$tmp/suid-id" -u 2> /dev/null)" != 0 ]; then
+    echo "skip  set-user-ID programs under fanstore run ($tmp is mounted nosuid)"
+  else
+    for how in "run" "exec"; do
+      if [ $how = run ]; then set -- "$tmp/suid-id" -u; else set -- bash -c "\"$tmp/suid-id\" -u"; fi
+      setpriv --reuid=65534 --regid=65534 --clear-groups "$fanstore" run --image "$tmp/zstd" -- "$@" \
+        > "$tmp/out" 2> "$tmp/err"
+      rc=$?
+      if [ $rc = 0 ] && [ "$(cat "$tmp/out")" = 0 ] && [ "$(wc -l < "$tmp/err")" = 1 ] &&
+         grep -q "set-user-ID.*without the image.*fanstore mount" "$tmp/err"; then
+        pass "a set-user-ID program ($how) keeps its privileges, with one line: $(cat "$tmp/err")"
+      else
+        fail "set-user-ID program ($how) as a user: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
+      fi
+    done
+    set --
+  fi
 fi
+
+# 7b. "#!" scripts stored in the image run as the kernel runs them from a real mount: the interpreter gets the
+#     script's own path (so `$0`, `__file__`, `sys.path[0]` point next to it, where its helpers are), and an
+#     interpreter stored in the image too (a packed venv's `pip`, `torchrun`) is run from the image.
+echo "== scripts stored in the image"
+mkdir -p "$tmp/venv/bin" "$tmp/venv/code"
+cp "$(type -P echo)" "$tmp/venv/bin/echo.elf"
+printf '#!/fanstore/bin/echo.elf  from the image \n' > "$tmp/venv/bin/tool"
+printf '#!/fanstore/bin/tool\n' > "$tmp/venv/bin/nested"
+printf '#!%s\nimport sys\nprint(sys.argv[0], sys.path[0])\nimport helper\nprint(helper.X)\n' "$py" > "$tmp/venv/code/train.py"
+echo 'X = "helper imported"' > "$tmp/venv/code/helper.py"
+printf '#!/bin/sh\necho "$0 $*"; cat "$(dirname "$0")/helper.py"\n' > "$tmp/venv/code/run.sh"
+chmod 755 "$tmp/venv/bin/"* "$tmp/venv/code/"*
+"$fanstore" pack "$tmp/venv" -o "$tmp/venvimg" > /dev/null
+vrun="$fanstore run --image $tmp/venvimg --"
+want="from the image /fanstore/bin/tool x"
+for how in bash python-subprocess posix_spawn env; do
+  case $how in
+    bash) out=$($vrun bash -c '/fanstore/bin/tool x' 2>&1) ;;
+    python-subprocess) out=$($vrun "$py" -c 'import subprocess; subprocess.run(["/fanstore/bin/tool", "x"])' 2>&1) ;;
+    posix_spawn) out=$($vrun "$py" -c 'import os; os.waitpid(os.posix_spawn("/fanstore/bin/tool", ["tool", "x"], os.environ), 0)' 2>&1) ;;
+    env) out=$($vrun env /fanstore/bin/tool x 2>&1) ;;
+  esac
+  [ "$out" = "$want" ] && pass "a script with its interpreter in the image ($how)" || fail "script with its interpreter in the image ($how): '$out'"
+done
+out=$($vrun bash -c '/fanstore/bin/nested y' 2>&1)
+[ "$out" = "from the image /fanstore/bin/tool /fanstore/bin/nested y" ] && pass "a script whose interpreter is such a script" ||
+  fail "nested image interpreters: '$out'"
+want=$(printf '/fanstore/code/train.py /fanstore/code\nhelper imported\n/fanstore/code/run.sh a b\nX = "helper imported"')
+for how in bash posix_spawn; do
+  case $how in
+    bash) out=$($vrun bash -c '/fanstore/code/train.py; cd /fanstore/code && ./run.sh a b | sed "s|^\./|/fanstore/code/|"' 2>&1) ;;
+    posix_spawn) out=$($vrun "$py" -c '
+import os, sys
+for argv in (["/fanstore/code/train.py"], ["/fanstore/code/run.sh", "a", "b"]):
+    sys.stdout.flush()
+    os.waitpid(os.posix_spawn(argv[0], argv, os.environ), 0)' 2>&1) ;;
+  esac
+  [ "$out" = "$want" ] && pass "a script of the image sees its own path and its neighbours ($how)" ||
+    fail "script of the image ($how): '$out'"
+done
 
 # 8. A mount below an existing directory (--mount DATA/imagenet): the parent lists it, walks enter it, and a
 #    temp-file writer (sed -i) gets EROFS and leaves nothing in a real directory.
@@ -240,6 +398,21 @@ if grep -q "Read-only file system" "$tmp/err" && [ "$(ls -A "$tmp/writable")" = 
 else
   fail "sed -i over a writable directory: $(cat "$tmp/err"); left: $(ls -A "$tmp/writable")"
 fi
+$fanstore run --image "$tmp/zstd" --mount "$tmp/writable" -- "$py" "$here/write_attempts.py" "$tmp/writable" /etc/hostname \
+  > "$tmp/out" 2>&1
+if [ "$(ls -A "$tmp/writable")" = keep.txt ] && ! grep -q created "$tmp/out"; then
+  pass "every way Python creates a file (temp files, link, fifo, Unix sockets) over a writable directory: nothing there"
+else
+  fail "creating over a writable directory left: $(ls -A "$tmp/writable" | tr '\n' ' '): $(grep created "$tmp/out")"
+fi
+
+# A path through a sibling whose name starts with the mount's ("DATA/imagenet-old/../imagenet/x") is under the
+# mount once normalised: the image's file, never the real one the mount covers.
+mkdir -p "$tmp/sib/m/text" "$tmp/sib/mx"
+echo "real file, must stay hidden" > "$tmp/sib/m/text/lorem.txt"
+out=$("$fanstore" run --image "$tmp/zstd" --mount "$tmp/sib/m" -- head -c 11 "$tmp/sib/mx/../m/text/lorem.txt" 2>&1)
+[ "$out" = "lorem ipsum" ] && pass "a path through a sibling named like the mount reads the image" ||
+  fail "path through a sibling named like the mount read: $out"
 
 echo "run_preload: $failed failure(s)"
 [ $failed -eq 0 ]

@@ -2,6 +2,7 @@
 """Every way Python creates a file, tried in a read-only tree: prints the exception class and errno of each
 (the same on a read-only bind mount and on the FanStore mount), and that nothing was created."""
 import os
+import socket
 import sys
 import tempfile
 
@@ -28,6 +29,17 @@ def main():
     attempt("link", lambda: os.link(outside, root + "/hard"))
     attempt("symlink", lambda: os.symlink("x", root + "/sym"))
     attempt("mkfifo", lambda: os.mkfifo(root + "/fifo"))
+    # A Unix socket's name is a file too; connecting looks one up. (Connecting to an existing regular file is
+    # ECONNREFUSED on a read-only bind mount but EROFS on a read-only file system: ro.fsio checks that one.)
+    for path in ["/sock", "/text/sock", "/nodir/sock", "/text/lorem.txt", "/text/lorem.txt/sock"]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            attempt("bind " + path, lambda: s.bind(root + path))
+        if path == "/text/lorem.txt":
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            attempt("connect " + path, lambda: s.connect(root + path))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            attempt("sendto " + path, lambda: s.sendto(b"x", root + path))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -533,6 +535,17 @@ void Run(const std::string& line) {
     Call(line, setxattr(Path(arg(1)).c_str(), "user.x", "1", 1, 0));
   } else if (op == "mkfifo") {
     Call(line, mkfifo(Path(arg(1)).c_str(), 0644));
+  } else if (op == "bind_unix" || op == "connect_unix") {  // bind_unix PATH / connect_unix PATH: a Unix socket name
+    struct sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string p = Path(arg(1));
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", p.c_str());
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto* sa = reinterpret_cast<struct sockaddr*>(&addr);
+    int rc = op == "bind_unix" ? bind(s, sa, sizeof addr) : connect(s, sa, sizeof addr);
+    int e = errno;
+    close(s);
+    Report(line, rc, e);
   } else if (op == "statvfs_ro") {
     struct statvfs sv;
     int rc = statvfs(Path(arg(1)).c_str(), &sv);
@@ -556,6 +569,19 @@ void Run(const std::string& line) {
     ssize_t n = readlink(p.c_str(), buf, sizeof buf - 1);
     int e = errno;
     Report(line, n < 0 ? -1 : 0, e, n > 0 ? Unroot(std::string(buf, static_cast<size_t>(n))) : "");
+  } else if (op == "lstat_fd") {  // lstat_fd H: /proc/self/fd/<H> is a link (lstat, fstatat and statx
+    // without following) to the file (stat): what realpath implementations walking with lstat rely on
+    std::string p = "/proc/self/fd/" + std::to_string(Fd(arg(1)));
+    struct stat l, f;
+    struct statx x;
+    int rl = lstat(p.c_str(), &l), ra = fstatat(AT_FDCWD, p.c_str(), &f, AT_SYMLINK_NOFOLLOW);
+    int rx = statx(AT_FDCWD, p.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE, &x);
+    bool links = rl == 0 && S_ISLNK(l.st_mode) && ra == 0 && S_ISLNK(f.st_mode) && rx == 0 && S_ISLNK(x.stx_mode);
+    int rs = stat(p.c_str(), &f);
+    char b[96];
+    snprintf(b, sizeof b, "nofollow_is_link=%d follow_mode=%o size=%lld", links, rs == 0 ? f.st_mode : 0u,
+             rs == 0 ? static_cast<long long>(f.st_size) : -1LL);
+    Report(line, rl, errno, b);
   } else if (op == "mkstemp" || op == "mkostemp" || op == "mkdtemp") {  // mkstemp TEMPLATE [SUFFIXLEN]
     std::string t = Path(arg(1));
     int suffix = a.size() > 2 ? std::stoi(arg(2)) : 0;

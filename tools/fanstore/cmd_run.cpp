@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,7 @@ struct RunArgs {
   bool stats = false;
   std::string log;
   std::string fuse = "auto";  // auto: FUSE only for programs LD_PRELOAD cannot reach; always; never
-  std::string argv0;          // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
+  std::optional<std::string> argv0;  // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
   std::vector<std::string> command;
 };
 
@@ -121,6 +123,10 @@ int Run(const RunArgs& a) {
     probe.reach = PreloadReach::kStatic;  // not static, but out of LD_PRELOAD's reach just the same
     probe.why = "stored in the image (the kernel can exec it only from a mount)";
   }
+  if (a.fuse == "auto" && FuseWouldDropPrivileges(probe)) {
+    std::fprintf(stderr, "fanstore run: %s\n", PrivilegedWithoutImage(probe, prefix).c_str());
+    probe.reach = PreloadReach::kReached;  // exec'd as is, below
+  }
   const bool unreachable = probe.reach != PreloadReach::kReached;
   if (a.fuse == "always" || (a.fuse == "auto" && unreachable)) {
     FuseRun fr;
@@ -137,7 +143,7 @@ int Run(const RunArgs& a) {
                            " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
 
   std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(a.argv0.empty() ? a.command[0].c_str() : a.argv0.c_str()));
+  argv.push_back(const_cast<char*>(a.argv0 ? a.argv0->c_str() : a.command[0].c_str()));
   for (size_t i = 1; i < a.command.size(); ++i) argv.push_back(const_cast<char*>(a.command[i].c_str()));
   argv.push_back(nullptr);
   execvp(a.command[0].c_str(), argv.data());

@@ -3,12 +3,14 @@
 #include "run_fuse.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -125,6 +127,47 @@ pid_t g_program = -1;
 void Forward(int sig, siginfo_t* info, void*) {
   if (g_program > 0 && (info == nullptr || info->si_code != SI_KERNEL)) ::kill(g_program, sig);
 }
+constexpr int kForwarded[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM};
+
+sigset_t ForwardedSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kForwarded) sigaddset(&set, sig);
+  return set;
+}
+
+// Where the program starts: the virtual cwd the interposer handed down, or a real cwd at or below the
+// prefix -- the kernel keeps a process's cwd on the directory the mount now covers, so such a cwd must be
+// entered again through the mount, or the program would silently read the covered directory. Empty: stay.
+std::string StartDirectory(const std::string& mount) {
+  if (const char* v = ::getenv(env::kCwd); v != nullptr && *v == '/') return v;
+  char buf[PATH_MAX];
+  if (::getcwd(buf, sizeof buf) == nullptr) return {};
+  std::string cwd = buf;
+  const bool below = mount == "/" || cwd == mount ||
+                     (cwd.size() > mount.size() && cwd.compare(0, mount.size(), mount) == 0 && cwd[mount.size()] == '/');
+  return below ? cwd : std::string();
+}
+
+// Dies of `sig` as the program did, so the caller sees the same wait status -- without a core file of our
+// own, which would say nothing about the program and, where core_pattern is a plain name, replace its core.
+int DieOf(int sig) {
+  struct rlimit none{0, 0};
+  ::setrlimit(RLIMIT_CORE, &none);
+  ::prctl(PR_SET_DUMPABLE, 0);
+  ::signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  ::kill(::getpid(), sig);
+  return 128 + sig;
+}
+
+std::string Describe(int status) {
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + std::to_string(WTERMSIG(status));
+  return "exit status " + std::to_string(WEXITSTATUS(status));
+}
 
 // Waits for pid; true with *status when it ended within `ms` (ms < 0: no limit).
 bool WaitFor(pid_t pid, int* status, long ms) {
@@ -159,10 +202,14 @@ int RunUnderFuse(const FuseRun& r) {
   const pid_t server = ::fork();
   if (server < 0) return Refuse(r, std::string("fork failed: ") + strerror(errno));
   if (server == 0) {
-    // Out of the terminal's process group (a Ctrl-C is the program's to handle, not the server's), and
-    // gone with us if we are killed.
+    // Out of the terminal's process group (a Ctrl-C is the program's to handle, not the server's). The
+    // server ends only when we unmount: a signal to the whole job (Slurm, pkill) must not make it unmount
+    // cleanly while the program still reads, which would show the program the directory the mount covered
+    // (libfuse installs its exit handlers only over SIG_DFL, so ignoring them here keeps them out). If we
+    // die, it dies without unmounting: the program's reads then fail (ENOTCONN), never read that directory.
     ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != self) ::_exit(1);
     Status s = mount::Mount(mo);
     if (!s.ok()) {
@@ -182,17 +229,32 @@ int RunUnderFuse(const FuseRun& r) {
     SleepMs(10);
   }
 
+  const std::string start_dir = StartDirectory(r.mount);
+  // Signals stay blocked from before the fork until the handler knows the program's pid: none is lost.
+  sigset_t forwarded = ForwardedSet(), old_mask;
+  ::sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
   const pid_t program = ::fork();
   if (program < 0) {
+    int err = errno;
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     ::umount2(r.mount.c_str(), MNT_DETACH);
     WaitFor(server, &status, 5000);
-    return Fail("run", std::string("fork failed: ") + strerror(errno));
+    return Fail("run", std::string("fork failed: ") + strerror(err));
   }
   if (program == 0) {
-    if (const char* cwd = ::getenv(env::kCwd); cwd != nullptr && *cwd == '/' && ::chdir(cwd) != 0)
-      Fail("run", std::string("cannot enter ") + cwd + ": " + strerror(errno));
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    // We stand for the program (our pid is the one its parent knows): a SIGKILL to us, which we cannot
+    // forward, ends it too.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != self) ::_exit(1);
+    if (!start_dir.empty() && ::chdir(start_dir.c_str()) != 0) {
+      Fail("run", "cannot enter the working directory " + start_dir + " through the mount of the image (" +
+                      strerror(errno) + "): start " + r.command[0] + " from a directory the image has, or outside " +
+                      r.mount);
+      ::_exit(1);
+    }
     std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(r.argv0.empty() ? r.command[0].c_str() : r.argv0.c_str()));
+    argv.push_back(const_cast<char*>(r.argv0 ? r.argv0->c_str() : r.command[0].c_str()));
     for (size_t i = 1; i < r.command.size(); ++i) argv.push_back(const_cast<char*>(r.command[i].c_str()));
     argv.push_back(nullptr);
     ::execvp(r.command[0].c_str(), argv.data());
@@ -205,27 +267,33 @@ int RunUnderFuse(const FuseRun& r) {
   sa.sa_sigaction = Forward;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : kForwarded) ::sigaction(sig, &sa, nullptr);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 
-  WaitFor(program, &status, -1);
+  // Wait for the program; a server that ends first (killed, crashed) is said at once: the program's reads
+  // under the prefix fail from then on.
+  bool server_done = false;
+  for (;;) {
+    pid_t w = ::waitpid(-1, &status, 0);
+    if (w == program) break;
+    if (w == server && !server_done) {
+      server_done = true;
+      Fail("run", "the FUSE server of " + r.mount + " ended (" + Describe(status) + ") while " + r.command[0] +
+                      " ran: its reads under " + r.mount + " fail from now on");
+    } else if (w < 0 && errno != EINTR) {
+      status = 0;
+      break;
+    }
+  }
   g_program = -1;
   ::umount2(r.mount.c_str(), MNT_DETACH);
   int server_status = 0;
-  if (!WaitFor(server, &server_status, 10000)) {
+  if (!server_done && !WaitFor(server, &server_status, 10000)) {
     ::kill(server, SIGKILL);
     WaitFor(server, &server_status, -1);
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    ::signal(sig, SIG_DFL);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, sig);
-    ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
-    ::kill(::getpid(), sig);
-    return 128 + sig;
-  }
+  if (WIFSIGNALED(status)) return DieOf(WTERMSIG(status));
   return 1;
 }
 

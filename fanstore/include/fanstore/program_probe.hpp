@@ -26,6 +26,15 @@ struct ProgramProbe {
 // file is kReached: the exec itself reports what is wrong.
 ProgramProbe ProbeProgram(const std::string& command, const char* search_path = nullptr);
 
+// A set-ID program (kSecure) started by a user other than root: FUSE would need a user namespace, where the
+// kernel ignores set-ID bits and file capabilities, so the program would lose the privileges it exists for
+// (sudo, su, mount, passwd, fusermount3, ping...). Such a program is run as is, privileged and without the
+// image, after PrivilegedWithoutImage's line: neither refused nor silently stripped.
+bool FuseWouldDropPrivileges(const ProgramProbe& p);
+// That line, without a prefix: "/usr/bin/su runs with set-user-ID: it keeps its privileges and runs without
+// the image under /fanstore ...".
+std::string PrivilegedWithoutImage(const ProgramProbe& p, const std::string& mount);
+
 // The ELF check alone, on an open file (e.g. the memfd of a program stored in an image). Reads with
 // pread; the file offset is not moved. Non-ELF or unreadable: kReached.
 PreloadReach ProbeElfFd(int fd, std::string* why = nullptr);
