@@ -55,18 +55,18 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
   if (flags & O_DIRECTORY) return fail(ENOTDIR);
   if (writes || (flags & O_TRUNC)) return fail(EROFS);
   if (lazy && lazy::Enabled()) {
-    // Checksum verified now (EIO at open, as for a memfd); reads are served from these bytes.
-    Result<std::shared_ptr<const FileBytes>> bytes = [&]() -> Result<std::shared_ptr<const FileBytes>> {
+    // The first chunk is verified now (EIO at open for a damaged small file); reads decode what they touch.
+    Result<std::shared_ptr<OpenFile>> file = [&]() -> Result<std::shared_ptr<OpenFile>> {
       try {
-        return g_client->OpenBytes(id);
+        return g_client->Open(id);
       } catch (const std::bad_alloc&) {
         return Status(Code::kNoMemory, "out of memory");
       } catch (...) {
         return Status(Code::kIoError, "unexpected exception");
       }
     }();
-    if (!bytes.ok()) return fail(ToErrno(bytes.status()));
-    return lazy::Open(id, std::move(bytes).value(), flags);
+    if (!file.ok()) return fail(ToErrno(file.status()));
+    return lazy::Open(id, std::move(file).value(), flags);
   }
   Result<int> fd = [&]() -> Result<int> {
     try {

@@ -1,7 +1,10 @@
 // Serialises the pack tree into index.fsi (layout in docs/format.md) and computes the image id.
 #include <xxhash.h>
 
+#include <sys/stat.h>
+
 #include <bit>
+#include <cstring>
 #include <memory>
 
 #include "format.hpp"
@@ -28,8 +31,32 @@ void EncodeEntry(const PackNode& n, char* r) {
   Store64(r + ent::kOffset, n.offset);
   Store64(r + ent::kStoredSize, n.stored_size);
   Store64(r + ent::kChecksum, n.checksum);
-  Store32(r + ent::kChildFirst, n.child_first);
-  Store32(r + ent::kChildCount, n.child_count);
+  if ((n.mode & S_IFMT) == S_IFDIR) {
+    Store32(r + ent::kChildFirst, n.child_first);
+    Store32(r + ent::kChildCount, n.child_count);
+  } else {
+    Store64(r + ent::kChunkFirst, n.chunk_first);
+  }
+}
+
+// The chunk table, in pieces of at most 64K records.
+template <class Sink>
+void ForEachChunkTablePiece(const PackTree& tree, Sink&& sink) {
+  constexpr size_t kPiece = 65536;
+  std::unique_ptr<char[]> buf(new char[kPiece * kChunkRecordSize]);
+  for (size_t i = 0; i < tree.chunks.size(); i += kPiece) {
+    size_t n = std::min(kPiece, tree.chunks.size() - i);
+    std::memset(buf.get(), 0, n * kChunkRecordSize);
+    for (size_t k = 0; k < n; ++k) {
+      const ChunkRecord& c = tree.chunks[i + k];
+      char* r = buf.get() + k * kChunkRecordSize;
+      Store64(r + chk::kStoredOff, c.stored_off);
+      Store32(r + chk::kStoredSize, c.stored_size);
+      Store32(r + chk::kCodec, static_cast<uint32_t>(c.codec));
+      Store64(r + chk::kChecksum, c.checksum);
+    }
+    sink(buf.get(), n * kChunkRecordSize);
+  }
 }
 
 // Calls `sink` with the entry table in chunks, so a million entries never need one big buffer.
@@ -94,12 +121,14 @@ uint64_t ComputeImageId(const PackTree& tree, const IndexMeta& meta) {
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   ForEachEntryChunk(tree, [&](const char* p, size_t n) { XXH3_64bits_update(st, p, n); });
+  ForEachChunkTablePiece(tree, [&](const char* p, size_t n) { XXH3_64bits_update(st, p, n); });
   XXH3_64bits_update(st, tree.paths.data(), tree.paths.size());
   std::string parts = PartitionTable(meta, tree.paths.size()) + PartitionNames(meta);
   XXH3_64bits_update(st, parts.data(), parts.size());
-  char counts[8];
+  char counts[12];
   Store32(counts, meta.regular_parts);
   Store32(counts + 4, meta.replicated_part);
+  Store32(counts + 8, meta.chunk_shift);
   XXH3_64bits_update(st, counts, sizeof counts);
   uint64_t id = XXH3_64bits_digest(st);
   XXH3_freeState(st);
@@ -152,6 +181,11 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
     append(p.data(), p.size());
   }
   uint64_t parts_size = pos - parts_off;
+  pad();
+
+  uint64_t chunks_off = pos;
+  ForEachChunkTablePiece(tree, append);
+  uint64_t chunks_size = pos - chunks_off;
 
   uint64_t strings_off = pos;
   append(tree.paths.data(), tree.paths.size());
@@ -180,6 +214,10 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
   Store64(h + hdr::kBytesStored, meta.bytes_stored);
   Store64(h + hdr::kImageId, image_id);
   Store64(h + hdr::kIndexSize, pos);
+  Store32(h + hdr::kChunkShift, meta.chunk_shift);
+  Store64(h + hdr::kChunkCount, tree.chunks.size());
+  Store64(h + hdr::kChunksOff, chunks_off);
+  Store64(h + hdr::kChunksSize, chunks_size);
   Store64(h + hdr::kEntriesOff, entries_off);
   Store64(h + hdr::kEntriesSize, entries_size);
   Store64(h + hdr::kChildrenOff, children_off);

@@ -37,9 +37,9 @@ expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 [ ! -e "$T/img2" ] || fail "img2 left behind"
 
 cp -r "$T/img" "$T/newer"
-printf '\x02' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
+printf '\x03' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
 expect_rc 1 "$F" info "$T/newer"
-grep -q 'image version 2 is newer than this fanstore (1): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
+grep -q 'image version 3 is newer than this fanstore (2): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
 cp -r "$T/img" "$T/short"
 truncate -s 300 "$T/short/index.fsi"
 expect_rc 1 "$F" ls "$T/short"

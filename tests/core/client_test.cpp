@@ -1,9 +1,12 @@
-// fanstore::Client: real fds with the file's bytes, the memfd cache, and what a program can do to our fds.
+// fanstore::Client: range reads, real fds with the file's bytes, the memfd cache, what a program can do to our fds.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <set>
 #include <string>
 
 #include "fanstore/client.hpp"
@@ -23,13 +26,27 @@ std::string Drain(int fd) {
   return out;
 }
 
+// The fd numbers of this process that are memfds made by fanstore.
+std::set<int> MemfdsOpen() {
+  std::set<int> out;
+  for (int fd = 0; fd < 1024; ++fd) {
+    char link[64], target[256];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::strncmp(target, "/memfd:fanstore", 15) == 0) out.insert(fd);
+  }
+  return out;
+}
+
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     test::MakeDirs(src_.path() + "/d");
     small_ = test::TextBytes(1000, 1);
-    big_ = test::TextBytes(300 * 1024, 2);     // compressible, above the memfd threshold: decoded into a memfd
-    raw_ = test::RandomBytes(200 * 1024, 3);   // incompressible: stored raw, served from the partition mapping
+    big_ = test::TextBytes(300 * 1024, 2);     // compressible: zstd
+    raw_ = test::RandomBytes(200 * 1024, 3);   // incompressible: stored raw
     test::WriteFile(src_.path() + "/d/small.txt", small_);
     test::WriteFile(src_.path() + "/d/big.bin", big_);
     test::WriteFile(src_.path() + "/d/raw.bin", raw_);
@@ -64,12 +81,23 @@ TEST_F(ClientTest, OpenFdHoldsTheFileBytesReadOnly) {
   EXPECT_FALSE(client_->OpenFd(Id("d/big.bin"), O_RDWR).ok());
 }
 
-// Large raw files are verified in place and served from the partition's page cache (no copy).
-TEST_F(ClientTest, RawFileIsServedInPlaceAndRealFdsStillWork) {
+TEST_F(ClientTest, LoadRangeReadsAndRealFdsAgree) {
   auto bytes = client_->Load(Id("d/raw.bin"));
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  EXPECT_EQ((*bytes)->memfd().fd, -1);
   EXPECT_EQ(std::string((*bytes)->data(), (*bytes)->size()), raw_);
+  auto f = client_->Open(Id("d/raw.bin"));
+  ASSERT_TRUE(f.ok());
+  std::string piece(777, '\0');
+  auto n = (*f)->ReadAt(1234, piece.data(), piece.size());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, piece.size());
+  EXPECT_EQ(piece, raw_.substr(1234, 777));
+  n = (*f)->ReadAt(raw_.size() - 10, piece.data(), piece.size());  // clipped at the end
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 10u);
+  n = (*f)->ReadAt(raw_.size() + 5, piece.data(), piece.size());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
   auto fd = client_->OpenFd(Id("d/raw.bin"), O_RDONLY);
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   EXPECT_EQ(Drain(*fd), raw_);
@@ -110,11 +138,15 @@ TEST_F(ClientTest, EachOpenHasItsOwnOffset) {
 // A program may dup2 its own file onto the number of our cached memfd: we must notice (recorded inode),
 // serve the true bytes anyway, and never close the program's fd.
 TEST_F(ClientTest, ReplacedCachedMemfdIsDetectedAndNotClosed) {
-  auto first = client_->Load(Id("d/big.bin"));
+  std::set<int> before = MemfdsOpen();
+  auto first = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
   ASSERT_TRUE(first.ok());
-  int cached = (*first)->memfd().fd;
-  ASSERT_GE(cached, 0);
-  first = Status(Code::kIoError, "drop");  // the cache still holds the bytes
+  std::set<int> after = MemfdsOpen();
+  after.erase(*first);
+  for (int fd : before) after.erase(fd);
+  ASSERT_EQ(after.size(), 1u) << "the client keeps exactly one memfd of the file";
+  const int cached = *after.begin();
+  close(*first);
   TempDir other;
   test::WriteFile(other.path() + "/x", "not the image file");
   int theirs = open((other.path() + "/x").c_str(), O_RDONLY);

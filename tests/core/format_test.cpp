@@ -50,11 +50,20 @@ TEST_F(FormatTest, BadMagic) {
 
 TEST_F(FormatTest, NewerVersionSaysUpgrade) {
   std::string b = index_;
-  format::Store32(b.data() + format::hdr::kVersion, 2);
+  format::Store32(b.data() + format::hdr::kVersion, 3);
   auto r = OpenIndex(b);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
-  EXPECT_EQ(r.status().message(), "image version 2 is newer than this fanstore (1): upgrade fanstore or re-pack");
+  EXPECT_EQ(r.status().message(), "image version 3 is newer than this fanstore (2): upgrade fanstore or re-pack");
+}
+
+TEST_F(FormatTest, VersionOneNamesTheConversionCommand) {
+  std::string b = index_;
+  format::Store32(b.data() + format::hdr::kVersion, 1);
+  auto r = OpenIndex(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnsupported);
+  EXPECT_NE(r.status().message().find("fanstore convert"), std::string::npos) << r.status().message();
 }
 
 TEST_F(FormatTest, TruncatedAtEveryLengthIsRefused) {
@@ -101,6 +110,7 @@ TEST_F(FormatTest, CraftedIndexWithValidChecksumsNeverCrashes) {
     }
     uint64_t len = b.size();
     Store64(b.data() + hdr::kBodyXxh3, XXH3_64bits(b.data() + kHeaderSize, len - kHeaderSize));
+    // (kBodyXxh3 .. kHeaderSize holds only the body checksum, reserved zeros and the header checksum.)
     Store64(b.data() + hdr::kHeaderXxh3, XXH3_64bits(b.data(), hdr::kHeaderXxh3));
     auto r = OpenIndex(b);
     if (!r.ok()) continue;
@@ -118,7 +128,8 @@ TEST_F(FormatTest, CraftedIndexWithValidChecksumsNeverCrashes) {
     (void)img.Summary();
     (void)VerifyImage(img, 1, {});
   }
-  SUCCEED() << accepted << " crafted indexes were accepted and used without crashing";
+  // Entry-level damage passes the structural checks: the reads above then met it, and refused it cleanly.
+  EXPECT_GT(accepted, 40) << "too few crafted indexes got past Open to exercise the read paths";
 }
 
 TEST_F(FormatTest, PartitionFromAnotherImageIsRefused) {

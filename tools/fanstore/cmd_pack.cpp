@@ -38,6 +38,11 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
                   "Glob on relative paths (fnmatch, '*' also matches '/') whose files go to the partition every node "
                   "keeps; repeatable, e.g. --replicate 'val/*'");
   cmd->add_option("--threads", opts->threads, "Threads reading and compressing (0 = all cores)")->capture_default_str();
+  cmd->add_option("--chunk", opts->chunk_size,
+                  "Chunk size: files are split into chunks of this many bytes, each compressed and checksummed on "
+                  "its own, so a read decodes only the chunks it touches (power of two, 64K..64M; K/M suffixes)")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("1M");
   cmd->callback([opts, &exit_code] {
     opts->compress = opts->level > 0;
     const bool bar = StderrIsTerminal();

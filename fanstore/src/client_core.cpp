@@ -1,0 +1,215 @@
+// ClientCore: where verified chunk bytes come from, parallel decoding, read-ahead, kept memfds, error lines.
+#include "client_core.hpp"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <thread>
+
+#include "owned_bytes.hpp"
+
+namespace fanstore {
+
+Status RemoteFetcher::FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out) {
+  std::string all;
+  Status s = FetchStored(e, &all);
+  if (!s.ok()) return s;
+  if (offset > all.size() || length > all.size() - offset)
+    return Status(Code::kIoError, "the daemon sent " + std::to_string(all.size()) + " stored bytes of " +
+                                      std::string(e.path) + ", fewer than its chunk table needs");
+  out->assign(all, offset, length);
+  return Status::Ok();
+}
+
+namespace detail {
+namespace {
+
+// Cached memfds stay open: take at most 1/8 of the soft fd limit (and 64), so a program that opens
+// many files itself never meets EMFILE because of us.
+size_t MemfdCap() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 64;
+  return std::min<size_t>(64, rl.rlim_cur / 8);
+}
+
+bool SameFile(int fd, dev_t dev, ino_t ino) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+}  // namespace
+
+ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
+    : img(image), stats(s), remote(opts.remote), cache(opts.cache_bytes),
+      pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
+
+ClientCore::~ClientCore() {
+  for (const Memfd& m : memfds_)
+    if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
+}
+
+Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, bool must) {
+  if (node && node->Read(e, c, out)) {
+    stats.node_hits.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  Status s;
+  bool fetched = false;
+  if (img.HasPartition(e.part)) {
+    s = img.ReadChunk(e, c, out);
+    stats.local_loads.fetch_add(1, std::memory_order_relaxed);
+  } else if (remote) {
+    std::string stored;
+    s = remote->FetchStoredRange(e, c.offset - e.offset, c.stored_size, &stored);
+    if (s.ok()) s = DecodeChunk(e, c, stored.data(), stored.size(), out);
+    stats.remote_loads.fetch_add(1, std::memory_order_relaxed);
+    stats.remote_bytes.fetch_add(stored.size(), std::memory_order_relaxed);
+    fetched = true;
+  } else {
+    s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
+                                   " is not on this node and no daemon is configured");
+  }
+  // Worth sharing: what was expensive to get (decoded, fetched) or what a kernel fd needs. A raw chunk of a
+  // local partition is already in that partition's page cache, verified again in microseconds.
+  if (s.ok() && node && (must || fetched || c.codec == Codec::kZstd)) node->Offer(e, c, out, must);
+  return s;
+}
+
+Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, bool* hit_out) {
+  bool hit = false;
+  auto r = cache.Get(e.id, c.index, [&]() -> Result<ChunkCache::Bytes> {
+    auto b = OwnedBytes::Allocate(c.raw_size);
+    if (!b) return Status(Code::kNoMemory, "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
+    Status s = LoadChunkInto(e, c, b->writable(), false);
+    if (!s.ok()) return s;
+    return ChunkCache::Bytes(std::move(b));
+  }, &hit);
+  if (hit) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
+  if (hit_out) *hit_out = hit;
+  return r;
+}
+
+Status ClientCore::Report(const Entry& e, Status s) {
+  stats.errors.fetch_add(1, std::memory_order_relaxed);
+  bool first;
+  {
+    std::lock_guard<std::mutex> lk(report_mu_);
+    first = reported_.insert(e.id).second;
+  }
+  if (first) std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
+  return s;
+}
+
+Status ClientCore::ParallelFor(uint64_t n, const std::function<Status(uint64_t)>& fn) {
+  struct Shared {
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    int active = 0;
+    Status first_error;
+  };
+  auto sh = std::make_shared<Shared>();
+  // Runs by the caller and by helpers; a helper that starts late finds nothing left and returns at once.
+  auto run = [sh, n, &fn](bool helper) {
+    if (helper) {
+      std::lock_guard<std::mutex> lk(sh->mu);
+      if (sh->next.load() >= n || sh->failed.load()) return;
+      ++sh->active;
+    }
+    for (uint64_t i; !sh->failed.load() && (i = sh->next.fetch_add(1)) < n;) {
+      Status s = fn(i);
+      if (!s.ok() && !sh->failed.exchange(true)) {
+        std::lock_guard<std::mutex> lk(sh->mu);
+        sh->first_error = s;
+      }
+    }
+    if (helper) {
+      std::lock_guard<std::mutex> lk(sh->mu);
+      --sh->active;
+      sh->cv.notify_all();
+    }
+  };
+  // `fn` is referenced by the helpers: the caller waits for every helper that started before returning.
+  for (int h = 0; h < pool.threads() && static_cast<uint64_t>(h + 1) < n; ++h)
+    if (!pool.Submit([run] { run(true); })) break;
+  run(false);
+  std::unique_lock<std::mutex> lk(sh->mu);
+  sh->cv.wait(lk, [&] { return sh->active == 0; });
+  sh->next.store(n);  // helpers not started yet must not touch `fn` once we return
+  return sh->first_error;
+}
+
+void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last) {
+  const uint64_t n = img.ChunkCount(e);
+  for (uint64_t i = first; i <= last && i < n; ++i) {
+    if (cache.Has(e.id, i)) continue;
+    auto c = img.GetChunk(e, i);
+    if (!c.ok()) return;
+    // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
+    if (!pool.Submit([this, e, chunk = *c] { (void)GetChunk(e, chunk); })) return;
+  }
+}
+
+int ClientCore::CachedMemfd(uint32_t id, int flags) {
+  std::lock_guard<std::mutex> lk(memfd_mu_);
+  for (auto it = memfds_.begin(); it != memfds_.end(); ++it) {
+    if (it->id != id) continue;
+    char proc[64];
+    std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", it->fd);
+    int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
+    // The program may have closed or dup2'ed over our number: then it names another file.
+    if (fd >= 0 && !SameFile(fd, it->dev, it->ino)) {
+      close(fd);
+      fd = -1;
+    }
+    if (fd < 0) {
+      memfds_.erase(it);
+      return -1;
+    }
+    memfds_.splice(memfds_.begin(), memfds_, it);
+    return fd;
+  }
+  return -1;
+}
+
+void ClientCore::KeepMemfd(uint32_t id, int fd) {
+  struct stat st;
+  if (memfd_cap_ == 0 || fstat(fd, &st) != 0) {
+    close(fd);
+    return;
+  }
+  if (fd_hook) fd_hook(fd);
+  std::lock_guard<std::mutex> lk(memfd_mu_);
+  memfds_.push_front({id, fd, st.st_dev, st.st_ino});
+  while (memfds_.size() > memfd_cap_) {
+    const Memfd& m = memfds_.back();
+    if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
+    memfds_.pop_back();
+  }
+}
+
+void ClientCore::LockForFork() {
+  cache.LockForFork();
+  pool.LockForFork();
+  memfd_mu_.lock();
+  report_mu_.lock();
+  if (node) node->LockForFork();
+}
+
+void ClientCore::UnlockForFork(bool child) {
+  if (node) node->UnlockForFork();
+  report_mu_.unlock();
+  memfd_mu_.unlock();
+  pool.UnlockForFork(child);
+  cache.UnlockForFork(child);
+}
+
+}  // namespace detail
+}  // namespace fanstore

@@ -1,0 +1,141 @@
+// ClientFile: the OpenFile of a Client -- range reads over verified chunks, read-ahead, kernel fds.
+#include "client_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace fanstore::detail {
+
+namespace {
+// Chunks decoded ahead of a sequential reader. Enough to keep every decode thread busy while the reader
+// copies; bounded by a quarter of the chunk cache so read-ahead never evicts what it just decoded.
+uint64_t AheadWindow(const ClientCore& core, uint32_t chunk_size) {
+  const uint64_t by_budget = core.cache.budget() / 4 / chunk_size;
+  return std::min<uint64_t>(by_budget, static_cast<uint64_t>(core.pool.threads()) * 2);
+}
+}  // namespace
+
+ClientFile::ClientFile(ClientCore& core, const Entry& e)
+    : core_(core), e_(e), chunks_(core.img.ChunkCount(e)), shift_(static_cast<uint32_t>(std::countr_zero(core.img.ChunkSize()))) {}
+
+void ClientFile::NoteRead(uint64_t off, uint64_t end) {
+  uint64_t ahead_from = 0, ahead_to = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const bool sequential = off == seq_end_ && off != 0;
+    streak_ = sequential ? streak_ + 1 : 0;
+    seq_end_ = end;
+    // The second sequential read in a row starts the read-ahead: `head -c 16` decodes one chunk, a stream
+    // keeps the decode threads ahead of it.
+    if (streak_ < 1) return;
+    const uint64_t window = AheadWindow(core_, 1u << shift_);
+    if (window == 0) return;
+    const uint64_t next = ((end - 1) >> shift_) + 1;
+    ahead_from = std::max(next, ahead_);
+    ahead_to = next + window - 1;
+    if (ahead_from > ahead_to || ahead_from >= chunks_) return;
+    ahead_ = ahead_to + 1;
+  }
+  core_.Prefetch(e_, ahead_from, ahead_to);
+}
+
+Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<size_t(const char*, size_t)>& sink) {
+  if (off >= e_.size || n == 0) return size_t{0};
+  n = static_cast<size_t>(std::min<uint64_t>(n, e_.size - off));
+  const uint64_t end = off + n;
+  const uint64_t first = off >> shift_, last = (end - 1) >> shift_;
+  NoteRead(off, end);
+  // A read spanning several chunks decodes them in parallel; this thread takes them in order.
+  if (last > first) core_.Prefetch(e_, first + 1, last);
+  size_t done = 0;
+  for (uint64_t i = first; i <= last; ++i) {
+    auto c = core_.img.GetChunk(e_, i);
+    if (!c.ok()) return core_.Report(e_, c.status());
+    auto bytes = core_.GetChunk(e_, *c);
+    if (!bytes.ok()) return core_.Report(e_, bytes.status());
+    const uint64_t from = std::max(off, c->raw_offset) - c->raw_offset;
+    const uint64_t to = std::min(end, c->raw_offset + c->raw_size) - c->raw_offset;
+    const size_t len = static_cast<size_t>(to - from);
+    const size_t took = sink((*bytes)->data() + from, len);
+    done += took;
+    if (took < len) break;
+  }
+  core_.stats.bytes_read.fetch_add(done, std::memory_order_relaxed);
+  return done;
+}
+
+Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
+  char* out = static_cast<char*>(buf);
+  return Visit(off, n, [&out](const char* p, size_t len) {
+    std::memcpy(out, p, len);
+    out += len;
+    return len;
+  });
+}
+
+Result<int> ClientFile::KernelFd(int flags) {
+  // Large files, with a node cache: one shared file per node holds every chunk; fill what is missing.
+  if (core_.node && chunks_ > 1) {
+    Status s = core_.ParallelFor(chunks_, [this](uint64_t i) -> Status {
+      if (core_.node->HasChunk(e_, i)) return Status::Ok();
+      auto c = core_.img.GetChunk(e_, i);
+      if (!c.ok()) return c.status();
+      thread_local std::unique_ptr<char[]> buf;
+      thread_local size_t buf_size = 0;
+      if (buf_size < c->raw_size) {
+        buf.reset(new char[c->raw_size]);
+        buf_size = c->raw_size;
+      }
+      return core_.LoadChunkInto(e_, *c, buf.get(), true);
+    });
+    if (!s.ok()) return core_.Report(e_, s);
+    auto fd = core_.node->OpenComplete(e_, flags);
+    if (fd.ok()) return fd;
+    // No room or no /proc: a private memfd below.
+  }
+  if (int fd = core_.CachedMemfd(e_.id, flags); fd >= 0) return fd;
+  int mfd = memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (mfd < 0) return Status::FromErrno(errno, "memfd_create");
+  auto fail = [&](Status s) {
+    close(mfd);
+    return s;
+  };
+  if (ftruncate(mfd, static_cast<off_t>(e_.size)) != 0) return fail(Status::FromErrno(errno, "sizing a memfd"));
+  fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+  if (e_.size > 0) {
+    void* p = mmap(nullptr, e_.size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (p == MAP_FAILED) return fail(Status::FromErrno(errno, "mapping a memfd"));
+    // A fork while we fill it must not give the child a writable mapping: F_SEAL_WRITE would fail (EBUSY).
+    madvise(p, e_.size, MADV_DONTFORK);
+    char* base = static_cast<char*>(p);
+    Status s = core_.ParallelFor(chunks_, [&](uint64_t i) -> Status {
+      auto c = core_.img.GetChunk(e_, i);
+      if (!c.ok()) return c.status();
+      return core_.LoadChunkInto(e_, *c, base + c->raw_offset, false);
+    });
+    munmap(p, e_.size);
+    if (!s.ok()) return fail(core_.Report(e_, s));
+  }
+  // Sealed: no one (not even an open("/proc/self/fd/N", O_RDWR)) can change the bytes after they were verified.
+  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SEAL) != 0) return fail(Status::FromErrno(errno, "sealing a memfd"));
+  // Handed out as read-only reopens (O_RDONLY in F_GETFL, their own offset); the memfd itself is kept for
+  // the next open of the same file.
+  char proc[64];
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mfd);
+  int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
+  if (fd < 0) {
+    // No /proc: hand out the sealed memfd itself, with the caller's close-on-exec choice.
+    if (!(flags & O_CLOEXEC)) fcntl(mfd, F_SETFD, 0);
+    return mfd;
+  }
+  core_.KeepMemfd(e_.id, mfd);
+  return fd;
+}
+
+}  // namespace fanstore::detail

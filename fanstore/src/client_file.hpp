@@ -1,0 +1,33 @@
+// The OpenFile a Client hands out (see client.hpp): range reads, read-ahead state, kernel fds.
+#pragma once
+
+#include <mutex>
+
+#include "client_core.hpp"
+
+namespace fanstore::detail {
+
+class ClientFile final : public OpenFile {
+ public:
+  ClientFile(ClientCore& core, const Entry& e);
+  uint32_t id() const override { return e_.id; }
+  uint64_t size() const override { return e_.size; }
+  Result<size_t> ReadAt(uint64_t offset, void* buf, size_t n) override;
+  Result<size_t> Visit(uint64_t offset, size_t n, const std::function<size_t(const char*, size_t)>& sink) override;
+  Result<int> KernelFd(int flags) override;
+
+ private:
+  // Sequential-read detection for read-ahead.
+  void NoteRead(uint64_t off, uint64_t end);
+
+  ClientCore& core_;
+  const Entry e_;
+  const uint64_t chunks_;
+  const uint32_t shift_;
+  std::mutex mu_;          // guards the read-ahead state below
+  uint64_t seq_end_ = 0;   // where the last read ended
+  int streak_ = 0;         // sequential reads in a row
+  uint64_t ahead_ = 0;     // chunks below this were already queued for read-ahead
+};
+
+}  // namespace fanstore::detail
