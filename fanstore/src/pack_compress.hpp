@@ -19,6 +19,7 @@ inline constexpr uint64_t kKeepCompressedPercent = 97;
 struct StoredChunk {
   std::unique_ptr<char[]> raw;     // the source bytes (raw_size)
   std::unique_ptr<char[]> zbuf;    // compressed bytes when codec == kZstd
+  size_t raw_capacity = 0, zbuf_capacity = 0;  // buffers are recycled between chunks
   size_t raw_size = 0;
   size_t stored_size = 0;
   Codec codec = Codec::kRaw;
@@ -27,7 +28,7 @@ struct StoredChunk {
 };
 
 // Fills codec/stored_size/checksum of `c` from c.raw: compressed with `cctx` at `level` when that makes the
-// chunk smaller than kKeepCompressedPercent of it (level 0: raw).
+// chunk smaller than kKeepCompressedPercent of it (level 0: raw). Reuses c.zbuf when it is large enough.
 void CompressChunk(int level, ZSTD_CCtx* cctx, StoredChunk* c);
 
 }  // namespace fanstore

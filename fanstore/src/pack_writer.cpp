@@ -83,7 +83,10 @@ class ChunkPipeline {
   Status ReadChunk(size_t t, uint64_t i, std::shared_ptr<SharedStream> shared, StoredChunk* c) {
     const uint64_t n = Units(size_[t]);
     c->raw_size = size_[t] == 0 ? 0 : ChunkBytes(t, i);
-    c->raw.reset(new char[c->raw_size + 1]);  // +1: the probe for bytes past the expected end
+    if (!c->raw || c->raw_capacity < c->raw_size + 1) {  // +1: the probe for bytes past the expected end
+      c->raw.reset(new char[c->raw_size + 1]);
+      c->raw_capacity = c->raw_size + 1;
+    }
     auto read_exact = [&](SourceStream* s) -> Status {
       auto got = s->Read(c->raw.get(), c->raw_size);
       if (!got.ok()) return got.status();
@@ -115,6 +118,14 @@ class ChunkPipeline {
     lk.unlock();
     shared->cv.notify_all();
     return st;
+  }
+
+  // Buffers of written chunks go back to the workers: no page faults for fresh memory on every chunk.
+  void TakeSpare(StoredChunk* c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (spare_.empty()) return;
+    *c = std::move(spare_.back());
+    spare_.pop_back();
   }
 
   void Work() {
@@ -151,6 +162,7 @@ class ChunkPipeline {
         inflight_ += bytes;
       }
       Slot r;
+      TakeSpare(&r.chunk);
       r.status = ReadChunk(t, i, std::move(shared), &r.chunk);
       if (r.status.ok()) CompressChunk(level_, cctx, &r.chunk);
       r.seq = seq;
@@ -195,12 +207,14 @@ class ChunkPipeline {
         }
         Status s = f->Append(c.stored(), c.stored_size);
         if (!s.ok()) return s;
+        const size_t raw_size = c.raw_size;
         {
           std::lock_guard<std::mutex> lk(mu_);
           committed_ = seq + 1;
+          if (r.chunk.raw_capacity) spare_.push_back(std::move(r.chunk));
         }
         cv_work_.notify_all();
-        total_.bytes_done += c.raw_size;
+        total_.bytes_done += raw_size;
       }
       node.size = size_[t];
       node.stored_size = f->Size() - node.offset;
@@ -234,6 +248,7 @@ class ChunkPipeline {
   std::condition_variable cv_work_, cv_done_;
   std::vector<Slot> slots_;
   std::unordered_map<size_t, std::shared_ptr<SharedStream>> streams_;  // multi-chunk files being read
+  std::vector<StoredChunk> spare_;
   uint64_t next_seq_ = 0, committed_ = 0;
   size_t next_t_ = 0;
   uint64_t next_i_ = 0;
