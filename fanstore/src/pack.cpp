@@ -113,9 +113,10 @@ std::string PartHeader(uint32_t part_id, uint64_t image_id, uint64_t data_size) 
 
 // Everything after the checks, writing into `tmp`; the caller removes `tmp` on failure.
 Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, WriteEnv* env, PackTree* tree,
-                PackSource* source, const std::function<void(const PackProgress&)>& progress, IndexMeta* meta) {
+                PackSource* source, const std::function<void(const PackProgress&)>& progress, bool assign,
+                IndexMeta* meta) {
   bool any_rep = false;
-  AssignPartitions(tree, opts, opts.parts);
+  if (assign) AssignPartitions(tree, opts, opts.parts);
   for (const PackNode& n : tree->nodes) any_rep |= n.part == opts.parts;
   const uint32_t nparts = opts.parts + (any_rep ? 1 : 0);
   meta->regular_parts = opts.parts;
@@ -200,13 +201,13 @@ Status CheckOptions(PackOptions* opts) {
 }  // namespace
 
 Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSource* source, WriteEnv* env,
-                              const std::function<void(const PackProgress&)>& progress) {
+                              const std::function<void(const PackProgress&)>& progress, bool assign_partitions) {
   const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string tmp = opts.output + ".tmp-" + std::to_string(::getpid());
   Status s = env->CreateDir(tmp);
   if (!s.ok()) return WithAdvice(s, opts.output);
   IndexMeta meta;
-  s = PackInto(opts, threads, tmp, env, tree, source, progress, &meta);
+  s = PackInto(opts, threads, tmp, env, tree, source, progress, assign_partitions, &meta);
   if (s.ok()) s = env->Rename(tmp, opts.output);
   if (!s.ok()) {
     env->RemoveDirAndFiles(tmp);
@@ -242,9 +243,18 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   s = WalkSource(opts.source, &tree, warn);
   if (!s.ok()) return WithAdvice(s, opts.output);
   auto source = NewDirectorySource(opts.source);
-  auto rep = WriteImage(opts, &tree, source.get(), env, progress);
+  auto rep = WriteImage(opts, &tree, source.get(), env, progress, true);
   if (rep.ok()) rep->seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return rep;
+}
+
+Result<PackReport> WriteImageKeepingPartitions(const PackOptions& opts_in, PackTree* tree, PackSource* source,
+                                               const std::function<void(const PackProgress&)>& progress) {
+  PackOptions opts = opts_in;
+  Status s = CheckOptions(&opts);
+  if (!s.ok()) return s;
+  if (!(s = CheckOutput(opts.source, opts.output)).ok()) return s;
+  return WriteImage(opts, tree, source, DefaultWriteEnv(), progress, false);
 }
 
 Result<PackReport> Pack(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress,

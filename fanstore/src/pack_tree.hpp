@@ -103,8 +103,13 @@ Result<PackReport> PackWithEnv(const PackOptions& opts, WriteEnv* env,
                                const std::function<void(const std::string&)>& warn);
 
 // The back end shared by Pack and Convert: writes `tree` (whose file bytes `source` supplies) into a new
-// image at opts.output (opts.source only names the origin in messages). Fills the report's byte counts.
+// image at opts.output. `assign_partitions`: balance files over opts.parts (and opts.replicate); false keeps
+// each node's part (convert). Fills the report's counts.
 Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSource* source, WriteEnv* env,
-                              const std::function<void(const PackProgress&)>& progress);
+                              const std::function<void(const PackProgress&)>& progress, bool assign_partitions);
+
+// Convert's entry: checks opts and the output, then WriteImage keeping the tree's partitions.
+Result<PackReport> WriteImageKeepingPartitions(const PackOptions& opts, PackTree* tree, PackSource* source,
+                                               const std::function<void(const PackProgress&)>& progress);
 
 }  // namespace fanstore
