@@ -50,6 +50,8 @@ ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& 
       pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
 
 ClientCore::~ClientCore() {
+  // First: decode tasks use the node cache and the chunk cache, which are destroyed after this body.
+  pool.Shutdown();
   for (const Memfd& m : memfds_)
     if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
 }

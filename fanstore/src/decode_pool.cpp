@@ -7,11 +7,12 @@
 
 namespace fanstore {
 
-DecodePool::~DecodePool() {
+void DecodePool::Shutdown() {
   std::vector<pthread_t> ts;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    queue_.clear();
     ts.swap(threads_);
   }
   cv_.notify_all();

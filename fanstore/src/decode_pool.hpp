@@ -15,7 +15,9 @@ namespace fanstore {
 class DecodePool {
  public:
   explicit DecodePool(int threads) : max_threads_(threads < 1 ? 1 : threads) {}
-  ~DecodePool();
+  ~DecodePool() { Shutdown(); }
+  // Drops queued tasks and joins the threads (running tasks finish first). Idempotent; Submit fails after it.
+  void Shutdown();
   int threads() const { return max_threads_; }
   // Queues `task`; false when the queue is full (the caller does the work itself or skips it).
   bool Submit(std::function<void()> task);

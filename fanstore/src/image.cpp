@@ -211,10 +211,11 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
     s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (s.ok() && (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p))
     s = Status(Code::kCorrupt, path + " belongs to another image: copy the partitions of this image next to its index");
+  // A partition shorter than its header says (truncated, or still being copied) stays usable: every read is a
+  // pread checked for length, so the files still there read and those cut off fail with kCorrupt.
   const uint64_t data_size = Load64(h + phdr::kDataSize);
-  if (s.ok() && (::fstat(fd, &st) != 0 || data_size > (uint64_t{1} << 62) ||
-                 static_cast<uint64_t>(st.st_size) < kPartHeaderSize + data_size))
-    s = Status(Code::kCorrupt, name + " is truncated: copy the image again or re-pack");
+  if (s.ok() && (::fstat(fd, &st) != 0 || data_size > (uint64_t{1} << 62)))
+    s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (!s.ok()) {
     ::close(fd);
     return s;

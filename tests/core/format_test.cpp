@@ -217,13 +217,32 @@ TEST_F(FormatTest, FlippedDataByteIsCaughtByReadFileAndVerify) {
   EXPECT_GT(caught, 5 * harmless);
 }
 
-TEST_F(FormatTest, TruncatedPartitionIsCorrupt) {
+// A partition cut short: the files it still holds read, the ones cut off are kCorrupt ("truncated").
+TEST_F(FormatTest, TruncatedPartitionFailsOnlyTheFilesCutOff) {
   CopyImage(tmp_ / "short");
   std::string bytes = test::ReadAll(tmp_ / "img/part-00000.fsp");
-  test::WriteFile(tmp_ / "short/part-00000.fsp", bytes.substr(0, bytes.size() - 10));
+  const uint64_t cut = bytes.size() / 2;
+  test::WriteFile(tmp_ / "short/part-00000.fsp", bytes.substr(0, cut));
   auto img = test::OpenOrDie(tmp_ / "short");
-  EXPECT_FALSE(img->HasPartition(0));
-  EXPECT_EQ(VerifyImage(*img, 1, {}), img->Summary().part_files[0]);
+  EXPECT_TRUE(img->HasPartition(0));
+  uint64_t lost = 0, kept = 0;
+  for (uint32_t id = 0; id < img->size(); ++id) {
+    Entry e = img->Get(id);
+    if (!e.is_reg() || e.part != 0) continue;
+    std::string out(e.size, '\0');
+    Status s = img->ReadFile(id, out.data());
+    if (e.offset + e.stored_size <= cut) {
+      EXPECT_TRUE(s.ok()) << e.path << ": " << s.ToString();
+      ++kept;
+    } else {
+      EXPECT_EQ(s.code(), Code::kCorrupt) << e.path;
+      EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+      ++lost;
+    }
+  }
+  EXPECT_GT(kept, 0u);
+  EXPECT_GT(lost, 0u);
+  EXPECT_EQ(VerifyImage(*img, 1, {}), lost);
 }
 
 }  // namespace
