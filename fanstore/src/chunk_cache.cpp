@@ -59,6 +59,15 @@ bool ChunkCache::Has(uint32_t id, uint64_t index) {
   return map_.count(k) != 0 || pending_.count(k) != 0;
 }
 
+void ChunkCache::Drop(uint32_t id, uint64_t index) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = map_.find(Key{id, index});
+  if (it == map_.end()) return;
+  used_ -= it->second->second->size();
+  lru_.erase(it->second);
+  map_.erase(it);
+}
+
 void ChunkCache::InsertLocked(const Key& k, Bytes b) {
   const uint64_t n = b->size();
   // One chunk larger than a quarter of the budget would flush too much of the rest: not kept.

@@ -28,6 +28,9 @@ class ChunkCache {
   Result<Bytes> Get(uint32_t id, uint64_t index, const Loader& load, bool* hit);
   // True when the chunk is cached or being loaded (the read-ahead skips those).
   bool Has(uint32_t id, uint64_t index);
+  // Forgets a cached chunk (a sequential reader has passed it: drop-behind, so one pass over a large file
+  // holds only the read-ahead window and its buffers are recycled).
+  void Drop(uint32_t id, uint64_t index);
 
   // fork: the forking thread holds the lock across fork(); in the child, loads that the parent's other
   // threads had in flight are dropped (their threads do not exist there), so no one waits for them.

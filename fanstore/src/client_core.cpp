@@ -47,6 +47,7 @@ bool SameFile(int fd, dev_t dev, ino_t ino) {
 
 ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
     : img(image), stats(s), remote(opts.remote), cache(opts.cache_bytes),
+      buffers(std::make_shared<BufferPool>(image.ChunkSize(), 16)),
       pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
 
 ClientCore::~ClientCore() {
@@ -86,7 +87,7 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, bool
 Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, bool* hit_out) {
   bool hit = false;
   auto r = cache.Get(e.id, c.index, [&]() -> Result<ChunkCache::Bytes> {
-    auto b = OwnedBytes::Allocate(c.raw_size);
+    auto b = OwnedBytes::Allocate(c.raw_size, buffers);
     if (!b) return Status(Code::kNoMemory, "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
     Status s = LoadChunkInto(e, c, b->writable(), false);
     if (!s.ok()) return s;
@@ -148,14 +149,17 @@ Status ClientCore::ParallelFor(uint64_t n, const std::function<Status(uint64_t)>
   return sh->first_error;
 }
 
-void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last) {
+void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, std::function<bool(uint64_t)> still_wanted) {
   const uint64_t n = img.ChunkCount(e);
   for (uint64_t i = first; i <= last && i < n; ++i) {
     if (cache.Has(e.id, i)) continue;
     auto c = img.GetChunk(e, i);
     if (!c.ok()) return;
     // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
-    if (!pool.Submit([this, e, chunk = *c] { (void)GetChunk(e, chunk); })) return;
+    if (!pool.Submit([this, e, chunk = *c, still_wanted] {
+          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk);
+        }))
+      return;
   }
 }
 
@@ -202,11 +206,13 @@ void ClientCore::LockForFork() {
   pool.LockForFork();
   memfd_mu_.lock();
   report_mu_.lock();
+  buffers->LockForFork();
   if (node) node->LockForFork();
 }
 
 void ClientCore::UnlockForFork(bool child) {
   if (node) node->UnlockForFork();
+  buffers->UnlockForFork();
   report_mu_.unlock();
   memfd_mu_.unlock();
   pool.UnlockForFork(child);

@@ -13,6 +13,7 @@
 #include "decode_pool.hpp"
 #include "fanstore/client.hpp"
 #include "node_cache.hpp"
+#include "owned_bytes.hpp"
 
 namespace fanstore::detail {
 
@@ -30,8 +31,9 @@ struct ClientCore {
   // Runs fn(i) for i in [0, n) on the calling thread and the decode threads; returns when all are done.
   // The first error stops the rest and is returned.
   Status ParallelFor(uint64_t n, const std::function<Status(uint64_t)>& fn);
-  // Queues decodes of chunks [first, last] of `e` that are neither cached nor in flight (read-ahead).
-  void Prefetch(const Entry& e, uint64_t first, uint64_t last);
+  // Queues decodes of chunks [first, last] of `e` that are neither cached nor in flight (read-ahead). A queued
+  // decode runs only while `still_wanted(i)` holds when its turn comes (the reader may have passed it).
+  void Prefetch(const Entry& e, uint64_t first, uint64_t last, std::function<bool(uint64_t)> still_wanted);
 
   // A read-only reopen of a cached sealed memfd of `id`, or -1.
   int CachedMemfd(uint32_t id, int flags);
@@ -41,6 +43,7 @@ struct ClientCore {
   ClientStats& stats;
   std::shared_ptr<RemoteFetcher> remote;
   ChunkCache cache;
+  std::shared_ptr<BufferPool> buffers;  // chunk-sized buffers, recycled
   DecodePool pool;
   std::unique_ptr<NodeCache> node;
   void (*fd_hook)(int) = nullptr;

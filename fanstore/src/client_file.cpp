@@ -24,8 +24,9 @@ uint64_t AheadWindow(const ClientCore& core, uint32_t chunk_size) {
 ClientFile::ClientFile(ClientCore& core, const Entry& e)
     : core_(core), e_(e), chunks_(core.img.ChunkCount(e)), shift_(static_cast<uint32_t>(std::countr_zero(core.img.ChunkSize()))) {}
 
-void ClientFile::NoteRead(uint64_t off, uint64_t end) {
+bool ClientFile::NoteRead(uint64_t off, uint64_t end) {
   uint64_t ahead_from = 0, ahead_to = 0;
+  bool streaming;
   {
     std::lock_guard<std::mutex> lk(mu_);
     const bool sequential = off == seq_end_ && off != 0;
@@ -33,16 +34,26 @@ void ClientFile::NoteRead(uint64_t off, uint64_t end) {
     seq_end_ = end;
     // The second sequential read in a row starts the read-ahead: `head -c 16` decodes one chunk, a stream
     // keeps the decode threads ahead of it.
-    if (streak_ < 1) return;
+    streaming = streak_ >= 1;
+    if (!streaming) return false;
     const uint64_t window = AheadWindow(core_, 1u << shift_);
-    if (window == 0) return;
+    if (window == 0) return true;
     const uint64_t next = ((end - 1) >> shift_) + 1;
     ahead_from = std::max(next, ahead_);
     ahead_to = next + window - 1;
-    if (ahead_from > ahead_to || ahead_from >= chunks_) return;
+    if (ahead_from > ahead_to || ahead_from >= chunks_) return true;
     ahead_ = ahead_to + 1;
   }
-  core_.Prefetch(e_, ahead_from, ahead_to);
+  Prefetch(ahead_from, ahead_to);
+  return streaming;
+}
+
+void ClientFile::Prefetch(uint64_t first, uint64_t last) {
+  std::weak_ptr<ClientFile> self = weak_from_this();
+  core_.Prefetch(e_, first, last, [self](uint64_t i) {
+    auto f = self.lock();  // closed meanwhile: nobody wants it
+    return f && i >= f->reading_.load(std::memory_order_relaxed);
+  });
 }
 
 Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<size_t(const char*, size_t)>& sink) {
@@ -50,11 +61,13 @@ Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<siz
   n = static_cast<size_t>(std::min<uint64_t>(n, e_.size - off));
   const uint64_t end = off + n;
   const uint64_t first = off >> shift_, last = (end - 1) >> shift_;
-  NoteRead(off, end);
+  const bool streaming = NoteRead(off, end);
   // A read spanning several chunks decodes them in parallel; this thread takes them in order.
-  if (last > first) core_.Prefetch(e_, first + 1, last);
+  reading_.store(first, std::memory_order_relaxed);
+  if (last > first) Prefetch(first + 1, last);
   size_t done = 0;
   for (uint64_t i = first; i <= last; ++i) {
+    reading_.store(i, std::memory_order_relaxed);
     auto c = core_.img.GetChunk(e_, i);
     if (!c.ok()) return core_.Report(e_, c.status());
     auto bytes = core_.GetChunk(e_, *c);
@@ -65,6 +78,8 @@ Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<siz
     const size_t took = sink((*bytes)->data() + from, len);
     done += took;
     if (took < len) break;
+    // A streaming reader that has consumed a chunk to its end will not come back: drop it behind itself.
+    if (streaming && to == c->raw_size && chunks_ > 1) core_.cache.Drop(e_.id, i);
   }
   core_.stats.bytes_read.fetch_add(done, std::memory_order_relaxed);
   return done;

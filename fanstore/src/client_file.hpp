@@ -1,13 +1,15 @@
 // The OpenFile a Client hands out (see client.hpp): range reads, read-ahead state, kernel fds.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 
 #include "client_core.hpp"
 
 namespace fanstore::detail {
 
-class ClientFile final : public OpenFile {
+class ClientFile final : public OpenFile, public std::enable_shared_from_this<ClientFile> {
  public:
   ClientFile(ClientCore& core, const Entry& e);
   uint32_t id() const override { return e_.id; }
@@ -17,8 +19,10 @@ class ClientFile final : public OpenFile {
   Result<int> KernelFd(int flags) override;
 
  private:
-  // Sequential-read detection for read-ahead.
-  void NoteRead(uint64_t off, uint64_t end);
+  // Sequential-read detection: queues the read-ahead; true when this read continues a stream.
+  bool NoteRead(uint64_t off, uint64_t end);
+  // Queues chunks [first, last] for the decode threads, unless the reader has passed them by their turn.
+  void Prefetch(uint64_t first, uint64_t last);
 
   ClientCore& core_;
   const Entry e_;
@@ -28,6 +32,7 @@ class ClientFile final : public OpenFile {
   uint64_t seq_end_ = 0;   // where the last read ended
   int streak_ = 0;         // sequential reads in a row
   uint64_t ahead_ = 0;     // chunks below this were already queued for read-ahead
+  std::atomic<uint64_t> reading_{0};  // the chunk the last reader is taking: queued decodes below it are moot
 };
 
 }  // namespace fanstore::detail
