@@ -59,6 +59,25 @@ bool ChunkCache::Has(uint32_t id, uint64_t index) {
   return map_.count(k) != 0 || pending_.count(k) != 0;
 }
 
+ChunkCache::Bytes ChunkCache::Find(uint32_t id, uint64_t index) {
+  const Key k{id, index};
+  std::unique_lock<std::mutex> lk(mu_);
+  if (auto it = map_.find(k); it != map_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  auto p = pending_.find(k);
+  if (p == pending_.end()) return nullptr;
+  std::shared_ptr<Pending> theirs = p->second;
+  cv_.wait(lk, [&] { return theirs->done; });
+  return theirs->bytes;
+}
+
+void ChunkCache::Put(uint32_t id, uint64_t index, Bytes b) {
+  std::lock_guard<std::mutex> lk(mu_);
+  InsertLocked(Key{id, index}, std::move(b));
+}
+
 void ChunkCache::Drop(uint32_t id, uint64_t index) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = map_.find(Key{id, index});

@@ -28,6 +28,11 @@ class ChunkCache {
   Result<Bytes> Get(uint32_t id, uint64_t index, const Loader& load, bool* hit);
   // True when the chunk is cached or being loaded (the read-ahead skips those).
   bool Has(uint32_t id, uint64_t index);
+  // The cached chunk, or the result of a load in flight (waited for); null when neither exists or the load
+  // failed. Loads nothing itself.
+  Bytes Find(uint32_t id, uint64_t index);
+  // Keeps `b` as chunk `index` of `id` (within the budget), e.g. bytes a reader decoded straight into its buffer.
+  void Put(uint32_t id, uint64_t index, Bytes b);
   // Forgets a cached chunk (a sequential reader has passed it: drop-behind, so one pass over a large file
   // holds only the read-ahead window and its buffers are recycled).
   void Drop(uint32_t id, uint64_t index);

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "owned_bytes.hpp"
+
 namespace fanstore::detail {
 
 namespace {
@@ -86,12 +88,54 @@ Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<siz
 }
 
 Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
+  if (off >= e_.size || n == 0) return size_t{0};
+  n = static_cast<size_t>(std::min<uint64_t>(n, e_.size - off));
+  const uint64_t end = off + n;
+  const uint64_t first = off >> shift_, last = (end - 1) >> shift_;
+  const bool streaming = NoteRead(off, end);
+  reading_.store(first, std::memory_order_relaxed);
+  if (last > first) Prefetch(first + 1, last);
   char* out = static_cast<char*>(buf);
-  return Visit(off, n, [&out](const char* p, size_t len) {
-    std::memcpy(out, p, len);
-    out += len;
-    return len;
-  });
+  for (uint64_t i = first; i <= last; ++i) {
+    reading_.store(i, std::memory_order_relaxed);
+    auto c = core_.img.GetChunk(e_, i);
+    if (!c.ok()) return core_.Report(e_, c.status());
+    const uint64_t from = std::max(off, c->raw_offset) - c->raw_offset;
+    const size_t len = static_cast<size_t>(std::min(end, c->raw_offset + c->raw_size) - c->raw_offset - from);
+    char* dst = out + (c->raw_offset + from - off);
+    if (auto cached = core_.cache.Find(e_.id, i)) {
+      core_.stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
+      std::memcpy(dst, cached->data() + from, len);
+      if (streaming && from + len == c->raw_size && chunks_ > 1) core_.cache.Drop(e_.id, i);
+      continue;
+    }
+    if (from == 0 && len == c->raw_size) {
+      // The whole chunk, not cached: decoded (or read from the node cache) straight into the caller's buffer.
+      Status s = core_.LoadChunkInto(e_, *c, dst, false);
+      if (!s.ok()) {
+        std::memset(dst, 0, len);  // no unverified byte is left in the caller's buffer
+        return core_.Report(e_, s);
+      }
+      // Without a node cache, keep what was expensive to decode for this process's next read of it.
+      if (!core_.node && c->codec == Codec::kZstd && core_.cache.budget() > 0 && !streaming) {
+        if (auto copy = OwnedBytes::Allocate(len, core_.buffers)) {
+          std::memcpy(copy->writable(), dst, len);
+          core_.cache.Put(e_.id, i, std::move(copy));
+        }
+      }
+      continue;
+    }
+    if (core_.node && core_.node->ReadRange(e_, *c, from, len, dst)) {
+      core_.stats.node_hits.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    auto bytes = core_.GetChunk(e_, *c);
+    if (!bytes.ok()) return core_.Report(e_, bytes.status());
+    std::memcpy(dst, (*bytes)->data() + from, len);
+    if (streaming && from + len == c->raw_size && chunks_ > 1) core_.cache.Drop(e_.id, i);
+  }
+  core_.stats.bytes_read.fetch_add(n, std::memory_order_relaxed);
+  return n;
 }
 
 Result<int> ClientFile::KernelFd(int flags) {

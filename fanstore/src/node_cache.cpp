@@ -206,12 +206,15 @@ std::shared_ptr<NodeCache::Region> NodeCache::RegionFor(const Entry& e, bool cre
   return r;
 }
 
-bool NodeCache::Read(const Entry& e, const Chunk& c, char* out) {
+bool NodeCache::Read(const Entry& e, const Chunk& c, char* out) { return ReadRange(e, c, 0, c.raw_size, out); }
+
+bool NodeCache::ReadRange(const Entry& e, const Chunk& c, uint64_t from, size_t len, char* out) {
+  if (from > c.raw_size || len > c.raw_size - from) return false;
+  const bool small = img_.ChunkCount(e) <= 1;
   auto r = RegionFor(e, false);
-  const uint64_t bit = img_.ChunkCount(e) <= 1 ? e.id : c.index;
-  if (!r || !r->Test(bit)) return false;
-  const uint64_t off = img_.ChunkCount(e) <= 1 ? (uint64_t{e.id} << shift_) : c.raw_offset;
-  return PreadFull(r->data_fd, out, c.raw_size, off, r->name).ok();
+  if (!r || !r->Test(small ? e.id : c.index)) return false;
+  const uint64_t off = (small ? (uint64_t{e.id} << shift_) : c.raw_offset) + from;
+  return PreadFull(r->data_fd, out, len, off, r->name).ok();
 }
 
 bool NodeCache::HasChunk(const Entry& e, uint64_t i) {

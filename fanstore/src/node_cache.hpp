@@ -51,6 +51,9 @@ class NodeCache {
   // Copies chunk `c` of `e` into out (c.raw_size bytes) when the node holds it: true. False when it does
   // not (or on any error: the caller decodes instead).
   bool Read(const Entry& e, const Chunk& c, char* out);
+  // Copies bytes [from, from + len) of chunk `c` into out when the node holds the chunk (a small read of a
+  // large cached file costs one pread of that size, not a chunk).
+  bool ReadRange(const Entry& e, const Chunk& c, uint64_t from, size_t len, char* out);
   // Offers verified bytes of chunk `c` of `e`. Kept while the node's budget allows; `must` (a kernel fd is
   // being assembled) makes room by evicting the least recently used other files.
   void Offer(const Entry& e, const Chunk& c, const char* data, bool must);

@@ -110,8 +110,7 @@ class Client {
   // stat(2) data of an entry: stable st_ino, st_dev of the image, uid/gid of this process.
   void FillStat(uint32_t id, struct stat* st) const;
   // Opens file `id` (counted in stats().opens): kIsDirectory for a directory, kCorrupt for an entry whose
-  // chunk layout is impossible. The first chunk is decoded and verified here, so a damaged small file fails
-  // at open (EIO) as it would through a kernel file system that checks on read; a large file costs one chunk.
+  // chunk layout is impossible. Reads nothing: a damaged chunk fails (EIO) at the first read that touches it.
   Result<std::shared_ptr<OpenFile>> Open(uint32_t id);
   // The whole file decoded into memory (tools and tests; large files belong to Open + ReadAt).
   Result<std::shared_ptr<const FileBytes>> Load(uint32_t id);
