@@ -297,16 +297,16 @@ void Unclaim(LazyFile* p, uint64_t at, size_t len) {
   if (!p->materialized && p->offset == static_cast<int64_t>(at + len)) p->offset = static_cast<int64_t>(at);
 }
 
-// Hands [at, at + len) of p's file to `take` (verified spans, in order) through the client's range reads,
-// outside every lock of ours (a read may decode). The result is what a read returns: the count, or -1 + errno
-// (EIO for a damaged chunk; the client has printed its one line).
-template <class Take>
-ssize_t ServeRange(LazyFile* p, uint64_t at, size_t len, Take&& take) {
+// Runs `serve` (a range read of p's file: the count, or a status) outside every lock of ours (a read may
+// decode), and turns it into what a read returns: the count, or -1 + errno (EIO for a damaged chunk; the client
+// has printed its one line).
+template <class Serve>
+ssize_t ServeRange(size_t len, Serve&& serve) {
   if (len == 0) return 0;
   ReentrancyGuard guard;
   Result<size_t> r = [&]() -> Result<size_t> {
     try {
-      return p->file->Visit(at, len, take);
+      return serve();
     } catch (const std::bad_alloc&) {
       return Status(Code::kNoMemory, "out of memory");
     } catch (...) {
@@ -334,11 +334,8 @@ bool Read(int fd, void* buf, size_t n, off_t pos, bool positional, ssize_t* out)
   uint64_t at;
   size_t len;
   if (!ClaimRange(p, n, positional ? &at_pos : nullptr, true, &at, &len)) return false;
-  *out = ServeRange(p, at, len, [&buf](const char* src, size_t c) {
-    memcpy(buf, src, c);
-    buf = static_cast<char*>(buf) + c;
-    return c;
-  });
+  // Straight into the caller's buffer: a whole chunk is read or decoded there, with no copy of ours.
+  *out = ServeRange(len, [&] { return p->file->ReadAt(at, buf, len); });
   if (*out < 0 && !positional) Unclaim(p, at, len);
   return true;
 }
@@ -366,16 +363,19 @@ bool ReadV(int fd, const struct iovec* iov, int iovcnt, off_t pos, bool position
   uint64_t at;
   size_t len;
   if (!ClaimRange(p, total, positional ? &at_pos : nullptr, true, &at, &len)) return false;
-  int vi = 0;
-  size_t vo = 0;  // position inside iov[vi]
-  *out = ServeRange(p, at, len, [&](const char* src, size_t c) {
-    for (size_t left = c; left > 0;) {
-      while (vo == iov[vi].iov_len) ++vi, vo = 0;
-      const size_t k = std::min(left, iov[vi].iov_len - vo);
-      memcpy(static_cast<char*>(iov[vi].iov_base) + vo, src, k);
-      src += k, vo += k, left -= k;
+  *out = ServeRange(len, [&]() -> Result<size_t> {
+    size_t done = 0;
+    for (int i = 0; i < iovcnt && done < len; ++i) {
+      const size_t want = std::min(iov[i].iov_len, len - done);
+      if (want == 0) continue;
+      auto r = p->file->ReadAt(at + done, iov[i].iov_base, want);
+      if (!r.ok()) {
+        if (done > 0) break;  // as the kernel: the bytes already read are the result
+        return r.status();
+      }
+      done += *r;
     }
-    return c;
+    return done;
   });
   if (*out < 0 && !positional) Unclaim(p, at, len);
   return true;
