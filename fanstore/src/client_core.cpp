@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "decode_internal.hpp"
 #include "owned_bytes.hpp"
 
 namespace fanstore {
@@ -47,7 +48,8 @@ bool SameFile(int fd, dev_t dev, ino_t ino) {
 
 ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
     : img(image), stats(s), remote(opts.remote), cache(opts.cache_bytes),
-      buffers(std::make_shared<BufferPool>(image.ChunkSize(), 16)),
+      // A chunk, or the largest stored form of one; a few spares (each resident) for the read-ahead.
+      buffers(std::make_shared<BufferPool>(MaxStoredSize(image.ChunkSize()), 4)),
       pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
 
 ClientCore::~ClientCore() {
@@ -65,7 +67,12 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, bool
   Status s;
   bool fetched = false;
   if (img.HasPartition(e.part)) {
-    s = img.ReadChunk(e, c, out);
+    if (c.codec == Codec::kZstd) {
+      PooledBuffer scratch(buffers);  // the stored bytes; a temporary of ReadChunk's if none could be had
+      s = img.ReadChunk(e, c, out, scratch.get());
+    } else {
+      s = img.ReadChunk(e, c, out);
+    }
     stats.local_loads.fetch_add(1, std::memory_order_relaxed);
   } else if (remote) {
     std::string stored;
@@ -155,6 +162,9 @@ void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, std::fu
     if (cache.Has(e.id, i)) continue;
     auto c = img.GetChunk(e, i);
     if (!c.ok()) return;
+    // A raw chunk of a local partition costs its reader one pread and a checksum, straight into the reader's
+    // buffer; decoding it ahead would add a copy and use a second core for nothing.
+    if (c->codec == Codec::kRaw && img.HasPartition(e.part)) continue;
     // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
     if (!pool.Submit([this, e, chunk = *c, still_wanted] {
           if (still_wanted(chunk.index)) (void)GetChunk(e, chunk);

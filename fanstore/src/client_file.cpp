@@ -141,17 +141,15 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
 Result<int> ClientFile::KernelFd(int flags) {
   // Large files, with a node cache: one shared file per node holds every chunk; fill what is missing.
   if (core_.node && chunks_ > 1) {
-    Status s = core_.ParallelFor(chunks_, [this](uint64_t i) -> Status {
-      if (core_.node->HasChunk(e_, i)) return Status::Ok();
-      auto c = core_.img.GetChunk(e_, i);
-      if (!c.ok()) return c.status();
-      thread_local std::unique_ptr<char[]> buf;
-      thread_local size_t buf_size = 0;
-      if (buf_size < c->raw_size) {
-        buf.reset(new char[c->raw_size]);
-        buf_size = c->raw_size;
-      }
-      return core_.LoadChunkInto(e_, *c, buf.get(), true);
+    Status s = core_.node->WithFileLock(e_, [this] {
+      return core_.ParallelFor(chunks_, [this](uint64_t i) -> Status {
+        if (core_.node->HasChunk(e_, i)) return Status::Ok();
+        auto c = core_.img.GetChunk(e_, i);
+        if (!c.ok()) return c.status();
+        PooledBuffer buf(core_.buffers);
+        if (buf.get() == nullptr) return Status(Code::kNoMemory, "no memory to decode a chunk of " + std::string(e_.path));
+        return core_.LoadChunkInto(e_, *c, buf.get(), true);
+      });
     });
     if (!s.ok()) return core_.Report(e_, s);
     auto fd = core_.node->OpenComplete(e_, flags);

@@ -442,7 +442,7 @@ Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
   return c;
 }
 
-Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out) const {
+Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch) const {
   auto part = impl_->Part(e.part);
   if (!part.ok()) return part.status();
   const std::string_view name = impl_->PartName(e.part);
@@ -455,15 +455,14 @@ Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out) const {
     if (!s.ok()) return s;
     return DecodeChunkAt(e, c, out, c.stored_size, out, std::string(name));
   }
-  thread_local std::unique_ptr<char[]> scratch;
-  thread_local size_t scratch_size = 0;
-  if (scratch_size < c.stored_size) {
-    scratch.reset(new char[c.stored_size]);
-    scratch_size = c.stored_size;
+  std::unique_ptr<char[]> own;
+  if (scratch == nullptr) {
+    own.reset(new char[c.stored_size]);
+    scratch = own.get();
   }
-  Status s = PreadFull((*part)->fd, scratch.get(), c.stored_size, c.offset, std::string(name));
+  Status s = PreadFull((*part)->fd, scratch, c.stored_size, c.offset, std::string(name));
   if (!s.ok()) return s;
-  return DecodeChunkAt(e, c, scratch.get(), c.stored_size, out, std::string(name));
+  return DecodeChunkAt(e, c, scratch, c.stored_size, out, std::string(name));
 }
 
 Status Image::ReadStored(uint32_t id, std::string* out) const {
@@ -495,6 +494,7 @@ namespace {
 Status DecodeAllChunks(const Image& img, const Entry& e, char* out, bool strict) {
   const uint64_t n = img.ChunkCount(e);
   std::unique_ptr<char[]> scratch(out == nullptr && n > 0 ? new char[img.ChunkSize()] : nullptr);
+  std::unique_ptr<char[]> stored(n > 0 ? new char[MaxStoredSize(img.ChunkSize())] : nullptr);
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hs(XXH3_createState(), &XXH3_freeState);
   XXH3_64bits_reset(hs.get());
   uint64_t expect_off = e.offset;
@@ -504,7 +504,7 @@ Status DecodeAllChunks(const Image& img, const Entry& e, char* out, bool strict)
     if (strict && c->offset != expect_off) return BadEntry(e, "chunks do not tile the stored bytes");
     expect_off = c->offset + c->stored_size;
     char* dst = out ? out + c->raw_offset : scratch.get();
-    Status s = img.ReadChunk(e, *c, dst);
+    Status s = img.ReadChunk(e, *c, dst, stored.get());
     if (!s.ok()) return s;
     Xxh3Update(hs.get(), dst, c->raw_size);
   }

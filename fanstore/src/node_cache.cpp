@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -318,6 +319,16 @@ void NodeCache::EvictFor(uint64_t bytes, const std::string& keep) {
     freed += x.size;
     Used().fetch_sub(std::min(x.size, Used().load()));
   }
+}
+
+Status NodeCache::WithFileLock(const Entry& e, const std::function<Status()>& fill) {
+  auto r = RegionFor(e, true);
+  if (!r) return fill();
+  while (::flock(r->data_fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  Status s = fill();
+  ::flock(r->data_fd, LOCK_UN);
+  return s;
 }
 
 Result<int> NodeCache::OpenComplete(const Entry& e, int flags) {

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,10 @@ class NodeCache {
   void Offer(const Entry& e, const Chunk& c, const char* data, bool must);
   // Whether chunk `i` of multi-chunk file `e` is present (for assembling a kernel fd).
   bool HasChunk(const Entry& e, uint64_t i);
+  // Runs `fill` holding an exclusive flock on the node's copy of multi-chunk file `e`: processes assembling a
+  // kernel fd of the same file take turns, so the later ones find every chunk there instead of decoding it
+  // again. The lock goes with its holder if that process dies.
+  Status WithFileLock(const Entry& e, const std::function<Status()>& fill);
   // A read-only fd (flags: O_CLOEXEC) on the node's copy of multi-chunk file `e`, once every chunk is
   // present; kUnsupported otherwise (the caller fills the missing ones, or falls back to a memfd).
   Result<int> OpenComplete(const Entry& e, int flags);

@@ -122,8 +122,9 @@ class Image {
   // Reads chunk `c` of `e` from its local partition, decodes it into `out` (c.raw_size bytes) and checks its
   // XXH3. kCorrupt (naming the file and partition) on a mismatch, a bad frame, or a partition that is shorter
   // than the index says (truncated since): `out` must then not be used. Reads with pread only, so a partition
-  // changed or truncated under a running reader is an error, never a SIGBUS or a wrong byte.
-  Status ReadChunk(const Entry& e, const Chunk& c, char* out) const;
+  // changed or truncated under a running reader is an error, never a SIGBUS or a wrong byte. `scratch` (at least
+  // c.stored_size bytes) receives the stored bytes of a compressed chunk; null: a temporary buffer.
+  Status ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch = nullptr) const;
 
   // Reads the stored bytes of file `id` (all its chunks, as packed) from its local partition into `out`.
   Status ReadStored(uint32_t id, std::string* out) const;
