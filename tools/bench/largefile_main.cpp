@@ -1,5 +1,6 @@
 // fanstore-largefile: the large-file cases of issue 12 with plain POSIX calls (so it runs through the interposer
-// unchanged): a short head read, random preads, a sequential read, and N processes mapping one file. One CSV
+// unchanged): a short head read, random preads, a sequential read, N processes mapping one file, and a fresh
+// process's first stat (the index open). One CSV
 // line per run: label,mode,value,unit[,extra].
 #include <fcntl.h>
 #include <signal.h>
@@ -25,6 +26,7 @@ namespace {
 
 struct Args {
   std::string mode, path, label = "run";
+  double t0 = 0;  // stat-child: when the parent was about to exec us
   size_t block = 4096;
   uint64_t ops = 20000;
   int procs = 4;
@@ -144,24 +146,51 @@ int Map(const Args& a, bool map_it) {
   return 0;
 }
 
+// A fresh process's first stat: fork + exec of this program, whose main stats `path` and prints the time since
+// the parent was about to exec it (exec, loading, the preload library opening the image, the stat).
+int FreshStat(const Args& a, const char* self) {
+  char t0[64];
+  std::snprintf(t0, sizeof t0, "%.9f", fanstore::bench::NowSeconds());
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(self, self, "--mode", "stat-child", "--path", a.path.c_str(), "--label", a.label.c_str(), "--t0", t0,
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+int StatChild(const Args& a) {
+  struct stat st;
+  if (stat(a.path.c_str(), &st) != 0) return Fail("stat " + a.path);
+  std::printf("%s,fresh-stat,%.2f,ms\n", a.label.c_str(), (fanstore::bench::NowSeconds() - a.t0) * 1e3);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
   CLI::App app{"Large-file cases: head (open+read+close, ms and peak RSS), pread (random, ns/op), seq (MiB/s), "
-               "map (N processes mapping one file: total PSS MiB), map-baseline (the same processes mapping nothing)"};
-  app.add_option("--mode", a.mode, "head, pread, seq, map or map-baseline")->required();
+               "map (N processes mapping one file: total PSS MiB), map-baseline (the same processes mapping nothing), "
+               "fresh-stat (exec a fresh process whose first call stats --path: ms)"};
+  app.add_option("--mode", a.mode, "head, pread, seq, map, map-baseline or fresh-stat")->required();
   app.add_option("--path", a.path, "The file")->required();
   app.add_option("--label", a.label, "First CSV column");
   app.add_option("--block", a.block, "Bytes per read")->capture_default_str();
   app.add_option("--ops", a.ops, "preads per pass (pread)")->capture_default_str();
   app.add_option("--procs", a.procs, "Processes (map)")->capture_default_str();
   app.add_option("--seed", a.seed, "Offsets' seed (pread)")->capture_default_str();
+  app.add_option("--t0", a.t0, "(internal) the parent's clock at exec (stat-child)");
   CLI11_PARSE(app, argc, argv);
   if (a.mode == "head") return Head(a);
   if (a.mode == "pread") return Pread(a);
   if (a.mode == "seq") return Seq(a);
   if (a.mode == "map" || a.mode == "map-baseline") return Map(a, a.mode == "map");
+  if (a.mode == "fresh-stat") return FreshStat(a, "/proc/self/exe");
+  if (a.mode == "stat-child") return StatChild(a);
   std::fprintf(stderr, "fanstore-largefile: unknown --mode %s\n", a.mode.c_str());
   return 2;
 }
