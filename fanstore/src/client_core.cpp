@@ -59,7 +59,7 @@ ClientCore::~ClientCore() {
     if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
 }
 
-Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, bool must) {
+Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer) {
   if (node && node->Read(e, c, out)) {
     stats.node_hits.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
@@ -87,21 +87,23 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, bool
   }
   // Worth sharing: what was expensive to get (decoded, fetched) or what a kernel fd needs. A raw chunk of a
   // local partition is already in that partition's page cache, verified again in microseconds.
-  if (s.ok() && node && (must || fetched || c.codec == Codec::kZstd)) node->Offer(e, c, out, must);
+  const bool must = offer == Offer::kMust;
+  if (s.ok() && node && (must || fetched || c.codec == Codec::kZstd) &&
+      (offer != Offer::kStream || node->HasFile(e)))
+    node->Offer(e, c, out, must);
   return s;
 }
 
-Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, bool* hit_out) {
+Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer) {
   bool hit = false;
   auto r = cache.Get(e.id, c.index, [&]() -> Result<ChunkCache::Bytes> {
     auto b = OwnedBytes::Allocate(c.raw_size, buffers);
     if (!b) return Status(Code::kNoMemory, "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
-    Status s = LoadChunkInto(e, c, b->writable(), false);
+    Status s = LoadChunkInto(e, c, b->writable(), offer);
     if (!s.ok()) return s;
     return ChunkCache::Bytes(std::move(b));
   }, &hit);
   if (hit) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
-  if (hit_out) *hit_out = hit;
   return r;
 }
 
@@ -167,7 +169,7 @@ void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, std::fu
     if (c->codec == Codec::kRaw && img.HasPartition(e.part)) continue;
     // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
     if (!pool.Submit([this, e, chunk = *c, still_wanted] {
-          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk);
+          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk, Offer::kStream);
         }))
       return;
   }

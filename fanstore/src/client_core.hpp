@@ -21,11 +21,17 @@ struct ClientCore {
   ClientCore(const Image& image, ClientStats& stats, const ClientOptions& opts);
   ~ClientCore();
 
+  // How a chunk being loaded is offered to the node cache.
+  enum class Offer {
+    kShare,   // worth sharing (a random or partial read, a small file)
+    kStream,  // for a stream through a large file: shared only when the node already holds some of that file
+              // (another process reads it, or did), so one process streaming alone pays no extra copy
+    kMust,    // a kernel fd is being assembled: kept even over budget
+  };
   // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
-  Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, bool* hit = nullptr);
-  // The same bytes written into `out` without entering this process's cache (kernel fd assembly). `must`:
-  // the node cache keeps it even over budget (a kernel fd needs every chunk there).
-  Status LoadChunkInto(const Entry& e, const Chunk& c, char* out, bool must);
+  Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare);
+  // The same bytes written into `out` without entering this process's cache.
+  Status LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer);
   // Counts a failed read of `e` and prints its one line on stderr (once per file and process).
   Status Report(const Entry& e, Status s);
   // Runs fn(i) for i in [0, n) on the calling thread and the decode threads; returns when all are done.

@@ -111,7 +111,8 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
     }
     if (from == 0 && len == c->raw_size) {
       // The whole chunk, not cached: decoded (or read from the node cache) straight into the caller's buffer.
-      Status s = core_.LoadChunkInto(e_, *c, dst, false);
+      // Whole chunks of a large file are what streams read: shared only if others read this file too.
+      Status s = core_.LoadChunkInto(e_, *c, dst, chunks_ > 1 ? ClientCore::Offer::kStream : ClientCore::Offer::kShare);
       if (!s.ok()) {
         std::memset(dst, 0, len);  // no unverified byte is left in the caller's buffer
         return core_.Report(e_, s);
@@ -148,7 +149,7 @@ Result<int> ClientFile::KernelFd(int flags) {
         if (!c.ok()) return c.status();
         PooledBuffer buf(core_.buffers);
         if (buf.get() == nullptr) return Status(Code::kNoMemory, "no memory to decode a chunk of " + std::string(e_.path));
-        return core_.LoadChunkInto(e_, *c, buf.get(), true);
+        return core_.LoadChunkInto(e_, *c, buf.get(), ClientCore::Offer::kMust);
       });
     });
     if (!s.ok()) return core_.Report(e_, s);
@@ -174,7 +175,7 @@ Result<int> ClientFile::KernelFd(int flags) {
     Status s = core_.ParallelFor(chunks_, [&](uint64_t i) -> Status {
       auto c = core_.img.GetChunk(e_, i);
       if (!c.ok()) return c.status();
-      return core_.LoadChunkInto(e_, *c, base + c->raw_offset, false);
+      return core_.LoadChunkInto(e_, *c, base + c->raw_offset, ClientCore::Offer::kShare);
     });
     munmap(p, e_.size);
     if (!s.ok()) return fail(core_.Report(e_, s));

@@ -60,6 +60,8 @@ class NodeCache {
   void Offer(const Entry& e, const Chunk& c, const char* data, bool must);
   // Whether chunk `i` of multi-chunk file `e` is present (for assembling a kernel fd).
   bool HasChunk(const Entry& e, uint64_t i);
+  // Whether the node has a copy (complete or not) of multi-chunk file `e`; always true for one-chunk files.
+  bool HasFile(const Entry& e) { return RegionFor(e, false) != nullptr; }
   // Runs `fill` holding an exclusive flock on the node's copy of multi-chunk file `e`: processes assembling a
   // kernel fd of the same file take turns, so the later ones find every chunk there instead of decoding it
   // again. The lock goes with its holder if that process dies.

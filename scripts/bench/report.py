@@ -25,6 +25,10 @@ SECTIONS = [
     ("remote", "Remote reads: 4 daemons on one machine vs an MPI ping-pong",
      ["fanstore-daemon", "fanstore-local", "mpi-pingpong"],
      [("fanstore-daemon", "mpi-pingpong"), ("fanstore-daemon", "fanstore-local")]),
+    ("largefile", "Large files and index start-up: chunked reads, one decoded copy per node (issue 12)",
+     ["fanstore-zstd", "fanstore-raw", "tmpfs", "disk", "zstd-cli", "fanstore-untrusted"],
+     [("fanstore-zstd", "tmpfs"), ("fanstore-raw", "tmpfs"), ("fanstore-zstd", "zstd-cli"), ("fanstore-zstd", "disk"),
+      ("fanstore-zstd", "fanstore-untrusted")]),
     ("pack", "Packing a dataset: fanstore pack vs tar | zstd",
      ["fanstore-pack", "tar-zstd", "tar"],
      [("fanstore-pack", "tar-zstd"), ("fanstore-pack", "tar")]),
@@ -38,7 +42,7 @@ HEADINGS = {
     "disk": "disk (ext4)", "fanstore": "FanStore", "fanstore-daemon": "FanStore via daemon",
     "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
     "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
-    "pytorch": "PyTorch 1.13",
+    "pytorch": "PyTorch 1.13", "zstd-cli": "zstd -d -T0", "fanstore-untrusted": "FanStore, index re-hashed",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
