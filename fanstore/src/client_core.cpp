@@ -88,8 +88,7 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
   // Worth sharing: what was expensive to get (decoded, fetched) or what a kernel fd needs. A raw chunk of a
   // local partition is already in that partition's page cache, verified again in microseconds.
   const bool must = offer == Offer::kMust;
-  if (s.ok() && node && (must || fetched || c.codec == Codec::kZstd) &&
-      (offer != Offer::kStream || node->HasFile(e)))
+  if (s.ok() && node && offer != Offer::kNone && (must || fetched || c.codec == Codec::kZstd))
     node->Offer(e, c, out, must);
   return s;
 }
@@ -158,7 +157,8 @@ Status ClientCore::ParallelFor(uint64_t n, const std::function<Status(uint64_t)>
   return sh->first_error;
 }
 
-void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, std::function<bool(uint64_t)> still_wanted) {
+void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, Offer offer,
+                          std::function<bool(uint64_t)> still_wanted) {
   const uint64_t n = img.ChunkCount(e);
   for (uint64_t i = first; i <= last && i < n; ++i) {
     if (cache.Has(e.id, i)) continue;
@@ -168,8 +168,8 @@ void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, std::fu
     // buffer; decoding it ahead would add a copy and use a second core for nothing.
     if (c->codec == Codec::kRaw && img.HasPartition(e.part)) continue;
     // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
-    if (!pool.Submit([this, e, chunk = *c, still_wanted] {
-          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk, Offer::kStream);
+    if (!pool.Submit([this, e, chunk = *c, offer, still_wanted] {
+          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk, offer);
         }))
       return;
   }

@@ -23,10 +23,9 @@ struct ClientCore {
 
   // How a chunk being loaded is offered to the node cache.
   enum class Offer {
-    kShare,   // worth sharing (a random or partial read, a small file)
-    kStream,  // for a stream through a large file: shared only when the node already holds some of that file
-              // (another process reads it, or did), so one process streaming alone pays no extra copy
-    kMust,    // a kernel fd is being assembled: kept even over budget
+    kShare,  // worth sharing (a random or partial read, a small file, a large file read again)
+    kNone,   // the first stream through a large file on this node: not copied (see ClientFile::ShareStream)
+    kMust,   // a kernel fd is being assembled: kept even over budget
   };
   // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
   Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare);
@@ -39,7 +38,7 @@ struct ClientCore {
   Status ParallelFor(uint64_t n, const std::function<Status(uint64_t)>& fn);
   // Queues decodes of chunks [first, last] of `e` that are neither cached nor in flight (read-ahead). A queued
   // decode runs only while `still_wanted(i)` holds when its turn comes (the reader may have passed it).
-  void Prefetch(const Entry& e, uint64_t first, uint64_t last, std::function<bool(uint64_t)> still_wanted);
+  void Prefetch(const Entry& e, uint64_t first, uint64_t last, Offer offer, std::function<bool(uint64_t)> still_wanted);
 
   // A read-only reopen of a cached sealed memfd of `id`, or -1.
   int CachedMemfd(uint32_t id, int flags);

@@ -50,9 +50,18 @@ bool ClientFile::NoteRead(uint64_t off, uint64_t end) {
   return streaming;
 }
 
+ClientCore::Offer ClientFile::StreamOffer() {
+  int v = stream_offer_.load(std::memory_order_acquire);
+  if (v < 0) {
+    v = core_.node && core_.node->NoteStream(e_) ? 1 : 0;
+    stream_offer_.store(v, std::memory_order_release);
+  }
+  return v ? ClientCore::Offer::kShare : ClientCore::Offer::kNone;
+}
+
 void ClientFile::Prefetch(uint64_t first, uint64_t last) {
   std::weak_ptr<ClientFile> self = weak_from_this();
-  core_.Prefetch(e_, first, last, [self](uint64_t i) {
+  core_.Prefetch(e_, first, last, StreamOffer(), [self](uint64_t i) {
     auto f = self.lock();  // closed meanwhile: nobody wants it
     return f && i >= f->reading_.load(std::memory_order_relaxed);
   });
@@ -112,7 +121,7 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
     if (from == 0 && len == c->raw_size) {
       // The whole chunk, not cached: decoded (or read from the node cache) straight into the caller's buffer.
       // Whole chunks of a large file are what streams read: shared only if others read this file too.
-      Status s = core_.LoadChunkInto(e_, *c, dst, chunks_ > 1 ? ClientCore::Offer::kStream : ClientCore::Offer::kShare);
+      Status s = core_.LoadChunkInto(e_, *c, dst, chunks_ > 1 ? StreamOffer() : ClientCore::Offer::kShare);
       if (!s.ok()) {
         std::memset(dst, 0, len);  // no unverified byte is left in the caller's buffer
         return core_.Report(e_, s);

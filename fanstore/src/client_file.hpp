@@ -23,6 +23,10 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   bool NoteRead(uint64_t off, uint64_t end);
   // Queues chunks [first, last] for the decode threads, unless the reader has passed them by their turn.
   void Prefetch(uint64_t first, uint64_t last);
+  // How whole chunks this open file decodes go to the node cache: the first stream through a large file on the
+  // node is not copied (one reader alone would pay an extra copy for nothing); every later read of the file,
+  // by any process, fills the node's copy or reads it.
+  ClientCore::Offer StreamOffer();
 
   ClientCore& core_;
   const Entry e_;
@@ -33,6 +37,7 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   int streak_ = 0;         // sequential reads in a row
   uint64_t ahead_ = 0;     // chunks below this were already queued for read-ahead
   std::atomic<uint64_t> reading_{0};  // the chunk the last reader is taking: queued decodes below it are moot
+  std::atomic<int> stream_offer_{-1};  // StreamOffer's answer once asked (-1: not yet)
 };
 
 }  // namespace fanstore::detail

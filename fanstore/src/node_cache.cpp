@@ -218,6 +218,13 @@ bool NodeCache::ReadRange(const Entry& e, const Chunk& c, uint64_t from, size_t 
   return PreadFull(r->data_fd, out, len, off, r->name).ok();
 }
 
+bool NodeCache::NoteStream(const Entry& e) {
+  auto r = RegionFor(e, true);
+  if (!r) return false;
+  std::atomic_ref<uint64_t> streams(*reinterpret_cast<uint64_t*>(r->bits + kBtStreams));
+  return streams.fetch_add(1, std::memory_order_acq_rel) > 0;
+}
+
 bool NodeCache::HasChunk(const Entry& e, uint64_t i) {
   auto r = RegionFor(e, false);
   return r && r->Test(i);

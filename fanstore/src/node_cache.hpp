@@ -40,7 +40,7 @@ inline constexpr size_t kBitsHeader = 64;
 inline constexpr size_t kStMagic = 0, kStVersion = 8, kStChunkShift = 12, kStImageId = 16, kStEntries = 24,
                         kStBudget = 32, kStUsed = 40, kStLastRecount = 48;
 // bits header
-inline constexpr size_t kBtMagic = 0, kBtDataIno = 8, kBtDataDev = 16, kBtBits = 24;
+inline constexpr size_t kBtMagic = 0, kBtDataIno = 8, kBtDataDev = 16, kBtBits = 24, kBtStreams = 32;
 }  // namespace node_cache_format
 
 class NodeCache {
@@ -60,8 +60,9 @@ class NodeCache {
   void Offer(const Entry& e, const Chunk& c, const char* data, bool must);
   // Whether chunk `i` of multi-chunk file `e` is present (for assembling a kernel fd).
   bool HasChunk(const Entry& e, uint64_t i);
-  // Whether the node has a copy (complete or not) of multi-chunk file `e`; always true for one-chunk files.
-  bool HasFile(const Entry& e) { return RegionFor(e, false) != nullptr; }
+  // Counts one more stream (an open file reading whole chunks) through multi-chunk file `e` on this node; true when
+  // it is not the first, i.e. the file is read again (by another process, or later): worth keeping a copy of.
+  bool NoteStream(const Entry& e);
   // Runs `fill` holding an exclusive flock on the node's copy of multi-chunk file `e`: processes assembling a
   // kernel fd of the same file take turns, so the later ones find every chunk there instead of decoding it
   // again. The lock goes with its holder if that process dies.
