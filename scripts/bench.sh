@@ -417,7 +417,8 @@ bench_largefile() {
   local cases=("head -c 16, $((HEAD_MIB / 1024)) GiB zstd file: ms|ms|lower" "head -c 16: peak RSS|MiB|lower"
                "random 4 KiB preads, $SEQ_MIB MiB zstd file|ns/op|lower" "sequential read, $SEQ_MIB MiB|MiB/s|higher"
                "4 processes mapping one 128 MiB file: memory|MiB|lower"
-               "fresh process: index open + first stat, $((NFILES / 1000000))M files|ms|lower")
+               "fresh process: index open + first stat, $((NFILES / 1000000))M files|ms|lower"
+               "serving a raw file from the page cache, per pass|ms/GiB|lower")
   if [ -n "$why" ]; then
     for c in "${cases[@]}"; do IFS='|' read -r name unit better <<<"$c"; record largefile "$name" fanstore-zstd "$unit" "$better" "$why"; done
     return
@@ -445,7 +446,7 @@ bench_largefile() {
   }
   med() { sort -g | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print "error"}'; }
   local t_head=() r_head=() d_head=() dr_head=() z_pr=() t_pr=() z_seq=() r_seq=() t_seq=() c_seq=() z_map=() t_map=()
-  local z_stat=() u_stat=() t_stat=() line
+  local z_stat=() u_stat=() t_stat=() v_ver=() v_map=() v_plain=() line
   for rep in 1 2 3; do
     line=$(fs "$LDISK/img-head" "$LF" --mode head --path "$MOUNT/huge.txt" --block 16) && {
       t_head+=("$(field "$line" 3)"); r_head+=("$(awk -v k="$(field "$line" 5)" 'BEGIN {printf "%.1f", k / 1024}')"); }
@@ -470,6 +471,8 @@ bench_largefile() {
         "$LF" --mode fresh-stat --path "$MOUNT/d0000123/f0123456") && u_stat+=("$(field "$line" 3)")
       line=$("$LF" --mode fresh-stat --path "$LSRC/seq.txt") && t_stat+=("$(field "$line" 3)")
     fi
+    line=$("$LF" --mode verify-cost --path "$LSRC/seq.bin" --block 1048576) &&
+      { v_map+=("$(field "$line" 5)"); v_ver+=("$(field "$line" 7)"); v_plain+=("$(field "$line" 9)"); }
     rm -rf "$TMPFS"/nc-*
   done
   local m
@@ -480,6 +483,7 @@ bench_largefile() {
   }
   IFS='|' read -r c0 _ _ <<<"${cases[0]}"; IFS='|' read -r c1 _ _ <<<"${cases[1]}"; IFS='|' read -r c2 _ _ <<<"${cases[2]}"
   IFS='|' read -r c3 _ _ <<<"${cases[3]}"; IFS='|' read -r c4 _ _ <<<"${cases[4]}"; IFS='|' read -r c5 _ _ <<<"${cases[5]}"
+  IFS='|' read -r c6 _ _ <<<"${cases[6]}"
   rec "$c0" fanstore-zstd ms lower "${t_head[@]}"; rec "$c0" tmpfs ms lower "${d_head[@]}"
   rec "$c1" fanstore-zstd MiB lower "${r_head[@]}"; rec "$c1" tmpfs MiB lower "${dr_head[@]}"
   rec "$c2" fanstore-zstd ns/op lower "${z_pr[@]}"; rec "$c2" tmpfs ns/op lower "${t_pr[@]}"
@@ -492,7 +496,9 @@ bench_largefile() {
   else
     record largefile "$c5" fanstore-zstd ms lower "n/a (synth_index not built)"
   fi
-  note largefile "Own data: a ${SEQ_MIB} MiB compressible file (base64 of random bytes, zstd ~1.33:1) and a ${SEQ_MIB} MiB incompressible one on tmpfs, images on the local disk, chunks of 1 MiB; the head file is ${HEAD_MIB} MiB. Median of 3 interleaved runs; every FanStore run starts with an empty node cache of its own. 'head': open + read(16) + close in the reading process, and its peak RSS. 'preads': random 4 KiB preads of one open file, second pass timed (the first decodes; the second reads this process's chunks or the node cache's). 'sequential': one process, read(2) of 1 MiB; zstd -d -T0 decodes the same data (zstd -3) to /dev/null. 'mapping': 4 processes each mmap and touch the whole file; total PSS minus that of 4 identical processes mapping nothing (FanStore: the node cache holds one shared copy; tmpfs: the page cache). 'fresh process': exec of a process whose first call is stat(), ms until it answers: with the trust token fanstore run hands down, with the index re-hashed (FANSTORE_INDEX_TRUST unset), and a stat on tmpfs; synthetic index of $NFILES empty files."
+  rec "$c6" fanstore-raw ms/GiB lower "${v_ver[@]}"; rec "$c6" tmpfs ms/GiB lower "${v_plain[@]}"
+  rec "$c6" mapped-v1 ms/GiB lower "${v_map[@]}"
+  note largefile "Own data: a ${SEQ_MIB} MiB compressible file (base64 of random bytes, zstd ~1.33:1) and a ${SEQ_MIB} MiB incompressible one on tmpfs, images on the local disk, chunks of 1 MiB; the head file is ${HEAD_MIB} MiB. Median of 3 interleaved runs; every FanStore run starts with an empty node cache of its own. 'head': open + read(16) + close in the reading process, and its peak RSS. 'preads': random 4 KiB preads of one open file, second pass timed (the first decodes; the second reads this process's chunks or the node cache's). 'sequential': one process, read(2) of 1 MiB; zstd -d -T0 decodes the same data (zstd -3) to /dev/null. 'mapping': 4 processes each mmap and touch the whole file; total PSS minus that of 4 identical processes mapping nothing (FanStore: the node cache holds one shared copy; tmpfs: the page cache). 'fresh process': exec of a process whose first call is stat(), ms until it answers: with the trust token fanstore run hands down, with the index re-hashed (FANSTORE_INDEX_TRUST unset), and a stat on tmpfs; synthetic index of $NFILES empty files. 'serving a raw file': the per-pass cost of the safe way (pread into the reader's buffer + XXH3 of every chunk, every time: 'FanStore raw'), of a plain pread ('tmpfs' column) and of format 1's way (map the partition range, verify once, then memcpy from the mapping: SIGBUS when truncated, unverified bytes after an in-place change), over the same page-cached file."
   rm -rf "$LSRC" "$LDISK"
 }
 log "largefile: head, preads, sequential, mapping, index start-up"

@@ -26,9 +26,9 @@ SECTIONS = [
      ["fanstore-daemon", "fanstore-local", "mpi-pingpong"],
      [("fanstore-daemon", "mpi-pingpong"), ("fanstore-daemon", "fanstore-local")]),
     ("largefile", "Large files and index start-up: chunked reads, one decoded copy per node (issue 12)",
-     ["fanstore-zstd", "fanstore-raw", "tmpfs", "disk", "zstd-cli", "fanstore-untrusted"],
+     ["fanstore-zstd", "fanstore-raw", "tmpfs", "disk", "zstd-cli", "fanstore-untrusted", "mapped-v1"],
      [("fanstore-zstd", "tmpfs"), ("fanstore-raw", "tmpfs"), ("fanstore-zstd", "zstd-cli"), ("fanstore-zstd", "disk"),
-      ("fanstore-zstd", "fanstore-untrusted")]),
+      ("fanstore-zstd", "fanstore-untrusted"), ("fanstore-raw", "mapped-v1")]),
     ("pack", "Packing a dataset: fanstore pack vs tar | zstd",
      ["fanstore-pack", "tar-zstd", "tar"],
      [("fanstore-pack", "tar-zstd"), ("fanstore-pack", "tar")]),
@@ -43,6 +43,7 @@ HEADINGS = {
     "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
     "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
     "pytorch": "PyTorch 1.13", "zstd-cli": "zstd -d -T0", "fanstore-untrusted": "FanStore, index re-hashed",
+    "mapped-v1": "mapping verified once (format 1)",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
