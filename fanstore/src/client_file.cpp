@@ -67,15 +67,24 @@ void ClientFile::Prefetch(uint64_t first, uint64_t last) {
   });
 }
 
+bool ClientFile::StartRead(uint64_t off, size_t n, Range* r) {
+  if (off >= e_.size || n == 0) return false;
+  r->off = off;
+  r->end = off + std::min<uint64_t>(n, e_.size - off);
+  r->first = off >> shift_;
+  r->last = (r->end - 1) >> shift_;
+  r->streaming = NoteRead(off, r->end);
+  // A read spanning several chunks decodes them in parallel; the reading thread takes them in order.
+  reading_.store(r->first, std::memory_order_relaxed);
+  if (r->last > r->first) Prefetch(r->first + 1, r->last);
+  return true;
+}
+
 Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<size_t(const char*, size_t)>& sink) {
-  if (off >= e_.size || n == 0) return size_t{0};
-  n = static_cast<size_t>(std::min<uint64_t>(n, e_.size - off));
-  const uint64_t end = off + n;
-  const uint64_t first = off >> shift_, last = (end - 1) >> shift_;
-  const bool streaming = NoteRead(off, end);
-  // A read spanning several chunks decodes them in parallel; this thread takes them in order.
-  reading_.store(first, std::memory_order_relaxed);
-  if (last > first) Prefetch(first + 1, last);
+  Range r;
+  if (!StartRead(off, n, &r)) return size_t{0};
+  const uint64_t end = r.end, first = r.first, last = r.last;
+  const bool streaming = r.streaming;
   size_t done = 0;
   for (uint64_t i = first; i <= last; ++i) {
     reading_.store(i, std::memory_order_relaxed);
@@ -97,13 +106,11 @@ Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<siz
 }
 
 Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
-  if (off >= e_.size || n == 0) return size_t{0};
-  n = static_cast<size_t>(std::min<uint64_t>(n, e_.size - off));
-  const uint64_t end = off + n;
-  const uint64_t first = off >> shift_, last = (end - 1) >> shift_;
-  const bool streaming = NoteRead(off, end);
-  reading_.store(first, std::memory_order_relaxed);
-  if (last > first) Prefetch(first + 1, last);
+  Range r;
+  if (!StartRead(off, n, &r)) return size_t{0};
+  const uint64_t end = r.end, first = r.first, last = r.last;
+  const bool streaming = r.streaming;
+  n = static_cast<size_t>(end - off);
   char* out = static_cast<char*>(buf);
   for (uint64_t i = first; i <= last; ++i) {
     reading_.store(i, std::memory_order_relaxed);

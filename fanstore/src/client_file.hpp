@@ -21,6 +21,13 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
  private:
   // Sequential-read detection: queues the read-ahead; true when this read continues a stream.
   bool NoteRead(uint64_t off, uint64_t end);
+  // What a read of [off, off + n) covers, clipped to the file, once it has been noted (NoteRead) and the
+  // chunks after its first queued for decoding in parallel. False when it covers nothing.
+  struct Range {
+    uint64_t off, end, first, last;
+    bool streaming;
+  };
+  bool StartRead(uint64_t off, size_t n, Range* r);
   // Queues chunks [first, last] for the decode threads, unless the reader has passed them by their turn.
   void Prefetch(uint64_t first, uint64_t last);
   // How whole chunks this open file decodes go to the node cache: the first stream through a large file on the

@@ -39,41 +39,38 @@ void EncodeEntry(const PackNode& n, char* r) {
   }
 }
 
-// The chunk table, in pieces of at most 64K records.
-template <class Sink>
-void ForEachChunkTablePiece(const PackTree& tree, Sink&& sink) {
-  constexpr size_t kPiece = 65536;
-  std::unique_ptr<char[]> buf(new char[kPiece * kChunkRecordSize]);
-  for (size_t i = 0; i < tree.chunks.size(); i += kPiece) {
-    size_t n = std::min(kPiece, tree.chunks.size() - i);
-    std::memset(buf.get(), 0, n * kChunkRecordSize);
-    for (size_t k = 0; k < n; ++k) {
-      const ChunkRecord& c = tree.chunks[i + k];
-      char* r = buf.get() + k * kChunkRecordSize;
-      Store64(r + chk::kStoredOff, c.stored_off);
-      Store32(r + chk::kStoredSize, c.stored_size);
-      Store32(r + chk::kCodec, static_cast<uint32_t>(c.codec));
-      Store64(r + chk::kChecksum, c.checksum);
-    }
-    sink(buf.get(), n * kChunkRecordSize);
+// Calls `sink` with `count` records of `size` bytes, encoded by `encode(i, record)` into a zeroed buffer of at most
+// `piece` records at a time, so a million entries never need one big buffer.
+template <class Encode, class Sink>
+void EncodeInPieces(size_t count, size_t size, size_t piece, Encode&& encode, Sink&& sink) {
+  std::unique_ptr<char[]> buf(new char[piece * size]);
+  for (size_t i = 0; i < count; i += piece) {
+    size_t n = std::min(piece, count - i);
+    std::memset(buf.get(), 0, n * size);
+    for (size_t k = 0; k < n; ++k) encode(i + k, buf.get() + k * size);
+    sink(buf.get(), n * size);
   }
 }
 
-// Calls `sink` with the entry table in chunks, so a million entries never need one big buffer.
+// The entry table: each record, with its stable inode id + 1 (never 0: same image, same numbers).
 template <class Sink>
 void ForEachEntryChunk(const PackTree& tree, Sink&& sink) {
-  constexpr size_t kChunk = 4096;
-  std::unique_ptr<char[]> buf(new char[kChunk * kEntrySize]);
-  for (size_t i = 0; i < tree.nodes.size(); i += kChunk) {
-    size_t n = std::min(kChunk, tree.nodes.size() - i);
-    std::memset(buf.get(), 0, n * kEntrySize);
-    for (size_t k = 0; k < n; ++k) {
-      char* r = buf.get() + k * kEntrySize;
-      EncodeEntry(tree.nodes[i + k], r);
-      Store64(r + ent::kIno, i + k + 1);  // stable and never 0: same image, same numbers
-    }
-    sink(buf.get(), n * kEntrySize);
-  }
+  EncodeInPieces(tree.nodes.size(), kEntrySize, 4096, [&](size_t id, char* r) {
+    EncodeEntry(tree.nodes[id], r);
+    Store64(r + ent::kIno, id + 1);
+  }, sink);
+}
+
+// The chunk table.
+template <class Sink>
+void ForEachChunkTablePiece(const PackTree& tree, Sink&& sink) {
+  EncodeInPieces(tree.chunks.size(), kChunkRecordSize, 65536, [&](size_t i, char* r) {
+    const ChunkRecord& c = tree.chunks[i];
+    Store64(r + chk::kStoredOff, c.stored_off);
+    Store32(r + chk::kStoredSize, c.stored_size);
+    Store32(r + chk::kCodec, static_cast<uint32_t>(c.codec));
+    Store64(r + chk::kChecksum, c.checksum);
+  }, sink);
 }
 
 std::string PartitionTable(const IndexMeta& meta, uint64_t names_base) {
