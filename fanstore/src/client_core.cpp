@@ -76,10 +76,9 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
     stats.local_loads.fetch_add(1, std::memory_order_relaxed);
   } else if (remote) {
     std::string stored;
-    s = remote->FetchStoredRange(e, c.offset - e.offset, c.stored_size, &stored);
+    s = FetchRemoteChunk(e, c, &stored);
     if (s.ok()) s = DecodeChunk(e, c, stored.data(), stored.size(), out);
     stats.remote_loads.fetch_add(1, std::memory_order_relaxed);
-    stats.remote_bytes.fetch_add(stored.size(), std::memory_order_relaxed);
     fetched = true;
   } else {
     s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
@@ -91,6 +90,48 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
   if (s.ok() && node && offer != Offer::kNone && (must || fetched || c.codec == Codec::kZstd))
     node->Offer(e, c, out, must);
   return s;
+}
+
+Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out) {
+  const uint64_t off = c.offset - e.offset;
+  if (remote->FetchesRanges()) {
+    Status s = remote->FetchStoredRange(e, off, c.stored_size, out);
+    stats.remote_bytes.fetch_add(out->size(), std::memory_order_relaxed);
+    return s;
+  }
+  std::shared_ptr<const std::string> all;
+  {
+    std::lock_guard<std::mutex> lk(remote_mu_);
+    for (auto it = remote_files_.begin(); it != remote_files_.end(); ++it)
+      if (it->first == e.id) {
+        all = it->second;
+        remote_files_.splice(remote_files_.begin(), remote_files_, it);
+        break;
+      }
+  }
+  if (!all) {
+    auto fetched = std::make_shared<std::string>();
+    Status s = remote->FetchStored(e, fetched.get());
+    stats.remote_bytes.fetch_add(fetched->size(), std::memory_order_relaxed);
+    if (!s.ok()) return s;
+    all = fetched;
+    // At most a quarter of the chunk cache's budget, and the files of one multi-chunk read at a time.
+    const uint64_t keep = cache.budget() / 4;
+    std::lock_guard<std::mutex> lk(remote_mu_);
+    if (all->size() <= keep && img.ChunkCount(e) > 1) {
+      remote_files_.emplace_front(e.id, all);
+      remote_bytes_kept_ += all->size();
+      while (remote_bytes_kept_ > keep) {
+        remote_bytes_kept_ -= remote_files_.back().second->size();
+        remote_files_.pop_back();
+      }
+    }
+  }
+  if (off > all->size() || c.stored_size > all->size() - off)
+    return Status(Code::kIoError, "the daemon sent " + std::to_string(all->size()) + " stored bytes of " +
+                                      std::string(e.path) + ", fewer than its chunk table needs");
+  out->assign(*all, off, c.stored_size);
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer) {
@@ -218,6 +259,7 @@ void ClientCore::LockForFork() {
   pool.LockForFork();
   memfd_mu_.lock();
   report_mu_.lock();
+  remote_mu_.lock();
   buffers->LockForFork();
   if (node) node->LockForFork();
 }
@@ -225,6 +267,7 @@ void ClientCore::LockForFork() {
 void ClientCore::UnlockForFork(bool child) {
   if (node) node->UnlockForFork();
   buffers->UnlockForFork();
+  remote_mu_.unlock();
   report_mu_.unlock();
   memfd_mu_.unlock();
   pool.UnlockForFork(child);

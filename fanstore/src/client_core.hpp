@@ -65,6 +65,11 @@ struct ClientCore {
   size_t memfd_cap_;
   std::mutex report_mu_;
   std::unordered_set<uint32_t> reported_;
+  // Whole stored ranges of remote files, for a fetcher that cannot fetch sub-ranges: most recent first.
+  Status FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out);
+  std::mutex remote_mu_;
+  std::list<std::pair<uint32_t, std::shared_ptr<const std::string>>> remote_files_;
+  uint64_t remote_bytes_kept_ = 0;
 
  public:
   // fork: hold every lock across fork() (taken in this order), release on both sides.

@@ -197,3 +197,77 @@ TEST_F(ClientTest, FillStatMatchesTheImage) {
 
 }  // namespace
 }  // namespace fanstore
+
+namespace fanstore {
+namespace {
+
+// A daemon stand-in: serves the stored bytes of another open of the image, counting what it is asked.
+class FakeFetcher : public RemoteFetcher {
+ public:
+  FakeFetcher(std::shared_ptr<const Image> img, bool ranges) : img_(std::move(img)), ranges_(ranges) {}
+  Status FetchStored(const Entry& e, std::string* out) override {
+    ++whole;
+    Status s = img_->ReadStored(e.id, out);
+    if (s.ok() && flip && !out->empty()) (*out)[out->size() / 2] ^= 1;
+    return s;
+  }
+  Status FetchStoredRange(const Entry& e, uint64_t off, uint64_t len, std::string* out) override {
+    if (!ranges_) return RemoteFetcher::FetchStoredRange(e, off, len, out);
+    ++ranged;
+    return img_->ReadStoredRange(e.id, off, len, out);
+  }
+  bool FetchesRanges() const override { return ranges_; }
+  int whole = 0, ranged = 0;
+  bool flip = false;
+
+ private:
+  std::shared_ptr<const Image> img_;
+  bool ranges_;
+};
+
+TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChunk) {
+  TempDir src, img;
+  const std::string big = test::TextBytes(6 * 65536 + 5, 9);
+  test::WriteFile(src / "big.txt", big);
+  ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
+  for (bool ranges : {false, true}) {
+    auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), ranges);
+    ClientOptions o;
+    o.image = img / "i";
+    o.partition_dir = img / "none-here";  // every partition is remote
+    o.remote = fetcher;
+    auto c = Client::Create(o);
+    ASSERT_TRUE(c.ok());
+    auto f = (*c)->Open(*(*c)->Lookup("big.txt"));
+    ASSERT_TRUE(f.ok());
+    std::string out(big.size(), '\0');
+    for (uint64_t off = 0; off < big.size(); off += 4096) {  // small reads: chunk after chunk
+      auto n = (*f)->ReadAt(off, out.data() + off, 4096);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+    }
+    EXPECT_EQ(out, big);
+    if (ranges) {
+      EXPECT_EQ(fetcher->whole, 0);
+      EXPECT_EQ(fetcher->ranged, 7);
+    } else {
+      EXPECT_EQ(fetcher->whole, 1) << "the whole stored range must be fetched once, not once per chunk";
+    }
+    EXPECT_GT((*c)->stats().remote_loads.load(), 0u);
+  }
+  // Bytes damaged on the way are EIO, never served.
+  auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), false);
+  fetcher->flip = true;
+  ClientOptions o;
+  o.image = img / "i";
+  o.partition_dir = img / "none-here";
+  o.remote = fetcher;
+  auto c = Client::Create(o);
+  auto f = (*c)->Open(*(*c)->Lookup("big.txt"));
+  ASSERT_TRUE(f.ok());
+  std::string out(big.size(), '\0');
+  auto n = (*f)->ReadAt(0, out.data(), out.size());
+  EXPECT_EQ(n.status().code(), Code::kCorrupt);
+}
+
+}  // namespace
+}  // namespace fanstore

@@ -33,9 +33,12 @@ class RemoteFetcher {
   // partition (every chunk, as packed). Must fail within its timeout, never hang.
   virtual Status FetchStored(const Entry& e, std::string* out) = 0;
   // Fills `out` with [offset, offset + length) of that range (one chunk's stored bytes: the client asks for
-  // no more than it decodes). The default fetches the whole range and keeps the slice; a fetcher whose peer
-  // can answer sub-ranges overrides it, so a 16-byte read of a remote 4 GiB file moves one chunk.
+  // no more than it decodes). A fetcher whose peer can answer sub-ranges overrides it and FetchesRanges(), so a
+  // 16-byte read of a remote 4 GiB file moves one chunk. The default fetches the whole range and keeps the
+  // slice; the client then keeps whole ranges it fetched for a while, so reading a file chunk by chunk does
+  // not fetch it once per chunk.
   virtual Status FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out);
+  virtual bool FetchesRanges() const { return false; }
   // Called in a forked child: drop connections the child must not share with its parent.
   virtual void AfterForkChild() {}
   // pthread_atfork prepare/parent: hold (then release) the fetcher's locks across fork, so the child never
