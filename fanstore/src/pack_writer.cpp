@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -46,7 +47,8 @@ class ChunkPipeline {
       total_.bytes_total += s;
     }
     total_.files_total = tasks_.size();
-    window_ = static_cast<uint64_t>(threads_) * 4 + 4;
+    // Room for the workers to run well ahead of the writer (small files: many per MiB), within kInflightBudget.
+    window_ = static_cast<uint64_t>(threads_) * 32 + 32;
     slots_.resize(window_);
     std::vector<std::thread> workers;
     for (int i = 0; i < threads_; ++i) workers.emplace_back([this] { Work(); });
@@ -120,57 +122,82 @@ class ChunkPipeline {
     return st;
   }
 
-  // Buffers of written chunks go back to the workers: no page faults for fresh memory on every chunk.
-  void TakeSpare(StoredChunk* c) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (spare_.empty()) return;
-    *c = std::move(spare_.back());
-    spare_.pop_back();
+  // One unit a worker has claimed: its sequence number, task, chunk and (multi-chunk files) shared stream.
+  struct Claim {
+    uint64_t seq, i, bytes;
+    size_t t;
+    std::shared_ptr<SharedStream> shared;
+  };
+
+  // Under mu_: claims the next unit when the window and the in-flight budget allow it.
+  bool ClaimNextLocked(Claim* c) {
+    if (next_seq_ >= units_total_) return false;
+    const uint64_t bytes = size_[next_t_] == 0 ? 0 : ChunkBytes(next_t_, next_i_);
+    if (next_seq_ - committed_ >= window_ || (inflight_ != 0 && inflight_ + bytes > kInflightBudget)) return false;
+    c->seq = next_seq_++;
+    c->t = next_t_;
+    c->i = next_i_;
+    c->bytes = bytes;
+    c->shared.reset();
+    const uint64_t n = Units(size_[c->t]);
+    if (n > 1) {
+      auto& slot = streams_[c->t];
+      if (!slot) slot = std::make_shared<SharedStream>();
+      c->shared = slot;
+      if (c->i + 1 == n) streams_.erase(c->t);
+    }
+    if (++next_i_ == n) {
+      next_i_ = 0;
+      ++next_t_;
+    }
+    inflight_ += bytes;
+    return true;
   }
 
+  // Workers claim small units in batches (up to 32 units or 1 MiB) and hand them over in one go: a tree of
+  // small files would otherwise cost two lock handoffs and a wake-up per file.
   void Work() {
     ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    std::vector<Claim> batch;
+    std::vector<Slot> done;
     for (;;) {
-      uint64_t seq, i, bytes;
-      size_t t;
-      std::shared_ptr<SharedStream> shared;
+      batch.clear();
+      done.clear();
       {
         std::unique_lock<std::mutex> lk(mu_);
+        Claim c;
         for (;;) {
           if (stop_ || next_seq_ >= units_total_) {
             ZSTD_freeCCtx(cctx);
             return;
           }
-          bytes = size_[next_t_] == 0 ? 0 : ChunkBytes(next_t_, next_i_);
-          if (next_seq_ - committed_ < window_ && (inflight_ == 0 || inflight_ + bytes <= kInflightBudget)) break;
+          if (ClaimNextLocked(&c)) break;
           cv_work_.wait(lk);
         }
-        seq = next_seq_++;
-        t = next_t_;
-        i = next_i_;
-        const uint64_t n = Units(size_[t]);
-        if (n > 1) {
-          auto& slot = streams_[t];
-          if (!slot) slot = std::make_shared<SharedStream>();
-          shared = slot;
-          if (i + 1 == n) streams_.erase(t);
+        uint64_t bytes = c.bytes;
+        batch.push_back(std::move(c));
+        while (batch.size() < 32 && bytes < (1u << 20) && ClaimNextLocked(&c)) {
+          bytes += c.bytes;
+          batch.push_back(std::move(c));
         }
-        if (++next_i_ == n) {
-          next_i_ = 0;
-          ++next_t_;
+        done.resize(batch.size());
+        for (Slot& r : done) {
+          if (spare_.empty()) break;
+          r.chunk = std::move(spare_.back());
+          spare_.pop_back();
         }
-        inflight_ += bytes;
       }
-      Slot r;
-      TakeSpare(&r.chunk);
-      r.status = ReadChunk(t, i, std::move(shared), &r.chunk);
-      if (r.status.ok()) CompressChunk(level_, cctx, &r.chunk);
-      r.seq = seq;
-      r.claimed_bytes = bytes;
-      r.ready = true;
+      for (size_t k = 0; k < batch.size(); ++k) {
+        Slot& r = done[k];
+        r.status = ReadChunk(batch[k].t, batch[k].i, std::move(batch[k].shared), &r.chunk);
+        if (r.status.ok()) CompressChunk(level_, cctx, &r.chunk);
+        r.seq = batch[k].seq;
+        r.claimed_bytes = batch[k].bytes;
+        r.ready = true;
+      }
       {
         std::lock_guard<std::mutex> lk(mu_);
-        slots_[seq % window_] = std::move(r);
+        for (Slot& r : done) slots_[r.seq % window_] = std::move(r);
       }
       cv_done_.notify_all();
     }
@@ -179,45 +206,62 @@ class ChunkPipeline {
   Status Write() {
     auto last_report = Clock::now();
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> whole(XXH3_createState(), &XXH3_freeState);
+    std::deque<Slot> run;          // ready slots taken in one go, in sequence order
+    std::vector<StoredChunk> used;  // their buffers, returned to the workers in one go
     uint64_t seq = 0;
+    auto give_back = [&] {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        committed_ = seq;
+        for (StoredChunk& c : used) spare_.push_back(std::move(c));
+      }
+      used.clear();
+      cv_work_.notify_all();
+    };
     for (size_t t = 0; t < tasks_.size(); ++t) {
       PackNode& node = tree_->nodes[tasks_[t]];
       WritableFile* f = (*files_)[node.part].get();
+      if (f != out_.file) {
+        Status s = out_.Flush();
+        if (!s.ok()) return s;
+        out_.file = f;
+      }
       const uint64_t n = Units(size_[t]);
-      node.offset = f->Size();
+      node.offset = out_.Size();
       node.chunk_first = n > 1 ? tree_->chunks.size() : 0;
       XXH3_64bits_reset(whole.get());
-      for (uint64_t i = 0; i < n; ++i, ++seq) {
-        Slot r;
-        {
+      for (uint64_t i = 0; i < n; ++i) {
+        if (run.empty()) {
+          if (!used.empty()) give_back();
           std::unique_lock<std::mutex> lk(mu_);
           cv_done_.wait(lk, [&] { return slots_[seq % window_].ready && slots_[seq % window_].seq == seq; });
-          r = std::move(slots_[seq % window_]);
-          slots_[seq % window_].ready = false;
-          inflight_ -= r.claimed_bytes;
+          for (uint64_t k = seq; k < units_total_ && run.size() < 64; ++k) {
+            Slot& slot = slots_[k % window_];
+            if (!slot.ready || slot.seq != k) break;
+            inflight_ -= slot.claimed_bytes;
+            slot.ready = false;
+            run.push_back(std::move(slot));
+          }
         }
+        Slot r = std::move(run.front());
+        run.pop_front();
+        ++seq;
         if (!r.status.ok()) return r.status;
         const StoredChunk& c = r.chunk;
         if (n > 1) {
-          tree_->chunks.push_back({f->Size() - node.offset, static_cast<uint32_t>(c.stored_size), c.codec, c.checksum});
+          tree_->chunks.push_back({out_.Size() - node.offset, static_cast<uint32_t>(c.stored_size), c.codec, c.checksum});
           Xxh3Update(whole.get(), c.raw.get(), c.raw_size);
         } else {
           node.codec = c.codec;
           node.checksum = c.checksum;
         }
-        Status s = f->Append(c.stored(), c.stored_size);
+        Status s = out_.Append(c.stored(), c.stored_size);
         if (!s.ok()) return s;
-        const size_t raw_size = c.raw_size;
-        {
-          std::lock_guard<std::mutex> lk(mu_);
-          committed_ = seq + 1;
-          if (r.chunk.raw_capacity) spare_.push_back(std::move(r.chunk));
-        }
-        cv_work_.notify_all();
-        total_.bytes_done += raw_size;
+        total_.bytes_done += c.raw_size;
+        if (r.chunk.raw_capacity) used.push_back(std::move(r.chunk));
       }
       node.size = size_[t];
-      node.stored_size = f->Size() - node.offset;
+      node.stored_size = out_.Size() - node.offset;
       if (n > 1) {
         node.codec = Codec::kChunked;
         node.checksum = XXH3_64bits_digest(whole.get());
@@ -228,9 +272,35 @@ class ChunkPipeline {
         last_report = Clock::now();
       }
     }
+    give_back();
     if (progress_) progress_(total_);
-    return Status::Ok();
+    return out_.Flush();
   }
+
+  // The writer's output, gathered into writes of about 1 MiB: a small-file tree would otherwise cost one
+  // write(2) per file on the one thread everything waits for.
+  struct Gather {
+    WritableFile* file = nullptr;
+    std::string buf;
+    uint64_t Size() const { return file->Size() + buf.size(); }
+    Status Append(const char* p, size_t n) {
+      constexpr size_t kGather = 1 << 20;
+      if (buf.size() + n > kGather) {
+        Status s = Flush();
+        if (!s.ok()) return s;
+      }
+      if (n >= kGather) return file->Append(p, n);
+      buf.append(p, n);
+      return Status::Ok();
+    }
+    Status Flush() {
+      if (file == nullptr || buf.empty()) return Status::Ok();
+      Status s = file->Append(buf.data(), buf.size());
+      buf.clear();
+      return s;
+    }
+  };
+  Gather out_;
 
   static constexpr uint64_t kInflightBudget = 256ull << 20;
   const std::vector<uint32_t>& tasks_;
