@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <new>
 #include <thread>
 
 #include "decode_internal.hpp"
@@ -100,32 +101,43 @@ Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string*
     return s;
   }
   std::shared_ptr<const std::string> all;
+  const bool keepable = img.ChunkCount(e) > 1;
   {
-    std::lock_guard<std::mutex> lk(remote_mu_);
-    for (auto it = remote_files_.begin(); it != remote_files_.end(); ++it)
-      if (it->first == e.id) {
-        all = it->second;
-        remote_files_.splice(remote_files_.begin(), remote_files_, it);
-        break;
-      }
+    std::unique_lock<std::mutex> lk(remote_mu_);
+    for (;;) {
+      for (auto it = remote_files_.begin(); it != remote_files_.end(); ++it)
+        if (it->first == e.id) {
+          all = it->second;
+          remote_files_.splice(remote_files_.begin(), remote_files_, it);
+          break;
+        }
+      // Chunks of one file read in parallel (read-ahead, a multi-chunk read) wait for one fetch of it.
+      if (all || !keepable || !remote_fetching_.count(e.id)) break;
+      remote_cv_.wait(lk);
+    }
+    if (!all && keepable) remote_fetching_.insert(e.id);
   }
   if (!all) {
     auto fetched = std::make_shared<std::string>();
     Status s = remote->FetchStored(e, fetched.get());
     stats.remote_bytes.fetch_add(fetched->size(), std::memory_order_relaxed);
-    if (!s.ok()) return s;
-    all = fetched;
-    // At most a quarter of the chunk cache's budget, and the files of one multi-chunk read at a time.
-    const uint64_t keep = cache.budget() / 4;
-    std::lock_guard<std::mutex> lk(remote_mu_);
-    if (all->size() <= keep && img.ChunkCount(e) > 1) {
-      remote_files_.emplace_front(e.id, all);
-      remote_bytes_kept_ += all->size();
-      while (remote_bytes_kept_ > keep) {
-        remote_bytes_kept_ -= remote_files_.back().second->size();
-        remote_files_.pop_back();
+    {
+      // At most a quarter of the chunk cache's budget, and files of more than one chunk only.
+      const uint64_t keep = cache.budget() / 4;
+      std::lock_guard<std::mutex> lk(remote_mu_);
+      if (keepable) remote_fetching_.erase(e.id);
+      if (s.ok() && keepable && fetched->size() <= keep) {
+        remote_files_.emplace_front(e.id, fetched);
+        remote_bytes_kept_ += fetched->size();
+        while (remote_bytes_kept_ > keep) {
+          remote_bytes_kept_ -= remote_files_.back().second->size();
+          remote_files_.pop_back();
+        }
       }
     }
+    remote_cv_.notify_all();
+    if (!s.ok()) return s;
+    all = fetched;
   }
   if (off > all->size() || c.stored_size > all->size() - off)
     return Status(Code::kIoError, "the daemon sent " + std::to_string(all->size()) + " stored bytes of " +
@@ -267,6 +279,10 @@ void ClientCore::LockForFork() {
 void ClientCore::UnlockForFork(bool child) {
   if (node) node->UnlockForFork();
   buffers->UnlockForFork();
+  if (child) {
+    remote_fetching_.clear();  // the fetching threads did not come along
+    new (&remote_cv_) std::condition_variable();
+  }
   remote_mu_.unlock();
   report_mu_.unlock();
   memfd_mu_.unlock();

@@ -2,6 +2,7 @@
 // memfds it keeps for kernel fds, and the one place that decides where a chunk's verified bytes come from.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -70,6 +71,8 @@ struct ClientCore {
   std::mutex remote_mu_;
   std::list<std::pair<uint32_t, std::shared_ptr<const std::string>>> remote_files_;
   uint64_t remote_bytes_kept_ = 0;
+  std::condition_variable remote_cv_;            // a whole-range fetch finished
+  std::unordered_set<uint32_t> remote_fetching_;  // files whose whole range is being fetched: others wait
 
  public:
   // fork: hold every lock across fork() (taken in this order), release on both sides.

@@ -195,8 +195,22 @@ std::shared_ptr<NodeCache::Region> NodeCache::RegionFor(const Entry& e, bool cre
     lru_.splice(lru_.begin(), lru_, it->second.second);
     return it->second.first;
   }
+  const uint64_t now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                   std::chrono::steady_clock::now().time_since_epoch())
+                                                   .count());
+  if (!create) {
+    auto a = absent_.find(e.id);
+    if (a != absent_.end() && now_ms < a->second + 1000) return nullptr;
+  }
   auto r = OpenRegion("f" + std::to_string(e.id), e.size, n, create);
-  if (!r) return nullptr;
+  if (!r) {
+    if (!create) {
+      if (absent_.size() > 4096) absent_.clear();
+      absent_[e.id] = now_ms;
+    }
+    return nullptr;
+  }
+  absent_.erase(e.id);
   lru_.push_front(e.id);
   files_[e.id] = {r, lru_.begin()};
   constexpr size_t kMaxOpenRegions = 32;  // each holds an fd

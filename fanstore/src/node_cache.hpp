@@ -98,6 +98,9 @@ class NodeCache {
   std::shared_ptr<Region> small_;
   std::list<uint32_t> lru_;  // multi-chunk regions held open, most recent first
   std::unordered_map<uint32_t, std::pair<std::shared_ptr<Region>, std::list<uint32_t>::iterator>> files_;
+  // Files the node had no copy of when last looked for (steady-clock ms): a raw file read chunk by chunk must
+  // not cost an open(2) of a missing file per chunk. Looked for again after a second.
+  std::unordered_map<uint32_t, uint64_t> absent_;
 };
 
 }  // namespace fanstore
