@@ -226,9 +226,9 @@ warm() {
 
 # --- micro: metadata and small-file ops -------------------------------------------------------------------------
 log "micro: stat/open/read/readdir/seqread through FanStore, FUSE, tmpfs, disk"
-note micro "Per-op wall time of one thread. Warm page cache throughout: caches cannot be dropped here, so the disk copy is read from memory. Rows without 'first read': one warm-up pass, then repeated passes (FanStore then serves from its in-process decoded-file cache where the files fit, the baselines from the kernel page cache). 'first read': one pass by a fresh process, each file read once (FanStore decodes from its partition file, itself in the page cache). Files: 10,000 x 4 KiB in one directory, $(wc -l <"$LISTS/f128k.txt") x 128 KiB, one $BIG_MIB MiB file; contents ~2:1 compressible. FanStore images live on the local disk; 'raw' is --level 0."
+note micro "Per-op wall time of one thread. Warm page cache throughout: caches cannot be dropped here, so the disk copy is read from memory. Rows without 'first read': one warm-up pass, then repeated passes (FanStore then serves compressed files from its decoded-chunk caches, this process's or the node's, and raw ones from the partition's page cache, verified again; the baselines from the kernel page cache). 'first read': one pass by a fresh process, each file read once (FanStore decodes from its partition file, itself in the page cache). Files: 10,000 x 4 KiB in one directory, $(wc -l <"$LISTS/f128k.txt") x 128 KiB, one $BIG_MIB MiB file; contents ~2:1 compressible. FanStore images live on the local disk; 'raw' is --level 0."
 # case|op|path|list|unit|passes. passes "warm": a warm-up pass, then whole passes for MIN_TIME (steady state:
-# the baselines hit the kernel page cache, FanStore its own decoded-file cache when the files fit in it);
+# the baselines hit the kernel page cache, FanStore its decoded-chunk caches or the partition's page cache);
 # "first": one pass, no warm-up, each file read once by a fresh process (FanStore decodes from the partition,
 # which is in the page cache; for tmpfs/disk this is the same page-cache read as "warm").
 MICRO_CASES=(

@@ -277,6 +277,14 @@ const std::string& Image::dir() const { return impl_->dir; }
 uint64_t Image::size() const { return impl_->entries; }
 uint64_t Image::ImageId() const { return impl_->image_id; }
 std::string Image::TrustToken() const { return impl_->trust_token; }
+uint64_t Image::ContentKey() const {
+  char k[32];
+  Store64(k, impl_->image_id);
+  Store64(k + 8, Load64(impl_->base + hdr::kBodyXxh3));
+  Store64(k + 16, impl_->chunk_shift);
+  Store64(k + 24, impl_->entries);
+  return Xxh3(k, sizeof k);
+}
 uint32_t Image::ChunkSize() const { return uint32_t{1} << impl_->chunk_shift; }
 uint64_t Image::ChunkTableSize() const { return impl_->chunk_count; }
 uint64_t Image::ChunkCount(const Entry& e) const { return e.is_reg() ? format::ChunkCount(e.size, impl_->chunk_shift) : 0; }

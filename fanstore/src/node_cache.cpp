@@ -120,7 +120,7 @@ Result<std::unique_ptr<NodeCache>> NodeCache::Attach(const std::string& dir, con
   }
   char* s = static_cast<char*>(p);
   if (std::memcmp(s + kStMagic, kStateMagic, sizeof kStateMagic) != 0 || Load32(s + kStVersion) != kVersion ||
-      Load64(s + kStImageId) != img.ImageId() || (uint32_t{1} << Load32(s + kStChunkShift)) != img.ChunkSize() ||
+      Load64(s + kStImageId) != img.ContentKey() || (uint32_t{1} << Load32(s + kStChunkShift)) != img.ChunkSize() ||
       Load64(s + kStEntries) != img.size()) {
     ::munmap(p, kStateSize);
     ::close(fd);

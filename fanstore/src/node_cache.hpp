@@ -1,7 +1,7 @@
 // The client's side of the node-wide cache: read, offer and assemble decoded chunks in shared tmpfs files.
 //
 // Directory layout (made by JoinNodeCache, node_cache_join.cpp):
-//   state        one page: magic, image id, chunk size, entry count, budget, bytes cached (atomic)
+//   state        one page: magic, the image's content key, chunk size, entry count, budget, bytes cached (atomic)
 //   small.data   sparse; the one chunk of file `id` (files up to one chunk) at id x chunk size
 //   small.bits   header + one bit per entry id: set once that slot holds the file's verified bytes
 //   f<ID>.data   sparse, exactly the file's size; chunk i at i x chunk size (files of more than one chunk):
@@ -37,7 +37,8 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kStateSize = 4096;
 inline constexpr size_t kBitsHeader = 64;
 // state page
-inline constexpr size_t kStMagic = 0, kStVersion = 8, kStChunkShift = 12, kStImageId = 16, kStEntries = 24,
+inline constexpr size_t kStMagic = 0, kStVersion = 8, kStChunkShift = 12, kStImageId = 16 /* Image::ContentKey */,
+                        kStEntries = 24,
                         kStBudget = 32, kStUsed = 40, kStLastRecount = 48;
 // bits header
 inline constexpr size_t kBtMagic = 0, kBtDataIno = 8, kBtDataDev = 16, kBtBits = 24, kBtStreams = 32;

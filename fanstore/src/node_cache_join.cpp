@@ -30,9 +30,9 @@ using namespace node_cache_format;
 
 namespace {
 
-std::string DirName(const std::string& root, uint64_t image_id) {
+std::string DirName(const std::string& root, uint64_t content_key) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "/fanstore-%u-%016" PRIx64, static_cast<unsigned>(::getuid()), image_id);
+  std::snprintf(buf, sizeof buf, "/fanstore-%u-%016" PRIx64, static_cast<unsigned>(::getuid()), content_key);
   return root + buf;
 }
 
@@ -77,7 +77,7 @@ Status EnsureState(const std::string& dir, const Image& img, uint64_t budget) {
   std::memcpy(s + kStMagic, kStateMagic, sizeof kStateMagic);
   format::Store32(s + kStVersion, kVersion);
   format::Store32(s + kStChunkShift, static_cast<uint32_t>(__builtin_ctz(img.ChunkSize())));
-  format::Store64(s + kStImageId, img.ImageId());
+  format::Store64(s + kStImageId, img.ContentKey());
   format::Store64(s + kStEntries, img.size());
   format::Store64(s + kStBudget, budget);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
@@ -129,7 +129,7 @@ uint64_t DefaultNodeCacheBudget(const std::string& root) {
 }
 
 Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts, pid_t owner) {
-  const std::string dir = DirName(opts.root, img.ImageId());
+  const std::string dir = DirName(opts.root, img.ContentKey());
   const uint64_t budget = opts.budget ? opts.budget : DefaultNodeCacheBudget(opts.root);
   RemoveStale(opts.root, dir);
   int lock_fd = -1;

@@ -71,13 +71,13 @@ eio() {  # eio WHAT CMD...: CMD fails with EIO (and, through run, exactly one fa
 cp -r "$T/img" "$T/trunc"
 start "$T/trunc"
 off=$(field "$T/trunc" b/big.bin offset); stored=$(field "$T/trunc" b/big.bin stored)
-mkfifo "$T/go"
-"${RUN[@]}" "$PY" - "$ROOT/b/big.bin" "$T/go" >"$T/reader.out" 2>"$T/reader.err" <<'EOF' &
-import sys
+timeout 120 "${RUN[@]}" "$PY" - "$ROOT/b/big.bin" "$T/go" >"$T/reader.out" 2>"$T/reader.err" <<'EOF' &
+import os, sys, time
 f = open(sys.argv[1], "rb", buffering=0)
 head = f.read(100 << 10)
 print("first", len(head), flush=True)
-open(sys.argv[2]).read()            # the test truncates the partition now
+while not os.path.exists(sys.argv[2]):  # the test truncates the partition, then creates this file
+    time.sleep(0.01)
 try:
     while f.read(1 << 20): pass
     print("no error")
@@ -85,9 +85,10 @@ except OSError as e:
     print("errno", e.errno)
 EOF
 reader=$!
-for _ in $(seq 100); do grep -q first "$T/reader.out" 2>/dev/null && break; sleep 0.1; done
+# (no FIFO: a reader that died early must not leave this script blocked on one)
+for _ in $(seq 600); do grep -q first "$T/reader.out" 2>/dev/null && break; kill -0 $reader 2>/dev/null || break; sleep 0.1; done
 truncate -s $((off + stored / 2)) "$T/trunc/part-00000.fsp"
-echo go >"$T/go"
+touch "$T/go"
 wait $reader; rc=$?
 if [ $rc -eq 0 ] && grep -q "errno 5" "$T/reader.out"; then pass "truncated under a reader -> EIO, no SIGBUS"
 else fail "truncated under a reader: rc=$rc out=$(cat "$T/reader.out") err=$(tail -2 "$T/reader.err")"; fi
@@ -123,13 +124,13 @@ if [ "$MODE" = run ]; then
   for cache in default none; do
     envs=(); [ $cache = none ] && envs=(env FANSTORE_CACHE_BYTES=0 FANSTORE_NODE_CACHE=off)
     cp "$T/img/part-00000.fsp" "$T/inplace/part-00000.fsp"
-    mkfifo "$T/go2.$cache"
-    "${envs[@]}" "${RUN[@]}" "$PY" - "$ROOT/b/raw.bin" "$T/go2.$cache" "$T/src/b/raw.bin" >"$T/mod.out" 2>"$T/mod.err" <<'EOF' &
-import sys
+    timeout 120 "${envs[@]}" "${RUN[@]}" "$PY" - "$ROOT/b/raw.bin" "$T/go2.$cache" "$T/src/b/raw.bin" >"$T/mod.$cache.out" 2>"$T/mod.$cache.err" <<'EOF' &
+import os, sys, time
 want = open(sys.argv[3], "rb").read()
 assert open(sys.argv[1], "rb").read() == want
 print("verified", flush=True)
-open(sys.argv[2]).read()            # the test modifies the partition now
+while not os.path.exists(sys.argv[2]):  # the test modifies the partition, then creates this file
+    time.sleep(0.01)
 try:
     got = open(sys.argv[1], "rb").read()
     print("same" if got == want else "WRONG BYTES")
@@ -137,12 +138,12 @@ except OSError as e:
     print("errno", e.errno)
 EOF
     p=$!
-    for _ in $(seq 100); do grep -q verified "$T/mod.out" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q verified "$T/mod.$cache.out" 2>/dev/null && break; kill -0 $p 2>/dev/null || break; sleep 0.1; done
     flip "$T/inplace/part-00000.fsp" $((roff + (1 << 20) + 77))
-    echo go >"$T/go2.$cache"
+    touch "$T/go2.$cache"
     wait $p; rc=$?
-    out=$(tail -1 "$T/mod.out")
-    if [ $rc -ne 0 ] || [ "$out" = "WRONG BYTES" ]; then fail "modified in place ($cache cache): rc=$rc $out $(tail -1 "$T/mod.err")"
+    out=$(tail -1 "$T/mod.$cache.out")
+    if [ $rc -ne 0 ] || [ "$out" = "WRONG BYTES" ]; then fail "modified in place ($cache cache): rc=$rc $out $(cat "$T/mod.$cache.err")"
     elif [ $cache = none ] && [ "$out" != "errno 5" ]; then fail "modified in place, no cache: expected EIO, got '$out'"
     else pass "modified in place after a verified read ($cache cache): $out"; fi
   done

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,7 @@
 
 #include "fanstore/client.hpp"
 #include "fanstore/node_cache.hpp"
+#include "format.hpp"
 #include "test_util.hpp"
 
 namespace fanstore {
@@ -338,6 +340,43 @@ TEST_F(NodeCacheTest, AttachRefusesTheCacheOfAnotherImage) {
   char b;
   ASSERT_TRUE((*f)->ReadAt(0, &b, 1).ok());
   EXPECT_EQ(b, 'x');
+}
+
+}  // namespace
+}  // namespace fanstore
+
+namespace fanstore {
+namespace {
+
+// An index edited in place keeps its stored image id; it must still get a node cache of its own, or one image's
+// verified chunks would be served as the other's (entry ids and checksums differ).
+TEST_F(NodeCacheTest, AnEditedIndexGetsACacheOfItsOwn) {
+  const std::string original = Join();
+  TempDir copy;
+  for (const char* n : {"index.fsi", "part-00000.fsp"})
+    test::WriteFile(copy / n, test::ReadAll(src_ / ("img/" + std::string(n))));
+  std::string b = test::ReadAll(copy / "index.fsi");
+  using namespace format;
+  const uint64_t at = Load64(b.data() + hdr::kEntriesOff) + 3 * kEntrySize + ent::kMtimeSec;
+  Store64(b.data() + at, Load64(b.data() + at) + 1);
+  Store64(b.data() + hdr::kBodyXxh3, XXH3_64bits(b.data() + kHeaderSize, b.size() - kHeaderSize));
+  Store64(b.data() + hdr::kHeaderXxh3, XXH3_64bits(b.data(), hdr::kHeaderXxh3));
+  test::Overwrite(copy / "index.fsi", b);
+  auto edited = test::OpenOrDie(copy.path());
+  ASSERT_TRUE(edited);
+  EXPECT_EQ(edited->ImageId(), test::OpenOrDie(src_ / "img")->ImageId());
+  NodeCacheOptions o;
+  o.root = root_.path();
+  o.budget = 64 << 20;
+  auto dir = JoinNodeCache(*edited, o, ::getpid());
+  ASSERT_TRUE(dir.ok());
+  EXPECT_NE(*dir, original);
+  ClientOptions co;
+  co.image = copy.path();
+  co.node_cache_dir = original;  // handed the other image's cache by mistake: refused, reads still right
+  auto c = Client::Create(co);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(ReadAll(**c, "big/1"), files_[1]);
 }
 
 }  // namespace

@@ -105,6 +105,10 @@ class Image {
   uint64_t ImageId() const;
   // Identifies this index file and its verified body checksum (see ImageOpenOptions::trust_token).
   std::string TrustToken() const;
+  // A key for everything this index says (image id, verified body checksum, chunk size, entry count): two
+  // images with the same key serve the same bytes at the same entry ids. The node-wide cache is keyed by it, so
+  // an index edited in place (which keeps its stored image id) never shares decoded chunks with the original.
+  uint64_t ContentKey() const;
 
   // Partition files: part id -> path under partition_dir (or dir). True when it is present and
   // readable here (multi-node: only the staged ones are).
