@@ -118,7 +118,10 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   FsContext& ctx = Ctx(req);
-  OpenFile& f = *reinterpret_cast<Handle*>(fi->fh)->file;
+  // Our own reference: once we reply, the kernel may release the handle (and with it the handle's reference)
+  // while this call is still on its way out.
+  const std::shared_ptr<OpenFile> file = reinterpret_cast<Handle*>(fi->fh)->file;
+  OpenFile& f = *file;
   const uint64_t at = static_cast<uint64_t>(std::max<off_t>(off, 0));
   const uint64_t chunk = ctx.client->image().ChunkSize();
   if (size > 0 && at < f.size() && at / chunk == (at + size - 1) / chunk) {
