@@ -1,4 +1,4 @@
-// Lazy fds: the table of lazy fd numbers, the user-space reads, and materialization into real memfds.
+// Lazy fds: the table of lazy fd numbers, the user-space reads, and materialization into real kernel fds.
 #include "lazy.hpp"
 
 #include <errno.h>
@@ -21,7 +21,7 @@
 namespace fanstore::interpose::lazy {
 
 struct LazyFile {
-  std::shared_ptr<const FileBytes> bytes;
+  std::shared_ptr<OpenFile> file;
   uint32_t id = 0;
   std::atomic<int> refs{1};
   std::mutex mu;            // guards everything below
@@ -133,7 +133,7 @@ int MaterializeLocked(int fd) {
   ReentrancyGuard guard;
   Result<int> made = [&]() -> Result<int> {
     try {
-      return g_client->FdForBytes(*p->bytes, O_CLOEXEC);
+      return p->file->KernelFd(O_CLOEXEC);
     } catch (const std::bad_alloc&) {
       return Status(Code::kNoMemory, "out of memory");
     } catch (...) {
@@ -259,7 +259,7 @@ void PlaceholderLost(int fd) {
 
 bool Enabled() { return g_enabled.load(std::memory_order_acquire); }
 
-int Open(uint32_t id, std::shared_ptr<const FileBytes> bytes, int flags) {
+int Open(uint32_t id, std::shared_ptr<OpenFile> file, int flags) {
   ReadGate gate;
   int fd = FS_REAL(fcntl, g_placeholder.load(std::memory_order_acquire), (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
   if (fd < 0) return -1;
@@ -269,7 +269,7 @@ int Open(uint32_t id, std::shared_ptr<const FileBytes> bytes, int flags) {
     return -1;
   }
   auto* p = new LazyFile;
-  p->bytes = std::move(bytes);
+  p->file = std::move(file);
   p->id = id;
   p->flags = flags & kKeptFlags;
   SetSlot(fd, p);
@@ -354,13 +354,42 @@ void MaterializeAll(bool only_inheritable) {
 // else at the shared offset, which it advances when `advance` (a plain read; sendfile advances only after
 // its sink wrote). False when the fd was materialized meanwhile: the caller falls back to the kernel.
 bool ClaimRange(LazyFile* p, size_t want, const int64_t* pos, bool advance, uint64_t* at, size_t* len) {
-  const uint64_t size = p->bytes->size();
+  const uint64_t size = p->file->size();
   std::lock_guard<std::mutex> lock(p->mu);
   if (p->materialized) return false;
   *at = pos ? static_cast<uint64_t>(*pos) : static_cast<uint64_t>(p->offset);
   *len = *at >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(std::min(want, kMaxRw), size - *at));
   if (advance && pos == nullptr) p->offset = static_cast<int64_t>(*at + *len);
   return true;
+}
+
+// A read that failed moves no offset (as the kernel's): undo ClaimRange's advance unless someone moved it since.
+void Unclaim(LazyFile* p, uint64_t at, size_t len) {
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (!p->materialized && p->offset == static_cast<int64_t>(at + len)) p->offset = static_cast<int64_t>(at);
+}
+
+// Runs `serve` (a range read of p's file: the count, or a status) outside every lock of ours (a read may
+// decode), and turns it into what a read returns: the count, or -1 + errno (EIO for a damaged chunk; the client
+// has printed its one line).
+template <class Serve>
+ssize_t ServeRange(size_t len, Serve&& serve) {
+  if (len == 0) return 0;
+  ReentrancyGuard guard;
+  Result<size_t> r = [&]() -> Result<size_t> {
+    try {
+      return serve();
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kNoMemory, "out of memory");
+    } catch (...) {
+      return Status(Code::kIoError, "unexpected exception");
+    }
+  }();
+  if (!r.ok()) {
+    errno = ToErrno(r.status());
+    return -1;
+  }
+  return static_cast<ssize_t>(*r);
 }
 
 bool Read(int fd, void* buf, size_t n, off_t pos, bool positional, ssize_t* out) {
@@ -377,8 +406,9 @@ bool Read(int fd, void* buf, size_t n, off_t pos, bool positional, ssize_t* out)
   uint64_t at;
   size_t len;
   if (!ClaimRange(p, n, positional ? &at_pos : nullptr, true, &at, &len)) return false;
-  if (len) memcpy(buf, p->bytes->data() + at, len);
-  *out = static_cast<ssize_t>(len);
+  // Straight into the caller's buffer: a whole chunk is read or decoded there, with no copy of ours.
+  *out = ServeRange(len, [&] { return p->file->ReadAt(at, buf, len); });
+  if (*out < 0 && !positional) Unclaim(p, at, len);
   return true;
 }
 
@@ -405,13 +435,21 @@ bool ReadV(int fd, const struct iovec* iov, int iovcnt, off_t pos, bool position
   uint64_t at;
   size_t len;
   if (!ClaimRange(p, total, positional ? &at_pos : nullptr, true, &at, &len)) return false;
-  size_t done = 0;
-  for (int i = 0; i < iovcnt && done < len; ++i) {
-    size_t c = std::min(iov[i].iov_len, len - done);
-    if (c) memcpy(iov[i].iov_base, p->bytes->data() + at + done, c);
-    done += c;
-  }
-  *out = static_cast<ssize_t>(len);
+  *out = ServeRange(len, [&]() -> Result<size_t> {
+    size_t done = 0;
+    for (int i = 0; i < iovcnt && done < len; ++i) {
+      const size_t want = std::min(iov[i].iov_len, len - done);
+      if (want == 0) continue;
+      auto r = p->file->ReadAt(at + done, iov[i].iov_base, want);
+      if (!r.ok()) {
+        if (done > 0) break;  // as the kernel: the bytes already read are the result
+        return r.status();
+      }
+      done += *r;
+    }
+    return done;
+  });
+  if (*out < 0 && !positional) Unclaim(p, at, len);
   return true;
 }
 
@@ -436,7 +474,26 @@ bool Transfer(int fd, int64_t* pos, size_t n, ssize_t (*sink)(void*, const char*
     }
   }
   // No gate while the sink runs: it may block (a pipe whose reader is not forked yet) and a fork must not wait.
-  ssize_t w = len ? sink(ctx, p->bytes->data() + at, len) : 0;
+  ssize_t w = 0;
+  if (len) {
+    int sink_err = 0;
+    auto served = p->file->Visit(at, len, [&](const char* src, size_t c) -> size_t {
+      ssize_t k = sink(ctx, src, c);
+      if (k < 0) {
+        sink_err = errno;
+        return 0;
+      }
+      w += k;
+      return static_cast<size_t>(k);
+    });
+    if (!served.ok()) {
+      w = -1;
+      errno = ToErrno(served.status());
+    } else if (w == 0 && sink_err != 0) {
+      w = -1;
+      errno = sink_err;
+    }
+  }
   if (w > 0) {
     if (pos) {
       *pos = static_cast<int64_t>(at + static_cast<uint64_t>(w));
@@ -458,7 +515,7 @@ bool Seek(int fd, off_t off, int whence, off_t* out) {
   if (p == nullptr) return false;
   std::lock_guard<std::mutex> lock(p->mu);
   if (p->materialized) return false;
-  const int64_t size = static_cast<int64_t>(p->bytes->size());
+  const int64_t size = static_cast<int64_t>(p->file->size());
   int64_t base;
   switch (whence) {
     case SEEK_SET:

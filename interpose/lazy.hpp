@@ -1,5 +1,6 @@
-// Lazy fds: open() of an image file hands out a cheap placeholder fd and serves reads from the decoded
-// bytes in user space; a real memfd is put under the same fd number only when the kernel must see it.
+// Lazy fds: open() of an image file hands out a cheap placeholder fd and serves reads in user space through
+// the client's range reads (only the chunks read are decoded); a real kernel fd (the node cache's shared copy
+// of a large file, or a memfd) is put under the same fd number only when the kernel must see it.
 #pragma once
 
 #include <sys/types.h>
@@ -38,8 +39,8 @@ bool IsPlaceholderFile(int fd);
 // a raw syscall), make a new one.
 void PlaceholderLost(int fd);
 
-// A lazy fd for entry `id` whose bytes are `bytes` (open flags: O_CLOEXEC, status flags). -1 + errno.
-int Open(uint32_t id, std::shared_ptr<const FileBytes> bytes, int flags);
+// A lazy fd for entry `id` whose bytes `file` reads (open flags: O_CLOEXEC, status flags). -1 + errno.
+int Open(uint32_t id, std::shared_ptr<OpenFile> file, int flags);
 
 // fd stops being lazy (close, or the program dup2'ed another file over it).
 void Forget(int fd);
@@ -50,7 +51,7 @@ bool Dup(int from, int (*dup_fn)(void* ctx), void* ctx, int* out);
 // After a successful dup of `from` onto `to`: `to` shares `from`'s lazy state, or stops being lazy.
 void CopyOnDup(int from, int to);
 
-// Puts a real memfd holding the bytes, at the shared offset, under fd and under every other fd number
+// Puts a real kernel fd holding the bytes (OpenFile::KernelFd), at the shared offset, under fd and under every other fd number
 // sharing its state (FD_CLOEXEC of each kept). 0 when done or fd is not lazy; -1 + errno on failure.
 int Materialize(int fd);
 // open("/dev/fd/N"), open("/proc/self/fd/N") (also /dev/stdin, /dev/stdout, /dev/stderr) reopen fd N

@@ -58,18 +58,18 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
   if (flags & O_DIRECTORY) return fail(ENOTDIR);
   if (writes || (flags & O_TRUNC)) return fail(EROFS);
   if (lazy && lazy::Enabled() && !async_io::Eager()) {
-    // Checksum verified now (EIO at open, as for a memfd); reads are served from these bytes.
-    Result<std::shared_ptr<const FileBytes>> bytes = [&]() -> Result<std::shared_ptr<const FileBytes>> {
+    // The first chunk is verified now (EIO at open for a damaged small file); reads decode what they touch.
+    Result<std::shared_ptr<OpenFile>> file = [&]() -> Result<std::shared_ptr<OpenFile>> {
       try {
-        return g_client->OpenBytes(id);
+        return g_client->Open(id);
       } catch (const std::bad_alloc&) {
         return Status(Code::kNoMemory, "out of memory");
       } catch (...) {
         return Status(Code::kIoError, "unexpected exception");
       }
     }();
-    if (!bytes.ok()) return fail(ToErrno(bytes.status()));
-    int fd = lazy::Open(id, std::move(bytes).value(), flags);
+    if (!file.ok()) return fail(ToErrno(file.status()));
+    int fd = lazy::Open(id, std::move(file).value(), flags);
     // Another thread may have set up async I/O meanwhile (async_io::Enter pairs with this fence).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (fd >= 0 && async_io::Eager() && lazy::Materialize(fd) != 0) {

@@ -118,10 +118,9 @@ void InitOnce() {
     g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);
     return;
   }
-  // FANSTORE_LAZY=0 (or no placeholder): every open of a file makes its memfd at once. With lazy fds a
-  // memfd is needed only when a file is materialized, so files under 1 MiB are cached in plain memory
-  // (bounded by the byte budget, not by the cap on cached memfds) and copied into a memfd on demand.
-  if (lazy::Init()) g_client->SetMemfdMinBytes(1ull << 20);
+  // FANSTORE_LAZY=0 (or no placeholder): every open of a file makes its kernel fd at once. With lazy fds
+  // one is made only when a file is materialized.
+  lazy::Init();
   if (g_stats) {
     g_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
     FdTable::MarkInternal(g_stats_fd);

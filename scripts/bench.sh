@@ -227,9 +227,9 @@ warm() {
 
 # --- micro: metadata and small-file ops -------------------------------------------------------------------------
 log "micro: stat/open/read/readdir/seqread through FanStore, FUSE, tmpfs, disk"
-note micro "Per-op wall time of one thread. Warm page cache throughout: caches cannot be dropped here, so the disk copy is read from memory. Rows without 'first read': one warm-up pass, then repeated passes (FanStore then serves from its in-process decoded-file cache where the files fit, the baselines from the kernel page cache). 'first read': one pass by a fresh process, each file read once (FanStore decodes from its partition file, itself in the page cache). Files: 10,000 x 4 KiB in one directory, $(wc -l <"$LISTS/f128k.txt") x 128 KiB, one $BIG_MIB MiB file; contents ~2:1 compressible. FanStore images live on the local disk; 'raw' is --level 0."
+note micro "Per-op wall time of one thread. Warm page cache throughout: caches cannot be dropped here, so the disk copy is read from memory. Rows without 'first read': one warm-up pass, then repeated passes (FanStore then serves compressed files from its decoded-chunk caches, this process's or the node's, and raw ones from the partition's page cache, verified again; the baselines from the kernel page cache). 'first read': one pass by a fresh process, each file read once (FanStore decodes from its partition file, itself in the page cache). Files: 10,000 x 4 KiB in one directory, $(wc -l <"$LISTS/f128k.txt") x 128 KiB, one $BIG_MIB MiB file; contents ~2:1 compressible. FanStore images live on the local disk; 'raw' is --level 0."
 # case|op|path|list|unit|passes. passes "warm": a warm-up pass, then whole passes for MIN_TIME (steady state:
-# the baselines hit the kernel page cache, FanStore its own decoded-file cache when the files fit in it);
+# the baselines hit the kernel page cache, FanStore its decoded-chunk caches or the partition's page cache);
 # "first": one pass, no warm-up, each file read once by a fresh process (FanStore decodes from the partition,
 # which is in the page cache; for tmpfs/disk this is the same page-cache read as "warm").
 MICRO_CASES=(
@@ -419,6 +419,108 @@ asyncio_section() {
   done
 }
 asyncio_section
+
+# --- largefile: issue 12's goals for large files and big indexes (owner: image format v2) ------------------------
+# Own data, kept apart from the shared tree so the other sections' rows do not move: a compressible file (base64 of
+# random bytes, ~1.33:1) and an incompressible one, a 128 MiB file to map, and a synthetic index of many files.
+# Every value is the median of 3 interleaved runs; each FanStore run gets a fresh node cache (its own root).
+bench_largefile() {
+  local LSRC=$TMPFS/large-src LDISK=$DISK/large LF=$BIN/fanstore-largefile
+  local SEQ_MIB=1024 HEAD_MIB=4096 NFILES=10000000
+  if [ $QUICK = 1 ]; then SEQ_MIB=256 HEAD_MIB=1024 NFILES=1000000; fi
+  local why=""
+  [ $HAVE_RUN = 1 ] || why=$NA_RUN
+  [ -x "$LF" ] || why="n/a (fanstore-largefile not built)"
+  local SYNTH=$BUILD_DIR/bin/synth_index
+  local cases=("head -c 16, $((HEAD_MIB / 1024)) GiB zstd file: ms|ms|lower" "head -c 16: peak RSS|MiB|lower"
+               "random 4 KiB preads, $SEQ_MIB MiB zstd file|ns/op|lower" "sequential read, $SEQ_MIB MiB|MiB/s|higher"
+               "4 processes mapping one 128 MiB file: memory|MiB|lower"
+               "fresh process: index open + first stat, $((NFILES / 1000000))M files|ms|lower"
+               "serving a raw file from the page cache, per pass|ms/GiB|lower")
+  if [ -n "$why" ]; then
+    for c in "${cases[@]}"; do IFS='|' read -r name unit better <<<"$c"; record largefile "$name" fanstore-zstd "$unit" "$better" "$why"; done
+    return
+  fi
+  mkdir -p "$LSRC" "$LDISK/head-src"
+  log "largefile: generating $SEQ_MIB MiB + $HEAD_MIB MiB + 128 MiB and a $NFILES-file index"
+  head -c $((SEQ_MIB * 3 / 4 << 20)) /dev/urandom | base64 -w 100 >"$LSRC/seq.txt"  # ~SEQ_MIB MiB
+  head -c $((SEQ_MIB << 20)) /dev/urandom >"$LSRC/seq.bin"
+  head -c $((96 << 20)) /dev/urandom | base64 -w 100 >"$LSRC/map.txt"  # ~128 MiB
+  head -c $((HEAD_MIB * 3 / 4 << 20)) /dev/urandom | base64 -w 100 >"$LDISK/head-src/huge.txt"
+  "$FANSTORE" pack "$LSRC" -o "$LDISK/img-zstd" --threads 2 >"$LOGS/large-pack-zstd.log" 2>&1 &&
+    "$FANSTORE" pack "$LSRC" -o "$LDISK/img-raw" --level 0 --threads 2 >"$LOGS/large-pack-raw.log" 2>&1 &&
+    "$FANSTORE" pack "$LDISK/head-src" -o "$LDISK/img-head" --threads 2 >"$LOGS/large-pack-head.log" 2>&1 ||
+    { record largefile "${cases[0]%%|*}" fanstore-zstd ms lower "error (logs/large-pack-*.log)"; return; }
+  rm -rf "$LDISK/head-src"
+  zstd -q -3 -T2 "$LSRC/seq.txt" -o "$LDISK/seq.txt.zst"
+  [ -x "$SYNTH" ] && "$SYNTH" "$NFILES" "$LDISK/img-index" >"$LOGS/large-synth.log" 2>&1
+  cat "$LDISK"/img-*/* "$LDISK/seq.txt.zst" >/dev/null 2>&1
+  local n=0
+  # fs IMAGE CMD...: CMD under fanstore run with a node cache of its own (no run shares it: cold each time).
+  fs() {
+    local img=$1; shift
+    n=$((n + 1)); mkdir -p "$TMPFS/nc-$n"
+    FANSTORE_NODE_CACHE=$TMPFS/nc-$n timeout "$STEP_TIMEOUT" "$FANSTORE" run --image "$img" --mount "$MOUNT" -- "$@"
+  }
+  med() { sort -g | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]; else print "error"}'; }
+  local t_head=() r_head=() d_head=() dr_head=() z_pr=() t_pr=() z_seq=() r_seq=() t_seq=() c_seq=() z_map=() t_map=()
+  local z_stat=() u_stat=() t_stat=() v_ver=() v_map=() v_plain=() line
+  for rep in 1 2 3; do
+    line=$(fs "$LDISK/img-head" "$LF" --mode head --path "$MOUNT/huge.txt" --block 16) && {
+      t_head+=("$(field "$line" 3)"); r_head+=("$(awk -v k="$(field "$line" 5)" 'BEGIN {printf "%.1f", k / 1024}')"); }
+    line=$("$LF" --mode head --path "$LSRC/seq.txt" --block 16) && {
+      d_head+=("$(field "$line" 3)"); dr_head+=("$(awk -v k="$(field "$line" 5)" 'BEGIN {printf "%.1f", k / 1024}')"); }
+    line=$(fs "$LDISK/img-zstd" "$LF" --mode pread --path "$MOUNT/seq.txt" --ops 50000) && z_pr+=("$(field "$line" 3)")
+    line=$("$LF" --mode pread --path "$LSRC/seq.txt" --ops 50000) && t_pr+=("$(field "$line" 3)")
+    line=$(fs "$LDISK/img-zstd" "$LF" --mode seq --path "$MOUNT/seq.txt" --block 1048576) && z_seq+=("$(field "$line" 3)")
+    line=$(fs "$LDISK/img-raw" "$LF" --mode seq --path "$MOUNT/seq.bin" --block 1048576) && r_seq+=("$(field "$line" 3)")
+    line=$("$LF" --mode seq --path "$LSRC/seq.bin" --block 1048576) && t_seq+=("$(field "$line" 3)")
+    local s; s=$(timed zstd-d zstd -d -T0 -c "$LDISK/seq.txt.zst" -o /dev/null -f) && c_seq+=("$(rate "$SEQ_MIB" "$s")")
+    local base mapped
+    base=$(fs "$LDISK/img-zstd" "$LF" --mode map-baseline --path "$MOUNT/map.txt") &&
+      mapped=$(fs "$LDISK/img-zstd" "$LF" --mode map --path "$MOUNT/map.txt") &&
+      z_map+=("$(awk -v a="$(field "$mapped" 3)" -v b="$(field "$base" 3)" 'BEGIN {printf "%.1f", a - b}')")
+    base=$("$LF" --mode map-baseline --path "$LSRC/map.txt") && mapped=$("$LF" --mode map --path "$LSRC/map.txt") &&
+      t_map+=("$(awk -v a="$(field "$mapped" 3)" -v b="$(field "$base" 3)" 'BEGIN {printf "%.1f", a - b}')")
+    if [ -d "$LDISK/img-index" ]; then
+      line=$(FANSTORE_NODE_CACHE=off "$FANSTORE" run --image "$LDISK/img-index" --mount "$MOUNT" -- \
+        "$LF" --mode fresh-stat --path "$MOUNT/d0000123/f0123456") && z_stat+=("$(field "$line" 3)")
+      line=$(FANSTORE_NODE_CACHE=off "$FANSTORE" run --image "$LDISK/img-index" --mount "$MOUNT" -- env FANSTORE_INDEX_TRUST= \
+        "$LF" --mode fresh-stat --path "$MOUNT/d0000123/f0123456") && u_stat+=("$(field "$line" 3)")
+      line=$("$LF" --mode fresh-stat --path "$LSRC/seq.txt") && t_stat+=("$(field "$line" 3)")
+    fi
+    line=$("$LF" --mode verify-cost --path "$LSRC/seq.bin" --block 1048576) &&
+      { v_map+=("$(field "$line" 5)"); v_ver+=("$(field "$line" 7)"); v_plain+=("$(field "$line" 9)"); }
+    rm -rf "$TMPFS"/nc-*
+  done
+  local m
+  rec() {  # rec CASE SYSTEM UNIT BETTER VALUES...
+    local c=$1 sys=$2 unit=$3 better=$4; shift 4
+    m=$(printf '%s\n' "$@" | grep -v '^$' | med)
+    record largefile "$c" "$sys" "$unit" "$better" "$m"
+  }
+  IFS='|' read -r c0 _ _ <<<"${cases[0]}"; IFS='|' read -r c1 _ _ <<<"${cases[1]}"; IFS='|' read -r c2 _ _ <<<"${cases[2]}"
+  IFS='|' read -r c3 _ _ <<<"${cases[3]}"; IFS='|' read -r c4 _ _ <<<"${cases[4]}"; IFS='|' read -r c5 _ _ <<<"${cases[5]}"
+  IFS='|' read -r c6 _ _ <<<"${cases[6]}"
+  rec "$c0" fanstore-zstd ms lower "${t_head[@]}"; rec "$c0" tmpfs ms lower "${d_head[@]}"
+  rec "$c1" fanstore-zstd MiB lower "${r_head[@]}"; rec "$c1" tmpfs MiB lower "${dr_head[@]}"
+  rec "$c2" fanstore-zstd ns/op lower "${z_pr[@]}"; rec "$c2" tmpfs ns/op lower "${t_pr[@]}"
+  rec "$c3" fanstore-zstd MiB/s higher "${z_seq[@]}"; rec "$c3" fanstore-raw MiB/s higher "${r_seq[@]}"
+  rec "$c3" tmpfs MiB/s higher "${t_seq[@]}"; rec "$c3" zstd-cli MiB/s higher "${c_seq[@]}"
+  rec "$c4" fanstore-zstd MiB lower "${z_map[@]}"; rec "$c4" tmpfs MiB lower "${t_map[@]}"
+  if [ ${#z_stat[@]} -gt 0 ]; then
+    rec "$c5" fanstore-zstd ms lower "${z_stat[@]}"; rec "$c5" fanstore-untrusted ms lower "${u_stat[@]}"
+    rec "$c5" tmpfs ms lower "${t_stat[@]}"
+  else
+    record largefile "$c5" fanstore-zstd ms lower "n/a (synth_index not built)"
+  fi
+  rec "$c6" fanstore-raw ms/GiB lower "${v_ver[@]}"; rec "$c6" tmpfs ms/GiB lower "${v_plain[@]}"
+  rec "$c6" mapped-v1 ms/GiB lower "${v_map[@]}"
+  note largefile "Own data: a ${SEQ_MIB} MiB compressible file (base64 of random bytes, zstd ~1.33:1) and a ${SEQ_MIB} MiB incompressible one on tmpfs, images on the local disk, chunks of 1 MiB; the head file is ${HEAD_MIB} MiB. Median of 3 interleaved runs; every FanStore run starts with an empty node cache of its own. 'head': open + read(16) + close in the reading process, and its peak RSS. 'preads': random 4 KiB preads of one open file, second pass timed (the first decodes; the second reads this process's chunks or the node cache's). 'sequential': one process, read(2) of 1 MiB; zstd -d -T0 decodes the same data (zstd -3) to /dev/null. 'mapping': 4 processes each mmap and touch the whole file; total PSS minus that of 4 identical processes mapping nothing (FanStore: the node cache holds one shared copy; tmpfs: the page cache). 'fresh process': exec of a process whose first call is stat(), ms until it answers: with the trust token fanstore run hands down, with the index re-hashed (FANSTORE_INDEX_TRUST unset), and a stat on tmpfs; synthetic index of $NFILES empty files. 'serving a raw file': the per-pass cost of the safe way (pread into the reader's buffer + XXH3 of every chunk, every time: 'FanStore raw'), of a plain pread ('tmpfs' column) and of format 1's way (map the partition range, verify once, then memcpy from the mapping: SIGBUS when truncated, unverified bytes after an in-place change), over the same page-cached file."
+  rm -rf "$LSRC" "$LDISK"
+}
+log "largefile: head, preads, sequential, mapping, index start-up"
+bench_largefile
 
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))

@@ -1,4 +1,4 @@
-// Decoding stored file bytes (from memory or streamed from a partition fd) with checksum checks.
+// Decoding one stored chunk (raw or zstd) with its checksum check, and the pread helper every read path uses.
 #pragma once
 
 #include <cstddef>
@@ -8,17 +8,18 @@
 
 namespace fanstore {
 
-// Decodes `stored` of `e` into `out` (e.size bytes) and checks the checksum. `where` names the partition
-// in error messages ("part-00001.fsp").
-Status DecodeBuffer(const Entry& e, const void* stored, size_t stored_size, void* out, const std::string& where);
-
-// Reads the stored bytes of `e` from `fd` (pread, [e.offset, e.offset + e.stored_size)) in chunks and decodes
-// them into `out` (e.size bytes), or, when `out` is null, only checks them in constant memory.
-Status DecodeStream(const Entry& e, int fd, const std::string& where, char* out);
+// Decodes `stored` (chunk `c` of `e`) into `out` (c.raw_size bytes) and checks the chunk's XXH3. `where`
+// names the partition in error messages ("part-00001.fsp"). `out` may alias `stored` for a raw chunk.
+Status DecodeChunkAt(const Entry& e, const Chunk& c, const void* stored, size_t stored_size, char* out,
+                     const std::string& where);
 
 // pread until `n` bytes; a short file is kCorrupt (the partition is truncated).
 Status PreadFull(int fd, void* buf, size_t n, uint64_t offset, const std::string& where);
 
-Status ChecksumMismatch(const Entry& e, const std::string& where);
+// "<where>: <what> for <path> (the image is damaged: copy it again or re-pack)", as kCorrupt.
+Status CorruptFile(const Entry& e, const std::string& where, const std::string& what);
+
+// The largest stored size a zstd chunk of `raw` bytes may have (ZSTD_compressBound).
+size_t MaxStoredSize(size_t raw);
 
 }  // namespace fanstore

@@ -31,20 +31,28 @@ inline void Store64(void* p, uint64_t v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-inline constexpr uint32_t kVersion = 1;
+// Version 2: files are split into fixed-size chunks, each compressed and checksummed on its own.
+// Version 1 (one zstd frame per file) is read only by `fanstore convert` (legacy_v1.cpp).
+inline constexpr uint32_t kVersion = 2;
 inline constexpr const char* kIndexName = "index.fsi";
+
+// Chunk size limits: a power of two, 64 KiB .. 64 MiB. Chunks start page-aligned in the node cache, and
+// the upper bound caps what one chunk read may allocate, whatever an index says.
+inline constexpr uint32_t kMinChunkShift = 16;
+inline constexpr uint32_t kMaxChunkShift = 26;
+inline constexpr uint32_t kDefaultChunkShift = 20;  // 1 MiB
 
 // ---- index header (index.fsi, offset 0) ----
 inline constexpr char kIndexMagic[8] = {'F', 'A', 'N', 'S', 'T', 'I', 'D', 'X'};
-inline constexpr uint32_t kHeaderSize = 192;
+inline constexpr uint32_t kHeaderSize = 256;
 namespace hdr {
 inline constexpr size_t kMagic = 0, kVersion = 8, kHeaderSize = 12, kFlags = 16, kRegularParts = 20,
                         kReplicatedPart = 24, kPartitionCount = 28, kEntryCount = 32, kFileCount = 40,
                         kDirCount = 48, kBytesIn = 56, kBytesStored = 64, kImageId = 72, kIndexSize = 80,
-                        kEntriesOff = 88, kEntriesSize = 96, kChildrenOff = 104, kChildrenSize = 112,
-                        kHashOff = 120, kHashSize = 128, kPartsOff = 136, kPartsSize = 144,
-                        kStringsOff = 152, kStringsSize = 160, kBodyXxh3 = 168, kReserved = 176,
-                        kHeaderXxh3 = 184;
+                        kChunkShift = 88, kReserved0 = 92, kChunkCount = 96, kEntriesOff = 104, kEntriesSize = 112,
+                        kChildrenOff = 120, kChildrenSize = 128, kHashOff = 136, kHashSize = 144, kPartsOff = 152,
+                        kPartsSize = 160, kChunksOff = 168, kChunksSize = 176, kStringsOff = 184,
+                        kStringsSize = 192, kBodyXxh3 = 200, kReserved1 = 208, kHeaderXxh3 = 248;
 }  // namespace hdr
 
 // ---- entry record (entry table), 96 bytes each, id order ----
@@ -52,8 +60,23 @@ inline constexpr uint32_t kEntrySize = 96;
 namespace ent {
 inline constexpr size_t kPathOff = 0, kPathLen = 8, kNameOff = 12, kParent = 16, kMode = 20, kSize = 24,
                         kMtimeSec = 32, kMtimeNsec = 40, kNlink = 44, kIno = 48, kPart = 56, kCodec = 60,
-                        kOffset = 64, kStoredSize = 72, kChecksum = 80, kChildFirst = 88, kChildCount = 92;
+                        kOffset = 64, kStoredSize = 72, kChecksum = 80,
+                        kChildFirst = 88, kChildCount = 92,  // directories
+                        kChunkFirst = 88;                    // files of more than one chunk (u64)
 }  // namespace ent
+
+// Entry codec values. A file of one chunk names that chunk's codec; a longer file is kCodecChunked and its
+// chunks are described by the chunk table.
+inline constexpr uint32_t kCodecRaw = 0, kCodecZstd = 1, kCodecChunked = 2;
+
+// ---- chunk record (chunk table), 24 bytes each ----
+inline constexpr uint32_t kChunkRecordSize = 24;
+namespace chk {
+inline constexpr size_t kStoredOff = 0,  // u64: offset of the chunk's stored bytes from the file's `offset`
+    kStoredSize = 8,                     // u32
+    kCodec = 12,                         // u32: kCodecRaw or kCodecZstd
+    kChecksum = 16;                      // u64: XXH3-64 of the chunk's decoded bytes
+}  // namespace chk
 
 // ---- hash bucket, 8 bytes: entry id (kEmptyBucket = free) and the high 32 bits of the path hash ----
 inline constexpr uint32_t kBucketSize = 8;
@@ -75,6 +98,11 @@ inline constexpr size_t kMagic = 0, kVersion = 8, kHeaderSize = 12, kPartId = 16
 
 // Sections start 8-byte aligned so the mmap'd tables are naturally aligned.
 inline uint64_t Align8(uint64_t v) { return (v + 7) & ~uint64_t{7}; }
+
+// Number of chunks of a file of `size` bytes: 0 for an empty file, else ceil(size / chunk size).
+inline uint64_t ChunkCount(uint64_t size, uint32_t chunk_shift) {
+  return size == 0 ? 0 : ((size - 1) >> chunk_shift) + 1;
+}
 
 // File name of partition `id`: regular ones are numbered, the replicated one has a fixed name.
 inline std::string PartitionFileName(uint32_t id, uint32_t regular_parts) {

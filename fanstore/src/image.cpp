@@ -1,4 +1,5 @@
-// Image: the mmap'd index (validated once, then read in place) and lazily opened partitions.
+// Image: the mmap'd index (validated once, then read in place, every field bounds-checked where it is used)
+// and lazily opened partitions read with pread only.
 #include "fanstore/image.hpp"
 
 #include <dirent.h>
@@ -6,14 +7,16 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cinttypes>
 #include <memory>
 
 #include "decode_internal.hpp"
 #include "format.hpp"
+#include "hash.hpp"
+#include "index_trust.hpp"
 
 namespace fanstore {
 
@@ -22,6 +25,22 @@ using namespace format;
 bool Entry::is_dir() const { return (mode & S_IFMT) == S_IFDIR; }
 bool Entry::is_reg() const { return (mode & S_IFMT) == S_IFREG; }
 unsigned char Entry::d_type() const { return is_dir() ? DT_DIR : DT_REG; }
+
+namespace {
+// An opened, header-checked partition: published once through an atomic pointer, never changed after.
+struct PartState {
+  int fd = -1;
+  uint64_t data_end = 0;  // kPartHeaderSize + data_size from its header (the file was at least this long)
+  // Which file the fd was at open: a host program may close our fd behind our back (a raw close_range syscall)
+  // and get the number again for another file, which must never be read (or closed) as a partition.
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool StillOurs() const {
+    struct stat st;
+    return ::fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+  }
+};
+}  // namespace
 
 struct Image::Impl {
   std::string dir;
@@ -38,26 +57,24 @@ struct Image::Impl {
   uint32_t parts = 0;  // regular + replicated
   uint32_t regular_parts = 0;
   uint32_t replicated_part = kNoPartition;
+  const char* chunk_table = nullptr;
+  uint64_t chunk_count = 0;
+  uint32_t chunk_shift = kDefaultChunkShift;
   const char* strings = nullptr;
   uint64_t strings_size = 0;
   uint64_t image_id = 0;
+  std::string trust_token;
 
-  // One fd per partition, opened (and its header checked) on first use; -1 until then.
-  std::unique_ptr<std::atomic<int>[]> fds;
-  // Which file each fd was at open (st_dev, st_ino): a host program may close our fd behind our back (a raw
-  // close_range syscall) and get the number for another file, which must never be read as a partition.
-  std::unique_ptr<std::atomic<uint64_t>[]> fd_dev, fd_ino;
+  // One state per partition, made (and its header checked) on first use; null until then.
+  std::unique_ptr<std::atomic<PartState*>[]> part_states;
 
   ~Impl() {
     if (base) ::munmap(const_cast<char*>(base), len);
-    for (uint32_t p = 0; fds && p < parts; ++p)
-      if (int fd = fds[p].load(); fd >= 0 && SameFile(p, fd)) ::close(fd);
-  }
-
-  bool SameFile(uint32_t p, int fd) const {
-    struct stat st;
-    return ::fstat(fd, &st) == 0 && st.st_ino == fd_ino[p].load(std::memory_order_relaxed) &&
-           st.st_dev == fd_dev[p].load(std::memory_order_relaxed);
+    for (uint32_t p = 0; part_states && p < parts; ++p)
+      if (PartState* s = part_states[p].load()) {
+        if (s->StillOurs()) ::close(s->fd);
+        delete s;
+      }
   }
 
   const char* Record(uint32_t id) const { return entry_table + uint64_t{id} * kEntrySize; }
@@ -68,7 +85,7 @@ struct Image::Impl {
   std::string PartPath(uint32_t p) const {
     return (part_dir.empty() ? dir : part_dir) + "/" + std::string(PartName(p));
   }
-  Result<int> PartFd(uint32_t p) const;
+  Result<const PartState*> Part(uint32_t p) const;
 };
 
 namespace {
@@ -86,7 +103,7 @@ bool SectionOk(uint64_t off, uint64_t size, uint64_t lo, uint64_t hi) {
 }
 
 // Structural checks beyond the checksums, so that even a crafted index with valid checksums cannot
-// make accessors read outside the mapping. Per-entry fields are clamped where they are read instead.
+// make accessors read outside the mapping. Per-entry fields are checked where they are read instead.
 Status ValidateLayout(Image::Impl* m) {
   const char* h = m->base;
   const uint64_t len = m->len;
@@ -95,13 +112,18 @@ Status ValidateLayout(Image::Impl* m) {
   uint64_t co = Load64(h + hdr::kChildrenOff), cs = Load64(h + hdr::kChildrenSize);
   uint64_t ho = Load64(h + hdr::kHashOff), hs = Load64(h + hdr::kHashSize);
   uint64_t po = Load64(h + hdr::kPartsOff), ps = Load64(h + hdr::kPartsSize);
+  uint64_t ko = Load64(h + hdr::kChunksOff), ks = Load64(h + hdr::kChunksSize);
   uint64_t so = Load64(h + hdr::kStringsOff), ss = Load64(h + hdr::kStringsSize);
-  for (auto [o, s] : {std::pair{eo, es}, {co, cs}, {ho, hs}, {po, ps}, {so, ss}})
+  for (auto [o, s] : {std::pair{eo, es}, {co, cs}, {ho, hs}, {po, ps}, {ko, ks}, {so, ss}})
     if (!SectionOk(o, s, kHeaderSize, len)) return BadIndex("a section lies outside the file");
   if (entries == 0 || entries >= kEmptyBucket || es != entries * kEntrySize) return BadIndex("entry table size");
   if (cs % 4 != 0) return BadIndex("child table size");
   uint64_t buckets = hs / kBucketSize;
   if (hs % kBucketSize != 0 || buckets <= entries || (buckets & (buckets - 1)) != 0) return BadIndex("hash table size");
+  uint64_t chunks = Load64(h + hdr::kChunkCount);
+  if (ks % kChunkRecordSize != 0 || ks / kChunkRecordSize != chunks) return BadIndex("chunk table size");
+  uint32_t shift = Load32(h + hdr::kChunkShift);
+  if (shift < kMinChunkShift || shift > kMaxChunkShift) return BadIndex("chunk size");
   uint32_t parts = Load32(h + hdr::kPartitionCount);
   uint32_t regular = Load32(h + hdr::kRegularParts), rep = Load32(h + hdr::kReplicatedPart);
   if (ps != uint64_t{parts} * kPartRecordSize) return BadIndex("partition table size");
@@ -117,6 +139,9 @@ Status ValidateLayout(Image::Impl* m) {
   m->parts = parts;
   m->regular_parts = regular;
   m->replicated_part = rep;
+  m->chunk_table = h + ko;
+  m->chunk_count = chunks;
+  m->chunk_shift = shift;
   m->strings = h + so;
   m->strings_size = ss;
   m->image_id = Load64(h + hdr::kImageId);
@@ -136,7 +161,8 @@ Status ValidateLayout(Image::Impl* m) {
   return Status::Ok();
 }
 
-Status ValidateHeader(const char* h, uint64_t len) {
+// Everything up to the body checksum. `trusted`: the caller vouches for the body (trust token matched).
+Status ValidateHeader(const char* h, uint64_t len, bool trusted) {
   if (len < sizeof kIndexMagic && std::memcmp(h, kIndexMagic, len) == 0) return Truncated(len, kHeaderSize);
   if (len < sizeof kIndexMagic || std::memcmp(h, kIndexMagic, sizeof kIndexMagic) != 0)
     return Status(Code::kCorrupt, "index.fsi is not a FanStore index (bad magic): pass an image made by `fanstore pack`");
@@ -145,36 +171,43 @@ Status ValidateHeader(const char* h, uint64_t len) {
   if (version > kVersion)
     return Status(Code::kUnsupported, "image version " + std::to_string(version) + " is newer than this fanstore (" +
                                           std::to_string(kVersion) + "): upgrade fanstore or re-pack");
+  if (version == 1)
+    return Status(Code::kUnsupported,
+                  "image version 1 was made by an older fanstore and is not served any more: convert it once with "
+                  "`fanstore convert IMAGE -o NEW_IMAGE` (or re-pack the source)");
   if (version == 0) return BadIndex("version 0");
   if (len < kHeaderSize) {
     uint64_t want = len >= hdr::kIndexSize + 8 ? Load64(h + hdr::kIndexSize) : kHeaderSize;
     return Truncated(len, want > len ? want : kHeaderSize);
   }
-  if (XXH3_64bits(h, hdr::kHeaderXxh3) != Load64(h + hdr::kHeaderXxh3)) return BadIndex("header checksum mismatch");
+  if (Xxh3(h, hdr::kHeaderXxh3) != Load64(h + hdr::kHeaderXxh3)) return BadIndex("header checksum mismatch");
   if (Load32(h + hdr::kHeaderSize) != kHeaderSize) return BadIndex("header size");
   uint64_t want = Load64(h + hdr::kIndexSize);
   if (len < want) return Truncated(len, want);
   if (len > want) return BadIndex("trailing bytes after the index");
-  if (XXH3_64bits(h + kHeaderSize, len - kHeaderSize) != Load64(h + hdr::kBodyXxh3))
+  if (!trusted && Xxh3(h + kHeaderSize, len - kHeaderSize) != Load64(h + hdr::kBodyXxh3))
     return BadIndex("body checksum mismatch");
   return Status::Ok();
 }
 
+Status BadEntry(const Entry& e, const std::string& what) {
+  return Status(Code::kCorrupt, "index.fsi: bad entry for " + std::string(e.path) + " (" + what +
+                                    "): re-pack or copy the image again");
+}
+
 }  // namespace
 
-Result<int> Image::Impl::PartFd(uint32_t p) const {
+Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (p >= parts) return Status(Code::kCorrupt, "partition " + std::to_string(p) + " is not in the index");
-  int fd = fds[p].load(std::memory_order_acquire);
-  if (fd >= 0) {
-    if (SameFile(p, fd)) return fd;
-    // The number is someone else's file now: forget it (never close it) and open the partition again.
-    fds[p].compare_exchange_strong(fd, -1, std::memory_order_acq_rel);
-  }
+  PartState* seen = part_states[p].load(std::memory_order_acquire);
+  if (seen && seen->StillOurs()) return seen;
+  // seen: the number is someone else's file now. Never read or close it; open the partition again below. The
+  // stale state stays allocated (another thread may still hold it); that happens once per such close.
   // No lock: two threads may both open and validate; the loser closes its fd. A mutex here could be
   // held by another thread across fork() and deadlock a DataLoader worker.
   const std::string path = PartPath(p);
   const std::string name(PartName(p));
-  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     return Status(err == ENOENT ? Code::kIoError : Status::FromErrno(err, "").code(),
@@ -185,25 +218,27 @@ Result<int> Image::Impl::PartFd(uint32_t p) const {
   Status s = PreadFull(fd, h, sizeof h, 0, name);
   if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kVersion ||
                  Load32(h + phdr::kHeaderSize) != kPartHeaderSize ||
-                 XXH3_64bits(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3)))
+                 Xxh3(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3)))
     s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (s.ok() && (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p))
     s = Status(Code::kCorrupt, path + " belongs to another image: copy the partitions of this image next to its index");
-  if (s.ok() && ::fstat(fd, &st) == 0 &&
-      static_cast<uint64_t>(st.st_size) < kPartHeaderSize + Load64(h + phdr::kDataSize))
-    s = Status(Code::kCorrupt, name + " is truncated: copy the image again or re-pack");
+  // A partition shorter than its header says (truncated, or still being copied) stays usable: every read is a
+  // pread checked for length, so the files still there read and those cut off fail with kCorrupt.
+  const uint64_t data_size = Load64(h + phdr::kDataSize);
+  if (s.ok() && (::fstat(fd, &st) != 0 || data_size > (uint64_t{1} << 62)))
+    s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (!s.ok()) {
     ::close(fd);
     return s;
   }
-  fd_dev[p].store(st.st_dev, std::memory_order_relaxed);
-  fd_ino[p].store(st.st_ino, std::memory_order_relaxed);
-  int expected = -1;
-  if (!fds[p].compare_exchange_strong(expected, fd, std::memory_order_acq_rel)) {
+  auto* mine = new PartState{fd, kPartHeaderSize + data_size, st.st_dev, st.st_ino};
+  PartState* expected = seen;
+  if (!part_states[p].compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) {
     ::close(fd);
+    delete mine;
     return expected;
   }
-  return fd;
+  return mine;
 }
 
 Image::Image(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -238,19 +273,32 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
   ::close(fd);  // the mapping stays valid without the fd
   if (p == MAP_FAILED) return Status::FromErrno(err, "cannot map " + path);
   m->base = static_cast<const char*>(p);
-  Status s = ValidateHeader(m->base, m->len);
+  const uint64_t body_xxh3 = m->len >= kHeaderSize ? Load64(m->base + hdr::kBodyXxh3) : 0;
+  const bool trusted = !opts.trust_token.empty() && index_trust::Matches(opts.trust_token, st, body_xxh3);
+  Status s = ValidateHeader(m->base, m->len, trusted);
   if (s.ok()) s = ValidateLayout(m.get());
   if (!s.ok()) return s;
-  m->fds.reset(new std::atomic<int>[m->parts]);
-  for (uint32_t i = 0; i < m->parts; ++i) m->fds[i].store(-1);
-  m->fd_dev.reset(new std::atomic<uint64_t>[m->parts]());
-  m->fd_ino.reset(new std::atomic<uint64_t>[m->parts]());
+  m->trust_token = index_trust::Make(st, body_xxh3);
+  m->part_states.reset(new std::atomic<PartState*>[m->parts]);
+  for (uint32_t i = 0; i < m->parts; ++i) m->part_states[i].store(nullptr);
   return std::shared_ptr<const Image>(new Image(std::move(m)));
 }
 
 const std::string& Image::dir() const { return impl_->dir; }
 uint64_t Image::size() const { return impl_->entries; }
 uint64_t Image::ImageId() const { return impl_->image_id; }
+std::string Image::TrustToken() const { return impl_->trust_token; }
+uint64_t Image::ContentKey() const {
+  char k[32];
+  Store64(k, impl_->image_id);
+  Store64(k + 8, Load64(impl_->base + hdr::kBodyXxh3));
+  Store64(k + 16, impl_->chunk_shift);
+  Store64(k + 24, impl_->entries);
+  return Xxh3(k, sizeof k);
+}
+uint32_t Image::ChunkSize() const { return uint32_t{1} << impl_->chunk_shift; }
+uint64_t Image::ChunkTableSize() const { return impl_->chunk_count; }
+uint64_t Image::ChunkCount(const Entry& e) const { return e.is_reg() ? format::ChunkCount(e.size, impl_->chunk_shift) : 0; }
 
 Entry Image::Get(uint32_t id) const {
   Entry e;
@@ -274,6 +322,7 @@ Entry Image::Get(uint32_t id) const {
   e.offset = Load64(r + ent::kOffset);
   e.stored_size = Load64(r + ent::kStoredSize);
   e.checksum = Load64(r + ent::kChecksum);
+  if (e.is_reg()) e.chunk_first = Load64(r + ent::kChunkFirst);
   return e;
 }
 
@@ -336,6 +385,8 @@ ImageSummary Image::Summary() const {
   s.dirs = Load64(h + hdr::kDirCount);
   s.bytes_in = Load64(h + hdr::kBytesIn);
   s.bytes_stored = Load64(h + hdr::kBytesStored);
+  s.chunk_size = ChunkSize();
+  s.chunks = impl_->chunk_count;
   s.parts = impl_->regular_parts;
   s.replicated_part = impl_->replicated_part;
   for (uint32_t p = 0; p < impl_->parts; ++p) {
@@ -350,80 +401,153 @@ std::string Image::PartitionPath(uint32_t part) const {
   return part < impl_->parts ? impl_->PartPath(part) : std::string();
 }
 
-bool Image::HasPartition(uint32_t part) const { return part < impl_->parts && impl_->PartFd(part).ok(); }
+bool Image::HasPartition(uint32_t part) const { return part < impl_->parts && impl_->Part(part).ok(); }
 
 uint32_t Image::PartitionCount() const { return impl_->parts; }
 
 namespace {
+// What every file read checks first: a regular file in a partition of this image, whose stored range
+// cannot overflow 64-bit arithmetic.
 Status FileChecks(const Image& img, uint32_t id, Entry* e) {
   if (id >= img.size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
   *e = img.Get(id);
   if (e->is_dir()) return Status(Code::kIsDirectory, "is a directory: " + std::string(e->path));
-  if (!e->is_reg() || e->part >= img.PartitionCount())
-    return Status(Code::kCorrupt, "index.fsi: bad entry for " + std::string(e->path) + " (re-pack the image)");
+  if (!e->is_reg() || e->part >= img.PartitionCount()) return BadEntry(*e, "type or partition");
+  constexpr uint64_t kLimit = uint64_t{1} << 62;
+  if (e->offset > kLimit || e->stored_size > kLimit || e->size > kLimit) return BadEntry(*e, "offset or size");
   return Status::Ok();
 }
 }  // namespace
+
+Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
+  constexpr uint64_t kLimit = uint64_t{1} << 62;
+  if (!e.is_reg() || e.part >= impl_->parts || e.offset > kLimit || e.stored_size > kLimit || e.size > kLimit)
+    return BadEntry(e, "type, partition, offset or size");
+  const uint64_t n = format::ChunkCount(e.size, impl_->chunk_shift);
+  if (i >= n) return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + std::string(e.path));
+  Chunk c;
+  c.index = i;
+  c.raw_offset = i << impl_->chunk_shift;
+  c.raw_size = static_cast<uint32_t>(std::min<uint64_t>(e.size - c.raw_offset, ChunkSize()));
+  uint64_t stored_off, stored_size;
+  uint32_t codec;
+  if (n == 1) {
+    codec = static_cast<uint32_t>(e.codec);
+    stored_off = 0;
+    stored_size = e.stored_size;
+    c.checksum = e.checksum;
+    c.key = e.id;
+  } else {
+    if (e.codec != Codec::kChunked) return BadEntry(e, "codec of a multi-chunk file");
+    if (e.chunk_first > impl_->chunk_count || n > impl_->chunk_count - e.chunk_first) return BadEntry(e, "chunk table range");
+    const char* r = impl_->chunk_table + (e.chunk_first + i) * kChunkRecordSize;
+    stored_off = Load64(r + chk::kStoredOff);
+    stored_size = Load32(r + chk::kStoredSize);
+    codec = Load32(r + chk::kCodec);
+    c.checksum = Load64(r + chk::kChecksum);
+    c.key = impl_->entries + e.chunk_first + i;
+  }
+  if (codec == kCodecRaw) {
+    if (stored_size != c.raw_size) return BadEntry(e, "stored size of a raw chunk");
+  } else if (codec == kCodecZstd) {
+    if (stored_size == 0 || stored_size > MaxStoredSize(c.raw_size)) return BadEntry(e, "stored size of a zstd chunk");
+  } else {
+    return BadEntry(e, "codec " + std::to_string(codec));
+  }
+  if (stored_off > e.stored_size || stored_size > e.stored_size - stored_off) return BadEntry(e, "chunk outside the file");
+  c.codec = static_cast<Codec>(codec);
+  c.offset = e.offset + stored_off;
+  c.stored_size = static_cast<uint32_t>(stored_size);
+  return c;
+}
+
+Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch) const {
+  auto part = impl_->Part(e.part);
+  if (!part.ok()) return part.status();
+  const std::string_view name = impl_->PartName(e.part);
+  // The index may claim anything: stored bytes must lie in the partition's data as its header states it
+  // (checked against the file size at open). A partition truncated since gives a short pread: kCorrupt.
+  if (c.offset < kPartHeaderSize || c.offset > (*part)->data_end || c.stored_size > (*part)->data_end - c.offset)
+    return BadEntry(e, "stored bytes outside " + std::string(name));
+  if (c.codec == Codec::kRaw) {
+    Status s = PreadFull((*part)->fd, out, c.raw_size, c.offset, std::string(name));
+    if (!s.ok()) return s;
+    return DecodeChunkAt(e, c, out, c.stored_size, out, std::string(name));
+  }
+  std::unique_ptr<char[]> own;
+  if (scratch == nullptr) {
+    own.reset(new char[c.stored_size]);
+    scratch = own.get();
+  }
+  Status s = PreadFull((*part)->fd, scratch, c.stored_size, c.offset, std::string(name));
+  if (!s.ok()) return s;
+  return DecodeChunkAt(e, c, scratch, c.stored_size, out, std::string(name));
+}
 
 Status Image::ReadStored(uint32_t id, std::string* out) const {
   Entry e;
   Status s = FileChecks(*this, id, &e);
   if (!s.ok()) return s;
-  auto fd = impl_->PartFd(e.part);
-  if (!fd.ok()) return fd.status();
-  out->resize(e.stored_size);
-  return PreadFull(*fd, out->data(), e.stored_size, e.offset, std::string(impl_->PartName(e.part)));
+  return ReadStoredRange(id, 0, e.stored_size, out);
 }
+
+Status Image::ReadStoredRange(uint32_t id, uint64_t offset, uint64_t length, std::string* out) const {
+  Entry e;
+  Status s = FileChecks(*this, id, &e);
+  if (!s.ok()) return s;
+  if (offset > e.stored_size || length > e.stored_size - offset)
+    return Status(Code::kInvalidArgument, "stored range past the end of " + std::string(e.path));
+  auto part = impl_->Part(e.part);
+  if (!part.ok()) return part.status();
+  const std::string name(impl_->PartName(e.part));
+  const uint64_t at = e.offset + offset;
+  if (at < kPartHeaderSize || at > (*part)->data_end || length > (*part)->data_end - at)
+    return BadEntry(e, "stored bytes outside " + name);
+  out->resize(length);
+  return PreadFull((*part)->fd, out->data(), length, at, name);
+}
+
+namespace {
+// Decodes every chunk of `e` in order: into `out` when given, else into a scratch chunk (verify), feeding the
+// whole-file hash. `strict` also requires the chunks to tile the stored range exactly, as pack writes them.
+Status DecodeAllChunks(const Image& img, const Entry& e, char* out, bool strict) {
+  const uint64_t n = img.ChunkCount(e);
+  std::unique_ptr<char[]> scratch(out == nullptr && n > 0 ? new char[img.ChunkSize()] : nullptr);
+  std::unique_ptr<char[]> stored(n > 0 ? new char[MaxStoredSize(img.ChunkSize())] : nullptr);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hs(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(hs.get());
+  uint64_t expect_off = e.offset;
+  for (uint64_t i = 0; i < n; ++i) {
+    auto c = img.GetChunk(e, i);
+    if (!c.ok()) return c.status();
+    if (strict && c->offset != expect_off) return BadEntry(e, "chunks do not tile the stored bytes");
+    expect_off = c->offset + c->stored_size;
+    char* dst = out ? out + c->raw_offset : scratch.get();
+    Status s = img.ReadChunk(e, *c, dst, stored.get());
+    if (!s.ok()) return s;
+    Xxh3Update(hs.get(), dst, c->raw_size);
+  }
+  if (strict && expect_off != e.offset + e.stored_size) return BadEntry(e, "chunks do not tile the stored bytes");
+  if (XXH3_64bits_digest(hs.get()) != e.checksum)
+    return CorruptFile(e, img.PartitionPath(e.part).substr(img.PartitionPath(e.part).find_last_of('/') + 1),
+                       "whole-file checksum mismatch");
+  return Status::Ok();
+}
+}  // namespace
 
 Status Image::ReadFile(uint32_t id, void* out) const {
   Entry e;
   Status s = FileChecks(*this, id, &e);
   if (!s.ok()) return s;
-  auto fd = impl_->PartFd(e.part);
-  if (!fd.ok()) return fd.status();
-  const std::string where(impl_->PartName(e.part));
-  constexpr uint64_t kOneShotMax = 8ull << 20;  // small compressed files: one pread, one decompress call
-  if (e.codec == Codec::kZstd && e.stored_size <= kOneShotMax && e.size <= 64 * kOneShotMax) {
-    thread_local std::string stored;
-    stored.resize(e.stored_size);
-    s = PreadFull(*fd, stored.data(), stored.size(), e.offset, where);
-    if (!s.ok()) return s;
-    return DecodeBuffer(e, stored.data(), stored.size(), out, where);
-  }
-  return DecodeStream(e, *fd, where, static_cast<char*>(out));
-}
-
-Result<Image::Mapping> Image::MapRawFile(uint32_t id) const {
-  Entry e;
-  Status s = FileChecks(*this, id, &e);
-  if (!s.ok()) return s;
-  if (e.codec != Codec::kRaw) return Status(Code::kUnsupported, std::string(e.path) + " is stored compressed");
-  if (e.size == 0) return Status(Code::kUnsupported, std::string(e.path) + " is empty");
-  auto fd = impl_->PartFd(e.part);
-  if (!fd.ok()) return fd.status();
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t start = e.offset / page * page;
-  Mapping m;
-  m.length = static_cast<size_t>(e.offset + e.size - start);
-  // MAP_POPULATE maps the page-cache pages in one call: the checksum below touches all of them anyway.
-  void* p = ::mmap(nullptr, m.length, PROT_READ, MAP_SHARED | MAP_POPULATE, *fd, static_cast<off_t>(start));
-  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping " + std::string(e.path) + " in " + PartitionPath(e.part));
-  m.base = p;
-  m.data = static_cast<const char*>(p) + (e.offset - start);
-  if (XXH3_64bits(m.data, e.size) != e.checksum) {
-    ::munmap(p, m.length);
-    return ChecksumMismatch(e, std::string(impl_->PartName(e.part)));
-  }
-  return m;
+  return DecodeAllChunks(*this, e, static_cast<char*>(out), false);
 }
 
 Status Image::CheckFile(uint32_t id) const {
   Entry e;
   Status s = FileChecks(*this, id, &e);
   if (!s.ok()) return s;
-  auto fd = impl_->PartFd(e.part);
-  if (!fd.ok()) return fd.status();
-  return DecodeStream(e, *fd, std::string(impl_->PartName(e.part)), nullptr);
+  if (e.size == 0 && e.stored_size != 0) return BadEntry(e, "stored bytes of an empty file");
+  return DecodeAllChunks(*this, e, nullptr, true);
 }
 
 }  // namespace fanstore

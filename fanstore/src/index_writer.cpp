@@ -1,7 +1,10 @@
 // Serialises the pack tree into index.fsi (layout in docs/format.md) and computes the image id.
 #include <xxhash.h>
 
+#include <sys/stat.h>
+
 #include <bit>
+#include <cstring>
 #include <memory>
 
 #include "format.hpp"
@@ -28,25 +31,46 @@ void EncodeEntry(const PackNode& n, char* r) {
   Store64(r + ent::kOffset, n.offset);
   Store64(r + ent::kStoredSize, n.stored_size);
   Store64(r + ent::kChecksum, n.checksum);
-  Store32(r + ent::kChildFirst, n.child_first);
-  Store32(r + ent::kChildCount, n.child_count);
+  if ((n.mode & S_IFMT) == S_IFDIR) {
+    Store32(r + ent::kChildFirst, n.child_first);
+    Store32(r + ent::kChildCount, n.child_count);
+  } else {
+    Store64(r + ent::kChunkFirst, n.chunk_first);
+  }
 }
 
-// Calls `sink` with the entry table in chunks, so a million entries never need one big buffer.
+// Calls `sink` with `count` records of `size` bytes, encoded by `encode(i, record)` into a zeroed buffer of at most
+// `piece` records at a time, so a million entries never need one big buffer.
+template <class Encode, class Sink>
+void EncodeInPieces(size_t count, size_t size, size_t piece, Encode&& encode, Sink&& sink) {
+  std::unique_ptr<char[]> buf(new char[piece * size]);
+  for (size_t i = 0; i < count; i += piece) {
+    size_t n = std::min(piece, count - i);
+    std::memset(buf.get(), 0, n * size);
+    for (size_t k = 0; k < n; ++k) encode(i + k, buf.get() + k * size);
+    sink(buf.get(), n * size);
+  }
+}
+
+// The entry table: each record, with its stable inode id + 1 (never 0: same image, same numbers).
 template <class Sink>
 void ForEachEntryChunk(const PackTree& tree, Sink&& sink) {
-  constexpr size_t kChunk = 4096;
-  std::unique_ptr<char[]> buf(new char[kChunk * kEntrySize]);
-  for (size_t i = 0; i < tree.nodes.size(); i += kChunk) {
-    size_t n = std::min(kChunk, tree.nodes.size() - i);
-    std::memset(buf.get(), 0, n * kEntrySize);
-    for (size_t k = 0; k < n; ++k) {
-      char* r = buf.get() + k * kEntrySize;
-      EncodeEntry(tree.nodes[i + k], r);
-      Store64(r + ent::kIno, i + k + 1);  // stable and never 0: same image, same numbers
-    }
-    sink(buf.get(), n * kEntrySize);
-  }
+  EncodeInPieces(tree.nodes.size(), kEntrySize, 4096, [&](size_t id, char* r) {
+    EncodeEntry(tree.nodes[id], r);
+    Store64(r + ent::kIno, id + 1);
+  }, sink);
+}
+
+// The chunk table.
+template <class Sink>
+void ForEachChunkTablePiece(const PackTree& tree, Sink&& sink) {
+  EncodeInPieces(tree.chunks.size(), kChunkRecordSize, 65536, [&](size_t i, char* r) {
+    const ChunkRecord& c = tree.chunks[i];
+    Store64(r + chk::kStoredOff, c.stored_off);
+    Store32(r + chk::kStoredSize, c.stored_size);
+    Store32(r + chk::kCodec, static_cast<uint32_t>(c.codec));
+    Store64(r + chk::kChecksum, c.checksum);
+  }, sink);
 }
 
 std::string PartitionTable(const IndexMeta& meta, uint64_t names_base) {
@@ -94,12 +118,14 @@ uint64_t ComputeImageId(const PackTree& tree, const IndexMeta& meta) {
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   ForEachEntryChunk(tree, [&](const char* p, size_t n) { XXH3_64bits_update(st, p, n); });
+  ForEachChunkTablePiece(tree, [&](const char* p, size_t n) { XXH3_64bits_update(st, p, n); });
   XXH3_64bits_update(st, tree.paths.data(), tree.paths.size());
   std::string parts = PartitionTable(meta, tree.paths.size()) + PartitionNames(meta);
   XXH3_64bits_update(st, parts.data(), parts.size());
-  char counts[8];
+  char counts[12];
   Store32(counts, meta.regular_parts);
   Store32(counts + 4, meta.replicated_part);
+  Store32(counts + 8, meta.chunk_shift);
   XXH3_64bits_update(st, counts, sizeof counts);
   uint64_t id = XXH3_64bits_digest(st);
   XXH3_freeState(st);
@@ -152,6 +178,11 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
     append(p.data(), p.size());
   }
   uint64_t parts_size = pos - parts_off;
+  pad();
+
+  uint64_t chunks_off = pos;
+  ForEachChunkTablePiece(tree, append);
+  uint64_t chunks_size = pos - chunks_off;
 
   uint64_t strings_off = pos;
   append(tree.paths.data(), tree.paths.size());
@@ -180,6 +211,10 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
   Store64(h + hdr::kBytesStored, meta.bytes_stored);
   Store64(h + hdr::kImageId, image_id);
   Store64(h + hdr::kIndexSize, pos);
+  Store32(h + hdr::kChunkShift, meta.chunk_shift);
+  Store64(h + hdr::kChunkCount, tree.chunks.size());
+  Store64(h + hdr::kChunksOff, chunks_off);
+  Store64(h + hdr::kChunksSize, chunks_size);
   Store64(h + hdr::kEntriesOff, entries_off);
   Store64(h + hdr::kEntriesSize, entries_size);
   Store64(h + hdr::kChildrenOff, children_off);

@@ -1,4 +1,4 @@
-// Pack: walk the source, balance files over partitions, compress in parallel, write partitions then the index.
+// Pack: walk the source, balance files over partitions, compress chunks in parallel, write partitions then the index.
 #include "fanstore/pack.hpp"
 
 #include <dirent.h>
@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -18,8 +20,8 @@
 #include <thread>
 
 #include "format.hpp"
-#include "pack_compress.hpp"
 #include "pack_tree.hpp"
+#include "pack_writer.hpp"
 
 namespace fanstore {
 namespace {
@@ -96,148 +98,6 @@ void AssignPartitions(PackTree* tree, const PackOptions& opts, uint32_t rep_part
   }
 }
 
-// Runs the worker pool and the single writer. Tasks are written strictly in `tasks` order, so the bytes
-// do not depend on thread scheduling; workers run ahead within a bounded window of files and bytes.
-class PartitionWriter {
- public:
-  PartitionWriter(const PackOptions& opts, int threads, PackTree* tree, std::vector<std::unique_ptr<WritableFile>>* files,
-                  const std::function<void(const PackProgress&)>& progress)
-      : opts_(opts), threads_(threads), tree_(tree), files_(files), progress_(progress) {}
-
-  Status Run(const std::vector<uint32_t>& tasks) {
-    tasks_ = &tasks;
-    window_ = static_cast<size_t>(threads_) * 4 + 4;
-    slots_.resize(window_);
-    total_.files_total = tasks.size();
-    // Sizes as stat'ed, copied: the writer updates node sizes to what it actually read while workers
-    // are still deciding what to claim.
-    stat_size_.reserve(tasks.size());
-    for (uint32_t id : tasks) stat_size_.push_back(tree_->nodes[id].size);
-    for (uint64_t sz : stat_size_) total_.bytes_total += sz;
-    std::vector<std::thread> workers;
-    for (int i = 0; i < threads_; ++i) workers.emplace_back([this] { Work(); });
-    Status s = Write();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_work_.notify_all();
-    for (auto& w : workers) w.join();
-    return s;
-  }
-
- private:
-  struct Slot {
-    bool ready = false;
-    size_t task = 0;
-    uint64_t claimed_bytes = 0;
-    Status status;
-    StoredFile file;
-  };
-
-  bool IsBig(size_t t) const { return stat_size_[t] > kStreamThreshold; }
-  std::string SourcePath(uint32_t id) const { return opts_.source + "/" + std::string(tree_->Path(tree_->nodes[id])); }
-
-  void Work() {
-    ZSTD_CCtx* cctx = ZSTD_createCCtx();
-    for (;;) {
-      size_t t;
-      uint64_t bytes;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        for (;;) {
-          if (stop_ || next_ >= tasks_->size()) {
-            ZSTD_freeCCtx(cctx);
-            return;
-          }
-          if (IsBig(next_)) {  // the writer streams those itself
-            ++next_;
-            continue;
-          }
-          bytes = stat_size_[next_];
-          if (next_ - committed_ < window_ && (inflight_ == 0 || inflight_ + bytes <= kInflightBudget)) break;
-          cv_work_.wait(lk);
-        }
-        t = next_++;
-        inflight_ += bytes;
-      }
-      Slot r;
-      uint32_t id = (*tasks_)[t];
-      r.status = LoadStoredFile(SourcePath(id), stat_size_[t], level(), cctx, &r.file);
-      r.task = t;
-      r.claimed_bytes = bytes;
-      r.ready = true;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        slots_[t % window_] = std::move(r);
-      }
-      cv_done_.notify_all();
-    }
-  }
-
-  int level() const { return opts_.compress ? opts_.level : 0; }
-
-  Status Write() {
-    auto last_report = Clock::now();
-    for (size_t t = 0; t < tasks_->size(); ++t) {
-      uint32_t id = (*tasks_)[t];
-      PackNode& n = tree_->nodes[id];
-      WritableFile* f = (*files_)[n.part].get();
-      n.offset = f->Size();
-      Status s;
-      if (IsBig(t)) {
-        s = StreamStoredFile(SourcePath(id), level(), threads_, f, &n.codec, &n.size, &n.checksum, &n.stored_size);
-      } else {
-        Slot r;
-        {
-          std::unique_lock<std::mutex> lk(mu_);
-          cv_done_.wait(lk, [&] { return slots_[t % window_].ready && slots_[t % window_].task == t; });
-          r = std::move(slots_[t % window_]);
-          slots_[t % window_].ready = false;
-          inflight_ -= r.claimed_bytes;
-        }
-        s = r.status;
-        if (s.ok()) s = f->Append(r.file.bytes.data(), r.file.bytes.size());
-        n.codec = r.file.codec;
-        n.size = r.file.size;
-        n.checksum = r.file.checksum;
-        n.stored_size = r.file.bytes.size();
-      }
-      if (!s.ok()) return s;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        committed_ = t + 1;
-      }
-      cv_work_.notify_all();
-      total_.files_done = t + 1;
-      total_.bytes_done += n.size;
-      if (progress_ && Clock::now() - last_report > std::chrono::milliseconds(100)) {
-        progress_(total_);
-        last_report = Clock::now();
-      }
-    }
-    if (progress_) progress_(total_);
-    return Status::Ok();
-  }
-
-  static constexpr uint64_t kInflightBudget = 512ull << 20;
-  const PackOptions& opts_;
-  int threads_;
-  PackTree* tree_;
-  std::vector<std::unique_ptr<WritableFile>>* files_;
-  const std::function<void(const PackProgress&)>& progress_;
-  const std::vector<uint32_t>* tasks_ = nullptr;
-  std::vector<uint64_t> stat_size_;  // per task, fixed for the whole run
-  size_t window_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_work_, cv_done_;
-  std::vector<Slot> slots_;
-  size_t next_ = 0, committed_ = 0;
-  uint64_t inflight_ = 0;
-  bool stop_ = false;
-  PackProgress total_;
-};
-
 std::string PartHeader(uint32_t part_id, uint64_t image_id, uint64_t data_size) {
   using namespace format;
   std::string h(kPartHeaderSize, '\0');
@@ -253,13 +113,15 @@ std::string PartHeader(uint32_t part_id, uint64_t image_id, uint64_t data_size) 
 
 // Everything after the checks, writing into `tmp`; the caller removes `tmp` on failure.
 Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, WriteEnv* env, PackTree* tree,
-                const std::function<void(const PackProgress&)>& progress, IndexMeta* meta) {
+                PackSource* source, const std::function<void(const PackProgress&)>& progress, bool assign,
+                IndexMeta* meta) {
   bool any_rep = false;
-  AssignPartitions(tree, opts, opts.parts);
+  if (assign) AssignPartitions(tree, opts, opts.parts);
   for (const PackNode& n : tree->nodes) any_rep |= n.part == opts.parts;
   const uint32_t nparts = opts.parts + (any_rep ? 1 : 0);
   meta->regular_parts = opts.parts;
   meta->replicated_part = any_rep ? opts.parts : kNoPartition;
+  meta->chunk_shift = static_cast<uint32_t>(std::countr_zero(opts.chunk_size));
 
   std::vector<std::unique_ptr<WritableFile>> files;
   const std::string placeholder(format::kPartHeaderSize, '\0');
@@ -277,7 +139,8 @@ Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, Wr
     if (tree->nodes[id].part != kNoPartition) tasks.push_back(id);
   std::stable_sort(tasks.begin(), tasks.end(),
                    [&](uint32_t a, uint32_t b) { return tree->nodes[a].part < tree->nodes[b].part; });
-  Status s = PartitionWriter(opts, threads, tree, &files, progress).Run(tasks);
+  Status s = WriteChunks(tasks, tree, source, opts.compress ? opts.level : 0, meta->chunk_shift, threads, &files,
+                         progress);
   if (!s.ok()) return s;
 
   for (uint32_t id : tasks) {
@@ -317,43 +180,34 @@ Status WithAdvice(const Status& s, const std::string& output) {
   }
 }
 
+// Option checks shared by pack and convert; normalises trailing slashes and `compress`.
+Status CheckOptions(PackOptions* opts) {
+  while (opts->output.size() > 1 && opts->output.back() == '/') opts->output.pop_back();
+  while (opts->source.size() > 1 && opts->source.back() == '/') opts->source.pop_back();
+  if (opts->source.empty()) return Status(Code::kInvalidArgument, "no source directory given");
+  if (opts->output.empty()) return Status(Code::kInvalidArgument, "no output given: use -o IMAGE");
+  if (opts->parts < 1 || opts->parts > 100000)
+    return Status(Code::kInvalidArgument, "--parts must be between 1 and 100000, got " + std::to_string(opts->parts));
+  if (opts->level == 0) opts->compress = false;
+  if (opts->compress && (opts->level < 1 || opts->level > ZSTD_maxCLevel()))
+    return Status(Code::kInvalidArgument, "--level must be between 0 (store raw) and " +
+                                              std::to_string(ZSTD_maxCLevel()) + ", got " + std::to_string(opts->level));
+  const uint32_t c = opts->chunk_size;
+  if (!std::has_single_bit(c) || c < (1u << format::kMinChunkShift) || c > (1u << format::kMaxChunkShift))
+    return Status(Code::kInvalidArgument, "--chunk must be a power of two between 64K and 64M, got " + std::to_string(c));
+  return Status::Ok();
+}
+
 }  // namespace
 
-Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
-                               const std::function<void(const PackProgress&)>& progress,
-                               const std::function<void(const std::string&)>& warn) {
-  const auto start = Clock::now();
-  PackOptions opts = opts_in;
-  while (opts.output.size() > 1 && opts.output.back() == '/') opts.output.pop_back();
-  while (opts.source.size() > 1 && opts.source.back() == '/') opts.source.pop_back();
-  if (opts.source.empty()) return Status(Code::kInvalidArgument, "no source directory given");
-  if (opts.output.empty()) return Status(Code::kInvalidArgument, "no output given: use -o IMAGE");
-  if (opts.parts < 1 || opts.parts > 100000)
-    return Status(Code::kInvalidArgument, "--parts must be between 1 and 100000, got " + std::to_string(opts.parts));
-  if (opts.level == 0) opts.compress = false;
-  if (opts.compress && (opts.level < 1 || opts.level > ZSTD_maxCLevel()))
-    return Status(Code::kInvalidArgument, "--level must be between 0 (store raw) and " +
-                                              std::to_string(ZSTD_maxCLevel()) + ", got " + std::to_string(opts.level));
-  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-
-  struct stat st;
-  if (::stat(opts.source.c_str(), &st) != 0)
-  {
-    Status e = Status::FromErrno(errno, "cannot read source " + opts.source);
-    return Status(e.code(), e.message() + " (check the path)");
-  }
-  if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + opts.source + " is not a directory");
-  Status s = CheckOutput(opts.source, opts.output);
-  if (!s.ok()) return s;
-
-  PackTree tree;
-  s = WalkSource(opts.source, &tree, warn);
-  if (!s.ok()) return WithAdvice(s, opts.output);
-
+Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSource* source, WriteEnv* env,
+                              const std::function<void(const PackProgress&)>& progress, bool assign_partitions) {
+  const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string tmp = opts.output + ".tmp-" + std::to_string(::getpid());
-  if (!(s = env->CreateDir(tmp)).ok()) return WithAdvice(s, opts.output);
+  Status s = env->CreateDir(tmp);
+  if (!s.ok()) return WithAdvice(s, opts.output);
   IndexMeta meta;
-  s = PackInto(opts, threads, tmp, env, &tree, progress, &meta);
+  s = PackInto(opts, threads, tmp, env, tree, source, progress, assign_partitions, &meta);
   if (s.ok()) s = env->Rename(tmp, opts.output);
   if (!s.ok()) {
     env->RemoveDirAndFiles(tmp);
@@ -361,15 +215,46 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   }
   std::string parent = opts.output.find('/') == std::string::npos ? "." : opts.output.substr(0, opts.output.find_last_of('/'));
   (void)env->SyncDir(parent.empty() ? "/" : parent);  // the image is complete either way; this only hardens the rename
-
   PackReport rep;
-  rep.files = tree.files;
-  rep.dirs = tree.dirs;
-  rep.skipped = tree.skipped;
+  rep.files = tree->files;
+  rep.dirs = tree->dirs;
+  rep.skipped = tree->skipped;
   rep.bytes_in = meta.bytes_in;
   rep.bytes_stored = meta.bytes_stored;
-  rep.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return rep;
+}
+
+Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
+                               const std::function<void(const PackProgress&)>& progress,
+                               const std::function<void(const std::string&)>& warn) {
+  const auto start = Clock::now();
+  PackOptions opts = opts_in;
+  Status s = CheckOptions(&opts);
+  if (!s.ok()) return s;
+  struct stat st;
+  if (::stat(opts.source.c_str(), &st) != 0) {
+    Status e = Status::FromErrno(errno, "cannot read source " + opts.source);
+    return Status(e.code(), e.message() + " (check the path)");
+  }
+  if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + opts.source + " is not a directory");
+  if (!(s = CheckOutput(opts.source, opts.output)).ok()) return s;
+
+  PackTree tree;
+  s = WalkSource(opts.source, &tree, warn);
+  if (!s.ok()) return WithAdvice(s, opts.output);
+  auto source = NewDirectorySource(opts.source);
+  auto rep = WriteImage(opts, &tree, source.get(), env, progress, true);
+  if (rep.ok()) rep->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return rep;
+}
+
+Result<PackReport> WriteImageKeepingPartitions(const PackOptions& opts_in, PackTree* tree, PackSource* source,
+                                               const std::function<void(const PackProgress&)>& progress) {
+  PackOptions opts = opts_in;
+  Status s = CheckOptions(&opts);
+  if (!s.ok()) return s;
+  if (!(s = CheckOutput(opts.source, opts.output)).ok()) return s;
+  return WriteImage(opts, tree, source, DefaultWriteEnv(), progress, false);
 }
 
 Result<PackReport> Pack(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress,

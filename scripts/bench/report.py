@@ -37,6 +37,10 @@ SECTIONS = [
     ("daemon", "The daemon: idle CPU, and a peer killed under a 1,000-file read",
      ["fanstore-daemon", "fanstore-progress", "normal"],
      [("fanstore-daemon", "normal")]),
+    ("largefile", "Large files and index start-up: chunked reads, one decoded copy per node (issue 12)",
+     ["fanstore-zstd", "fanstore-raw", "tmpfs", "disk", "zstd-cli", "fanstore-untrusted", "mapped-v1"],
+     [("fanstore-zstd", "tmpfs"), ("fanstore-raw", "tmpfs"), ("fanstore-zstd", "zstd-cli"), ("fanstore-zstd", "disk"),
+      ("fanstore-zstd", "fanstore-untrusted"), ("fanstore-raw", "mapped-v1")]),
     ("pack", "Packing a dataset: fanstore pack vs tar | zstd",
      ["fanstore-pack", "tar-zstd", "tar"],
      [("fanstore-pack", "tar-zstd"), ("fanstore-pack", "tar")]),
@@ -56,6 +60,8 @@ HEADINGS = {
     "pytorch": "PyTorch 1.13", "fanstore-fetch": "daemon fetch", "fanstore-hinted": "daemons + hints",
     "fanstore-progress": "--progress", "normal": "before the kill",
     "microbench-fanstore": "FanStore path", "microbench-baseline": "baseline",
+    "pytorch": "PyTorch 1.13", "zstd-cli": "zstd -d -T0", "fanstore-untrusted": "FanStore, index re-hashed",
+    "mapped-v1": "mapping verified once (format 1)",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {

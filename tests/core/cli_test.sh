@@ -37,9 +37,9 @@ expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 [ ! -e "$T/img2" ] || fail "img2 left behind"
 
 cp -r "$T/img" "$T/newer"
-printf '\x02' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
+printf '\x03' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
 expect_rc 1 "$F" info "$T/newer"
-grep -q 'image version 2 is newer than this fanstore (1): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
+grep -q 'image version 3 is newer than this fanstore (2): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
 cp -r "$T/img" "$T/short"
 truncate -s 300 "$T/short/index.fsi"
 expect_rc 1 "$F" ls "$T/short"
@@ -50,4 +50,34 @@ off=$("$F" stat "$T/img" a/b/nums.txt | sed -n 's/^offset: //p')
 printf 'Z' | dd of="$T/bad/$part" bs=1 seek=$((off + 20)) conv=notrunc 2>/dev/null
 expect_rc 1 "$F" verify "$T/bad"
 grep -q 'BAD a/b/nums.txt' "$T/err" || fail "verify: $(cat "$T/err")"
+# A format-1 image (tests/core/data/v1-image, made by fanstore 0.1 before chunking) is refused with the command
+# that converts it; convert keeps every file, checksum, mode, mtime and partition, and refuses a current image.
+V1=$(cd "$(dirname "$0")" && pwd)/data/v1-image
+expect_rc 1 "$F" ls "$V1"
+grep -q 'fanstore convert IMAGE -o NEW_IMAGE' "$T/err" || fail "v1 refusal: $(cat "$T/err")"
+expect_rc 0 "$F" convert "$V1" -o "$T/v2" --threads 2
+grep -q '^converted 5 files, 5 dirs' "$T/out" || fail "convert summary: $(cat "$T/out")"
+expect_rc 0 "$F" verify "$T/v2"
+expect_rc 0 "$F" stat "$T/v2" docs/text.txt
+grep -q 'xxh3: 506d3dfcaf2efd1c' "$T/out" && grep -q '2020-01-02 03:04:05.123456789' "$T/out" || fail "converted stat: $(cat "$T/out")"
+expect_rc 0 "$F" stat "$T/v2" one
+grep -q 'mode: 0640' "$T/out" && grep -q 'xxh3: 65cd25028f98f158' "$T/out" || fail "converted mode: $(cat "$T/out")"
+expect_rc 0 "$F" cat "$T/v2" one
+[ "$(cat "$T/out")" = 1 ] || fail "converted content: $(cat "$T/out")"
+expect_rc 0 "$F" info "$T/v2"
+grep -q 'part-rep.fsp.*(replicated)' "$T/out" || fail "converted partitions: $(cat "$T/out")"
+expect_rc 1 "$F" convert "$T/v2" -o "$T/v3"
+grep -q 'not a format-1 image' "$T/err" || fail "convert of a current image: $(cat "$T/err")"
+cp -r "$V1" "$T/v1bad"
+printf 'Z' | dd of="$T/v1bad/part-00001.fsp" bs=1 seek=2000 conv=notrunc 2>/dev/null
+expect_rc 1 "$F" convert "$T/v1bad" -o "$T/v2bad"
+grep -q 'in the old image' "$T/err" || fail "convert of a damaged image: $(cat "$T/err")"
+[ ! -e "$T/v2bad" ] || fail "a failed convert left $T/v2bad"
+
+# pack --chunk: sizes with suffixes, the limits refused with one line
+expect_rc 0 "$F" pack "$T/src" -o "$T/c64" --chunk 64K
+expect_rc 0 "$F" info "$T/c64"
+grep -q 'chunk size: 64.0 KiB' "$T/out" || fail "chunk size: $(cat "$T/out")"
+expect_rc 1 "$F" pack "$T/src" -o "$T/c3" --chunk 3000
+grep -q -- '--chunk must be a power of two' "$T/err" || fail "bad chunk: $(cat "$T/err")"
 echo "cli_test: all good"

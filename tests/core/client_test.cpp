@@ -1,9 +1,12 @@
-// fanstore::Client: real fds with the file's bytes, the memfd cache, and what a program can do to our fds.
+// fanstore::Client: range reads, real fds with the file's bytes, the memfd cache, what a program can do to our fds.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <set>
 #include <string>
 
 #include "fanstore/client.hpp"
@@ -23,13 +26,27 @@ std::string Drain(int fd) {
   return out;
 }
 
+// The fd numbers of this process that are memfds made by fanstore.
+std::set<int> MemfdsOpen() {
+  std::set<int> out;
+  for (int fd = 0; fd < 1024; ++fd) {
+    char link[64], target[256];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (std::strncmp(target, "/memfd:fanstore", 15) == 0) out.insert(fd);
+  }
+  return out;
+}
+
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     test::MakeDirs(src_.path() + "/d");
     small_ = test::TextBytes(1000, 1);
-    big_ = test::TextBytes(300 * 1024, 2);     // compressible, above the memfd threshold: decoded into a memfd
-    raw_ = test::RandomBytes(200 * 1024, 3);   // incompressible: stored raw, served from the partition mapping
+    big_ = test::TextBytes(300 * 1024, 2);     // compressible: zstd
+    raw_ = test::RandomBytes(200 * 1024, 3);   // incompressible: stored raw
     test::WriteFile(src_.path() + "/d/small.txt", small_);
     test::WriteFile(src_.path() + "/d/big.bin", big_);
     test::WriteFile(src_.path() + "/d/raw.bin", raw_);
@@ -64,12 +81,23 @@ TEST_F(ClientTest, OpenFdHoldsTheFileBytesReadOnly) {
   EXPECT_FALSE(client_->OpenFd(Id("d/big.bin"), O_RDWR).ok());
 }
 
-// Large raw files are verified in place and served from the partition's page cache (no copy).
-TEST_F(ClientTest, RawFileIsServedInPlaceAndRealFdsStillWork) {
+TEST_F(ClientTest, LoadRangeReadsAndRealFdsAgree) {
   auto bytes = client_->Load(Id("d/raw.bin"));
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  EXPECT_EQ((*bytes)->memfd().fd, -1);
   EXPECT_EQ(std::string((*bytes)->data(), (*bytes)->size()), raw_);
+  auto f = client_->Open(Id("d/raw.bin"));
+  ASSERT_TRUE(f.ok());
+  std::string piece(777, '\0');
+  auto n = (*f)->ReadAt(1234, piece.data(), piece.size());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, piece.size());
+  EXPECT_EQ(piece, raw_.substr(1234, 777));
+  n = (*f)->ReadAt(raw_.size() - 10, piece.data(), piece.size());  // clipped at the end
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 10u);
+  n = (*f)->ReadAt(raw_.size() + 5, piece.data(), piece.size());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
   auto fd = client_->OpenFd(Id("d/raw.bin"), O_RDONLY);
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   EXPECT_EQ(Drain(*fd), raw_);
@@ -110,11 +138,15 @@ TEST_F(ClientTest, EachOpenHasItsOwnOffset) {
 // A program may dup2 its own file onto the number of our cached memfd: we must notice (recorded inode),
 // serve the true bytes anyway, and never close the program's fd.
 TEST_F(ClientTest, ReplacedCachedMemfdIsDetectedAndNotClosed) {
-  auto first = client_->Load(Id("d/big.bin"));
+  std::set<int> before = MemfdsOpen();
+  auto first = client_->OpenFd(Id("d/big.bin"), O_RDONLY);
   ASSERT_TRUE(first.ok());
-  int cached = (*first)->memfd().fd;
-  ASSERT_GE(cached, 0);
-  first = Status(Code::kIoError, "drop");  // the cache still holds the bytes
+  std::set<int> after = MemfdsOpen();
+  after.erase(*first);
+  for (int fd : before) after.erase(fd);
+  ASSERT_EQ(after.size(), 1u) << "the client keeps exactly one memfd of the file";
+  const int cached = *after.begin();
+  close(*first);
   TempDir other;
   test::WriteFile(other.path() + "/x", "not the image file");
   int theirs = open((other.path() + "/x").c_str(), O_RDONLY);
@@ -161,6 +193,80 @@ TEST_F(ClientTest, FillStatMatchesTheImage) {
   EXPECT_EQ(client_->Lookup("d/big.bin/x").status().code(), Code::kNotDirectory);
   EXPECT_EQ(client_->Lookup("d/missing").status().code(), Code::kNotFound);
   EXPECT_EQ(client_->Load(Id("d")).status().code(), Code::kIsDirectory);
+}
+
+}  // namespace
+}  // namespace fanstore
+
+namespace fanstore {
+namespace {
+
+// A daemon stand-in: serves the stored bytes of another open of the image, counting what it is asked.
+class FakeFetcher : public RemoteFetcher {
+ public:
+  FakeFetcher(std::shared_ptr<const Image> img, bool ranges) : img_(std::move(img)), ranges_(ranges) {}
+  Status FetchStored(const Entry& e, std::string* out) override {
+    ++whole;
+    Status s = img_->ReadStored(e.id, out);
+    if (s.ok() && flip && !out->empty()) (*out)[out->size() / 2] ^= 1;
+    return s;
+  }
+  Status FetchStoredRange(const Entry& e, uint64_t off, uint64_t len, std::string* out) override {
+    if (!ranges_) return RemoteFetcher::FetchStoredRange(e, off, len, out);
+    ++ranged;
+    return img_->ReadStoredRange(e.id, off, len, out);
+  }
+  bool FetchesRanges() const override { return ranges_; }
+  int whole = 0, ranged = 0;
+  bool flip = false;
+
+ private:
+  std::shared_ptr<const Image> img_;
+  bool ranges_;
+};
+
+TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChunk) {
+  TempDir src, img;
+  const std::string big = test::TextBytes(6 * 65536 + 5, 9);
+  test::WriteFile(src / "big.txt", big);
+  ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
+  for (bool ranges : {false, true}) {
+    auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), ranges);
+    ClientOptions o;
+    o.image = img / "i";
+    o.partition_dir = img / "none-here";  // every partition is remote
+    o.remote = fetcher;
+    auto c = Client::Create(o);
+    ASSERT_TRUE(c.ok());
+    auto f = (*c)->Open(*(*c)->Lookup("big.txt"));
+    ASSERT_TRUE(f.ok());
+    std::string out(big.size(), '\0');
+    for (uint64_t off = 0; off < big.size(); off += 4096) {  // small reads: chunk after chunk
+      auto n = (*f)->ReadAt(off, out.data() + off, 4096);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+    }
+    EXPECT_EQ(out, big);
+    if (ranges) {
+      EXPECT_EQ(fetcher->whole, 0);
+      EXPECT_EQ(fetcher->ranged, 7);
+    } else {
+      EXPECT_EQ(fetcher->whole, 1) << "the whole stored range must be fetched once, not once per chunk";
+    }
+    EXPECT_GT((*c)->stats().remote_loads.load(), 0u);
+  }
+  // Bytes damaged on the way are EIO, never served.
+  auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), false);
+  fetcher->flip = true;
+  ClientOptions o;
+  o.image = img / "i";
+  o.partition_dir = img / "none-here";
+  o.remote = fetcher;
+  auto c = Client::Create(o);
+  auto f = (*c)->Open(*(*c)->Lookup("big.txt"));
+  ASSERT_TRUE(f.ok());
+  std::string out(big.size(), '\0');
+  auto n = (*f)->ReadAt(0, out.data(), out.size());
+  EXPECT_EQ(n.status().code(), Code::kCorrupt);
 }
 
 }  // namespace

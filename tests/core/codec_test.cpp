@@ -1,4 +1,4 @@
-// Codec round trips and checksums: raw, zstd, empty, incompressible, streamed (> 64 MiB) files.
+// Codec round trips and checksums: raw, zstd, empty, incompressible, multi-chunk files, chunk size limits.
 #include <gtest/gtest.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -22,53 +22,60 @@ Entry FileEntry(const std::string& content, Codec codec, uint64_t stored_size) {
   return e;
 }
 
-TEST(DecodeStoredTest, RawRoundTrip) {
-  std::string data = test::RandomBytes(1000, 7);
-  Entry e = FileEntry(data, Codec::kRaw, data.size());
-  std::string out(data.size(), '\0');
-  ASSERT_TRUE(DecodeStored(e, data.data(), data.size(), out.data()).ok());
-  EXPECT_EQ(out, data);
+Chunk OneChunk(const Entry& e) {
+  Chunk c;
+  c.raw_size = static_cast<uint32_t>(e.size);
+  c.stored_size = static_cast<uint32_t>(e.stored_size);
+  c.codec = e.codec;
+  c.checksum = e.checksum;
+  return c;
 }
 
-TEST(DecodeStoredTest, ZstdRoundTrip) {
-  std::string data = test::TextBytes(100000, 8);
+Status Decode(const Entry& e, const std::string& stored, std::string* out) {
+  out->assign(e.size, '\0');
+  return DecodeChunk(e, OneChunk(e), stored.data(), stored.size(), out->data());
+}
+
+std::string Zstd(const std::string& data) {
   std::string z(ZSTD_compressBound(data.size()), '\0');
   z.resize(ZSTD_compress(z.data(), z.size(), data.data(), data.size(), 3));
-  Entry e = FileEntry(data, Codec::kZstd, z.size());
-  std::string out(data.size(), '\0');
-  ASSERT_TRUE(DecodeStored(e, z.data(), z.size(), out.data()).ok());
+  return z;
+}
+
+TEST(DecodeChunkTest, RawRoundTrip) {
+  std::string data = test::RandomBytes(1000, 7), out;
+  ASSERT_TRUE(Decode(FileEntry(data, Codec::kRaw, data.size()), data, &out).ok());
   EXPECT_EQ(out, data);
 }
 
-TEST(DecodeStoredTest, EmptyFile) {
-  Entry e = FileEntry("", Codec::kRaw, 0);
-  char dummy = 0;
-  EXPECT_TRUE(DecodeStored(e, &dummy, 0, &dummy).ok());
+TEST(DecodeChunkTest, ZstdRoundTrip) {
+  std::string data = test::TextBytes(100000, 8), out, z = Zstd(data);
+  ASSERT_TRUE(Decode(FileEntry(data, Codec::kZstd, z.size()), z, &out).ok());
+  EXPECT_EQ(out, data);
 }
 
-TEST(DecodeStoredTest, ChecksumMismatchIsCorruptAndNamesTheFile) {
-  std::string data = test::RandomBytes(100, 9);
+TEST(DecodeChunkTest, ChecksumMismatchIsCorruptAndNamesTheFile) {
+  std::string data = test::RandomBytes(100, 9), out;
   Entry e = FileEntry(data, Codec::kRaw, data.size());
   data[50] ^= 1;
-  std::string out(data.size(), '\0');
-  Status s = DecodeStored(e, data.data(), data.size(), out.data());
+  Status s = Decode(e, data, &out);
   EXPECT_EQ(s.code(), Code::kCorrupt);
   EXPECT_NE(s.message().find("x/y.bin"), std::string::npos) << s.ToString();
 }
 
-TEST(DecodeStoredTest, BadZstdAndWrongSizesAreCorrupt) {
-  std::string data = test::TextBytes(5000, 10);
-  std::string z(ZSTD_compressBound(data.size()), '\0');
-  z.resize(ZSTD_compress(z.data(), z.size(), data.data(), data.size(), 3));
-  std::string out(data.size(), '\0');
+TEST(DecodeChunkTest, BadZstdAndWrongSizesAreCorrupt) {
+  std::string data = test::TextBytes(5000, 10), out, z = Zstd(data);
   Entry e = FileEntry(data, Codec::kZstd, z.size());
-  EXPECT_EQ(DecodeStored(e, z.data(), z.size() / 2, out.data()).code(), Code::kCorrupt);  // truncated frame
-  std::string junk = test::RandomBytes(z.size(), 11);
-  EXPECT_EQ(DecodeStored(e, junk.data(), junk.size(), out.data()).code(), Code::kCorrupt);
+  EXPECT_EQ(Decode(e, z.substr(0, z.size() / 2), &out).code(), Code::kCorrupt);  // truncated frame
+  EXPECT_EQ(Decode(e, test::RandomBytes(z.size(), 11), &out).code(), Code::kCorrupt);
   Entry raw = FileEntry(data, Codec::kRaw, data.size());
-  EXPECT_EQ(DecodeStored(raw, data.data(), data.size() - 1, out.data()).code(), Code::kCorrupt);
+  EXPECT_EQ(Decode(raw, data.substr(0, data.size() - 1), &out).code(), Code::kCorrupt);
   Entry bad_codec = FileEntry(data, static_cast<Codec>(7), data.size());
-  EXPECT_EQ(DecodeStored(bad_codec, data.data(), data.size(), out.data()).code(), Code::kCorrupt);
+  EXPECT_EQ(Decode(bad_codec, data, &out).code(), Code::kCorrupt);
+  // A frame that decodes to more than the chunk holds stops at the chunk's size: corrupt, nothing overrun.
+  std::string longer = test::TextBytes(6000, 10), zl = Zstd(longer);
+  Entry small = FileEntry(data, Codec::kZstd, zl.size());
+  EXPECT_EQ(Decode(small, zl, &out).code(), Code::kCorrupt);
 }
 
 TEST(PackCodecTest, StoredFormsAndChecksums) {
@@ -109,21 +116,52 @@ TEST(PackCodecTest, LevelZeroStoresRaw) {
   EXPECT_EQ(test::ReadImageFile(*img, "text.txt"), test::TextBytes(100000, 1));
 }
 
-// Above the streaming threshold (64 MiB) pack streams one zstd frame and ReadFile/CheckFile stream it back.
-TEST(PackCodecTest, StreamedLargeFileRoundTrips) {
+// A file of several chunks: each chunk compressed on its own (zstd where it pays, raw where it does not),
+// a chunk table in the index, and every read path returns the same bytes.
+TEST(PackCodecTest, MultiChunkFileMixesCodecsAndRoundTrips) {
   TempDir tmp;
-  std::string big = test::TextBytes((64u << 20) + 12345, 5);
-  big.replace(1000, 4096, test::RandomBytes(4096, 6));
+  const uint32_t chunk = 64 * 1024;
+  std::string big = test::TextBytes(5 * chunk + 12345, 5);
+  big.replace(2 * chunk, chunk, test::RandomBytes(chunk, 6));  // chunk 2 is incompressible
   test::WriteFile(tmp / "src/big.txt", big);
   test::WriteFile(tmp / "src/small.txt", "small");
-  ASSERT_TRUE(test::PackTree(tmp / "src", tmp / "img").ok());
+  ASSERT_TRUE(test::PackTree(tmp / "src", tmp / "img", 1, {}, 2, nullptr, chunk).ok());
   auto img = test::OpenOrDie(tmp / "img");
   ASSERT_TRUE(img);
+  EXPECT_EQ(img->ChunkSize(), chunk);
   uint32_t id = *img->Lookup("big.txt");
-  EXPECT_EQ(img->Get(id).codec, Codec::kZstd);
+  Entry e = img->Get(id);
+  EXPECT_EQ(e.codec, Codec::kChunked);
+  EXPECT_EQ(e.checksum, XXH3_64bits(big.data(), big.size()));
+  ASSERT_EQ(img->ChunkCount(e), 6u);
+  EXPECT_EQ(img->ChunkTableSize(), 6u);
+  uint64_t stored = 0;
+  for (uint64_t i = 0; i < 6; ++i) {
+    auto c = img->GetChunk(e, i);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->raw_offset, i * chunk);
+    EXPECT_EQ(c->raw_size, i < 5 ? chunk : 12345u);
+    EXPECT_EQ(c->codec, i == 2 ? Codec::kRaw : Codec::kZstd) << i;
+    EXPECT_EQ(c->offset, e.offset + stored);
+    EXPECT_EQ(c->checksum, XXH3_64bits(big.data() + c->raw_offset, c->raw_size));
+    stored += c->stored_size;
+  }
+  EXPECT_EQ(stored, e.stored_size);
   EXPECT_TRUE(img->CheckFile(id).ok());
   EXPECT_EQ(test::ReadImageFile(*img, "big.txt"), big);
   EXPECT_EQ(test::ReadImageFile(*img, "small.txt"), "small");
+  EXPECT_EQ(img->Get(*img->Lookup("small.txt")).codec, Codec::kRaw);  // 5 bytes never shrink
+}
+
+TEST(PackCodecTest, ChunkSizeOutsideTheLimitsIsRefused) {
+  TempDir tmp;
+  test::WriteFile(tmp / "src/a", "a");
+  for (uint32_t bad : {0u, 1000u, 32768u, 100000u, 128u << 20}) {
+    auto r = test::PackTree(tmp / "src", tmp / "img", 1, {}, 2, nullptr, bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("--chunk"), std::string::npos) << r.status().message();
+  }
 }
 
 }  // namespace

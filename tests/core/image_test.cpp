@@ -130,15 +130,24 @@ TEST_F(ImageTest, OutOfRangeAccessIsHarmless) {
   EXPECT_EQ(img_->ReadStored(kRootId, &s).code(), Code::kIsDirectory);
 }
 
-TEST_F(ImageTest, ReadStoredPlusDecodeStoredEqualsReadFile) {
+// What a remote daemon sends (stored bytes, whole or one chunk) decodes to what ReadFile reads.
+TEST_F(ImageTest, ReadStoredPlusDecodeChunkEqualsReadFile) {
   uint32_t id = *img_->Lookup("train/dog/001.jpg");
   std::string stored;
   ASSERT_TRUE(img_->ReadStored(id, &stored).ok());
   Entry e = img_->Get(id);
   EXPECT_EQ(stored.size(), e.stored_size);
   std::string out(e.size, '\0');
-  ASSERT_TRUE(DecodeStored(e, stored.data(), stored.size(), out.data()).ok());
+  for (uint64_t i = 0; i < img_->ChunkCount(e); ++i) {
+    auto c = img_->GetChunk(e, i);
+    ASSERT_TRUE(c.ok());
+    std::string piece;
+    ASSERT_TRUE(img_->ReadStoredRange(id, c->offset - e.offset, c->stored_size, &piece).ok());
+    EXPECT_EQ(piece, stored.substr(c->offset - e.offset, c->stored_size));
+    ASSERT_TRUE(DecodeChunk(e, *c, piece.data(), piece.size(), out.data() + c->raw_offset).ok());
+  }
   EXPECT_EQ(out, test::TextBytes(20000, 3));
+  EXPECT_EQ(img_->ReadStoredRange(id, e.stored_size, 1, &stored).code(), Code::kInvalidArgument);
 }
 
 // Many keys in one table exercise bucket collisions and long probe runs; every path must resolve to itself.

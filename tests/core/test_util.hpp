@@ -1,4 +1,4 @@
-// Helpers shared by the core tests: a self-removing temp dir, file writers, whole-file reads.
+// Helpers shared by the core tests: a self-removing temp dir, file writers, whole-file reads, byte flips.
 #pragma once
 
 #include <dirent.h>
@@ -101,13 +101,16 @@ inline std::string TextBytes(size_t n, uint32_t seed) {  // compressible
 
 inline Result<PackReport> PackTree(const std::string& src, const std::string& out, uint32_t parts = 1,
                                    std::vector<std::string> replicate = {}, int threads = 2,
-                                   std::vector<std::string>* warnings = nullptr) {
+                                   std::vector<std::string>* warnings = nullptr, uint32_t chunk_size = 1u << 20,
+                                   int level = 3) {
   PackOptions o;
   o.source = src;
   o.output = out;
   o.parts = parts;
   o.replicate = std::move(replicate);
   o.threads = threads;
+  o.chunk_size = chunk_size;
+  o.level = level;
   return Pack(o, {}, [warnings](const std::string& w) {
     if (warnings) warnings->push_back(w);
   });
@@ -127,6 +130,18 @@ inline std::string ReadImageFile(const Image& img, const std::string& rel) {
   Status s = img.ReadFile(*id, out.data());
   if (!s.ok()) return "<error: " + s.ToString() + ">";
   return out;
+}
+
+// XORs `mask` into the byte at `offset` of `path`, in place (as bit rot or an in-place copy would).
+inline bool FlipByte(const std::string& path, uint64_t offset, unsigned char mask = 0x10) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned char c = 0;
+  bool ok = ::pread(fd, &c, 1, static_cast<off_t>(offset)) == 1;
+  c ^= mask;
+  ok = ok && ::pwrite(fd, &c, 1, static_cast<off_t>(offset)) == 1;
+  ::close(fd);
+  return ok;
 }
 
 }  // namespace fanstore::test

@@ -225,10 +225,16 @@ TEST(FuseErrors, CorruptFileIsEioNeverWrongBytes) {
   struct stat st;
   ASSERT_EQ(::stat(M("bad.bin").c_str(), &st), 0);  // metadata is fine; only the bytes are bad
   for (int i = 0; i < 2; ++i) {  // and stays bad: nothing wrong gets cached
+    // Opening reads nothing (as for any file of a large image); the first read of the damaged chunk is EIO.
     const int fd = ::open(M("bad.bin").c_str(), O_RDONLY);
-    EXPECT_EQ(fd, -1);
+    if (fd < 0) {
+      EXPECT_EQ(errno, EIO) << std::strerror(errno);
+      continue;
+    }
+    char buf[65536];
+    EXPECT_EQ(::read(fd, buf, sizeof buf), -1);
     EXPECT_EQ(errno, EIO) << std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+    ::close(fd);
   }
 }
 

@@ -185,8 +185,10 @@ def case_coalesce(ctx):
     for i in range(4):
         with open(os.path.join(ctx.src, "big", f"b{i}.bin"), "wb") as f:
             f.write(rnd.randbytes((3 << 20) + i * 4099))
-    r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", ctx.img, "--parts", "2"], capture_output=True,
-                       text=True, timeout=120)
+    # One chunk per file (--chunk 4M), so "crosses MPI once" counts one peer fetch per remote file; larger files are
+    # fetched chunk by chunk and each chunk is coalesced the same way.
+    r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", ctx.img, "--parts", "2", "--chunk", "4M"],
+                       capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, r.stderr)
     job = Job(ctx, 2)
     job.wait_ready()

@@ -1,4 +1,5 @@
-// `fanstore pack SRC -o IMAGE`: options, a progress bar on a terminal, one summary line; fanstore::Pack does the work.
+// `fanstore pack SRC -o IMAGE` and `fanstore convert OLD -o NEW`: options, a progress bar on a terminal, one summary
+// line; fanstore::Pack / fanstore::Convert do the work.
 #include <cstdio>
 #include <string>
 
@@ -21,6 +22,51 @@ void DrawProgress(const PackProgress& p) {
                HumanBytes(p.bytes_done).c_str(), HumanBytes(p.bytes_total).c_str());
 }
 
+
+// Runs pack or convert with a progress bar on a terminal and prints the one summary line; the exit code.
+int RunPack(PackOptions opts, bool convert) {
+  opts.compress = opts.level > 0;
+  const bool bar = StderrIsTerminal();
+  bool drew = false;
+  auto progress = [&](const PackProgress& p) {
+    if (!bar) return;
+    DrawProgress(p);
+    drew = true;
+  };
+  auto warn = [&](const std::string& line) {
+    std::fprintf(stderr, "%sfanstore pack: warning: %s\n", drew ? "\n" : "", line.c_str());
+    drew = false;
+  };
+  auto r = convert ? Convert(opts, progress) : Pack(opts, progress, warn);
+  if (drew) std::fputc('\n', stderr);
+  if (!r.ok()) return Fail(convert ? "convert" : "pack", r.status());
+  const PackReport& rep = *r;
+  double ratio = rep.bytes_stored ? static_cast<double>(rep.bytes_in) / static_cast<double>(rep.bytes_stored) : 1.0;
+  std::printf("%s %llu files, %llu dirs: %s in -> %s stored (ratio %.2f) in %.1f s",
+              convert ? "converted" : "packed", static_cast<unsigned long long>(rep.files),
+              static_cast<unsigned long long>(rep.dirs),
+              HumanBytes(rep.bytes_in).c_str(), HumanBytes(rep.bytes_stored).c_str(), ratio, rep.seconds);
+  if (rep.skipped) std::printf(", skipped %llu (see warnings)", static_cast<unsigned long long>(rep.skipped));
+  std::printf("\n");
+  return 0;
+}
+
+void AddConvertCommand(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<PackOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert", "Rewrite an image made by an older fanstore (format 1) as a current one: same files, stat data and "
+                 "partitions; every old checksum is verified on the way");
+  cmd->add_option("OLD", opts->source, "Image directory of format 1")->required();
+  cmd->add_option("-o,--output", opts->output, "Image directory to create (must not exist, or be empty)")->required();
+  cmd->add_option("--level", opts->level, "zstd level 1-22; 0 stores every chunk raw")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 22));
+  cmd->add_option("--threads", opts->threads, "Threads compressing (0 = all cores)")->capture_default_str();
+  cmd->add_option("--chunk", opts->chunk_size, "Chunk size (power of two, 64K..64M; K/M suffixes)")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("1M");
+  cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, true); });
+}
 }  // namespace
 
 void AddPackCommand(CLI::App& app, int& exit_code) {
@@ -38,34 +84,13 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
                   "Glob on relative paths (fnmatch, '*' also matches '/') whose files go to the partition every node "
                   "keeps; repeatable, e.g. --replicate 'val/*'");
   cmd->add_option("--threads", opts->threads, "Threads reading and compressing (0 = all cores)")->capture_default_str();
-  cmd->callback([opts, &exit_code] {
-    opts->compress = opts->level > 0;
-    const bool bar = StderrIsTerminal();
-    bool drew = false;
-    auto progress = [&](const PackProgress& p) {
-      if (!bar) return;
-      DrawProgress(p);
-      drew = true;
-    };
-    auto warn = [&](const std::string& line) {
-      std::fprintf(stderr, "%sfanstore pack: warning: %s\n", drew ? "\n" : "", line.c_str());
-      drew = false;
-    };
-    auto r = Pack(*opts, progress, warn);
-    if (drew) std::fputc('\n', stderr);
-    if (!r.ok()) {
-      exit_code = Fail("pack", r.status());
-      return;
-    }
-    const PackReport& rep = *r;
-    double ratio = rep.bytes_stored ? static_cast<double>(rep.bytes_in) / static_cast<double>(rep.bytes_stored) : 1.0;
-    std::printf("packed %llu files, %llu dirs: %s in -> %s stored (ratio %.2f) in %.1f s",
-                static_cast<unsigned long long>(rep.files), static_cast<unsigned long long>(rep.dirs),
-                HumanBytes(rep.bytes_in).c_str(), HumanBytes(rep.bytes_stored).c_str(), ratio, rep.seconds);
-    if (rep.skipped) std::printf(", skipped %llu (see warnings)", static_cast<unsigned long long>(rep.skipped));
-    std::printf("\n");
-    exit_code = 0;
-  });
+  cmd->add_option("--chunk", opts->chunk_size,
+                  "Chunk size: files are split into chunks of this many bytes, each compressed and checksummed on "
+                  "its own, so a read decodes only the chunks it touches (power of two, 64K..64M; K/M suffixes)")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("1M");
+  cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, false); });
+  AddConvertCommand(app, exit_code);
 }
 
 }  // namespace fanstore::cli

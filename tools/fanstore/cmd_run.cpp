@@ -19,6 +19,7 @@
 #include "fanstore/path_template.hpp"
 #include "fanstore/program_probe.hpp"
 #include "run_fuse.hpp"
+#include "run_env.hpp"
 
 namespace fanstore::cli {
 namespace {
@@ -78,12 +79,14 @@ int Run(const RunArgs& a) {
     // Handshake once here so a missing or wedged daemon is one clear line now, not an error in every child.
     auto info = ProbeDaemon(abs_socket, 5000);
     if (!info.ok()) return Fail("run", info.status());
+    if (auto img = Image::Open(info->index_dir); img.ok()) PrepareRunEnvironment(**img);
   } else {
     if (!realpath(a.image.c_str(), abs_image))
       return Fail("run", "image '" + a.image + "': " + std::strerror(errno) + " (give the directory written by fanstore pack)");
     // Open it here once so a bad image is one clear line now, not a failure inside every child process.
     auto img = Image::Open(abs_image);
     if (!img.ok()) return Fail("run", img.status());
+    PrepareRunEnvironment(**img);
   }
   if (a.mount.empty() || a.mount[0] != '/') return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
   std::string lib = FindPreloadLibrary();

@@ -80,9 +80,6 @@ bool RegisterCoreBenchmarks(const Fixture& f, std::string* error) {
   }
   core->cached = std::move(cached).value();
   core->uncached = std::move(uncached).value();
-  // Files below 1 MiB in plain memory, as the interposer configures its client (lazy fds).
-  core->cached->SetMemfdMinBytes(1 << 20);
-  core->uncached->SetMemfdMinBytes(1 << 20);
   core->lookup_paths = f.small;
   core->small_ids = Ids(*core->image, f.small);
   core->mid_ids = Ids(*core->image, f.mid);

@@ -123,7 +123,6 @@ Status Mount(const MountOptions& opts) {
   const ImageSummary summary = ctx.client->image().Summary();
   ctx.total_bytes = summary.bytes_in;
   ctx.total_entries = ctx.client->image().size();
-  ctx.verified = std::make_unique<std::atomic<bool>[]>(ctx.total_entries);  // value-initialised: false
 
   // "ro" makes the VFS refuse writes before they reach us; default_permissions lets the kernel check
   // mode bits itself (no access() round-trips), exactly as for the image's stat data.

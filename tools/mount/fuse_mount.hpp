@@ -16,7 +16,7 @@ struct MountOptions {
   std::string daemon_socket;             // multi-node: this node's `fanstore serve` socket (it names the index)
   std::vector<std::string> fuse_options; // -o items, already split at ','
   int threads = 0;                       // most worker threads of the session loop; 0 = libfuse's default
-  uint64_t cache_bytes = 64ull << 20;    // decoded-file cache budget of the client
+  uint64_t cache_bytes = 64ull << 20;    // decoded-chunk cache budget of the client
   // Checked (opened and closed) before mounting so a missing FUSE is one clear line. libfuse itself
   // always opens /dev/fuse; tests point this elsewhere to simulate a machine without FUSE.
   std::string fuse_device = "/dev/fuse";

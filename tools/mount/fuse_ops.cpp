@@ -17,12 +17,10 @@
 namespace fanstore::mount {
 namespace {
 
-// What an open file handle (fi->fh) points to: the decoded, verified bytes, shared with the client cache,
-// loaded at open or (for a file verified before) by the first read that needs them.
+// What an open file handle (fi->fh) points to: the client's open file, whose reads decode and verify only the
+// chunks they touch (the kernel may send reads of one handle in parallel: OpenFile is thread-safe).
 struct Handle {
-  uint32_t id = 0;
-  std::mutex mu;  // guards the lazy load: the kernel may send reads of one handle in parallel
-  std::shared_ptr<const FileBytes> bytes;
+  std::shared_ptr<OpenFile> file;
 };
 
 FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userdata(req)); }
@@ -107,16 +105,11 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
   const uint32_t id = ImageId(ino);
   auto h = std::make_unique<Handle>();
-  h->id = id;
-  if (!ctx.verified[id].load(std::memory_order_acquire)) {
-    Result<std::shared_ptr<const FileBytes>> bytes = ctx.client->Load(id);
-    // A checksum mismatch is kCorrupt -> EIO at open, exactly as through the interposer; the client
-    // has already printed the one line naming the file.
-    if (!bytes.ok()) return (void)fuse_reply_err(req, ToErrno(bytes.status()));
-    h->bytes = std::move(*bytes);
-    ctx.verified[id].store(true, std::memory_order_release);
-  }
-  ctx.client->stats().opens.fetch_add(1, std::memory_order_relaxed);
+  // The first chunk is verified here: a damaged small file is EIO at open, exactly as through the
+  // interposer (the client has printed the one line naming the file). Opening counts in stats().opens.
+  Result<std::shared_ptr<OpenFile>> file = ctx.client->Open(id);
+  if (!file.ok()) return (void)fuse_reply_err(req, ToErrno(file.status()));
+  h->file = std::move(*file);
   fi->fh = reinterpret_cast<uint64_t>(h.get());
   fi->keep_cache = 1;  // FOPEN_KEEP_CACHE: pages read once stay valid across opens (image is immutable)
   fi->noflush = 1;     // nothing to flush on close: saves a round-trip per close
@@ -125,24 +118,30 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   FsContext& ctx = Ctx(req);
-  auto& h = *reinterpret_cast<Handle*>(fi->fh);
-  std::shared_ptr<const FileBytes> bytes;
-  {
-    std::lock_guard<std::mutex> lock(h.mu);
-    if (!h.bytes) {
-      Result<std::shared_ptr<const FileBytes>> loaded = ctx.client->Load(h.id);
-      // Verified at an earlier open, so this fails only if the partition changed or vanished since.
-      if (!loaded.ok()) return (void)fuse_reply_err(req, ToErrno(loaded.status()));
-      h.bytes = std::move(*loaded);
-    }
-    bytes = h.bytes;
+  // Our own reference: once we reply, the kernel may release the handle (and with it the handle's reference)
+  // while this call is still on its way out.
+  const std::shared_ptr<OpenFile> file = reinterpret_cast<Handle*>(fi->fh)->file;
+  OpenFile& f = *file;
+  const uint64_t at = static_cast<uint64_t>(std::max<off_t>(off, 0));
+  const uint64_t chunk = ctx.client->image().ChunkSize();
+  if (size > 0 && at < f.size() && at / chunk == (at + size - 1) / chunk) {
+    // Within one chunk (the kernel's reads are page-aligned, at most max_io): reply straight from the
+    // verified chunk, one copy into the kernel.
+    bool replied = false;
+    Result<size_t> r = f.Visit(at, size, [&](const char* p, size_t len) {
+      fuse_reply_buf(req, p, len);
+      replied = true;
+      return len;
+    });
+    if (!r.ok()) return (void)fuse_reply_err(req, ToErrno(r.status()));
+    if (!replied) fuse_reply_buf(req, nullptr, 0);
+    return;
   }
-  const FileBytes& b = *bytes;
-  const uint64_t start = std::min<uint64_t>(static_cast<uint64_t>(off), b.size());
-  const size_t n = static_cast<size_t>(std::min<uint64_t>(size, b.size() - start));
-  ctx.client->stats().bytes_read.fetch_add(n, std::memory_order_relaxed);
-  // The bytes already sit decoded in memory: one writev of the slice is the cheapest reply.
-  fuse_reply_buf(req, b.data() + start, n);
+  thread_local std::vector<char> buf;
+  buf.resize(size);
+  Result<size_t> r = f.ReadAt(at, buf.data(), size);
+  if (!r.ok()) return (void)fuse_reply_err(req, ToErrno(r.status()));
+  fuse_reply_buf(req, buf.data(), *r);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

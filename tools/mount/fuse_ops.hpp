@@ -25,11 +25,6 @@ struct FsContext {
   uint32_t max_io = 1u << 20;  // largest read the kernel may send (sets max_pages through max_write)
   bool readdirplus = true;     // answer readdir with attributes so `ls -l`/os.scandir+stat skip lookups
   struct fuse_conn_info_opts* conn_opts = nullptr;  // user -o conn options (readdirplus=..., ...), may be null
-  // One flag per image entry: set once the file's bytes passed their checksum through this mount. A later
-  // open of a verified file defers Client::Load to the first read that reaches us, which with
-  // FOPEN_KEEP_CACHE is usually never (the kernel serves it from the page cache); an unverified file
-  // is loaded at open so a corrupt one fails there with EIO, as through the interposer.
-  std::unique_ptr<std::atomic<bool>[]> verified;
   // statfs numbers, computed once from the image summary.
   uint64_t total_bytes = 0;
   uint64_t total_entries = 0;

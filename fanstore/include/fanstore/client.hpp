@@ -1,5 +1,6 @@
 // The FanStore client: what every front end (LD_PRELOAD interposer, FUSE, CLI, trainer) calls.
-// Thread-safe; fork-safe once the owner calls the AtFork* hooks (the interposer does).
+// Reads are range-based: a read decodes and verifies only the chunks it touches. Thread-safe; fork-safe once
+// the owner calls the AtFork* hooks around fork() (the interposer and the FUSE server do).
 #pragma once
 
 #include <sys/stat.h>
@@ -16,33 +17,32 @@
 
 namespace fanstore {
 
-// Decoded, checksum-verified bytes of one file. Immutable; shared between opens through the cache.
+// Decoded, checksum-verified bytes (a chunk, or a whole file from Client::Load). Immutable.
 class FileBytes {
  public:
   virtual ~FileBytes() = default;
   virtual const char* data() const = 0;
   virtual uint64_t size() const = 0;
-  // A sealed memfd holding the bytes, when the file was decoded into one (larger files); fd -1 else.
-  // OpenFd hands out read-only reopens of it, so a cached file costs no copy per open. dev/ino say
-  // which file the fd was at creation: the program may have closed or dup2'ed over that number since.
-  struct Memfd {
-    int fd = -1;
-    dev_t dev = 0;
-    ino_t ino = 0;
-  };
-  virtual Memfd memfd() const { return {}; }
 };
 
 // Where stored bytes of partitions that are not on this node come from (multi-node: the node's daemon).
 class RemoteFetcher {
  public:
   virtual ~RemoteFetcher() = default;
-  // Fills `out` with the stored (compressed) bytes of `e`: the range [e.offset, e.offset + e.stored_size) of
-  // partition e.part. Must fail within its timeout, never hang.
+  // Fills `out` with the stored bytes of `e`: the whole range [e.offset, e.offset + e.stored_size) of its
+  // partition (every chunk, as packed). Must fail within its timeout, never hang.
   virtual Status FetchStored(const Entry& e, std::string* out) = 0;
+  // Fills `out` with [offset, offset + length) of that range (one chunk's stored bytes: the client asks for
+  // no more than it decodes). A fetcher whose peer can answer sub-ranges overrides it and FetchesRanges(), so a
+  // 16-byte read of a remote 4 GiB file moves one chunk. The default fetches the whole range and keeps the
+  // slice; the client then keeps whole ranges it fetched for a while, so reading a file chunk by chunk does
+  // not fetch it once per chunk.
+  virtual Status FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out);
+  virtual bool FetchesRanges() const { return false; }
   // Calls `use` once with the stored bytes [offset, offset + length) of partition `part`, valid only during the
   // call (the daemon fetcher passes a view of its shared reply area: no copy), and returns use's status, or the
-  // fetch error without calling it. The default fetches into memory with FetchStored.
+  // fetch error without calling it. The default asks FetchStored for an entry naming exactly that range;
+  // the client uses it for chunk ranges only when FetchesRanges().
   using StoredUse = std::function<Status(const char* data, size_t size)>;
   virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use);
   Status WithStored(const Entry& e, const StoredUse& use) { return WithStored(e.part, e.offset, e.stored_size, use); }
@@ -60,7 +60,8 @@ class RemoteFetcher {
 struct ClientStats {
   std::atomic<uint64_t> opens{0}, stats{0}, readdirs{0}, lookups_missing{0};
   std::atomic<uint64_t> bytes_read{0};            // decoded bytes handed out
-  std::atomic<uint64_t> local_loads{0}, remote_loads{0}, cache_hits{0};
+  std::atomic<uint64_t> local_loads{0}, remote_loads{0}, cache_hits{0};  // chunks: decoded here / fetched / hit
+  std::atomic<uint64_t> node_hits{0};             // chunks read from the node-wide cache
   std::atomic<uint64_t> remote_bytes{0};          // stored bytes fetched remotely
   std::atomic<uint64_t> errors{0};
   // "fanstore[pid 123]: opens=.. stats=.. readdirs=.. bytes=.. local=.. remote=.. cache_hits=.. errors=.."
@@ -71,14 +72,42 @@ struct ClientOptions {
   std::string image;                  // image directory (index + partitions, or the index of a daemon)
   std::string mount = "/fanstore";    // prefix the image is served under (front ends only)
   std::string partition_dir;          // where local partitions live; empty = the image directory
-  uint64_t cache_bytes = 256ull << 20; // budget of the decoded-file cache (0 disables it)
+  uint64_t cache_bytes = 256ull << 20; // budget of this process's decoded-chunk cache (0 disables it)
+  std::string node_cache_dir;         // the node-wide decoded-chunk cache (node_cache.hpp); empty = none
+  std::string index_trust;            // Image::TrustToken() of a fully checked open (ImageOpenOptions)
   std::shared_ptr<RemoteFetcher> remote;  // for partitions not present locally; null = single node
+};
+
+namespace detail {
+struct ClientCore;  // caches, decode threads and the node-wide cache: fanstore/src/client_core.hpp
+}
+
+// One open image file. Reads decode and verify only the chunks they touch, from this process's chunk cache,
+// the node-wide cache or the partition; sequential reads decode the chunks ahead in parallel. Thread-safe.
+class OpenFile {
+ public:
+  virtual ~OpenFile() = default;
+  virtual uint32_t id() const = 0;
+  virtual uint64_t size() const = 0;
+  // Copies up to n bytes at `offset` into buf; returns the count (0 at or past the end). On an error nothing
+  // in buf may be used: kCorrupt (one line on stderr, EIO at the front ends), kIoError, kNoMemory.
+  virtual Result<size_t> ReadAt(uint64_t offset, void* buf, size_t n) = 0;
+  // The same bytes without a copy: `sink` gets verified spans covering [offset, offset + n) clipped to the end,
+  // in order; it returns how many bytes of the span it took (less stops the walk). Returns the total taken.
+  // The spans stay valid during the sink call only.
+  virtual Result<size_t> Visit(uint64_t offset, size_t n,
+                               const std::function<size_t(const char* p, size_t len)>& sink) = 0;
+  // A real kernel fd, opened read-only at offset 0, whose bytes are the file's (mmap, sendfile, exec'd
+  // children): a file of the node-wide cache shared by every process of the node when there is one,
+  // else a sealed memfd of this process. Decodes every chunk not decoded yet. `flags`: O_CLOEXEC.
+  virtual Result<int> KernelFd(int flags) = 0;
 };
 
 class Client {
  public:
   static Result<std::unique_ptr<Client>> Create(const ClientOptions& opts);
-  // Reads FANSTORE_IMAGE, FANSTORE_MOUNT, FANSTORE_DAEMON, FANSTORE_CACHE_BYTES (see env.hpp).
+  // Reads FANSTORE_IMAGE, FANSTORE_MOUNT, FANSTORE_DAEMON, FANSTORE_CACHE_BYTES, FANSTORE_NODE_CACHE_DIR and
+  // FANSTORE_INDEX_TRUST (see env.hpp).
   static Result<std::unique_ptr<Client>> FromEnv();
   ~Client();
 
@@ -90,47 +119,32 @@ class Client {
   Result<uint32_t> Lookup(std::string_view rel);
   // stat(2) data of an entry: stable st_ino, st_dev of the image, uid/gid of this process.
   void FillStat(uint32_t id, struct stat* st) const;
-  // The decoded bytes of a file (cached within the budget). kIsDirectory for a directory,
-  // kCorrupt on a checksum mismatch (and one line on stderr), kIoError when a partition is unreadable.
+  // Opens file `id` (counted in stats().opens): kIsDirectory for a directory, kCorrupt for an entry whose
+  // chunk layout is impossible. Reads nothing: a damaged chunk fails (EIO) at the first read that touches it.
+  Result<std::shared_ptr<OpenFile>> Open(uint32_t id);
+  // The whole file decoded into memory (tools and tests; large files belong to Open + ReadAt).
   Result<std::shared_ptr<const FileBytes>> Load(uint32_t id);
-  // A real kernel fd, opened read-only, whose bytes are the file's bytes (so mmap, sendfile,
-  // fdopen, dup and children all work). `flags` may carry O_CLOEXEC; write access is kReadOnly.
+  // Open + KernelFd in one call. `flags` may carry O_CLOEXEC; write access is kReadOnly.
   Result<int> OpenFd(uint32_t id, int flags);
-  // OpenFd in two steps, for a front end that serves reads itself and makes a kernel fd only when one
-  // is needed (the interposer's lazy fds): OpenBytes is Load counted as an open (stats().opens,
-  // bytes_read); FdForBytes is a real read-only kernel fd holding `b` (file offset 0), not counted.
-  Result<std::shared_ptr<const FileBytes>> OpenBytes(uint32_t id);
-  Result<int> FdForBytes(const FileBytes& b, int flags);
 
-  // Files of at least this many bytes are decoded straight into a memfd (so OpenFd reopens instead of
-  // copying); smaller ones into plain memory. Default: 64 KiB (decoded_cache.hpp). A front end that
-  // rarely needs kernel fds (the interposer's lazy fds) raises it: cached memfds are capped by the fd
-  // budget, plain memory only by the byte budget. Set before the first Load.
-  void SetMemfdMinBytes(uint64_t bytes) { memfd_min_bytes_ = bytes; }
-
-  // Called with every fd the client keeps open for itself (cached memfds), so a front end can protect
-  // them from the program's close loops (the interposer marks them internal).
+  // Called with every fd the client keeps open for itself (cached memfds, node-cache files), so a front end
+  // can protect them from the program's close loops (the interposer marks them internal).
   // The hook is forwarded to the RemoteFetcher (its daemon connections are the client's fds too).
-  void SetInternalFdHook(void (*hook)(int fd)) {
-    internal_fd_hook_ = hook;
-    if (opts_.remote) opts_.remote->SetInternalFdHook(hook);
-  }
+  void SetInternalFdHook(void (*hook)(int fd));
 
-  // pthread_atfork hooks: no lock may be held across fork, and the child drops shared connections.
+  // pthread_atfork hooks: no lock may be held across fork, and the child drops shared connections and
+  // the decode work its parent's threads had in flight.
   void AtForkPrepare();
   void AtForkParent();
   void AtForkChild();
 
-  struct Cache;
  private:
   Client(ClientOptions opts, std::shared_ptr<const Image> image);
   ClientOptions opts_;
   std::shared_ptr<const Image> image_;
-  std::unique_ptr<Cache> cache_;
   mutable ClientStats stats_;  // counters only: bumped from const lookups too
   dev_t dev_;
-  void (*internal_fd_hook_)(int) = nullptr;
-  uint64_t memfd_min_bytes_ = 0;  // 0: decoded_cache.hpp's kMemfdThreshold
+  std::unique_ptr<detail::ClientCore> core_;
 };
 
 }  // namespace fanstore

@@ -27,8 +27,16 @@ enum class Scope {
     "`1`: one summary line per process at exit (ops, bytes, local/remote, cache hits)", "off")                              \
   X(kLog, "FANSTORE_LOG", Scope::kRuntime, "interposer", "`debug`: one stderr line per call on the image", "off")           \
   X(kCacheBytes, "FANSTORE_CACHE_BYTES", Scope::kRuntime, "interposer, `Client::FromEnv`",                                  \
-    "decoded-file cache budget per process, in bytes (a file is kept when it is at most half of it; 0 disables it)",        \
-    "268435456 (256 MiB)")                                                                                                  \
+    "decoded-chunk cache budget per process, in bytes (0 disables it)", "268435456 (256 MiB)")                               \
+  X(kNodeCache, "FANSTORE_NODE_CACHE", Scope::kRuntime, "`fanstore run`",                                                   \
+    "tmpfs directory under which `fanstore run` makes the node-wide decoded-chunk cache; `off` disables it",                \
+    "`/dev/shm`")                                                                                                           \
+  X(kNodeCacheBytes, "FANSTORE_NODE_CACHE_BYTES", Scope::kRuntime, "`fanstore run`",                                    \
+    "budget of the node-wide decoded-chunk cache, in bytes", "a quarter of RAM, at most half of the tmpfs's free space")                   \
+  X(kNodeCacheDir, "FANSTORE_NODE_CACHE_DIR", Scope::kRuntime, "interposer, `Client::FromEnv`",                             \
+    "the node cache directory handed to children (set by `fanstore run`, not by users)", "unset: no node cache")            \
+  X(kIndexTrust, "FANSTORE_INDEX_TRUST", Scope::kRuntime, "interposer, `Client::FromEnv`",                                  \
+    "token of an index `fanstore run` checked once, so children skip re-hashing it (internal)", "unset: hash the index")    \
   X(kLazy, "FANSTORE_LAZY", Scope::kRuntime, "interposer",                                                                  \
     "`0`: no lazy fds; every open of a file makes its memfd at once (`docs/interpose.md`)", "lazy fds")                     \
   X(kSlurmNodeName, "SLURMD_NODENAME", Scope::kRuntime, "`fanstore serve`, `wait`, `run --daemon`",                         \
@@ -89,6 +97,8 @@ enum class Scope {
     "more `fanstore run` options, e.g. `--stats`", "none")                                                                  \
   X(kSlurmJobSrunOptions, "JOB_SRUN_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                            \
     "more `srun` options for the command, e.g. `--gpus-per-task=1`", "none")                                                \
+  X(kFuzzArtifacts, "FANSTORE_FUZZ_ARTIFACTS", Scope::kTest, "`tests/core/fuzz/run_fuzz.sh`, `scripts/fuzz.sh`",             \
+    "where a crashing fuzz input is saved", "`$TMPDIR` or `/tmp`")                                                          \
   X(kTestKeep, "FANSTORE_TEST_KEEP", Scope::kTest, "`fuse_test`", "non-empty: keep the test's temporary tree", "unset")     \
   X(kTestBinDir, "FANSTORE_BIN_DIR", Scope::kTest, "`tests/trainer_train/train_tests.sh`",                                  \
     "directory of `fanstore`, `fanstore-train`, `fanstore-datagen`", "set by ctest")                                        \

@@ -1,4 +1,4 @@
-// Read side of a packed image: mmap'd index with O(1) lookups, precomputed listings, partition reads.
+// Read side of a packed image: mmap'd index with O(1) lookups, precomputed listings, chunked partition reads.
 // The on-disk layout is specified in docs/format.md. An Image is immutable and safe to share between threads.
 #pragma once
 
@@ -15,12 +15,14 @@
 
 namespace fanstore {
 
-enum class Codec : uint32_t { kRaw = 0, kZstd = 1 };
+// kChunked: the file has more than one chunk; each chunk names its own codec (raw or zstd).
+enum class Codec : uint32_t { kRaw = 0, kZstd = 1, kChunked = 2 };
 
 inline constexpr uint32_t kNoPartition = 0xFFFFFFFFu;  // directories hold no data
 inline constexpr uint32_t kRootId = 0;                  // the image root is always entry 0
 
-// A view of one index entry. Strings point into the mmap'd index and live as long as the Image.
+// A view of one index entry. Strings point into the mmap'd index and live as long as the Image. Nothing in
+// it is trusted: every read path checks the fields it uses (Image::GetChunk) before using them.
 struct Entry {
   uint32_t id = 0;
   uint32_t parent = 0;        // id of the containing directory (root's parent is root)
@@ -33,13 +35,29 @@ struct Entry {
   uint64_t ino = 0;           // stable inode number (same image -> same number), never 0
   uint32_t nlink = 1;         // files 1, directories 2 + number of subdirectories
   uint32_t part = kNoPartition;
-  Codec codec = Codec::kRaw;
-  uint64_t offset = 0;        // byte offset of the stored bytes inside the partition file
-  uint64_t stored_size = 0;   // bytes stored (== size when raw)
-  uint64_t checksum = 0;      // XXH3-64 of the file's (uncompressed) content
+  Codec codec = Codec::kRaw;  // of the one chunk, or kChunked
+  uint64_t offset = 0;        // byte offset of the file's stored bytes (all its chunks) inside the partition file
+  uint64_t stored_size = 0;   // bytes stored for the whole file
+  uint64_t checksum = 0;      // XXH3-64 of the file's whole (uncompressed) content
+  uint64_t chunk_first = 0;   // kChunked files: index of the first chunk record
   bool is_dir() const;
   bool is_reg() const;
   unsigned char d_type() const;  // DT_DIR / DT_REG
+};
+
+// One chunk of a file: its decoded bytes are [raw_offset, raw_offset + raw_size) of the file; its stored bytes
+// [offset, offset + stored_size) of the partition file. Every field was checked against the entry and the
+// image's limits by Image::GetChunk, so raw_size never exceeds the chunk size.
+struct Chunk {
+  uint64_t index = 0;
+  uint64_t raw_offset = 0;
+  uint32_t raw_size = 0;
+  uint64_t offset = 0;        // absolute, in the partition file
+  uint32_t stored_size = 0;
+  Codec codec = Codec::kRaw;  // kRaw or kZstd
+  uint64_t checksum = 0;      // XXH3-64 of the decoded bytes
+  uint64_t key = 0;           // unique per chunk of the image (node-cache slot): entry id for a one-chunk
+                              // file, else entry count + chunk table index
 };
 
 struct ImageSummary {
@@ -47,6 +65,8 @@ struct ImageSummary {
   uint64_t files = 0, dirs = 0;
   uint64_t bytes_in = 0;      // sum of file sizes
   uint64_t bytes_stored = 0;  // sum of stored sizes
+  uint32_t chunk_size = 0;
+  uint64_t chunks = 0;        // chunk table records (chunks of multi-chunk files)
   uint32_t parts = 0;         // regular partitions
   uint32_t replicated_part = kNoPartition;  // id of the partition every node keeps, if any
   std::vector<uint64_t> part_bytes;         // stored bytes per partition (regular + replicated)
@@ -57,12 +77,17 @@ struct ImageOpenOptions {
   // Where the partition files are read from; empty = the image directory itself.
   // A daemon's staging directory (multi-node) holds only some partitions: the rest read as missing.
   std::string partition_dir;
+  // A token from Image::TrustToken() of an earlier, fully checked open of the same index file (handed down
+  // by `fanstore run` in FANSTORE_INDEX_TRUST). When it names this very file (device, inode, size, mtime,
+  // ctime) and its body checksum, the body is not hashed again: a fresh process opens a 10M-file index
+  // without reading all of it. Anything else (empty, stale, malformed) means a full check.
+  std::string trust_token;
 };
 
 class Image {
  public:
   // Opens the image directory `dir` (index + partitions). Validates magic, version, sizes and the
-  // index checksum; refuses a corrupt, truncated or newer-version index with one actionable line.
+  // index checksum; refuses a corrupt, truncated, older- or newer-version index with one actionable line.
   static Result<std::shared_ptr<const Image>> Open(const std::string& dir, const ImageOpenOptions& opts = {});
   ~Image();
   Image(const Image&) = delete;
@@ -76,6 +101,14 @@ class Image {
   uint32_t ChildCount(uint32_t dir_id) const;
   uint32_t Child(uint32_t dir_id, uint32_t i) const;  // i < ChildCount
   ImageSummary Summary() const;
+  // The 64-bit content hash every partition of this image carries in its header.
+  uint64_t ImageId() const;
+  // Identifies this index file and its verified body checksum (see ImageOpenOptions::trust_token).
+  std::string TrustToken() const;
+  // A key for everything this index says (image id, verified body checksum, chunk size, entry count): two
+  // images with the same key serve the same bytes at the same entry ids. The node-wide cache is keyed by it, so
+  // an index edited in place (which keeps its stored image id) never shares decoded chunks with the original.
+  uint64_t ContentKey() const;
 
   // Partition files: part id -> path under partition_dir (or dir). True when it is present and
   // readable here (multi-node: only the staged ones are).
@@ -83,26 +116,29 @@ class Image {
   bool HasPartition(uint32_t part) const;
   uint32_t PartitionCount() const;  // regular + replicated
 
-  // Reads the stored bytes of file `id` (compressed as packed) from its local partition into `out`.
+  uint32_t ChunkSize() const;
+  uint64_t ChunkTableSize() const;                 // records in the chunk table
+  uint64_t ChunkCount(const Entry& e) const;       // chunks of a file: ceil(size / chunk size)
+  // Chunk `i` of file `e`, every field checked against the entry and the format's limits: an index crafted
+  // to point past its file, to sizes above the chunk size or to overlapping ranges is kCorrupt here, before
+  // anything is allocated or read.
+  Result<Chunk> GetChunk(const Entry& e, uint64_t i) const;
+  // Reads chunk `c` of `e` from its local partition, decodes it into `out` (c.raw_size bytes) and checks its
+  // XXH3. kCorrupt (naming the file and partition) on a mismatch, a bad frame, or a partition that is shorter
+  // than the index says (truncated since): `out` must then not be used. Reads with pread only, so a partition
+  // changed or truncated under a running reader is an error, never a SIGBUS or a wrong byte. `scratch` (at least
+  // c.stored_size bytes) receives the stored bytes of a compressed chunk; null: a temporary buffer.
+  Status ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch = nullptr) const;
+
+  // Reads the stored bytes of file `id` (all its chunks, as packed) from its local partition into `out`.
   Status ReadStored(uint32_t id, std::string* out) const;
-  // Zero-copy view of a raw-stored (uncompressed) file in its local partition: a read-only mapping of
-  // the partition range, checksum verified before it is returned (kCorrupt otherwise). The page cache
-  // already holds those bytes, so large files are served without a decoded copy. kUnsupported for a
-  // compressed file. The caller munmaps [base, base + length). The image is immutable by contract:
-  // truncating a partition file while it is mapped would fault the reader (SIGBUS).
-  struct Mapping {
-    void* base = nullptr;
-    size_t length = 0;
-    const char* data = nullptr;  // the file's first byte, inside the mapping
-  };
-  Result<Mapping> MapRawFile(uint32_t id) const;
-  // Reads and decodes file `id` into `out` (exactly Get(id).size bytes), streaming for huge files,
-  // and checks the XXH3 checksum: a mismatch is kCorrupt naming the file, and `out` must not be used.
+  // Part of them: [offset, offset + length) of the file's stored range (e.g. one chunk, for a remote peer).
+  Status ReadStoredRange(uint32_t id, uint64_t offset, uint64_t length, std::string* out) const;
+  // Reads and decodes the whole file `id` into `out` (exactly Get(id).size bytes), chunk by chunk, and checks
+  // every chunk checksum and the whole-file one: kCorrupt naming the file on a mismatch.
   Status ReadFile(uint32_t id, void* out) const;
-  // Decodes file `id` from its local partition in constant memory and checks its checksum (verify).
+  // Decodes file `id` from its local partition in constant memory and checks every checksum (verify).
   Status CheckFile(uint32_t id) const;
-  // The 64-bit content hash every partition of this image carries in its header.
-  uint64_t ImageId() const;
 
   struct Impl;
  private:
@@ -110,9 +146,9 @@ class Image {
   std::unique_ptr<Impl> impl_;
 };
 
-// Decodes stored bytes (e.g. received from a remote daemon) of entry `e` into `out` (e.size bytes)
-// and checks the checksum. Shared by every read path so they all fail the same way.
-Status DecodeStored(const Entry& e, const void* stored, size_t stored_size, void* out);
+// Decodes the stored bytes of chunk `c` of `e` (e.g. received from a remote daemon) into `out` (c.raw_size
+// bytes) and checks its XXH3. Shared by every read path so they all fail the same way.
+Status DecodeChunk(const Entry& e, const Chunk& c, const void* stored, size_t stored_size, char* out);
 
 // Verifies every file's checksum. Calls `bad` once per corrupt/unreadable file with a one-line reason.
 // Returns the number of bad files (0 = the image is sound).

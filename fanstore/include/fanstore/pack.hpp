@@ -1,4 +1,5 @@
-// Write side: turns a directory tree into an image (index + balanced, zstd-compressed partitions).
+// Write side: turns a directory tree into an image (index + balanced partitions of zstd-compressed chunks),
+// and converts images of an older format.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct PackOptions {
   std::vector<std::string> replicate;   // globs on relative paths -> the replicated partition
   int threads = 0;                      // 0 = all cores
   bool compress = true;                 // false: store everything raw (--level 0)
+  uint32_t chunk_size = 1u << 20;       // bytes per chunk: a power of two, 64 KiB .. 64 MiB (--chunk)
 };
 
 struct PackProgress {
@@ -36,5 +38,11 @@ struct PackReport {
 // On failure nothing that looks like a valid image is left behind.
 Result<PackReport> Pack(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress = {},
                         const std::function<void(const std::string&)>& warn = {});
+
+// Rewrites the image at opts.source, made by an older fanstore (format version 1), as a current image at
+// opts.output with the same tree, stat data and bytes (every old file checksum is verified on the way;
+// a damaged file fails the conversion naming it). parts/replicate are taken from the old image;
+// level/threads/chunk_size from opts. An image that is already current is kInvalidArgument.
+Result<PackReport> Convert(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress = {});
 
 }  // namespace fanstore

@@ -1,0 +1,294 @@
+// ClientCore: where verified chunk bytes come from, parallel decoding, read-ahead, kept memfds, error lines.
+#include "client_core.hpp"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <new>
+#include <thread>
+
+#include "decode_internal.hpp"
+#include "owned_bytes.hpp"
+
+namespace fanstore {
+
+Status RemoteFetcher::FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out) {
+  std::string all;
+  Status s = FetchStored(e, &all);
+  if (!s.ok()) return s;
+  if (offset > all.size() || length > all.size() - offset)
+    return Status(Code::kIoError, "the daemon sent " + std::to_string(all.size()) + " stored bytes of " +
+                                      std::string(e.path) + ", fewer than its chunk table needs");
+  out->assign(all, offset, length);
+  return Status::Ok();
+}
+
+namespace detail {
+namespace {
+
+// Cached memfds stay open: take at most 1/8 of the soft fd limit (and 64), so a program that opens
+// many files itself never meets EMFILE because of us.
+size_t MemfdCap() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 64;
+  return std::min<size_t>(64, rl.rlim_cur / 8);
+}
+
+bool SameFile(int fd, dev_t dev, ino_t ino) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+}  // namespace
+
+ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
+    : img(image), stats(s), remote(opts.remote), cache(opts.cache_bytes),
+      // A chunk, or the largest stored form of one; a few spares (each resident) for the read-ahead.
+      buffers(std::make_shared<BufferPool>(MaxStoredSize(image.ChunkSize()), 4)),
+      pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
+
+ClientCore::~ClientCore() {
+  // First: decode tasks use the node cache and the chunk cache, which are destroyed after this body.
+  pool.Shutdown();
+  for (const Memfd& m : memfds_)
+    if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
+}
+
+Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer) {
+  if (node && node->Read(e, c, out)) {
+    stats.node_hits.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  Status s;
+  bool fetched = false;
+  if (img.HasPartition(e.part)) {
+    if (c.codec == Codec::kZstd) {
+      PooledBuffer scratch(buffers);  // the stored bytes; a temporary of ReadChunk's if none could be had
+      s = img.ReadChunk(e, c, out, scratch.get());
+    } else {
+      s = img.ReadChunk(e, c, out);
+    }
+    stats.local_loads.fetch_add(1, std::memory_order_relaxed);
+  } else if (remote) {
+    std::string stored;
+    s = FetchRemoteChunk(e, c, &stored);
+    if (s.ok()) s = DecodeChunk(e, c, stored.data(), stored.size(), out);
+    stats.remote_loads.fetch_add(1, std::memory_order_relaxed);
+    fetched = true;
+  } else {
+    s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
+                                   " is not on this node and no daemon is configured");
+  }
+  // Worth sharing: what was expensive to get (decoded, fetched) or what a kernel fd needs. A raw chunk of a
+  // local partition is already in that partition's page cache, verified again in microseconds.
+  const bool must = offer == Offer::kMust;
+  if (s.ok() && node && offer != Offer::kNone && (must || fetched || c.codec == Codec::kZstd))
+    node->Offer(e, c, out, must);
+  return s;
+}
+
+Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out) {
+  const uint64_t off = c.offset - e.offset;
+  if (remote->FetchesRanges()) {
+    Status s = remote->FetchStoredRange(e, off, c.stored_size, out);
+    stats.remote_bytes.fetch_add(out->size(), std::memory_order_relaxed);
+    return s;
+  }
+  std::shared_ptr<const std::string> all;
+  const bool keepable = img.ChunkCount(e) > 1;
+  {
+    std::unique_lock<std::mutex> lk(remote_mu_);
+    for (;;) {
+      for (auto it = remote_files_.begin(); it != remote_files_.end(); ++it)
+        if (it->first == e.id) {
+          all = it->second;
+          remote_files_.splice(remote_files_.begin(), remote_files_, it);
+          break;
+        }
+      // Chunks of one file read in parallel (read-ahead, a multi-chunk read) wait for one fetch of it.
+      if (all || !keepable || !remote_fetching_.count(e.id)) break;
+      remote_cv_.wait(lk);
+    }
+    if (!all && keepable) remote_fetching_.insert(e.id);
+  }
+  if (!all) {
+    auto fetched = std::make_shared<std::string>();
+    Status s = remote->FetchStored(e, fetched.get());
+    stats.remote_bytes.fetch_add(fetched->size(), std::memory_order_relaxed);
+    {
+      // At most a quarter of the chunk cache's budget, and files of more than one chunk only.
+      const uint64_t keep = cache.budget() / 4;
+      std::lock_guard<std::mutex> lk(remote_mu_);
+      if (keepable) remote_fetching_.erase(e.id);
+      if (s.ok() && keepable && fetched->size() <= keep) {
+        remote_files_.emplace_front(e.id, fetched);
+        remote_bytes_kept_ += fetched->size();
+        while (remote_bytes_kept_ > keep) {
+          remote_bytes_kept_ -= remote_files_.back().second->size();
+          remote_files_.pop_back();
+        }
+      }
+    }
+    remote_cv_.notify_all();
+    if (!s.ok()) return s;
+    all = fetched;
+  }
+  if (off > all->size() || c.stored_size > all->size() - off)
+    return Status(Code::kIoError, "the daemon sent " + std::to_string(all->size()) + " stored bytes of " +
+                                      std::string(e.path) + ", fewer than its chunk table needs");
+  out->assign(*all, off, c.stored_size);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer) {
+  bool hit = false;
+  auto r = cache.Get(e.id, c.index, [&]() -> Result<ChunkCache::Bytes> {
+    auto b = OwnedBytes::Allocate(c.raw_size, buffers);
+    if (!b) return Status(Code::kNoMemory, "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
+    Status s = LoadChunkInto(e, c, b->writable(), offer);
+    if (!s.ok()) return s;
+    return ChunkCache::Bytes(std::move(b));
+  }, &hit);
+  if (hit) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
+Status ClientCore::Report(const Entry& e, Status s) {
+  stats.errors.fetch_add(1, std::memory_order_relaxed);
+  bool first;
+  {
+    std::lock_guard<std::mutex> lk(report_mu_);
+    first = reported_.insert(e.id).second;
+  }
+  if (first) std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
+  return s;
+}
+
+Status ClientCore::ParallelFor(uint64_t n, const std::function<Status(uint64_t)>& fn) {
+  struct Shared {
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    int active = 0;
+    Status first_error;
+  };
+  auto sh = std::make_shared<Shared>();
+  // Runs by the caller and by helpers; a helper that starts late finds nothing left and returns at once.
+  auto run = [sh, n, &fn](bool helper) {
+    if (helper) {
+      std::lock_guard<std::mutex> lk(sh->mu);
+      if (sh->next.load() >= n || sh->failed.load()) return;
+      ++sh->active;
+    }
+    for (uint64_t i; !sh->failed.load() && (i = sh->next.fetch_add(1)) < n;) {
+      Status s = fn(i);
+      if (!s.ok() && !sh->failed.exchange(true)) {
+        std::lock_guard<std::mutex> lk(sh->mu);
+        sh->first_error = s;
+      }
+    }
+    if (helper) {
+      std::lock_guard<std::mutex> lk(sh->mu);
+      --sh->active;
+      sh->cv.notify_all();
+    }
+  };
+  // `fn` is referenced by the helpers: the caller waits for every helper that started before returning.
+  for (int h = 0; h < pool.threads() && static_cast<uint64_t>(h + 1) < n; ++h)
+    if (!pool.Submit([run] { run(true); })) break;
+  run(false);
+  std::unique_lock<std::mutex> lk(sh->mu);
+  sh->cv.wait(lk, [&] { return sh->active == 0; });
+  sh->next.store(n);  // helpers not started yet must not touch `fn` once we return
+  return sh->first_error;
+}
+
+void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, Offer offer,
+                          std::function<bool(uint64_t)> still_wanted) {
+  const uint64_t n = img.ChunkCount(e);
+  for (uint64_t i = first; i <= last && i < n; ++i) {
+    if (cache.Has(e.id, i)) continue;
+    auto c = img.GetChunk(e, i);
+    if (!c.ok()) return;
+    // A raw chunk of a local partition costs its reader one pread and a checksum, straight into the reader's
+    // buffer; decoding it ahead would add a copy and use a second core for nothing.
+    if (c->codec == Codec::kRaw && img.HasPartition(e.part)) continue;
+    // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
+    if (!pool.Submit([this, e, chunk = *c, offer, still_wanted] {
+          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk, offer);
+        }))
+      return;
+  }
+}
+
+int ClientCore::CachedMemfd(uint32_t id, int flags) {
+  std::lock_guard<std::mutex> lk(memfd_mu_);
+  for (auto it = memfds_.begin(); it != memfds_.end(); ++it) {
+    if (it->id != id) continue;
+    char proc[64];
+    std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", it->fd);
+    int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
+    // The program may have closed or dup2'ed over our number: then it names another file.
+    if (fd >= 0 && !SameFile(fd, it->dev, it->ino)) {
+      close(fd);
+      fd = -1;
+    }
+    if (fd < 0) {
+      memfds_.erase(it);
+      return -1;
+    }
+    memfds_.splice(memfds_.begin(), memfds_, it);
+    return fd;
+  }
+  return -1;
+}
+
+void ClientCore::KeepMemfd(uint32_t id, int fd) {
+  struct stat st;
+  if (memfd_cap_ == 0 || fstat(fd, &st) != 0) {
+    close(fd);
+    return;
+  }
+  if (fd_hook) fd_hook(fd);
+  std::lock_guard<std::mutex> lk(memfd_mu_);
+  memfds_.push_front({id, fd, st.st_dev, st.st_ino});
+  while (memfds_.size() > memfd_cap_) {
+    const Memfd& m = memfds_.back();
+    if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
+    memfds_.pop_back();
+  }
+}
+
+void ClientCore::LockForFork() {
+  cache.LockForFork();
+  pool.LockForFork();
+  memfd_mu_.lock();
+  report_mu_.lock();
+  remote_mu_.lock();
+  buffers->LockForFork();
+  if (node) node->LockForFork();
+}
+
+void ClientCore::UnlockForFork(bool child) {
+  if (node) node->UnlockForFork();
+  buffers->UnlockForFork();
+  if (child) {
+    remote_fetching_.clear();  // the fetching threads did not come along
+    new (&remote_cv_) std::condition_variable();
+  }
+  remote_mu_.unlock();
+  report_mu_.unlock();
+  memfd_mu_.unlock();
+  pool.UnlockForFork(child);
+  cache.UnlockForFork(child);
+}
+
+}  // namespace detail
+}  // namespace fanstore

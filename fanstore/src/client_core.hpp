@@ -1,0 +1,83 @@
+// What a Client shares between its open files: the chunk cache, the decode threads, the node-wide cache, the
+// memfds it keeps for kernel fds, and the one place that decides where a chunk's verified bytes come from.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "chunk_cache.hpp"
+#include "decode_pool.hpp"
+#include "fanstore/client.hpp"
+#include "node_cache.hpp"
+#include "owned_bytes.hpp"
+
+namespace fanstore::detail {
+
+struct ClientCore {
+  ClientCore(const Image& image, ClientStats& stats, const ClientOptions& opts);
+  ~ClientCore();
+
+  // How a chunk being loaded is offered to the node cache.
+  enum class Offer {
+    kShare,  // worth sharing (a random or partial read, a small file, a large file read again)
+    kNone,   // the first stream through a large file on this node: not copied (see ClientFile::ShareStream)
+    kMust,   // a kernel fd is being assembled: kept even over budget
+  };
+  // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
+  Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare);
+  // The same bytes written into `out` without entering this process's cache.
+  Status LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer);
+  // Counts a failed read of `e` and prints its one line on stderr (once per file and process).
+  Status Report(const Entry& e, Status s);
+  // Runs fn(i) for i in [0, n) on the calling thread and the decode threads; returns when all are done.
+  // The first error stops the rest and is returned.
+  Status ParallelFor(uint64_t n, const std::function<Status(uint64_t)>& fn);
+  // Queues decodes of chunks [first, last] of `e` that are neither cached nor in flight (read-ahead). A queued
+  // decode runs only while `still_wanted(i)` holds when its turn comes (the reader may have passed it).
+  void Prefetch(const Entry& e, uint64_t first, uint64_t last, Offer offer, std::function<bool(uint64_t)> still_wanted);
+
+  // A read-only reopen of a cached sealed memfd of `id`, or -1.
+  int CachedMemfd(uint32_t id, int flags);
+  void KeepMemfd(uint32_t id, int fd);
+
+  const Image& img;
+  ClientStats& stats;
+  std::shared_ptr<RemoteFetcher> remote;
+  ChunkCache cache;
+  std::shared_ptr<BufferPool> buffers;  // chunk-sized buffers, recycled
+  DecodePool pool;
+  std::unique_ptr<NodeCache> node;
+  void (*fd_hook)(int) = nullptr;
+
+ private:
+  struct Memfd {
+    uint32_t id;
+    int fd;
+    dev_t dev;
+    ino_t ino;
+  };
+  std::mutex memfd_mu_;
+  std::list<Memfd> memfds_;  // most recent first
+  size_t memfd_cap_;
+  std::mutex report_mu_;
+  std::unordered_set<uint32_t> reported_;
+  // Whole stored ranges of remote files, for a fetcher that cannot fetch sub-ranges: most recent first.
+  Status FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out);
+  std::mutex remote_mu_;
+  std::list<std::pair<uint32_t, std::shared_ptr<const std::string>>> remote_files_;
+  uint64_t remote_bytes_kept_ = 0;
+  std::condition_variable remote_cv_;            // a whole-range fetch finished
+  std::unordered_set<uint32_t> remote_fetching_;  // files whose whole range is being fetched: others wait
+
+ public:
+  // fork: hold every lock across fork() (taken in this order), release on both sides.
+  void LockForFork();
+  void UnlockForFork(bool child);
+};
+
+}  // namespace fanstore::detail
