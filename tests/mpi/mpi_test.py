@@ -17,6 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases_basic  # noqa: E402
+import cases_cleanup  # noqa: E402
 import cases_faults  # noqa: E402
 import cases_netns  # noqa: E402
 import cases_prefetch  # noqa: E402
@@ -37,6 +38,8 @@ CASES = {
     "limits": cases_security.case_limits,
     "prefetch": cases_prefetch.case_prefetch,
     "netns": cases_netns.case_netns,
+    "cleanup": cases_cleanup.case_cleanup,
+    "startup_signal": cases_cleanup.case_startup_signal,
 }
 
 
