@@ -132,6 +132,9 @@ int Serve(const ServeOptions& o) {
   int rank = 0, nranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  // Collective, so here where every rank passes: the transport's chunks of big replies travel on their own.
+  MPI_Comm chunk_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm);
   SetLogRank(rank);
   if (provided < MPI_THREAD_SERIALIZED) {
     Error("this MPI provides thread level %d, the daemon needs MPI_THREAD_SERIALIZED", provided);
@@ -147,6 +150,8 @@ int Serve(const ServeOptions& o) {
   if (o.replicas < 1) st = Status(Code::kInvalidArgument, "--replicas must be >= 1");
   if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
   if (st.ok() && o.conn_memory < (1u << 20)) st = Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
+  if (st.ok() && (o.max_message < 4096 || o.max_message > (1ull << 30)))
+    st = Status(Code::kInvalidArgument, "--max-message must be between 4096 and 1073741824 bytes");
   if (st.ok()) st = SocketAccess(o, &socket_mode, &group);
   // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
   auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
@@ -216,6 +221,8 @@ int Serve(const ServeOptions& o) {
     to.replicas = o.replicas;
     to.replicated_part = plan.replicated_part;
     to.timeout_ms = static_cast<int>(o.timeout_s * 1000);
+    to.max_message = o.max_message;
+    to.chunk_comm = chunk_comm;
     transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
     ServerOptions so;
     so.hello.rank = static_cast<uint32_t>(rank);

@@ -30,6 +30,7 @@ CASES = {
     "nospace": cases_basic.case_nospace,
     "python": cases_basic.case_python,
     "coalesce": cases_basic.case_coalesce,
+    "chunked": cases_basic.case_chunked,
     "fault": cases_faults.case_fault,
     "dead_peer": cases_faults.case_dead_peer,
     "kill_stress": cases_faults.case_kill_stress,

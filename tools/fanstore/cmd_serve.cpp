@@ -49,6 +49,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                   "Poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
   serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
       ->capture_default_str();
+  // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).
+  serve->add_option("--max-message", so->max_message, "Largest message between daemons (tests)")->group("");
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
 #else
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");

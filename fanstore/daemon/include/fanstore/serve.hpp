@@ -21,6 +21,7 @@ struct ServeOptions {
   std::string group;                       // group (name or gid) whose members may use the daemon
   bool progress_spin = false;              // poll MPI flat out (a core at 100%) for the lowest latency
   int hot_us = 2000;                       // after activity, poll without sleeping this long (microseconds)
+  uint64_t max_message = 1ull << 30;       // (tests) bigger replies between daemons travel in chunks of this size
 };
 
 // Runs the daemon until SIGTERM/SIGINT/SIGHUP. Calls MPI_Init/MPI_Finalize itself. Every rank returns
