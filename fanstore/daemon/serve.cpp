@@ -149,6 +149,7 @@ int Serve(const ServeOptions& o) {
   gid_t group = static_cast<gid_t>(-1);
   if (o.replicas < 1) st = Status(Code::kInvalidArgument, "--replicas must be >= 1");
   if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
+  if (st.ok() && !(o.prefetch_idle_s > 0)) st = Status(Code::kInvalidArgument, "--prefetch-idle must be > 0 seconds");
   if (st.ok() && o.conn_memory < (1u << 20)) st = Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
   if (st.ok() && (o.max_message < 4096 || o.max_message > (1ull << 30)))
     st = Status(Code::kInvalidArgument, "--max-message must be between 4096 and 1073741824 bytes");
@@ -242,6 +243,8 @@ int Serve(const ServeOptions& o) {
     server = std::make_unique<SocketServer>(so, &stats);
     RouterOptions ro;
     ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
+    ro.max_hinted = so.max_hint_paths;
+    ro.prefetch_idle_us = static_cast<int64_t>(o.prefetch_idle_s * 1e6);
     router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro);
     server->SetHandler(router.get());
     startup.SetSocket(server.get());

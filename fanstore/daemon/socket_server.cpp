@@ -285,8 +285,8 @@ struct SocketServer::Impl {
                                                " files, lines under 64 KiB)"),
             {});
     } else {
-      H()->OnHint(c.hint_stream, std::move(c.hint_ranges), c.hint_append);
-      Queue(c, dp::MsgType::kPrefetch, c.hint_req, Status::Ok(), dp::EncodePrefetchCounts(c.hint_counts));
+      Status s = H()->OnHint(c.hint_stream, std::move(c.hint_ranges), c.hint_append);
+      Queue(c, dp::MsgType::kPrefetch, c.hint_req, s, s.ok() ? dp::EncodePrefetchCounts(c.hint_counts) : std::string());
     }
     c.hint_ranges = {};
     (void)id;

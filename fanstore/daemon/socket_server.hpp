@@ -42,7 +42,8 @@ class RequestHandler {
   enum class PathKind { kRemote, kLocal, kMissing };
   // What an image-relative path is to this node (for a prefetch hint): *r is its stored range when remote.
   virtual PathKind Resolve(std::string_view path, ByteRange* r) = 0;
-  virtual void OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) = 0;
+  // Takes a hint (kInvalidArgument: refused, e.g. too long; the client gets the reason).
+  virtual Status OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) = 0;
 };
 
 struct ServerOptions {

@@ -38,6 +38,7 @@ CASES = {
     "lock": cases_security.case_lock,
     "limits": cases_security.case_limits,
     "prefetch": cases_prefetch.case_prefetch,
+    "prefetch_limits": cases_prefetch.case_prefetch_limits,
     "netns": cases_netns.case_netns,
     "cleanup": cases_cleanup.case_cleanup,
     "startup_signal": cases_cleanup.case_startup_signal,

@@ -39,6 +39,9 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_option("--prefetch-window", so->prefetch_window,
                     "Bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
       ->capture_default_str();
+  serve->add_option("--prefetch-idle", so->prefetch_idle_s,
+                    "Seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
+      ->capture_default_str();
   serve->add_option("--socket-mode", so->socket_mode,
                     "Octal permission bits of the socket (default 0600: only this user; 0660 with --group)");
   serve->add_option("--group", so->group, "Group (name or gid) whose members may use the daemon too");
