@@ -120,9 +120,22 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   // A partition staged here (the client normally reads those itself: this covers a client whose view is older
   // than ours). Read straight into its reply area.
   if (local_->Has(r.part) && !bad_local_.count(r.part)) {
+    // A range outside the staged file is an error reply before any memory is set aside for it.
+    Status s = local_->Check(r.part, r.offset, r.length);
+    if (!s.ok() && s.code() == Code::kInvalidArgument) {
+      clients_->Deliver(conn, req_id, s, nullptr, 0);
+      return;
+    }
     std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
-    if (!a) return;
-    Status s = local_->Read(r.part, r.offset, r.length, a->base);
+    if (!a) {
+      // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than
+      // leave the client waiting out its timeout.
+      clients_->Deliver(conn, req_id, Status(Code::kNoMemory, "daemon has no memory for a " +
+                                                                  std::to_string(r.length) + "-byte reply"),
+                        nullptr, 0);
+      return;
+    }
+    s = local_->Read(r.part, r.offset, r.length, a->base);
     if (s.ok() || s.code() == Code::kInvalidArgument) {
       clients_->Deliver(conn, req_id, s, a->base, s.ok() ? r.length : 0);
       stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));

@@ -37,6 +37,7 @@ CASES = {
     "security": cases_security.case_security,
     "lock": cases_security.case_lock,
     "limits": cases_security.case_limits,
+    "no_memory": cases_security.case_no_memory,
     "prefetch": cases_prefetch.case_prefetch,
     "prefetch_limits": cases_prefetch.case_prefetch_limits,
     "netns": cases_netns.case_netns,
