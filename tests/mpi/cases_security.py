@@ -136,6 +136,19 @@ def case_lock(ctx):
     check(r.returncode == 0, "the running job must keep serving")
     job.stop()
 
+    # Two ranks of one node given the same --socket (and their own --local): the second rename must not replace
+    # the first rank's socket (both used to say "ready" while one daemon was unreachable).
+    shared = os.path.join(ctx.work, "shared.sock")
+    clash = Job(ctx, 2, "--socket", shared, local=os.path.join(ctx.work, "clash{rank}"), wrap_exit=True)
+    clash.wait(120)
+    out = clash.output()
+    log("same --socket on two ranks:\n" + out.strip())
+    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+    check(len(exits) == 2 and all(v != "0" for v in exits.values()), f"every rank must stop: {exits}")
+    check("a daemon is already serving at " + shared in out and "ready:" not in out,
+          "one rank must say the socket is taken, and the job must not become ready")
+    check(not os.path.exists(shared), "the refused job left its socket")
+
 
 def hostile_pipeline(sock_path, part, offset, length, n):
     """A client that sends a hello and `n` fetches without ever reading a reply."""
