@@ -167,7 +167,8 @@ def case_prefetch_limits(ctx):
     being read: then it yields (--prefetch-idle), and the new reader finds its files fetched ahead (it used to get
     no prefetch at all for the rest of the daemons' life)."""
     ctx.pack(parts=8, nfiles=120, sizes=(131072, 300000))
-    job = Job(ctx, 4, "--cache-bytes", str(64 << 20), "--prefetch-window", str(1 << 20), "--prefetch-idle", "1")
+    # (Sizes with units, as in the docs' examples: they were refused with "Could not convert".)
+    job = Job(ctx, 4, "--cache-bytes", "64M", "--prefetch-window", "1MiB", "--prefetch-idle", "1")
     job.wait_ready()
     files = []
     for d, _, names in os.walk(os.path.join(ctx.src, "train")):
