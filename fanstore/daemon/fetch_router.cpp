@@ -71,7 +71,7 @@ class FetchRouter::Fetch final : public FetchSink {
       r->clients_->Deliver(w.conn, w.req_id, s, data, len);
       r->stats_->AddLatency(static_cast<uint64_t>(now - w.t0_us));
     }
-    if (prefetch && !s.ok()) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.index));
+    if (prefetch && !s.ok()) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     if (prefetch && s.ok() && !waiters.empty()) r->Consumed(tag);  // read while in flight
     if (s.ok() && r->cache_->Admits(len)) {
       CacheBuffer cb;
@@ -84,10 +84,12 @@ class FetchRouter::Fetch final : public FetchSink {
         cb = r->cache_->Allocate(len);
         if (cb.mem) std::memcpy(cb.mem.data(), data, len);
       }
+      // Tagged only while its hint is current: a fetch of a replaced or forgotten hint is an ordinary entry (its
+      // tag would hold the window, or move the new hint's cursor, forever).
       NodeCache::Tag keep;
-      if (prefetch && waiters.empty()) keep = tag;
+      if (prefetch && waiters.empty() && r->prefetcher_.Live(tag.stream, tag.gen)) keep = tag;
       if (cb.mem && !r->cache_->Insert(range_, std::move(cb), keep) && keep.prefetched)
-        r->Untag(r->prefetcher_.Dropped(tag.stream, tag.index));
+        r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     }
     delete this;
   }
@@ -108,7 +110,8 @@ FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* l
       cache_(cache),
       clients_(clients),
       stats_(stats),
-      o_(o) {}
+      o_(o),
+      prefetcher_(4096, 64, o.max_hinted) {}
 
 FetchRouter::~FetchRouter() = default;  // fetches still in flight are finished (and deleted) by the transport
 
@@ -117,9 +120,22 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   // A partition staged here (the client normally reads those itself: this covers a client whose view is older
   // than ours). Read straight into its reply area.
   if (local_->Has(r.part) && !bad_local_.count(r.part)) {
+    // A range outside the staged file is an error reply before any memory is set aside for it.
+    Status s = local_->Check(r.part, r.offset, r.length);
+    if (!s.ok() && s.code() == Code::kInvalidArgument) {
+      clients_->Deliver(conn, req_id, s, nullptr, 0);
+      return;
+    }
     std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
-    if (!a) return;
-    Status s = local_->Read(r.part, r.offset, r.length, a->base);
+    if (!a) {
+      // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than
+      // leave the client waiting out its timeout.
+      clients_->Deliver(conn, req_id, Status(Code::kNoMemory, "daemon has no memory for a " +
+                                                                  std::to_string(r.length) + "-byte reply"),
+                        nullptr, 0);
+      return;
+    }
+    s = local_->Read(r.part, r.offset, r.length, a->base);
     if (s.ok() || s.code() == Code::kInvalidArgument) {
       clients_->Deliver(conn, req_id, s, a->base, s.ok() ? r.length : 0);
       stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
@@ -172,15 +188,20 @@ void FetchRouter::Settle() {
   stats_->shared_hits.store(cache_->SharedHits(), std::memory_order_relaxed);
 }
 
-void FetchRouter::OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) {
-  Untag(prefetcher_.Hint(stream, std::move(ranges), append));
+Status FetchRouter::OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) {
+  auto released = prefetcher_.Hint(stream, std::move(ranges), append, dp::NowUs());
+  if (!released.ok()) return released.status();
+  Untag(*released);
+  return Status::Ok();
 }
 
 void FetchRouter::Untag(const std::vector<ByteRange>& ranges) {
   for (const ByteRange& r : ranges) cache_->Untag(r);
 }
 
-void FetchRouter::Consumed(const NodeCache::Tag& tag) { Untag(prefetcher_.Consumed(tag.stream, tag.index)); }
+void FetchRouter::Consumed(const NodeCache::Tag& tag) {
+  Untag(prefetcher_.Consumed(tag.stream, tag.gen, tag.index, dp::NowUs()));
+}
 
 bool FetchRouter::Pump() {
   if (cache_->budget() == 0 || prefetcher_.streams() == 0) return false;
@@ -196,15 +217,23 @@ bool FetchRouter::Pump() {
       did = true;
     }
   }
-  while (prefetch_inflight_ < o_.prefetch_inflight &&
-         cache_->tagged_bytes() + prefetch_inflight_bytes_ < o_.prefetch_window) {
+  for (;;) {
+    if (prefetch_inflight_ >= o_.prefetch_inflight) break;
+    if (cache_->tagged_bytes() + prefetch_inflight_bytes_ >= o_.prefetch_window) {
+      // The window is full: a stream whose reader went away (or stopped early) must not hold it for good.
+      std::vector<ByteRange> idle = prefetcher_.ReleaseIdle(now, o_.prefetch_idle_us);
+      if (idle.empty()) break;
+      Untag(idle);
+      did = true;
+      continue;
+    }
     auto item = prefetcher_.Next([this](const ByteRange& r) {
       return !cache_->Admits(r.length) || cache_->Contains(r) || inflight_.count(r) > 0;
     });
     if (!item) break;
     auto* f = new Fetch(this, item->range);
     f->prefetch = true;
-    f->tag = NodeCache::Tag{true, item->stream, item->index};
+    f->tag = NodeCache::Tag{true, item->stream, item->index, item->gen};
     inflight_[item->range] = f;
     ++prefetch_inflight_;
     prefetch_inflight_bytes_ += item->range.length;

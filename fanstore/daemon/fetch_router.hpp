@@ -24,6 +24,8 @@ namespace fanstore::daemon {
 struct RouterOptions {
   uint64_t prefetch_window = 256ull << 20;  // bytes fetched ahead and not read yet, at most
   int prefetch_inflight = 16;               // prefetch fetches in flight, at most
+  size_t max_hinted = SIZE_MAX;             // hinted ranges kept over all streams
+  int64_t prefetch_idle_us = 10000000;      // a stream not read for this long yields the window to active ones
 };
 
 class FetchRouter final : public RequestHandler {
@@ -34,7 +36,7 @@ class FetchRouter final : public RequestHandler {
 
   void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
   PathKind Resolve(std::string_view path, ByteRange* r) override;
-  void OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) override;
+  Status OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) override;
   // Starts prefetches while the window allows; true when it started any.
   bool Pump();
   // Brings the statistics up to date with what clients read straight from the shared cache (before the exit line).

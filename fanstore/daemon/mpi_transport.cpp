@@ -2,7 +2,8 @@
 //   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe) | u64 offset | u64 length
 //   reply    tag kTagReplyBase + slot:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
 //                                        | message | payload (when chunks == 0)
-//   chunks   tag kTagChunk:              payloads over kMaxMessage follow as `chunks` messages of <= kMaxMessage
+//   chunks   tag kTagReplyBase + slot on the chunk communicator: payloads over max_message (1 GiB) follow as
+//                                        `chunks` messages of <= max_message
 // The reply tag carries the request's slot, so the asker knows which fetch a reply is for from the probe alone and
 // receives it straight into that fetch's memory (the client's reply area): no copy in the asking daemon. The owner
 // reads the range into a pooled, already-faulted send buffer behind the header: one copy, from the page cache.
@@ -37,13 +38,10 @@ using format::Store32;
 using format::Store64;
 
 constexpr int kTagRequest = 0x4653;
-constexpr int kTagChunk = 0x4655;
 constexpr int kTagReplyBase = 0x5000;
 constexpr size_t kRequestBytes = 32;
 constexpr size_t kReplyHeader = 32;
 constexpr uint32_t kKindFetch = 0, kKindProbe = 1;
-// MPI counts are ints: anything bigger travels in chunks of this size.
-constexpr uint64_t kMaxMessage = 1ull << 30;
 // Replies up to this size are received into scratch memory first (they are errors, probe answers, tiny files,
 // or the header of a chunked reply); bigger ones straight into the fetch's memory.
 constexpr int kSmallReply = 1024;
@@ -195,9 +193,10 @@ struct MpiTransport::Impl {
     return dst;
   }
 
-  void Send(int dest, int tag, const char* data, size_t n, std::function<void()> done, Status* err) {
+  void Send(int dest, int tag, const char* data, size_t n, std::function<void()> done, Status* err,
+            MPI_Comm comm = MPI_COMM_WORLD) {
     MPI_Request r;
-    int rc = MPI_Isend(data, static_cast<int>(n), MPI_BYTE, dest, tag, MPI_COMM_WORLD, &r);
+    int rc = MPI_Isend(data, static_cast<int>(n), MPI_BYTE, dest, tag, comm, &r);
     if (rc != MPI_SUCCESS) {
       if (err) *err = Status(Code::kIoError, "MPI_Isend to rank " + std::to_string(dest) + " failed: " + MpiError(rc));
       done();
@@ -294,7 +293,7 @@ struct MpiTransport::Impl {
       if (p) p->phase = Phase::kReceiving;
       MPI_Request r;
       MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-      Track(r, [this, scratch, req_id, gen, src] { OnScratchReply(req_id, gen, src, *scratch); });
+      Track(r, [this, scratch, req_id, gen, src, tag] { OnScratchReply(req_id, gen, src, tag, *scratch); });
       return;
     }
     char* dst = Land(*p, static_cast<uint64_t>(count));
@@ -341,14 +340,14 @@ struct MpiTransport::Impl {
     return h->msg_len <= count - kReplyHeader;
   }
 
-  void OnScratchReply(uint64_t req_id, uint64_t gen, int src, const std::string& b) {
+  void OnScratchReply(uint64_t req_id, uint64_t gen, int src, int tag, const std::string& b) {
     ReplyHead h{};
     bool well = ParseHead(b.data(), b.size(), &h);
     Pending* p = req_id ? Current(req_id, gen) : nullptr;
     if (!p || !well || h.req_id != req_id) {
       // Not the awaited answer (a late one sharing the tag, a probe answer): dropped, chunks and all; the
       // fetch keeps waiting for its own.
-      if (well && h.chunks) ReceiveChunks(src, nullptr, h.n);
+      if (well && h.chunks) ReceiveChunks(src, tag, nullptr, h.n);
       if (p && p->phase == Phase::kReceiving) p->phase = Phase::kSent;
       return;
     }
@@ -356,18 +355,18 @@ struct MpiTransport::Impl {
     if (h.chunks) {
       // The payload follows in chunks: land it, then receive them in order.
       Status rs = h.code == Code::kOk ? Status::Ok() : Status(h.code, msg);
-      if (!rs.ok()) {
-        ReceiveChunks(src, nullptr, h.n);
-        return Fail(req_id, rs);
+      if (!rs.ok() || h.n != p->range.length) {
+        ReceiveChunks(src, tag, nullptr, h.n);
+        return Fail(req_id, rs.ok() ? Status(Code::kIoError, "malformed reply") : rs);
       }
       char* dst = Land(*p, h.n);
       if (!dst) {
-        ReceiveChunks(src, nullptr, h.n);
+        ReceiveChunks(src, tag, nullptr, h.n);
         return Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
       }
       p->phase = Phase::kChunks;
       p->chunk_dst = dst;
-      ReceiveChunks(src, p, h.n);
+      ReceiveChunks(src, tag, p, h.n);
       return;
     }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
@@ -396,33 +395,36 @@ struct MpiTransport::Impl {
     Finish(req_id, Status::Ok(), data, n);
   }
 
-  // Receives `total` bytes of chunks from `src` in order, one receive at a time, into `dst` (the landed memory of
-  // fetch req_id's attempt gen), or (dst null: a reply nobody waits for) into a scratch chunk that is dropped. An
-  // attempt abandoned meanwhile keeps receiving into its memory (kept alive by `keep`): MPI would otherwise match
-  // its chunks against a later reply's receives.
-  void ReceiveChunks(int src, uint64_t req_id, uint64_t gen, char* dst, std::shared_ptr<std::shared_ptr<void>> keep,
-                     uint64_t total) {
+  // Receives `total` bytes of chunks from `src` (on the chunk communicator, with the reply's `tag`) in order, one
+  // receive at a time, into `dst` (the landed memory of fetch req_id's attempt gen), or (dst null: a reply nobody
+  // waits for) into a scratch chunk that is dropped. An attempt abandoned meanwhile keeps receiving into its memory
+  // (kept alive by `keep`): MPI would otherwise match its chunks against a later reply's receives.
+  void ReceiveChunks(int src, int tag, uint64_t req_id, uint64_t gen, char* dst,
+                     std::shared_ptr<std::shared_ptr<void>> keep, uint64_t total) {
     std::shared_ptr<std::string> scratch;
-    if (!dst) scratch = std::make_shared<std::string>(static_cast<size_t>(std::min(total, kMaxMessage)), '\0');
-    PostChunk(src, req_id, gen, dst, std::move(keep), std::move(scratch), 0, total);
+    if (!dst) scratch = std::make_shared<std::string>(static_cast<size_t>(std::min(total, o.max_message)), '\0');
+    PostChunk(src, tag, req_id, gen, dst, std::move(keep), std::move(scratch), 0, total);
   }
-  void ReceiveChunks(int src, std::nullptr_t, uint64_t total) { ReceiveChunks(src, 0, 0, nullptr, nullptr, total); }
-  void ReceiveChunks(int src, Pending* p, uint64_t total) {
-    ReceiveChunks(src, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total);
+  void ReceiveChunks(int src, int tag, std::nullptr_t, uint64_t total) {
+    ReceiveChunks(src, tag, 0, 0, nullptr, nullptr, total);
+  }
+  void ReceiveChunks(int src, int tag, Pending* p, uint64_t total) {
+    ReceiveChunks(src, tag, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total);
   }
 
-  void PostChunk(int src, uint64_t req_id, uint64_t gen, char* dst, std::shared_ptr<std::shared_ptr<void>> keep,
-                 std::shared_ptr<std::string> scratch, uint64_t off, uint64_t total) {
+  void PostChunk(int src, int tag, uint64_t req_id, uint64_t gen, char* dst,
+                 std::shared_ptr<std::shared_ptr<void>> keep, std::shared_ptr<std::string> scratch, uint64_t off,
+                 uint64_t total) {
     if (off >= total) {
       if (dst && Current(req_id, gen)) Received(req_id, dst, total);
       return;
     }
-    uint64_t n = std::min(kMaxMessage, total - off);
+    uint64_t n = std::min(o.max_message, total - off);
     char* into = dst ? dst + off : scratch->data();
     MPI_Request r;
-    MPI_Irecv(into, static_cast<int>(n), MPI_BYTE, src, kTagChunk, MPI_COMM_WORLD, &r);
-    Track(r, [this, src, req_id, gen, dst, keep, scratch, off, n, total] {
-      PostChunk(src, req_id, gen, dst, keep, scratch, off + n, total);
+    MPI_Irecv(into, static_cast<int>(n), MPI_BYTE, src, tag, o.chunk_comm, &r);
+    Track(r, [this, src, tag, req_id, gen, dst, keep, scratch, off, n, total] {
+      PostChunk(src, tag, req_id, gen, dst, keep, scratch, off + n, total);
     });
   }
 
@@ -496,7 +498,7 @@ struct MpiTransport::Impl {
     if (kind == kKindFetch) stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
     std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
     uint64_t n = s.ok() ? len : 0;
-    uint32_t chunks = n + kReplyHeader + msg.size() > kMaxMessage ? static_cast<uint32_t>((n + kMaxMessage - 1) / kMaxMessage) : 0;
+    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message) : 0;
     auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
     if (!buf->mem) {
       s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");
@@ -530,8 +532,9 @@ struct MpiTransport::Impl {
     uint64_t head = kReplyHeader + msg.size() + (chunks ? 0 : n);
     Send(src, tag, b, head, release, nullptr);
     for (uint64_t c = 0; c < chunks; ++c) {
-      uint64_t at = c * kMaxMessage;
-      Send(src, kTagChunk, b + kReplyHeader + msg.size() + at, std::min(kMaxMessage, n - at), release, nullptr);
+      uint64_t at = c * o.max_message;
+      Send(src, tag, b + kReplyHeader + msg.size() + at, std::min(o.max_message, n - at), release, nullptr,
+           o.chunk_comm);
     }
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
   }
@@ -563,8 +566,8 @@ struct MpiTransport::Impl {
       } else if (st.MPI_TAG >= kTagReplyBase) {
         OnReply(m, st.MPI_SOURCE, st.MPI_TAG, count);
       } else {
-        // A chunk nobody posted a receive for cannot happen (they are posted before the next probe); anything
-        // else is not ours: receive and drop it so it does not sit in the queue forever.
+        // Not ours (chunks travel on the chunk communicator, never probed): receive and drop it so it does not
+        // sit in the queue forever.
         auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
         MPI_Request r;
         MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);

@@ -5,6 +5,8 @@
 // thread makes every call after start-up.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 
@@ -20,6 +22,11 @@ struct TransportOptions {
   int replicas = 1;
   uint32_t replicated_part = 0xFFFFFFFFu;
   int timeout_ms = 5000;  // total budget of one fetch over all replicas
+  uint64_t max_message = 1ull << 30;  // bigger replies travel in chunks of this size (MPI counts are ints)
+  // A duplicate of MPI_COMM_WORLD (MPI_Comm_dup by every rank at start-up) that carries only the chunks, tagged
+  // with their reply's tag: no probe of the world communicator ever sees one, and chunks of two replies from one
+  // peer can never be taken for each other.
+  MPI_Comm chunk_comm = MPI_COMM_NULL;
 };
 
 // The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.

@@ -27,11 +27,13 @@ struct CacheBuffer {
 
 class NodeCache {
  public:
-  // A range fetched ahead for prefetch stream `stream` at position `index` of its hint, not read yet.
+  // A range fetched ahead for prefetch stream `stream` at position `index` of its hint (generation `gen`), not
+  // read yet.
   struct Tag {
     bool prefetched = false;
     uint64_t stream = 0;
     uint64_t index = 0;
+    uint64_t gen = 0;
   };
 
   // Budget 0, or an arena that cannot be made (*why says why), is a cache that keeps nothing.

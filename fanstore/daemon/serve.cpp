@@ -27,8 +27,10 @@
 #include "node_cache.hpp"
 #include "progress_loop.hpp"
 #include "socket_server.hpp"
+#include "staged_files.hpp"
 #include "staged_reader.hpp"
 #include "staging.hpp"
+#include "startup_signals.hpp"
 #include "stats.hpp"
 
 namespace fanstore::daemon {
@@ -53,6 +55,11 @@ bool AllOk(bool ok, int rank, const char* phase) {
   if (nbad > 0 && ok && rank == 0) Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
   return nbad == 0;
 }
+
+// After a termination signal during start-up, how long the watcher lets the main thread reach its own exit before
+// it ends the process itself (stuck in a collective with a dead peer). A healthy job, where every rank gets the
+// signal, stops within a fraction of this.
+constexpr int kStartupGraceMs = 10000;
 
 // MPI_Finalize waits for peers; a peer that was killed must not keep us from exiting.
 void FinalizeWithin(int seconds, int exit_code) {
@@ -102,14 +109,17 @@ void RaiseFdLimit() {
 }  // namespace
 
 int Serve(const ServeOptions& o) {
-  // Blocked before MPI_Init, so every thread MPI and we start inherits the mask and only sigwait below
-  // receives termination signals: no handler runs inside an MPI call or a lock.
+  // Blocked before MPI_Init, so every thread MPI and we start inherits the mask and only sigwait receives
+  // termination signals: no handler runs inside an MPI call or a lock. Until start-up is over a watcher thread
+  // takes them (the main thread may wait in a collective for a peer that died); then the main thread.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  StagedFiles staged_files;
+  StartupSignals startup(sigs, &staged_files, o.cleanup, kStartupGraceMs);
 
   int provided = 0;
   // SERIALIZED is enough: the main thread makes the start-up collectives, then only the progress thread calls MPI.
@@ -122,6 +132,9 @@ int Serve(const ServeOptions& o) {
   int rank = 0, nranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  // Collective, so here where every rank passes: the transport's chunks of big replies travel on their own.
+  MPI_Comm chunk_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm);
   SetLogRank(rank);
   if (provided < MPI_THREAD_SERIALIZED) {
     Error("this MPI provides thread level %d, the daemon needs MPI_THREAD_SERIALIZED", provided);
@@ -136,7 +149,10 @@ int Serve(const ServeOptions& o) {
   gid_t group = static_cast<gid_t>(-1);
   if (o.replicas < 1) st = Status(Code::kInvalidArgument, "--replicas must be >= 1");
   if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
+  if (st.ok() && !(o.prefetch_idle_s > 0)) st = Status(Code::kInvalidArgument, "--prefetch-idle must be > 0 seconds");
   if (st.ok() && o.conn_memory < (1u << 20)) st = Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
+  if (st.ok() && (o.max_message < 4096 || o.max_message > (1ull << 30)))
+    st = Status(Code::kInvalidArgument, "--max-message must be between 4096 and 1073741824 bytes");
   if (st.ok()) st = SocketAccess(o, &socket_mode, &group);
   // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
   auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
@@ -153,7 +169,7 @@ int Serve(const ServeOptions& o) {
   // use stops here, leaving the running job's files alone (and --cleanup removes nothing).
   int lock_fd = -1;
   if (st.ok()) {
-    auto l = LockLocal(o.image, local);
+    auto l = LockLocal(o.image, local, &staged_files);
     if (l.ok()) lock_fd = *l;
     else st = l.status();
   }
@@ -168,26 +184,20 @@ int Serve(const ServeOptions& o) {
          o.local.c_str(), nranks, o.replicas, o.replicas == 1 ? "" : "s", plan.parts.size());
   std::function<void(const char*)> progress;
   if (rank == 0) progress = [](const char* l) { Info("%s", l); };
-  // The termination signals are blocked (sigwait takes them later): during staging, look at what is pending.
-  auto cancelled = [&sigs] {
-    sigset_t pending;
-    sigpending(&pending);
-    for (int s : {SIGTERM, SIGINT, SIGHUP})
-      if (sigismember(&pending, s) && sigismember(&sigs, s)) return true;
-    return false;
-  };
+  auto cancelled = [&startup] { return startup.signalled(); };
   std::unique_ptr<SocketServer> server;
   // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
   auto failed = [&](const char* phase) {
     if (!st.ok()) Error("%s", st.ToString().c_str());
     if (AllOk(st.ok(), rank, phase)) return false;
+    startup.SetSocket(nullptr);
     server.reset();
-    if (o.cleanup) RemoveStaged(local, plan);
+    if (o.cleanup) staged_files.RemoveAll();
     close(lock_fd);
     FinalizeWithin(5, 1);
     return true;
   };
-  st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled);
+  st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled, &staged_files);
   if (failed("staging")) return 1;
 
   local = Absolute(local);
@@ -212,6 +222,8 @@ int Serve(const ServeOptions& o) {
     to.replicas = o.replicas;
     to.replicated_part = plan.replicated_part;
     to.timeout_ms = static_cast<int>(o.timeout_s * 1000);
+    to.max_message = o.max_message;
+    to.chunk_comm = chunk_comm;
     transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
     ServerOptions so;
     so.hello.rank = static_cast<uint32_t>(rank);
@@ -231,8 +243,11 @@ int Serve(const ServeOptions& o) {
     server = std::make_unique<SocketServer>(so, &stats);
     RouterOptions ro;
     ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
+    ro.max_hinted = so.max_hint_paths;
+    ro.prefetch_idle_us = static_cast<int64_t>(o.prefetch_idle_s * 1e6);
     router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro);
     server->SetHandler(router.get());
+    startup.SetSocket(server.get());
     st = server->Bind(socket_path);
   }
   if (failed("start-up")) return 1;
@@ -241,12 +256,14 @@ int Serve(const ServeOptions& o) {
   if (failed("publishing the socket")) return 1;
   unsigned long long staged_bytes = plan.bytes, total = 0;
   MPI_Reduce(&staged_bytes, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  // Start-up is over (no collective until MPI_Finalize, which is bounded): signals are the main thread's again.
+  int sig = startup.Handover();
   LoopOptions lo;
   lo.spin = o.progress_spin;
   lo.hot_us = o.hot_us;
   ProgressLoop loop(server.get(), transport.get(), router.get(), lo);
   loop.Start();  // from here on only the progress thread calls MPI
-  if (rank == 0) {
+  if (rank == 0 && sig == 0) {
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %.1f MiB staged in %.1f s, "
                 "socket %s\n",
@@ -257,8 +274,7 @@ int Serve(const ServeOptions& o) {
     std::fflush(stdout);
   }
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  if (sig == 0) sigwait(&sigs, &sig);
 
   // The socket goes first, so no client connects to a daemon on its way out and nothing stale is left even if the
   // rest were to hang; then the progress thread stops (it never blocks in MPI, but if it ever did, exit anyway),
@@ -266,14 +282,14 @@ int Serve(const ServeOptions& o) {
   server->Unpublish();
   if (!loop.Stop(5000)) {
     Error("progress thread did not stop within 5 s on %s; exiting", strsignal(sig));
-    if (o.cleanup) RemoveStaged(local, plan);
+    if (o.cleanup) staged_files.RemoveAll();
     _exit(1);
   }
   transport->Shutdown();
   server->Stop();
   router->Settle();
   Info("stopping on %s: %s", strsignal(sig), stats.Line().c_str());
-  if (o.cleanup) RemoveStaged(local, plan);
+  if (o.cleanup) staged_files.RemoveAll();
   router.reset();
   server.reset();
   transport.reset();

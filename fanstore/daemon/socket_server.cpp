@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -80,6 +81,28 @@ bool InGroup(pid_t pid, gid_t gid) {
       if (static_cast<gid_t>(g) == gid) return true;
   }
   return false;
+}
+
+// Makes `path` free for our socket: nothing there, or a stale socket left by a killed daemon (no listener: it is
+// removed). A live daemon's socket, one we may not connect to (another user's), or a non-socket is an error.
+Status ClearStale(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return Status::Ok();
+  if (!S_ISSOCK(st.st_mode)) return Status(Code::kExists, path + " exists and is not a socket");
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::FromErrno(errno, "socket");
+  sockaddr_un a = Addr(path);
+  int err = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+  close(fd);
+  if (err == 0)
+    return Status(Code::kExists, "a daemon is already serving at " + path +
+                                     " (two ranks of one node with the same --socket? give each its own, e.g. "
+                                     "--socket /tmp/fanstore-{rank}.sock)");
+  if (err != ECONNREFUSED && err != ENOENT)
+    return Status(Code::kExists, path + " is a socket this daemon cannot check (" + std::strerror(err) +
+                                     "): give another --socket");
+  unlink(path.c_str());  // stale: left by a daemon that was killed
+  return Status::Ok();
 }
 
 }  // namespace
@@ -285,8 +308,8 @@ struct SocketServer::Impl {
                                                " files, lines under 64 KiB)"),
             {});
     } else {
-      H()->OnHint(c.hint_stream, std::move(c.hint_ranges), c.hint_append);
-      Queue(c, dp::MsgType::kPrefetch, c.hint_req, Status::Ok(), dp::EncodePrefetchCounts(c.hint_counts));
+      Status s = H()->OnHint(c.hint_stream, std::move(c.hint_ranges), c.hint_append);
+      Queue(c, dp::MsgType::kPrefetch, c.hint_req, s, s.ok() ? dp::EncodePrefetchCounts(c.hint_counts) : std::string());
     }
     c.hint_ranges = {};
     (void)id;
@@ -567,16 +590,8 @@ Status SocketServer::Bind(const std::string& path) {
   if (m.tmp_path.size() >= sizeof probe.sun_path)
     return Status(Code::kNameTooLong, "socket path " + m.tmp_path + " is longer than " +
                                           std::to_string(sizeof probe.sun_path - 1) + " bytes: use --socket");
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return Status(Code::kExists, path + " exists and is not a socket");
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a = Addr(path);
-    bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (fd >= 0) close(fd);
-    if (live) return Status(Code::kExists, "a daemon is already serving at " + path + " (give another --socket)");
-    unlink(path.c_str());  // stale: left by a daemon that was killed
-  }
+  Status free = ClearStale(path);
+  if (!free.ok()) return free;
   m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (m.wake_fd < 0) return Status::FromErrno(errno, "eventfd");
   m.ep = epoll_create1(EPOLL_CLOEXEC);
@@ -603,8 +618,23 @@ Status SocketServer::Bind(const std::string& path) {
 }
 
 Status SocketServer::Publish() {
-  if (rename(impl_->tmp_path.c_str(), impl_->path.c_str()) != 0)
-    return Status::FromErrno(errno, "rename " + impl_->tmp_path + " -> " + impl_->path);
+  const std::string& from = impl_->tmp_path;
+  const std::string& to = impl_->path;
+  // Never over another socket: two ranks of one node given the same --socket would otherwise both say "ready"
+  // while one of them is unreachable. (A stale socket is cleared first; a file system without RENAME_NOREPLACE
+  // gets a plain rename after the same check.)
+  for (int tries = 0;; ++tries) {
+    int r = renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
+    if (r != 0 && errno == EINVAL) {
+      Status free = ClearStale(to);
+      if (!free.ok()) return free;
+      r = rename(from.c_str(), to.c_str());
+    }
+    if (r == 0) break;
+    if (errno != EEXIST || tries > 0) return Status::FromErrno(errno, "rename " + from + " -> " + to);
+    Status free = ClearStale(to);
+    if (!free.ok()) return free;
+  }
   impl_->published = true;
   return Status::Ok();
 }

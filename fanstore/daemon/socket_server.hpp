@@ -42,7 +42,8 @@ class RequestHandler {
   enum class PathKind { kRemote, kLocal, kMissing };
   // What an image-relative path is to this node (for a prefetch hint): *r is its stored range when remote.
   virtual PathKind Resolve(std::string_view path, ByteRange* r) = 0;
-  virtual void OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) = 0;
+  // Takes a hint (kInvalidArgument: refused, e.g. too long; the client gets the reason).
+  virtual Status OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) = 0;
 };
 
 struct ServerOptions {
@@ -62,10 +63,11 @@ class SocketServer {
   void SetHandler(RequestHandler* h) { handler_ = h; }
 
   // Listens under a temporary name next to `path` (so clients cannot connect before Publish), with the
-  // socket's mode and group set before anyone could connect. Refuses a path where a live daemon answers;
-  // replaces a stale socket left by a killed one.
+  // socket's mode and group set before anyone could connect. Refuses a path where a live daemon answers (or one
+  // it cannot check: another user's); replaces a stale socket left by a killed one.
   Status Bind(const std::string& path);
-  // Renames the socket to its final path: from now on `fanstore wait` and clients see it.
+  // Renames the socket to its final path, never over another daemon's (RENAME_NOREPLACE): from now on
+  // `fanstore wait` and clients see it.
   Status Publish();
   // Handles client I/O, waiting at most timeout_us for some (0: just look); true when anything happened.
   bool Poll(int64_t timeout_us);

@@ -43,9 +43,12 @@ Result<uint64_t> FileSize(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+Status Interrupted() { return Status(Code::kIoError, "staging interrupted by a signal"); }
+
 // Copies src to dst via a temporary name in dst's directory, so a half-copied file never has the final name.
 // The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask.
-Status CopyFile(const std::string& src, const std::string& dst) {
+Status CopyFile(const std::string& src, const std::string& dst, const std::function<bool()>& cancelled,
+                StagedFiles* staged) {
   int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Status::FromErrno(errno, "open " + src);
   struct stat sst;
@@ -55,10 +58,12 @@ Status CopyFile(const std::string& src, const std::string& dst) {
     return Status::FromErrno(err, "stat " + src);
   }
   std::string tmp = dst + ".tmp." + std::to_string(getpid());
-  int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  staged->BeginTemp(tmp);
+  int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (out < 0) {
     int err = errno;
     close(in);
+    staged->AbortTemp(tmp);
     return Status::FromErrno(err, "create " + tmp);
   }
   Status s;
@@ -66,6 +71,10 @@ Status CopyFile(const std::string& src, const std::string& dst) {
   bool use_cfr = true;  // copy_file_range stays in the kernel; fall back to read/write across file systems
   std::unique_ptr<char[]> buf;
   for (; s.ok();) {
+    if (cancelled && cancelled()) {
+      s = Interrupted();
+      break;
+    }
     ssize_t n;
     if (use_cfr) {
       n = copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
@@ -95,13 +104,15 @@ Status CopyFile(const std::string& src, const std::string& dst) {
   }
   close(in);
   if (close(out) != 0 && s.ok()) s = Status::FromErrno(errno, "close " + tmp);
-  if (s.ok() && rename(tmp.c_str(), dst.c_str()) != 0) s = Status::FromErrno(errno, "rename " + tmp + " -> " + dst);
-  if (!s.ok()) unlink(tmp.c_str());
-  return s;
+  if (!s.ok()) {
+    staged->AbortTemp(tmp);
+    return s;
+  }
+  return staged->Commit(tmp, dst);
 }
 
 // Decodes and checksums every file of the staged partitions `parts` (threads share the work by entry id).
-Status VerifyStaged(const std::string& local_dir, const StagePlan& plan) {
+Status VerifyStaged(const std::string& local_dir, const StagePlan& plan, const std::function<bool()>& cancelled) {
   ImageOpenOptions io;
   io.partition_dir = local_dir;
   auto img = Image::Open(local_dir, io);
@@ -122,6 +133,10 @@ Status VerifyStaged(const std::string& local_dir, const StagePlan& plan) {
       {
         std::lock_guard<std::mutex> g(mu);
         if (!first_bad.ok()) return;
+        if (cancelled && cancelled()) {
+          first_bad = Interrupted();
+          return;
+        }
       }
       Entry e = im.Get(static_cast<uint32_t>(id));
       if (!e.is_reg() || e.part >= mine.size() || !mine[e.part]) continue;
@@ -165,12 +180,18 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
   return plan;
 }
 
-Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir) {
+Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged) {
   struct stat ist;
   if (stat(image_dir.c_str(), &ist) != 0) return Status::FromErrno(errno, "stat " + image_dir);
   // A new staging directory gets the image directory's permissions (so does each staged file).
+  bool created = false;
   if (mkdir(local_dir.c_str(), ist.st_mode & 0777) == 0) {
-    if (chmod(local_dir.c_str(), ist.st_mode & 07777) != 0) return Status::FromErrno(errno, "chmod " + local_dir);
+    created = true;
+    if (chmod(local_dir.c_str(), ist.st_mode & 07777) != 0) {
+      int err = errno;
+      rmdir(local_dir.c_str());
+      return Status::FromErrno(err, "chmod " + local_dir);
+    }
   } else if (errno != EEXIST) {
     return Status::FromErrno(errno, "mkdir " + local_dir);
   }
@@ -179,6 +200,16 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
     if (errno == ENOTDIR) return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");
     return Status::FromErrno(errno, "open " + local_dir);
   }
+  // The image directory itself, by whatever path (a symlink, a bind mount): staging would copy every partition
+  // over itself, and --cleanup would then delete the image.
+  struct stat lst;
+  if (fstat(fd, &lst) == 0 && lst.st_dev == ist.st_dev && lst.st_ino == ist.st_ino) {
+    close(fd);
+    return Status(Code::kInvalidArgument, "--local " + local_dir + " is the image directory " + image_dir +
+                                              ": give each node a staging directory of its own, e.g. "
+                                              "--local /tmp/fanstore-{rank}");
+  }
+  staged->SetDirectory(local_dir, created);
   // flock on the directory itself: nothing is written to take it, and it goes away with the process.
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
@@ -192,7 +223,8 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
 }
 
 Status Stage(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes,
-             const std::function<void(const char* line)>& progress, const std::function<bool()>& cancelled) {
+             const std::function<void(const char* line)>& progress, const std::function<bool()>& cancelled,
+             StagedFiles* staged) {
   struct stat dst;
   if (stat(local_dir.c_str(), &dst) != 0) return Status::FromErrno(errno, "stat " + local_dir);
   if (!S_ISDIR(dst.st_mode)) return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");
@@ -224,13 +256,13 @@ Status Stage(const std::string& image_dir, const std::string& local_dir, const S
   auto t0 = std::chrono::steady_clock::now();
   uint64_t done = 0;
   char line[512];
-  Status s = CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName);
+  Status s = CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, cancelled, staged);
   if (!s.ok()) return s;
   done += *isz;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
-    if (cancelled && cancelled()) return Status(Code::kIoError, "staging interrupted by a signal");
+    if (cancelled && cancelled()) return Interrupted();
     std::string from = src.PartitionPath(plan.parts[i]);
-    s = CopyFile(from, local_dir + "/" + Base(from));
+    s = CopyFile(from, local_dir + "/" + Base(from), cancelled, staged);
     if (!s.ok()) return s;
     auto sz = FileSize(from);
     done += sz.ok() ? *sz : 0;
@@ -242,18 +274,12 @@ Status Stage(const std::string& image_dir, const std::string& local_dir, const S
       progress(line);
     }
   }
-  s = VerifyStaged(local_dir, plan);
+  s = VerifyStaged(local_dir, plan, cancelled);
   if (s.ok() && progress) {
     std::snprintf(line, sizeof line, "verified every file of %zu staged partitions", plan.parts.size());
     progress(line);
   }
   return s;
-}
-
-void RemoveStaged(const std::string& local_dir, const StagePlan& plan) {
-  for (uint32_t p : plan.parts) unlink((local_dir + "/" + format::PartitionFileName(p, plan.regular_parts)).c_str());
-  unlink((local_dir + "/" + format::kIndexName).c_str());
-  rmdir(local_dir.c_str());  // only succeeds when empty: never removes what others put there
 }
 
 }  // namespace fanstore::daemon

@@ -205,3 +205,24 @@ def case_coalesce(ctx):
     check(c["peer fetches"] == remote, f"each of the {remote} remote files must cross MPI exactly once")
     check(c["cache hits"] + c["coalesced"] + shared == 7 * remote,
           "the other readers joined a fetch or read the node cache")
+
+
+def case_chunked(ctx):
+    """Replies bigger than one MPI message (1 GiB; here --max-message 64 KiB, so most files) travel in chunks:
+    four clients on each of the four daemons read every file at once, so chunked replies from one owner to one asker
+    overlap. Every byte must match the source, with no error and no timeout (chunks of one reply must never be
+    taken for another's, or for a new message)."""
+    ctx.pack(parts=8, nfiles=120, sizes=(70000, 131072, 300000, 700000))
+    job = Job(ctx, 4, "--max-message", "65536", "--cache-bytes", "0", "--timeout", "20")
+    job.wait_ready()
+    procs = [ctx.start_check(r % 4, "--which", "remote", "--threads", "3") for r in range(8)]
+    for i, p in enumerate(procs):
+        out, _ = p.communicate(timeout=240)
+        log(f"client@rank{i % 4} -> rc {p.returncode}: {out.strip()[-300:]}")
+        check(p.returncode == 0, f"client {i} failed: chunked replies were lost or mixed up")
+    job.stop()
+    out = job.output()
+    for r in range(4):
+        c = counters(out, r)
+        log(f"rank {r}: {c}")
+        check(c and c["errors"] == 0 and c["timeouts"] == 0, f"rank {r} had errors or timeouts")

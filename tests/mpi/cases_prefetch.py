@@ -4,6 +4,9 @@ the hints did: every remote file crossed MPI once, readers found it fetched ahea
 import json
 import os
 import re
+import select
+import socket
+import struct
 import subprocess
 
 from cases_basic import source_md5s, torch_or_skip
@@ -124,3 +127,88 @@ def case_prefetch(ctx):
         check(c["prefetched"] > 0, "fanstore-train must have hinted its epoch order")
     else:
         log("fanstore-train not built: its hint is not exercised")
+
+
+def hint_socket(sock_path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(sock_path)
+    return s
+
+
+def raw_hint(s, req_id, stream, paths, append):
+    """One prefetch request on socket `s`; returns (code, message, counts or None)."""
+    body = "".join(p + "\n" for p in paths).encode()
+    s.sendall(struct.pack("<IHHQQIIQQ", 0x51445346, 2, 3, req_id, stream, 1 if append else 0, 0, 0, len(body)) + body)
+    head = b""
+    while len(head) < 48:
+        chunk = s.recv(48 - len(head))
+        check(chunk, "the daemon closed the connection")
+        head += chunk
+    magic, _, _, rid, code, msg_len, size, _, _, _ = struct.unpack("<IHHQIIQIIQ", head)
+    check(magic == 0x52445346 and rid == req_id, "malformed reply")
+    rest = b""
+    while len(rest) < msg_len + size:
+        rest += s.recv(msg_len + size - len(rest))
+    return code, rest[:msg_len].decode(errors="replace"), rest[msg_len:] if size else None
+
+
+def partition_of(ctx, rel):
+    r = subprocess.run([ctx.args.fanstore, "stat", ctx.img, rel], capture_output=True, text=True, timeout=30)
+    m = re.search(r"part: (\d+)", r.stdout)
+    check(m, f"fanstore stat {rel}: {r.stdout} {r.stderr}")
+    return int(m.group(1))
+
+
+def case_prefetch_limits(ctx):
+    """Hints are bounded and cannot starve each other: (1) a client appending to its hint forever is refused once
+    the daemon holds 4x the image's files for it (it used to keep every path: unbounded memory); (2) a stream
+    whose reader went away (never read a file of its hint) holds the prefetch window only until another stream is
+    being read: then it yields (--prefetch-idle), and the new reader finds its files fetched ahead (it used to get
+    no prefetch at all for the rest of the daemons' life)."""
+    ctx.pack(parts=8, nfiles=120, sizes=(131072, 300000))
+    # (Sizes with units, as in the docs' examples: they were refused with "Could not convert".)
+    job = Job(ctx, 4, "--cache-bytes", "64M", "--prefetch-window", "1MiB", "--prefetch-idle", "1")
+    job.wait_ready()
+    files = []
+    for d, _, names in os.walk(os.path.join(ctx.src, "train")):
+        files += [os.path.relpath(os.path.join(d, n), ctx.src) for n in sorted(names)]
+    owner = {f: partition_of(ctx, f) % 4 for f in sorted(files)}
+    of = lambda r: [f for f in sorted(files) if owner[f] == r]  # noqa: E731
+    # (1) Appends without end.
+    s = hint_socket(ctx.sock(0))
+    code, msg, _ = raw_hint(s, 2, 77, files, False)
+    check(code == 0, f"the first hint must be taken: {msg}")
+    refused = None
+    for i in range(200):
+        code, msg, _ = raw_hint(s, 3 + i, 77, files, True)
+        if code != 0:
+            refused = (i, code, msg)
+            break
+    s.close()
+    log(f"appending {len(files)} paths at a time: {refused}")
+    check(refused and "too long" in refused[2],
+          "appending to a hint without end must be refused with the reason (the daemon kept every path)")
+    # Replaced by a short one (a new hint of the same stream is always fine), so it holds nothing here.
+    s = hint_socket(ctx.sock(0))
+    check(raw_hint(s, 2, 77, of(0)[:1], False)[0] == 0, "a replacing hint must be taken")
+    s.close()
+    # (2) Stream 1 hints rank 1's files and never reads them: they fill the 1 MiB window.
+    s = hint_socket(ctx.sock(0))
+    check(raw_hint(s, 2, 1, of(1), False)[0] == 0, "hint of stream 1")
+    s.close()
+    select.select([], [], [], 2.0)  # stream 1 idle for twice --prefetch-idle
+    lst = os.path.join(ctx.work, "rank2.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(of(2)) + "\n")
+    r = subprocess.run([ctx.args.fanstore, "prefetch", "--daemon", ctx.sock(0), "--stream", "2", lst],
+                       capture_output=True, text=True, env=ctx.env, timeout=60)
+    log(f"stream 2: {r.stdout.strip()} {r.stderr.strip()}")
+    check(r.returncode == 0, "fanstore prefetch failed")
+    res = ctx.run_check(0, "--owner-rank", "2", "--nranks", "4")
+    check(res.returncode == 0, "reading rank 2's files failed")
+    job.stop()
+    c = counters(job.output(), 0)
+    log(f"rank 0 daemon: {c}")
+    check(c["prefetch hits"] > 0, "the reader of stream 2 found nothing fetched ahead: the window stayed with stream 1, "
+                                  "whose reader never read")

@@ -136,6 +136,19 @@ def case_lock(ctx):
     check(r.returncode == 0, "the running job must keep serving")
     job.stop()
 
+    # Two ranks of one node given the same --socket (and their own --local): the second rename must not replace
+    # the first rank's socket (both used to say "ready" while one daemon was unreachable).
+    shared = os.path.join(ctx.work, "shared.sock")
+    clash = Job(ctx, 2, "--socket", shared, local=os.path.join(ctx.work, "clash{rank}"), wrap_exit=True)
+    clash.wait(120)
+    out = clash.output()
+    log("same --socket on two ranks:\n" + out.strip())
+    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+    check(len(exits) == 2 and all(v != "0" for v in exits.values()), f"every rank must stop: {exits}")
+    check("a daemon is already serving at " + shared in out and "ready:" not in out,
+          "one rank must say the socket is taken, and the job must not become ready")
+    check(not os.path.exists(shared), "the refused job left its socket")
+
 
 def hostile_pipeline(sock_path, part, offset, length, n):
     """A client that sends a hello and `n` fetches without ever reading a reply."""
@@ -206,4 +219,57 @@ def case_limits(ctx):
     check(memfd_maps(pid) <= base_maps + 4 + 2, "idle connections must not pin shared memory")
     for s in idle:
         s.close()
+    job.stop()
+
+
+def fetch_once(sock_path, part, offset, length, timeout):
+    """One fetch on a fresh connection; returns (code, message), or None when no reply came within `timeout`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(sock_path)
+    try:
+        s.sendall(struct.pack("<IHHQIIQQQ", 0x51445346, 2, 2, 7, part, 0, offset, length, 0))
+        head = b""
+        while len(head) < 48:
+            chunk = s.recv(48 - len(head))
+            if not chunk:
+                return None
+            head += chunk
+        _, _, _, rid, code, msg_len, _, _, _, _ = struct.unpack("<IHHQIIQIIQ", head)
+        return code, s.recv(msg_len).decode(errors="replace") if msg_len else ""
+    except socket.timeout:
+        return None
+    finally:
+        s.close()
+
+
+def case_no_memory(ctx):
+    """A daemon that cannot map memory for a reply (an address-space limit, as Slurm's VSizeFactor sets) answers
+    with an error at once, never leaves the client waiting out its timeout, and serves again once it can."""
+    import random
+    os.makedirs(os.path.join(ctx.src, "big"))
+    rnd = random.Random(5)
+    for i in range(8):
+        with open(os.path.join(ctx.src, "big", f"b{i}.bin"), "wb") as f:
+            f.write(rnd.randbytes(3 << 20))
+    r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", ctx.img, "--parts", "2"], capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode == 0, r.stderr)
+    job = Job(ctx, 2, "--timeout", "30")
+    job.wait_ready()
+    pid = job.pids()[0]
+    check(fetch_once(ctx.sock(0), 0, 0, 4096, 30) == (0, ""), "a small fetch of a staged range must work")
+    # A range of partition 0 (staged on rank 0: the daemon reads it itself) bigger than what is left to map.
+    with open(f"/proc/{pid}/status") as f:
+        vm = int(re.search(r"VmSize:\s+(\d+) kB", f.read()).group(1)) * 1024
+    limits = resource.prlimit(pid, resource.RLIMIT_AS)
+    resource.prlimit(pid, resource.RLIMIT_AS, (vm + (4 << 20), limits[1]))
+    try:
+        got = fetch_once(ctx.sock(0), 0, 0, 8 << 20, 20)
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_AS, limits)
+    log(f"8 MiB fetch under an address-space limit -> {got}")
+    check(got is not None, "no reply: the daemon left the client waiting (it used to, until the client's timeout)")
+    check(got[0] != 0 and "memory" in got[1], f"expected an out-of-memory error: {got}")
+    check(fetch_once(ctx.sock(0), 0, 0, 8 << 20, 30) == (0, ""), "the daemon must serve again once it can map")
     job.stop()

@@ -91,22 +91,24 @@ std::vector<ByteRange> Ranges(int n, uint32_t part = 0) {
 
 TEST(Prefetcher, FollowsTheHintWithinTheLookAhead) {
   Prefetcher p(/*max_ahead=*/3);
-  p.Hint(7, Ranges(10), false);
+  ASSERT_TRUE(p.Hint(7, Ranges(10), false).ok());
   auto none = [](const ByteRange&) { return false; };
+  uint64_t gen = 0;
   for (uint64_t i = 0; i < 3; ++i) {
     auto it = p.Next(none);
     ASSERT_TRUE(it);
     EXPECT_EQ(it->index, i);
     EXPECT_EQ(it->range.offset, i * 100);
     EXPECT_EQ(it->stream, 7u);
+    gen = it->gen;
   }
   EXPECT_FALSE(p.Next(none)) << "three ahead of the reader at most";
-  p.Consumed(7, 0);
+  p.Consumed(7, gen, 0);
   auto it = p.Next(none);
   ASSERT_TRUE(it);
   EXPECT_EQ(it->index, 3u);
   // Ranges the caller has (cached, in flight) are skipped.
-  p.Consumed(7, 3);
+  p.Consumed(7, gen, 3);
   it = p.Next([](const ByteRange& r) { return r.offset == 400; });
   ASSERT_TRUE(it);
   EXPECT_EQ(it->index, 5u);
@@ -114,14 +116,16 @@ TEST(Prefetcher, FollowsTheHintWithinTheLookAhead) {
 
 TEST(Prefetcher, ANewHintReplacesTheStreamAndReleasesWhatWasNotRead) {
   Prefetcher p;
-  p.Hint(1, Ranges(4), false);
+  ASSERT_TRUE(p.Hint(1, Ranges(4), false).ok());
   auto none = [](const ByteRange&) { return false; };
+  auto first = p.Next(none);
+  ASSERT_TRUE(first);
   ASSERT_TRUE(p.Next(none));
-  ASSERT_TRUE(p.Next(none));
-  p.Consumed(1, 0);
+  p.Consumed(1, first->gen, 0);
   auto released = p.Hint(1, Ranges(2, 9), false);  // the next epoch
-  ASSERT_EQ(released.size(), 1u);                  // position 1 was fetched, never read
-  EXPECT_EQ(released[0].offset, 100u);
+  ASSERT_TRUE(released.ok());
+  ASSERT_EQ(released->size(), 1u);  // position 1 was fetched, never read
+  EXPECT_EQ((*released)[0].offset, 100u);
   auto it = p.Next(none);
   ASSERT_TRUE(it);
   EXPECT_EQ(it->range.part, 9u);
@@ -129,15 +133,81 @@ TEST(Prefetcher, ANewHintReplacesTheStreamAndReleasesWhatWasNotRead) {
   EXPECT_EQ(p.streams(), 1u);
 }
 
+// A fetch of the previous epoch's hint that completes (or is read) after the next epoch's hint arrived must not
+// count as the new hint's: it would move the new cursor, or stay tagged (holding the window) for good.
+TEST(Prefetcher, FetchesOfAReplacedHintAreStale) {
+  Prefetcher p(/*max_ahead=*/2);
+  ASSERT_TRUE(p.Hint(1, Ranges(8), false).ok());
+  auto none = [](const ByteRange&) { return false; };
+  auto old = p.Next(none);
+  ASSERT_TRUE(old);
+  ASSERT_TRUE(p.Hint(1, Ranges(8, 5), false).ok());  // in flight meanwhile: position 0 of the old hint
+  EXPECT_FALSE(p.Live(1, old->gen));
+  EXPECT_TRUE(p.Consumed(1, old->gen, 6).empty());  // a reader reads the old fetch's range: nothing moves
+  auto a = p.Next(none), b = p.Next(none);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(p.Live(1, a->gen));
+  EXPECT_EQ(a->range.part, 5u);
+  EXPECT_EQ(b->index, 1u);
+  EXPECT_FALSE(p.Next(none)) << "the stale read must not have moved the new hint's reader to position 7";
+}
+
+// Appending to a hint forever must not grow the daemon without bound; other streams make room, in age order.
+TEST(Prefetcher, HintedRangesAreBounded) {
+  Prefetcher p(4096, 64, /*max_ranges=*/100);
+  ASSERT_TRUE(p.Hint(1, Ranges(60, 1), false).ok());
+  ASSERT_TRUE(p.Hint(2, Ranges(30, 2), false).ok());
+  ASSERT_TRUE(p.Hint(2, Ranges(20, 2), true).ok());  // 110 in all: stream 1, the oldest, goes
+  EXPECT_EQ(p.streams(), 1u);
+  auto refused = p.Hint(2, Ranges(60, 2), true);     // 110 in stream 2 alone
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(p.streams(), 1u);
+  for (int i = 0; i < 1000; ++i) ASSERT_FALSE(p.Hint(2, Ranges(60, 2), true).ok());
+  ASSERT_TRUE(p.Hint(2, Ranges(100, 2), false).ok()) << "a replacing hint up to the bound is fine";
+}
+
+TEST(Prefetcher, AStreamNobodyReadsYieldsTheWindowToAnActiveOne) {
+  const int64_t s = 1000000;
+  Prefetcher p;
+  auto none = [](const ByteRange&) { return false; };
+  ASSERT_TRUE(p.Hint(1, Ranges(10, 1), false, 0).ok());
+  ASSERT_TRUE(p.Next(none) && p.Next(none));  // fetched ahead; its reader then stops
+  // Alone, a paused reader (a long first step) keeps its hint however long it pauses.
+  EXPECT_TRUE(p.ReleaseIdle(60 * s, 10 * s).empty());
+  ASSERT_TRUE(p.Hint(2, Ranges(10, 2), false, 60 * s).ok());  // another reader starts
+  EXPECT_TRUE(p.ReleaseIdle(61 * s, 100 * s).empty()) << "not idle for that long yet";
+  auto released = p.ReleaseIdle(61 * s, 10 * s);
+  EXPECT_EQ(released.size(), 2u) << "stream 1's ranges fetched ahead are released";
+  EXPECT_EQ(p.streams(), 1u);
+  for (int i = 0; i < 10; ++i) {
+    auto it = p.Next(none);
+    if (!it) break;
+    EXPECT_EQ(it->range.part, 2u);
+  }
+  // Two readers that both pause: neither is taken from the other.
+  Prefetcher q;
+  ASSERT_TRUE(q.Hint(1, Ranges(10, 1), false, 0).ok());
+  ASSERT_TRUE(q.Hint(2, Ranges(10, 2), false, 0).ok());
+  ASSERT_TRUE(q.Next(none) && q.Next(none));
+  EXPECT_TRUE(q.ReleaseIdle(60 * s, 10 * s).empty());
+  EXPECT_EQ(q.streams(), 2u);
+}
+
 TEST(Prefetcher, RangesThePassedByAreReleased) {
   Prefetcher p(/*max_ahead=*/5000);
-  p.Hint(1, Ranges(3000), false);
+  ASSERT_TRUE(p.Hint(1, Ranges(3000), false).ok());
   auto none = [](const ByteRange&) { return false; };
-  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(p.Next(none));
+  uint64_t gen = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto it = p.Next(none);
+    ASSERT_TRUE(it);
+    gen = it->gen;
+  }
   // The reader skipped position 0 and read far beyond it.
   std::vector<ByteRange> passed;
   for (uint64_t i = 1; i < 1500; ++i) {
-    auto v = p.Consumed(1, i);
+    auto v = p.Consumed(1, gen, i);
     passed.insert(passed.end(), v.begin(), v.end());
   }
   ASSERT_EQ(passed.size(), 1u);
@@ -146,13 +216,13 @@ TEST(Prefetcher, RangesThePassedByAreReleased) {
 
 TEST(Prefetcher, StreamsTakeTurnsAndTheOldestIsForgotten) {
   Prefetcher p(100, /*max_streams=*/2);
-  p.Hint(1, Ranges(5, 1), false);
-  p.Hint(2, Ranges(5, 2), false);
+  ASSERT_TRUE(p.Hint(1, Ranges(5, 1), false).ok());
+  ASSERT_TRUE(p.Hint(2, Ranges(5, 2), false).ok());
   auto none = [](const ByteRange&) { return false; };
   std::set<uint32_t> parts;
   for (int i = 0; i < 4; ++i) parts.insert(p.Next(none)->range.part);
   EXPECT_EQ(parts, (std::set<uint32_t>{1, 2}));
-  p.Hint(3, Ranges(5, 3), false);
+  ASSERT_TRUE(p.Hint(3, Ranges(5, 3), false).ok());
   EXPECT_EQ(p.streams(), 2u);
   for (int i = 0; i < 10; ++i) {
     auto it = p.Next(none);

@@ -17,6 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases_basic  # noqa: E402
+import cases_cleanup  # noqa: E402
 import cases_faults  # noqa: E402
 import cases_netns  # noqa: E402
 import cases_prefetch  # noqa: E402
@@ -29,14 +30,19 @@ CASES = {
     "nospace": cases_basic.case_nospace,
     "python": cases_basic.case_python,
     "coalesce": cases_basic.case_coalesce,
+    "chunked": cases_basic.case_chunked,
     "fault": cases_faults.case_fault,
     "dead_peer": cases_faults.case_dead_peer,
     "kill_stress": cases_faults.case_kill_stress,
     "security": cases_security.case_security,
     "lock": cases_security.case_lock,
     "limits": cases_security.case_limits,
+    "no_memory": cases_security.case_no_memory,
     "prefetch": cases_prefetch.case_prefetch,
+    "prefetch_limits": cases_prefetch.case_prefetch_limits,
     "netns": cases_netns.case_netns,
+    "cleanup": cases_cleanup.case_cleanup,
+    "startup_signal": cases_cleanup.case_startup_signal,
 }
 
 

@@ -22,6 +22,7 @@ namespace fanstore::cli {
 
 void AddServeCommands(CLI::App& app, int& exit_code) {
 #ifdef FANSTORE_WITH_MPI
+  // Byte counts take a unit (--cache-bytes 4G, 512MiB; k, m, g... are powers of 1024), as the docs' examples do.
   auto so = std::make_shared<daemon::ServeOptions>();
   CLI::App* serve = app.add_subcommand(
       "serve", "Per-node MPI daemon: stage this rank's partitions to local storage, then serve the node's clients "
@@ -32,23 +33,32 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_option("--replicas", so->replicas, "Copies of each partition, on distinct ranks")->capture_default_str();
   serve->add_option("--timeout", so->timeout_s, "Seconds after which a remote read fails with EIO")->capture_default_str();
   serve->add_flag("--cleanup", so->cleanup, "Remove the staged data when the daemon stops");
-  serve->add_option("--reserve", so->reserve_bytes, "Bytes to leave free on the local file system")->capture_default_str();
+  serve->add_option("--reserve", so->reserve_bytes, "Bytes to leave free on the local file system")->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   serve->add_option("--cache-bytes", so->cache_bytes,
                     "Node RAM cache of fetched remote files, shared by every client of the node (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   serve->add_option("--prefetch-window", so->prefetch_window,
                     "Bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  serve->add_option("--prefetch-idle", so->prefetch_idle_s,
+                    "Seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
       ->capture_default_str();
   serve->add_option("--socket-mode", so->socket_mode,
                     "Octal permission bits of the socket (default 0600: only this user; 0660 with --group)");
   serve->add_option("--group", so->group, "Group (name or gid) whose members may use the daemon too");
   serve->add_option("--conn-memory", so->conn_memory,
                     "Shared memory one client connection may pin (its reply area; bigger files go one at a time)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   serve->add_flag("--progress", so->progress_spin,
                   "Poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
   serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
       ->capture_default_str();
+  // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).
+  serve->add_option("--max-message", so->max_message, "Largest message between daemons (tests)")->group("");
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
 #else
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");

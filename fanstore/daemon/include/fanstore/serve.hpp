@@ -16,11 +16,13 @@ struct ServeOptions {
   uint64_t reserve_bytes = 0;  // leave this much free on the local file system
   uint64_t cache_bytes = 1ull << 30;       // node RAM cache of fetched remote bytes (0: off)
   uint64_t prefetch_window = 0;            // bytes fetched ahead of the readers; 0: half the cache
+  double prefetch_idle_s = 10.0;           // a hint stream not read for this long yields the window to active ones
   uint64_t conn_memory = 64ull << 20;      // a connection's reply area grows up to this
   std::string socket_mode;                 // octal permission bits of the socket; empty: 0600 (0660 with group)
   std::string group;                       // group (name or gid) whose members may use the daemon
   bool progress_spin = false;              // poll MPI flat out (a core at 100%) for the lowest latency
   int hot_us = 2000;                       // after activity, poll without sleeping this long (microseconds)
+  uint64_t max_message = 1ull << 30;       // (tests) bigger replies between daemons travel in chunks of this size
 };
 
 // Runs the daemon until SIGTERM/SIGINT/SIGHUP. Calls MPI_Init/MPI_Finalize itself. Every rank returns

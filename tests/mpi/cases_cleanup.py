@@ -1,0 +1,126 @@
+"""Stopping cases: `--cleanup` removes only what this daemon staged (never the image, never a user's files or a
+directory it did not create), and a termination signal stops every rank even when a peer died during start-up
+(the survivors would otherwise wait in a start-up collective forever, ignoring SIGTERM)."""
+import os
+import re
+import select
+import signal
+import time
+
+from cases_security import snapshot
+from mpi_harness import Job, check, log, parts_of, wait_gone
+
+
+def case_cleanup(ctx):
+    ctx.pack(parts=4)
+    image_before = snapshot([ctx.img])
+    # 1. --local is the image directory (directly, or through a symlink): refused by every rank before anything is
+    # written; with --cleanup the old daemon copied each partition over itself and then deleted the image.
+    link = os.path.join(ctx.work, "imagelink")
+    os.symlink(ctx.img, link)
+    for local in (ctx.img, link):
+        # One rank (as on each node of a real job; with two here the second would only be refused by the lock).
+        job = Job(ctx, 1, "--cleanup", "--socket", os.path.join(ctx.work, "c{rank}.sock"), local=local, wrap_exit=True)
+        job.wait(120)
+        out = job.output()
+        log(f"--local {local}:\n" + out.strip())
+        exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+        check(exits == {"0": "1"}, f"the rank must refuse: {exits}")
+        check(re.search(r"fanstore serve\[rank 0\]: .*--local \S+ is the image directory", out),
+              "the rank must say --local is the image")
+        check(os.path.isdir(ctx.img) and snapshot([ctx.img]) == image_before, "the image was changed or removed")
+
+    # 2. A --local that exists and holds the user's own files named like ours: a failed staging (no space) with
+    # --cleanup must leave them, and the directory, alone.
+    mine = {}
+    for r in range(2):
+        os.makedirs(ctx.node(r))
+        for name in ("index.fsi", "part-00000.fsp", "part-00001.fsp", "notes.txt"):
+            with open(os.path.join(ctx.node(r), name), "w") as f:
+                f.write(f"user data {r} {name}\n")
+        mine.update(snapshot([ctx.node(r)]))
+    job = Job(ctx, 2, "--cleanup", "--reserve", str(10 ** 18), wrap_exit=True)
+    job.wait(120)
+    out = job.output()
+    check(re.search(r"no space", out), "staging should have failed for lack of space:\n" + out)
+    check(all(os.path.isdir(ctx.node(r)) for r in range(2)), "--cleanup removed a directory it did not create")
+    check(snapshot([ctx.node(r) for r in range(2)]) == mine, "--cleanup removed or changed files it did not stage")
+    log("a failed staging with --cleanup left the user's files alone")
+
+    # 3. A successful run with --cleanup in that pre-existing directory: what it staged goes (it replaced the
+    # same-named files, which were ours from then on), the user's other file and the directory stay.
+    for r in range(2):
+        for name in ("index.fsi", "part-00000.fsp", "part-00001.fsp"):
+            os.unlink(os.path.join(ctx.node(r), name))
+    job = Job(ctx, 2, "--cleanup")
+    job.wait_ready()
+    check(ctx.run_check(0).returncode == 0, "reads failed")
+    job.stop()
+    for r in range(2):
+        check(os.path.isdir(ctx.node(r)), f"--cleanup removed rank {r}'s directory, which it did not create")
+        left = sorted(os.listdir(ctx.node(r)))
+        check(left == ["notes.txt"], f"rank {r} left {left} (expected only the user's notes.txt)")
+    # 4. An empty directory it was given (e.g. the job's $TMPDIR) stays; one it created itself goes.
+    for name in ("empty", "fresh"):
+        dirs = [os.path.join(ctx.work, f"{name}{r}") for r in range(2)]
+        if name == "empty":
+            for d in dirs:
+                os.makedirs(d)
+        job = Job(ctx, 2, "--cleanup", local=os.path.join(ctx.work, name + "{rank}"))
+        job.wait_ready(socks=[os.path.join(d, "fanstore.sock") for d in dirs])
+        job.stop()
+        for d in dirs:
+            if name == "empty":
+                check(os.path.isdir(d) and not os.listdir(d), f"--cleanup must empty {d} and keep it: it was given")
+            else:
+                check(not os.path.exists(d), f"--cleanup left {d}, which it created")
+    check(snapshot([ctx.img]) == image_before, "the image changed")
+
+
+def case_startup_signal(ctx):
+    """Rank 3 is stopped during start-up and then killed: the survivors wait for it in a start-up collective. A
+    SIGTERM must still stop each of them (one line saying why, exit non-zero) and --cleanup must remove what they
+    staged."""
+    ctx.pack(parts=8, nfiles=200, sizes=(131072, 300000))
+    for attempt in range(3):
+        for r in range(4):
+            if os.path.exists(ctx.node(r)):
+                os.system(f"rm -rf '{ctx.node(r)}'")
+        job = Job(ctx, 4, "--cleanup", mpirun_extra=["--mca", "orte_abort_on_non_zero_status", "0"])
+        victim = None
+        deadline = time.time() + 60
+        # Rank 3 makes its directory just before the first start-up collective: stop it there.
+        while time.time() < deadline and victim is None:
+            pids = job.pids()
+            if 3 in pids and os.path.isdir(ctx.node(3)):
+                victim = pids[3]
+                os.kill(victim, signal.SIGSTOP)
+            else:
+                select.select([], [], [], 0.002)
+        check(victim is not None, "rank 3 never started:\n" + job.output())
+        survivors = {r: p for r, p in job.pids().items() if r != 3}
+        # The others go on until they wait for rank 3 (staged, or at the first collective).
+        if "ready:" in job.output():
+            log(f"attempt {attempt}: rank 3 was stopped only after start-up; again")
+            job.kill()
+            continue
+        select.select([], [], [], 1.0)
+        os.kill(victim, signal.SIGKILL)
+        wait_gone(victim)
+        check("ready:" not in job.output(), "the job became ready without rank 3")
+        t0 = time.time()
+        for p in survivors.values():
+            os.kill(p, signal.SIGTERM)
+        for r, p in survivors.items():
+            wait_gone(p, timeout=60)  # hang detection: the fix stops within a few seconds
+        log(f"the 3 survivors stopped {time.time() - t0:.1f} s after SIGTERM")
+        out = job.output()
+        log("output:\n" + out.strip())
+        job.kill()
+        for r in survivors:
+            check(re.search(rf"fanstore serve\[rank {r}\]: .*(Terminated|signal)", out),
+                  f"rank {r} must say it stopped on the signal")
+            left = parts_of(ctx.node(r)) if os.path.exists(ctx.node(r)) else []
+            check(not left, f"--cleanup left rank {r}'s staged data: {left}")
+        return
+    check(False, "could not stop rank 3 during start-up in 3 attempts")
