@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cases_basic  # noqa: E402
 import cases_cleanup  # noqa: E402
 import cases_faults  # noqa: E402
+import cases_mount  # noqa: E402
 import cases_netns  # noqa: E402
 import cases_prefetch  # noqa: E402
 import cases_security  # noqa: E402
@@ -31,6 +32,7 @@ CASES = {
     "python": cases_basic.case_python,
     "coalesce": cases_basic.case_coalesce,
     "chunked": cases_basic.case_chunked,
+    "mount": cases_mount.case_mount,
     "fault": cases_faults.case_fault,
     "dead_peer": cases_faults.case_dead_peer,
     "kill_stress": cases_faults.case_kill_stress,

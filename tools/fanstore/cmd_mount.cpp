@@ -22,7 +22,7 @@ void AddMountCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("-f,--foreground", opts->foreground,
                 "Stay in the foreground; SIGINT/SIGTERM unmount (default: detach once mounted)");
   cmd->add_option("--daemon", opts->daemon_socket,
-                  "Unix socket of this node's `fanstore serve` (multi-node); the daemon names the image it serves");
+                  "Unix socket of this node's `fanstore serve` (multi-node; {node} expands to this node's name); the daemon names the image it serves");
   cmd->add_option("-o", *raw_o,
                   "Mount options, comma separated: nonempty, allow_other, clone_fd, debug, readdirplus=yes|no|auto, "
                   "max_readahead=N, and other libfuse options; repeatable")

@@ -16,6 +16,7 @@
 #include "fanstore/client.hpp"
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
+#include "fanstore/path_template.hpp"
 #include "fuse_ops.hpp"
 #include "fuse_preflight.hpp"
 
@@ -106,8 +107,11 @@ Status Mount(const MountOptions& opts) {
     // Multi-node, as FANSTORE_DAEMON for the interposer: the daemon names its index copy and this node's
     // staged partitions (read directly); every other partition is fetched through it. Probing here means
     // a dead or missing daemon is reported to the caller before anything is mounted.
+    // "{node}" names this node's daemon, as in `fanstore run --daemon`, so one command line serves every node.
+    Result<std::string> socket = ExpandNodeTemplate(opts.daemon_socket);
+    if (!socket.ok()) return socket.status();
     DaemonInfo info;
-    Result<std::shared_ptr<RemoteFetcher>> fetcher = ConnectDaemonFetcher(opts.daemon_socket, &info);
+    Result<std::shared_ptr<RemoteFetcher>> fetcher = ConnectDaemonFetcher(*socket, &info);
     if (!fetcher.ok()) return fetcher.status();
     copts.image = info.index_dir;
     copts.partition_dir = info.partition_dir;
