@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "trainer/backend.hpp"
 #include "trainer/distributed.hpp"
 
 namespace fanstore::trainer {
@@ -49,9 +50,8 @@ void GradientAllreduce::finish() {
   if (comm_.size() == 1) return;
   start_ready(0);
   comm_.wait_all();
-  const float scale = 1.f / static_cast<float>(comm_.size());
-  float* g = table_.gradients();
-  for (std::size_t i = 0; i < table_.parameter_count(); ++i) g[i] *= scale;
+  Tensor gradients = table_.arena(Arena::Gradients);
+  table_.backend().scale(gradients, 1.f / static_cast<float>(comm_.size()));
 }
 
 }  // namespace fanstore::trainer
