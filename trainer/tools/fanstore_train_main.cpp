@@ -30,16 +30,21 @@ int main(int argc, char** argv) {
   app.add_option("--data", train.data_dir, "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
   app.add_option("--val", train.val_dir, "Validation data directory (metric after every epoch)");
   app.add_option("--epochs", train.epochs, "Epochs")->capture_default_str();
-  app.add_option("--lr", train.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--lr", train.lr,
+                 "Peak learning rate (default: sgd 0.1 x global batch / 256, i.e. x ranks x --batch, as Goyal et al.; "
+                 "adam 1e-3; lars needs one)");
   app.add_option("--optimizer", train.optimizer.kind, "sgd, lars or adam")->capture_default_str();
   app.add_option("--momentum", train.optimizer.momentum, "SGD/LARS momentum")->capture_default_str();
   app.add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay (LARS skips BN and biases)")->capture_default_str();
   app.add_option("--lars-eta", train.optimizer.lars_eta, "LARS trust coefficient")->capture_default_str();
-  app.add_option("--warmup-epochs", train.warmup_epochs, "Linear learning-rate warm-up, in epochs")->capture_default_str();
-  app.add_option("--schedule", train.schedule, "Decay after warm-up: constant, cosine or poly")->capture_default_str();
+  app.add_option("--warmup-epochs", train.warmup_epochs,
+                 "Linear learning-rate warm-up, in epochs (default: 10% of --epochs, at most 5)");
+  app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")->capture_default_str();
   app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")->capture_default_str();
   app.add_option("--prefetch-threads", train.prefetch_threads, "Data decoding threads")->capture_default_str();
-  app.add_option("--checkpoint", train.checkpoint_dir, "Checkpoint directory (checkpoint.bin, metrics.jsonl)");
+  app.add_option("--checkpoint", train.checkpoint_dir,
+                 "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
+                 "named in the first line of output");
   app.add_flag("--resume", train.resume, "Continue from CHECKPOINT/checkpoint.bin when it exists");
   app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")->capture_default_str();
   app.add_option("--metrics", train.metrics_path, "Metrics JSON lines (default CHECKPOINT/metrics.jsonl)");
@@ -50,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--spike-factor", train.spike_factor, "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
       ->capture_default_str();
   app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")->capture_default_str();
+  app.add_option("--zero-init-residual", train.zero_init_residual,
+                 "resnet50 training: start each residual block's last batch-norm scale at 0, so the network starts "
+                 "shallow and the scaled learning rate trains from step 1 (Goyal et al.; false = torchvision's init)")
+      ->capture_default_str();
   app.add_option("--benchmark", benchmark_steps,
                  "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s'");
   CLI11_PARSE(app, argc, argv);
@@ -70,7 +79,7 @@ int main(int argc, char** argv) {
     return benchmark_command(b, std::cout, std::cerr);
   }
   if (train.data_dir.empty()) {
-    std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR --checkpoint DIR to train\n";
+    std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR to train\n";
     return 1;
   }
   train.model = options.model;

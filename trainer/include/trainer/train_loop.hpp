@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "trainer/distributed.hpp"
@@ -14,14 +15,14 @@ struct TrainOptions {
   std::string model;
   std::string data_dir;        // training samples (this rank reads its shard of them)
   std::string val_dir;         // optional validation samples
-  std::string checkpoint_dir;  // checkpoint.bin and (by default) metrics.jsonl
+  std::string checkpoint_dir;  // checkpoint.bin and (by default) metrics.jsonl; empty = default_run_directory()
   std::string metrics_path;    // empty = CHECKPOINT_DIR/metrics.jsonl
   int epochs = 1;
   std::int64_t batch = 32;     // per rank
-  double lr = 0.1;
+  std::optional<double> lr;             // peak learning rate; none = default_learning_rate()
   OptimizerOptions optimizer;
-  double warmup_epochs = 0;
-  std::string schedule = "constant";  // constant, cosine or poly
+  std::optional<double> warmup_epochs;  // none = default_warmup_epochs()
+  std::string schedule = "cosine";      // decay after the warm-up: constant, cosine or poly
   int threads = 0;             // oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)
   int prefetch_threads = 2;
   bool resume = false;
@@ -34,10 +35,13 @@ struct TrainOptions {
   double bucket_mb = 25;             // gradient allreduce bucket size
   double spike_factor = 10;          // guard: a loss above factor * its running average is a spike (0 = NaN/Inf only)
   std::int64_t inject_nan_at_step = 0;  // testing the guard: poison a weight after this step
+  bool zero_init_residual = true;    // resnet50: each bottleneck's last BN scale starts at 0 (Goyal et al. 5.1)
 };
 
-// Trains, validates after every epoch, checkpoints, and prints a summary line. Returns the exit
-// code; any error is one line on `err` (with the offending file for bad data).
+// Trains, validates after every epoch, checkpoints, and prints a summary line. The first line on
+// `out` says what the run does (model, ranks x batch, optimizer, the learning rate and warm-up it
+// chose, schedule) and where its checkpoint and metrics go. Returns the exit code; any error is
+// one line on `err` (with the offending file for bad data).
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err);
 
 struct BenchmarkOptions {

@@ -5,8 +5,8 @@
 
 namespace fanstore::trainer {
 
-BatchNorm::BatchNorm(std::string name, std::int64_t channels, float epsilon, float momentum)
-    : Layer(std::move(name)), channels_(channels), epsilon_(epsilon), momentum_(momentum) {}
+BatchNorm::BatchNorm(std::string name, std::int64_t channels, float epsilon, float momentum, float initial_scale)
+    : Layer(std::move(name)), channels_(channels), epsilon_(epsilon), momentum_(momentum), initial_scale_(initial_scale) {}
 
 std::string BatchNorm::kind() const { return "BatchNorm"; }
 
@@ -34,7 +34,7 @@ void BatchNorm::initialize(Rng& rng) {
   Tensor g = table().value(gamma_), b = table().value(beta_);
   Tensor m = table().buffer(running_mean_), v = table().buffer(running_var_);
   for (std::int64_t c = 0; c < channels_; ++c) {
-    g[c] = 1.f;
+    g[c] = initial_scale_;
     b[c] = 0.f;
     m[c] = 0.f;
     v[c] = 1.f;

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "trainer/data/shard.hpp"
 #include "trainer/loss_guard.hpp"
 #include "trainer/metrics.hpp"
+#include "trainer/run_defaults.hpp"
 #include "trainer/schedule.hpp"
 #include "trainer/train_data.hpp"
 #include "trainer/train_loop.hpp"
@@ -91,11 +94,34 @@ Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind t
   return v;
 }
 
-std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples_per_s, double time_s) {
+// Where a step's time went: waiting for the loader (mean over ranks) and everything else.
+struct StepTime {
+  double wait_s = 0, compute_s = 0;
+  double total() const { return wait_s + compute_s; }
+  double stall_pct() const { return total() > 0 ? 100.0 * wait_s / total() : 0.0; }
+};
+
+std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples, const StepTime& t,
+                      double time_s) {
   std::ostringstream s;
   s << "{\"event\":\"step\",\"step\":" << step << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss)
-    << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples_per_s)
-    << ",\"time_s\":" << json_number(time_s) << "}";
+    << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples / t.total())
+    << ",\"compute_samples_per_s\":" << json_number(samples / t.compute_s) << ",\"data_wait_s\":" << json_number(t.wait_s)
+    << ",\"input_stall_pct\":" << json_number(t.stall_pct()) << ",\"time_s\":" << json_number(time_s) << "}";
+  return s.str();
+}
+
+// The run directory when --checkpoint is left out: a new one, never an earlier run's.
+std::string fresh_run_directory(const std::string& model) {
+  const std::string base = default_run_directory(model, std::time(nullptr));
+  std::string dir = base;
+  for (int n = 2; std::filesystem::exists(dir); ++n) dir = base + "-" + std::to_string(n);
+  return dir;
+}
+
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
   return s.str();
 }
 
@@ -103,7 +129,17 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   const bool leader = comm.rank() == 0;
   const TaskKind task = task_for_model(o.model);
   if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
-  if (o.checkpoint_dir.empty()) throw std::invalid_argument("--checkpoint DIR is required for training");
+  if (o.lr && *o.lr < 0) throw std::invalid_argument("--lr must not be negative");
+  if (o.warmup_epochs && *o.warmup_epochs < 0) throw std::invalid_argument("--warmup-epochs must not be negative");
+  if (o.checkpoint_dir.empty() && o.resume)
+    throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
+  const std::size_t world = static_cast<std::size_t>(comm.size());
+  const std::size_t per_step = world * static_cast<std::size_t>(o.batch);
+  const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
+  const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
+  const DecayKind decay = parse_decay_kind(o.schedule);
+  // Only rank 0 writes into the directory, so only its choice of a default name matters.
+  const std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
 
   auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
   std::unique_ptr<data::SampleDataset> val_set;
@@ -111,26 +147,38 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     val_set = open_dataset(o.model, o.val_dir, false, o.input_size);
     require_same_layout(*train_set, *val_set, o.val_dir);
   }
-  const ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  model_options.zero_init_residual = o.zero_init_residual;
   auto model = build_model(o.model, make_cpu_backend({o.threads}), model_options);
   ParameterTable& table = model->parameters();
   auto optimizer = make_optimizer(table, o.optimizer);
 
-  const std::size_t world = static_cast<std::size_t>(comm.size());
-  const std::size_t per_step = world * static_cast<std::size_t>(o.batch);
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
     throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
                                           std::to_string(o.batch) + " per rank x " + std::to_string(world) + " ranks)");
 
   ScheduleOptions schedule;
-  schedule.base_lr = o.lr;
-  schedule.decay = parse_decay_kind(o.schedule);
+  schedule.base_lr = base_lr;
+  schedule.decay = decay;
   schedule.total_steps = static_cast<std::int64_t>(steps_per_epoch) * o.epochs;
-  schedule.warmup_steps = static_cast<std::int64_t>(std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  schedule.warmup_steps = static_cast<std::int64_t>(std::llround(warmup_epochs * static_cast<double>(steps_per_epoch)));
 
-  std::filesystem::create_directories(o.checkpoint_dir);
-  const std::string checkpoint_path = o.checkpoint_dir + "/checkpoint.bin";
+  if (leader) std::filesystem::create_directories(checkpoint_dir);
+  const std::string checkpoint_path = checkpoint_dir + "/checkpoint.bin";
+  const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
+  if (leader) {
+    // The first line: what this run does, with every default it chose, and where its output goes.
+    out << "fanstore-train: " << o.model << " on " << world << " rank" << (world == 1 ? "" : "s") << " x batch " << o.batch
+        << " (" << model->backend().describe() << "), " << o.optimizer.kind << " lr " << base_lr;
+    if (!o.lr && o.optimizer.kind == "sgd") out << " (default 0.1 x " << per_step << "/256)";
+    else if (!o.lr) out << " (default)";
+    out << ", " << format_number(warmup_epochs) << " warm-up epoch" << (warmup_epochs == 1 ? "" : "s")
+        << (o.warmup_epochs ? "" : " (default)") << ", then " << o.schedule
+        << (o.model == "resnet50" && o.zero_init_residual ? ", residual BN scales start at 0" : "")
+        << "; checkpoint and metrics in "
+        << checkpoint_dir << (o.checkpoint_dir.empty() ? " (default; --checkpoint DIR to choose)" : "") << std::endl;
+  }
   TrainingPosition position;
   position.seed = o.seed;
   position.world_size = world;
@@ -154,7 +202,6 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
   }
 
-  const std::string metrics_path = o.metrics_path.empty() ? o.checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   ProgressLine progress(leader);  // only rank 0 talks
 
@@ -163,8 +210,10 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
   LossGuard guard(o.spike_factor);
 
+  Backend& backend = model->backend();
   const auto start = Clock::now();
-  double train_seconds = 0, last_loss = std::numeric_limits<double>::quiet_NaN();
+  StepTime run_time;  // summed over the run's steps
+  double last_loss = std::numeric_limits<double>::quiet_NaN();
   std::uint64_t samples_trained = 0;
   Validation last_val;
   bool stopped = false, validated_at_end = false;
@@ -188,14 +237,17 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     validated_at_end = false;
 
     for (std::size_t j = first; j < batches.size(); ++j) {
+      // The loader's wait is part of the step: an I/O stall is exactly what users need to see.
+      const auto wait_start = Clock::now();
       auto batch = prefetcher.next();
       const auto step_start = Clock::now();
+      const double wait = std::chrono::duration<double>(step_start - wait_start).count();
       model->set_step(position.global_step);
-      Tensor y = model->forward(input_tensor(model->backend(), *batch), Mode::Train);
-      LossResult loss = task_loss(model->backend(), task, y, *batch);
-      double mean_loss = loss.loss;
-      comm.sum(&mean_loss, 1);  // every rank takes the same guard decision
-      mean_loss /= static_cast<double>(world);
+      Tensor y = model->forward(input_tensor(backend, *batch), Mode::Train);
+      LossResult loss = task_loss(backend, task, y, *batch);
+      double sums[2] = {loss.loss, wait};
+      comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
+      const double mean_loss = sums[0] / static_cast<double>(world);
       const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step));
 
       if (!guard.accept(mean_loss, *model, *optimizer)) {
@@ -217,23 +269,28 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
         optimizer->step(table, static_cast<float>(lr));
       }
       last_loss = mean_loss;
-      const double step_seconds = seconds_since(step_start);
-      train_seconds += step_seconds;
+      backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
+      const StepTime step{sums[1] / static_cast<double>(world), seconds_since(step_start)};
+      run_time.wait_s += step.wait_s;
+      run_time.compute_s += step.compute_s;
       samples_trained += per_step;
       ++position.global_step;
       position.epoch = epoch;
       position.next_batch = j + 1;
       if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step)) {
         Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
-        model->backend().fill(first, std::numeric_limits<float>::quiet_NaN());
+        backend.fill(first, std::numeric_limits<float>::quiet_NaN());
       }
 
-      const double rate = static_cast<double>(per_step) / step_seconds;
       if (leader) {
-        metrics.write(step_json(position.global_step, epoch, mean_loss, lr, rate, seconds_since(start)));
+        metrics.write(step_json(position.global_step, epoch, mean_loss, lr, static_cast<double>(per_step), step,
+                                seconds_since(start)));
+        char rates[96];
+        std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%", static_cast<double>(per_step) / step.total(),
+                      step.stall_pct());
         std::ostringstream line;
         line << "epoch " << epoch + 1 << "/" << o.epochs << " step " << j + 1 << "/" << batches.size() << "  loss "
-             << mean_loss << "  " << static_cast<long>(rate) << " samples/s";
+             << mean_loss << "  " << rates;
         progress.update(line.str());
       }
       if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
@@ -264,11 +321,15 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
 
   // The summary: one line for people and scripts, and the same as the last JSON line.
   const double total = seconds_since(start);
-  const double rate = train_seconds > 0 ? static_cast<double>(samples_trained) / train_seconds : 0;
+  const double rate = run_time.total() > 0 ? static_cast<double>(samples_trained) / run_time.total() : 0;
+  const double compute_rate = run_time.compute_s > 0 ? static_cast<double>(samples_trained) / run_time.compute_s : 0;
   if (leader) {
     std::ostringstream s;
+    char stall[32];
+    std::snprintf(stall, sizeof stall, "%.1f%%", run_time.stall_pct());
     s << "summary: model " << o.model << "  ranks " << world << "  steps " << position.global_step << "  time "
-      << total << " s  train " << rate << " samples/s  final loss " << last_loss;
+      << total << " s  train " << rate << " samples/s (input stall " << stall << ", " << compute_rate
+      << " samples/s without the waits)  final loss " << last_loss;
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
     s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
@@ -280,6 +341,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     std::ostringstream j;
     j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"steps\":" << position.global_step
       << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
+      << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(run_time.wait_s)
+      << ",\"input_stall_pct\":" << json_number(run_time.stall_pct())
       << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
       << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
       << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
