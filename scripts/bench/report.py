@@ -31,6 +31,9 @@ SECTIONS = [
     ("trainer", "Trainer vs PyTorch 1.13 on CPU (same batch, input size, threads)",
      ["fanstore-train", "pytorch"],
      [("fanstore-train", "pytorch")]),
+    ("gpu", "Trainer on one GPU (bench.sh --gpu: bf16, channels-last) vs issue 14's goals",
+     ["fanstore-train-gpu", "goal"],
+     [("fanstore-train-gpu", "goal")]),
 ]
 
 HEADINGS = {
@@ -38,12 +41,13 @@ HEADINGS = {
     "disk": "disk (ext4)", "fanstore": "FanStore", "fanstore-daemon": "FanStore via daemon",
     "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
     "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
-    "pytorch": "PyTorch 1.13",
+    "pytorch": "PyTorch 1.13", "fanstore-train-gpu": "fanstore-train (GPU)", "goal": "goal",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
     "fanstore-raw": "FanStore", "fanstore-zstd": "FanStore zstd", "fuse": "FUSE", "fanstore": "FanStore",
     "fanstore-daemon": "FanStore remote", "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
+    "fanstore-train-gpu": "fanstore-train (GPU)",
 }
 
 

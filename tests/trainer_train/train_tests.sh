@@ -173,8 +173,9 @@ bad_input)
 benchmark_format)
   line=$("$train" --model cosmoflow --benchmark 2 --batch 2 --input-size 32 --threads 2 2> /dev/null)
   echo "$line"
-  [[ "$line" =~ ^train:\ [0-9.]+\ samples/s,\ inference:\ [0-9.]+\ samples/s$ ]] || { echo "FAIL format"; exit 1; }
-  echo "ok   benchmark line format"
+  [[ "$line" =~ ^train:\ [0-9.]+\ samples/s,\ inference:\ [0-9.]+\ samples/s,\ device:\ cpu-onednn,\ 2\ threads$ ]] ||
+    { echo "FAIL format"; exit 1; }
+  echo "ok   benchmark line format (with the device)"
   ;;
 *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
-  CLI::App app{"fanstore-train: the FanStore CNN trainer (CPU backend: oneDNN)"};
+  CLI::App app{"fanstore-train: the FanStore CNN trainer (backends: CPU on oneDNN, CUDA on cuDNN/cuBLASLt/NCCL when built)"};
   DescribeOptions options;
   TrainOptions train;
   bool describe = false;
@@ -41,6 +41,13 @@ int main(int argc, char** argv) {
                  "Linear learning-rate warm-up, in epochs (default: 10% of --epochs, at most 5)");
   app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")->capture_default_str();
   app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")->capture_default_str();
+  app.add_option("--device", train.device,
+                 "auto (CUDA when this build has it and a GPU is present, else the CPU), cpu, or cuda (one GPU per rank, "
+                 "picked by the node-local rank)")
+      ->capture_default_str();
+  app.add_option("--precision", train.precision,
+                 "fp32, or bf16/fp16 activations with fp32 master weights (CUDA only; fp16 with dynamic loss scaling)")
+      ->capture_default_str();
   app.add_option("--prefetch-threads", train.prefetch_threads, "Data decoding threads")->capture_default_str();
   app.add_option("--checkpoint", train.checkpoint_dir,
                  "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
@@ -60,7 +67,7 @@ int main(int argc, char** argv) {
                  "shallow and the scaled learning rate trains from step 1 (Goyal et al.; false = torchvision's init)")
       ->capture_default_str();
   app.add_option("--benchmark", benchmark_steps,
-                 "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s'");
+                 "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'");
   CLI11_PARSE(app, argc, argv);
 
   if (describe) {
@@ -75,6 +82,8 @@ int main(int argc, char** argv) {
     b.input_size = options.model_options.input_size;
     b.classes = options.model_options.classes;
     b.threads = train.threads;
+    b.device = train.device;
+    b.precision = train.precision;
     b.seed = train.seed;
     return benchmark_command(b, std::cout, std::cerr);
   }

@@ -105,6 +105,13 @@ class Backend {
   // A plain copy of a host tensor on this device (t itself when it is already there).
   Tensor to_device(const Tensor& t);
 
+  // ---- Element types (mixed precision) ----
+  // The type activations have between layers (F32, or BF16/F16 on a GPU with mixed precision).
+  // Parameters, their gradients and optimizer state are always F32; Model casts at its boundaries.
+  virtual DType activation_dtype() const { return DType::F32; }
+  // t with its elements converted to `to` (t itself when it already has that type).
+  virtual Tensor cast(const Tensor& t, DType to) = 0;
+
   // ---- Layouts ----
   // Plain (row-major) copy of t on this device, or t itself when it is already plain.
   virtual Tensor to_plain(const Tensor& t) = 0;

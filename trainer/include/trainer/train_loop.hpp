@@ -25,6 +25,8 @@ struct TrainOptions {
   std::string schedule = "cosine";      // decay after the warm-up: constant, cosine or poly
   int threads = 0;             // oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)
   int prefetch_threads = 2;
+  std::string device = "auto";     // auto, cpu or cuda (device_selection.hpp)
+  std::string precision = "fp32";  // fp32, bf16 or fp16 (precision.hpp); not fp32 needs a GPU
   bool resume = false;
   std::int64_t input_size = 0; // resnet50 image edge (volumes take theirs from the files)
   std::int64_t classes = 0;
@@ -45,6 +47,8 @@ struct TrainOptions {
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err);
 
 struct BenchmarkOptions {
+  std::string device = "auto";
+  std::string precision = "fp32";
   std::string model;
   std::int64_t steps = 10;
   std::int64_t batch = 32;
@@ -56,7 +60,7 @@ struct BenchmarkOptions {
 
 // Synthetic input, one untimed warm-up step, then `steps` timed training steps (forward, loss,
 // backward, SGD) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
-//   train: X samples/s, inference: Y samples/s
+//   train: X samples/s, inference: Y samples/s, device: DESCRIPTION
 int benchmark_command(const BenchmarkOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace fanstore::trainer

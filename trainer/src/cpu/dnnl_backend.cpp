@@ -35,6 +35,13 @@ class DnnlBackend final : public Backend {
   }
   void synchronize() override { ctx_.stream.wait(); }
 
+  Tensor cast(const Tensor& t, DType to) override {
+    require_device(t, "cast", "tensor");
+    if (t.dtype() == to) return t;
+    throw std::invalid_argument(std::string("cast: the CPU backend computes in f32 and does not convert ") +
+                                dtype_name(t.dtype()) + " to " + dtype_name(to));
+  }
+
   Tensor to_plain(const Tensor& t) override {
     require_device(t, "to_plain", "tensor");
     if (t.is_plain()) return t;

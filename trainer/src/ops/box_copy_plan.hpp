@@ -18,8 +18,8 @@ struct BoxCopyPlan {
   std::int64_t src_offset = 0, dst_offset = 0;  // element offsets of the boxes' first elements
   std::int64_t count = 0;                // elements copied
 
-  std::int64_t rows() const { return rank == 0 ? 0 : count / extent[rank - 1]; }
-  std::int64_t row_length() const { return rank == 0 ? 0 : extent[rank - 1]; }
+  FANSTORE_HOST_DEVICE std::int64_t rows() const { return rank == 0 ? 0 : count / extent[rank - 1]; }
+  FANSTORE_HOST_DEVICE std::int64_t row_length() const { return rank == 0 ? 0 : extent[rank - 1]; }
   // Element offsets of the first element of row r (all but the innermost dimension) on each side.
   FANSTORE_HOST_DEVICE void row_offsets(std::int64_t r, std::int64_t& src, std::int64_t& dst) const {
     src = src_offset;

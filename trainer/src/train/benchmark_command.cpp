@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ostream>
 
+#include "trainer/device_selection.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/models.hpp"
 #include "trainer/optim.hpp"
@@ -46,7 +47,7 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     mo.input_size = o.input_size;
     mo.classes = o.classes;
     mo.seed = o.seed;
-    auto model = build_model(o.model, make_cpu_backend({o.threads}), mo);
+    auto model = build_model(o.model, make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)}), mo);
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
     const data::Batch batch = synthetic_batch(*model, task, rng);
@@ -57,12 +58,13 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
 
     // Details first, on stderr, so the one parsed stdout line is never interleaved with them.
     err << "benchmark: model " << o.model << " input " << model->input_shape().to_string() << " steps " << o.steps
-        << " threads " << (o.threads > 0 ? std::to_string(o.threads) : std::string("default")) << std::endl;
+        << " on " << backend.describe() << std::endl;
     auto train_step = [&] {
       Tensor y = model->forward(x, Mode::Train);
       LossResult loss = task_loss(backend, task, y, batch);
       model->backward(loss.gradient);
       optimizer->step(model->parameters(), 1e-4f);
+      backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
     };
     train_step();  // warm-up: oneDNN creates its primitives on first use
     auto t0 = Clock::now();
@@ -72,12 +74,13 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     model->forward(x, Mode::Eval);  // warm-up of the inference primitives
     t0 = Clock::now();
     for (std::int64_t i = 0; i < o.steps; ++i) model->forward(x, Mode::Eval);
+    backend.synchronize();
     const double infer_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
     const double samples = static_cast<double>(o.steps * o.batch);
     char line[128];
     std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_s, samples / infer_s);
-    out << line << std::endl;
+    out << line << ", device: " << backend.describe() << std::endl;
     return 0;
   } catch (const std::exception& e) {
     err << "fanstore-train: error: " << e.what() << "\n";

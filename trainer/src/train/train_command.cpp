@@ -19,6 +19,7 @@
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
+#include "trainer/device_selection.hpp"
 #include "trainer/loss_guard.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/run_defaults.hpp"
@@ -149,7 +150,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   }
   ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
   model_options.zero_init_residual = o.zero_init_residual;
-  auto model = build_model(o.model, make_cpu_backend({o.threads}), model_options);
+  const Precision precision = parse_precision(o.precision);
+  auto model = build_model(o.model, make_backend({parse_device_choice(o.device), o.threads, precision}), model_options);
   ParameterTable& table = model->parameters();
   auto optimizer = make_optimizer(table, o.optimizer);
 
@@ -205,10 +207,13 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   ProgressLine progress(leader);  // only rank 0 talks
 
-  GradientAllreduce allreduce(comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
+  // On GPUs the gradient buckets go over NCCL (device memory, their own stream); on CPUs over MPI.
+  const auto nccl = make_gradient_communicator(comm, model->backend());
+  GradientAllreduce allreduce(nccl ? *nccl : comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
   model->set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
   LossGuard guard(o.spike_factor);
+  LossScaler scaler(precision == Precision::FP16);
 
   Backend& backend = model->backend();
   const auto start = Clock::now();
@@ -263,10 +268,25 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
         if (guard.consecutive_rejections() >= 5)
           throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
       } else {
+        // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
+        // F32 gradients scaled back; an overflow skips the step and halves the scale.
+        if (scaler.enabled()) backend.scale(loss.gradient, scaler.scale());
         allreduce.begin_step();
         model->backward(loss.gradient);
         allreduce.finish();
-        optimizer->step(table, static_cast<float>(lr));
+        bool step_ok = true;
+        if (scaler.enabled()) {
+          const float used = scaler.scale();
+          Tensor gradients = table.arena(Arena::Gradients);
+          backend.scale(gradients, 1.f / used);
+          step_ok = scaler.update(backend.all_finite(gradients));
+          if (!step_ok && leader) {
+            progress.finish();
+            err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
+                << "; step skipped, scale now " << scaler.scale() << "\n";
+          }
+        }
+        if (step_ok) optimizer->step(table, static_cast<float>(lr));
       }
       last_loss = mean_loss;
       backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
@@ -333,6 +353,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
     s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
+    if (scaler.enabled()) s << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
     if (world > 1)
       s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
         << " started during backward)";

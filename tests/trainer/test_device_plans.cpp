@@ -1,13 +1,15 @@
-// The symmetric-padding plan (src/ops/padding_plan) that a backend with one padding per dimension
-// (cuDNN's legacy descriptors) uses for per-side padding, executed here with the CPU backend's
-// symmetric primitives plus box copies and compared with its per-side primitives: forward and all
-// gradients of convolution and transposed convolution, and pooling.
+// Host plans a device backend runs, checked on the CPU: the symmetric-padding plan (src/ops/
+// padding_plan) a backend with one padding per dimension (cuDNN's legacy descriptors) uses for
+// per-side padding, executed here with the CPU backend's symmetric primitives plus box copies and
+// compared with its per-side primitives (forward and all gradients of convolution, transposed
+// convolution and pooling); and the dims/strides cuDNN descriptors get (src/ops/strided_dims).
 #include <cmath>
 #include <limits>
 
 #include <gtest/gtest.h>
 
 #include "../../trainer/src/ops/padding_plan.hpp"
+#include "../../trainer/src/ops/strided_dims.hpp"
 #include "layer_harness.hpp"
 #include "trainer/layers/convolution.hpp"
 #include "trainer/layers/pooling.hpp"
@@ -118,6 +120,36 @@ TEST(PaddingPlan, PoolingWithBorderEqualsPerSidePadding) {
     EXPECT_LE(tolerance_ratio(y2, y, kAtol, kRtol), 1.0);
     EXPECT_LE(tolerance_ratio(dx2, dx, kAtol, kRtol), 1.0);
   }
+}
+
+// Strides must address element (n, c, s) where the layout kernels put it: plain (n, c, s),
+// channels-last (n, s, c).
+TEST(StridedDims, PlainAndChannelsLastAddressEveryElementLikeTheLayoutKernels) {
+  for (const Shape& shape : {Shape{2, 3, 4, 5}, Shape{2, 3, 2, 3, 4}}) {
+    for (bool channels_last : {false, true}) {
+      std::vector<int> dims, strides;
+      ops::strided_dims(shape, channels_last, dims, strides);
+      ASSERT_EQ(dims.size(), static_cast<std::size_t>(shape.rank()));
+      const std::int64_t c = shape[1], s = shape.spatial_size();
+      std::vector<bool> seen(static_cast<std::size_t>(shape.numel()), false);
+      for (std::int64_t i = 0; i < shape.numel(); ++i) {
+        // Plain linear index i -> multi-index -> strided offset.
+        std::int64_t rest = i, offset = 0;
+        for (int d = shape.rank() - 1; d >= 0; --d) {
+          offset += (rest % shape[d]) * strides[static_cast<std::size_t>(d)];
+          rest /= shape[d];
+        }
+        const std::int64_t sp = i % s, ch = (i / s) % c, n = i / (s * c);
+        EXPECT_EQ(offset, channels_last ? (n * s + sp) * c + ch : i) << shape.to_string() << " element " << i;
+        seen[static_cast<std::size_t>(offset)] = true;
+      }
+      for (bool b : seen) ASSERT_TRUE(b);  // a bijection onto the storage
+    }
+  }
+  std::vector<int> dims, strides;
+  ops::strided_dims({6, 5}, false, dims, strides);
+  EXPECT_EQ(dims, (std::vector<int>{6, 5, 1, 1}));
+  EXPECT_THROW(ops::strided_dims({2, 3, 4}, false, dims, strides), std::invalid_argument);
 }
 
 }  // namespace
