@@ -1,25 +1,61 @@
-// Gradient sums over NCCL on their own stream, overlapped with backward: each bucket's allreduce
-// waits (on the device) for the kernels that produced it, and the compute stream waits for all of
-// them before the optimizer reads the gradients. Host scalars (losses, metrics) still go through
-// the MPI communicator it wraps.
+// NCCL between the GPUs of a run: gradient buckets summed on a stream of their own, overlapped
+// with backward (each bucket waits on the device for the kernels that produced it; the compute
+// stream waits for all of them before the optimizer); blocking sums of device memory; and, with
+// the spatial branch's Communicator (start_messages, split), the halo exchange's messages as NCCL
+// send/receive batches and sub-communicators by ncclCommSplit. Host scalars (losses, metrics,
+// decisions) still go through the MPI communicator it wraps.
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/nccl_messages.hpp"
+
+// The spatial branch (issue 10) extends Communicator with sum(float*), max, broadcast,
+// start_messages and split, and drops any/barrier; its distributed_halo.hpp comes with that change.
+// This file implements whichever Communicator it is compiled against.
+#if __has_include("trainer/distributed_halo.hpp")
+#define FANSTORE_SPATIAL_COMMUNICATOR 1
+#endif
 
 namespace fanstore::trainer::cuda {
 namespace {
 
+bool on_device(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // a host pointer the runtime never saw: not device memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+#ifdef FANSTORE_SPATIAL_COMMUNICATOR
+class NcclMessageBatch final : public MessageBatch {
+ public:
+  NcclMessageBatch(ncclComm_t comm, cudaStream_t stream, cudaStream_t compute) : messages_(comm, stream, compute) {}
+  // NCCL matches messages between two ranks in issue order; the halo engine's tags only separate
+  // exchanges in flight, which are separate batches issued in the same order on every rank.
+  void send(int peer, const float* data, std::size_t count, int) override { messages_.send(peer, data, count); }
+  void receive(int peer, float* data, std::size_t count, int) override { messages_.receive(peer, data, count); }
+  bool test() override { return messages_.test(); }
+  void wait() override { messages_.wait(); }
+
+ private:
+  NcclMessages messages_;
+};
+#endif
+
 class NcclCommunicator final : public Communicator {
  public:
+  // A communicator over the ranks of `host`; rank 0's unique id travels through the host's sum.
   NcclCommunicator(Communicator& host, cudaStream_t compute) : host_(host), compute_(compute) {
-    // The unique id travels through the host communicator's sum: rank 0 contributes its 128 bytes
-    // as 32-bit integers (exact in a double), the others zeros.
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     if (host.rank() == 0) FS_CHECK(ncclGetUniqueId(&id));
+    // 128 bytes as 32-bit integers, exact in doubles: rank 0 contributes them, the others zeros.
     constexpr std::size_t kWords = sizeof(ncclUniqueId) / sizeof(std::uint32_t);
     double words[kWords];
     for (std::size_t i = 0; i < kWords; ++i) {
@@ -33,9 +69,12 @@ class NcclCommunicator final : public Communicator {
       std::memcpy(reinterpret_cast<char*>(&id) + i * sizeof w, &w, sizeof w);
     }
     FS_CHECK(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
-    FS_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    FS_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    FS_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    create_stream();
+  }
+  // A sub-communicator: owns its host part and an NCCL communicator split from the parent's.
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, cudaStream_t compute)
+      : owned_host_(std::move(host)), host_(*owned_host_), compute_(compute), comm_(comm) {
+    create_stream();
   }
   ~NcclCommunicator() override {
     if (stream_) cudaStreamSynchronize(stream_);
@@ -49,9 +88,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
 
   void start_sum(float* data, std::size_t n) override {
-    // The bucket's gradients are final once the kernels queued so far on the compute stream ran.
-    FS_CHECK(cudaEventRecord(ready_, compute_));
-    FS_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+    after_compute();  // the bucket's gradients are final once the kernels queued so far have run
     FS_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
   }
   bool poll() override {
@@ -65,11 +102,48 @@ class NcclCommunicator final : public Communicator {
     FS_CHECK(cudaEventRecord(done_, stream_));
     FS_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
   }
-  void sum(double* data, std::size_t n) override { host_.sum(data, n); }
-  // No `override` on these two: the spatial branch drops them from Communicator (issue 15), so after
-  // that merge they are plain methods and this file still compiles.
-  bool any(bool flag) { return host_.any(flag); }
-  void barrier() { host_.barrier(); }
+  // Blocking reductions: device memory over NCCL (then the host waits), host memory over MPI.
+  void sum(double* data, std::size_t n) override {
+    if (!on_device(data)) return host_.sum(data, n);
+    after_compute();
+    FS_CHECK(ncclAllReduce(data, data, n, ncclDouble, ncclSum, comm_, stream_));
+    FS_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+#ifdef FANSTORE_SPATIAL_COMMUNICATOR
+  void sum(float* data, std::size_t n) override {
+    if (!on_device(data)) return host_.sum(data, n);
+    after_compute();
+    FS_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
+    FS_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void max(double* data, std::size_t n) override {
+    if (!on_device(data)) return host_.max(data, n);
+    after_compute();
+    FS_CHECK(ncclAllReduce(data, data, n, ncclDouble, ncclMax, comm_, stream_));
+    FS_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    if (!on_device(data)) return host_.broadcast(data, bytes, root);
+    after_compute();
+    FS_CHECK(ncclBroadcast(data, data, bytes, ncclChar, root, comm_, stream_));
+    FS_CHECK(cudaStreamSynchronize(stream_));
+  }
+  std::unique_ptr<MessageBatch> start_messages() override {
+    return std::make_unique<NcclMessageBatch>(comm_, stream_, compute_);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> host = host_.split(color, key);
+    ncclComm_t comm = nullptr;
+    FS_CHECK(ncclCommSplit(comm_, color, key, &comm, nullptr));
+    return std::make_unique<NcclCommunicator>(std::move(host), comm, compute_);
+  }
+#else
+  // This branch's Communicator still has these two.
+  bool any(bool flag) override { return host_.any(flag); }
+  void barrier() override { host_.barrier(); }
+#endif
+
   [[noreturn]] void abort(int code) override {
     if (comm_) ncclCommAbort(comm_);
     host_.abort(code);
@@ -77,6 +151,18 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  void create_stream() {
+    FS_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    FS_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    FS_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  // What is issued on our stream next runs after the work queued so far on the compute stream.
+  void after_compute() {
+    FS_CHECK(cudaEventRecord(ready_, compute_));
+    FS_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  }
+
+  std::unique_ptr<Communicator> owned_host_;
   Communicator& host_;
   cudaStream_t compute_;
   ncclComm_t comm_ = nullptr;
