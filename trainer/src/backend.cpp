@@ -37,6 +37,21 @@ void Backend::require_device(const Tensor& t, const char* op, const char* what) 
                                 device_name(device()));
 }
 
+void Backend::require_arenas(const char* op, std::initializer_list<const Tensor*> arenas) const {
+  for (const Tensor* t : arenas) {
+    require_device(*t, op, "arena");
+    if (t->numel() != (*arenas.begin())->numel() || t->dtype() != DType::F32)
+      throw std::invalid_argument(std::string(op) + ": arenas of " + std::to_string(t->numel()) + " and " +
+                                  std::to_string((*arenas.begin())->numel()) + " elements (must be equal F32)");
+  }
+}
+
+void Backend::require_segments(const char* op, const Tensor& arena, const std::vector<ParameterSegment>& segments) const {
+  for (const auto& s : segments)
+    if (s.offset + s.count > static_cast<std::size_t>(arena.numel()))
+      throw std::invalid_argument(std::string(op) + ": a segment runs past the arena");
+}
+
 Tensor Backend::zeros(const Shape& shape, DType dtype) {
   const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
   return Tensor::on_storage(allocate(bytes), shape, dtype);

@@ -17,6 +17,19 @@ void require_rank(const std::string& who, const char* field, const std::vector<s
       throw std::invalid_argument(who + ": " + field + " " + std::to_string(x) + " is below " + std::to_string(minimum));
 }
 
+// The checks a window spec (convolution or pooling) shares: rank 2 or 3, and one entry per
+// spatial dimension in every per-dimension vector.
+void validate_window(const std::string& who, const char* what, const std::vector<std::int64_t>& kernel,
+                     const std::vector<std::int64_t>& stride, const std::vector<std::int64_t>& lo,
+                     const std::vector<std::int64_t>& hi) {
+  const auto r = kernel.size();
+  if (r != 2 && r != 3) throw std::invalid_argument(who + ": " + what + " must be 2D or 3D");
+  require_rank(who, "kernel", kernel, r, 1);
+  require_rank(who, "stride", stride, r, 1);
+  require_rank(who, "padding_lo", lo, r, 0);
+  require_rank(who, "padding_hi", hi, r, 0);
+}
+
 Shape spatial_output(const Shape& in, int rank, std::int64_t channels, const std::string& who,
                      const std::function<std::int64_t(int, std::int64_t)>& extent) {
   if (in.rank() != rank + 2)
@@ -33,13 +46,8 @@ Shape spatial_output(const Shape& in, int rank, std::int64_t channels, const std
 }  // namespace
 
 void ConvolutionSpec::validate(const std::string& who) const {
-  const auto r = kernel.size();
-  if (r != 2 && r != 3) throw std::invalid_argument(who + ": kernel must be 2D or 3D");
-  require_rank(who, "kernel", kernel, r, 1);
-  require_rank(who, "stride", stride, r, 1);
-  require_rank(who, "padding_lo", padding_lo, r, 0);
-  require_rank(who, "padding_hi", padding_hi, r, 0);
-  require_rank(who, "dilation", dilation, r, 1);
+  validate_window(who, "kernel", kernel, stride, padding_lo, padding_hi);
+  require_rank(who, "dilation", dilation, kernel.size(), 1);
   if (in_channels < 1 || out_channels < 1) throw std::invalid_argument(who + ": channel counts must be positive");
 }
 
@@ -60,13 +68,8 @@ Shape ConvolutionSpec::output_shape(const Shape& input, const std::string& who) 
 }
 
 void PoolingSpec::validate(const std::string& who) const {
-  const auto r = kernel.size();
-  if (r != 2 && r != 3) throw std::invalid_argument(who + ": pooling window must be 2D or 3D");
-  require_rank(who, "kernel", kernel, r, 1);
-  require_rank(who, "stride", stride, r, 1);
-  require_rank(who, "padding_lo", padding_lo, r, 0);
-  require_rank(who, "padding_hi", padding_hi, r, 0);
-  for (std::size_t i = 0; i < r; ++i)
+  validate_window(who, "pooling window", kernel, stride, padding_lo, padding_hi);
+  for (std::size_t i = 0; i < kernel.size(); ++i)
     if (padding_lo[i] >= kernel[i] || padding_hi[i] >= kernel[i])
       throw std::invalid_argument(who + ": padding must be smaller than the window (a window of padding only has no value)");
 }

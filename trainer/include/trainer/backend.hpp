@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -187,6 +188,9 @@ class Backend {
  protected:
   // Throws std::invalid_argument "OP: TENSOR is on DEVICE, this backend computes on DEVICE".
   void require_device(const Tensor& t, const char* op, const char* what) const;
+  // Optimizer arenas: on this device, F32, all of the first one's size; segments inside them.
+  void require_arenas(const char* op, std::initializer_list<const Tensor*> arenas) const;
+  void require_segments(const char* op, const Tensor& arena, const std::vector<ParameterSegment>& segments) const;
 };
 
 struct CpuBackendOptions {

@@ -269,9 +269,7 @@ class CudaBackend final : public Backend {
   void lars_update(Tensor& weights, const Tensor& gradients, Tensor& momentum,
                    const std::vector<ParameterSegment>& segments, const LarsUpdate& update) override {
     require_arenas("lars_update", {&weights, &gradients, &momentum});
-    for (const auto& s : segments)
-      if (s.offset + s.count > static_cast<std::size_t>(weights.numel()))
-        throw std::invalid_argument("lars_update: a segment runs past the arena");
+    require_segments("lars_update", weights, segments);
     kernels::lars(weights.data(), gradients.data(), momentum.data(), segments, weights.numel(), update, ctx_->stream());
   }
   void adam_update(Tensor& weights, const Tensor& gradients, Tensor& first, Tensor& second,
@@ -334,14 +332,6 @@ class CudaBackend final : public Backend {
     return c;
   }
 
-  void require_arenas(const char* op, std::initializer_list<const Tensor*> arenas) const {
-    for (const Tensor* t : arenas) {
-      require_device(*t, op, "arena");
-      if (t->numel() != (*arenas.begin())->numel() || t->dtype() != DType::F32)
-        throw std::invalid_argument(std::string(op) + ": arenas of " + std::to_string(t->numel()) + " and " +
-                                    std::to_string((*arenas.begin())->numel()) + " elements (must be equal F32)");
-    }
-  }
 
   std::shared_ptr<CudaContext> ctx_;
 };

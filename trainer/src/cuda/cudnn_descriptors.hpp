@@ -11,61 +11,53 @@ namespace fanstore::trainer::cuda {
 
 cudnnDataType_t cudnn_type(DType type);
 
-class TensorDescriptor {
- public:
-  TensorDescriptor() { FS_CHECK(cudnnCreateTensorDescriptor(&d_)); }
-  ~TensorDescriptor() { cudnnDestroyTensorDescriptor(d_); }
-  TensorDescriptor(const TensorDescriptor&) = delete;
-  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
-  void set(const Shape& shape, DType type, bool channels_last);
-  cudnnTensorDescriptor_t get() const { return d_; }
+// The name of the create call of each descriptor type, for the error message.
+inline const char* create_call(cudnnTensorDescriptor_t*) { return "cudnnCreateTensorDescriptor"; }
+inline const char* create_call(cudnnFilterDescriptor_t*) { return "cudnnCreateFilterDescriptor"; }
+inline const char* create_call(cudnnConvolutionDescriptor_t*) { return "cudnnCreateConvolutionDescriptor"; }
+inline const char* create_call(cudnnPoolingDescriptor_t*) { return "cudnnCreatePoolingDescriptor"; }
 
- private:
-  cudnnTensorDescriptor_t d_ = nullptr;
+// One cuDNN descriptor, created and destroyed with it.
+template <class Handle, cudnnStatus_t (*Create)(Handle*), cudnnStatus_t (*Destroy)(Handle)>
+class Descriptor {
+ public:
+  Descriptor() { check(Create(&d_), create_call(&d_)); }
+  ~Descriptor() { Destroy(d_); }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Handle get() const { return d_; }
+
+ protected:
+  Handle d_ = nullptr;
 };
 
-class FilterDescriptor {
+class TensorDescriptor
+    : public Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> {
  public:
-  FilterDescriptor() { FS_CHECK(cudnnCreateFilterDescriptor(&d_)); }
-  ~FilterDescriptor() { cudnnDestroyFilterDescriptor(d_); }
-  FilterDescriptor(const FilterDescriptor&) = delete;
-  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
+  void set(const Shape& shape, DType type, bool channels_last);
+};
+
+class FilterDescriptor
+    : public Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {
+ public:
   // dims (K, C, *k); channels-last = cuDNN's NHWC filter format (K, *k, C).
   void set(const Shape& dims, DType type, bool channels_last);
-  cudnnFilterDescriptor_t get() const { return d_; }
-
- private:
-  cudnnFilterDescriptor_t d_ = nullptr;
 };
 
-class ConvolutionDescriptor {
+class ConvolutionDescriptor
+    : public Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor> {
  public:
-  ConvolutionDescriptor() { FS_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
-  ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(d_); }
-  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
-  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
   // Symmetric padding per spatial dimension; accumulation in float whatever the data type.
   void set(const std::vector<std::int64_t>& padding, const std::vector<std::int64_t>& stride,
            const std::vector<std::int64_t>& dilation);
   void set_math(cudnnMathType_t math) { FS_CHECK(cudnnSetConvolutionMathType(d_, math)); }
-  cudnnConvolutionDescriptor_t get() const { return d_; }
-
- private:
-  cudnnConvolutionDescriptor_t d_ = nullptr;
 };
 
-class PoolingDescriptor {
+class PoolingDescriptor
+    : public Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor> {
  public:
-  PoolingDescriptor() { FS_CHECK(cudnnCreatePoolingDescriptor(&d_)); }
-  ~PoolingDescriptor() { cudnnDestroyPoolingDescriptor(d_); }
-  PoolingDescriptor(const PoolingDescriptor&) = delete;
-  PoolingDescriptor& operator=(const PoolingDescriptor&) = delete;
   void set(cudnnPoolingMode_t mode, const std::vector<std::int64_t>& window, const std::vector<std::int64_t>& padding,
            const std::vector<std::int64_t>& stride);
-  cudnnPoolingDescriptor_t get() const { return d_; }
-
- private:
-  cudnnPoolingDescriptor_t d_ = nullptr;
 };
 
 }  // namespace fanstore::trainer::cuda
