@@ -43,7 +43,8 @@ Conformance& env() {
 Backend& be() { return *env().under_test; }
 // A copy on the backend (on the CPU, to_device would hand back the very host tensor: no aliasing here).
 Tensor up(const Tensor& host) { return be().to_device(host.clone()); }
-Tensor down(const Tensor& t) { return be().to_host(be().cast(be().to_host(t), DType::F32)); }
+// Back on the host as plain F32 (cast on the device first: to_host keeps the type).
+Tensor down(const Tensor& t) { return be().to_host(be().cast(be().to_plain(t), DType::F32)); }
 
 double max_abs(const Tensor& t) {
   double m = 0;

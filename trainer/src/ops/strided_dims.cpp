@@ -1,5 +1,5 @@
 // Dims and strides of plain and channels-last tensors.
-#include "ops/strided_dims.hpp"
+#include "strided_dims.hpp"
 
 #include <stdexcept>
 
