@@ -136,10 +136,18 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
   bool resumed = false;
   if (o.resume) {
-    if (std::filesystem::exists(checkpoint_path)) {
-      position = load_checkpoint(checkpoint_path, *model, *optimizer);
+    // Only rank 0 writes checkpoints, so only its file counts: with node-local checkpoint directories
+    // another rank may hold an older file or none. Rank 0 decides and sends the bytes to every rank.
+    std::vector<char> bytes = leader && std::filesystem::exists(checkpoint_path) ? read_checkpoint_file(checkpoint_path)
+                                                                                  : std::vector<char>();
+    std::uint64_t size = bytes.size();
+    comm.broadcast(&size, sizeof size, 0);
+    bytes.resize(size);
+    comm.broadcast(bytes.data(), bytes.size(), 0);
+    if (size > 0) {
+      position = restore_checkpoint(checkpoint_path, std::move(bytes), *model, *optimizer);
       resumed = true;
-      if (position.world_size != world || position.batch_per_rank != static_cast<std::uint64_t>(o.batch))
+      if (leader && (position.world_size != world || position.batch_per_rank != static_cast<std::uint64_t>(o.batch)))
         err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " rank(s) x batch "
             << position.batch_per_rank << "; continuing with " << world << " x " << o.batch
             << " (the data order changes, the run is not bit-identical)\n";
