@@ -5,12 +5,20 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "trainer/distributed.hpp"
 
 namespace fanstore::trainer {
+
+// A --grid that does not parse or cannot run a model: the message is one line that says what to
+// change. Every rank finds the same problem, so every rank prints it and exits (no MPI_Abort needed).
+class GridError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 // Half-open index range [lo, hi) along one axis, in global coordinates.
 struct Range {
@@ -67,11 +75,11 @@ struct GridShape {
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.
 GridShape data_parallel_grid(int ranks, int spatial_rank);
 
-// Parses --grid "S,D,H,W" (spatial_rank 3) or "S,H,W" (2). Throws std::invalid_argument with one line
-// that says what to pass instead ("auto" is handled by the caller).
+// Parses --grid "S,D,H,W" (spatial_rank 3) or "S,H,W" (2). Throws GridError with one line that says
+// what to pass instead ("auto" is handled by the caller).
 GridShape parse_grid(const std::string& text, int spatial_rank);
 
-// Throws std::invalid_argument when the grid does not have exactly `ranks` ranks, naming the product
+// Throws GridError when the grid does not have exactly `ranks` ranks, naming the product
 // and the number of ranks that was started.
 void check_grid_ranks(const GridShape& grid, int ranks);
 
