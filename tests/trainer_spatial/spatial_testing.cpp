@@ -5,11 +5,11 @@
 
 namespace fanstore::trainer::testing {
 
-Tensor gather_boxes(Communicator& comm, const Tensor& piece, const Box& box, const Box& whole) {
+Tensor gather_boxes(Communicator& comm, const Tensor& piece, const SpatialBox& box, const SpatialBox& whole) {
   Shape s{piece.shape()[0], piece.shape()[1]};
   for (auto e : whole.extents()) s.dims.push_back(e);
   Tensor all = Tensor::zeros(s);
-  copy_box(piece, box, all, whole, box, false);
+  copy_region(piece, box, all, whole, box, false);
   comm.sum(all.data(), static_cast<std::size_t>(all.numel()));
   return all;
 }

@@ -12,6 +12,6 @@ Communicator& world();
 
 // Every rank's (N, C, *box) piece of a tensor (N, C, *whole) summed into the whole tensor on every
 // rank (pieces are disjoint, so the sum is an exact gather).
-Tensor gather_boxes(Communicator& comm, const Tensor& piece, const Box& box, const Box& whole);
+Tensor gather_boxes(Communicator& comm, const Tensor& piece, const SpatialBox& box, const SpatialBox& whole);
 
 }  // namespace fanstore::trainer::testing

@@ -109,8 +109,8 @@ TEST(Window, PiecePaddingReproducesTheOutputSize) {
     const std::int64_t in = 13, out = out_extent(c, in);
     for (int parts = 1; parts <= 3; ++parts)
       for (int k = 0; k < parts; ++k) {
-        const Box o{{split_range(out, parts, k)}};
-        const WindowPiece p = window_piece(w, o, Box{{{0, in}}});
+        const SpatialBox o{{split_range(out, parts, k)}};
+        const WindowPiece p = window_piece(w, o, SpatialBox{{{0, in}}});
         const auto n = p.in.axes[0].size() , s = c.stride[0], e = w[0].extent;
         const auto produced = c.transposed ? (n - 1) * s - p.pad_lo[0] - p.pad_hi[0] + e
                                            : (n + p.pad_lo[0] + p.pad_hi[0] - e) / s + 1;
@@ -126,7 +126,7 @@ TEST(Window, InteriorAndBoundaryPiecesTileTheOutput) {
   const Partition part{{9, 8, 7}, {2, 2, 1}};
   for (int i = 0; i < 4; ++i) {
     const auto coords = grid_coords(GridShape{1, {2, 2, 1}}, i);
-    const Box owned = part.owned(coords);
+    const SpatialBox owned = part.owned(coords);
     const auto pieces = window_pieces(w, owned, owned, part.whole(), true);
     std::int64_t volume = 0;
     for (const auto& p : pieces) {
@@ -146,7 +146,7 @@ TEST(HaloPlan, WhatOneRankSendsIsWhatItsNeighbourReceives) {
   c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding = {1, 1, 1}, c.dilation = {1, 1, 1};
   for (const GridShape& g : {GridShape{1, {2, 2, 2}}, GridShape{1, {3, 1, 2}}, GridShape{1, {1, 4, 1}}}) {
     const Partition part{{9, 8, 7}, g.spatial};
-    std::map<std::pair<int, int>, Box> sent, received;
+    std::map<std::pair<int, int>, SpatialBox> sent, received;
     std::int64_t corner_pieces = 0;
     for (int i = 0; i < g.spatial_ranks(); ++i) {
       const HaloPlan plan = make_halo_plan(window_of(c), part, part, grid_coords(g, i));

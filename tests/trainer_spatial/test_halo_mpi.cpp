@@ -19,7 +19,7 @@ float value_at(std::int64_t plane, const std::vector<std::int64_t>& pos) {
 }
 
 // (N, C, *box) filled with value_at of the global position.
-Tensor fill(std::int64_t n, std::int64_t c, const Box& box) {
+Tensor fill(std::int64_t n, std::int64_t c, const SpatialBox& box) {
   Shape s{n, c};
   for (auto e : box.extents()) s.dims.push_back(e);
   Tensor t = Tensor::zeros(s);
@@ -77,7 +77,7 @@ void run_case(const Case& k, bool interleave_progress) {
   const Tensor gradient = exchange.reverse(local);
   std::vector<int> readers(static_cast<std::size_t>(plan.owned.volume()), 0);
   for (int q = 0; q < grid.shape().spatial_ranks(); ++q) {
-    const Box other = input_box_for(window, out.owned(grid_coords(grid.shape(), q)), in.whole()).intersect(plan.owned);
+    const SpatialBox other = input_box_for(window, out.owned(grid_coords(grid.shape(), q)), in.whole()).intersect(plan.owned);
     if (other.empty()) continue;
     const auto ext = plan.owned.extents();
     for (std::int64_t i = 0; i < plan.owned.volume(); ++i) {

@@ -35,18 +35,18 @@ struct Range {
 Range split_range(std::int64_t extent, int parts, int index);
 
 // A spatial box, one Range per spatial axis in tensor order: (D, H, W) or (H, W).
-struct Box {
+struct SpatialBox {
   std::vector<Range> axes;
 
   int rank() const { return static_cast<int>(axes.size()); }
   bool empty() const;
   std::int64_t volume() const;  // positions in the box, 0 if empty
-  bool contains(const Box& b) const;
-  Box intersect(const Box& b) const;
+  bool contains(const SpatialBox& b) const;
+  SpatialBox intersect(const SpatialBox& b) const;
   // Extents per axis (for a tensor shape).
   std::vector<std::int64_t> extents() const;
   std::string to_string() const;  // "[0,4)x[2,8)"
-  bool operator==(const Box&) const = default;
+  bool operator==(const SpatialBox&) const = default;
 };
 
 // How a tensor's spatial extents are split over the spatial grid: part c of axis i is
@@ -55,8 +55,8 @@ struct Partition {
   std::vector<std::int64_t> extents;  // global spatial extents (D, H, W) or (H, W)
   std::vector<int> parts;             // grid size per axis
 
-  Box owned(const std::vector<int>& coords) const;
-  Box whole() const;
+  SpatialBox owned(const std::vector<int>& coords) const;
+  SpatialBox whole() const;
 };
 
 // The grid of a run: `samples` sample groups, each splitting its samples' spatial axes over

@@ -35,34 +35,34 @@ Window window_of(const ConvolutionSpec& spec);
 Window window_of(const PoolingSpec& spec);
 
 // The input box that a rank computing outputs `out` must hold: reads(out) clipped to the input volume.
-Box input_box_for(const Window& window, const Box& out, const Box& input_volume);
+SpatialBox input_box_for(const Window& window, const SpatialBox& out, const SpatialBox& input_volume);
 
 // A part of one rank's computation: the outputs `out`, the input box `in` they read (clipped to the
 // volume) and the per-side padding that makes a kernel on `in` produce exactly `out`: zero padding
 // for a direct window (only where `in` meets the volume's edge), the output crop for a transposed one.
 struct WindowPiece {
-  Box out, in;
+  SpatialBox out, in;
   std::vector<std::int64_t> pad_lo, pad_hi;
 };
-WindowPiece window_piece(const Window& window, const Box& out, const Box& input_volume);
+WindowPiece window_piece(const Window& window, const SpatialBox& out, const SpatialBox& input_volume);
 
 // Splits a rank's outputs `out` into pieces: first the interior, whose inputs lie inside `owned` (no
 // halo needed), then up to 2 per axis boundary pieces (onion order: the low and high slices of axis 0,
 // then of axis 1 inside axis 0's interior, ...). Together they tile `out`. Without `split` (or with
 // no interior) it is the single piece `out`.
-std::vector<WindowPiece> window_pieces(const Window& window, const Box& out, const Box& owned, const Box& input_volume,
+std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned, const SpatialBox& input_volume,
                                        bool split);
 
 // A part of a halo: the box (global coordinates) and the spatial rank that sends or receives it.
 struct HaloPiece {
   int peer = 0;
-  Box box;
+  SpatialBox box;
 };
 
 // One rank's halo exchange for one layer input.
 struct HaloPlan {
-  Box owned;                       // this rank's slab of the input
-  Box local;                       // what the layer reads: input_box_for(window, this rank's outputs)
+  SpatialBox owned;                       // this rank's slab of the input
+  SpatialBox local;                       // what the layer reads: input_box_for(window, this rank's outputs)
   std::vector<HaloPiece> receive;  // parts of `local` that neighbours own
   std::vector<HaloPiece> send;     // parts of `owned` that neighbours read
   bool exchanges() const { return !receive.empty() || !send.empty(); }
@@ -80,7 +80,7 @@ std::string halo_width_problem(const Window& window, const Partition& in, const 
 
 // Copies (or adds) `region` (global coordinates) of src, a tensor (N, C, *src_box), into dst
 // (N, C, *dst_box). Both plain; region must lie in both boxes.
-void copy_box(const Tensor& src, const Box& src_box, Tensor& dst, const Box& dst_box, const Box& region,
+void copy_region(const Tensor& src, const SpatialBox& src_box, Tensor& dst, const SpatialBox& dst_box, const SpatialBox& region,
               bool accumulate);
 
 // The exchange engine for one HaloPlan over the spatial communicator. Forward: start() posts the
@@ -111,7 +111,7 @@ class HaloExchange {
   bool test();
 
  private:
-  Shape shape_of(const Box& box) const;
+  Shape shape_of(const SpatialBox& box) const;
 
   Communicator& comm_;
   HaloPlan plan_;

@@ -39,7 +39,7 @@ class SpatialPlan {
   // The input's split, this rank's slab of it, and the box it loads: its slab plus the halo that the
   // input's consumers read (so the first layer needs no exchange).
   const Partition& input_partition() const { return nodes_.front().partition; }
-  Box input_read_box(const std::vector<int>& coords) const;
+  SpatialBox input_read_box(const std::vector<int>& coords) const;
 
   // The model output's placement (split for segmentation, replicated after a dense head).
   const NodePlacement& output() const { return nodes_.at(output_); }

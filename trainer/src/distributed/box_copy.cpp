@@ -6,16 +6,16 @@
 
 namespace fanstore::trainer {
 
-void copy_box(const Tensor& src, const Box& src_box, Tensor& dst, const Box& dst_box, const Box& region, bool accumulate) {
+void copy_region(const Tensor& src, const SpatialBox& src_box, Tensor& dst, const SpatialBox& dst_box, const SpatialBox& region, bool accumulate) {
   if (region.empty()) return;
-  if (!src.is_plain() || !dst.is_plain()) throw std::invalid_argument("copy_box: tensors must be plain");
+  if (!src.is_plain() || !dst.is_plain()) throw std::invalid_argument("copy_region: tensors must be plain");
   if (!src_box.contains(region) || !dst_box.contains(region))
-    throw std::invalid_argument("copy_box: region " + region.to_string() + " is not inside " + src_box.to_string() +
+    throw std::invalid_argument("copy_region: region " + region.to_string() + " is not inside " + src_box.to_string() +
                                 " and " + dst_box.to_string());
   const std::int64_t planes = src.shape()[0] * src.shape()[1];
-  if (dst.shape()[0] * dst.shape()[1] != planes) throw std::invalid_argument("copy_box: batch/channels differ");
+  if (dst.shape()[0] * dst.shape()[1] != planes) throw std::invalid_argument("copy_region: batch/channels differ");
   // Pad to three axes (a 2D box is one deep).
-  auto axes3 = [](const Box& b) {
+  auto axes3 = [](const SpatialBox& b) {
     std::vector<Range> a(3 - b.axes.size(), Range{0, 1});
     a.insert(a.end(), b.axes.begin(), b.axes.end());
     return a;

@@ -9,7 +9,7 @@ namespace fanstore::trainer {
 HaloExchange::HaloExchange(Communicator& spatial, HaloPlan plan, int tag)
     : comm_(spatial), plan_(std::move(plan)), tag_(tag % 16000) {}
 
-Shape HaloExchange::shape_of(const Box& box) const {
+Shape HaloExchange::shape_of(const SpatialBox& box) const {
   Shape s{batch_, channels_};
   for (auto e : box.extents()) s.dims.push_back(e);
   return s;
@@ -29,7 +29,7 @@ void HaloExchange::start(const Tensor& owned) {
   }
   for (const auto& piece : plan_.send) {
     send_buffers_.push_back(Tensor::zeros(shape_of(piece.box)));
-    copy_box(owned, plan_.owned, send_buffers_.back(), piece.box, piece.box, false);
+    copy_region(owned, plan_.owned, send_buffers_.back(), piece.box, piece.box, false);
     messages_->send(piece.peer, send_buffers_.back().data(), send_buffers_.back().capacity(), 2 * tag_);
   }
 }
@@ -37,11 +37,11 @@ void HaloExchange::start(const Tensor& owned) {
 void HaloExchange::finish(const Tensor& owned, Tensor& local) {
   if (!messages_) throw std::logic_error("halo exchange: finish() without start()");
   if (!local.defined()) local = Tensor::zeros(shape_of(plan_.local));
-  copy_box(owned, plan_.owned, local, plan_.local, plan_.owned.intersect(plan_.local), false);
+  copy_region(owned, plan_.owned, local, plan_.local, plan_.owned.intersect(plan_.local), false);
   messages_->wait();
   messages_.reset();
   for (std::size_t i = 0; i < plan_.receive.size(); ++i)
-    copy_box(receive_buffers_[i], plan_.receive[i].box, local, plan_.local, plan_.receive[i].box, false);
+    copy_region(receive_buffers_[i], plan_.receive[i].box, local, plan_.local, plan_.receive[i].box, false);
   receive_buffers_.clear();
   send_buffers_.clear();
 }
@@ -67,7 +67,7 @@ void HaloExchange::start_reverse(const Tensor& local_gradient) {
   }
   for (const auto& piece : plan_.receive) {
     send_buffers_.push_back(Tensor::zeros(shape_of(piece.box)));
-    copy_box(local_gradient, plan_.local, send_buffers_.back(), piece.box, piece.box, false);
+    copy_region(local_gradient, plan_.local, send_buffers_.back(), piece.box, piece.box, false);
     messages_->send(piece.peer, send_buffers_.back().data(), send_buffers_.back().capacity(), 2 * tag_ + 1);
   }
 }
@@ -75,11 +75,11 @@ void HaloExchange::start_reverse(const Tensor& local_gradient) {
 void HaloExchange::finish_reverse(const Tensor& local_gradient, Tensor& owned_gradient) {
   if (!messages_) throw std::logic_error("halo exchange: finish_reverse() without start_reverse()");
   if (!owned_gradient.defined()) owned_gradient = Tensor::zeros(shape_of(plan_.owned));
-  copy_box(local_gradient, plan_.local, owned_gradient, plan_.owned, plan_.owned.intersect(plan_.local), false);
+  copy_region(local_gradient, plan_.local, owned_gradient, plan_.owned, plan_.owned.intersect(plan_.local), false);
   messages_->wait();
   messages_.reset();
   for (std::size_t i = 0; i < plan_.send.size(); ++i)
-    copy_box(receive_buffers_[i], plan_.send[i].box, owned_gradient, plan_.owned, plan_.send[i].box, true);
+    copy_region(receive_buffers_[i], plan_.send[i].box, owned_gradient, plan_.owned, plan_.send[i].box, true);
   receive_buffers_.clear();
   send_buffers_.clear();
 }

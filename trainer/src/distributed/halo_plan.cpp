@@ -71,13 +71,13 @@ Window window_of(const PoolingSpec& spec) {
   return w;
 }
 
-Box input_box_for(const Window& window, const Box& out, const Box& input_volume) {
-  Box in;
+SpatialBox input_box_for(const Window& window, const SpatialBox& out, const SpatialBox& input_volume) {
+  SpatialBox in;
   for (std::size_t i = 0; i < window.size(); ++i) in.axes.push_back(clip(window[i].reads(out.axes[i]), input_volume.axes[i]));
   return in;
 }
 
-WindowPiece window_piece(const Window& window, const Box& out, const Box& input_volume) {
+WindowPiece window_piece(const Window& window, const SpatialBox& out, const SpatialBox& input_volume) {
   WindowPiece p{out, input_box_for(window, out, input_volume), {}, {}};
   for (std::size_t i = 0; i < window.size(); ++i) {
     const AxisWindow& w = window[i];
@@ -103,10 +103,10 @@ WindowPiece window_piece(const Window& window, const Box& out, const Box& input_
   return p;
 }
 
-std::vector<WindowPiece> window_pieces(const Window& window, const Box& out, const Box& owned, const Box& input_volume,
+std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned, const SpatialBox& input_volume,
                                        bool split) {
   if (!split || out.empty()) return {window_piece(window, out, input_volume)};
-  Box interior;
+  SpatialBox interior;
   for (std::size_t a = 0; a < window.size(); ++a) {
     const Range& o = out.axes[a];
     Range inner{o.hi, o.hi};
@@ -122,7 +122,7 @@ std::vector<WindowPiece> window_pieces(const Window& window, const Box& out, con
   for (std::size_t a = 0; a < window.size(); ++a) {
     for (const Range part : {Range{out.axes[a].lo, interior.axes[a].lo}, Range{interior.axes[a].hi, out.axes[a].hi}}) {
       if (part.empty()) continue;
-      Box b;
+      SpatialBox b;
       for (std::size_t k = 0; k < window.size(); ++k) b.axes.push_back(k < a ? interior.axes[k] : k == a ? part : out.axes[k]);
       pieces.push_back(window_piece(window, b, input_volume));
     }
@@ -165,15 +165,15 @@ std::string halo_width_problem(const Window& window, const Partition& in, const 
 
 HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out, const std::vector<int>& coords) {
   if (const auto problem = halo_width_problem(window, in, out); !problem.empty()) throw std::invalid_argument(problem);
-  const Box volume = in.whole();
+  const SpatialBox volume = in.whole();
   HaloPlan plan;
   plan.owned = in.owned(coords);
   plan.local = input_box_for(window, out.owned(coords), volume);
   for (const auto& q : neighbours(coords, in.parts)) {
     const int peer = peer_index(q, in.parts);
-    const Box receive = plan.local.intersect(in.owned(q));
+    const SpatialBox receive = plan.local.intersect(in.owned(q));
     if (!receive.empty()) plan.receive.push_back({peer, receive});
-    const Box send = plan.owned.intersect(input_box_for(window, out.owned(q), volume));
+    const SpatialBox send = plan.owned.intersect(input_box_for(window, out.owned(q), volume));
     if (!send.empty()) plan.send.push_back({peer, send});
   }
   return plan;

@@ -14,51 +14,51 @@ Range split_range(std::int64_t extent, int parts, int index) {
   return {lo, lo + base + (index < extra ? 1 : 0)};
 }
 
-bool Box::empty() const {
+bool SpatialBox::empty() const {
   for (const auto& a : axes)
     if (a.empty()) return true;
   return false;
 }
 
-std::int64_t Box::volume() const {
+std::int64_t SpatialBox::volume() const {
   std::int64_t v = 1;
   for (const auto& a : axes) v *= a.size();
   return v;
 }
 
-bool Box::contains(const Box& b) const {
+bool SpatialBox::contains(const SpatialBox& b) const {
   if (b.empty()) return true;
   for (std::size_t i = 0; i < axes.size(); ++i)
     if (!axes[i].contains(b.axes.at(i))) return false;
   return true;
 }
 
-Box Box::intersect(const Box& b) const {
-  Box out;
+SpatialBox SpatialBox::intersect(const SpatialBox& b) const {
+  SpatialBox out;
   for (std::size_t i = 0; i < axes.size(); ++i) out.axes.push_back(axes[i].intersect(b.axes.at(i)));
   return out;
 }
 
-std::vector<std::int64_t> Box::extents() const {
+std::vector<std::int64_t> SpatialBox::extents() const {
   std::vector<std::int64_t> e;
   for (const auto& a : axes) e.push_back(a.size());
   return e;
 }
 
-std::string Box::to_string() const {
+std::string SpatialBox::to_string() const {
   std::ostringstream s;
   for (std::size_t i = 0; i < axes.size(); ++i) s << (i ? "x" : "") << "[" << axes[i].lo << "," << axes[i].hi << ")";
   return s.str();
 }
 
-Box Partition::owned(const std::vector<int>& coords) const {
-  Box b;
+SpatialBox Partition::owned(const std::vector<int>& coords) const {
+  SpatialBox b;
   for (std::size_t i = 0; i < extents.size(); ++i) b.axes.push_back(split_range(extents[i], parts.at(i), coords.at(i)));
   return b;
 }
 
-Box Partition::whole() const {
-  Box b;
+SpatialBox Partition::whole() const {
+  SpatialBox b;
   for (auto e : extents) b.axes.push_back({0, e});
   return b;
 }

@@ -113,13 +113,13 @@ SpatialPlan::SpatialPlan(const Model& model, GridShape grid) : grid_(std::move(g
   }
 }
 
-Box SpatialPlan::input_read_box(const std::vector<int>& coords) const {
+SpatialBox SpatialPlan::input_read_box(const std::vector<int>& coords) const {
   const Partition& in = input_partition();
-  Box box = in.owned(coords);
+  SpatialBox box = in.owned(coords);
   for (NodeId consumer : consumers_.front()) {
     const NodePlacement& c = nodes_[consumer];
     if (!c.window) continue;
-    const Box reads = input_box_for(*c.window, c.partition.owned(coords), in.whole());
+    const SpatialBox reads = input_box_for(*c.window, c.partition.owned(coords), in.whole());
     for (std::size_t a = 0; a < box.axes.size(); ++a)
       box.axes[a] = {std::min(box.axes[a].lo, reads.axes[a].lo), std::max(box.axes[a].hi, reads.axes[a].hi)};
   }
