@@ -227,7 +227,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     const std::vector<int> origin(grids[g].spatial.size(), 0);
     for (NodeId id = 1; id < model.node_count(); ++id) {
       auto shapes = timing_inputs(model, *plans[g], id, origin, out[g].batch_per_group);
-      work.emplace(LayerTimer::key(id, shapes), std::make_pair(id, std::move(shapes)));
+      std::string k = LayerTimer::key(id, shapes);
+      work.emplace(std::move(k), std::make_pair(id, std::move(shapes)));
     }
   }
   std::vector<double> times(2 * work.size(), 0.0);
