@@ -69,7 +69,7 @@ ConvolutionSpec conv(std::int64_t k, std::int64_t s, std::int64_t p, std::int64_
   c.in_channels = c.out_channels = 1;
   c.kernel = {k};
   c.stride = {s};
-  c.padding = {p};
+  c.padding_lo = c.padding_hi = {p};
   c.dilation = {d};
   c.transposed = transposed;
   return c;
@@ -78,7 +78,7 @@ ConvolutionSpec conv(std::int64_t k, std::int64_t s, std::int64_t p, std::int64_
 // Output size of the serial layer along one axis (PyTorch formulas).
 std::int64_t out_extent(const ConvolutionSpec& c, std::int64_t in) {
   const auto k = c.dilation[0] * (c.kernel[0] - 1) + 1;
-  return c.transposed ? (in - 1) * c.stride[0] - 2 * c.padding[0] + k : (in + 2 * c.padding[0] - k) / c.stride[0] + 1;
+  return c.transposed ? (in - 1) * c.stride[0] - 2 * c.padding_lo[0] + k : (in + 2 * c.padding_lo[0] - k) / c.stride[0] + 1;
 }
 
 TEST(Window, ReadsMatchesTheDefinitionPositionByPosition) {
@@ -91,13 +91,13 @@ TEST(Window, ReadsMatchesTheDefinitionPositionByPosition) {
       std::int64_t lo = in, hi = 0;
       for (std::int64_t i = 0; i < in; ++i)
         for (std::int64_t j = 0; j < c.kernel[0]; ++j) {
-          const bool hit = c.transposed ? i * c.stride[0] + j * c.dilation[0] - c.padding[0] == o
-                                        : o * c.stride[0] - c.padding[0] + j * c.dilation[0] == i;
+          const bool hit = c.transposed ? i * c.stride[0] + j * c.dilation[0] - c.padding_lo[0] == o
+                                        : o * c.stride[0] - c.padding_lo[0] + j * c.dilation[0] == i;
           if (hit) lo = std::min(lo, i), hi = std::max(hi, i + 1);
         }
       const Range r = w.reads({o, o + 1}).intersect({0, in});
       // A dilated window may skip its clipped first/last taps: then reads() is a (harmless) superset.
-      if (c.dilation[0] == 1) EXPECT_EQ(r, (Range{lo, hi})) << "k" << c.kernel[0] << " s" << c.stride[0] << " p" << c.padding[0] << " output " << o;
+      if (c.dilation[0] == 1) EXPECT_EQ(r, (Range{lo, hi})) << "k" << c.kernel[0] << " s" << c.stride[0] << " p" << c.padding_lo[0] << " output " << o;
       else EXPECT_TRUE(r.contains(Range{lo, hi})) << "output " << o;
     }
   }
@@ -121,7 +121,7 @@ TEST(Window, PiecePaddingReproducesTheOutputSize) {
 
 TEST(Window, InteriorAndBoundaryPiecesTileTheOutput) {
   ConvolutionSpec c = conv(3, 1, 1);
-  c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding = {1, 1, 1}, c.dilation = {1, 1, 1};
+  c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding_lo = c.padding_hi = {1, 1, 1}, c.dilation = {1, 1, 1};
   const Window w = window_of(c);
   const Partition part{{9, 8, 7}, {2, 2, 1}};
   for (int i = 0; i < 4; ++i) {
@@ -143,7 +143,7 @@ TEST(Window, InteriorAndBoundaryPiecesTileTheOutput) {
 
 TEST(HaloPlan, WhatOneRankSendsIsWhatItsNeighbourReceives) {
   ConvolutionSpec c = conv(3, 1, 1);
-  c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding = {1, 1, 1}, c.dilation = {1, 1, 1};
+  c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding_lo = c.padding_hi = {1, 1, 1}, c.dilation = {1, 1, 1};
   for (const GridShape& g : {GridShape{1, {2, 2, 2}}, GridShape{1, {3, 1, 2}}, GridShape{1, {1, 4, 1}}}) {
     const Partition part{{9, 8, 7}, g.spatial};
     std::map<std::pair<int, int>, SpatialBox> sent, received;

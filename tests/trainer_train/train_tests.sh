@@ -30,8 +30,10 @@ case $case_name in
 learn_cosmoflow)
   # MAE of the 4 regressed targets must fall well below predicting the mean target.
   "$datagen" cosmoflow -o data --samples 160 --size 32 --seed 3 > /dev/null
-  "$train" --model cosmoflow --data data/train --val data/val --epochs 8 --batch 4 --lr 0.002 --optimizer adam \
-    --schedule cosine --threads 2 --seed 1 --checkpoint ck
+  # Adam 1e-3 after one warm-up epoch: at 2e-3 without warm-up the 1.2*tanh output saturates on some
+  # data draws (then its gradient vanishes and the MAE stays at ~1.17 for good).
+  "$train" --model cosmoflow --data data/train --val data/val --epochs 8 --batch 4 --lr 0.001 --optimizer adam \
+    --warmup-epochs 1 --schedule cosine --threads 2 --seed 1 --checkpoint ck
   mae=$(summary val_metric ck/metrics.jsonl) base=$(summary baseline_mae ck/metrics.jsonl)
   check "cosmoflow val MAE $mae < 0.75 x predict-the-mean $base" "$mae < 0.75 * $base"
   ;;

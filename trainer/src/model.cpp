@@ -33,16 +33,26 @@ void Model::check_shape(NodeId node, const Shape& expected, const std::string& b
 
 void Model::finalize(NodeId output, std::uint64_t seed) {
   output_ = output;
-  parameters_.finalize();
+  // Initialisation is host code on host arenas; commit() then moves them to the backend's device.
+  parameters_.finalize(*backend_);
   Rng rng(seed);
   for (auto& n : nodes_)
     if (n.layer) n.layer->initialize(rng);
+  parameters_.commit();
+}
+
+void Model::set_step(std::uint64_t step) {
+  for (auto& n : nodes_)
+    if (n.layer) n.layer->set_step(step);
 }
 
 Tensor Model::forward(const Tensor& x, Mode mode) {
   if (!parameters_.finalized()) throw std::logic_error(name_ + ": forward before finalize()");
   if (x.shape() != input_shape())
     throw std::invalid_argument(name_ + ": input " + x.shape().to_string() + ", expected " + input_shape().to_string());
+  if (x.device() != backend_->device())
+    throw std::invalid_argument(name_ + ": input is in " + std::string(device_name(x.device())) + " memory, the model computes on " +
+                                device_name(backend_->device()) + " (Backend::to_device)");
   values_.assign(nodes_.size(), Tensor());
   values_[0] = x;
   for (NodeId i = 1; i < nodes_.size(); ++i) {
@@ -58,14 +68,7 @@ void Model::accumulate(Tensor& slot, const Tensor& gradient) {
     slot = gradient;  // shared, never modified in place
     return;
   }
-  Tensor a = slot, b = gradient;
-  if (!a.same_layout(b)) {
-    a = backend_->to_plain(a);
-    b = backend_->to_plain(b);
-  }
-  Tensor sum = Tensor::with_layout(a.shape(), a.layout());
-  for (std::size_t i = 0; i < sum.capacity(); ++i) sum.data()[i] = a.data()[i] + b.data()[i];
-  slot = sum;
+  slot = backend_->add({slot, gradient});
 }
 
 Tensor Model::backward(const Tensor& dy) {

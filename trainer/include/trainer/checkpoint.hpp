@@ -12,7 +12,9 @@
 namespace fanstore::trainer {
 
 inline constexpr char kCheckpointMagic[8] = {'F', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
-inline constexpr std::uint32_t kCheckpointVersion = 1;
+// Version 2: the shuffle and the dropout masks come from Philox (fanstore/random.hpp); version 1 was
+// written while they came from xoshiro256**, whose data order a resumed run can no longer reproduce.
+inline constexpr std::uint32_t kCheckpointVersion = 2;
 
 // Where training stands; with the seed it fixes the data order (the shuffle and the augmentation
 // are pure functions of (seed, epoch, sample)), so this is the whole RNG/shuffle state.

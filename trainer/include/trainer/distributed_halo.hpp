@@ -20,7 +20,7 @@ namespace fanstore::trainer {
 struct AxisWindow {
   std::int64_t extent = 1;   // dilation * (kernel - 1) + 1
   std::int64_t stride = 1;
-  std::int64_t padding = 0;  // zero padding on each side; for a transposed convolution, the output crop
+  std::int64_t padding = 0;  // padding_lo: zeros before the first position; for a transposed convolution, the output crop
   bool transposed = false;
 
   // Input positions that outputs [out.lo, out.hi) read, before clipping to the input: a direct window

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "trainer/backend.hpp"
 #include "trainer/distributed.hpp"
 
 namespace fanstore::trainer {
@@ -51,9 +52,8 @@ void GradientAllreduce::finish() {
   start_ready(0);
   comm_.wait_all();
   if (replicas_ == 1) return;
-  const float scale = 1.f / static_cast<float>(replicas_);
-  float* g = table_.gradients();
-  for (std::size_t i = 0; i < table_.parameter_count(); ++i) g[i] *= scale;
+  Tensor gradients = table_.arena(Arena::Gradients);
+  table_.backend().scale(gradients, 1.f / static_cast<float>(replicas_));
 }
 
 }  // namespace fanstore::trainer

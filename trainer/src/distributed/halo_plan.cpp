@@ -61,13 +61,13 @@ Window identity_window(int spatial_rank) { return Window(static_cast<std::size_t
 Window window_of(const ConvolutionSpec& spec) {
   Window w;
   for (std::size_t i = 0; i < spec.kernel.size(); ++i)
-    w.push_back({spec.dilation[i] * (spec.kernel[i] - 1) + 1, spec.stride[i], spec.padding[i], spec.transposed});
+    w.push_back({spec.dilation[i] * (spec.kernel[i] - 1) + 1, spec.stride[i], spec.padding_lo[i], spec.transposed});
   return w;
 }
 
 Window window_of(const PoolingSpec& spec) {
   Window w;
-  for (std::size_t i = 0; i < spec.kernel.size(); ++i) w.push_back({spec.kernel[i], spec.stride[i], spec.padding[i], false});
+  for (std::size_t i = 0; i < spec.kernel.size(); ++i) w.push_back({spec.kernel[i], spec.stride[i], spec.padding_lo[i], false});
   return w;
 }
 

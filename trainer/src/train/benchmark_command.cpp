@@ -21,15 +21,15 @@ data::Batch synthetic_batch(const Model& model, TaskKind task, Rng& rng) {
   data::Batch b;
   b.input_shape = in.dims;
   b.input.resize(static_cast<std::size_t>(in.numel()));
-  for (auto& v : b.input) v = rng.normal();
+  for (auto& v : b.input) v = static_cast<float>(rng.normal());
   const auto classes = static_cast<std::uint64_t>(outs[1]);
   if (task == TaskKind::Regression) {
     b.target_values.resize(static_cast<std::size_t>(outs.numel()));
-    for (auto& v : b.target_values) v = rng.uniform(-1.f, 1.f);
+    for (auto& v : b.target_values) v = rng.uniform_float(-1.f, 1.f);
   } else {
     const std::int64_t per_sample = task == TaskKind::Segmentation ? outs.spatial_size() : 1;
     b.target_labels.resize(static_cast<std::size_t>(outs.batch() * per_sample));
-    for (auto& v : b.target_labels) v = static_cast<std::int32_t>(rng.next() % classes);
+    for (auto& v : b.target_labels) v = static_cast<std::int32_t>(rng.next_u64() % classes);
   }
   b.sample_indices.resize(static_cast<std::size_t>(in.batch()));
   return b;
@@ -50,15 +50,17 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
     const data::Batch batch = synthetic_batch(*model, task, rng);
-    Tensor x = Tensor::zeros(model->input_shape());
-    std::copy(batch.input.begin(), batch.input.end(), x.data());
+    Tensor host_x = Tensor::zeros(model->input_shape());
+    std::copy(batch.input.begin(), batch.input.end(), host_x.data());
+    Backend& backend = model->backend();
+    const Tensor x = backend.to_device(host_x);
 
     // Details first, on stderr, so the one parsed stdout line is never interleaved with them.
     err << "benchmark: model " << o.model << " input " << model->input_shape().to_string() << " steps " << o.steps
         << " threads " << (o.threads > 0 ? std::to_string(o.threads) : std::string("default")) << std::endl;
     auto train_step = [&] {
       Tensor y = model->forward(x, Mode::Train);
-      LossResult loss = task_loss(task, y, batch);
+      LossResult loss = task_loss(backend, task, y, batch);
       model->backward(loss.gradient);
       optimizer->step(model->parameters(), 1e-4f);
     };

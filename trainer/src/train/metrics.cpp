@@ -2,7 +2,6 @@
 #include "trainer/metrics.hpp"
 
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 namespace fanstore::trainer {
@@ -25,23 +24,22 @@ std::string metric_name(TaskKind task) {
 
 bool metric_higher_is_better(TaskKind task) { return task != TaskKind::Regression; }
 
-LossResult task_loss(TaskKind task, const Tensor& output, const data::Batch& batch) {
+LossResult task_loss(Backend& backend, TaskKind task, const Tensor& output, const data::Batch& batch) {
   switch (task) {
-    case TaskKind::Classification: return softmax_cross_entropy(output, batch.target_labels);
-    case TaskKind::Segmentation: return dice_cross_entropy(output, batch.target_labels);
-    case TaskKind::Regression: {
-      Tensor target = Tensor::zeros(output.shape());  // (N, T)
-      if (batch.target_values.size() != static_cast<std::size_t>(target.numel()))
+    case TaskKind::Classification: return backend.softmax_cross_entropy(output, batch.target_labels, 0.f);
+    case TaskKind::Segmentation: return backend.dice_cross_entropy(output, batch.target_labels, false);
+    case TaskKind::Regression:  // output (N, T)
+      if (batch.target_values.size() != static_cast<std::size_t>(output.numel()))
         throw std::invalid_argument("regression targets: " + std::to_string(batch.target_values.size()) +
                                     " values for an output of shape " + output.shape().to_string());
-      std::memcpy(target.data(), batch.target_values.data(), batch.target_values.size() * sizeof(float));
-      return mean_squared_error(output, target);
-    }
+      return backend.mean_squared_error(output, batch.target_values);
   }
   throw std::logic_error("unreachable");
 }
 
 void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid, MetricSums& sums) {
+  if (output.device() != Device::Host || !output.is_plain())
+    throw std::invalid_argument("accumulate_metric: the output must be a plain host tensor (Backend::to_host)");
   const auto& shape = output.shape();
   const std::int64_t k = shape[1];
   if (task == TaskKind::Classification) {

@@ -30,10 +30,11 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-Tensor input_tensor(const data::Batch& batch) {
+// The batch's input on the model's device (one upload per step on a GPU, none on the CPU).
+Tensor input_tensor(Backend& backend, const data::Batch& batch) {
   Tensor x = Tensor::zeros(Shape(batch.input_shape));
   std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
-  return x;
+  return backend.to_device(x);
 }
 
 struct Validation {
@@ -64,7 +65,7 @@ Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind t
     for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
       if ((position + k) * static_cast<std::size_t>(comm.size()) + static_cast<std::size_t>(comm.rank()) < dataset.size()) ++valid;
     position += b->sample_indices.size();
-    Tensor y = model.forward(input_tensor(*b), Mode::Eval);
+    Tensor y = model.backend().to_host(model.forward(input_tensor(model.backend(), *b), Mode::Eval));
     accumulate_metric(task, y, *b, valid, sums);
     if (task == TaskKind::Regression) {
       const std::size_t per = b->target_values.size() / b->sample_indices.size();
@@ -197,8 +198,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     for (std::size_t j = first; j < batches.size(); ++j) {
       auto batch = prefetcher.next();
       const auto step_start = Clock::now();
-      Tensor y = model->forward(input_tensor(*batch), Mode::Train);
-      LossResult loss = task_loss(task, y, *batch);
+      model->set_step(position.global_step);
+      Tensor y = model->forward(input_tensor(model->backend(), *batch), Mode::Train);
+      LossResult loss = task_loss(model->backend(), task, y, *batch);
       double mean_loss = loss.loss;
       comm.sum(&mean_loss, 1);  // every rank takes the same guard decision
       mean_loss /= static_cast<double>(world);
@@ -229,8 +231,10 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       ++position.global_step;
       position.epoch = epoch;
       position.next_batch = j + 1;
-      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step))
-        table.values()[0] = std::numeric_limits<float>::quiet_NaN();
+      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step)) {
+        Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
+        model->backend().fill(first, std::numeric_limits<float>::quiet_NaN());
+      }
 
       const double rate = static_cast<double>(per_step) / step_seconds;
       if (leader) {

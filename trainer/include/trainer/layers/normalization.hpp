@@ -24,13 +24,14 @@ class BatchNorm final : public Layer {
   float epsilon_, momentum_;
   ParameterHandle gamma_, beta_;                 // "weight", "bias": (C)
   BufferHandle running_mean_, running_var_;     // (C)
-  Tensor batch_mean_, batch_var_;               // (C), this step's statistics (biased variance)
+  Tensor batch_mean_, batch_var_;               // (C), this step's statistics (biased variance), on the backend
   std::unique_ptr<BatchNormKernel> kernel_;
 };
 
 // PyTorch InstanceNorm{2,3}d(affine=True, track_running_stats=False): statistics per (sample,
-// channel) over the spatial extent, in Train and Eval alike. Hand-rolled on plain layout with
-// double accumulation (oneDNN has no instance norm primitive).
+// channel) over the spatial extent, in Train and Eval alike, on the backend's normalisation ops
+// (sums in double; oneDNN has no instance norm primitive). A spatially split version sums the
+// statistics over its group between the ops.
 class InstanceNorm final : public Layer {
  public:
   InstanceNorm(std::string name, std::int64_t channels, float epsilon = 1e-5f);
@@ -45,8 +46,8 @@ class InstanceNorm final : public Layer {
   std::int64_t channels_;
   float epsilon_;
   ParameterHandle gamma_, beta_;  // (C)
-  Tensor x_hat_;                  // (N, C, *S) normalised input, plain
-  std::vector<float> inv_std_;    // (N*C)
+  Tensor x_;                      // (N, C, *S) the last forward's input, plain
+  Tensor sums_;                   // (N*C, 2) F64: [sum x, sum x^2] per plane
 };
 
 }  // namespace fanstore::trainer
