@@ -10,8 +10,11 @@ namespace fanstore::trainer::testing {
 
 Communicator& world();
 
-// Every rank's (N, C, *box) piece of a tensor (N, C, *whole) summed into the whole tensor on every
-// rank (pieces are disjoint, so the sum is an exact gather).
+// Every rank's (N, C, *box) piece (plain, host) of a tensor (N, C, *whole) summed into the whole
+// tensor on every rank (pieces are disjoint, so the sum is an exact gather).
 Tensor gather_boxes(Communicator& comm, const Tensor& piece, const SpatialBox& box, const SpatialBox& whole);
+
+// The (N, C, *box) part of a plain host tensor (N, C, *whole).
+Tensor slab_of(const Tensor& t, const SpatialBox& whole, const SpatialBox& box);
 
 }  // namespace fanstore::trainer::testing

@@ -58,7 +58,8 @@ void run_case(const Case& k, bool interleave_progress) {
   Partition in{k.extents, spatial}, out{{}, spatial};
   for (auto e : k.extents) out.extents.push_back(out_extent(k.window, e));
   const HaloPlan plan = make_halo_plan(window, in, out, grid.coords());
-  HaloExchange exchange(grid.spatial(), plan, 7);
+  auto backend = make_cpu_backend({1});
+  HaloExchange exchange(*backend, grid.spatial(), plan, 7);
 
   const std::int64_t n = 2, c = 3;
   const Tensor owned = fill(n, c, plan.owned);

@@ -79,9 +79,10 @@ HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partiti
 std::string halo_width_problem(const Window& window, const Partition& in, const Partition& out);
 
 // Copies (or adds) `region` (global coordinates) of src, a tensor (N, C, *src_box), into dst
-// (N, C, *dst_box). Both plain; region must lie in both boxes.
-void copy_region(const Tensor& src, const SpatialBox& src_box, Tensor& dst, const SpatialBox& dst_box, const SpatialBox& region,
-              bool accumulate);
+// (N, C, *dst_box): Backend::copy_box with the boxes in global coordinates. Both plain, on `backend`;
+// region must lie in both boxes.
+void copy_region(Backend& backend, const Tensor& src, const SpatialBox& src_box, Tensor& dst, const SpatialBox& dst_box,
+                 const SpatialBox& region, bool accumulate);
 
 // The exchange engine for one HaloPlan over the spatial communicator. Forward: start() posts the
 // receives and sends the parts of this rank's slab that the neighbours read; finish() assembles the
@@ -91,7 +92,8 @@ void copy_region(const Tensor& src, const SpatialBox& src_box, Tensor& dst, cons
 class HaloExchange {
  public:
   // `tag` must differ between exchanges that can be in flight at the same time (e.g. per layer).
-  HaloExchange(Communicator& spatial, HaloPlan plan, int tag);
+  // Buffers live on `backend` (device memory on a GPU backend).
+  HaloExchange(Backend& backend, Communicator& spatial, HaloPlan plan, int tag);
 
   const HaloPlan& plan() const { return plan_; }
 
@@ -113,6 +115,7 @@ class HaloExchange {
  private:
   Shape shape_of(const SpatialBox& box) const;
 
+  Backend& backend_;
   Communicator& comm_;
   HaloPlan plan_;
   int tag_;
