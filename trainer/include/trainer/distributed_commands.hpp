@@ -13,13 +13,6 @@
 
 namespace fanstore::trainer {
 
-struct GridOptions {
-  std::string grid;      // "S,D,H,W" / "S,H,W", "auto", or empty (data parallelism over every rank)
-  bool explain = false;  // with "auto": print every candidate's prediction and stop
-  bool sync_bn = false;
-  bool overlap = true;   // interior computation while halos travel
-};
-
 struct ResolvedGrid {
   GridShape shape;
   std::int64_t batch_per_group = 1;
@@ -33,6 +26,11 @@ struct ResolvedGrid {
 // same on every rank) for a grid that does not parse or whose product is not the number of ranks.
 ResolvedGrid resolve_grid(const GridOptions& grid, const std::string& model_name, ModelOptions model_options,
                           int threads, int optimizer_states, Communicator& world, std::ostream& out, std::ostream& err);
+
+// The one line of a GridError on `err` (a single write, so ranks do not interleave), then a collective
+// on `world`: every rank found the same error at the same point, and none exits (mpirun then stops the
+// rest) before all have printed.
+void report_grid_error(const GridError& error, Communicator& world, std::ostream& err);
 
 // --benchmark N on a grid: synthetic slabs for every rank, one warm-up step, N timed training steps
 // (split forward, loss, backward, gradient allreduce, SGD) and N timed inference forwards. Rank 0 prints

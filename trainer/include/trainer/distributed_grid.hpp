@@ -72,6 +72,14 @@ struct GridShape {
   bool operator==(const GridShape&) const = default;
 };
 
+// fanstore-train's grid options (--grid, --explain, --sync-bn, --halo-overlap).
+struct GridOptions {
+  std::string grid;      // "S,D,H,W" / "S,H,W", "auto", or empty (data parallelism over every rank)
+  bool explain = false;  // with "auto": print every candidate's prediction and stop
+  bool sync_bn = false;
+  bool overlap = true;   // interior computation while halos travel
+};
+
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.
 GridShape data_parallel_grid(int ranks, int spatial_rank);
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trainer/distributed.hpp"
+#include "trainer/distributed_grid.hpp"
 #include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
@@ -34,6 +35,7 @@ struct TrainOptions {
   double bucket_mb = 25;             // gradient allreduce bucket size
   double spike_factor = 10;          // guard: a loss above factor * its running average is a spike (0 = NaN/Inf only)
   std::int64_t inject_nan_at_step = 0;  // testing the guard: poison a weight after this step
+  GridOptions grid;                  // sample x spatial grid (docs/parallelism.md); empty = data parallelism
 };
 
 // Trains, validates after every epoch, checkpoints, and prints a summary line. Returns the exit

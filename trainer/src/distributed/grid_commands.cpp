@@ -49,6 +49,14 @@ data::Batch synthetic_slab_batch(const DistributedModel& dm, TaskKind task, std:
 
 }  // namespace
 
+void report_grid_error(const GridError& error, Communicator& world, std::ostream& err) {
+  const std::string line = std::string("fanstore-train: error: ") + error.what() + "\n";
+  err.write(line.data(), static_cast<std::streamsize>(line.size()));
+  err.flush();
+  double done[1] = {0};
+  world.max(done, 1);
+}
+
 ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, ModelOptions mo, int threads,
                           int optimizer_states, Communicator& world, std::ostream& out, std::ostream& err) {
   const int ranks = world.size(), spatial_rank = spatial_rank_of(model_name);
@@ -160,7 +168,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     }
     return 0;
   } catch (const GridError& e) {
-    err << "fanstore-train: error: " << e.what() << "\n";  // every rank found it
+    report_grid_error(e, world, err);  // every rank found it
     return 1;
   } catch (const std::exception& e) {
     err << "fanstore-train: error: " << e.what() << "\n";

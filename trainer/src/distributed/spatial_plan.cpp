@@ -49,9 +49,9 @@ SpatialPlan::SpatialPlan(const Model& model, GridShape grid) : grid_(std::move(g
     for (std::size_t a = 0; a < p.extents.size(); ++a)
       if (p.extents[a] < p.parts[a])
         throw GridError(prefix + what + " has " + axis_name(a, p.extents.size()) + " = " + std::to_string(p.extents[a]) +
-                        ", fewer positions than the " + std::to_string(p.parts[a]) + " ranks splitting it: split " +
-                        axis_name(a, p.extents.size()) + " at most " + std::to_string(p.extents[a]) +
-                        " ways or use a larger input");
+                        ", fewer positions than the " + std::to_string(p.parts[a]) + " ranks splitting it: use at most " +
+                        std::to_string(p.extents[a]) + (p.extents[a] == 1 ? " rank" : " ranks") + " along " +
+                        axis_name(a, p.extents.size()) + " or a larger input");
   };
   check_split(0, "the input " + model.input_shape().to_string());
 

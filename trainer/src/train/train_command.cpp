@@ -17,6 +17,9 @@
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
+#include "trainer/distributed_commands.hpp"
+#include "trainer/distributed_perf_model.hpp"
+#include "trainer/distributed_run.hpp"
 #include "trainer/loss_guard.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/schedule.hpp"
@@ -30,28 +33,22 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The batch's input on the model's device (one upload per step on a GPU, none on the CPU).
-Tensor input_tensor(Backend& backend, const data::Batch& batch) {
-  Tensor x = Tensor::zeros(Shape(batch.input_shape));
-  std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
-  return backend.to_device(x);
-}
-
 struct Validation {
   double metric = std::numeric_limits<double>::quiet_NaN();
   double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
   std::size_t samples = 0;
 };
 
-// Every rank evaluates its strided share of the validation set (in order, padded to full batches
-// because the model has a fixed batch); padding positions are left out of the sums.
-Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
+// Every sample group evaluates its strided share of the validation set (in order, padded to full
+// batches because the model has a fixed batch); padding positions are left out of the sums, and a
+// group's samples count once however many spatial ranks share them.
+Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
                     std::int64_t batch, int prefetch_threads) {
   data::ShardSpec spec;
   spec.dataset_size = dataset.size();
   spec.batch_size = static_cast<std::size_t>(batch);
-  spec.rank = comm.rank();
-  spec.world_size = comm.size();
+  spec.rank = static_cast<std::size_t>(run.sample_group());
+  spec.world_size = static_cast<std::size_t>(run.sample_groups());
   spec.shuffle = false;
   spec.last_batch = data::LastBatch::kPad;
   const auto shard = data::shard_indices(spec);
@@ -63,11 +60,10 @@ Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind t
   while (auto b = prefetcher.next()) {
     std::size_t valid = 0;
     for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
-      if ((position + k) * static_cast<std::size_t>(comm.size()) + static_cast<std::size_t>(comm.rank()) < dataset.size()) ++valid;
+      if ((position + k) * spec.world_size + spec.rank < dataset.size()) ++valid;
     position += b->sample_indices.size();
-    Tensor y = model.backend().to_host(model.forward(input_tensor(model.backend(), *b), Mode::Eval));
-    accumulate_metric(task, y, *b, valid, sums);
-    if (task == TaskKind::Regression) {
+    run.accumulate_metric(task, run.forward(*b, Mode::Eval), *b, valid, sums);
+    if (task == TaskKind::Regression && run.counts_for_group()) {
       const std::size_t per = b->target_values.size() / b->sample_indices.size();
       targets.insert(targets.end(), b->target_values.begin(), b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
     }
@@ -105,23 +101,42 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
   if (o.checkpoint_dir.empty()) throw std::invalid_argument("--checkpoint DIR is required for training");
 
+  // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
+  if (!o.grid.grid.empty() && o.grid.grid != "auto")
+    check_grid_ranks(parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3), comm.size());
+
   auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
   std::unique_ptr<data::SampleDataset> val_set;
   if (!o.val_dir.empty()) {
     val_set = open_dataset(o.model, o.val_dir, false, o.input_size);
     require_same_layout(*train_set, *val_set, o.val_dir);
   }
-  const ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
+  // data parallelism. The batch is per sample group.
+  const ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads,
+                                             o.optimizer.kind == "adam" ? 2 : 1, comm, out, err);
+  if (o.grid.explain) return 0;
+  model_options.batch = resolved.batch_per_group;
   auto model = build_model(o.model, make_cpu_backend({o.threads}), model_options);
   ParameterTable& table = model->parameters();
   auto optimizer = make_optimizer(table, o.optimizer);
+  GridRun grid_run(*model, comm, resolved, o.grid);
+  if (const auto slab = grid_run.slab_read()) {
+    // Each rank reads only its slab (plus the first layer's halo) of every sample.
+    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, &*slab);
+    if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, &*slab);
+  }
 
   const std::size_t world = static_cast<std::size_t>(comm.size());
-  const std::size_t per_step = world * static_cast<std::size_t>(o.batch);
+  const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
+  const std::int64_t group_batch = resolved.batch_per_group;
+  const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
     throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
-                                          std::to_string(o.batch) + " per rank x " + std::to_string(world) + " ranks)");
+                                          std::to_string(group_batch) + " per sample group x " + std::to_string(groups) +
+                                          " groups)");
 
   ScheduleOptions schedule;
   schedule.base_lr = o.lr;
@@ -133,8 +148,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   const std::string checkpoint_path = o.checkpoint_dir + "/checkpoint.bin";
   TrainingPosition position;
   position.seed = o.seed;
-  position.world_size = world;
-  position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+  position.world_size = groups;
+  position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
   bool resumed = false;
   if (o.resume) {
     // Only rank 0 writes checkpoints, so only its file counts: with node-local checkpoint directories
@@ -148,12 +163,12 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     if (size > 0) {
       position = restore_checkpoint(checkpoint_path, std::move(bytes), *model, *optimizer);
       resumed = true;
-      if (leader && (position.world_size != world || position.batch_per_rank != static_cast<std::uint64_t>(o.batch)))
-        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " rank(s) x batch "
-            << position.batch_per_rank << "; continuing with " << world << " x " << o.batch
+      if (leader && (position.world_size != groups || position.batch_per_rank != static_cast<std::uint64_t>(group_batch)))
+        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
+            << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
             << " (the data order changes, the run is not bit-identical)\n";
-      position.world_size = world;
-      position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+      position.world_size = groups;
+      position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
       if (leader)
         err << "fanstore-train: resumed from " << checkpoint_path << " at step " << position.global_step << " (epoch "
             << position.epoch << ", batch " << position.next_batch << ")\n";
@@ -166,8 +181,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   ProgressLine progress(leader);  // only rank 0 talks
 
-  GradientAllreduce allreduce(comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
-  model->set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
+  // Over every rank; each sample group's ranks hold parts of its gradient, so divide by the groups.
+  GradientAllreduce allreduce(comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024), groups);
+  grid_run.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
   LossGuard guard(o.spike_factor);
 
@@ -184,9 +200,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
     data::ShardSpec spec;
     spec.dataset_size = train_set->size();
-    spec.batch_size = static_cast<std::size_t>(o.batch);
-    spec.rank = comm.rank();
-    spec.world_size = comm.size();
+    spec.batch_size = static_cast<std::size_t>(group_batch);
+    spec.rank = static_cast<std::size_t>(grid_run.sample_group());
+    spec.world_size = groups;
     spec.seed = position.seed;
     spec.epoch = epoch;
     auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
@@ -199,8 +215,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       auto batch = prefetcher.next();
       const auto step_start = Clock::now();
       model->set_step(position.global_step);
-      Tensor y = model->forward(input_tensor(model->backend(), *batch), Mode::Train);
-      LossResult loss = task_loss(model->backend(), task, y, *batch);
+      Tensor y = grid_run.forward(*batch, Mode::Train);
+      LossResult loss = grid_run.loss(task, y, *batch);
       double mean_loss = loss.loss;
       comm.sum(&mean_loss, 1);  // every rank takes the same guard decision
       mean_loss /= static_cast<double>(world);
@@ -220,7 +236,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
           throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
       } else {
         allreduce.begin_step();
-        model->backward(loss.gradient);
+        grid_run.backward(loss.gradient);
         allreduce.finish();
         optimizer->step(table, static_cast<float>(lr));
       }
@@ -256,7 +272,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
     if (leader) progress.finish();
     if (val_set && (!stopped || position.next_batch == 0)) {
-      last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+      last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
       validated_at_end = true;
       if (leader) {
         std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
@@ -268,31 +284,37 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
     save();
   }
-  if (val_set && !validated_at_end) last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+  if (val_set && !validated_at_end) last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+  double peak_rss[1] = {peak_rss_bytes()};
+  comm.max(peak_rss, 1);  // the busiest rank
 
   // The summary: one line for people and scripts, and the same as the last JSON line.
   const double total = seconds_since(start);
   const double rate = train_seconds > 0 ? static_cast<double>(samples_trained) / train_seconds : 0;
   if (leader) {
     std::ostringstream s;
-    s << "summary: model " << o.model << "  ranks " << world << "  steps " << position.global_step << "  time "
+    s << "summary: model " << o.model << "  ranks " << world << "  grid " << grid_run.grid().to_string() << "  steps "
+      << position.global_step << "  time "
       << total << " s  train " << rate << " samples/s  final loss " << last_loss;
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
-    s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
+    s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks() << "  peak RSS "
+      << static_cast<long long>(peak_rss[0] / (1 << 20)) << " MiB";
     if (world > 1)
       s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
         << " started during backward)";
     out << s.str() << "\n";
     out << "outputs: " << checkpoint_path << "  " << metrics_path << "\n";
     std::ostringstream j;
-    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"steps\":" << position.global_step
+    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"grid\":\""
+      << grid_run.grid().to_string() << "\",\"steps\":" << position.global_step
       << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
       << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
       << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
       << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
       << ",\"allreduce_buckets\":" << allreduce.bucket_count()
-      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward() << "}";
+      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
+      << ",\"peak_rss_bytes\":" << json_number(peak_rss[0]) << "}";
     metrics.write(j.str());
   }
   return 0;
@@ -303,6 +325,12 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err) {
   try {
     return run(options, comm, out, err);
+  } catch (const GridError& e) {
+    // Every rank finds the same grid problem at the same point, before any work: each says so (one
+    // write, so ranks do not interleave) and waits for the others, so that mpirun, which stops the job
+    // when the first rank exits non-zero, does not cut a rank off before its line.
+    report_grid_error(e, comm, err);
+    return 1;
   } catch (const std::exception& e) {
     err << "fanstore-train: error: " << e.what() << "\n";
     err.flush();
