@@ -31,6 +31,10 @@ SECTIONS = [
     ("trainer", "Trainer vs PyTorch 1.13 on CPU (same batch, input size, threads)",
      ["fanstore-train", "pytorch"],
      [("fanstore-train", "pytorch")]),
+    ("spatial", "Sample x spatial grids (CosmoFlow): memory, a memory cap, scaling, the performance model",
+     ["spatial", "one-rank", "data-parallel", "predicted", "model-choice", "measured-best"],
+     [("spatial", "one-rank"), ("spatial", "data-parallel"), ("spatial", "predicted"),
+      ("model-choice", "measured-best")]),
 ]
 
 HEADINGS = {
@@ -38,12 +42,14 @@ HEADINGS = {
     "disk": "disk (ext4)", "fanstore": "FanStore", "fanstore-daemon": "FanStore via daemon",
     "fanstore-local": "FanStore local image", "mpi-pingpong": "MPI ping-pong", "fanstore-pack": "fanstore pack",
     "tar-zstd": "tar + zstd -T2", "tar": "tar (no compression)", "fanstore-train": "fanstore-train",
-    "pytorch": "PyTorch 1.13",
+    "pytorch": "PyTorch 1.13", "spatial": "grid", "one-rank": "one rank", "data-parallel": "data parallel",
+    "predicted": "model's prediction", "model-choice": "model's choice", "measured-best": "measured best",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
     "fanstore-raw": "FanStore", "fanstore-zstd": "FanStore zstd", "fuse": "FUSE", "fanstore": "FanStore",
     "fanstore-daemon": "FanStore remote", "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
+    "spatial": "grid", "model-choice": "model's choice",
 }
 
 
@@ -78,7 +84,11 @@ def verdict(row, contender, baseline):
     if xa <= 0 or xb <= 0:
         return None, "n/a (zero)"
     speedup = xa / xb if row["better"] == "higher" else xb / xa
+    if baseline == "predicted":  # a model's prediction: how far off it is, not who wins
+        return speedup, f"measured = {xa / xb:.2f}x predicted"
     good, bad = ("higher", "lower") if row["unit"].startswith("%") else ("faster", "slower")
+    if row["unit"] in ("MiB", "bytes"):
+        good, bad = "smaller", "larger"
     who = SUBJECT.get(contender, contender)
     # Utilisation is a percentage already: say the gap in points as well as the ratio.
     pts = f" ({xa - xb:+.1f} pts)" if row["unit"].startswith("%") else ""

@@ -97,8 +97,11 @@ TEST(Window, ReadsMatchesTheDefinitionPositionByPosition) {
         }
       const Range r = w.reads({o, o + 1}).intersect({0, in});
       // A dilated window may skip its clipped first/last taps: then reads() is a (harmless) superset.
-      if (c.dilation[0] == 1) EXPECT_EQ(r, (Range{lo, hi})) << "k" << c.kernel[0] << " s" << c.stride[0] << " p" << c.padding_lo[0] << " output " << o;
-      else EXPECT_TRUE(r.contains(Range{lo, hi})) << "output " << o;
+      if (c.dilation[0] == 1) {
+        EXPECT_EQ(r, (Range{lo, hi})) << "k" << c.kernel[0] << " s" << c.stride[0] << " p" << c.padding_lo[0] << " output " << o;
+      } else {
+        EXPECT_TRUE(r.contains(Range{lo, hi})) << "output " << o;
+      }
     }
   }
 }
@@ -132,7 +135,9 @@ TEST(Window, InteriorAndBoundaryPiecesTileTheOutput) {
     for (const auto& p : pieces) {
       volume += p.out.volume();
       for (const auto& q : pieces)
-        if (&p != &q) EXPECT_TRUE(p.out.intersect(q.out).empty());
+        if (&p != &q) {
+          EXPECT_TRUE(p.out.intersect(q.out).empty());
+        }
       EXPECT_TRUE(owned.contains(p.out));
     }
     EXPECT_EQ(volume, owned.volume());
@@ -162,7 +167,9 @@ TEST(HaloPlan, WhatOneRankSendsIsWhatItsNeighbourReceives) {
       EXPECT_EQ(covered, plan.local.volume()) << "halos + own part cover what the layer reads";
     }
     EXPECT_EQ(sent, received);
-    if (g.spatial == std::vector<int>{2, 2, 2}) EXPECT_EQ(corner_pieces, 8) << "each rank gets one corner";
+    if (g.spatial == std::vector<int>{2, 2, 2}) {
+      EXPECT_EQ(corner_pieces, 8) << "each rank gets one corner";
+    }
   }
 }
 

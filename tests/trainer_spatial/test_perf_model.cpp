@@ -67,7 +67,9 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
   // A rank's slab activations halve with a 2-way split of the same batch.
   EXPECT_LT(p[1].memory_bytes, p[0].memory_bytes * 2);
   for (const auto& q : p)
-    if (q.invalid.empty()) EXPECT_GT(q.compute_s, 0);
+    if (q.invalid.empty()) {
+      EXPECT_GT(q.compute_s, 0);
+    }
   const int best = best_grid(p);
   ASSERT_GE(best, 0);
   const std::string table = explain_table(p, costs, best);

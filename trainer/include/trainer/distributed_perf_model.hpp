@@ -95,5 +95,7 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
 
 // The peak resident set of this process (getrusage), in bytes.
 double peak_rss_bytes();
+// The peak virtual size (VmPeak of /proc/self/status: what `ulimit -v` limits), in bytes; 0 if unknown.
+double peak_virtual_bytes();
 
 }  // namespace fanstore::trainer

@@ -154,13 +154,13 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     world.sum(sync, 1);
     const double infer_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
-    double peak[1] = {peak_rss_bytes()};
-    world.max(peak, 1);
+    double peak[2] = {peak_rss_bytes(), peak_virtual_bytes()};
+    world.max(peak, 2);
     const double samples = static_cast<double>(o.steps * resolved.batch_per_group * resolved.shape.samples);
     if (world.rank() == 0) {
       err << "benchmark: step " << std::fixed << std::setprecision(1) << train_s / static_cast<double>(o.steps) * 1e3
-          << " ms, peak_rss_bytes " << std::setprecision(0) << peak[0] << " (max over " << world.size() << " ranks)"
-          << std::endl;
+          << " ms, peak_rss_bytes " << std::setprecision(0) << peak[0] << " peak_virtual_bytes " << peak[1]
+          << " (max over " << world.size() << " ranks)" << std::endl;
       char line[128];
       std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_s,
                     samples / infer_s);

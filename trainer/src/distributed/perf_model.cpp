@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <iomanip>
@@ -375,6 +376,17 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
   }
   s << "(times in ms per step on the busiest rank; compute measured per layer and slab shape on this machine)\n";
   return s.str();
+}
+
+double peak_virtual_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmPeak: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024.0;
 }
 
 double peak_rss_bytes() {

@@ -314,7 +314,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
       << ",\"allreduce_buckets\":" << allreduce.bucket_count()
       << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
-      << ",\"peak_rss_bytes\":" << json_number(peak_rss[0]) << "}";
+      << ",\"peak_rss_bytes\":" << static_cast<long long>(peak_rss[0]) << "}";
     metrics.write(j.str());
   }
   return 0;
