@@ -51,7 +51,7 @@ class PassThrough final : public SplitOp {
  public:
   explicit PassThrough(Layer& layer) : layer_(layer) {}
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override { return layer_.forward(inputs, mode); }
-  std::vector<Tensor> backward(const Tensor& dy) override { return layer_.backward(dy); }
+  std::vector<Tensor> backward(Tensor dy) override { return layer_.backward(dy); }
 
  private:
   Layer& layer_;
@@ -151,7 +151,7 @@ Tensor DistributedModel::backward(const Tensor& dy) {
   const bool spatial_root = grid_.spatial_index() == 0;
   for (NodeId id = model_.output_node(); id >= 1; --id) {
     if (!gradients_[id].defined()) continue;
-    auto grads = ops_[id]->backward(gradients_[id]);
+    auto grads = ops_[id]->backward(std::move(gradients_[id]));
     Layer& layer = *model_.node_layer(id);
     // A layer on a replicated tensor computes its whole parameter gradient on every spatial rank:
     // count it once.

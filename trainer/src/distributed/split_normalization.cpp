@@ -55,7 +55,7 @@ class SplitNormalization final : public SplitOp {
     return b.norm_apply(x_, sums_, count_, ctx_.table.value(handles[0]), ctx_.table.value(handles[1]), epsilon_, groups);
   }
 
-  std::vector<Tensor> backward(const Tensor& dy_any) override {
+  std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
     const NormGroups groups = batch_norm_ ? NormGroups::PerChannel : NormGroups::PerSampleChannel;

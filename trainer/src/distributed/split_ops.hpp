@@ -35,8 +35,8 @@ class SplitOp {
   // inputs: this rank's slabs of the node's inputs (a windowed consumer of the model input gets the
   // loaded box, slab plus halo). Returns this rank's part of the output.
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
-  // One gradient per input, over that input's slab.
-  virtual std::vector<Tensor> backward(const Tensor& dy) = 0;
+  // One gradient per input, over that input's slab. Takes dy by value: an op may drop it early.
+  virtual std::vector<Tensor> backward(Tensor dy) = 0;
 };
 
 // The op for node `id` of `model`; `input_box` is what the model input tensor covers on this rank.

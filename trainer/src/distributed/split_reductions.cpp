@@ -22,7 +22,7 @@ class SplitGlobalPooling final : public SplitOp {
     return y;
   }
 
-  std::vector<Tensor> backward(const Tensor& dy) override {
+  std::vector<Tensor> backward(Tensor dy) override {
     // d(global mean)/dx = 1/V = share / v: the slab pooling's backward of share * dy.
     Tensor scaled = ctx_.backend.clone(ctx_.backend.to_plain(dy));
     ctx_.backend.scale(scaled, share_);
@@ -66,7 +66,7 @@ class SplitFlatLinear final : public SplitOp {
     return y;
   }
 
-  std::vector<Tensor> backward(const Tensor& dy_any) override {
+  std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
     const Tensor dy = b.to_plain(dy_any);

@@ -25,7 +25,13 @@ class SplitWindowed final : public SplitOp {
     // A consumer of the model input gets the loaded box, which already holds its halo.
     preloaded_ = !(given_ == plan.owned) && given_.contains(plan.local);
     direct_ = !preloaded_ && !plan.exchanges() && plan.local == plan.owned;
-    pieces_ = window_pieces(window, out_slab_, plan.owned, in.whole(), ctx.options.overlap && plan.exchanges() && !preloaded_);
+    // Interior + boundary pieces only where they pay: each piece is a kernel of its own, which keeps
+    // its own reordered copies of the weights, so a layer whose weights outweigh its input slab (the
+    // deep layers of CosmoFlow, whose halos are tiny anyway) runs as one piece after the exchange.
+    const std::int64_t slab_floats = plan.owned.volume() * input_channels();
+    const bool worth_it = pool_ || slab_floats >= weight_floats();
+    pieces_ = window_pieces(window, out_slab_, plan.owned, in.whole(),
+                            ctx.options.overlap && plan.exchanges() && !preloaded_ && worth_it);
     for (const auto& piece : pieces_) {
       if (conv_) {
         ConvolutionSpec spec = conv_->spec();
@@ -56,24 +62,30 @@ class SplitWindowed final : public SplitOp {
     } else if (!plan.exchanges()) {
       local = crop(b, b.to_plain(x), given_, plan.local);  // a floor-mode window leaves part of the slab unread
     } else {
-      const Tensor owned = crop(b, b.to_plain(x), given_, plan.owned);
+      // A plain copy to pack the faces from and to assemble the local box; each full-size temporary is
+      // dropped as soon as the pieces are cut from it (the peak memory of a rank is what a split saves).
+      Tensor owned = crop(b, b.to_plain(x), given_, plan.owned);
       halo_.start(owned);
       Tensor interior;
       if (pieces_.size() > 1) {
-        // The interior reads only this rank's slab: compute it while the halo travels.
-        x_pieces_[0] = crop(b, owned, plan.owned, pieces_[0].in);
+        // The interior reads only this rank's slab: compute it while the halo travels (on the input
+        // as it came, in the backend's layout, when it reads the whole slab).
+        x_pieces_[0] = pieces_[0].in == given_ ? x : crop(b, owned, plan.owned, pieces_[0].in);
         interior = run_forward(0, x_pieces_[0], mode);
         halo_.test();
       }
       halo_.finish(owned, local);
       if (pieces_.size() > 1) {
-        Tensor y = b.zeros(box_shape(owned.shape()[0], out_channels(owned), out_slab_));
+        const Shape y_shape = box_shape(owned.shape()[0], out_channels(owned), out_slab_);
+        owned = Tensor();
+        for (std::size_t k = 1; k < pieces_.size(); ++k) x_pieces_[k] = crop(b, local, plan.local, pieces_[k].in);
+        local = Tensor();
+        Tensor y = b.zeros(y_shape);
         copy_region(b, b.to_plain(interior), pieces_[0].out, y, out_slab_, pieces_[0].out, false);
-        for (std::size_t k = 1; k < pieces_.size(); ++k) {
-          x_pieces_[k] = crop(b, local, plan.local, pieces_[k].in);
+        interior = Tensor();
+        for (std::size_t k = 1; k < pieces_.size(); ++k)
           copy_region(b, b.to_plain(run_forward(k, x_pieces_[k], mode)), pieces_[k].out, y, out_slab_,
                       pieces_[k].out, false);
-        }
         return y;
       }
     }
@@ -81,7 +93,7 @@ class SplitWindowed final : public SplitOp {
     return run_forward(0, local, mode);
   }
 
-  std::vector<Tensor> backward(const Tensor& dy_any) override {
+  std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const HaloPlan& plan = halo_.plan();
     Tensor owned_grad;
@@ -100,10 +112,13 @@ class SplitWindowed final : public SplitOp {
       x_pieces_.assign(1, Tensor());
       return {owned_grad};
     }
-    const Tensor dy = b.to_plain(dy_any);
     std::vector<Tensor> dy_pieces(pieces_.size());
-    for (std::size_t k = 0; k < pieces_.size(); ++k) dy_pieces[k] = crop(b, dy, out_slab_, pieces_[k].out);
-    Tensor local_grad = b.zeros(box_shape(dy.shape()[0], x_pieces_[0].shape()[1], plan.local));
+    {
+      const Tensor dy = b.to_plain(dy_any);
+      dy_any = Tensor();
+      for (std::size_t k = 0; k < pieces_.size(); ++k) dy_pieces[k] = crop(b, dy, out_slab_, pieces_[k].out);
+    }
+    Tensor local_grad = b.zeros(box_shape(dy_pieces[0].shape()[0], x_pieces_[0].shape()[1], plan.local));
     // Boundary pieces first: the halo positions get gradient only from them, so the reverse halo can
     // leave before the interior's input gradient and every weight gradient are computed.
     for (std::size_t k = 1; k < pieces_.size(); ++k)
@@ -119,6 +134,13 @@ class SplitWindowed final : public SplitOp {
   }
 
  private:
+  std::int64_t input_channels() const {
+    return conv_ ? conv_->spec().in_channels : 1;  // pooling: any (it always splits)
+  }
+  std::int64_t weight_floats() const {
+    if (!conv_) return 0;
+    return ctx_.table.parameters().at(conv_->parameter_handles()[0].index).shape.numel();
+  }
   std::int64_t out_channels(const Tensor& x) const {
     return conv_ ? conv_->spec().out_channels : x.shape()[1];
   }
