@@ -2,7 +2,8 @@
 # The spatial-parallelism rows of the benchmark (docs/parallelism.md): CosmoFlow on sample x spatial grids.
 # Usage: scripts/bench/spatial.sh OUT_DIR [--quick]     (bench.sh runs it; it can also run alone)
 # Appends rows to OUT_DIR/raw.csv (section,case,system,unit,better,value) and notes to OUT_DIR/notes.tsv,
-# logs to OUT_DIR/logs/spatial-*.log. Env: BUILD_DIR (default build/), MPIRUN (default: mpirun on PATH).
+# logs to OUT_DIR/logs/spatial-*.log. Env: BUILD_DIR (default build/), MPIRUN (default: mpirun on PATH),
+# SPATIAL_PARTS (default "memory cap scaling model": rerun the timing parts alone at a quiet moment).
 #   memory   peak RSS (max over ranks) of one training step, batch 1, at 64^3 and 128^3: grids 1,2,1,1
 #            and 1,2,2,1 against one rank
 #   cap      CosmoFlow 128^3, one step, under a per-rank `ulimit -v` halfway between the 4-rank and the
@@ -25,6 +26,8 @@ mkdir -p "$LOGS"
 [ -f "$OUT/raw.csv" ] || echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
 STEPS=3
 [ $QUICK = 1 ] && STEPS=1
+PARTS=${SPATIAL_PARTS:-memory cap scaling model}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 record() { printf '"%s","%s",%s,%s,%s,"%s"\n' "spatial" "${1//\"/\'}" "$2" "$3" "$4" "${5//\"/\'}" >>"$OUT/raw.csv"; }
 note() { printf 'spatial\t%s\n' "$1" >>"$OUT/notes.tsv"; }
@@ -44,7 +47,8 @@ bench() {
   shift 4
   local cmd=("$TRAIN" --model cosmoflow --benchmark "$STEPS" --grid "$grid" --batch "$batch" --input-size "$size" --threads 1)
   if [ "$np" -gt 1 ]; then cmd=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "${cmd[@]}"); fi
-  if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" >"$LOGS/$name.log" 2>&1; then echo error; return; fi
+  # stdin from /dev/null: mpirun forwards stdin to rank 0 and would eat a calling loop's input.
+  if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo error; return; fi
   local step rss vm rate
   step=$(grep -oE 'benchmark: step [0-9.]+ ms' "$LOGS/$name.log" | grep -oE '[0-9.]+' | head -1)
   rss=$(grep -oE 'peak_rss_bytes [0-9]+' "$LOGS/$name.log" | grep -oE '[0-9]+' | head -1)
@@ -61,6 +65,7 @@ note "CosmoFlow (MLPerf HPC), synthetic input, 1 oneDNN thread per rank, ranks o
 # --- memory ------------------------------------------------------------------------------------------------------
 declare -A VM
 for size in 64 128; do
+  part memory || part cap || continue
   [ $QUICK = 1 ] && [ $size = 128 ] && continue
   read -r _ one_rss one_vm _ <<<"$(bench 1 1,1,1,1 1 $size)"
   VM[1-$size]=$one_vm
@@ -69,6 +74,7 @@ for size in 64 128; do
     read -r np grid <<<"$g"
     read -r _ rss vm _ <<<"$(bench "$np" "$grid" 1 $size)"
     VM[$np-$size]=$vm
+    part memory || continue
     case_name="peak RSS per rank, ${size}^3 batch 1, grid $grid ($np ranks)"
     record "$case_name" spatial MiB lower "$(mib "$rss")"
     record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
@@ -77,7 +83,7 @@ for size in 64 128; do
 done
 
 # --- a sample that does not fit one rank's memory cap ---------------------------------------------------------------
-if [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-0}" -gt 0 ]; then
+if part cap && [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-0}" -gt 0 ]; then
   cap_kib=$(( (VM[1-128] + VM[4-128]) / 2 / 1024 ))
   one=$(bench 1 1,1,1,1 1 128 prlimit --as=$((cap_kib * 1024)))
   four=$(bench 4 1,2,2,1 1 128 prlimit --as=$((cap_kib * 1024)))
@@ -89,8 +95,9 @@ if [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-0}" -gt 0 ];
 fi
 
 # --- strong scaling -----------------------------------------------------------------------------------------------
-read -r one_step _ _ one_rate <<<"$(bench 1 1,1,1,1 1 64)"
+part scaling && read -r one_step _ _ one_rate <<<"$(bench 1 1,1,1,1 1 64)"
 for g in "2 1,2,1,1" "4 1,2,2,1"; do
+  part scaling || break
   read -r np grid <<<"$g"
   read -r step _ _ rate <<<"$(bench "$np" "$grid" 1 64)"
   case_name="one 64^3 sample per step, $np ranks spatial ($grid)"
@@ -98,6 +105,7 @@ for g in "2 1,2,1,1" "4 1,2,2,1"; do
   record "$case_name" one-rank samples/s higher "$one_rate"
 done
 for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"; do
+  part scaling || break
   read -r np grid batch dp dp_batch <<<"$g"
   read -r _ _ _ rate <<<"$(bench "$np" "$grid" "$batch" 64)"
   read -r _ _ _ dp_rate <<<"$(bench "$np" "$dp" "$dp_batch" 64)"
@@ -108,11 +116,12 @@ done
 
 # --- the performance model against measurement -------------------------------------------------------------------------
 for np in 2 4; do
+  part model || break
   table=$("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "$TRAIN" --model cosmoflow --grid auto \
-    --explain --batch 1 --input-size 64 --threads 1 2>"$LOGS/spatial-explain-$np.err") || { record "model, $np ranks" spatial ms lower "error"; continue; }
+    --explain --batch 1 --input-size 64 --threads 1 </dev/null 2>"$LOGS/spatial-explain-$np.err") || { record "model, $np ranks" spatial ms lower "error"; continue; }
   echo "$table" >"$LOGS/spatial-explain-$np.log"
   chosen=$(echo "$table" | awk '/<- chosen/ {print $1}')
-  best_grid="" best_ms=""
+  best_grid="" best_ms="" chosen_ms=""
   while read -r grid batch predicted _; do
     read -r measured _ _ _ <<<"$(bench "$np" "$grid" "$batch" 64)"
     record "predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" spatial ms lower "$measured"

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 
+#include <gtest/gtest.h>
+
 #include "spatial_testing.hpp"
 #include "trainer/layers/convolution.hpp"
 #include "trainer/layers/normalization.hpp"
@@ -208,6 +210,17 @@ void print_report(const std::string& what, const GridShape& grid, const Exactnes
         std::printf("    %-40s error %.2e  serial one-ulp sensitivity %.2e  accumulation noise %.2e  bound %.2e\n",
                     t.name.c_str(), t.error, t.sensitivity, t.accumulation, t.bound(1e-5));
   std::fflush(stdout);
+}
+
+void expect_exact(const std::string& what, const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
+                  std::int64_t batch_per_group, const std::vector<GridShape>& grids, DistributedOptions options,
+                  ExactnessOptions check) {
+  for (const auto& g : grids) {
+    if (g.ranks() != world().size()) continue;
+    const auto r = check_exactness(build, batch_per_group, g, options, check);
+    print_report(what, g, r);
+    EXPECT_LE(r.worst_ratio, 1.0) << what << " " << g.to_string() << ": " << r.worst;
+  }
 }
 
 }  // namespace fanstore::trainer::testing

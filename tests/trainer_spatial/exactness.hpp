@@ -60,4 +60,10 @@ ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::
 // Prints one line per report on rank 0 (the figures the closing note quotes).
 void print_report(const std::string& what, const GridShape& grid, const ExactnessReport& r);
 
+// check_exactness on each grid of `grids` with as many ranks as the world (the others are skipped),
+// print_report, and a gtest failure when any tensor's error exceeds its bound.
+void expect_exact(const std::string& what, const std::function<std::unique_ptr<Model>(std::int64_t batch)>& build,
+                  std::int64_t batch_per_group, const std::vector<GridShape>& grids, DistributedOptions options = {},
+                  ExactnessOptions check = {});
+
 }  // namespace fanstore::trainer::testing

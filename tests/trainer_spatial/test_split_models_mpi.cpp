@@ -9,11 +9,7 @@
 namespace fanstore::trainer {
 namespace {
 
-using testing::check_exactness;
-using testing::print_report;
-using testing::world;
-
-constexpr double kTolerance = 1e-5;
+using testing::expect_exact;
 
 std::function<std::unique_ptr<Model>(std::int64_t)> builder(const std::string& name, std::int64_t size,
                                                              std::int64_t depth = 0, std::int64_t classes = 0) {
@@ -39,17 +35,6 @@ testing::ExactnessOptions calibrated() {
   c.calibrate = true;
   c.norm_shift = 4.f;
   return c;
-}
-
-void expect_exact(const std::string& what, const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
-                  std::int64_t batch, const std::vector<GridShape>& grids, DistributedOptions options = {},
-                  testing::ExactnessOptions check = {}) {
-  for (const auto& g : grids) {
-    if (g.ranks() != world().size()) continue;
-    const auto r = check_exactness(build, batch, g, options, check);
-    print_report(what, g, r);
-    EXPECT_LE(r.worst_ratio, 1.0) << what << " " << g.to_string() << ": " << r.worst;
-  }
 }
 
 TEST(SplitModels, CosmoFlow) {

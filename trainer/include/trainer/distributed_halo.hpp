@@ -114,6 +114,10 @@ class HaloExchange {
 
  private:
   Shape shape_of(const SpatialBox& box) const;
+  void post(const std::vector<HaloPiece>& incoming, const std::vector<HaloPiece>& outgoing, const Tensor& source,
+            const SpatialBox& source_box, int tag);
+  void complete(const std::vector<HaloPiece>& incoming, const Tensor& source, const SpatialBox& source_box,
+                Tensor& target, const SpatialBox& target_box, bool accumulate);
 
   Backend& backend_;
   Communicator& comm_;

@@ -7,6 +7,7 @@
 
 #include "trainer/distributed.hpp"
 #include "trainer/distributed_grid.hpp"
+#include "trainer/models.hpp"
 #include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
@@ -56,5 +57,10 @@ struct BenchmarkOptions {
 // backward, SGD) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
 //   train: X samples/s, inference: Y samples/s
 int benchmark_command(const BenchmarkOptions& options, std::ostream& out, std::ostream& err);
+
+// Shared by benchmark_command and the grid benchmark: the checked model options of a --benchmark run
+// (throws std::invalid_argument for a non-positive N or batch), and the one line it prints.
+ModelOptions benchmark_model_options(const BenchmarkOptions& options);
+std::string benchmark_line(double samples, double train_seconds, double inference_seconds);
 
 }  // namespace fanstore::trainer

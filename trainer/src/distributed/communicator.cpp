@@ -53,37 +53,44 @@ int checked_count(std::size_t n) {
   return static_cast<int>(n);
 }
 
-class MpiMessages final : public MessageBatch {
+// Nonblocking operations in flight: MPI progresses them only inside MPI calls (test), wait ends them.
+class Requests {
  public:
-  explicit MpiMessages(MPI_Comm comm) : comm_(comm) {}
-  ~MpiMessages() override {
-    // A batch abandoned by an exception must not leave MPI writing into freed buffers.
-    if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-  }
-  void send(int peer, const float* data, std::size_t count, int tag) override {
-    requests_.emplace_back();
-    MPI_Isend(data, checked_count(count), MPI_FLOAT, peer, tag, comm_, &requests_.back());
-  }
-  void receive(int peer, float* data, std::size_t count, int tag) override {
-    requests_.emplace_back();
-    MPI_Irecv(data, checked_count(count), MPI_FLOAT, peer, tag, comm_, &requests_.back());
-  }
-  bool test() override {
+  MPI_Request* add() { return &requests_.emplace_back(); }
+  bool test() {
     if (requests_.empty()) return true;
     int done = 0;
     MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
     if (done) requests_.clear();
     return done != 0;
   }
-  void wait() override {
+  void wait() {
     if (requests_.empty()) return;
     MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
     requests_.clear();
   }
 
  private:
-  MPI_Comm comm_;
   std::vector<MPI_Request> requests_;
+};
+
+class MpiMessages final : public MessageBatch {
+ public:
+  explicit MpiMessages(MPI_Comm comm) : comm_(comm) {}
+  // A batch abandoned by an exception must not leave MPI writing into freed buffers.
+  ~MpiMessages() override { requests_.wait(); }
+  void send(int peer, const float* data, std::size_t count, int tag) override {
+    MPI_Isend(data, checked_count(count), MPI_FLOAT, peer, tag, comm_, requests_.add());
+  }
+  void receive(int peer, float* data, std::size_t count, int tag) override {
+    MPI_Irecv(data, checked_count(count), MPI_FLOAT, peer, tag, comm_, requests_.add());
+  }
+  bool test() override { return requests_.test(); }
+  void wait() override { requests_.wait(); }
+
+ private:
+  MPI_Comm comm_;
+  Requests requests_;
 };
 
 class Mpi final : public Communicator {
@@ -109,21 +116,10 @@ class Mpi final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void start_sum(float* data, std::size_t n) override {
-    requests_.emplace_back();
-    MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(n), MPI_FLOAT, MPI_SUM, comm_, &requests_.back());
+    MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(n), MPI_FLOAT, MPI_SUM, comm_, requests_.add());
   }
-  bool poll() override {
-    if (requests_.empty()) return true;
-    int done = 0;
-    MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
-    if (done) requests_.clear();
-    return done != 0;
-  }
-  void wait_all() override {
-    if (requests_.empty()) return;
-    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-    requests_.clear();
-  }
+  bool poll() override { return requests_.test(); }
+  void wait_all() override { requests_.wait(); }
   void sum(double* data, std::size_t n) override {
     MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), MPI_DOUBLE, MPI_SUM, comm_);
   }
@@ -156,7 +152,7 @@ class Mpi final : public Communicator {
   MPI_Comm comm_;
   bool owns_runtime_;
   int rank_ = 0, size_ = 1;
-  std::vector<MPI_Request> requests_;
+  Requests requests_;
 };
 
 bool launched_by_mpi() {

@@ -102,13 +102,8 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
 int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Communicator& world, std::ostream& out,
                            std::ostream& err) {
   try {
-    if (o.steps <= 0 || o.batch <= 0) throw std::invalid_argument("--benchmark N and --batch must be positive");
+    ModelOptions mo = benchmark_model_options(o);
     const TaskKind task = task_for_model(o.model);
-    ModelOptions mo;
-    mo.batch = o.batch;
-    mo.input_size = o.input_size;
-    mo.classes = o.classes;
-    mo.seed = o.seed;
     const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, 1, world, out, err);
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
@@ -161,10 +156,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
       err << "benchmark: step " << std::fixed << std::setprecision(1) << train_s / static_cast<double>(o.steps) * 1e3
           << " ms, peak_rss_bytes " << std::setprecision(0) << peak[0] << " peak_virtual_bytes " << peak[1]
           << " (max over " << world.size() << " ranks)" << std::endl;
-      char line[128];
-      std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_s,
-                    samples / infer_s);
-      out << line << std::endl;
+      out << benchmark_line(samples, train_s, infer_s) << std::endl;
     }
     return 0;
   } catch (const GridError& e) {

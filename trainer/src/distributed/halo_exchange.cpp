@@ -15,35 +15,48 @@ Shape HaloExchange::shape_of(const SpatialBox& box) const {
   return s;
 }
 
-void HaloExchange::start(const Tensor& owned) {
-  if (messages_) throw std::logic_error("halo exchange: start() while another exchange is in flight");
-  batch_ = owned.shape()[0];
-  channels_ = owned.shape()[1];
+// Posts a receive per `incoming` piece, then packs each `outgoing` piece of `source` (which covers
+// `source_box`) and sends it. Forward: in = the halo, out = what neighbours read of the slab; reverse:
+// the other way round.
+void HaloExchange::post(const std::vector<HaloPiece>& incoming, const std::vector<HaloPiece>& outgoing,
+                        const Tensor& source, const SpatialBox& source_box, int tag) {
+  if (messages_) throw std::logic_error("halo exchange: started while another exchange is in flight");
+  batch_ = source.shape()[0];
+  channels_ = source.shape()[1];
   messages_ = comm_.start_messages();
   receive_buffers_.clear();
   send_buffers_.clear();
   // Receives first, so that a neighbour's send finds its match posted.
-  for (const auto& piece : plan_.receive) {
+  for (const auto& piece : incoming) {
     receive_buffers_.push_back(backend_.zeros(shape_of(piece.box)));
-    messages_->receive(piece.peer, receive_buffers_.back().data(), receive_buffers_.back().capacity(), 2 * tag_);
+    messages_->receive(piece.peer, receive_buffers_.back().data(), receive_buffers_.back().capacity(), tag);
   }
-  for (const auto& piece : plan_.send) {
+  for (const auto& piece : outgoing) {
     send_buffers_.push_back(backend_.zeros(shape_of(piece.box)));
-    copy_region(backend_, owned, plan_.owned, send_buffers_.back(), piece.box, piece.box, false);
-    messages_->send(piece.peer, send_buffers_.back().data(), send_buffers_.back().capacity(), 2 * tag_);
+    copy_region(backend_, source, source_box, send_buffers_.back(), piece.box, piece.box, false);
+    messages_->send(piece.peer, send_buffers_.back().data(), send_buffers_.back().capacity(), tag);
   }
 }
 
-void HaloExchange::finish(const Tensor& owned, Tensor& local) {
-  if (!messages_) throw std::logic_error("halo exchange: finish() without start()");
-  if (!local.defined()) local = backend_.zeros(shape_of(plan_.local));
-  copy_region(backend_, owned, plan_.owned, local, plan_.local, plan_.owned.intersect(plan_.local), false);
+// Fills `target` (covering `target_box`, allocated when undefined) with this rank's part of `source`
+// (covering `source_box`), waits, and writes (or adds) each received `incoming` piece.
+void HaloExchange::complete(const std::vector<HaloPiece>& incoming, const Tensor& source, const SpatialBox& source_box,
+                            Tensor& target, const SpatialBox& target_box, bool accumulate) {
+  if (!messages_) throw std::logic_error("halo exchange: finished without being started");
+  if (!target.defined()) target = backend_.zeros(shape_of(target_box));
+  copy_region(backend_, source, source_box, target, target_box, source_box.intersect(target_box), false);
   messages_->wait();
   messages_.reset();
-  for (std::size_t i = 0; i < plan_.receive.size(); ++i)
-    copy_region(backend_, receive_buffers_[i], plan_.receive[i].box, local, plan_.local, plan_.receive[i].box, false);
+  for (std::size_t i = 0; i < incoming.size(); ++i)
+    copy_region(backend_, receive_buffers_[i], incoming[i].box, target, target_box, incoming[i].box, accumulate);
   receive_buffers_.clear();
   send_buffers_.clear();
+}
+
+void HaloExchange::start(const Tensor& owned) { post(plan_.receive, plan_.send, owned, plan_.owned, 2 * tag_); }
+
+void HaloExchange::finish(const Tensor& owned, Tensor& local) {
+  complete(plan_.receive, owned, plan_.owned, local, plan_.local, false);
 }
 
 Tensor HaloExchange::exchange(const Tensor& owned) {
@@ -53,35 +66,13 @@ Tensor HaloExchange::exchange(const Tensor& owned) {
   return local;
 }
 
+// The reverse of the forward: what this rank sent comes back as gradient, what it received goes home.
 void HaloExchange::start_reverse(const Tensor& local_gradient) {
-  if (messages_) throw std::logic_error("halo exchange: start_reverse() while another exchange is in flight");
-  batch_ = local_gradient.shape()[0];
-  channels_ = local_gradient.shape()[1];
-  messages_ = comm_.start_messages();
-  receive_buffers_.clear();
-  send_buffers_.clear();
-  // The reverse of the forward: what this rank sent comes back as gradient, what it received goes home.
-  for (const auto& piece : plan_.send) {
-    receive_buffers_.push_back(backend_.zeros(shape_of(piece.box)));
-    messages_->receive(piece.peer, receive_buffers_.back().data(), receive_buffers_.back().capacity(), 2 * tag_ + 1);
-  }
-  for (const auto& piece : plan_.receive) {
-    send_buffers_.push_back(backend_.zeros(shape_of(piece.box)));
-    copy_region(backend_, local_gradient, plan_.local, send_buffers_.back(), piece.box, piece.box, false);
-    messages_->send(piece.peer, send_buffers_.back().data(), send_buffers_.back().capacity(), 2 * tag_ + 1);
-  }
+  post(plan_.send, plan_.receive, local_gradient, plan_.local, 2 * tag_ + 1);
 }
 
 void HaloExchange::finish_reverse(const Tensor& local_gradient, Tensor& owned_gradient) {
-  if (!messages_) throw std::logic_error("halo exchange: finish_reverse() without start_reverse()");
-  if (!owned_gradient.defined()) owned_gradient = backend_.zeros(shape_of(plan_.owned));
-  copy_region(backend_, local_gradient, plan_.local, owned_gradient, plan_.owned, plan_.owned.intersect(plan_.local), false);
-  messages_->wait();
-  messages_.reset();
-  for (std::size_t i = 0; i < plan_.send.size(); ++i)
-    copy_region(backend_, receive_buffers_[i], plan_.send[i].box, owned_gradient, plan_.owned, plan_.send[i].box, true);
-  receive_buffers_.clear();
-  send_buffers_.clear();
+  complete(plan_.send, local_gradient, plan_.local, owned_gradient, plan_.owned, true);
 }
 
 Tensor HaloExchange::reverse(const Tensor& local_gradient) {

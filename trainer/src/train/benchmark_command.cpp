@@ -37,15 +37,27 @@ data::Batch synthetic_batch(const Model& model, TaskKind task, Rng& rng) {
 
 }  // namespace
 
+ModelOptions benchmark_model_options(const BenchmarkOptions& o) {
+  if (o.steps <= 0 || o.batch <= 0) throw std::invalid_argument("--benchmark N and --batch must be positive");
+  ModelOptions mo;
+  mo.batch = o.batch;
+  mo.input_size = o.input_size;
+  mo.classes = o.classes;
+  mo.seed = o.seed;
+  return mo;
+}
+
+std::string benchmark_line(double samples, double train_seconds, double inference_seconds) {
+  char line[128];
+  std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_seconds,
+                samples / inference_seconds);
+  return line;
+}
+
 int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream& err) {
   try {
-    if (o.steps <= 0 || o.batch <= 0) throw std::invalid_argument("--benchmark N and --batch must be positive");
+    const ModelOptions mo = benchmark_model_options(o);
     const TaskKind task = task_for_model(o.model);
-    ModelOptions mo;
-    mo.batch = o.batch;
-    mo.input_size = o.input_size;
-    mo.classes = o.classes;
-    mo.seed = o.seed;
     auto model = build_model(o.model, make_cpu_backend({o.threads}), mo);
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
@@ -74,10 +86,7 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     for (std::int64_t i = 0; i < o.steps; ++i) model->forward(x, Mode::Eval);
     const double infer_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
-    const double samples = static_cast<double>(o.steps * o.batch);
-    char line[128];
-    std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_s, samples / infer_s);
-    out << line << std::endl;
+    out << benchmark_line(static_cast<double>(o.steps * o.batch), train_s, infer_s) << std::endl;
     return 0;
   } catch (const std::exception& e) {
     err << "fanstore-train: error: " << e.what() << "\n";
