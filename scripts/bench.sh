@@ -437,6 +437,11 @@ gpu_section() {
 }
 [ $GPU = 1 ] && gpu_section
 
+# --- spatial: CosmoFlow on sample x spatial grids (memory, a memory cap, scaling, the model) -------------------------
+# Its own script (scripts/bench/spatial.sh, runnable alone); about 15 minutes on 2 cores, ~3 with --quick.
+log "spatial: CosmoFlow on sample x spatial grids"
+BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
+
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))
 tables=$($PY "$HELPERS/report.py" --dir "$OUT")

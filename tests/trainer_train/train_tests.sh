@@ -121,6 +121,27 @@ resume_bitwise)
   if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   resume: 14 steps straight == 5 + resume + 9, bit-identical"
   else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
   ;;
+resume_rank0_decides)
+  # Rank 0 alone decides whether to resume and sends its checkpoint to the others: here rank 1's
+  # checkpoint directory is empty (as a node-local one would be), yet 2 ranks x (5 + resume + 9) steps
+  # must give rank 0's checkpoint of 14 steps straight, byte for byte.
+  "$datagen" cosmoflow -o data --samples 40 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 2 --batch 2 --lr 0.001 --optimizer adam --threads 1
+          --prefetch-threads 1 --seed 9)
+  mpirun_2 "$train" "${common[@]}" --checkpoint straight --max-steps 14
+  mpirun_2 "$train" "${common[@]}" --checkpoint split --max-steps 5
+  mkdir -p elsewhere
+  mpirun_mpmd() {  # rank 0 resumes from split/, rank 1 from the empty elsewhere/
+    local mpirun=${FANSTORE_MPIRUN:-$(command -v mpirun || true)} root_flag=()
+    [[ $(id -u) == 0 ]] && root_flag=(--allow-run-as-root)
+    # Before the fix rank 1 started from scratch and waited forever for 5 more steps than rank 0 ran.
+    timeout 600 "$mpirun" "${root_flag[@]}" --oversubscribe --bind-to none -np 1 "$train" "${common[@]}" --checkpoint split \
+      --max-steps 14 --resume : -np 1 "$train" "${common[@]}" --checkpoint elsewhere --max-steps 14 --resume
+  }
+  mpirun_mpmd
+  if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   rank 1 without a checkpoint resumed from rank 0's"
+  else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
+  ;;
 two_ranks_match_one)
   # 2 ranks x batch 4 == 1 rank x batch 8 (CosmoFlow has no batch norm, so the maths is the same;
   # only the float summation order differs). Tolerance: max |w diff| <= 1e-5 after 6 SGD steps.

@@ -63,7 +63,7 @@ std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {
   return make_cpu_backend({choice.threads});
 }
 
-std::unique_ptr<Communicator> make_gradient_communicator(Communicator& host, Backend& backend) {
+std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backend& backend) {
   if (host.size() < 2 || backend.device() != Device::Cuda) return nullptr;
 #ifdef FANSTORE_WITH_CUDA
   return cuda::make_nccl_communicator(host, backend);

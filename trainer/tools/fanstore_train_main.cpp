@@ -1,10 +1,13 @@
 // fanstore-train: parses the command line (CLI11) and calls the trainer library.
+#include <malloc.h>
+
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "trainer/commands.hpp"
 #include "trainer/distributed.hpp"
+#include "trainer/distributed_commands.hpp"
 #include "trainer/train_loop.hpp"
 
 int main(int argc, char** argv) {
@@ -25,7 +28,9 @@ int main(int argc, char** argv) {
                  "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4; "
                  "training takes it from the data)")
       ->capture_default_str();
-  app.add_option("--batch", batch, "Batch size per rank (0 = 1 for --describe, 32 otherwise)")->capture_default_str();
+  app.add_option("--batch", batch,
+                 "Batch size per sample group: per rank without --grid (0 = 1 for --describe, 32 otherwise)")
+      ->capture_default_str();
 
   app.add_option("--data", train.data_dir, "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
   app.add_option("--val", train.val_dir, "Validation data directory (metric after every epoch)");
@@ -68,13 +73,29 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--benchmark", benchmark_steps,
                  "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'");
+  app.add_option("--grid", train.grid.grid,
+                 "Sample x spatial process grid: S,D,H,W (cosmoflow, unet3d) or S,H,W (resnet50), product = ranks; "
+                 "auto = pick with the performance model (keeps the global batch --batch x ranks). "
+                 "Empty = data parallelism (docs/parallelism.md)");
+  app.add_flag("--explain", train.grid.explain,
+               "With --grid auto: print every candidate grid's predicted step time, memory and traffic, then exit");
+  app.add_flag("--sync-bn", train.grid.sync_bn, "Batch-norm statistics over every rank, not only the spatial group");
+  app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
+               "Compute the interior of split layers while their halos travel")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (describe) {
     options.model_options.batch = batch > 0 ? batch : 1;
     return describe_command(options, std::cout, std::cerr);
   }
-  if (benchmark_steps > 0) {
+  const bool on_grid = !train.grid.grid.empty();
+  // On a grid memory per rank is the point: map every allocation of 1 MiB or more on its own, so a
+  // freed activation goes back to the system at once (glibc otherwise raises this threshold after the
+  // first large frees and keeps blocks up to 32 MiB in its heap: +130 MB at the peak of a 2-rank
+  // CosmoFlow 128^3 step, docs/parallelism.md).
+  if (on_grid) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  if (benchmark_steps > 0 || (train.grid.explain && train.data_dir.empty())) {
     BenchmarkOptions b;
     b.model = options.model;
     b.steps = benchmark_steps;
@@ -85,7 +106,11 @@ int main(int argc, char** argv) {
     b.device = train.device;
     b.precision = train.precision;
     b.seed = train.seed;
-    return benchmark_command(b, std::cout, std::cerr);
+    if (!on_grid && !train.grid.explain) return benchmark_command(b, std::cout, std::cerr);
+    // On a grid (or --grid auto --explain without data: the shapes come from --input-size).
+    if (b.steps <= 0) b.steps = 1;
+    auto comm = make_communicator(&argc, &argv);
+    return grid_benchmark_command(b, train.grid, *comm, std::cout, std::cerr);
   }
   if (train.data_dir.empty()) {
     std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR to train\n";

@@ -177,6 +177,12 @@ class Backend {
                                bool include_background) = 0;
   virtual LossResult dice_cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& labels,
                                         bool include_background) = 0;
+  // Dice across a spatial split (losses.hpp): per (sample, class) [sum p*t, sum p, sum t] of these
+  // logits as an (N*K, 3) F64 tensor on this device; the split layer sums it over its group, then
+  // dice_loss_from_sums gives the volume's loss (host) and this slab's gradient (device).
+  virtual Tensor dice_sums(const Tensor& logits, const std::vector<std::int32_t>& labels) = 0;
+  virtual LossResult dice_loss_from_sums(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                                         const Tensor& sums, bool include_background) = 0;
 
   // ---- Optimizer updates over the flat arenas (optim.hpp has the formulas) ----
   virtual void sgd_update(Tensor& weights, const Tensor& gradients, Tensor& momentum, const SgdUpdate& update) = 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainer/model.hpp"
 #include "trainer/optim.hpp"
@@ -38,5 +39,10 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
 // magic, version, model, parameter table and optimizer, and a checksum; throws CheckpointError with
 // a one-line reason naming the file.
 TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);
+
+// The two halves of load_checkpoint, so that one rank can read the file and every rank restore from
+// the same bytes (`path` only names the file in messages).
+std::vector<char> read_checkpoint_file(const std::string& path);
+TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> bytes, Model& model, Optimizer& optimizer);
 
 }  // namespace fanstore::trainer

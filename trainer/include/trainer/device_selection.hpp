@@ -41,8 +41,10 @@ int node_local_rank();
 // A precision other than fp32 on the CPU throws std::invalid_argument.
 std::shared_ptr<Backend> make_backend(const BackendChoice& choice);
 
-// The communicator for the gradient allreduce: NCCL between the GPUs of a CUDA run on several ranks
-// (bucket sums on their own stream, overlapped with backward), otherwise null: use `host` itself.
-std::unique_ptr<Communicator> make_gradient_communicator(Communicator& host, Backend& backend);
+// The communicator for device memory: NCCL between the GPUs of a CUDA run on several ranks (gradient
+// bucket sums on their own stream, overlapped with backward; the grid's halo messages and spatial
+// sums; its split() gives NCCL sub-communicators), otherwise null: use `host` itself. Host memory
+// given to it still goes through `host`.
+std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backend& backend);
 
 }  // namespace fanstore::trainer

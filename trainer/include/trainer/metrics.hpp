@@ -40,4 +40,10 @@ struct MetricSums {
 // dice = 2|P and T| / (|P| + |T|) of the argmax prediction, 1 when both are empty.
 void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid, MetricSums& sums);
 
+// The Dice metric in two steps, so a spatially split output can sum its slabs' counts in between:
+// per sample n < valid, [intersection, predicted, true] voxel counts per class (3 * K values, output a
+// plain host tensor), then the per-(sample, foreground class) ratios added to `sums`.
+std::vector<double> dice_counts(const Tensor& output, const data::Batch& batch, std::size_t valid);
+void accumulate_dice(const std::vector<double>& counts, std::int64_t classes, std::size_t valid, MetricSums& sums);
+
 }  // namespace fanstore::trainer

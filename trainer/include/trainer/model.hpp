@@ -66,6 +66,14 @@ class Model {
   std::size_t layer_count() const { return nodes_.size() - 1; }
   Layer& layer(const std::string& name);
 
+  // The graph, read-only (distributed execution walks it with its own per-layer code): node 0 is the
+  // input (no layer), every other node's inputs come before it.
+  std::size_t node_count() const { return nodes_.size(); }
+  const Layer* node_layer(NodeId node) const { return nodes_.at(node).layer.get(); }
+  Layer* node_layer(NodeId node) { return nodes_.at(node).layer.get(); }
+  const std::vector<NodeId>& node_inputs(NodeId node) const { return nodes_.at(node).inputs; }
+  NodeId output_node() const { return output_; }
+
   std::vector<LayerRow> layer_table() const;
   // One row per layer (name, type, output shape, parameters), then "parameters: N".
   std::string describe() const;

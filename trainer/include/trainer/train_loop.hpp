@@ -7,6 +7,8 @@
 #include <string>
 
 #include "trainer/distributed.hpp"
+#include "trainer/distributed_grid.hpp"
+#include "trainer/models.hpp"
 #include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
@@ -18,7 +20,7 @@ struct TrainOptions {
   std::string checkpoint_dir;  // checkpoint.bin and (by default) metrics.jsonl; empty = default_run_directory()
   std::string metrics_path;    // empty = CHECKPOINT_DIR/metrics.jsonl
   int epochs = 1;
-  std::int64_t batch = 32;     // per rank
+  std::int64_t batch = 32;     // per sample group: per rank without --grid
   std::optional<double> lr;             // peak learning rate; none = default_learning_rate()
   OptimizerOptions optimizer;
   std::optional<double> warmup_epochs;  // none = default_warmup_epochs()
@@ -38,6 +40,7 @@ struct TrainOptions {
   double spike_factor = 10;          // guard: a loss above factor * its running average is a spike (0 = NaN/Inf only)
   std::int64_t inject_nan_at_step = 0;  // testing the guard: poison a weight after this step
   bool zero_init_residual = true;    // resnet50: each bottleneck's last BN scale starts at 0 (Goyal et al. 5.1)
+  GridOptions grid;                  // sample x spatial grid (docs/parallelism.md); empty = data parallelism
 };
 
 // Trains, validates after every epoch, checkpoints, and prints a summary line. The first line on
@@ -62,5 +65,11 @@ struct BenchmarkOptions {
 // backward, SGD) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
 //   train: X samples/s, inference: Y samples/s, device: DESCRIPTION
 int benchmark_command(const BenchmarkOptions& options, std::ostream& out, std::ostream& err);
+
+// Shared by benchmark_command and the grid benchmark: the checked model options of a --benchmark run
+// (throws std::invalid_argument for a non-positive N or batch), and the one line it prints
+// (`device`: Backend::describe()).
+ModelOptions benchmark_model_options(const BenchmarkOptions& options);
+std::string benchmark_line(double samples, double train_seconds, double inference_seconds, const std::string& device);
 
 }  // namespace fanstore::trainer

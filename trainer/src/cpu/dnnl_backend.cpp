@@ -144,6 +144,22 @@ class DnnlBackend final : public Backend {
     require_device(logits, "dice_cross_entropy", "logits");
     return trainer::dice_cross_entropy(to_plain(logits), labels, include_background);
   }
+  Tensor dice_sums(const Tensor& logits, const std::vector<std::int32_t>& labels) override {
+    require_device(logits, "dice_sums", "logits");
+    const std::vector<double> sums = trainer::dice_sums(to_plain(logits), labels);
+    Tensor t = zeros(Shape{static_cast<std::int64_t>(sums.size() / 3), 3}, DType::F64);
+    std::memcpy(t.raw(), sums.data(), sums.size() * sizeof(double));
+    return t;
+  }
+  LossResult dice_loss_from_sums(const Tensor& logits, const std::vector<std::int32_t>& labels, const Tensor& sums,
+                                 bool include_background) override {
+    require_device(logits, "dice_loss_from_sums", "logits");
+    require_device(sums, "dice_loss_from_sums", "sums");
+    if (sums.dtype() != DType::F64) throw std::invalid_argument("dice_loss_from_sums: sums must be F64");
+    const auto* p = static_cast<const double*>(sums.raw());
+    return trainer::dice_loss_from_sums(to_plain(logits), labels, std::vector<double>(p, p + sums.numel()),
+                                        include_background);
+  }
 
   void sgd_update(Tensor& weights, const Tensor& gradients, Tensor& momentum, const SgdUpdate& update) override {
     require_arenas("sgd_update", {&weights, &gradients, &momentum});

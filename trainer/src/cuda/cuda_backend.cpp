@@ -226,10 +226,9 @@ class CudaBackend final : public Backend {
     return dice_loss_from_sums(logits, labels, dice_sums(logits, labels), include_background);
   }
 
-  // The split form of the Dice loss the spatial branch adds to Backend (dice_sums,
-  // dice_loss_from_sums; declared without `override` so this branch compiles before that merge,
-  // and overriding them after it): per (sample, class) [sum p t, sum p, sum t] as (N*K, 3) F64.
-  Tensor dice_sums(const Tensor& logits_any, const std::vector<std::int32_t>& labels) {
+  // The split form of the Dice loss (a spatial split sums these over its group): per (sample,
+  // class) [sum p t, sum p, sum t] as (N*K, 3) F64.
+  Tensor dice_sums(const Tensor& logits_any, const std::vector<std::int32_t>& labels) override {
     const Tensor logits = plain_f32(logits_any, "dice_sums");
     const Classes c = classes_of(logits, labels, "dice_sums");
     Tensor sums = zeros(Shape{c.n * c.k, 3}, DType::F64);
@@ -238,7 +237,7 @@ class CudaBackend final : public Backend {
     return sums;
   }
   LossResult dice_loss_from_sums(const Tensor& logits_any, const std::vector<std::int32_t>& labels, const Tensor& sums,
-                                 bool include_background) {
+                                 bool include_background) override {
     const Tensor logits = plain_f32(logits_any, "dice_loss_from_sums");
     const Classes c = classes_of(logits, labels, "dice_loss_from_sums");
     require_device(sums, "dice_loss_from_sums", "sums");

@@ -38,15 +38,27 @@ data::Batch synthetic_batch(const Model& model, TaskKind task, Rng& rng) {
 
 }  // namespace
 
+ModelOptions benchmark_model_options(const BenchmarkOptions& o) {
+  if (o.steps <= 0 || o.batch <= 0) throw std::invalid_argument("--benchmark N and --batch must be positive");
+  ModelOptions mo;
+  mo.batch = o.batch;
+  mo.input_size = o.input_size;
+  mo.classes = o.classes;
+  mo.seed = o.seed;
+  return mo;
+}
+
+std::string benchmark_line(double samples, double train_seconds, double inference_seconds, const std::string& device) {
+  char line[128];
+  std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_seconds,
+                samples / inference_seconds);
+  return line + (", device: " + device);
+}
+
 int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream& err) {
   try {
-    if (o.steps <= 0 || o.batch <= 0) throw std::invalid_argument("--benchmark N and --batch must be positive");
+    const ModelOptions mo = benchmark_model_options(o);
     const TaskKind task = task_for_model(o.model);
-    ModelOptions mo;
-    mo.batch = o.batch;
-    mo.input_size = o.input_size;
-    mo.classes = o.classes;
-    mo.seed = o.seed;
     auto model = build_model(o.model, make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)}), mo);
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
@@ -77,10 +89,7 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     backend.synchronize();
     const double infer_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
-    const double samples = static_cast<double>(o.steps * o.batch);
-    char line[128];
-    std::snprintf(line, sizeof line, "train: %.2f samples/s, inference: %.2f samples/s", samples / train_s, samples / infer_s);
-    out << line << ", device: " << backend.describe() << std::endl;
+    out << benchmark_line(static_cast<double>(o.steps * o.batch), train_s, infer_s, backend.describe()) << std::endl;
     return 0;
   } catch (const std::exception& e) {
     err << "fanstore-train: error: " << e.what() << "\n";

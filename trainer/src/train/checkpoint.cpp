@@ -144,10 +144,17 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
     throw CheckpointError(path + ": rename from .tmp failed (" + std::strerror(errno) + ")");
 }
 
-TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
+std::vector<char> read_checkpoint_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": cannot open checkpoint");
-  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
+  return restore_checkpoint(path, read_checkpoint_file(path), model, optimizer);
+}
+
+TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> data, Model& model, Optimizer& optimizer) {
   if (data.size() < sizeof kCheckpointMagic + 12) throw CheckpointError(path + ": too short to be a checkpoint");
   std::uint64_t stored_sum;
   std::memcpy(&stored_sum, data.data() + data.size() - 8, 8);

@@ -57,25 +57,40 @@ void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& b
       sums.count += 1;
     }
   } else {
-    const std::int64_t voxels = shape.spatial_size();  // output (N, K, D, H, W), labels (N, D, H, W)
-    for (std::size_t n = 0; n < valid; ++n) {
-      std::vector<double> inter(static_cast<std::size_t>(k), 0), pred(static_cast<std::size_t>(k), 0),
-          truth(static_cast<std::size_t>(k), 0);
-      const float* base = output.data() + static_cast<std::int64_t>(n) * k * voxels;
-      const std::int32_t* labels = batch.target_labels.data() + static_cast<std::int64_t>(n) * voxels;
-      for (std::int64_t v = 0; v < voxels; ++v) {
-        std::int64_t best = 0;
-        for (std::int64_t c = 1; c < k; ++c)
-          if (base[c * voxels + v] > base[best * voxels + v]) best = c;
-        pred[static_cast<std::size_t>(best)] += 1;
-        truth[static_cast<std::size_t>(labels[v])] += 1;
-        if (best == labels[v]) inter[static_cast<std::size_t>(best)] += 1;
-      }
-      for (std::int64_t c = 1; c < k; ++c) {  // class 0 is the background, as in the MLPerf metric
-        const auto i = static_cast<std::size_t>(c);
-        sums.sum += pred[i] + truth[i] > 0 ? 2 * inter[i] / (pred[i] + truth[i]) : 1.0;
-        sums.count += 1;
-      }
+    accumulate_dice(dice_counts(output, batch, valid), k, valid, sums);
+  }
+}
+
+std::vector<double> dice_counts(const Tensor& output, const data::Batch& batch, std::size_t valid) {
+  const auto& shape = output.shape();
+  const std::int64_t k = shape[1], voxels = shape.spatial_size();  // output (N, K, D, H, W), labels (N, D, H, W)
+  std::vector<double> counts(valid * static_cast<std::size_t>(k) * 3, 0.0);
+  for (std::size_t n = 0; n < valid; ++n) {
+    double* inter = counts.data() + n * static_cast<std::size_t>(k) * 3;
+    double* pred = inter + k;
+    double* truth = pred + k;
+    const float* base = output.data() + static_cast<std::int64_t>(n) * k * voxels;
+    const std::int32_t* labels = batch.target_labels.data() + static_cast<std::int64_t>(n) * voxels;
+    for (std::int64_t v = 0; v < voxels; ++v) {
+      std::int64_t best = 0;
+      for (std::int64_t c = 1; c < k; ++c)
+        if (base[c * voxels + v] > base[best * voxels + v]) best = c;
+      pred[best] += 1;
+      truth[labels[v]] += 1;
+      if (best == labels[v]) inter[best] += 1;
+    }
+  }
+  return counts;
+}
+
+void accumulate_dice(const std::vector<double>& counts, std::int64_t classes, std::size_t valid, MetricSums& sums) {
+  for (std::size_t n = 0; n < valid; ++n) {
+    const double* inter = counts.data() + n * static_cast<std::size_t>(classes) * 3;
+    const double* pred = inter + classes;
+    const double* truth = pred + classes;
+    for (std::int64_t c = 1; c < classes; ++c) {  // class 0 is the background, as in the MLPerf metric
+      sums.sum += pred[c] + truth[c] > 0 ? 2 * inter[c] / (pred[c] + truth[c]) : 1.0;
+      sums.count += 1;
     }
   }
 }

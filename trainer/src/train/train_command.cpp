@@ -20,6 +20,9 @@
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
 #include "trainer/device_selection.hpp"
+#include "trainer/distributed_commands.hpp"
+#include "trainer/distributed_perf_model.hpp"
+#include "trainer/distributed_run.hpp"
 #include "trainer/loss_guard.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/run_defaults.hpp"
@@ -34,28 +37,22 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The batch's input on the model's device (one upload per step on a GPU, none on the CPU).
-Tensor input_tensor(Backend& backend, const data::Batch& batch) {
-  Tensor x = Tensor::zeros(Shape(batch.input_shape));
-  std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
-  return backend.to_device(x);
-}
-
 struct Validation {
   double metric = std::numeric_limits<double>::quiet_NaN();
   double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
   std::size_t samples = 0;
 };
 
-// Every rank evaluates its strided share of the validation set (in order, padded to full batches
-// because the model has a fixed batch); padding positions are left out of the sums.
-Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
+// Every sample group evaluates its strided share of the validation set (in order, padded to full
+// batches because the model has a fixed batch); padding positions are left out of the sums, and a
+// group's samples count once however many spatial ranks share them.
+Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
                     std::int64_t batch, int prefetch_threads) {
   data::ShardSpec spec;
   spec.dataset_size = dataset.size();
   spec.batch_size = static_cast<std::size_t>(batch);
-  spec.rank = comm.rank();
-  spec.world_size = comm.size();
+  spec.rank = static_cast<std::size_t>(run.sample_group());
+  spec.world_size = static_cast<std::size_t>(run.sample_groups());
   spec.shuffle = false;
   spec.last_batch = data::LastBatch::kPad;
   const auto shard = data::shard_indices(spec);
@@ -67,11 +64,10 @@ Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind t
   while (auto b = prefetcher.next()) {
     std::size_t valid = 0;
     for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
-      if ((position + k) * static_cast<std::size_t>(comm.size()) + static_cast<std::size_t>(comm.rank()) < dataset.size()) ++valid;
+      if ((position + k) * spec.world_size + spec.rank < dataset.size()) ++valid;
     position += b->sample_indices.size();
-    Tensor y = model.backend().to_host(model.forward(input_tensor(model.backend(), *b), Mode::Eval));
-    accumulate_metric(task, y, *b, valid, sums);
-    if (task == TaskKind::Regression) {
+    run.accumulate_metric(task, run.forward(*b, Mode::Eval), *b, valid, sums);
+    if (task == TaskKind::Regression && run.counts_for_group()) {
       const std::size_t per = b->target_values.size() / b->sample_indices.size();
       targets.insert(targets.end(), b->target_values.begin(), b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
     }
@@ -135,12 +131,14 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   if (o.checkpoint_dir.empty() && o.resume)
     throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
   const std::size_t world = static_cast<std::size_t>(comm.size());
-  const std::size_t per_step = world * static_cast<std::size_t>(o.batch);
-  const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
   const DecayKind decay = parse_decay_kind(o.schedule);
   // Only rank 0 writes into the directory, so only its choice of a default name matters.
   const std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
+
+  // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
+  if (!o.grid.grid.empty() && o.grid.grid != "auto")
+    check_grid_ranks(parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3), comm.size());
 
   auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
   std::unique_ptr<data::SampleDataset> val_set;
@@ -151,14 +149,36 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
   model_options.zero_init_residual = o.zero_init_residual;
   const Precision precision = parse_precision(o.precision);
-  auto model = build_model(o.model, make_backend({parse_device_choice(o.device), o.threads, precision}), model_options);
+  auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
+  // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
+  // data parallelism. The batch is per sample group.
+  const ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads,
+                                             o.optimizer.kind == "adam" ? 2 : 1, backend_of_run->device(), comm, out, err);
+  if (o.grid.explain) return 0;
+  model_options.batch = resolved.batch_per_group;
+  auto model = build_model(o.model, std::move(backend_of_run), model_options);
   ParameterTable& table = model->parameters();
   auto optimizer = make_optimizer(table, o.optimizer);
+  // On GPUs device memory travels over NCCL (gradient buckets on their own stream, the grid's halos
+  // and spatial sums); host values (losses, metrics, decisions) and CPU runs over MPI.
+  const auto nccl = make_device_communicator(comm, model->backend());
+  Communicator& device_comm = nccl ? *nccl : comm;
+  GridRun grid_run(*model, device_comm, resolved, o.grid);
+  if (const auto slab = grid_run.slab_read()) {
+    // Each rank reads only its slab (plus the first layer's halo) of every sample.
+    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, &*slab);
+    if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, &*slab);
+  }
 
+  const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
+  const std::int64_t group_batch = resolved.batch_per_group;
+  const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);  // the global batch
+  const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
     throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
-                                          std::to_string(o.batch) + " per rank x " + std::to_string(world) + " ranks)");
+                                          std::to_string(group_batch) + " per sample group x " + std::to_string(groups) +
+                                          " groups)");
 
   ScheduleOptions schedule;
   schedule.base_lr = base_lr;
@@ -171,8 +191,11 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   if (leader) {
     // The first line: what this run does, with every default it chose, and where its output goes.
-    out << "fanstore-train: " << o.model << " on " << world << " rank" << (world == 1 ? "" : "s") << " x batch " << o.batch
-        << " (" << model->backend().describe() << "), " << o.optimizer.kind << " lr " << base_lr;
+    out << "fanstore-train: " << o.model << " on " << world << " rank" << (world == 1 ? "" : "s");
+    if (resolved.spatial() || o.grid.sync_bn)
+      out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s")
+          << ")";
+    out << " x batch " << group_batch << " (" << model->backend().describe() << "), " << o.optimizer.kind << " lr " << base_lr;
     if (!o.lr && o.optimizer.kind == "sgd") out << " (default 0.1 x " << per_step << "/256)";
     else if (!o.lr) out << " (default)";
     out << ", " << format_number(warmup_epochs) << " warm-up epoch" << (warmup_epochs == 1 ? "" : "s")
@@ -183,19 +206,27 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   }
   TrainingPosition position;
   position.seed = o.seed;
-  position.world_size = world;
-  position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+  position.world_size = groups;
+  position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
   bool resumed = false;
   if (o.resume) {
-    if (std::filesystem::exists(checkpoint_path)) {
-      position = load_checkpoint(checkpoint_path, *model, *optimizer);
+    // Only rank 0 writes checkpoints, so only its file counts: with node-local checkpoint directories
+    // another rank may hold an older file or none. Rank 0 decides and sends the bytes to every rank.
+    std::vector<char> bytes = leader && std::filesystem::exists(checkpoint_path) ? read_checkpoint_file(checkpoint_path)
+                                                                                  : std::vector<char>();
+    std::uint64_t size = bytes.size();
+    comm.broadcast(&size, sizeof size, 0);
+    bytes.resize(size);
+    comm.broadcast(bytes.data(), bytes.size(), 0);
+    if (size > 0) {
+      position = restore_checkpoint(checkpoint_path, std::move(bytes), *model, *optimizer);
       resumed = true;
-      if (position.world_size != world || position.batch_per_rank != static_cast<std::uint64_t>(o.batch))
-        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " rank(s) x batch "
-            << position.batch_per_rank << "; continuing with " << world << " x " << o.batch
+      if (leader && (position.world_size != groups || position.batch_per_rank != static_cast<std::uint64_t>(group_batch)))
+        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
+            << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
             << " (the data order changes, the run is not bit-identical)\n";
-      position.world_size = world;
-      position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+      position.world_size = groups;
+      position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
       if (leader)
         err << "fanstore-train: resumed from " << checkpoint_path << " at step " << position.global_step << " (epoch "
             << position.epoch << ", batch " << position.next_batch << ")\n";
@@ -207,10 +238,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   ProgressLine progress(leader);  // only rank 0 talks
 
-  // On GPUs the gradient buckets go over NCCL (device memory, their own stream); on CPUs over MPI.
-  const auto nccl = make_gradient_communicator(comm, model->backend());
-  GradientAllreduce allreduce(nccl ? *nccl : comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
-  model->set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
+  // Over every rank; each sample group's ranks hold parts of its gradient, so divide by the groups.
+  GradientAllreduce allreduce(device_comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024), groups);
+  grid_run.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
   LossGuard guard(o.spike_factor);
   LossScaler scaler(precision == Precision::FP16);
@@ -230,9 +260,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
     data::ShardSpec spec;
     spec.dataset_size = train_set->size();
-    spec.batch_size = static_cast<std::size_t>(o.batch);
-    spec.rank = comm.rank();
-    spec.world_size = comm.size();
+    spec.batch_size = static_cast<std::size_t>(group_batch);
+    spec.rank = static_cast<std::size_t>(grid_run.sample_group());
+    spec.world_size = groups;
     spec.seed = position.seed;
     spec.epoch = epoch;
     auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
@@ -248,8 +278,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       const auto step_start = Clock::now();
       const double wait = std::chrono::duration<double>(step_start - wait_start).count();
       model->set_step(position.global_step);
-      Tensor y = model->forward(input_tensor(backend, *batch), Mode::Train);
-      LossResult loss = task_loss(backend, task, y, *batch);
+      Tensor y = grid_run.forward(*batch, Mode::Train);
+      LossResult loss = grid_run.loss(task, y, *batch);
       double sums[2] = {loss.loss, wait};
       comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
       const double mean_loss = sums[0] / static_cast<double>(world);
@@ -272,7 +302,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
         // F32 gradients scaled back; an overflow skips the step and halves the scale.
         if (scaler.enabled()) backend.scale(loss.gradient, scaler.scale());
         allreduce.begin_step();
-        model->backward(loss.gradient);
+        grid_run.backward(loss.gradient);
         allreduce.finish();
         bool step_ok = true;
         if (scaler.enabled()) {
@@ -325,7 +355,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
     if (leader) progress.finish();
     if (val_set && (!stopped || position.next_batch == 0)) {
-      last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+      last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
       validated_at_end = true;
       if (leader) {
         std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
@@ -337,7 +367,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
     save();
   }
-  if (val_set && !validated_at_end) last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+  if (val_set && !validated_at_end) last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+  double peak_rss[1] = {peak_rss_bytes()};
+  comm.max(peak_rss, 1);  // the busiest rank
 
   // The summary: one line for people and scripts, and the same as the last JSON line.
   const double total = seconds_since(start);
@@ -347,20 +379,22 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     std::ostringstream s;
     char stall[32];
     std::snprintf(stall, sizeof stall, "%.1f%%", run_time.stall_pct());
-    s << "summary: model " << o.model << "  ranks " << world << "  steps " << position.global_step << "  time "
-      << total << " s  train " << rate << " samples/s (input stall " << stall << ", " << compute_rate
-      << " samples/s without the waits)  final loss " << last_loss;
+    s << "summary: model " << o.model << "  ranks " << world << "  grid " << grid_run.grid().to_string() << "  steps "
+      << position.global_step << "  time " << total << " s  train " << rate << " samples/s (input stall " << stall << ", "
+      << compute_rate << " samples/s without the waits)  final loss " << last_loss;
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
     s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
     if (scaler.enabled()) s << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
+    s << "  peak RSS " << static_cast<long long>(peak_rss[0] / (1 << 20)) << " MiB";
     if (world > 1)
       s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
         << " started during backward)";
     out << s.str() << "\n";
     out << "outputs: " << checkpoint_path << "  " << metrics_path << "\n";
     std::ostringstream j;
-    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"steps\":" << position.global_step
+    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"grid\":\""
+      << grid_run.grid().to_string() << "\",\"steps\":" << position.global_step
       << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
       << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(run_time.wait_s)
       << ",\"input_stall_pct\":" << json_number(run_time.stall_pct())
@@ -368,7 +402,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
       << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
       << ",\"allreduce_buckets\":" << allreduce.bucket_count()
-      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward() << "}";
+      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
+      << ",\"peak_rss_bytes\":" << static_cast<long long>(peak_rss[0]) << "}";
     metrics.write(j.str());
   }
   return 0;
@@ -379,6 +414,12 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err) {
   try {
     return run(options, comm, out, err);
+  } catch (const GridError& e) {
+    // Every rank finds the same grid problem at the same point, before any work: each says so (one
+    // write, so ranks do not interleave) and waits for the others, so that mpirun, which stops the job
+    // when the first rank exits non-zero, does not cut a rank off before its line.
+    report_grid_error(e, comm, err);
+    return 1;
   } catch (const std::exception& e) {
     err << "fanstore-train: error: " << e.what() << "\n";
     err.flush();

@@ -19,6 +19,8 @@ class BatchNorm final : public Layer {
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(const Tensor& dy) override;
+  float epsilon() const { return epsilon_; }
+  float momentum() const { return momentum_; }
 
  private:
   void declare_parameters() override;
@@ -42,6 +44,7 @@ class InstanceNorm final : public Layer {
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(const Tensor& dy) override;
+  float epsilon() const { return epsilon_; }
 
  private:
   void declare_parameters() override;
