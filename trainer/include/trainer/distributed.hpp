@@ -51,6 +51,12 @@ class Communicator {
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
+// Sums a plain F32 or F64 tensor over the ranks of `comm`, in place, where it lives: host memory
+// over the communicator's host path (MPI), device memory over a communicator that takes device
+// memory (NCCL: make_device_communicator), so a device tensor never leaves the device. Throws
+// std::invalid_argument for another type or a non-plain tensor.
+void sum_tensor(Tensor& t, Communicator& comm);
+
 // MPI when the process was started by a launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE, ...),
 // otherwise a one-rank communicator without MPI at all: a plain run (also under `fanstore run`)
 // needs no MPI runtime. Must be called once, before any thread is started.

@@ -1,9 +1,9 @@
 // NCCL between the GPUs of a run: gradient buckets summed on a stream of their own, overlapped
 // with backward (each bucket waits on the device for the kernels that produced it; the compute
-// stream waits for all of them before the optimizer); blocking sums of device memory; and, with
-// the spatial branch's Communicator (start_messages, split), the halo exchange's messages as NCCL
-// send/receive batches and sub-communicators by ncclCommSplit. Host scalars (losses, metrics,
-// decisions) still go through the MPI communicator it wraps.
+// stream waits for all of them before the optimizer); blocking sums of device memory; the halo
+// exchange's messages as NCCL send/receive batches; and the grid's sub-communicators by
+// ncclCommSplit. Host values (losses, metrics, decisions) still go through the MPI communicator
+// it wraps.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -12,13 +12,6 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/nccl_messages.hpp"
-
-// The spatial branch (issue 10) extends Communicator with sum(float*), max, broadcast,
-// start_messages and split, and drops any/barrier; its distributed_halo.hpp comes with that change.
-// This file implements whichever Communicator it is compiled against.
-#if __has_include("trainer/distributed_halo.hpp")
-#define FANSTORE_SPATIAL_COMMUNICATOR 1
-#endif
 
 namespace fanstore::trainer::cuda {
 namespace {
@@ -32,7 +25,6 @@ bool on_device(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-#ifdef FANSTORE_SPATIAL_COMMUNICATOR
 class NcclMessageBatch final : public MessageBatch {
  public:
   NcclMessageBatch(ncclComm_t comm, cudaStream_t stream, cudaStream_t compute) : messages_(comm, stream, compute) {}
@@ -46,7 +38,6 @@ class NcclMessageBatch final : public MessageBatch {
  private:
   NcclMessages messages_;
 };
-#endif
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -71,17 +62,23 @@ class NcclCommunicator final : public Communicator {
     FS_CHECK(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
     create_stream();
   }
-  // A sub-communicator: owns its host part and an NCCL communicator split from the parent's.
-  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, cudaStream_t compute)
-      : owned_host_(std::move(host)), host_(*owned_host_), compute_(compute), comm_(comm) {
-    create_stream();
+  // A sub-communicator: owns its host part and an NCCL communicator split from the parent's, and
+  // issues on the parent's stream. NCCL kernels block until their peers arrive, so operations of two
+  // communicators in flight at once on two streams can deadlock (NCCL's "using multiple
+  // communicators concurrently"); on one stream they run in issue order, which is the same program
+  // order on every rank (halo batches, statistics sums, gradient buckets), so none waits on a peer
+  // that waits on it. The halos then queue behind a bucket in flight; both still overlap compute.
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, cudaStream_t compute, cudaStream_t parent_stream)
+      : owned_host_(std::move(host)), host_(*owned_host_), compute_(compute), comm_(comm), stream_(parent_stream),
+        owns_stream_(false) {
+    create_events();
   }
   ~NcclCommunicator() override {
     if (stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
     if (ready_) cudaEventDestroy(ready_);
     if (done_) cudaEventDestroy(done_);
-    if (stream_) cudaStreamDestroy(stream_);
+    if (stream_ && owns_stream_) cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return host_.rank(); }
@@ -109,8 +106,6 @@ class NcclCommunicator final : public Communicator {
     FS_CHECK(ncclAllReduce(data, data, n, ncclDouble, ncclSum, comm_, stream_));
     FS_CHECK(cudaStreamSynchronize(stream_));
   }
-
-#ifdef FANSTORE_SPATIAL_COMMUNICATOR
   void sum(float* data, std::size_t n) override {
     if (!on_device(data)) return host_.sum(data, n);
     after_compute();
@@ -136,13 +131,8 @@ class NcclCommunicator final : public Communicator {
     std::unique_ptr<Communicator> host = host_.split(color, key);
     ncclComm_t comm = nullptr;
     FS_CHECK(ncclCommSplit(comm_, color, key, &comm, nullptr));
-    return std::make_unique<NcclCommunicator>(std::move(host), comm, compute_);
+    return std::make_unique<NcclCommunicator>(std::move(host), comm, compute_, stream_);
   }
-#else
-  // This branch's Communicator still has these two.
-  bool any(bool flag) override { return host_.any(flag); }
-  void barrier() override { host_.barrier(); }
-#endif
 
   [[noreturn]] void abort(int code) override {
     if (comm_) ncclCommAbort(comm_);
@@ -153,6 +143,9 @@ class NcclCommunicator final : public Communicator {
  private:
   void create_stream() {
     FS_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    create_events();
+  }
+  void create_events() {
     FS_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     FS_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
@@ -167,6 +160,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  bool owns_stream_ = true;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
 };
 

@@ -26,26 +26,17 @@ Tensor crop(Backend& backend, const Tensor& src, const SpatialBox& src_box, cons
   return out;
 }
 
-void SplitContext::statistics_sum(double* data, std::size_t n) {
-  grid.spatial().sum(data, n);
-  if (options.sync_bn) grid.samples().sum(data, n);
+void sum_tensor(Tensor& t, Communicator& comm) {
+  if (!t.is_plain() || (t.dtype() != DType::F32 && t.dtype() != DType::F64))
+    throw std::invalid_argument("sum_tensor: needs a plain F32 or F64 tensor, got " + t.shape().to_string() +
+                                (t.is_plain() ? "" : " in layout " + t.layout()->describe()));
+  if (comm.size() == 1) return;
+  const auto n = static_cast<std::size_t>(t.numel());
+  if (t.dtype() == DType::F64) comm.sum(static_cast<double*>(t.raw()), n);
+  else comm.sum(static_cast<float*>(t.raw()), n);
 }
 
 namespace {
-
-// In place: to the host, summed over `comm`, back.
-void sum_tensor(Backend& backend, Tensor& t, Communicator& comm, Communicator* then) {
-  Tensor host = backend.to_host(t).clone();
-  const auto n = static_cast<std::size_t>(host.numel());
-  if (host.dtype() == DType::F64) {
-    comm.sum(static_cast<double*>(host.raw()), n);
-    if (then) then->sum(static_cast<double*>(host.raw()), n);
-  } else {
-    comm.sum(host.data(), n);
-    if (then) then->sum(host.data(), n);
-  }
-  backend.copy(host, t);
-}
 
 class PassThrough final : public SplitOp {
  public:
@@ -59,9 +50,10 @@ class PassThrough final : public SplitOp {
 
 }  // namespace
 
-void SplitContext::spatial_sum(Tensor& t) { sum_tensor(backend, t, grid.spatial(), nullptr); }
+void SplitContext::spatial_sum(Tensor& t) { sum_tensor(t, grid.spatial()); }
 void SplitContext::statistics_sum(Tensor& t) {
-  sum_tensor(backend, t, grid.spatial(), options.sync_bn ? &grid.samples() : nullptr);
+  sum_tensor(t, grid.spatial());
+  if (options.sync_bn) sum_tensor(t, grid.samples());
 }
 
 std::unique_ptr<SplitOp> make_pass_through(Layer& layer) { return std::make_unique<PassThrough>(layer); }
@@ -104,6 +96,11 @@ std::unique_ptr<SplitOp> make_split_op(SplitContext& ctx, Model& model, NodeId i
 
 DistributedModel::DistributedModel(Model& model, ProcessGrid& grid, DistributedOptions options)
     : model_(model), grid_(grid), options_(options), plan_(model, grid.shape()) {
+  // The split layers, halos and reduced statistics are F32 (a half-type halo would also need a
+  // half-type transport): mixed precision runs plain data parallelism only.
+  if (model.backend().activation_dtype() != DType::F32)
+    throw GridError("a spatial --grid (or --sync-bn) computes in fp32; pass --precision fp32, or leave out --grid "
+                    "for mixed-precision data parallelism");
   input_slab_ = plan_.input_partition().owned(grid.coords());
   input_box_ = plan_.input_read_box(grid.coords());
   local_input_shape_ = box_shape(model.input_shape()[0], model.input_shape()[1], input_box_);

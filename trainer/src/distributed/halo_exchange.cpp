@@ -36,6 +36,9 @@ void HaloExchange::post(const std::vector<HaloPiece>& incoming, const std::vecto
     copy_region(backend_, source, source_box, send_buffers_.back(), piece.box, piece.box, false);
     messages_->send(piece.peer, send_buffers_.back().data(), send_buffers_.back().capacity(), tag);
   }
+  // A batched transport (NCCL) issues its messages on the first test: here, right after the packing,
+  // so they travel while the caller computes the interior (MPI already started them).
+  messages_->test();
 }
 
 // Fills `target` (covering `target_box`, allocated when undefined) with this rank's part of `source`

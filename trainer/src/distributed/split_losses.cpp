@@ -26,9 +26,9 @@ LossResult grid_task_loss(TaskKind task, DistributedModel& model, const Tensor& 
   double ce_loss = ce.loss * share;
   spatial.sum(&ce_loss, 1);
   // Dice: per (sample, class) sums over the whole volume, then the loss and this slab's gradient.
-  Tensor sums = b.to_host(b.dice_sums(output, batch.target_labels)).clone();
-  spatial.sum(static_cast<double*>(sums.raw()), static_cast<std::size_t>(sums.numel()));
-  LossResult dice = b.dice_loss_from_sums(output, batch.target_labels, b.to_device(sums), false);
+  Tensor sums = b.dice_sums(output, batch.target_labels);
+  sum_tensor(sums, spatial);  // on the device
+  LossResult dice = b.dice_loss_from_sums(output, batch.target_labels, sums, false);
   // MLPerf's DiceCELoss = (dice + CE) / 2.
   LossResult r;
   r.loss = (dice.loss + ce_loss) / 2;

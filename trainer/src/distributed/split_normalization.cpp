@@ -11,14 +11,11 @@
 namespace fanstore::trainer {
 namespace {
 
-// Sums (G, 2) F64 over the group on the host and puts them back on the device.
-Tensor reduced(SplitContext& ctx, const Tensor& sums, bool statistics) {
-  Tensor host = ctx.backend.to_host(sums).clone();
-  auto* values = static_cast<double*>(host.raw());
-  const auto n = static_cast<std::size_t>(host.numel());
-  if (statistics) ctx.statistics_sum(values, n);
-  else ctx.spatial_sum(values, n);
-  return ctx.backend.to_device(host);
+// Sums fresh (G, 2) F64 statistics over the group, on their device.
+Tensor reduced(SplitContext& ctx, Tensor sums, bool statistics) {
+  if (statistics) ctx.statistics_sum(sums);
+  else ctx.spatial_sum(sums);
+  return sums;
 }
 
 class SplitNormalization final : public SplitOp {

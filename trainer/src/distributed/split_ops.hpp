@@ -20,11 +20,9 @@ struct SplitContext {
   DistributedOptions options;
 
   bool spatial_root() { return grid.spatial_index() == 0; }
-  // In-place sums of host values over the spatial group; statistics also over the sample groups
-  // when sync_bn (world = spatial x samples: spatial first, then samples).
-  void spatial_sum(double* data, std::size_t n) { grid.spatial().sum(data, n); }
-  void statistics_sum(double* data, std::size_t n);
-  // A tensor of this backend (F32 or F64, plain) summed over the spatial group, in place.
+  // A tensor of this backend (F32 or F64, plain) summed in place over the spatial group, on its
+  // device (sum_tensor); statistics also over the sample groups when sync_bn (world = spatial x
+  // samples: spatial first, then samples).
   void spatial_sum(Tensor& t);
   void statistics_sum(Tensor& t);
 };
