@@ -333,6 +333,18 @@ TEST(Conformance, Losses) {
   compare(be().softmax_cross_entropy(up(logits), labels, 0.1f), softmax_cross_entropy(logits, labels, 0.1f), "cross-entropy");
   compare(be().dice_loss(up(logits), labels, false), dice_loss(logits, labels, false), "dice");
   compare(be().dice_cross_entropy(up(logits), labels, false), dice_cross_entropy(logits, labels, false), "dice + CE");
+  // The split form a spatial split uses (sums over its group, then the loss): the CPU's sums, and the
+  // loss and gradient from the CPU's sums.
+  const Tensor sums = be().to_host(be().dice_sums(up(logits), labels));
+  const Tensor cpu_sums = env().cpu->dice_sums(logits, labels);
+  ASSERT_EQ(sums.shape(), cpu_sums.shape());
+  ASSERT_EQ(sums.dtype(), DType::F64);
+  for (std::int64_t i = 0; i < sums.numel(); ++i) {
+    const double got = static_cast<const double*>(sums.raw())[i], want = static_cast<const double*>(cpu_sums.raw())[i];
+    EXPECT_NEAR(got, want, 1e-9 * (1 + std::fabs(want))) << "dice_sums[" << i << "]";
+  }
+  compare(be().dice_loss_from_sums(up(logits), labels, be().to_device(cpu_sums.clone()), false),
+          dice_loss(logits, labels, false), "dice from the CPU's sums");
   Tensor pred = random_tensor({4, 4}, rng);
   std::vector<float> target(16);
   for (auto& t : target) t = rng.uniform_float(-1.f, 1.f);
