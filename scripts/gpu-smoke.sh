@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The --device cuda smoke test: trains CosmoFlow (fp32, bf16, fp16) and ResNet-50 (bf16) for a few
-# steps on the GPU, checks the losses are finite and fall, and that the GPU run matches the CPU's
-# first loss; with --sanitizer runs the CUDA conformance suite and a training step under
-# compute-sanitizer (memcheck) instead. Exit 0 pass, 1 fail, 77 no CUDA device (nothing ran).
+# steps on the GPU, checks the losses are finite and fall, that the GPU run matches the CPU's first
+# loss, and (with 2 GPUs) that a 1,2,1,1 spatial split over NCCL gives one CPU rank's losses; with
+# --sanitizer runs the CUDA conformance suite and a training step under compute-sanitizer (memcheck)
+# instead. Exit 0 pass, 1 fail, 77 no CUDA device (nothing ran).
 # Usage: scripts/gpu-smoke.sh [--sanitizer] [--build DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,4 +72,29 @@ $py -c "import sys; a, b = $first_gpu, $first_cpu; ok = abs(a - b) <= 1e-4 * abs
 tail -2 "$work/rn.out" | head -1
 falls "resnet50 bf16" "$work/rn/metrics.jsonl"
 "$train" --model resnet50 --benchmark 5 --batch 32 --input-size 224 --device cuda --precision bf16
+
+# A spatial split over two GPUs (halos and spatial sums over NCCL): the same per-step losses as one
+# CPU rank (docs/gpu.md). NCCL takes one GPU per rank, so this needs two GPUs and mpirun.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+mpirun=${FANSTORE_MPIRUN:-$(command -v mpirun || true)}
+if [ "${gpus:-0}" -ge 2 ] && [ -n "$mpirun" ]; then
+  root_flag=()
+  [ "$(id -u)" = 0 ] && root_flag=(--allow-run-as-root)
+  # 64^3: CosmoFlow's last pooling of a 32^3 input has one position, too few to split.
+  "$bin/fanstore-datagen" cosmoflow -o "$work/cf64" --samples 6 --size 64 --seed 3 --val-fraction 0 > /dev/null
+  grid_common=(--model cosmoflow --data "$work/cf64/train" --batch 1 --epochs 1 --max-steps 5 --optimizer sgd --lr 0.01
+               --warmup-epochs 0 --seed 1)
+  "$train" "${grid_common[@]}" --device cpu --checkpoint "$work/grid-cpu" > /dev/null
+  "$mpirun" "${root_flag[@]}" -np 2 "$train" "${grid_common[@]}" --device cuda --grid 1,2,1,1 \
+    --checkpoint "$work/grid-gpu" > "$work/grid-gpu.out"
+  $py - "$(losses "$work/grid-gpu/metrics.jsonl")" "$(losses "$work/grid-cpu/metrics.jsonl")" << 'EOF'
+import sys
+a, b = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
+ok = len(a) == len(b) == 5 and all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(a, b))
+print(("ok   " if ok else "FAIL ") + f"cosmoflow on grid 1,2,1,1 over 2 GPUs {a} vs one CPU rank {b}")
+sys.exit(0 if ok else 1)
+EOF
+else
+  echo "gpu-smoke: skip: the spatial split over GPUs needs 2 GPUs and mpirun (found ${gpus:-0} GPU(s))"
+fi
 echo "gpu-smoke: all passed"
