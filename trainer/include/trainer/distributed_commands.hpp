@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <iosfwd>
 #include <string>
 
@@ -33,6 +34,11 @@ ResolvedGrid resolve_grid(const GridOptions& grid, const std::string& model_name
 // on `world`: every rank found the same error at the same point, and none exits (mpirun then stops the
 // rest) before all have printed.
 void report_grid_error(const GridError& error, Communicator& world, std::ostream& err);
+
+// Any other error of one rank (a device, a file, a failed call): its one line on `err` (a single
+// write), then MPI_Abort when there are other ranks, which would otherwise wait in a collective.
+// Returns the exit code, 1, where there are none.
+int report_error_and_abort(const std::exception& error, Communicator& world, std::ostream& err);
 
 // --benchmark N on a grid: synthetic slabs for every rank, one warm-up step, N timed training steps
 // (split forward, loss, backward, gradient allreduce, SGD) and N timed inference forwards, on the

@@ -48,14 +48,25 @@ data::Batch synthetic_slab_batch(const DistributedModel& dm, TaskKind task, std:
   return b;
 }
 
-}  // namespace
-
-void report_grid_error(const GridError& error, Communicator& world, std::ostream& err) {
+// One write, so the lines of several ranks do not interleave.
+void write_error_line(const std::exception& error, std::ostream& err) {
   const std::string line = std::string("fanstore-train: error: ") + error.what() + "\n";
   err.write(line.data(), static_cast<std::streamsize>(line.size()));
   err.flush();
+}
+
+}  // namespace
+
+void report_grid_error(const GridError& error, Communicator& world, std::ostream& err) {
+  write_error_line(error, err);
   double done[1] = {0};
   world.max(done, 1);
+}
+
+int report_error_and_abort(const std::exception& error, Communicator& world, std::ostream& err) {
+  write_error_line(error, err);
+  if (world.size() > 1) world.abort(1);
+  return 1;
 }
 
 ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, ModelOptions mo, int threads,
@@ -180,10 +191,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     report_grid_error(e, world, err);  // every rank found it
     return 1;
   } catch (const std::exception& e) {
-    err << "fanstore-train: error: " << e.what() << "\n";
-    err.flush();
-    if (world.size() > 1) world.abort(1);
-    return 1;
+    return report_error_and_abort(e, world, err);
   }
 }
 

@@ -421,10 +421,7 @@ int train_command(const TrainOptions& options, Communicator& comm, std::ostream&
     report_grid_error(e, comm, err);
     return 1;
   } catch (const std::exception& e) {
-    err << "fanstore-train: error: " << e.what() << "\n";
-    err.flush();
-    if (comm.size() > 1) comm.abort(1);
-    return 1;
+    return report_error_and_abort(e, comm, err);
   }
 }
 
