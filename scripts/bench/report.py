@@ -50,6 +50,13 @@ SECTIONS = [
     ("trainer", "Trainer vs PyTorch 1.13 on CPU (same batch, input size, threads)",
      ["fanstore-train", "pytorch"],
      [("fanstore-train", "pytorch")]),
+    ("gpu", "Trainer on one GPU (bench.sh --gpu: bf16, channels-last) vs issue 14's goals",
+     ["fanstore-train-gpu", "goal"],
+     [("fanstore-train-gpu", "goal")]),
+    ("spatial", "Sample x spatial grids (CosmoFlow): memory, a memory cap, scaling, the performance model",
+     ["spatial", "one-rank", "data-parallel", "predicted", "model-choice", "measured-best"],
+     [("spatial", "one-rank"), ("spatial", "data-parallel"), ("spatial", "predicted"),
+      ("model-choice", "measured-best")]),
 ]
 
 HEADINGS = {
@@ -60,8 +67,11 @@ HEADINGS = {
     "pytorch": "PyTorch 1.13", "fanstore-fetch": "daemon fetch", "fanstore-hinted": "daemons + hints",
     "fanstore-progress": "--progress", "normal": "before the kill",
     "microbench-fanstore": "FanStore path", "microbench-baseline": "baseline",
-    "pytorch": "PyTorch 1.13", "zstd-cli": "zstd -d -T0", "fanstore-untrusted": "FanStore, index re-hashed",
+    "zstd-cli": "zstd -d -T0", "fanstore-untrusted": "FanStore, index re-hashed",
     "mapped-v1": "mapping verified once (format 1)",
+    "fanstore-train-gpu": "fanstore-train (GPU)", "goal": "goal",
+    "spatial": "grid", "one-rank": "one rank", "data-parallel": "data parallel",
+    "predicted": "model's prediction", "model-choice": "model's choice", "measured-best": "measured best",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
@@ -69,6 +79,7 @@ SUBJECT = {
     "fanstore-daemon": "FanStore remote", "fanstore-fetch": "daemon fetch", "fanstore-hinted": "FanStore + hints",
     "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
     "microbench-fanstore": "FanStore",
+    "fanstore-train-gpu": "fanstore-train (GPU)", "spatial": "grid", "model-choice": "model's choice",
 }
 
 
@@ -103,7 +114,11 @@ def verdict(row, contender, baseline):
     if xa <= 0 or xb <= 0:
         return None, "n/a (zero)"
     speedup = xa / xb if row["better"] == "higher" else xb / xa
+    if baseline == "predicted":  # a model's prediction: how far off it is, not who wins
+        return speedup, f"measured = {xa / xb:.2f}x predicted"
     good, bad = ("higher", "lower") if row["unit"].startswith("%") else ("faster", "slower")
+    if row["unit"] in ("MiB", "bytes"):
+        good, bad = "smaller", "larger"
     who = SUBJECT.get(contender, contender)
     # Utilisation is a percentage already: say the gap in points as well as the ratio.
     pts = f" ({xa - xb:+.1f} pts)" if row["unit"].startswith("%") else ""

@@ -19,7 +19,7 @@ std::shared_ptr<Backend> test_backend() {
 Tensor random_tensor(const Shape& shape, Rng& rng, float lo, float hi, float min_gap) {
   Tensor t = Tensor::zeros(shape);
   for (std::int64_t i = 0; i < t.numel(); ++i) {
-    float v = rng.uniform(lo, hi);
+    float v = rng.uniform_float(lo, hi);
     if (min_gap > 0.f && std::fabs(v) < min_gap) v = v < 0 ? v - min_gap : v + min_gap;
     t[i] = v;
   }
@@ -30,7 +30,7 @@ Tensor distinct_tensor(const Shape& shape, Rng& rng, float spacing) {
   Tensor t = Tensor::zeros(shape);
   std::vector<std::int64_t> order(static_cast<std::size_t>(t.numel()));
   std::iota(order.begin(), order.end(), 0);
-  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next_u64() % i]);
   const float offset = -spacing * static_cast<float>(order.size()) / 2;
   for (std::size_t i = 0; i < order.size(); ++i) t[order[i]] = offset + spacing * static_cast<float>(i);
   return t;
@@ -39,15 +39,16 @@ Tensor distinct_tensor(const Shape& shape, Rng& rng, float spacing) {
 LayerHarness::LayerHarness(std::unique_ptr<Layer> layer, std::uint64_t seed)
     : backend_(test_backend()), layer_(std::move(layer)) {
   layer_->attach(*backend_, table_);
-  table_.finalize();
+  table_.finalize(*backend_);
   Rng rng(seed);
   layer_->initialize(rng);
   const bool norm = layer_->kind().find("Norm") != std::string::npos;
   for (const auto& e : table_.parameters()) {
     const bool scale = norm && e.name.ends_with(".weight");
     for (std::int64_t i = 0; i < e.shape.numel(); ++i)
-      table_.values()[e.offset + static_cast<std::size_t>(i)] = scale ? rng.uniform(0.5f, 1.5f) : rng.uniform(-1.f, 1.f);
+      table_.values()[e.offset + static_cast<std::size_t>(i)] = scale ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-1.f, 1.f);
   }
+  table_.commit();
 }
 
 Tensor LayerHarness::forward(const std::vector<Tensor>& inputs, Mode mode) {
@@ -73,7 +74,7 @@ std::vector<std::int64_t> probe_indices(std::int64_t numel, int samples, Rng& rn
   if (numel <= samples) {
     for (std::int64_t i = 0; i < numel; ++i) idx.push_back(i);
   } else {
-    for (int i = 0; i < samples; ++i) idx.push_back(static_cast<std::int64_t>(rng.next() % static_cast<std::uint64_t>(numel)));
+    for (int i = 0; i < samples; ++i) idx.push_back(static_cast<std::int64_t>(rng.next_u64() % static_cast<std::uint64_t>(numel)));
   }
   return idx;
 }

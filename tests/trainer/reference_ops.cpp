@@ -28,15 +28,17 @@ std::vector<std::int64_t> as3(const std::vector<std::int64_t>& v, std::int64_t f
 
 Tensor convolution(const Tensor& x, const Tensor& w, const Tensor* b, const ConvolutionSpec& spec) {
   const Volume in(x.shape());
-  const auto k = as3(spec.kernel, 1), s = as3(spec.stride, 1), p = as3(spec.padding, 0), dl = as3(spec.dilation, 1);
+  // p is the low-side padding: output o reads input o*s - p + k*d; the high side only bounds the size.
+  const auto k = as3(spec.kernel, 1), s = as3(spec.stride, 1), p = as3(spec.padding_lo, 0), dl = as3(spec.dilation, 1);
   const std::int64_t cout = spec.out_channels;
   Shape out_shape = x.shape();
   out_shape[1] = cout;
   for (std::size_t i = 0; i < spec.kernel.size(); ++i) {
     const auto kk = spec.dilation[i] * (spec.kernel[i] - 1) + 1;
     const auto n = x.shape()[static_cast<int>(i) + 2];
-    out_shape[static_cast<int>(i) + 2] = spec.transposed ? (n - 1) * spec.stride[i] - 2 * spec.padding[i] + kk
-                                                         : (n + 2 * spec.padding[i] - kk) / spec.stride[i] + 1;
+    const auto pads = spec.padding_lo[i] + spec.padding_hi[i];
+    out_shape[static_cast<int>(i) + 2] = spec.transposed ? (n - 1) * spec.stride[i] - pads + kk
+                                                         : (n + pads - kk) / spec.stride[i] + 1;
   }
   const Volume out(out_shape);
   std::vector<double> acc(static_cast<std::size_t>(out_shape.numel()), 0.0);
@@ -83,11 +85,11 @@ Tensor convolution(const Tensor& x, const Tensor& w, const Tensor* b, const Conv
 
 Tensor pooling(const Tensor& x, const PoolingSpec& spec) {
   const Volume in(x.shape());
-  const auto k = as3(spec.kernel, 1), s = as3(spec.stride, 1), p = as3(spec.padding, 0);
+  const auto k = as3(spec.kernel, 1), s = as3(spec.stride, 1), p = as3(spec.padding_lo, 0);
   Shape out_shape = x.shape();
   for (std::size_t i = 0; i < spec.kernel.size(); ++i)
     out_shape[static_cast<int>(i) + 2] =
-        (x.shape()[static_cast<int>(i) + 2] + 2 * spec.padding[i] - spec.kernel[i]) / spec.stride[i] + 1;
+        (x.shape()[static_cast<int>(i) + 2] + spec.padding_lo[i] + spec.padding_hi[i] - spec.kernel[i]) / spec.stride[i] + 1;
   const Volume out(out_shape);
   Tensor y = Tensor::zeros(out_shape);
   for (std::int64_t n = 0; n < in.n; ++n)

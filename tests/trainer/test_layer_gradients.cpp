@@ -40,6 +40,20 @@ TEST(LayerGradients, ConvTranspose2d) {
 TEST(LayerGradients, ConvTranspose3d) {
   check<Convolution>({{1, 4, 3, 3, 3}}, {}, "up", convolution_spec(3, 4, 3, 2, 2, 0, true, 1, true));
 }
+ConvolutionSpec asymmetric(ConvolutionSpec spec, std::vector<std::int64_t> lo, std::vector<std::int64_t> hi) {
+  spec.padding_lo = std::move(lo);
+  spec.padding_hi = std::move(hi);
+  return spec;
+}
+TEST(LayerGradients, Conv2dAsymmetricPadding) {
+  check<Convolution>({{2, 2, 6, 5}}, {}, "conv", asymmetric(convolution_spec(2, 2, 3, 3, 2, 0, true), {1, 0}, {0, 2}));
+}
+TEST(LayerGradients, Conv3dAsymmetricPadding) {
+  check<Convolution>({{1, 2, 4, 4, 4}}, {}, "conv", asymmetric(convolution_spec(3, 2, 2, 3, 1, 0, false), {1, 0, 2}, {0, 1, 0}));
+}
+TEST(LayerGradients, ConvTransposeAsymmetricPadding) {
+  check<Convolution>({{1, 3, 3, 4}}, {}, "up", asymmetric(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
+}
 TEST(LayerGradients, BatchNorm2dTrain) { check<BatchNorm>({{3, 4, 3, 3}}, {}, "bn", 4); }
 TEST(LayerGradients, BatchNorm3dTrain) { check<BatchNorm>({{2, 3, 2, 3, 3}}, {}, "bn", 3); }
 TEST(LayerGradients, BatchNorm2dEval) {
@@ -73,6 +87,16 @@ void check_max_pool(const Shape& shape, const PoolingSpec& spec) {
 }
 TEST(LayerGradients, MaxPool2dPadded) { check_max_pool({2, 2, 6, 6}, pooling_spec(2, PoolingKind::Max, 3, 2, 1)); }
 TEST(LayerGradients, MaxPool3d) { check_max_pool({1, 2, 4, 4, 4}, pooling_spec(3, PoolingKind::Max, 2, 2)); }
+TEST(LayerGradients, PoolingAsymmetricPadding) {
+  PoolingSpec max = pooling_spec(2, PoolingKind::Max, 3, 2);
+  max.padding_lo = {1, 0};
+  max.padding_hi = {0, 2};
+  check_max_pool({2, 2, 6, 5}, max);
+  PoolingSpec avg = pooling_spec(3, PoolingKind::Average, 2, 2);
+  avg.padding_lo = {1, 0, 1};
+  avg.padding_hi = {0, 1, 1};
+  check<Pooling>({{1, 2, 3, 4, 3}}, {}, "pool", avg);
+}
 
 TEST(LayerGradients, DropoutSameMaskEveryForward) {
   auto layer = std::make_unique<Dropout>("drop", 0.4f, 11);

@@ -49,6 +49,25 @@ TEST(LayerReference, ConvTranspose3dUNetUpsample) {
   expect_conv_matches({1, 4, 3, 3, 3}, convolution_spec(3, 4, 3, 2, 2, 0, true, 1, true));
 }
 
+// Per-side padding (what a spatial slab uses: padding only where it meets the global boundary).
+ConvolutionSpec asymmetric(ConvolutionSpec spec, std::vector<std::int64_t> lo, std::vector<std::int64_t> hi) {
+  spec.padding_lo = std::move(lo);
+  spec.padding_hi = std::move(hi);
+  return spec;
+}
+TEST(LayerReference, Conv2dAsymmetricPadding) {
+  expect_conv_matches({2, 3, 7, 6}, asymmetric(convolution_spec(2, 3, 4, 3, 1, 0, true), {1, 0}, {0, 2}));
+  expect_conv_matches({1, 2, 9, 8}, asymmetric(convolution_spec(2, 2, 3, 3, 2, 0, false, 2), {2, 0}, {1, 3}));
+}
+TEST(LayerReference, Conv3dAsymmetricPadding) {
+  expect_conv_matches({1, 2, 5, 6, 4}, asymmetric(convolution_spec(3, 2, 3, 3, 1, 0, true), {1, 0, 2}, {0, 1, 0}));
+  expect_conv_matches({1, 2, 6, 6, 6}, asymmetric(convolution_spec(3, 2, 3, 3, 2, 0, false), {0, 1, 1}, {1, 0, 0}));
+}
+TEST(LayerReference, ConvTransposeAsymmetricPadding) {
+  expect_conv_matches({2, 3, 4, 5}, asymmetric(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
+  expect_conv_matches({1, 2, 3, 3, 3}, asymmetric(convolution_spec(3, 2, 3, 3, 2, 0, true, 1, true), {0, 1, 2}, {1, 0, 1}));
+}
+
 void expect_pool_matches(const Shape& in, const PoolingSpec& spec) {
   LayerHarness h(std::make_unique<Pooling>("pool", spec));
   Rng rng(2);
@@ -63,6 +82,26 @@ TEST(LayerReference, AvgPool2dPaddedCountsPadding) {
   expect_pool_matches({2, 3, 7, 7}, pooling_spec(2, PoolingKind::Average, 3, 2, 1));
 }
 TEST(LayerReference, AvgPool3d) { expect_pool_matches({1, 2, 4, 4, 4}, pooling_spec(3, PoolingKind::Average, 2, 2)); }
+
+PoolingSpec asymmetric(PoolingSpec spec, std::vector<std::int64_t> lo, std::vector<std::int64_t> hi) {
+  spec.padding_lo = std::move(lo);
+  spec.padding_hi = std::move(hi);
+  return spec;
+}
+TEST(LayerReference, PoolingAsymmetricPadding) {
+  expect_pool_matches({2, 3, 8, 7}, asymmetric(pooling_spec(2, PoolingKind::Max, 3, 2), {1, 0}, {0, 2}));
+  expect_pool_matches({2, 3, 7, 7}, asymmetric(pooling_spec(2, PoolingKind::Average, 3, 2), {0, 1}, {2, 1}));
+  expect_pool_matches({1, 2, 5, 4, 6}, asymmetric(pooling_spec(3, PoolingKind::Max, 2, 2), {1, 0, 0}, {0, 1, 1}));
+  expect_pool_matches({1, 2, 4, 5, 4}, asymmetric(pooling_spec(3, PoolingKind::Average, 3, 1), {2, 0, 1}, {0, 1, 1}));
+}
+TEST(LayerReference, SpecsRefuseMismatchedPadding) {
+  auto conv = convolution_spec(2, 3, 4, 3);
+  conv.padding_hi = {1};
+  EXPECT_THROW(Convolution("c", conv), std::invalid_argument);
+  auto pool = pooling_spec(2, PoolingKind::Max, 2, 2);
+  pool.padding_lo = {2, 0};  // a window of padding only
+  EXPECT_THROW(Pooling("p", pool), std::invalid_argument);
+}
 
 TEST(LayerReference, GlobalAveragePooling) {
   for (Shape s : {Shape{2, 5, 3, 4}, Shape{2, 3, 2, 3, 4}}) {
@@ -172,7 +211,7 @@ TEST(LayerLayouts, NativeLayoutFlowsThroughConvBatchNormReluAdd) {
   Activation act("relu", relu());
   Add add("add");
   for (Layer* l : std::initializer_list<Layer*>{&conv, &bn, &act, &add}) l->attach(*backend, table);
-  table.finalize();
+  table.finalize(*backend);
   Rng rng(9);
   conv.initialize(rng);
   bn.initialize(rng);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainer/backend.hpp"
 #include "trainer/parameters.hpp"
 #include "trainer/tensor.hpp"
 #include "trainer/tensor_file.hpp"
@@ -41,7 +42,8 @@ TEST(ParameterTable, OneArenaWithNamedViews) {
   auto m = t.declare_buffer("bn.running_mean", {4});
   EXPECT_THROW(t.declare_parameter("conv.bias", {4}), std::invalid_argument);
   EXPECT_THROW(t.value(w), std::logic_error);
-  t.finalize();
+  auto backend = make_cpu_backend({1});
+  t.finalize(*backend);
   EXPECT_EQ(t.parameter_count(), 112u);
   EXPECT_EQ(t.buffer_count(), 4u);
   t.value(b)[2] = 5.f;
@@ -72,11 +74,12 @@ TEST(TensorFile, RoundTripAndErrors) {
 }
 
 TEST(TensorFile, ExportImportState) {
+  auto backend = make_cpu_backend({1});
   ParameterTable a, b;
   for (auto* t : {&a, &b}) {
     t->declare_parameter("w", {2, 2});
     t->declare_buffer("r", {2});
-    t->finalize();
+    t->finalize(*backend);
   }
   for (int i = 0; i < 4; ++i) a.values()[i] = static_cast<float>(i + 1);
   a.buffer_values()[1] = 9.f;

@@ -22,11 +22,14 @@ constexpr int kSkip = 77;
 
 struct Case {
   ModelOptions options;
-  // Tolerances on max|ours - torch64| / max|torch64| per tensor. Outputs and running statistics are
-  // well conditioned (1e-4). Gradients of ReLU networks with batch/instance norm over a few values
-  // per channel are not: a ReLU input within float32 rounding of 0 takes the other branch, and
-  // float32 PyTorch itself lands up to ~4e-2 away from float64 on these configurations (the tool
-  // prints that number next to ours). CosmoFlow has no normalisation and gets a strict bound.
+  // Outputs and running statistics: max|ours - torch64| / max|torch64| per tensor (well
+  // conditioned, 1e-4). Gradients: |ours - torch64|_2 / |torch64|_2 per tensor. The max-based error
+  // of a gradient is not a usable test for ReLU networks with batch/instance norm at random
+  // initialisation: a ReLU input within float32 rounding of 0 takes the other branch and moves that
+  // channel's gradient by a fraction of itself, so float32 PyTorch itself lands up to 0.25 (max
+  // based) away from float64 depending on the random draw. Such a flip barely moves the L2 error of
+  // the tensor, a wrong formula, layout or weight mapping moves it by O(1). The tool prints both,
+  // and float32 PyTorch's numbers next to ours. CosmoFlow has no normalisation: a strict bound.
   double output_tolerance, gradient_tolerance;
 };
 // Gradients within this bound are counted and reported, as a measure of how many agree tightly.
@@ -35,10 +38,10 @@ constexpr double kTightGradient = 2e-3;
 // Small but complete configurations (every block present) that run in seconds on 2 cores.
 std::map<std::string, Case> cases() {
   std::map<std::string, Case> c;
-  c["resnet50"] = {{.batch = 2, .input_size = 64, .classes = 10}, 1e-4, 5e-2};
+  c["resnet50"] = {{.batch = 2, .input_size = 64, .classes = 10}, 1e-4, 1e-1};
   // 32 x 64 x 64 keeps 4 voxels at the bottleneck (PyTorch refuses instance norm over 1) at half
   // the cost of 64^3; float64 PyTorch convolutions are slow.
-  c["unet3d"] = {{.batch = 1, .input_size = 64, .input_depth = 32, .classes = 3}, 1e-4, 5e-2};
+  c["unet3d"] = {{.batch = 1, .input_size = 64, .input_depth = 32, .classes = 3}, 1e-4, 1e-1};
   c["cosmoflow"] = {{.batch = 2, .input_size = 32, .classes = 4}, 1e-4, 1e-4};
   return c;
 }
@@ -56,6 +59,19 @@ double scaled_error(const std::vector<float>& ours, const std::vector<float>& re
   for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - ref[i]));
   const double scale = max_abs(ref);
   return scale > 0 ? worst / scale : worst;
+}
+
+// |a - b|_2 / |b|_2: robust to one ReLU input flipping sides near 0 (which moves a few elements of
+// a gradient by a lot and the whole tensor by little), while a wrong formula, layout or weight
+// mapping moves it by O(1).
+double relative_l2(const std::vector<float>& ours, const std::vector<float>& ref) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(ours[i]) - ref[i];
+    diff += d * d;
+    norm += static_cast<double>(ref[i]) * ref[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 std::vector<float> values(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
@@ -86,17 +102,17 @@ int run(int argc, char** argv) {
     if (!norm) continue;
     const bool scale = e.name.ends_with(".weight");
     for (std::int64_t i = 0; i < e.shape.numel(); ++i)
-      table.values()[e.offset + static_cast<std::size_t>(i)] = scale ? rng.uniform(0.5f, 1.5f) : rng.uniform(-0.5f, 0.5f);
+      table.values()[e.offset + static_cast<std::size_t>(i)] = scale ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-0.5f, 0.5f);
   }
   for (const auto& e : table.buffers()) {
     const bool variance = e.name.ends_with("running_var");
     for (std::int64_t i = 0; i < e.shape.numel(); ++i)
-      table.buffer_values()[e.offset + static_cast<std::size_t>(i)] = variance ? rng.uniform(0.5f, 1.5f) : rng.uniform(-0.2f, 0.2f);
+      table.buffer_values()[e.offset + static_cast<std::size_t>(i)] = variance ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-0.2f, 0.2f);
   }
   Tensor x = Tensor::zeros(model->input_shape());
-  for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = rng.uniform(-1.f, 1.f);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = rng.uniform_float(-1.f, 1.f);
   Tensor dy = Tensor::zeros(model->output_shape());
-  for (std::int64_t i = 0; i < dy.numel(); ++i) dy[i] = rng.uniform(-1.f, 1.f);
+  for (std::int64_t i = 0; i < dy.numel(); ++i) dy[i] = rng.uniform_float(-1.f, 1.f);
 
   const auto dir = std::filesystem::path(workdir);
   auto state = export_state(table);
@@ -126,41 +142,48 @@ int run(int argc, char** argv) {
     std::string name;
     double error, torch32_error, tolerance;
     double versus_torch32;  // max|ours - torch float32| / max|x64|: small when both round alike
-    bool ok() const { return error <= tolerance; }
+    double l2, torch32_l2;  // relative L2 errors against float64, ours and float32 PyTorch's
+    bool gradient;          // judged by the L2 error
+    double judged() const { return gradient ? l2 : error; }
+    bool ok() const { return judged() <= tolerance; }
   };
-  auto compare = [&](const std::string& name, const std::vector<float>& ours, const std::string& key, double tol) {
+  auto compare = [&](const std::string& name, const std::vector<float>& ours, const std::string& key, double tol,
+                     bool gradient) {
     const auto& ref64 = find_tensor(ref, key).data;
     const auto& ref32 = find_tensor(ref, "f32/" + key).data;
     const double scale = std::max(max_abs(ref64), 1e-30f);
     return Row{name, scaled_error(ours, ref64), scaled_error(ref32, ref64), tol,
-               scaled_error(ours, ref32) * max_abs(ref32) / scale};
+               scaled_error(ours, ref32) * max_abs(ref32) / scale, relative_l2(ours, ref64), relative_l2(ref32, ref64),
+               gradient};
   };
   std::vector<Row> rows;
-  rows.push_back(compare("output", values(y), "output", c.output_tolerance));
-  rows.push_back(compare("input_grad", values(dx), "input_grad", c.gradient_tolerance));
+  rows.push_back(compare("output", values(y), "output", c.output_tolerance, false));
+  rows.push_back(compare("input_grad", values(dx), "input_grad", c.gradient_tolerance, true));
   for (const auto& e : table.parameters()) {
     std::vector<float> g(table.gradients() + e.offset, table.gradients() + e.offset + e.shape.numel());
-    rows.push_back(compare("grad " + e.name, g, "grad/" + e.name, c.gradient_tolerance));
+    rows.push_back(compare("grad " + e.name, g, "grad/" + e.name, c.gradient_tolerance, true));
   }
   for (const auto& e : table.buffers()) {
     std::vector<float> b(table.buffer_values() + e.offset, table.buffer_values() + e.offset + e.shape.numel());
-    rows.push_back(compare("buffer " + e.name, b, "state/" + e.name, c.output_tolerance));
+    rows.push_back(compare("buffer " + e.name, b, "state/" + e.name, c.output_tolerance, false));
   }
   bool ok = true;
   std::size_t gradients = 0, tight = 0;
   const Row* worst_grad = nullptr;
   const Row* worst_buffer = nullptr;
+  const Row* worst_l2 = nullptr;
   for (const auto& r : rows) {
     if (!r.ok()) {
       ok = false;
-      std::cout << "MISMATCH " << r.name << ": " << r.error << " > " << r.tolerance << " (float32 PyTorch: " << r.torch32_error
-                << ")\n";
+      std::cout << "MISMATCH " << r.name << ": " << (r.gradient ? "relative L2 " : "") << r.judged() << " > " << r.tolerance
+                << " (float32 PyTorch: " << (r.gradient ? r.torch32_l2 : r.torch32_error) << ")\n";
     }
     if (r.name.starts_with("grad ") || r.name == "input_grad") {
       ++gradients;
       tight += r.error <= kTightGradient;
     }
     if (r.name.starts_with("grad ") && (!worst_grad || r.error > worst_grad->error)) worst_grad = &r;
+    if (r.gradient && (!worst_l2 || r.l2 > worst_l2->l2)) worst_l2 = &r;
     if (r.name.starts_with("buffer ") && (!worst_buffer || r.error > worst_buffer->error)) worst_buffer = &r;
   }
   auto line = [](const Row* r) {
@@ -180,7 +203,10 @@ int run(int argc, char** argv) {
             << std::max_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.versus_torch32 < b.versus_torch32; })->versus_torch32
             << "\n"
             << "  gradients within " << kTightGradient << ": " << tight << " of " << gradients << "\n"
-            << "  tolerances: outputs and running stats " << c.output_tolerance << ", gradients " << c.gradient_tolerance
+            << "  worst relative L2 gradient error: " << (worst_l2 ? worst_l2->l2 : 0.0) << " (float32 PyTorch: "
+            << (worst_l2 ? worst_l2->torch32_l2 : 0.0) << ") " << (worst_l2 ? worst_l2->name : "") << "\n"
+            << "  tolerances: outputs and running stats " << c.output_tolerance << " (max based), gradients "
+            << c.gradient_tolerance << " (relative L2)"
             << "\n"
             << (ok ? "PASS" : "FAIL") << std::endl;
   return ok ? 0 : 1;

@@ -101,6 +101,18 @@ TEST(Unet3d, SlabSampleEqualsSliceOfWholeSample) {
         ASSERT_EQ(slab_image[i], image[(z * kEdge + y) * kEdge + x]);
         ASSERT_EQ(slab_labels[i], labels[(z * kEdge + y) * kEdge + x]);
       }
+
+  // A rank of a spatial split reads its image slab with the first layer's halo but only its own labels.
+  slab_options.label_slab = Slab{3, 6, 4, 11, 1, 4};
+  const Unet3dDataset haloed(scratch / "d/train", slab_options);
+  EXPECT_EQ(haloed.layout().input_shape, (std::vector<std::int64_t>{1, 5, 9, 5}));
+  EXPECT_EQ(haloed.layout().target_shape, (std::vector<std::int64_t>{3, 7, 3}));
+  std::vector<std::int32_t> own_labels(3 * 7 * 3);
+  haloed.load_sample(0, 0, SampleBuffers{slab_image.data(), nullptr, own_labels.data()});
+  i = 0;
+  for (int z = 3; z < 6; ++z)
+    for (int y = 4; y < 11; ++y)
+      for (int x = 1; x < 4; ++x) ASSERT_EQ(own_labels[i++], labels[(z * kEdge + y) * kEdge + x]);
 }
 
 TEST(VolumeErrors, CorruptOrTruncatedHdf5NamesTheFile) {

@@ -57,6 +57,29 @@ TEST(ImageFolder, ScansSortedClassesAndLoadsNormalisedCrops) {
   EXPECT_EQ(val_a, val_b);  // no randomness in validation
 }
 
+TEST(ImageFolder, RegionIsTheSameSlabOfTheSameAugmentedImage) {
+  // Spatial parallelism: each rank keeps rows [y0,y1) x columns [x0,x1) of the one augmented image.
+  ScratchDir scratch;
+  testing::run_datagen("imagefolder --samples 3 --classes 3 --size 40 --val-fraction 0 -o " + (scratch / "d"));
+  ImageFolderOptions options;
+  options.output_size = 20;
+  const ImageFolderDataset whole(scratch / "d/train", options);
+  options.region = Slab{0, 1, 5, 13, 2, 20};
+  const ImageFolderDataset part(scratch / "d/train", options);
+  EXPECT_EQ(part.layout().input_shape, (std::vector<std::int64_t>{3, 8, 18}));
+  std::vector<float> image(3 * 20 * 20), slab(3 * 8 * 18);
+  std::int32_t label = -1;
+  whole.load_sample(1, 99, SampleBuffers{image.data(), nullptr, &label});
+  part.load_sample(1, 99, SampleBuffers{slab.data(), nullptr, &label});
+  std::size_t i = 0;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 5; y < 13; ++y)
+      for (int x = 2; x < 20; ++x) ASSERT_EQ(slab[i++], image[(c * 20 + y) * 20 + x]);
+  options.region = Slab{0, 1, 15, 21, 0, 4};
+  EXPECT_NE(error_of([&] { ImageFolderDataset(scratch / "d/train", options); }).find("outside the 20x20 image"),
+            std::string::npos);
+}
+
 TEST(ImageFolder, EmptyClassIsAnErrorNamingTheDirectory) {
   ScratchDir scratch;
   testing::run_datagen("imagefolder --samples 4 --classes 2 --val-fraction 0 -o " + (scratch / "d"));

@@ -51,7 +51,10 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
   EXPECT_EQ(0, std::memcmp(a->parameters().values(), b->parameters().values(), n * sizeof(float)));
   auto sa = opt_a->state(), sb = opt_b->state();
   ASSERT_EQ(sa.size(), sb.size());
-  for (std::size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(*sa[i].second, *sb[i].second);
+  for (std::size_t i = 0; i < sa.size(); ++i) {
+    ASSERT_EQ(sa[i].second.numel(), sb[i].second.numel());
+    EXPECT_EQ(0, std::memcmp(sa[i].second.data(), sb[i].second.data(), sa[i].second.bytes())) << sa[i].first;
+  }
 }
 
 TEST(Checkpoint, DamagedOrForeignFilesGiveOneLineErrors) {

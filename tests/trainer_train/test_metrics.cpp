@@ -27,7 +27,8 @@ TEST(Metrics, MeanAbsoluteErrorOverTargets) {
   MetricSums sums;
   accumulate_metric(TaskKind::Regression, y, b, 2, sums);
   EXPECT_DOUBLE_EQ(sums.value(), 0.75);
-  LossResult mse = task_loss(TaskKind::Regression, y, b);
+  auto backend = make_cpu_backend({1});
+  LossResult mse = task_loss(*backend, TaskKind::Regression, y, b);
   EXPECT_NEAR(mse.loss, (0.25 + 0.25 + 1 + 1) / 4, 1e-12);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "trainer/backend.hpp"
 #include "trainer/optim.hpp"
 #include "trainer/schedule.hpp"
 
@@ -11,11 +12,16 @@ namespace fanstore::trainer {
 namespace {
 
 // One weight matrix (decayed, LARS-scaled) and one bias vector (exempt from LARS and its decay).
+Backend& host_backend() {
+  static auto backend = make_cpu_backend({1});
+  return *backend;
+}
+
 ParameterTable small_table() {
   ParameterTable t;
   t.declare_parameter("fc.weight", Shape{2, 3});  // (out, in)
   t.declare_parameter("fc.bias", Shape{2});
-  t.finalize();
+  t.finalize(host_backend());
   for (std::size_t i = 0; i < t.parameter_count(); ++i) t.values()[i] = 0.5f - 0.1f * static_cast<float>(i);
   return t;
 }

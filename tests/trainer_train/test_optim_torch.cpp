@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fanstore/env.hpp"
+#include "trainer/backend.hpp"
 #include "trainer/optim.hpp"
 
 #ifndef FANSTORE_OPTIM_TORCH_SCRIPT
@@ -42,7 +43,8 @@ void run_case(const std::string& kind) {
   ParameterTable t;
   t.declare_parameter("fc.weight", Shape{2, 3});
   t.declare_parameter("fc.bias", Shape{2});
-  t.finalize();
+  auto backend = make_cpu_backend({1});
+  t.finalize(*backend);
   for (std::size_t i = 0; i < 8; ++i) t.values()[i] = 0.5f - 0.1f * static_cast<float>(i);
   OptimizerOptions o;
   o.kind = kind == "adam" ? "adam" : "sgd";

@@ -7,7 +7,7 @@
 #include "hdf5_writer.hpp"
 #include "output_plan.hpp"
 #include "periodic_smoothing.hpp"
-#include "synthetic_random.hpp"
+#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 namespace {
@@ -18,7 +18,7 @@ constexpr int kTargets = 4;   // MLPerf: 4 cosmological parameters scaled to abo
 
 // Each target drives one statistic a 3D CNN can measure: t0 the clustering amplitude, t1 the
 // correlation length, t2 the mean density, t3 how fast clustering grows across the channels.
-void write_universe(const std::string& path, int edge, SyntheticRandom& rng) {
+void write_universe(const std::string& path, int edge, RandomStream& rng) {
   float targets[kTargets];
   for (auto& t : targets) t = static_cast<float>(rng.uniform(-1, 1));
   const double amplitude = 0.6 + 0.3 * targets[0];

@@ -8,7 +8,7 @@
 #include "generators.hpp"
 #include "jpeg_writer.hpp"
 #include "output_plan.hpp"
-#include "synthetic_random.hpp"
+#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 namespace {
@@ -40,7 +40,7 @@ std::string class_name(int label) {
 // Why these features: colour and a horizontal/vertical orientation both survive random-resized
 // crops (down to 8% of the area) and horizontal flips, so a CNN can learn them from augmented
 // crops; the per-image jitter, frequency, phase, background and noise keep it from being trivial.
-std::vector<std::uint8_t> render_image(int label, int classes, int size, SyntheticRandom& rng) {
+std::vector<std::uint8_t> render_image(int label, int classes, int size, RandomStream& rng) {
   const int hue_bins = std::max(1, (classes + 1) / 2);
   const double hue = (label / 2 + rng.uniform(-0.3, 0.3)) / hue_bins;
   const Rgb stripe = hsv_to_rgb(hue, rng.uniform(0.6, 1.0), rng.uniform(0.75, 1.0));
@@ -72,7 +72,7 @@ void generate_split(const GeneratorOptions& options, int size, Split split, cons
   for_each_sample(count, options.threads, [&](std::uint64_t index) {
     // Round-robin classes: every class gets a file whenever count >= classes.
     const int label = static_cast<int>(index % static_cast<std::uint64_t>(options.classes));
-    SyntheticRandom rng(SyntheticRandom::seed_for({options.seed, static_cast<std::uint64_t>(split), index}));
+    RandomStream rng(sample_seed({options.seed, static_cast<std::uint64_t>(split), index}));
     char file[48];
     std::snprintf(file, sizeof file, "/img_%07llu.jpg", static_cast<unsigned long long>(index));
     write_jpeg(split_dir + "/" + class_name(label) + file, render_image(label, options.classes, size, rng), size, size,

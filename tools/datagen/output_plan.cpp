@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "synthetic_random.hpp"
+#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 
@@ -65,8 +65,16 @@ void for_each_sample(std::uint64_t count, int threads, const std::function<void(
   if (first_error) std::rethrow_exception(first_error);
 }
 
+std::uint64_t sample_seed(std::initializer_list<std::uint64_t> parts) {
+  // A purpose tag first, so no dataset stream coincides with one of the trainer's.
+  constexpr std::uint64_t kDatagenStream = 0x4441544147454EULL;  // "DATAGEN"
+  std::uint64_t seed = mix_seed({kDatagenStream});
+  for (std::uint64_t part : parts) seed = mix_seed({seed, part});
+  return seed;
+}
+
 SplitCounts generate_volume_splits(const GeneratorOptions& options, int edge, const char* prefix,
-                                   const std::function<void(const std::string&, int, SyntheticRandom&)>& write) {
+                                   const std::function<void(const std::string&, int, RandomStream&)>& write) {
   const SplitCounts counts = split_counts(options.samples, options.val_fraction);
   prepare_output_dir(options.output_dir);
   for (Split split : {Split::kTrain, Split::kVal}) {
@@ -75,7 +83,7 @@ SplitCounts generate_volume_splits(const GeneratorOptions& options, int edge, co
     const std::string dir = options.output_dir + (split == Split::kTrain ? "/train" : "/val");
     make_directories(dir);
     for_each_sample(count, options.threads, [&](std::uint64_t index) {
-      SyntheticRandom rng(SyntheticRandom::seed_for({options.seed, static_cast<std::uint64_t>(split), index}));
+      RandomStream rng(sample_seed({options.seed, static_cast<std::uint64_t>(split), index}));
       char file[64];
       std::snprintf(file, sizeof file, "/%s_%05llu.h5", prefix, static_cast<unsigned long long>(index));
       write(dir + file, edge, rng);

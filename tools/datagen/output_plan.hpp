@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 
+#include "fanstore/random.hpp"
 #include "generator_options.hpp"
 
 namespace fanstore::datagen {
@@ -29,12 +31,15 @@ void make_directories(const std::string& path);
 // own, so the bytes written do not depend on the thread count. Rethrows the first failure.
 void for_each_sample(std::uint64_t count, int threads, const std::function<void(std::uint64_t)>& make_sample);
 
-class SyntheticRandom;
+
+// The seed of one sample's stream: a pure function of (dataset seed, split, index), so samples can be
+// generated in any order and on any thread count.
+std::uint64_t sample_seed(std::initializer_list<std::uint64_t> parts);
 
 // The volume datasets' layout: DIR/train/<prefix>_NNNNN.h5 and DIR/val/..., one file per sample, each
 // seeded from (seed, split, index). Checks the output directory first; calls write(path, edge, rng)
 // per sample on options.threads threads. Returns the split sizes.
 SplitCounts generate_volume_splits(const GeneratorOptions& options, int edge, const char* prefix,
-                                   const std::function<void(const std::string&, int, SyntheticRandom&)>& write);
+                                   const std::function<void(const std::string&, int, RandomStream&)>& write);
 
 }  // namespace fanstore::datagen

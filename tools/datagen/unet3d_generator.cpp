@@ -7,7 +7,7 @@
 #include "generators.hpp"
 #include "hdf5_writer.hpp"
 #include "output_plan.hpp"
-#include "synthetic_random.hpp"
+#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 namespace {
@@ -29,7 +29,7 @@ struct Shape {
 
 // The labels are exactly the painted shapes; intensities overlap only through the noise, so the
 // task is learnable but the boundaries still need spatial context.
-void write_case(const std::string& path, int edge, SyntheticRandom& rng) {
+void write_case(const std::string& path, int edge, RandomStream& rng) {
   std::vector<Shape> kidneys, tumors;
   const int kidney_count = rng.chance(0.5) ? 1 : 2;
   for (int k = 0; k < kidney_count; ++k) {

@@ -76,8 +76,29 @@ LossResult mean_squared_error(const Tensor& prediction, const Tensor& target) {
   return r;
 }
 
-LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background) {
+std::vector<double> dice_sums(const Tensor& logits, const std::vector<std::int32_t>& labels) {
   const ClassLayout l = class_layout(logits, labels);
+  const auto p = softmax(logits, l);
+  std::vector<double> sums(static_cast<std::size_t>(l.batch * l.classes * 3), 0.0);
+  for (std::int64_t n = 0; n < l.batch; ++n)
+    for (std::int64_t k = 0; k < l.classes; ++k) {
+      double* s = sums.data() + (n * l.classes + k) * 3;
+      for (std::int64_t i = 0; i < l.inner; ++i) {
+        const double t = labels[static_cast<std::size_t>(n * l.inner + i)] == k ? 1.0 : 0.0;
+        const double pk = p[static_cast<std::size_t>(l.at(n, k, i))];
+        s[0] += pk * t;
+        s[1] += pk;
+        s[2] += t;
+      }
+    }
+  return sums;
+}
+
+LossResult dice_loss_from_sums(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                               const std::vector<double>& sums, bool include_background) {
+  const ClassLayout l = class_layout(logits, labels);
+  if (sums.size() != static_cast<std::size_t>(l.batch * l.classes * 3))
+    throw std::invalid_argument("dice: " + std::to_string(sums.size()) + " sums for logits " + logits.shape().to_string());
   const auto p = softmax(logits, l);
   const double smooth_nr = 1e-6, smooth_dr = 1e-6;
   const std::int64_t first = include_background ? 0 : 1;
@@ -87,15 +108,8 @@ LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labe
   std::vector<double> dp(p.size(), 0.0);  // dLoss/dprobability
   for (std::int64_t n = 0; n < l.batch; ++n)
     for (std::int64_t k = first; k < l.classes; ++k) {
-      double inter = 0, psum = 0, tsum = 0;
-      for (std::int64_t i = 0; i < l.inner; ++i) {
-        const double t = labels[static_cast<std::size_t>(n * l.inner + i)] == k ? 1.0 : 0.0;
-        const double pk = p[static_cast<std::size_t>(l.at(n, k, i))];
-        inter += pk * t;
-        psum += pk;
-        tsum += t;
-      }
-      const double num = 2 * inter + smooth_nr, den = psum + tsum + smooth_dr;
+      const double* s = sums.data() + (n * l.classes + k) * 3;
+      const double num = 2 * s[0] + smooth_nr, den = s[1] + s[2] + smooth_dr;
       r.loss += (1.0 - num / den) / terms;
       for (std::int64_t i = 0; i < l.inner; ++i) {
         const double t = labels[static_cast<std::size_t>(n * l.inner + i)] == k ? 1.0 : 0.0;
@@ -114,6 +128,10 @@ LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labe
       }
     }
   return r;
+}
+
+LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background) {
+  return dice_loss_from_sums(logits, labels, dice_sums(logits, labels), include_background);
 }
 
 LossResult dice_cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background) {

@@ -33,24 +33,55 @@ void Model::check_shape(NodeId node, const Shape& expected, const std::string& b
 
 void Model::finalize(NodeId output, std::uint64_t seed) {
   output_ = output;
-  parameters_.finalize();
+  // Initialisation is host code on host arenas; commit() then moves them to the backend's device.
+  parameters_.finalize(*backend_);
   Rng rng(seed);
   for (auto& n : nodes_)
     if (n.layer) n.layer->initialize(rng);
+  parameters_.commit();
 }
+
+void Model::set_step(std::uint64_t step) {
+  for (auto& n : nodes_)
+    if (n.layer) n.layer->set_step(step);
+}
+
+namespace {
+
+// Errors from inside a layer (a kernel, a CUDA call, a shape) name the layer and the pass, so a
+// failure deep in a model reads "layer 'layer3.2.conv2' backward: cudnnConvolutionBackwardData: ...".
+template <class F>
+auto in_layer(const Layer& layer, const char* pass, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("layer '" + layer.name() + "' " + pass + ": " + e.what());
+  } catch (const std::logic_error& e) {
+    throw std::logic_error("layer '" + layer.name() + "' " + pass + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("layer '" + layer.name() + "' " + pass + ": " + e.what());
+  }
+}
+
+}  // namespace
 
 Tensor Model::forward(const Tensor& x, Mode mode) {
   if (!parameters_.finalized()) throw std::logic_error(name_ + ": forward before finalize()");
   if (x.shape() != input_shape())
     throw std::invalid_argument(name_ + ": input " + x.shape().to_string() + ", expected " + input_shape().to_string());
+  if (x.device() != backend_->device())
+    throw std::invalid_argument(name_ + ": input is in " + std::string(device_name(x.device())) + " memory, the model computes on " +
+                                device_name(backend_->device()) + " (Backend::to_device)");
   values_.assign(nodes_.size(), Tensor());
-  values_[0] = x;
+  // Activations travel in the backend's activation type (mixed precision); the output is F32.
+  values_[0] = backend_->cast(x, backend_->activation_dtype());
   for (NodeId i = 1; i < nodes_.size(); ++i) {
     std::vector<Tensor> in;
     for (auto id : nodes_[i].inputs) in.push_back(values_[id]);
-    values_[i] = nodes_[i].layer->forward(in, mode);
+    Layer& layer = *nodes_[i].layer;
+    values_[i] = in_layer(layer, "forward", [&] { return layer.forward(in, mode); });
   }
-  return backend_->to_plain(values_[output_]);
+  return backend_->cast(backend_->to_plain(values_[output_]), DType::F32);
 }
 
 void Model::accumulate(Tensor& slot, const Tensor& gradient) {
@@ -58,14 +89,7 @@ void Model::accumulate(Tensor& slot, const Tensor& gradient) {
     slot = gradient;  // shared, never modified in place
     return;
   }
-  Tensor a = slot, b = gradient;
-  if (!a.same_layout(b)) {
-    a = backend_->to_plain(a);
-    b = backend_->to_plain(b);
-  }
-  Tensor sum = Tensor::with_layout(a.shape(), a.layout());
-  for (std::size_t i = 0; i < sum.capacity(); ++i) sum.data()[i] = a.data()[i] + b.data()[i];
-  slot = sum;
+  slot = backend_->add({slot, gradient});
 }
 
 Tensor Model::backward(const Tensor& dy) {
@@ -74,15 +98,16 @@ Tensor Model::backward(const Tensor& dy) {
     throw std::invalid_argument(name_ + ": output gradient " + dy.shape().to_string() + ", expected " +
                                 output_shape().to_string());
   gradients_.assign(nodes_.size(), Tensor());
-  gradients_[output_] = dy;
+  gradients_[output_] = backend_->cast(dy, backend_->activation_dtype());
   for (NodeId i = output_; i >= 1; --i) {
     if (!gradients_[i].defined()) continue;  // does not reach the output
-    auto grads = nodes_[i].layer->backward(gradients_[i]);
+    Layer& layer = *nodes_[i].layer;
+    auto grads = in_layer(layer, "backward", [&] { return layer.backward(gradients_[i]); });
     if (gradient_ready_) gradient_ready_(*nodes_[i].layer);
     gradients_[i] = Tensor();  // release early: activations' gradients dominate memory
     for (std::size_t k = 0; k < grads.size(); ++k) accumulate(gradients_[nodes_[i].inputs[k]], grads[k]);
   }
-  return backend_->to_plain(gradients_[0]);
+  return backend_->cast(backend_->to_plain(gradients_[0]), DType::F32);
 }
 
 Layer& Model::layer(const std::string& name) {

@@ -1,18 +1,20 @@
-// The parameter table: declarations, arena allocation and named views.
+// The parameter table: declarations, arena allocation (host, then the backend's device) and named views.
 #include "trainer/parameters.hpp"
 
 #include <stdexcept>
 
+#include "trainer/backend.hpp"
+
 namespace fanstore::trainer {
 
 void ParameterTable::require_open(const std::string& name) const {
-  if (finalized_) throw std::logic_error("parameter '" + name + "' declared after ParameterTable::finalize()");
+  if (finalized()) throw std::logic_error("parameter '" + name + "' declared after ParameterTable::finalize()");
   if (find_parameter(name) >= 0 || find_buffer(name) >= 0)
     throw std::invalid_argument("parameter or buffer '" + name + "' declared twice");
 }
 
 void ParameterTable::require_finalized() const {
-  if (!finalized_) throw std::logic_error("parameter views requested before ParameterTable::finalize()");
+  if (!finalized()) throw std::logic_error("parameter views requested before ParameterTable::finalize()");
 }
 
 ParameterHandle ParameterTable::declare_parameter(const std::string& name, const Shape& shape) {
@@ -29,30 +31,70 @@ BufferHandle ParameterTable::declare_buffer(const std::string& name, const Shape
   return {buffers_.size() - 1};
 }
 
-void ParameterTable::finalize() {
-  if (finalized_) return;
-  values_.assign(parameter_floats_, 0.f);
-  gradients_.assign(parameter_floats_, 0.f);
-  buffer_values_.assign(buffer_floats_, 0.f);
-  finalized_ = true;
+void ParameterTable::finalize(Backend& backend) {
+  if (finalized()) return;
+  backend_ = &backend;
+  values_ = Tensor::zeros(Shape{static_cast<std::int64_t>(parameter_floats_)});
+  gradients_ = Tensor::zeros(Shape{static_cast<std::int64_t>(parameter_floats_)});
+  buffer_values_ = Tensor::zeros(Shape{static_cast<std::int64_t>(buffer_floats_)});
+  committed_ = backend.device() == Device::Host;  // host arenas are already the final ones
 }
 
-Tensor ParameterTable::value(ParameterHandle h) {
+void ParameterTable::commit() {
+  require_finalized();
+  if (committed_) return;
+  values_ = backend_->to_device(values_);
+  gradients_ = backend_->to_device(gradients_);
+  buffer_values_ = backend_->to_device(buffer_values_);
+  committed_ = true;
+}
+
+Backend& ParameterTable::backend() const {
+  require_finalized();
+  return *backend_;
+}
+
+Tensor ParameterTable::value(ParameterHandle h) const {
   require_finalized();
   const auto& e = parameters_.at(h.index);
-  return Tensor::view(e.shape, values_.data() + e.offset);
+  return values_.slice(e.offset, e.shape);
 }
 
-Tensor ParameterTable::gradient(ParameterHandle h) {
+Tensor ParameterTable::gradient(ParameterHandle h) const {
   require_finalized();
   const auto& e = parameters_.at(h.index);
-  return Tensor::view(e.shape, gradients_.data() + e.offset);
+  return gradients_.slice(e.offset, e.shape);
 }
 
-Tensor ParameterTable::buffer(BufferHandle h) {
+Tensor ParameterTable::buffer(BufferHandle h) const {
   require_finalized();
   const auto& e = buffers_.at(h.index);
-  return Tensor::view(e.shape, buffer_values_.data() + e.offset);
+  return buffer_values_.slice(e.offset, e.shape);
+}
+
+Tensor ParameterTable::arena(Arena which) const {
+  require_finalized();
+  switch (which) {
+    case Arena::Values: return values_;
+    case Arena::Gradients: return gradients_;
+    case Arena::Buffers: return buffer_values_;
+  }
+  throw std::logic_error("unknown arena");
+}
+
+std::vector<float> ParameterTable::read(Arena which) const {
+  const Tensor a = arena(which);
+  std::vector<float> out(static_cast<std::size_t>(a.numel()));
+  backend_->copy_bytes(out.data(), Device::Host, a.raw(), a.device(), out.size() * sizeof(float));
+  return out;
+}
+
+void ParameterTable::write(Arena which, const std::vector<float>& data) {
+  Tensor a = arena(which);
+  if (data.size() != static_cast<std::size_t>(a.numel()))
+    throw std::invalid_argument("ParameterTable::write: " + std::to_string(data.size()) + " values for an arena of " +
+                                std::to_string(a.numel()));
+  backend_->copy_bytes(a.raw(), a.device(), data.data(), Device::Host, data.size() * sizeof(float));
 }
 
 std::ptrdiff_t ParameterTable::find_parameter(const std::string& name) const {

@@ -1,7 +1,10 @@
-// Tensor and Shape: storage ownership, views, reshapes and deep copies.
+// Tensor and Shape: storage ownership, views, reshapes, slices and deep copies.
 #include "trainer/tensor.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace fanstore::trainer {
@@ -28,43 +31,80 @@ std::string Shape::to_string() const {
   return s + ")";
 }
 
-namespace {
-std::shared_ptr<float[]> allocate_zeroed(std::size_t count) {
-  // make_shared<float[]>(n) value-initialises, i.e. zero-fills; blocked layouts rely on zero padding.
-  return std::make_shared<float[]>(std::max<std::size_t>(count, 1));
-}
-}  // namespace
+const char* device_name(Device device) { return device == Device::Host ? "host" : "cuda"; }
 
-Tensor Tensor::zeros(const Shape& shape) {
-  Tensor t;
-  t.shape_ = shape;
-  t.capacity_ = static_cast<std::size_t>(shape.numel());
-  t.owner_ = allocate_zeroed(t.capacity_);
-  t.data_ = t.owner_.get();
-  return t;
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::BF16:
+    case DType::F16: return 2;
+  }
+  return 4;
 }
 
-Tensor Tensor::with_layout(const Shape& shape, std::shared_ptr<const NativeLayout> layout) {
-  if (!layout) return zeros(shape);
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+  }
+  return "?";
+}
+
+std::shared_ptr<Storage> Storage::host(std::size_t bytes) {
+  // Blocked layouts rely on zero padding, and a zeroed buffer is what every caller wants first.
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return std::make_shared<Storage>(Device::Host, p, bytes, [](void* q) { std::free(q); });
+}
+
+Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
+                          std::shared_ptr<const NativeLayout> layout, std::size_t byte_offset) {
   Tensor t;
   t.shape_ = shape;
-  t.capacity_ = layout->float_capacity();
-  t.owner_ = allocate_zeroed(t.capacity_);
-  t.data_ = t.owner_.get();
+  t.dtype_ = dtype;
+  t.capacity_ = layout ? layout->element_capacity() : static_cast<std::size_t>(shape.numel());
+  if (byte_offset + t.capacity_ * dtype_size(dtype) > storage->bytes())
+    throw std::logic_error("tensor " + shape.to_string() + " does not fit its storage");
+  t.device_ = storage->device();
+  t.data_ = static_cast<char*>(storage->data()) + byte_offset;
+  t.storage_ = std::move(storage);
   t.layout_ = std::move(layout);
   return t;
 }
 
-Tensor Tensor::view(const Shape& shape, float* data) {
+Tensor Tensor::zeros(const Shape& shape) {
+  return on_storage(Storage::host(static_cast<std::size_t>(shape.numel()) * sizeof(float)), shape);
+}
+
+Tensor Tensor::with_layout(const Shape& shape, std::shared_ptr<const NativeLayout> layout) {
+  if (!layout) return zeros(shape);
+  const std::size_t bytes = layout->element_capacity() * sizeof(float);
+  return on_storage(Storage::host(bytes), shape, DType::F32, std::move(layout));
+}
+
+Tensor Tensor::view(const Shape& shape, float* data, Device device) {
   Tensor t;
   t.shape_ = shape;
   t.capacity_ = static_cast<std::size_t>(shape.numel());
+  t.device_ = device;
   t.data_ = data;
   return t;
 }
 
+float* Tensor::data() {
+  if (dtype_ != DType::F32) throw std::logic_error(std::string("Tensor::data() on a ") + dtype_name(dtype_) + " tensor");
+  return static_cast<float*>(data_);
+}
+
+const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
+
 bool Tensor::same_layout(const Tensor& other) const {
-  if (shape_ != other.shape_) return false;
+  if (shape_ != other.shape_ || dtype_ != other.dtype_) return false;
   if (!layout_ || !other.layout_) return !layout_ && !other.layout_;
   return layout_->same_as(*other.layout_);
 }
@@ -79,9 +119,23 @@ Tensor Tensor::reshaped(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::slice(std::size_t offset, const Shape& shape) const {
+  if (!is_plain()) throw std::logic_error("Tensor::slice needs a plain tensor");
+  const auto count = static_cast<std::size_t>(shape.numel());
+  if (offset + count > capacity_)
+    throw std::out_of_range("Tensor::slice: " + std::to_string(count) + " elements at " + std::to_string(offset) +
+                            " run past the " + std::to_string(capacity_) + " of " + shape_.to_string());
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.capacity_ = count;
+  t.data_ = static_cast<char*>(data_) + offset * dtype_size(dtype_);
+  return t;
+}
+
 Tensor Tensor::clone() const {
-  Tensor t = with_layout(shape_, layout_);
-  std::copy(data_, data_ + capacity_, t.data_);
+  if (device_ != Device::Host) throw std::logic_error("Tensor::clone of a device tensor; use Backend::clone");
+  Tensor t = on_storage(Storage::host(bytes()), shape_, dtype_, layout_);
+  std::memcpy(t.data_, data_, bytes());
   return t;
 }
 

@@ -76,29 +76,35 @@ const NamedTensor& find_tensor(const std::vector<NamedTensor>& tensors, const st
 }
 
 NamedTensor to_named(const std::string& name, const Tensor& plain) {
-  if (!plain.is_plain()) throw std::invalid_argument(name + ": to_named needs a plain tensor");
+  if (!plain.is_plain() || plain.device() != Device::Host)
+    throw std::invalid_argument(name + ": to_named needs a plain host tensor (Backend::to_host)");
   return {name, plain.shape(), std::vector<float>(plain.data(), plain.data() + plain.numel())};
 }
 
 std::vector<NamedTensor> export_state(const ParameterTable& table) {
   std::vector<NamedTensor> out;
+  const std::vector<float> values = table.read(Arena::Values), buffers = table.read(Arena::Buffers);
   for (const auto& e : table.parameters())
-    out.push_back({e.name, e.shape, std::vector<float>(table.values() + e.offset, table.values() + e.offset + e.shape.numel())});
+    out.push_back({e.name, e.shape, std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                                                       values.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel())});
   for (const auto& e : table.buffers())
-    out.push_back({e.name, e.shape,
-                   std::vector<float>(table.buffer_values() + e.offset, table.buffer_values() + e.offset + e.shape.numel())});
+    out.push_back({e.name, e.shape, std::vector<float>(buffers.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                                                       buffers.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel())});
   return out;
 }
 
 void import_state(ParameterTable& table, const std::vector<NamedTensor>& tensors) {
-  auto load = [&](const ParameterEntry& e, float* arena) {
+  auto load = [&](const ParameterEntry& e, std::vector<float>& arena) {
     const auto& t = find_tensor(tensors, e.name);
     if (t.shape != e.shape)
       throw std::runtime_error(e.name + ": file has shape " + t.shape.to_string() + ", model has " + e.shape.to_string());
-    std::copy(t.data.begin(), t.data.end(), arena + e.offset);
+    std::copy(t.data.begin(), t.data.end(), arena.begin() + static_cast<std::ptrdiff_t>(e.offset));
   };
-  for (const auto& e : table.parameters()) load(e, table.values());
-  for (const auto& e : table.buffers()) load(e, table.buffer_values());
+  std::vector<float> values = table.read(Arena::Values), buffers = table.read(Arena::Buffers);
+  for (const auto& e : table.parameters()) load(e, values);
+  for (const auto& e : table.buffers()) load(e, buffers);
+  table.write(Arena::Values, values);
+  table.write(Arena::Buffers, buffers);
 }
 
 }  // namespace fanstore::trainer

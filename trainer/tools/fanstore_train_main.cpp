@@ -1,15 +1,18 @@
 // fanstore-train: parses the command line (CLI11) and calls the trainer library.
+#include <malloc.h>
+
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "trainer/commands.hpp"
 #include "trainer/distributed.hpp"
+#include "trainer/distributed_commands.hpp"
 #include "trainer/train_loop.hpp"
 
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
-  CLI::App app{"fanstore-train: the FanStore CNN trainer (CPU backend: oneDNN)"};
+  CLI::App app{"fanstore-train: the FanStore CNN trainer (backends: CPU on oneDNN, CUDA on cuDNN/cuBLASLt/NCCL when built)"};
   DescribeOptions options;
   TrainOptions train;
   bool describe = false;
@@ -25,21 +28,35 @@ int main(int argc, char** argv) {
                  "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4; "
                  "training takes it from the data)")
       ->capture_default_str();
-  app.add_option("--batch", batch, "Batch size per rank (0 = 1 for --describe, 32 otherwise)")->capture_default_str();
+  app.add_option("--batch", batch,
+                 "Batch size per sample group: per rank without --grid (0 = 1 for --describe, 32 otherwise)")
+      ->capture_default_str();
 
   app.add_option("--data", train.data_dir, "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
   app.add_option("--val", train.val_dir, "Validation data directory (metric after every epoch)");
   app.add_option("--epochs", train.epochs, "Epochs")->capture_default_str();
-  app.add_option("--lr", train.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--lr", train.lr,
+                 "Peak learning rate (default: sgd 0.1 x global batch / 256, i.e. x ranks x --batch, as Goyal et al.; "
+                 "adam 1e-3; lars needs one)");
   app.add_option("--optimizer", train.optimizer.kind, "sgd, lars or adam")->capture_default_str();
   app.add_option("--momentum", train.optimizer.momentum, "SGD/LARS momentum")->capture_default_str();
   app.add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay (LARS skips BN and biases)")->capture_default_str();
   app.add_option("--lars-eta", train.optimizer.lars_eta, "LARS trust coefficient")->capture_default_str();
-  app.add_option("--warmup-epochs", train.warmup_epochs, "Linear learning-rate warm-up, in epochs")->capture_default_str();
-  app.add_option("--schedule", train.schedule, "Decay after warm-up: constant, cosine or poly")->capture_default_str();
+  app.add_option("--warmup-epochs", train.warmup_epochs,
+                 "Linear learning-rate warm-up, in epochs (default: 10% of --epochs, at most 5)");
+  app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")->capture_default_str();
   app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")->capture_default_str();
+  app.add_option("--device", train.device,
+                 "auto (CUDA when this build has it and a GPU is present, else the CPU), cpu, or cuda (one GPU per rank, "
+                 "picked by the node-local rank)")
+      ->capture_default_str();
+  app.add_option("--precision", train.precision,
+                 "fp32, or bf16/fp16 activations with fp32 master weights (CUDA only; fp16 with dynamic loss scaling)")
+      ->capture_default_str();
   app.add_option("--prefetch-threads", train.prefetch_threads, "Data decoding threads")->capture_default_str();
-  app.add_option("--checkpoint", train.checkpoint_dir, "Checkpoint directory (checkpoint.bin, metrics.jsonl)");
+  app.add_option("--checkpoint", train.checkpoint_dir,
+                 "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
+                 "named in the first line of output");
   app.add_flag("--resume", train.resume, "Continue from CHECKPOINT/checkpoint.bin when it exists");
   app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")->capture_default_str();
   app.add_option("--metrics", train.metrics_path, "Metrics JSON lines (default CHECKPOINT/metrics.jsonl)");
@@ -50,15 +67,35 @@ int main(int argc, char** argv) {
   app.add_option("--spike-factor", train.spike_factor, "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
       ->capture_default_str();
   app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")->capture_default_str();
+  app.add_option("--zero-init-residual", train.zero_init_residual,
+                 "resnet50 training: start each residual block's last batch-norm scale at 0, so the network starts "
+                 "shallow and the scaled learning rate trains from step 1 (Goyal et al.; false = torchvision's init)")
+      ->capture_default_str();
   app.add_option("--benchmark", benchmark_steps,
-                 "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s'");
+                 "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'");
+  app.add_option("--grid", train.grid.grid,
+                 "Sample x spatial process grid: S,D,H,W (cosmoflow, unet3d) or S,H,W (resnet50), product = ranks; "
+                 "auto = pick with the performance model (keeps the global batch --batch x ranks). "
+                 "Empty = data parallelism (docs/parallelism.md)");
+  app.add_flag("--explain", train.grid.explain,
+               "With --grid auto: print every candidate grid's predicted step time, memory and traffic, then exit");
+  app.add_flag("--sync-bn", train.grid.sync_bn, "Batch-norm statistics over every rank, not only the spatial group");
+  app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
+               "Compute the interior of split layers while their halos travel")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (describe) {
     options.model_options.batch = batch > 0 ? batch : 1;
     return describe_command(options, std::cout, std::cerr);
   }
-  if (benchmark_steps > 0) {
+  const bool on_grid = !train.grid.grid.empty();
+  // On a grid memory per rank is the point: map every allocation of 1 MiB or more on its own, so a
+  // freed activation goes back to the system at once (glibc otherwise raises this threshold after the
+  // first large frees and keeps blocks up to 32 MiB in its heap: +130 MB at the peak of a 2-rank
+  // CosmoFlow 128^3 step, docs/parallelism.md).
+  if (on_grid) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  if (benchmark_steps > 0 || (train.grid.explain && train.data_dir.empty())) {
     BenchmarkOptions b;
     b.model = options.model;
     b.steps = benchmark_steps;
@@ -66,11 +103,17 @@ int main(int argc, char** argv) {
     b.input_size = options.model_options.input_size;
     b.classes = options.model_options.classes;
     b.threads = train.threads;
+    b.device = train.device;
+    b.precision = train.precision;
     b.seed = train.seed;
-    return benchmark_command(b, std::cout, std::cerr);
+    if (!on_grid && !train.grid.explain) return benchmark_command(b, std::cout, std::cerr);
+    // On a grid (or --grid auto --explain without data: the shapes come from --input-size).
+    if (b.steps <= 0) b.steps = 1;
+    auto comm = make_communicator(&argc, &argv);
+    return grid_benchmark_command(b, train.grid, *comm, std::cout, std::cerr);
   }
   if (train.data_dir.empty()) {
-    std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR --checkpoint DIR to train\n";
+    std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR to train\n";
     return 1;
   }
   train.model = options.model;

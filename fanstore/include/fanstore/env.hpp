@@ -67,6 +67,12 @@ enum class Scope {
     "`/var/tmp/fanstore-bench-drivers`")                                                                                    \
   X(kBenchStepTimeout, "BENCH_STEP_TIMEOUT", Scope::kScript, "`scripts/bench.sh`",                                          \
     "seconds one benchmark step may run before it is reported as timed out", "300")                                         \
+  X(kBenchMpirun, "MPIRUN", Scope::kScript, "`scripts/bench/spatial.sh`",                                                     \
+    "the `mpirun` that launches the grid runs", "`mpirun` on `PATH`")                                                         \
+  X(kBenchSpatialParts, "SPATIAL_PARTS", Scope::kScript, "`scripts/bench/spatial.sh`",                                        \
+    "which parts to run (rerun the timing parts alone at a quiet moment)", "`memory cap scaling model`")                      \
+  X(kComputeSanitizer, "COMPUTE_SANITIZER", Scope::kScript, "`scripts/gpu-smoke.sh --sanitizer`",                             \
+    "the `compute-sanitizer` binary", "`compute-sanitizer` on `PATH`, else `/usr/local/cuda/bin/compute-sanitizer`")          \
   X(kFanstoreBinary, "FANSTORE", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",            \
     "the `fanstore` binary to launch", "`fanstore` (on `PATH`; `mpirun-example.sh` falls back to `build/bin/fanstore`)")    \
   X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",      \

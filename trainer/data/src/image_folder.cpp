@@ -1,7 +1,9 @@
 // Image-folder scan (sorted classes and files) and per-sample decode + augmentation into CHW floats.
 #include "trainer/data/image_folder.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/posix_file.hpp"
@@ -33,7 +35,12 @@ ImageFolderDataset::ImageFolderDataset(std::string root, ImageFolderOptions opti
     class_names_.push_back(entry.name);
   }
   if (class_names_.empty()) throw DataError(root_, "no class directories (expected ROOT/<class>/*.jpg)");
-  layout_.input_shape = {3, options_.output_size, options_.output_size};
+  const std::int64_t size = options_.output_size;
+  if (options_.region && !options_.region->fits_in(1, size, size))
+    throw DataError(root_, "region " + options_.region->to_string() + " is outside the " + std::to_string(size) + "x" +
+                               std::to_string(size) + " image");
+  layout_.input_shape = {3, options_.region ? options_.region->height() : size,
+                         options_.region ? options_.region->width() : size};
   layout_.target_shape = {};
   layout_.target_kind = TargetKind::kClassIndex;
 }
@@ -51,7 +58,20 @@ void ImageFolderDataset::load_sample(std::size_t index, std::uint64_t augment_se
     const int resize_size = static_cast<int>(std::lround(options_.output_size * options_.resize_ratio));
     window = resize_center_crop_window(image.height, image.width, resize_size, options_.output_size);
   }
-  render_window_chw(image, window, options_.output_size, flip, options_.normalization, out.input);
+  if (!options_.region) {
+    render_window_chw(image, window, options_.output_size, flip, options_.normalization, out.input);
+  } else {
+    const std::int64_t size = options_.output_size;
+    const Slab& r = *options_.region;
+    std::vector<float> whole(static_cast<std::size_t>(3 * size * size));
+    render_window_chw(image, window, options_.output_size, flip, options_.normalization, whole.data());
+    float* to = out.input;
+    for (std::int64_t c = 0; c < 3; ++c)
+      for (std::int64_t y = r.y0; y < r.y1; ++y, to += r.width()) {
+        const float* from = whole.data() + (c * size + y) * size + r.x0;
+        std::copy(from, from + r.width(), to);
+      }
+  }
   out.target_labels[0] = labels_[index];
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainer/model.hpp"
 #include "trainer/optim.hpp"
@@ -11,7 +12,9 @@
 namespace fanstore::trainer {
 
 inline constexpr char kCheckpointMagic[8] = {'F', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
-inline constexpr std::uint32_t kCheckpointVersion = 1;
+// Version 2: the shuffle and the dropout masks come from Philox (fanstore/random.hpp); version 1 was
+// written while they came from xoshiro256**, whose data order a resumed run can no longer reproduce.
+inline constexpr std::uint32_t kCheckpointVersion = 2;
 
 // Where training stands; with the seed it fixes the data order (the shuffle and the augmentation
 // are pure functions of (seed, epoch, sample)), so this is the whole RNG/shuffle state.
@@ -36,5 +39,10 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
 // magic, version, model, parameter table and optimizer, and a checksum; throws CheckpointError with
 // a one-line reason naming the file.
 TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);
+
+// The two halves of load_checkpoint, so that one rank can read the file and every rank restore from
+// the same bytes (`path` only names the file in messages).
+std::vector<char> read_checkpoint_file(const std::string& path);
+TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> bytes, Model& model, Optimizer& optimizer);
 
 }  // namespace fanstore::trainer

@@ -1,6 +1,7 @@
 // The Layer interface: shape inference, parameter declaration, explicit forward and backward.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ class Layer {
 
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
   virtual std::vector<Tensor> backward(const Tensor& dy) = 0;
+  // The optimizer step the next forward belongs to. Layers whose randomness must repeat exactly on
+  // resume and across a spatial split (dropout masks) key it by this; the rest ignore it.
+  virtual void set_step(std::uint64_t step) { (void)step; }
 
   // Trainable floats this layer declared.
   std::size_t parameter_count() const;

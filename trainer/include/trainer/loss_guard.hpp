@@ -6,6 +6,7 @@
 
 #include "trainer/model.hpp"
 #include "trainer/optim.hpp"
+#include "trainer/tensor.hpp"
 
 namespace fanstore::trainer {
 
@@ -32,8 +33,9 @@ class LossGuard {
   std::uint64_t good_steps_ = 0, rollbacks_ = 0, consecutive_ = 0;
   bool have_snapshot_ = false;
   const char* reason_ = "";
-  std::vector<float> values_, buffers_;
-  std::vector<std::vector<float>> state_;
+  // The last good state, on the model's device (copied there and back by backend ops).
+  Tensor values_, buffers_;
+  std::vector<Tensor> state_;
   std::uint64_t optimizer_steps_ = 0;
 };
 

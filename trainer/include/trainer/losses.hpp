@@ -28,6 +28,14 @@ LossResult mean_squared_error(const Tensor& prediction, const Tensor& target);
 // classes (class 0, the background, left out unless include_background).
 LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background = false);
 
+// Dice over a spatially split volume: per (sample, class) [sum p*t, sum p, sum t] over these logits'
+// voxels (N*K*3 values, sample-major). Summed over the slabs of a volume they are the volume's sums,
+// from which dice_loss_from_sums gives the whole volume's loss and the gradient of these (the slab's)
+// logits. dice_loss(x) = dice_loss_from_sums(x, dice_sums(x)).
+std::vector<double> dice_sums(const Tensor& logits, const std::vector<std::int32_t>& labels);
+LossResult dice_loss_from_sums(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                               const std::vector<double>& sums, bool include_background = false);
+
 // MLPerf's DiceCELoss: (dice_loss + softmax_cross_entropy) / 2.
 LossResult dice_cross_entropy(const Tensor& logits, const std::vector<std::int32_t>& labels,
                               bool include_background = false);

@@ -39,13 +39,18 @@ class Model {
   // The builders' shape assertion after each block.
   void check_shape(NodeId node, const Shape& expected, const std::string& block) const;
 
-  // Marks the output, allocates the parameter arena and applies PyTorch's default initialisation.
+  // Marks the output, allocates the parameter arenas, applies PyTorch's default initialisation and
+  // moves the arenas to the backend's device.
   void finalize(NodeId output, std::uint64_t seed = 0);
 
-  // x: plain input_shape(). Returns the output in plain layout (the loss boundary).
+  // x: plain input_shape() on the backend's device (Backend::to_device). Returns the output in
+  // plain layout on that device (the loss boundary).
   Tensor forward(const Tensor& x, Mode mode);
-  // dy: plain, output_shape(). Writes every parameter gradient; returns d(input), plain.
+  // dy: output_shape() on the backend's device. Writes every parameter gradient; returns d(input), plain.
   Tensor backward(const Tensor& dy);
+  // The optimizer step the next forward belongs to (Layer::set_step): the training loop calls it so
+  // a resumed run draws the same dropout masks as an uninterrupted one.
+  void set_step(std::uint64_t step);
   // Called inside backward() right after each layer's backward, in backward order: from then on that
   // layer's parameter gradients are final, so a gradient allreduce can start on them while the
   // earlier layers still compute (see trainer/distributed.hpp). Empty = no hook.
@@ -60,6 +65,14 @@ class Model {
   Backend& backend() { return *backend_; }
   std::size_t layer_count() const { return nodes_.size() - 1; }
   Layer& layer(const std::string& name);
+
+  // The graph, read-only (distributed execution walks it with its own per-layer code): node 0 is the
+  // input (no layer), every other node's inputs come before it.
+  std::size_t node_count() const { return nodes_.size(); }
+  const Layer* node_layer(NodeId node) const { return nodes_.at(node).layer.get(); }
+  Layer* node_layer(NodeId node) { return nodes_.at(node).layer.get(); }
+  const std::vector<NodeId>& node_inputs(NodeId node) const { return nodes_.at(node).inputs; }
+  NodeId output_node() const { return output_; }
 
   std::vector<LayerRow> layer_table() const;
   // One row per layer (name, type, output shape, parameters), then "parameters: N".

@@ -17,6 +17,7 @@ struct ModelOptions {
   std::int64_t classes = 0;      // output classes/targets; 0 = the model's default (1000, 3, 4)
   std::int64_t in_channels = 0;  // 0 = the model's default (3, 1, 4)
   float dropout = 0.f;           // CosmoFlow only: dropout after each hidden dense layer (0 = none)
+  bool zero_init_residual = false;  // ResNet only: start each bottleneck's last BN scale at 0 (torchvision's option)
   std::uint64_t seed = 0;        // initialisation seed
 };
 

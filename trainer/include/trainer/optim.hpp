@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +23,10 @@ struct OptimizerOptions {
 // They are exactly the rank-1 parameters, so the rule needs no per-layer knowledge.
 bool excluded_from_lars(const ParameterEntry& entry);
 
-// One update per step over every parameter tensor; the gradients in the table are final (already
-// averaged over ranks). State (momentum buffers, Adam moments) is a set of arrays laid out like the
-// parameter arena, so a checkpoint saves it with one loop.
+// One update per step over every parameter tensor, as one backend op over the whole arena; the
+// gradients in the table are final (already averaged over ranks). State (momentum buffers, Adam
+// moments) is a set of arenas laid out like the parameter arena, on the table's device, so a
+// checkpoint saves it with one loop. Create the optimizer after the table is committed.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -34,21 +34,24 @@ class Optimizer {
   void step(ParameterTable& table, float learning_rate);
   std::uint64_t steps_taken() const { return steps_; }
   void set_steps_taken(std::uint64_t steps) { steps_ = steps; }
-  // Named state arrays, each table.parameter_count() floats.
-  std::vector<std::pair<std::string, std::vector<float>*>> state();
+  // Named state arenas, each table.parameter_count() F32 elements on the table's device (shallow
+  // handles: writing into them writes the state).
+  std::vector<std::pair<std::string, Tensor>> state() const;
 
  protected:
-  explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
+  Optimizer(const ParameterTable& table, const OptimizerOptions& options);
   // `t` is the 1-based step number (Adam's bias correction needs it).
   virtual void update(ParameterTable& table, float learning_rate, std::uint64_t t) = 0;
-  std::vector<float>& add_state(const std::string& name, std::size_t floats);
+  Tensor add_state(const std::string& name);
   const OptimizerOptions& options() const { return options_; }
+  Backend& backend() const { return backend_; }
 
  private:
+  Backend& backend_;
+  std::size_t count_;
   OptimizerOptions options_;
   std::uint64_t steps_ = 0;
-  // A deque: add_state() hands out references that must survive later add_state() calls.
-  std::deque<std::pair<std::string, std::vector<float>>> state_;
+  std::vector<std::pair<std::string, Tensor>> state_;
 };
 
 // torch.optim.SGD(momentum, dampening=0, weight_decay, nesterov): g += wd*w; buf = m*buf + g;

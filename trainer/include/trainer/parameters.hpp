@@ -1,5 +1,6 @@
 // The parameter table: every trainable tensor in one contiguous arena (plus a gradient arena of the
-// same layout), and non-trainable buffers (running statistics) in a second arena, all as named views.
+// same layout), and non-trainable buffers (running statistics) in a third, all as named views;
+// each arena is one allocation on the backend's device.
 #pragma once
 
 #include <cstddef>
@@ -10,10 +11,12 @@
 
 namespace fanstore::trainer {
 
+class Backend;
+
 struct ParameterEntry {
   std::string name;    // PyTorch state_dict name, e.g. "layer1.0.conv1.weight"
   Shape shape;         // e.g. (64, 64, 1, 1)
-  std::size_t offset;  // in floats, into its arena
+  std::size_t offset;  // in elements, into its arena
 };
 
 // Handles returned by declare_*; stable for the table's lifetime.
@@ -24,26 +27,44 @@ struct BufferHandle {
   std::size_t index = static_cast<std::size_t>(-1);
 };
 
+enum class Arena { Values, Gradients, Buffers };
+
 // Layers declare their tensors while the model is built; finalize() then allocates the arenas once.
-// Optimizers and checkpoints walk values()/gradients() as flat float arrays: one loop, no per-layer code.
+// Optimizers, the gradient allreduce and checkpoints work on whole arenas: one op or one loop, no
+// per-layer code.
+//
+// Life cycle: declare_* -> finalize(backend) -> initialise (host code writes the views) -> commit().
+// finalize() allocates zero-filled arenas in host memory so layers can initialise parameters with
+// plain host code; commit() moves them to the backend's device (a no-op for a host backend). Views
+// taken before commit() point at the host arenas; take them again after.
 class ParameterTable {
  public:
   ParameterHandle declare_parameter(const std::string& name, const Shape& shape);
   BufferHandle declare_buffer(const std::string& name, const Shape& shape);
-  // Allocates (zero-filled) value, gradient and buffer arenas. No declarations after this.
-  void finalize();
-  bool finalized() const { return finalized_; }
+  void finalize(Backend& backend);
+  void commit();
+  bool finalized() const { return backend_ != nullptr; }
+  bool committed() const { return committed_; }
+  Backend& backend() const;
+  // Where the arenas are now (host until commit() on a device backend).
+  Device device() const { return values_.device(); }
 
-  Tensor value(ParameterHandle h);
-  Tensor gradient(ParameterHandle h);
-  Tensor buffer(BufferHandle h);
+  Tensor value(ParameterHandle h) const;
+  Tensor gradient(ParameterHandle h) const;
+  Tensor buffer(BufferHandle h) const;
+  // A whole arena as a 1-D tensor (parameter_count() or buffer_count() elements).
+  Tensor arena(Arena which) const;
+  // Host copies of an arena, and writing one back (checkpoints, weight exchange, the guard's tests).
+  std::vector<float> read(Arena which) const;
+  void write(Arena which, const std::vector<float>& data);
 
   const std::vector<ParameterEntry>& parameters() const { return parameters_; }
   const std::vector<ParameterEntry>& buffers() const { return buffers_; }
   std::size_t parameter_count() const { return parameter_floats_; }
   std::size_t buffer_count() const { return buffer_floats_; }
 
-  // Flat arenas: values/gradients hold parameter_count() floats, buffer_values buffer_count().
+  // Raw arena pointers (device pointers after commit() on a device backend): values/gradients hold
+  // parameter_count() floats, buffer_values buffer_count().
   float* values() { return values_.data(); }
   float* gradients() { return gradients_.data(); }
   float* buffer_values() { return buffer_values_.data(); }
@@ -61,8 +82,9 @@ class ParameterTable {
 
   std::vector<ParameterEntry> parameters_, buffers_;
   std::size_t parameter_floats_ = 0, buffer_floats_ = 0;
-  bool finalized_ = false;
-  std::vector<float> values_, gradients_, buffer_values_;
+  Backend* backend_ = nullptr;
+  bool committed_ = false;
+  Tensor values_, gradients_, buffer_values_;
 };
 
 }  // namespace fanstore::trainer

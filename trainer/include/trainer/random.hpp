@@ -1,21 +1,11 @@
-// Seeded random numbers for initialisation, dropout masks and tests (same seed, same numbers).
+// Seeded random numbers for initialisation and tests: the project's one generator (fanstore/random.hpp).
 #pragma once
 
-#include <cstdint>
-#include <random>
+#include "fanstore/random.hpp"
 
 namespace fanstore::trainer {
 
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : engine_(seed) {}
-  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(engine_); }
-  float normal(float mean = 0.f, float stddev = 1.f) { return std::normal_distribution<float>(mean, stddev)(engine_); }
-  bool bernoulli(double p) { return std::bernoulli_distribution(p)(engine_); }
-  std::uint64_t next() { return engine_(); }
-
- private:
-  std::mt19937_64 engine_;
-};
+// Same seed, same numbers, on every compiler, standard library and device.
+using Rng = fanstore::RandomStream;
 
 }  // namespace fanstore::trainer

@@ -3,9 +3,12 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "trainer/distributed.hpp"
+#include "trainer/distributed_grid.hpp"
+#include "trainer/models.hpp"
 #include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
@@ -14,16 +17,18 @@ struct TrainOptions {
   std::string model;
   std::string data_dir;        // training samples (this rank reads its shard of them)
   std::string val_dir;         // optional validation samples
-  std::string checkpoint_dir;  // checkpoint.bin and (by default) metrics.jsonl
+  std::string checkpoint_dir;  // checkpoint.bin and (by default) metrics.jsonl; empty = default_run_directory()
   std::string metrics_path;    // empty = CHECKPOINT_DIR/metrics.jsonl
   int epochs = 1;
-  std::int64_t batch = 32;     // per rank
-  double lr = 0.1;
+  std::int64_t batch = 32;     // per sample group: per rank without --grid
+  std::optional<double> lr;             // peak learning rate; none = default_learning_rate()
   OptimizerOptions optimizer;
-  double warmup_epochs = 0;
-  std::string schedule = "constant";  // constant, cosine or poly
+  std::optional<double> warmup_epochs;  // none = default_warmup_epochs()
+  std::string schedule = "cosine";      // decay after the warm-up: constant, cosine or poly
   int threads = 0;             // oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)
   int prefetch_threads = 2;
+  std::string device = "auto";     // auto, cpu or cuda (device_selection.hpp)
+  std::string precision = "fp32";  // fp32, bf16 or fp16 (precision.hpp); not fp32 needs a GPU
   bool resume = false;
   std::int64_t input_size = 0; // resnet50 image edge (volumes take theirs from the files)
   std::int64_t classes = 0;
@@ -34,13 +39,19 @@ struct TrainOptions {
   double bucket_mb = 25;             // gradient allreduce bucket size
   double spike_factor = 10;          // guard: a loss above factor * its running average is a spike (0 = NaN/Inf only)
   std::int64_t inject_nan_at_step = 0;  // testing the guard: poison a weight after this step
+  bool zero_init_residual = true;    // resnet50: each bottleneck's last BN scale starts at 0 (Goyal et al. 5.1)
+  GridOptions grid;                  // sample x spatial grid (docs/parallelism.md); empty = data parallelism
 };
 
-// Trains, validates after every epoch, checkpoints, and prints a summary line. Returns the exit
-// code; any error is one line on `err` (with the offending file for bad data).
+// Trains, validates after every epoch, checkpoints, and prints a summary line. The first line on
+// `out` says what the run does (model, ranks x batch, optimizer, the learning rate and warm-up it
+// chose, schedule) and where its checkpoint and metrics go. Returns the exit code; any error is
+// one line on `err` (with the offending file for bad data).
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err);
 
 struct BenchmarkOptions {
+  std::string device = "auto";
+  std::string precision = "fp32";
   std::string model;
   std::int64_t steps = 10;
   std::int64_t batch = 32;
@@ -52,7 +63,13 @@ struct BenchmarkOptions {
 
 // Synthetic input, one untimed warm-up step, then `steps` timed training steps (forward, loss,
 // backward, SGD) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
-//   train: X samples/s, inference: Y samples/s
+//   train: X samples/s, inference: Y samples/s, device: DESCRIPTION
 int benchmark_command(const BenchmarkOptions& options, std::ostream& out, std::ostream& err);
+
+// Shared by benchmark_command and the grid benchmark: the checked model options of a --benchmark run
+// (throws std::invalid_argument for a non-positive N or batch), and the one line it prints
+// (`device`: Backend::describe()).
+ModelOptions benchmark_model_options(const BenchmarkOptions& options);
+std::string benchmark_line(double samples, double train_seconds, double inference_seconds, const std::string& device);
 
 }  // namespace fanstore::trainer

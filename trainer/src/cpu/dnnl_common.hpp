@@ -17,7 +17,7 @@ class DnnlLayout final : public NativeLayout {
  public:
   explicit DnnlLayout(dnnl::memory::desc md) : md_(std::move(md)) {}
   const dnnl::memory::desc& md() const { return md_; }
-  std::size_t float_capacity() const override { return md_.get_size() / sizeof(float); }
+  std::size_t element_capacity() const override { return md_.get_size() / sizeof(float); }
   bool same_as(const NativeLayout& other) const override;
   std::string describe() const override;
 

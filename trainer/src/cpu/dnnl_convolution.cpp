@@ -27,8 +27,8 @@ template <class Ops>
 class DnnlConvolution final : public ConvolutionKernel {
  public:
   DnnlConvolution(const ConvolutionSpec& spec, DnnlContext& ctx) : spec_(spec), ctx_(ctx) {
+    spec.validate("convolution");
     const auto r = spec.kernel.size();
-    if (r != 2 && r != 3) throw std::invalid_argument("convolution: kernel must be 2D or 3D");
     for (std::size_t i = 0; i < r; ++i) dilates_.push_back(spec.dilation[i] - 1);  // oneDNN counts gaps
     // oneDNN's weights dims are (out, in, k...) for both families. PyTorch stores a transposed
     // convolution's weight as (in, out, k...), which is oneDNN's "io" order of the same dims.
@@ -87,46 +87,32 @@ class DnnlConvolution final : public ConvolutionKernel {
   }
 
  private:
-  Shape output_shape(const Shape& in) const {
-    Shape out = in;
-    out[1] = spec_.out_channels;
-    for (std::size_t i = 0; i < spec_.kernel.size(); ++i) {
-      const auto k = spec_.dilation[i] * (spec_.kernel[i] - 1) + 1;
-      const auto n = in[static_cast<int>(i) + 2];
-      out[static_cast<int>(i) + 2] = spec_.transposed ? (n - 1) * spec_.stride[i] - 2 * spec_.padding[i] + k
-                                                      : (n + 2 * spec_.padding[i] - k) / spec_.stride[i] + 1;
-    }
-    return out;
-  }
-
   // Builds the three primitives the first time and whenever the input shape or layout changes.
   void prepare(const Shape& in, const dnnl::memory::desc& in_md) {
     if (fwd_ && in_md == key_) return;
-    if (in.rank() != static_cast<int>(spec_.kernel.size()) + 2 || in[1] != spec_.in_channels)
-      throw std::invalid_argument("convolution: input " + in.to_string() + " does not match the layer's channels/rank");
+    out_shape_ = spec_.output_shape(in, "convolution");
     key_ = in_md;
     in_shape_ = in;
-    out_shape_ = output_shape(in);
     auto src = any_desc(in_shape_), dst = any_desc(out_shape_);
     dnnl::memory::dims wd = user_weights_md_.dims();
     auto weights = dnnl::memory::desc(wd, dt::f32, tag::any);
-    auto strides = to_dims(spec_.stride), pad = to_dims(spec_.padding);
-    // Symmetric padding reproduces PyTorch's floor-mode sizes: oneDNN accepts a right padding that
-    // the last window does not reach, as long as (in + pl + pr - k) / s + 1 equals the output size.
+    auto strides = to_dims(spec_.stride), pad = to_dims(spec_.padding_lo), pad_r = to_dims(spec_.padding_hi);
+    // oneDNN takes padding per side (padding_l, padding_r) and accepts a right padding that the last
+    // window does not reach, as long as (in + pl + pr - k) / s + 1 equals the output size (floor mode).
     typename Ops::Forward::desc fd =
         spec_.bias ? typename Ops::Forward::desc(dnnl::prop_kind::forward_training, Ops::algorithm, src, weights,
-                                                  bias_md_, dst, strides, dilates_, pad, pad)
+                                                  bias_md_, dst, strides, dilates_, pad, pad_r)
                    : typename Ops::Forward::desc(dnnl::prop_kind::forward_training, Ops::algorithm, src, weights, dst,
-                                                  strides, dilates_, pad, pad);
+                                                  strides, dilates_, pad, pad_r);
     fwd_pd_ = typename Ops::Forward::primitive_desc(fd, ctx_.engine);
     fwd_.emplace(fwd_pd_);
-    typename Ops::BackwardData::desc bd(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad);
+    typename Ops::BackwardData::desc bd(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad_r);
     bwd_data_pd_ = typename Ops::BackwardData::primitive_desc(bd, ctx_.engine, fwd_pd_);
     bwd_data_.emplace(bwd_data_pd_);
     typename Ops::BackwardWeights::desc wdsc =
         spec_.bias ? typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, bias_md_, dst, strides, dilates_,
-                                                          pad, pad)
-                   : typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad);
+                                                          pad, pad_r)
+                   : typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad_r);
     bwd_weights_pd_ = typename Ops::BackwardWeights::primitive_desc(wdsc, ctx_.engine, fwd_pd_);
     bwd_weights_.emplace(bwd_weights_pd_);
   }

@@ -8,7 +8,7 @@ namespace {
 
 class DnnlPooling final : public PoolingKernel {
  public:
-  DnnlPooling(const PoolingSpec& spec, DnnlContext& ctx) : spec_(spec), ctx_(ctx) {}
+  DnnlPooling(const PoolingSpec& spec, DnnlContext& ctx) : spec_(spec), ctx_(ctx) { spec.validate("pooling"); }
 
   Tensor forward(const Tensor& x, Mode mode) override {
     prepare(x.shape(), desc_of(x), mode);
@@ -41,25 +41,20 @@ class DnnlPooling final : public PoolingKernel {
 
   void prepare(const Shape& in, const dnnl::memory::desc& in_md, Mode mode) {
     if (fwd_ && in_md == key_ && mode == mode_) return;
-    if (in.rank() != static_cast<int>(spec_.kernel.size()) + 2)
-      throw std::invalid_argument("pooling: input " + in.to_string() + " has the wrong rank for the kernel");
+    out_shape_ = spec_.output_shape(in, "pooling");
     key_ = in_md;
     mode_ = mode;
     in_shape_ = in;
-    out_shape_ = in;
-    for (std::size_t i = 0; i < spec_.kernel.size(); ++i) {
-      auto& o = out_shape_[static_cast<int>(i) + 2];
-      o = (in[static_cast<int>(i) + 2] + 2 * spec_.padding[i] - spec_.kernel[i]) / spec_.stride[i] + 1;  // floor mode
-    }
-    auto strides = to_dims(spec_.stride), kernel = to_dims(spec_.kernel), pad = to_dims(spec_.padding);
+    auto strides = to_dims(spec_.stride), kernel = to_dims(spec_.kernel);
+    auto pad = to_dims(spec_.padding_lo), pad_r = to_dims(spec_.padding_hi);
     auto prop = mode == Mode::Train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-    dnnl::pooling_forward::desc fd(prop, algorithm(), in_md, any_desc(out_shape_), strides, kernel, pad, pad);
+    dnnl::pooling_forward::desc fd(prop, algorithm(), in_md, any_desc(out_shape_), strides, kernel, pad, pad_r);
     fwd_pd_ = dnnl::pooling_forward::primitive_desc(fd, ctx_.engine);
     fwd_.emplace(fwd_pd_);
     bwd_.reset();
     if (mode == Mode::Train) {
       // Backward in the forward's layouts, so the max-pool workspace indices line up.
-      dnnl::pooling_backward::desc bd(algorithm(), in_md, fwd_pd_.dst_desc(), strides, kernel, pad, pad);
+      dnnl::pooling_backward::desc bd(algorithm(), in_md, fwd_pd_.dst_desc(), strides, kernel, pad, pad_r);
       bwd_pd_ = dnnl::pooling_backward::primitive_desc(bd, ctx_.engine, fwd_pd_);
       bwd_.emplace(bwd_pd_);
     }

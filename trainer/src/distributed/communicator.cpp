@@ -1,16 +1,33 @@
-// Communicators: MPI (nonblocking allreduce for gradients) and the single-process stand-in.
+// Communicators: MPI (nonblocking allreduce for gradients, point-to-point for halos, sub-communicators
+// for process grids) and the single-process stand-in.
 // The C API only: Open MPI's deprecated C++ bindings would otherwise need libmpi_cxx.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "trainer/distributed.hpp"
 
 namespace fanstore::trainer {
 namespace {
+
+class NoMessages final : public MessageBatch {
+ public:
+  void send(int peer, const float*, std::size_t, int) override { no_peer(peer); }
+  void receive(int peer, float*, std::size_t, int) override { no_peer(peer); }
+  bool test() override { return true; }
+  void wait() override {}
+
+ private:
+  [[noreturn]] static void no_peer(int peer) {
+    throw std::logic_error("point-to-point message to rank " + std::to_string(peer) + " on a one-rank communicator");
+  }
+};
 
 class SingleProcess final : public Communicator {
  public:
@@ -20,59 +37,122 @@ class SingleProcess final : public Communicator {
   bool poll() override { return true; }
   void wait_all() override {}
   void sum(double*, std::size_t) override {}
-  bool any(bool flag) override { return flag; }
-  void barrier() override {}
+  void sum(float*, std::size_t) override {}
+  void max(double*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  std::unique_ptr<MessageBatch> start_messages() override { return std::make_unique<NoMessages>(); }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleProcess>(); }
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 
-class Mpi final : public Communicator {
+// MPI counts are int: larger transfers go in pieces.
+constexpr std::size_t kMaxCount = static_cast<std::size_t>(INT_MAX);
+
+int checked_count(std::size_t n) {
+  if (n > kMaxCount) throw std::length_error("MPI message of " + std::to_string(n) + " elements exceeds INT_MAX");
+  return static_cast<int>(n);
+}
+
+// Nonblocking operations in flight: MPI progresses them only inside MPI calls (test), wait ends them.
+class Requests {
  public:
-  Mpi(int* argc, char*** argv) {
-    int provided = 0;
-    // Only the main thread calls MPI; the prefetch threads do file I/O only.
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  }
-  ~Mpi() override {
-    wait_all();
-    MPI_Finalize();
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void start_sum(float* data, std::size_t n) override {
-    requests_.emplace_back();
-    MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &requests_.back());
-  }
-  bool poll() override {
+  MPI_Request* add() { return &requests_.emplace_back(); }
+  bool test() {
     if (requests_.empty()) return true;
     int done = 0;
     MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
     if (done) requests_.clear();
     return done != 0;
   }
-  void wait_all() override {
+  void wait() {
     if (requests_.empty()) return;
     MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
     requests_.clear();
   }
+
+ private:
+  std::vector<MPI_Request> requests_;
+};
+
+class MpiMessages final : public MessageBatch {
+ public:
+  explicit MpiMessages(MPI_Comm comm) : comm_(comm) {}
+  // A batch abandoned by an exception must not leave MPI writing into freed buffers.
+  ~MpiMessages() override { requests_.wait(); }
+  void send(int peer, const float* data, std::size_t count, int tag) override {
+    MPI_Isend(data, checked_count(count), MPI_FLOAT, peer, tag, comm_, requests_.add());
+  }
+  void receive(int peer, float* data, std::size_t count, int tag) override {
+    MPI_Irecv(data, checked_count(count), MPI_FLOAT, peer, tag, comm_, requests_.add());
+  }
+  bool test() override { return requests_.test(); }
+  void wait() override { requests_.wait(); }
+
+ private:
+  MPI_Comm comm_;
+  Requests requests_;
+};
+
+class Mpi final : public Communicator {
+ public:
+  // The world communicator: initialises MPI and finalises it when destroyed.
+  Mpi(int* argc, char*** argv) : comm_(MPI_COMM_WORLD), owns_runtime_(true) {
+    int provided = 0;
+    // Only the main thread calls MPI; the prefetch threads do file I/O only.
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  // A sub-communicator from split(); freed when destroyed.
+  explicit Mpi(MPI_Comm comm) : comm_(comm), owns_runtime_(false) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~Mpi() override {
+    wait_all();
+    if (owns_runtime_) MPI_Finalize();
+    else MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void start_sum(float* data, std::size_t n) override {
+    MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(n), MPI_FLOAT, MPI_SUM, comm_, requests_.add());
+  }
+  bool poll() override { return requests_.test(); }
+  void wait_all() override { requests_.wait(); }
   void sum(double* data, std::size_t n) override {
-    MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), MPI_DOUBLE, MPI_SUM, comm_);
   }
-  bool any(bool flag) override {
-    int value = flag ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-    return value != 0;
+  void sum(float* data, std::size_t n) override {
+    MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), MPI_FLOAT, MPI_SUM, comm_);
   }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void max(double* data, std::size_t n) override {
+    MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), MPI_DOUBLE, MPI_MAX, comm_);
+  }
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for (std::size_t done = 0; done < bytes;) {
+      const std::size_t piece = std::min(bytes - done, kMaxCount);
+      MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, root, comm_);
+      done += piece;
+    }
+  }
+  std::unique_ptr<MessageBatch> start_messages() override { return std::make_unique<MpiMessages>(comm_); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    MPI_Comm_split(comm_, color, key, &part);
+    return std::make_unique<Mpi>(part);
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
   }
 
  private:
+  MPI_Comm comm_;
+  bool owns_runtime_;
   int rank_ = 0, size_ = 1;
-  std::vector<MPI_Request> requests_;
+  Requests requests_;
 };
 
 bool launched_by_mpi() {

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <limits>
 
+#include "trainer/backend.hpp"
 #include "trainer/distributed.hpp"
 
 namespace fanstore::trainer {
 
-GradientAllreduce::GradientAllreduce(Communicator& comm, ParameterTable& table, std::size_t bucket_bytes)
-    : comm_(comm), table_(table) {
+GradientAllreduce::GradientAllreduce(Communicator& comm, ParameterTable& table, std::size_t bucket_bytes,
+                                     std::size_t replicas)
+    : comm_(comm), table_(table), replicas_(replicas ? replicas : static_cast<std::size_t>(comm.size())) {
   const std::size_t bucket_floats = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
   const auto& entries = table.parameters();
   std::size_t end = table.parameter_count();
@@ -49,9 +51,9 @@ void GradientAllreduce::finish() {
   if (comm_.size() == 1) return;
   start_ready(0);
   comm_.wait_all();
-  const float scale = 1.f / static_cast<float>(comm_.size());
-  float* g = table_.gradients();
-  for (std::size_t i = 0; i < table_.parameter_count(); ++i) g[i] *= scale;
+  if (replicas_ == 1) return;
+  Tensor gradients = table_.arena(Arena::Gradients);
+  table_.backend().scale(gradients, 1.f / static_cast<float>(replicas_));
 }
 
 }  // namespace fanstore::trainer

@@ -1,12 +1,12 @@
-// Batch normalisation layer: oneDNN kernel plus PyTorch's running-statistics update.
+// Batch normalisation layer: the backend's kernel plus PyTorch's running-statistics update.
 #include <stdexcept>
 
 #include "trainer/layers/normalization.hpp"
 
 namespace fanstore::trainer {
 
-BatchNorm::BatchNorm(std::string name, std::int64_t channels, float epsilon, float momentum)
-    : Layer(std::move(name)), channels_(channels), epsilon_(epsilon), momentum_(momentum) {}
+BatchNorm::BatchNorm(std::string name, std::int64_t channels, float epsilon, float momentum, float initial_scale)
+    : Layer(std::move(name)), channels_(channels), epsilon_(epsilon), momentum_(momentum), initial_scale_(initial_scale) {}
 
 std::string BatchNorm::kind() const { return "BatchNorm"; }
 
@@ -15,8 +15,8 @@ void BatchNorm::declare_parameters() {
   beta_ = declare_parameter("bias", Shape{channels_});
   running_mean_ = declare_buffer("running_mean", Shape{channels_});
   running_var_ = declare_buffer("running_var", Shape{channels_});
-  batch_mean_ = Tensor::zeros(Shape{channels_});
-  batch_var_ = Tensor::zeros(Shape{channels_});
+  batch_mean_ = backend().zeros(Shape{channels_});
+  batch_var_ = backend().zeros(Shape{channels_});
   kernel_ = backend().make_batch_norm(epsilon_);
 }
 
@@ -34,7 +34,7 @@ void BatchNorm::initialize(Rng& rng) {
   Tensor g = table().value(gamma_), b = table().value(beta_);
   Tensor m = table().buffer(running_mean_), v = table().buffer(running_var_);
   for (std::int64_t c = 0; c < channels_; ++c) {
-    g[c] = 1.f;
+    g[c] = initial_scale_;
     b[c] = 0.f;
     m[c] = 0.f;
     v[c] = 1.f;
@@ -49,14 +49,13 @@ Tensor BatchNorm::forward(const std::vector<Tensor>& inputs, Mode mode) {
     return kernel_->forward(x, g, b, m, v, mode);
   }
   Tensor y = kernel_->forward(x, g, b, batch_mean_, batch_var_, mode);
-  // PyTorch updates the running variance with the unbiased batch variance.
+  // running = (1 - momentum) * running + momentum * batch; PyTorch updates the running variance
+  // with the unbiased batch variance.
   const double count = static_cast<double>(x.numel() / channels_);
   const double unbias = count > 1 ? count / (count - 1) : 1.0;
   Tensor m = table().buffer(running_mean_), v = table().buffer(running_var_);
-  for (std::int64_t c = 0; c < channels_; ++c) {
-    m[c] = (1.f - momentum_) * m[c] + momentum_ * batch_mean_[c];
-    v[c] = static_cast<float>((1.0 - momentum_) * v[c] + momentum_ * batch_var_[c] * unbias);
-  }
+  backend().axpby(momentum_, batch_mean_, 1.f - momentum_, m);
+  backend().axpby(static_cast<float>(momentum_ * unbias), batch_var_, 1.f - momentum_, v);
   return y;
 }
 

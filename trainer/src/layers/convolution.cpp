@@ -15,7 +15,8 @@ ConvolutionSpec convolution_spec(int spatial_rank, std::int64_t in_channels, std
   s.out_channels = out_channels;
   s.kernel.assign(r, kernel);
   s.stride.assign(r, stride);
-  s.padding.assign(r, padding);
+  s.padding_lo.assign(r, padding);
+  s.padding_hi.assign(r, padding);
   s.dilation.assign(r, dilation);
   s.bias = bias;
   s.transposed = transposed;
@@ -23,9 +24,7 @@ ConvolutionSpec convolution_spec(int spatial_rank, std::int64_t in_channels, std
 }
 
 Convolution::Convolution(std::string name, ConvolutionSpec spec) : Layer(std::move(name)), spec_(std::move(spec)) {
-  const auto r = spec_.kernel.size();
-  if ((r != 2 && r != 3) || spec_.stride.size() != r || spec_.padding.size() != r || spec_.dilation.size() != r)
-    throw std::invalid_argument(this->name() + ": kernel/stride/padding/dilation must all be 2D or all 3D");
+  spec_.validate(this->name());
 }
 
 std::string Convolution::kind() const {
@@ -43,21 +42,7 @@ void Convolution::declare_parameters() {
 
 Shape Convolution::output_shape(const std::vector<Shape>& inputs) const {
   expect_input_count(*this, inputs, 1);
-  const Shape& in = inputs[0];
-  const int r = static_cast<int>(spec_.kernel.size());
-  expect_rank(*this, in, r + 2, r + 2);
-  if (in[1] != spec_.in_channels)
-    throw std::invalid_argument(name() + ": input " + in.to_string() + " has " + std::to_string(in[1]) +
-                                " channels, expected " + std::to_string(spec_.in_channels));
-  Shape out = in;
-  out[1] = spec_.out_channels;
-  for (int i = 0; i < r; ++i) {
-    const auto k = spec_.dilation[i] * (spec_.kernel[i] - 1) + 1;
-    out[i + 2] = spec_.transposed ? (in[i + 2] - 1) * spec_.stride[i] - 2 * spec_.padding[i] + k
-                                  : (in[i + 2] + 2 * spec_.padding[i] - k) / spec_.stride[i] + 1;
-    if (out[i + 2] < 1) throw std::invalid_argument(name() + ": input " + in.to_string() + " is too small");
-  }
-  return out;
+  return spec_.output_shape(inputs[0], name());
 }
 
 void Convolution::initialize(Rng& rng) {
@@ -66,10 +51,10 @@ void Convolution::initialize(Rng& rng) {
   Tensor w = table().value(weight_);
   const double fan_in = static_cast<double>(w.numel() / w.shape()[0]);
   const float bound = static_cast<float>(1.0 / std::sqrt(fan_in));
-  for (std::int64_t i = 0; i < w.numel(); ++i) w[i] = rng.uniform(-bound, bound);
+  for (std::int64_t i = 0; i < w.numel(); ++i) w[i] = rng.uniform_float(-bound, bound);
   if (spec_.bias) {
     Tensor b = table().value(bias_);
-    for (std::int64_t i = 0; i < b.numel(); ++i) b[i] = rng.uniform(-bound, bound);
+    for (std::int64_t i = 0; i < b.numel(); ++i) b[i] = rng.uniform_float(-bound, bound);
   }
 }
 

@@ -27,10 +27,10 @@ Shape Linear::output_shape(const std::vector<Shape>& inputs) const {
 void Linear::initialize(Rng& rng) {
   const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_)));  // PyTorch's default
   Tensor w = table().value(weight_);
-  for (std::int64_t i = 0; i < w.numel(); ++i) w[i] = rng.uniform(-bound, bound);
+  for (std::int64_t i = 0; i < w.numel(); ++i) w[i] = rng.uniform_float(-bound, bound);
   if (bias_) {
     Tensor b = table().value(bias_h_);
-    for (std::int64_t i = 0; i < b.numel(); ++i) b[i] = rng.uniform(-bound, bound);
+    for (std::int64_t i = 0; i < b.numel(); ++i) b[i] = rng.uniform_float(-bound, bound);
   }
 }
 

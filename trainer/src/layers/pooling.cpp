@@ -12,11 +12,14 @@ PoolingSpec pooling_spec(int spatial_rank, PoolingKind kind, std::int64_t kernel
   s.kind = kind;
   s.kernel.assign(r, kernel);
   s.stride.assign(r, stride);
-  s.padding.assign(r, padding);
+  s.padding_lo.assign(r, padding);
+  s.padding_hi.assign(r, padding);
   return s;
 }
 
-Pooling::Pooling(std::string name, PoolingSpec spec) : Layer(std::move(name)), spec_(std::move(spec)) {}
+Pooling::Pooling(std::string name, PoolingSpec spec) : Layer(std::move(name)), spec_(std::move(spec)) {
+  spec_.validate(this->name());
+}
 
 std::string Pooling::kind() const {
   return std::string(spec_.kind == PoolingKind::Max ? "MaxPool" : "AvgPool") + std::to_string(spec_.kernel.size()) + "d";
@@ -24,14 +27,7 @@ std::string Pooling::kind() const {
 
 Shape Pooling::output_shape(const std::vector<Shape>& inputs) const {
   expect_input_count(*this, inputs, 1);
-  const int r = static_cast<int>(spec_.kernel.size());
-  expect_rank(*this, inputs[0], r + 2, r + 2);
-  Shape out = inputs[0];
-  for (int i = 0; i < r; ++i) {
-    out[i + 2] = (inputs[0][i + 2] + 2 * spec_.padding[i] - spec_.kernel[i]) / spec_.stride[i] + 1;
-    if (out[i + 2] < 1) throw std::invalid_argument(name() + ": input " + inputs[0].to_string() + " is too small");
-  }
-  return out;
+  return spec_.output_shape(inputs[0], name());
 }
 
 Tensor Pooling::forward(const std::vector<Tensor>& inputs, Mode mode) {
@@ -59,7 +55,8 @@ Tensor GlobalAveragePooling::forward(const std::vector<Tensor>& inputs, Mode mod
     for (int i = 2; i < in.rank(); ++i) {
       spec.kernel.push_back(in[i]);
       spec.stride.push_back(1);
-      spec.padding.push_back(0);
+      spec.padding_lo.push_back(0);
+      spec.padding_hi.push_back(0);
     }
     kernel_ = backend().make_pooling(spec);
     built_for_ = in;

@@ -1,7 +1,6 @@
-// Residual add, channel concat, dropout and flatten: simple data movement, hand-rolled on the host.
+// Residual add, channel concat, dropout and flatten: data movement on the backend's ops.
 #include "trainer/layers/structural.hpp"
 
-#include <algorithm>
 #include <stdexcept>
 
 namespace fanstore::trainer {
@@ -18,21 +17,7 @@ Shape Add::output_shape(const std::vector<Shape>& inputs) const {
 
 Tensor Add::forward(const std::vector<Tensor>& inputs, Mode mode) {
   (void)mode;
-  bool shared_layout = true;
-  for (const auto& t : inputs) shared_layout = shared_layout && t.same_layout(inputs[0]);
-  // Same layout: add the raw storage (padding included: it is zero in every operand). Otherwise
-  // meet in plain layout, which every backend can produce.
-  std::vector<Tensor> xs;
-  for (const auto& t : inputs) xs.push_back(shared_layout ? t : backend().to_plain(t));
-  Tensor y = Tensor::with_layout(xs[0].shape(), xs[0].layout());
-  float* out = y.data();
-  const std::size_t n = y.capacity();
-  std::copy(xs[0].data(), xs[0].data() + n, out);
-  for (std::size_t k = 1; k < xs.size(); ++k) {
-    const float* in = xs[k].data();
-    for (std::size_t i = 0; i < n; ++i) out[i] += in[i];
-  }
-  return y;
+  return backend().add(inputs);
 }
 
 std::vector<Tensor> Add::backward(const Tensor& dy) { return std::vector<Tensor>(inputs_, dy); }
@@ -54,44 +39,16 @@ Shape Concat::output_shape(const std::vector<Shape>& inputs) const {
 
 Tensor Concat::forward(const std::vector<Tensor>& inputs, Mode mode) {
   (void)mode;
-  input_shapes_.clear();
-  for (const auto& t : inputs) input_shapes_.push_back(t.shape());
-  Tensor y = Tensor::zeros(output_shape(input_shapes_));
-  const std::int64_t batch = y.shape()[0], inner = y.shape().spatial_size();
-  const std::int64_t out_block = y.shape()[1] * inner;
-  std::int64_t channel_offset = 0;
-  for (const auto& t : inputs) {
-    Tensor x = backend().to_plain(t);
-    const std::int64_t block = x.shape()[1] * inner;
-    for (std::int64_t n = 0; n < batch; ++n)
-      std::copy(x.data() + n * block, x.data() + (n + 1) * block, y.data() + n * out_block + channel_offset * inner);
-    channel_offset += x.shape()[1];
-  }
-  return y;
+  channels_.clear();
+  for (const auto& t : inputs) channels_.push_back(t.shape()[1]);
+  return backend().concat_channels(inputs);
 }
 
-std::vector<Tensor> Concat::backward(const Tensor& dy_any) {
-  Tensor dy = backend().to_plain(dy_any);
-  const std::int64_t batch = dy.shape()[0], inner = dy.shape().spatial_size();
-  const std::int64_t out_block = dy.shape()[1] * inner;
-  std::vector<Tensor> grads;
-  std::int64_t channel_offset = 0;
-  for (const auto& s : input_shapes_) {
-    Tensor dx = Tensor::zeros(s);
-    const std::int64_t block = s[1] * inner;
-    for (std::int64_t n = 0; n < batch; ++n) {
-      const float* src = dy.data() + n * out_block + channel_offset * inner;
-      std::copy(src, src + block, dx.data() + n * block);
-    }
-    channel_offset += s[1];
-    grads.push_back(dx);
-  }
-  return grads;
-}
+std::vector<Tensor> Concat::backward(const Tensor& dy) { return backend().split_channels(dy, channels_); }
 
 // ---- Dropout ----
 
-Dropout::Dropout(std::string name, float p, std::uint64_t seed) : Layer(std::move(name)), p_(p), rng_(seed) {
+Dropout::Dropout(std::string name, float p, std::uint64_t seed) : Layer(std::move(name)), p_(p), seed_(seed) {
   if (p < 0.f || p >= 1.f) throw std::invalid_argument(this->name() + ": dropout probability must be in [0, 1)");
 }
 
@@ -103,24 +60,13 @@ Shape Dropout::output_shape(const std::vector<Shape>& inputs) const {
 Tensor Dropout::forward(const std::vector<Tensor>& inputs, Mode mode) {
   identity_ = mode == Mode::Eval || p_ == 0.f;
   if (identity_) return inputs.at(0);
-  Tensor x = backend().to_plain(inputs.at(0));
-  shape_ = x.shape();
-  const float keep_scale = 1.f / (1.f - p_);
-  mask_.resize(static_cast<std::size_t>(x.numel()));
-  Tensor y = Tensor::zeros(x.shape());
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    mask_[static_cast<std::size_t>(i)] = rng_.bernoulli(p_) ? 0.f : keep_scale;
-    y[i] = x[i] * mask_[static_cast<std::size_t>(i)];
-  }
-  return y;
+  last_ = DropoutMask{p_, seed_, step_++, placement_};
+  return backend().dropout(inputs[0], last_);
 }
 
-std::vector<Tensor> Dropout::backward(const Tensor& dy_any) {
-  if (identity_) return {dy_any};
-  Tensor dy = backend().to_plain(dy_any);
-  Tensor dx = Tensor::zeros(shape_);
-  for (std::int64_t i = 0; i < dx.numel(); ++i) dx[i] = dy[i] * mask_[static_cast<std::size_t>(i)];
-  return {dx};
+std::vector<Tensor> Dropout::backward(const Tensor& dy) {
+  if (identity_) return {dy};
+  return {backend().dropout(dy, last_)};
 }
 
 // ---- Flatten ----

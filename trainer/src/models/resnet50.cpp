@@ -17,20 +17,23 @@ constexpr std::int64_t kExpansion = 4;
 std::int64_t conv_out(std::int64_t n, std::int64_t k, std::int64_t s, std::int64_t p) { return (n + 2 * p - k) / s + 1; }
 
 NodeId conv_bn(Model& m, NodeId x, const std::string& conv, const std::string& bn, std::int64_t cin, std::int64_t cout,
-               std::int64_t k, std::int64_t stride, std::int64_t pad) {
+               std::int64_t k, std::int64_t stride, std::int64_t pad, float bn_scale = 1.f) {
   x = m.add<Convolution>({x}, conv, convolution_spec(2, cin, cout, k, stride, pad, /*bias=*/false));
-  return m.add<BatchNorm>({x}, bn, cout);
+  return m.add<BatchNorm>({x}, bn, cout, 1e-5f, 0.1f, bn_scale);
 }
 
 // torchvision Bottleneck: 1x1 (planes) -> 3x3 stride s (planes) -> 1x1 (4 planes), BN after each,
 // shortcut = x or downsample (1x1 stride s conv + BN), then ReLU(main + shortcut).
-NodeId bottleneck(Model& m, NodeId x, const std::string& p, std::int64_t cin, std::int64_t planes, std::int64_t stride) {
+NodeId bottleneck(Model& m, NodeId x, const std::string& p, std::int64_t cin, std::int64_t planes, std::int64_t stride,
+                  bool zero_init_residual) {
   const std::int64_t cout = planes * kExpansion;
   NodeId y = conv_bn(m, x, p + ".conv1", p + ".bn1", cin, planes, 1, 1, 0);
   y = m.add<Activation>({y}, p + ".relu1", relu());
   y = conv_bn(m, y, p + ".conv2", p + ".bn2", planes, planes, 3, stride, 1);
   y = m.add<Activation>({y}, p + ".relu2", relu());
-  y = conv_bn(m, y, p + ".conv3", p + ".bn3", planes, cout, 1, 1, 0);
+  // zero_init_residual: the block starts as its shortcut, so the deep network starts shallow and a
+  // large learning rate does not blow it up in the first steps.
+  y = conv_bn(m, y, p + ".conv3", p + ".bn3", planes, cout, 1, 1, 0, zero_init_residual ? 0.f : 1.f);
   NodeId shortcut = x;
   if (stride != 1 || cin != cout) shortcut = conv_bn(m, x, p + ".downsample.0", p + ".downsample.1", cin, cout, 1, stride, 0);
   y = m.add<Add>({y, shortcut}, p + ".add");
@@ -58,7 +61,7 @@ std::unique_ptr<Model> build_resnet50(std::shared_ptr<Backend> backend, const Mo
     for (std::int64_t b = 0; b < blocks[stage]; ++b) {
       const std::int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
       const std::string name = "layer" + std::to_string(stage + 1) + "." + std::to_string(b);
-      x = bottleneck(*m, x, name, channels, planes[stage], stride);
+      x = bottleneck(*m, x, name, channels, planes[stage], stride, o.zero_init_residual);
       channels = planes[stage] * kExpansion;
       s = conv_out(s, 3, stride, 1);
       m->check_shape(x, Shape{n, channels, s, s}, name);

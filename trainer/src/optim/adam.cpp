@@ -1,7 +1,5 @@
 // Adam with bias correction and L2 weight decay, as torch.optim.Adam (amsgrad off).
-#include <cmath>
-#include <cstdint>
-
+#include "trainer/backend.hpp"
 #include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
@@ -10,36 +8,19 @@ namespace {
 class Adam final : public Optimizer {
  public:
   Adam(const ParameterTable& table, const OptimizerOptions& options)
-      : Optimizer(options),
-        first_(add_state("adam_m", table.parameter_count())),
-        second_(add_state("adam_v", table.parameter_count())) {}
+      : Optimizer(table, options), first_(add_state("adam_m")), second_(add_state("adam_v")) {}
   std::string name() const override { return "adam"; }
 
  protected:
   void update(ParameterTable& table, float lr, std::uint64_t t) override {
-    const auto n = static_cast<std::int64_t>(table.parameter_count());
-    float* w = table.values();
-    const float* g = table.gradients();
-    float* m = first_.data();
-    float* v = second_.data();
-    const float b1 = options().beta1, b2 = options().beta2, eps = options().epsilon, wd = options().weight_decay;
-    // PyTorch's arrangement of the bias corrections (step size and denominator), in double for the powers.
-    const double correction1 = 1.0 - std::pow(static_cast<double>(b1), static_cast<double>(t));
-    const double correction2 = 1.0 - std::pow(static_cast<double>(b2), static_cast<double>(t));
-    const auto step_size = static_cast<float>(lr / correction1);
-    const auto sqrt_correction2 = static_cast<float>(std::sqrt(correction2));
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * w[i];
-      m[i] = b1 * m[i] + (1.f - b1) * d;
-      v[i] = b2 * v[i] + (1.f - b2) * d * d;
-      w[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_correction2 + eps);
-    }
+    Tensor w = table.arena(Arena::Values);
+    const auto& o = options();
+    backend().adam_update(w, table.arena(Arena::Gradients), first_, second_,
+                          AdamUpdate{lr, o.beta1, o.beta2, o.epsilon, o.weight_decay, t});
   }
 
  private:
-  std::vector<float>& first_;
-  std::vector<float>& second_;
+  Tensor first_, second_;
 };
 
 }  // namespace

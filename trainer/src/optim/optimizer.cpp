@@ -1,27 +1,30 @@
-// Optimizer base: step counting, state arrays, and the factory by name.
+// Optimizer base: step counting, state arenas on the table's device, and the factory by name.
 #include "trainer/optim.hpp"
 
 #include <stdexcept>
 
+#include "trainer/backend.hpp"
+
 namespace fanstore::trainer {
 
 bool excluded_from_lars(const ParameterEntry& entry) { return entry.shape.rank() == 1; }
+
+Optimizer::Optimizer(const ParameterTable& table, const OptimizerOptions& options)
+    : backend_(table.backend()), count_(table.parameter_count()), options_(options) {
+  if (!table.committed()) throw std::logic_error("optimizer created before ParameterTable::commit()");
+}
 
 void Optimizer::step(ParameterTable& table, float learning_rate) {
   ++steps_;
   update(table, learning_rate, steps_);
 }
 
-std::vector<float>& Optimizer::add_state(const std::string& name, std::size_t floats) {
-  state_.emplace_back(name, std::vector<float>(floats, 0.f));
+Tensor Optimizer::add_state(const std::string& name) {
+  state_.emplace_back(name, backend_.zeros(Shape{static_cast<std::int64_t>(count_)}));
   return state_.back().second;
 }
 
-std::vector<std::pair<std::string, std::vector<float>*>> Optimizer::state() {
-  std::vector<std::pair<std::string, std::vector<float>*>> out;
-  for (auto& [name, values] : state_) out.emplace_back(name, &values);
-  return out;
-}
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return state_; }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options) {
   if (options.kind == "sgd") return make_sgd(table, options);

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <vector>
 
+#include "trainer/backend.hpp"
+
 namespace fanstore::trainer {
 namespace {
 
@@ -107,13 +109,15 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
   w.str(optimizer.name());
   for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
   w.u64(optimizer.steps_taken());
-  w.floats(t.values(), t.parameter_count());
-  w.floats(t.buffer_values(), t.buffer_count());
+  const std::vector<float> values = t.read(Arena::Values), buffers = t.read(Arena::Buffers);
+  w.floats(values.data(), values.size());
+  w.floats(buffers.data(), buffers.size());
   auto state = optimizer.state();
   w.u64(state.size());
-  for (auto& [name, values] : state) {
+  for (auto& [name, arena] : state) {
     w.str(name);
-    w.floats(values->data(), values->size());
+    const Tensor host = t.backend().to_host(arena);
+    w.floats(host.data(), static_cast<std::size_t>(host.numel()));
   }
   const std::uint64_t checksum = fnv1a(w.buffer().data(), w.buffer().size());
   w.u64(checksum);
@@ -140,10 +144,17 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
     throw CheckpointError(path + ": rename from .tmp failed (" + std::strerror(errno) + ")");
 }
 
-TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
+std::vector<char> read_checkpoint_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": cannot open checkpoint");
-  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
+  return restore_checkpoint(path, read_checkpoint_file(path), model, optimizer);
+}
+
+TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> data, Model& model, Optimizer& optimizer) {
   if (data.size() < sizeof kCheckpointMagic + 12) throw CheckpointError(path + ": too short to be a checkpoint");
   std::uint64_t stored_sum;
   std::memcpy(&stored_sum, data.data() + data.size() - 8, 8);
@@ -167,14 +178,22 @@ TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimize
   TrainingPosition p;
   for (auto* v : {&p.global_step, &p.epoch, &p.next_batch, &p.seed, &p.world_size, &p.batch_per_rank}) *v = r.u64();
   optimizer.set_steps_taken(r.u64());
-  r.floats(t.values(), t.parameter_count(), "parameters");
-  r.floats(t.buffer_values(), t.buffer_count(), "buffers");
+  std::vector<float> values(t.parameter_count()), buffers(t.buffer_count());
+  r.floats(values.data(), values.size(), "parameters");
+  r.floats(buffers.data(), buffers.size(), "buffers");
   auto state = optimizer.state();
   if (r.u64() != state.size()) r.fail("optimizer state count differs");
-  for (auto& [name, values] : state) {
+  std::vector<std::vector<float>> state_values;
+  for (auto& [name, arena] : state) {
     if (r.str() != name) r.fail("optimizer state '" + name + "' missing");
-    r.floats(values->data(), values->size(), "optimizer state " + name);
+    state_values.emplace_back(static_cast<std::size_t>(arena.numel()));
+    r.floats(state_values.back().data(), state_values.back().size(), "optimizer state " + name);
   }
+  // Everything read and checked: only now overwrite the model, so a bad file leaves it untouched.
+  t.write(Arena::Values, values);
+  t.write(Arena::Buffers, buffers);
+  for (std::size_t i = 0; i < state.size(); ++i)
+    t.backend().copy(Tensor::view(state[i].second.shape(), state_values[i].data()), state[i].second);
   return p;
 }
 

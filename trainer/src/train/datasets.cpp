@@ -11,28 +11,51 @@
 
 namespace fanstore::trainer {
 
+namespace {
+
+// A 3D slab (D, H, W) as the readers' Slab, shifted by (dz, dy, dx).
+data::Slab to_slab(const SpatialBox& b, std::int64_t dz = 0, std::int64_t dy = 0, std::int64_t dx = 0) {
+  return data::Slab{b.axes.at(0).lo + dz, b.axes.at(0).hi + dz, b.axes.at(1).lo + dy,
+                    b.axes.at(1).hi + dy, b.axes.at(2).lo + dx, b.axes.at(2).hi + dx};
+}
+
+}  // namespace
+
 std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, const std::string& directory, bool training,
-                                                  std::int64_t image_size) {
+                                                  std::int64_t image_size, const SlabRead* slab) {
   if (model == "resnet50") {
     data::ImageFolderOptions o;
     o.output_size = static_cast<int>(image_size > 0 ? image_size : 224);
     o.training = training;
+    if (slab) o.region = data::Slab{0, 1, slab->input.axes.at(0).lo, slab->input.axes.at(0).hi, slab->input.axes.at(1).lo,
+                                    slab->input.axes.at(1).hi};
     return std::make_unique<data::ImageFolderDataset>(directory, o);
   }
-  if (model == "cosmoflow") return std::make_unique<data::CosmoFlowDataset>(directory, data::CosmoFlowOptions{});
+  if (model == "cosmoflow") {
+    data::CosmoFlowOptions o;
+    if (slab) o.slab = to_slab(slab->input);
+    return std::make_unique<data::CosmoFlowDataset>(directory, o);
+  }
   if (model == "unet3d") {
     auto whole = std::make_unique<data::Unet3dDataset>(directory, data::Unet3dOptions{});
     const auto& dims = whole->image_dims();  // (C, D, H, W)
     const auto h = static_cast<std::int64_t>(dims.at(2)), w = static_cast<std::int64_t>(dims.at(3));
-    if (image_size <= 0 || (image_size == h && image_size == w)) return whole;
+    const bool windowed = image_size > 0 && !(image_size == h && image_size == w);
+    if (!windowed && !slab) return whole;
     if (image_size > h || image_size > w)
       throw data::DataError(directory, "--input-size " + std::to_string(image_size) + " is larger than the stored slices (" +
                                            std::to_string(h) + " x " + std::to_string(w) + ")");
     // A centred image_size x image_size window of every slice, full depth: a smaller, deterministic
-    // patch (MLPerf trains on patches of larger cases) read as one hyperslab.
+    // patch (MLPerf trains on patches of larger cases) read as one hyperslab; a rank of a spatial split
+    // reads its slab of that window.
     data::Unet3dOptions o;
-    const std::int64_t y0 = (h - image_size) / 2, x0 = (w - image_size) / 2;
-    o.slab = data::Slab{0, static_cast<std::int64_t>(dims.at(1)), y0, y0 + image_size, x0, x0 + image_size};
+    const std::int64_t y0 = windowed ? (h - image_size) / 2 : 0, x0 = windowed ? (w - image_size) / 2 : 0;
+    const std::int64_t edge_h = windowed ? image_size : h, edge_w = windowed ? image_size : w;
+    o.slab = data::Slab{0, static_cast<std::int64_t>(dims.at(1)), y0, y0 + edge_h, x0, x0 + edge_w};
+    if (slab) {
+      o.slab = to_slab(slab->input, 0, y0, x0);
+      o.label_slab = to_slab(slab->labels, 0, y0, x0);
+    }
     return std::make_unique<data::Unet3dDataset>(directory, o);
   }
   throw std::invalid_argument("unknown model '" + model + "' (expected resnet50, unet3d or cosmoflow)");

@@ -2,7 +2,6 @@
 #include "trainer/metrics.hpp"
 
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 namespace fanstore::trainer {
@@ -25,23 +24,22 @@ std::string metric_name(TaskKind task) {
 
 bool metric_higher_is_better(TaskKind task) { return task != TaskKind::Regression; }
 
-LossResult task_loss(TaskKind task, const Tensor& output, const data::Batch& batch) {
+LossResult task_loss(Backend& backend, TaskKind task, const Tensor& output, const data::Batch& batch) {
   switch (task) {
-    case TaskKind::Classification: return softmax_cross_entropy(output, batch.target_labels);
-    case TaskKind::Segmentation: return dice_cross_entropy(output, batch.target_labels);
-    case TaskKind::Regression: {
-      Tensor target = Tensor::zeros(output.shape());  // (N, T)
-      if (batch.target_values.size() != static_cast<std::size_t>(target.numel()))
+    case TaskKind::Classification: return backend.softmax_cross_entropy(output, batch.target_labels, 0.f);
+    case TaskKind::Segmentation: return backend.dice_cross_entropy(output, batch.target_labels, false);
+    case TaskKind::Regression:  // output (N, T)
+      if (batch.target_values.size() != static_cast<std::size_t>(output.numel()))
         throw std::invalid_argument("regression targets: " + std::to_string(batch.target_values.size()) +
                                     " values for an output of shape " + output.shape().to_string());
-      std::memcpy(target.data(), batch.target_values.data(), batch.target_values.size() * sizeof(float));
-      return mean_squared_error(output, target);
-    }
+      return backend.mean_squared_error(output, batch.target_values);
   }
   throw std::logic_error("unreachable");
 }
 
 void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid, MetricSums& sums) {
+  if (output.device() != Device::Host || !output.is_plain())
+    throw std::invalid_argument("accumulate_metric: the output must be a plain host tensor (Backend::to_host)");
   const auto& shape = output.shape();
   const std::int64_t k = shape[1];
   if (task == TaskKind::Classification) {
@@ -59,25 +57,40 @@ void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& b
       sums.count += 1;
     }
   } else {
-    const std::int64_t voxels = shape.spatial_size();  // output (N, K, D, H, W), labels (N, D, H, W)
-    for (std::size_t n = 0; n < valid; ++n) {
-      std::vector<double> inter(static_cast<std::size_t>(k), 0), pred(static_cast<std::size_t>(k), 0),
-          truth(static_cast<std::size_t>(k), 0);
-      const float* base = output.data() + static_cast<std::int64_t>(n) * k * voxels;
-      const std::int32_t* labels = batch.target_labels.data() + static_cast<std::int64_t>(n) * voxels;
-      for (std::int64_t v = 0; v < voxels; ++v) {
-        std::int64_t best = 0;
-        for (std::int64_t c = 1; c < k; ++c)
-          if (base[c * voxels + v] > base[best * voxels + v]) best = c;
-        pred[static_cast<std::size_t>(best)] += 1;
-        truth[static_cast<std::size_t>(labels[v])] += 1;
-        if (best == labels[v]) inter[static_cast<std::size_t>(best)] += 1;
-      }
-      for (std::int64_t c = 1; c < k; ++c) {  // class 0 is the background, as in the MLPerf metric
-        const auto i = static_cast<std::size_t>(c);
-        sums.sum += pred[i] + truth[i] > 0 ? 2 * inter[i] / (pred[i] + truth[i]) : 1.0;
-        sums.count += 1;
-      }
+    accumulate_dice(dice_counts(output, batch, valid), k, valid, sums);
+  }
+}
+
+std::vector<double> dice_counts(const Tensor& output, const data::Batch& batch, std::size_t valid) {
+  const auto& shape = output.shape();
+  const std::int64_t k = shape[1], voxels = shape.spatial_size();  // output (N, K, D, H, W), labels (N, D, H, W)
+  std::vector<double> counts(valid * static_cast<std::size_t>(k) * 3, 0.0);
+  for (std::size_t n = 0; n < valid; ++n) {
+    double* inter = counts.data() + n * static_cast<std::size_t>(k) * 3;
+    double* pred = inter + k;
+    double* truth = pred + k;
+    const float* base = output.data() + static_cast<std::int64_t>(n) * k * voxels;
+    const std::int32_t* labels = batch.target_labels.data() + static_cast<std::int64_t>(n) * voxels;
+    for (std::int64_t v = 0; v < voxels; ++v) {
+      std::int64_t best = 0;
+      for (std::int64_t c = 1; c < k; ++c)
+        if (base[c * voxels + v] > base[best * voxels + v]) best = c;
+      pred[best] += 1;
+      truth[labels[v]] += 1;
+      if (best == labels[v]) inter[best] += 1;
+    }
+  }
+  return counts;
+}
+
+void accumulate_dice(const std::vector<double>& counts, std::int64_t classes, std::size_t valid, MetricSums& sums) {
+  for (std::size_t n = 0; n < valid; ++n) {
+    const double* inter = counts.data() + n * static_cast<std::size_t>(classes) * 3;
+    const double* pred = inter + classes;
+    const double* truth = pred + classes;
+    for (std::int64_t c = 1; c < classes; ++c) {  // class 0 is the background, as in the MLPerf metric
+      sums.sum += pred[c] + truth[c] > 0 ? 2 * inter[c] / (pred[c] + truth[c]) : 1.0;
+      sums.count += 1;
     }
   }
 }

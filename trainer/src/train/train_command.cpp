@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -18,8 +20,13 @@
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
+#include "trainer/device_selection.hpp"
+#include "trainer/distributed_commands.hpp"
+#include "trainer/distributed_perf_model.hpp"
+#include "trainer/distributed_run.hpp"
 #include "trainer/loss_guard.hpp"
 #include "trainer/metrics.hpp"
+#include "trainer/run_defaults.hpp"
 #include "trainer/schedule.hpp"
 #include "trainer/train_data.hpp"
 #include "trainer/train_loop.hpp"
@@ -31,27 +38,22 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-Tensor input_tensor(const data::Batch& batch) {
-  Tensor x = Tensor::zeros(Shape(batch.input_shape));
-  std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
-  return x;
-}
-
 struct Validation {
   double metric = std::numeric_limits<double>::quiet_NaN();
   double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
   std::size_t samples = 0;
 };
 
-// Every rank evaluates its strided share of the validation set (in order, padded to full batches
-// because the model has a fixed batch); padding positions are left out of the sums.
-Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
+// Every sample group evaluates its strided share of the validation set (in order, padded to full
+// batches because the model has a fixed batch); padding positions are left out of the sums, and a
+// group's samples count once however many spatial ranks share them.
+Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
                     std::int64_t batch, int prefetch_threads) {
   data::ShardSpec spec;
   spec.dataset_size = dataset.size();
   spec.batch_size = static_cast<std::size_t>(batch);
-  spec.rank = comm.rank();
-  spec.world_size = comm.size();
+  spec.rank = static_cast<std::size_t>(run.sample_group());
+  spec.world_size = static_cast<std::size_t>(run.sample_groups());
   spec.shuffle = false;
   spec.last_batch = data::LastBatch::kPad;
   const auto shard = data::shard_indices(spec);
@@ -63,11 +65,10 @@ Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind t
   while (auto b = prefetcher.next()) {
     std::size_t valid = 0;
     for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
-      if ((position + k) * static_cast<std::size_t>(comm.size()) + static_cast<std::size_t>(comm.rank()) < dataset.size()) ++valid;
+      if ((position + k) * spec.world_size + spec.rank < dataset.size()) ++valid;
     position += b->sample_indices.size();
-    Tensor y = model.forward(input_tensor(*b), Mode::Eval);
-    accumulate_metric(task, y, *b, valid, sums);
-    if (task == TaskKind::Regression) {
+    run.accumulate_metric(task, run.forward(*b, Mode::Eval), *b, valid, sums);
+    if (task == TaskKind::Regression && run.counts_for_group()) {
       const std::size_t per = b->target_values.size() / b->sample_indices.size();
       targets.insert(targets.end(), b->target_values.begin(), b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
     }
@@ -91,11 +92,34 @@ Validation validate(Model& model, const data::SampleDataset& dataset, TaskKind t
   return v;
 }
 
-std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples_per_s, double time_s) {
+// Where a step's time went: waiting for the loader (mean over ranks) and everything else.
+struct StepTime {
+  double wait_s = 0, compute_s = 0;
+  double total() const { return wait_s + compute_s; }
+  double stall_pct() const { return total() > 0 ? 100.0 * wait_s / total() : 0.0; }
+};
+
+std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples, const StepTime& t,
+                      double time_s) {
   std::ostringstream s;
   s << "{\"event\":\"step\",\"step\":" << step << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss)
-    << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples_per_s)
-    << ",\"time_s\":" << json_number(time_s) << "}";
+    << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples / t.total())
+    << ",\"compute_samples_per_s\":" << json_number(samples / t.compute_s) << ",\"data_wait_s\":" << json_number(t.wait_s)
+    << ",\"input_stall_pct\":" << json_number(t.stall_pct()) << ",\"time_s\":" << json_number(time_s) << "}";
+  return s.str();
+}
+
+// The run directory when --checkpoint is left out: a new one, never an earlier run's.
+std::string fresh_run_directory(const std::string& model) {
+  const std::string base = default_run_directory(model, std::time(nullptr));
+  std::string dir = base;
+  for (int n = 2; std::filesystem::exists(dir); ++n) dir = base + "-" + std::to_string(n);
+  return dir;
+}
+
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
   return s.str();
 }
 
@@ -103,7 +127,19 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   const bool leader = comm.rank() == 0;
   const TaskKind task = task_for_model(o.model);
   if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
-  if (o.checkpoint_dir.empty()) throw std::invalid_argument("--checkpoint DIR is required for training");
+  if (o.lr && *o.lr < 0) throw std::invalid_argument("--lr must not be negative");
+  if (o.warmup_epochs && *o.warmup_epochs < 0) throw std::invalid_argument("--warmup-epochs must not be negative");
+  if (o.checkpoint_dir.empty() && o.resume)
+    throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
+  const std::size_t world = static_cast<std::size_t>(comm.size());
+  const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
+  const DecayKind decay = parse_decay_kind(o.schedule);
+  // Only rank 0 writes into the directory, so only its choice of a default name matters.
+  const std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
+
+  // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
+  if (!o.grid.grid.empty() && o.grid.grid != "auto")
+    check_grid_ranks(parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3), comm.size());
 
   auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
   std::unique_ptr<data::SampleDataset> val_set;
@@ -111,41 +147,87 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     val_set = open_dataset(o.model, o.val_dir, false, o.input_size);
     require_same_layout(*train_set, *val_set, o.val_dir);
   }
-  const ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
-  auto model = build_model(o.model, make_cpu_backend({o.threads}), model_options);
+  ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  model_options.zero_init_residual = o.zero_init_residual;
+  const Precision precision = parse_precision(o.precision);
+  auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
+  // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
+  // data parallelism. The batch is per sample group.
+  const ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads,
+                                             o.optimizer.kind == "adam" ? 2 : 1, backend_of_run->device(), comm, out, err);
+  if (o.grid.explain) return 0;
+  model_options.batch = resolved.batch_per_group;
+  auto model = build_model(o.model, std::move(backend_of_run), model_options);
   ParameterTable& table = model->parameters();
   auto optimizer = make_optimizer(table, o.optimizer);
+  // On GPUs device memory travels over NCCL (gradient buckets on their own stream, the grid's halos
+  // and spatial sums); host values (losses, metrics, decisions) and CPU runs over MPI.
+  const auto nccl = make_device_communicator(comm, model->backend());
+  Communicator& device_comm = nccl ? *nccl : comm;
+  GridRun grid_run(*model, device_comm, resolved, o.grid);
+  if (const auto slab = grid_run.slab_read()) {
+    // Each rank reads only its slab (plus the first layer's halo) of every sample.
+    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, &*slab);
+    if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, &*slab);
+  }
 
-  const std::size_t world = static_cast<std::size_t>(comm.size());
-  const std::size_t per_step = world * static_cast<std::size_t>(o.batch);
+  const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
+  const std::int64_t group_batch = resolved.batch_per_group;
+  const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);  // the global batch
+  const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
     throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
-                                          std::to_string(o.batch) + " per rank x " + std::to_string(world) + " ranks)");
+                                          std::to_string(group_batch) + " per sample group x " + std::to_string(groups) +
+                                          " groups)");
 
   ScheduleOptions schedule;
-  schedule.base_lr = o.lr;
-  schedule.decay = parse_decay_kind(o.schedule);
+  schedule.base_lr = base_lr;
+  schedule.decay = decay;
   schedule.total_steps = static_cast<std::int64_t>(steps_per_epoch) * o.epochs;
-  schedule.warmup_steps = static_cast<std::int64_t>(std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  schedule.warmup_steps = static_cast<std::int64_t>(std::llround(warmup_epochs * static_cast<double>(steps_per_epoch)));
 
-  std::filesystem::create_directories(o.checkpoint_dir);
-  const std::string checkpoint_path = o.checkpoint_dir + "/checkpoint.bin";
+  if (leader) std::filesystem::create_directories(checkpoint_dir);
+  const std::string checkpoint_path = checkpoint_dir + "/checkpoint.bin";
+  const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
+  if (leader) {
+    // The first line: what this run does, with every default it chose, and where its output goes.
+    out << "fanstore-train: " << o.model << " on " << world << " rank" << (world == 1 ? "" : "s");
+    if (resolved.spatial() || o.grid.sync_bn)
+      out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s")
+          << ")";
+    out << " x batch " << group_batch << " (" << model->backend().describe() << "), " << o.optimizer.kind << " lr " << base_lr;
+    if (!o.lr && o.optimizer.kind == "sgd") out << " (default 0.1 x " << per_step << "/256)";
+    else if (!o.lr) out << " (default)";
+    out << ", " << format_number(warmup_epochs) << " warm-up epoch" << (warmup_epochs == 1 ? "" : "s")
+        << (o.warmup_epochs ? "" : " (default)") << ", then " << o.schedule
+        << (o.model == "resnet50" && o.zero_init_residual ? ", residual BN scales start at 0" : "")
+        << "; checkpoint and metrics in "
+        << checkpoint_dir << (o.checkpoint_dir.empty() ? " (default; --checkpoint DIR to choose)" : "") << std::endl;
+  }
   TrainingPosition position;
   position.seed = o.seed;
-  position.world_size = world;
-  position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+  position.world_size = groups;
+  position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
   bool resumed = false;
   if (o.resume) {
-    if (std::filesystem::exists(checkpoint_path)) {
-      position = load_checkpoint(checkpoint_path, *model, *optimizer);
+    // Only rank 0 writes checkpoints, so only its file counts: with node-local checkpoint directories
+    // another rank may hold an older file or none. Rank 0 decides and sends the bytes to every rank.
+    std::vector<char> bytes = leader && std::filesystem::exists(checkpoint_path) ? read_checkpoint_file(checkpoint_path)
+                                                                                  : std::vector<char>();
+    std::uint64_t size = bytes.size();
+    comm.broadcast(&size, sizeof size, 0);
+    bytes.resize(size);
+    comm.broadcast(bytes.data(), bytes.size(), 0);
+    if (size > 0) {
+      position = restore_checkpoint(checkpoint_path, std::move(bytes), *model, *optimizer);
       resumed = true;
-      if (position.world_size != world || position.batch_per_rank != static_cast<std::uint64_t>(o.batch))
-        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " rank(s) x batch "
-            << position.batch_per_rank << "; continuing with " << world << " x " << o.batch
+      if (leader && (position.world_size != groups || position.batch_per_rank != static_cast<std::uint64_t>(group_batch)))
+        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
+            << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
             << " (the data order changes, the run is not bit-identical)\n";
-      position.world_size = world;
-      position.batch_per_rank = static_cast<std::uint64_t>(o.batch);
+      position.world_size = groups;
+      position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
       if (leader)
         err << "fanstore-train: resumed from " << checkpoint_path << " at step " << position.global_step << " (epoch "
             << position.epoch << ", batch " << position.next_batch << ")\n";
@@ -154,17 +236,20 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
   }
 
-  const std::string metrics_path = o.metrics_path.empty() ? o.checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   ProgressLine progress(leader);  // only rank 0 talks
 
-  GradientAllreduce allreduce(comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
-  model->set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
+  // Over every rank; each sample group's ranks hold parts of its gradient, so divide by the groups.
+  GradientAllreduce allreduce(device_comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024), groups);
+  grid_run.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
   LossGuard guard(o.spike_factor);
+  LossScaler scaler(precision == Precision::FP16);
 
+  Backend& backend = model->backend();
   const auto start = Clock::now();
-  double train_seconds = 0, last_loss = std::numeric_limits<double>::quiet_NaN();
+  StepTime run_time;  // summed over the run's steps
+  double last_loss = std::numeric_limits<double>::quiet_NaN();
   std::uint64_t samples_trained = 0;
   Validation last_val;
   bool stopped = false, validated_at_end = false;
@@ -176,9 +261,9 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
     data::ShardSpec spec;
     spec.dataset_size = train_set->size();
-    spec.batch_size = static_cast<std::size_t>(o.batch);
-    spec.rank = comm.rank();
-    spec.world_size = comm.size();
+    spec.batch_size = static_cast<std::size_t>(group_batch);
+    spec.rank = static_cast<std::size_t>(grid_run.sample_group());
+    spec.world_size = groups;
     spec.seed = position.seed;
     spec.epoch = epoch;
     auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
@@ -189,13 +274,17 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     validated_at_end = false;
 
     for (std::size_t j = first; j < batches.size(); ++j) {
+      // The loader's wait is part of the step: an I/O stall is exactly what users need to see.
+      const auto wait_start = Clock::now();
       auto batch = prefetcher.next();
       const auto step_start = Clock::now();
-      Tensor y = model->forward(input_tensor(*batch), Mode::Train);
-      LossResult loss = task_loss(task, y, *batch);
-      double mean_loss = loss.loss;
-      comm.sum(&mean_loss, 1);  // every rank takes the same guard decision
-      mean_loss /= static_cast<double>(world);
+      const double wait = std::chrono::duration<double>(step_start - wait_start).count();
+      model->set_step(position.global_step);
+      Tensor y = grid_run.forward(*batch, Mode::Train);
+      LossResult loss = grid_run.loss(task, y, *batch);
+      double sums[2] = {loss.loss, wait};
+      comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
+      const double mean_loss = sums[0] / static_cast<double>(world);
       const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step));
 
       if (!guard.accept(mean_loss, *model, *optimizer)) {
@@ -211,27 +300,49 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
         if (guard.consecutive_rejections() >= 5)
           throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
       } else {
+        // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
+        // F32 gradients scaled back; an overflow skips the step and halves the scale.
+        if (scaler.enabled()) backend.scale(loss.gradient, scaler.scale());
         allreduce.begin_step();
-        model->backward(loss.gradient);
+        grid_run.backward(loss.gradient);
         allreduce.finish();
-        optimizer->step(table, static_cast<float>(lr));
+        bool step_ok = true;
+        if (scaler.enabled()) {
+          const float used = scaler.scale();
+          Tensor gradients = table.arena(Arena::Gradients);
+          backend.scale(gradients, 1.f / used);
+          step_ok = scaler.update(backend.all_finite(gradients));
+          if (!step_ok && leader) {
+            progress.finish();
+            err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
+                << "; step skipped, scale now " << scaler.scale() << "\n";
+          }
+        }
+        if (step_ok) optimizer->step(table, static_cast<float>(lr));
       }
       last_loss = mean_loss;
-      const double step_seconds = seconds_since(step_start);
-      train_seconds += step_seconds;
+      backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
+      const StepTime step{sums[1] / static_cast<double>(world), seconds_since(step_start)};
+      run_time.wait_s += step.wait_s;
+      run_time.compute_s += step.compute_s;
       samples_trained += per_step;
       ++position.global_step;
       position.epoch = epoch;
       position.next_batch = j + 1;
-      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step))
-        table.values()[0] = std::numeric_limits<float>::quiet_NaN();
+      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step)) {
+        Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
+        backend.fill(first, std::numeric_limits<float>::quiet_NaN());
+      }
 
-      const double rate = static_cast<double>(per_step) / step_seconds;
       if (leader) {
-        metrics.write(step_json(position.global_step, epoch, mean_loss, lr, rate, seconds_since(start)));
+        metrics.write(step_json(position.global_step, epoch, mean_loss, lr, static_cast<double>(per_step), step,
+                                seconds_since(start)));
+        char rates[96];
+        std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%", static_cast<double>(per_step) / step.total(),
+                      step.stall_pct());
         std::ostringstream line;
         line << "epoch " << epoch + 1 << "/" << o.epochs << " step " << j + 1 << "/" << batches.size() << "  loss "
-             << mean_loss << "  " << static_cast<long>(rate) << " samples/s";
+             << mean_loss << "  " << rates;
         progress.update(line.str());
       }
       if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
@@ -246,7 +357,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
     if (leader) progress.finish();
     if (val_set && (!stopped || position.next_batch == 0)) {
-      last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+      last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
       validated_at_end = true;
       if (leader) {
         std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
@@ -258,31 +369,43 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     }
     save();
   }
-  if (val_set && !validated_at_end) last_val = validate(*model, *val_set, task, comm, o.batch, o.prefetch_threads);
+  if (val_set && !validated_at_end) last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+  double peak_rss[1] = {peak_rss_bytes()};
+  comm.max(peak_rss, 1);  // the busiest rank
 
   // The summary: one line for people and scripts, and the same as the last JSON line.
   const double total = seconds_since(start);
-  const double rate = train_seconds > 0 ? static_cast<double>(samples_trained) / train_seconds : 0;
+  const double rate = run_time.total() > 0 ? static_cast<double>(samples_trained) / run_time.total() : 0;
+  const double compute_rate = run_time.compute_s > 0 ? static_cast<double>(samples_trained) / run_time.compute_s : 0;
   if (leader) {
     std::ostringstream s;
-    s << "summary: model " << o.model << "  ranks " << world << "  steps " << position.global_step << "  time "
-      << total << " s  train " << rate << " samples/s  final loss " << last_loss;
+    char stall[32];
+    std::snprintf(stall, sizeof stall, "%.1f%%", run_time.stall_pct());
+    s << "summary: model " << o.model << "  ranks " << world << "  grid " << grid_run.grid().to_string() << "  steps "
+      << position.global_step << "  time " << total << " s  train " << rate << " samples/s (input stall " << stall << ", "
+      << compute_rate << " samples/s without the waits)  final loss " << last_loss;
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
     s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
+    if (scaler.enabled()) s << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
+    s << "  peak RSS " << static_cast<long long>(peak_rss[0] / (1 << 20)) << " MiB";
     if (world > 1)
       s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
         << " started during backward)";
     out << s.str() << "\n";
     out << "outputs: " << checkpoint_path << "  " << metrics_path << "\n";
     std::ostringstream j;
-    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"steps\":" << position.global_step
+    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"grid\":\""
+      << grid_run.grid().to_string() << "\",\"steps\":" << position.global_step
       << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
+      << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(run_time.wait_s)
+      << ",\"input_stall_pct\":" << json_number(run_time.stall_pct())
       << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
       << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
       << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
       << ",\"allreduce_buckets\":" << allreduce.bucket_count()
-      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward() << "}";
+      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
+      << ",\"peak_rss_bytes\":" << static_cast<long long>(peak_rss[0]) << "}";
     metrics.write(j.str());
   }
   return 0;
@@ -293,11 +416,14 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err) {
   try {
     return run(options, comm, out, err);
-  } catch (const std::exception& e) {
-    err << "fanstore-train: error: " << e.what() << "\n";
-    err.flush();
-    if (comm.size() > 1) comm.abort(1);
+  } catch (const GridError& e) {
+    // Every rank finds the same grid problem at the same point, before any work: each says so (one
+    // write, so ranks do not interleave) and waits for the others, so that mpirun, which stops the job
+    // when the first rank exits non-zero, does not cut a rank off before its line.
+    report_grid_error(e, comm, err);
     return 1;
+  } catch (const std::exception& e) {
+    return report_error_and_abort(e, comm, err);
   }
 }
 

@@ -18,6 +18,7 @@ class Pooling final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(const Tensor& dy) override;
+  const PoolingSpec& spec() const { return spec_; }
 
  private:
   PoolingSpec spec_;

@@ -7,8 +7,8 @@
 
 namespace fanstore::trainer {
 
-// y = a + b (+ ...), same shapes. Stays in the backend's layout when all inputs share one (a
-// ResNet shortcut adds two batch-norm outputs, both blocked), else adds in plain layout.
+// y = a + b (+ ...), same shapes (Backend::add): stays in the backend's layout when the inputs
+// share one (a ResNet shortcut adds two batch-norm outputs, both blocked).
 class Add final : public Layer {
  public:
   explicit Add(std::string name, std::size_t inputs = 2) : Layer(std::move(name)), inputs_(inputs) {}
@@ -21,7 +21,7 @@ class Add final : public Layer {
   std::size_t inputs_;
 };
 
-// Concatenation along channels (dim 1), like torch.cat(dim=1), in plain layout.
+// Concatenation along channels (dim 1), like torch.cat(dim=1), in plain layout (Backend::concat_channels).
 class Concat final : public Layer {
  public:
   explicit Concat(std::string name) : Layer(std::move(name)) {}
@@ -31,12 +31,14 @@ class Concat final : public Layer {
   std::vector<Tensor> backward(const Tensor& dy) override;
 
  private:
-  std::vector<Shape> input_shapes_;
+  std::vector<std::int64_t> channels_;  // of each input in the last forward
 };
 
 // Inverted dropout (PyTorch): Train zeroes each element with probability p and scales survivors by
-// 1/(1-p); Eval is the identity. The mask comes from a seeded generator, so runs repeat exactly;
-// reseed() restarts the sequence (finite-difference tests need the same mask every forward).
+// 1/(1-p); Eval is the identity. The mask is a pure function of (seed, step, global element index)
+// (Backend::dropout), so runs repeat exactly, a resumed run draws the masks of the uninterrupted
+// one (the training loop calls set_step), and a spatial slab (set_placement) draws its part of the
+// serial mask. Without set_step calls each Train forward moves to the next step.
 class Dropout final : public Layer {
  public:
   Dropout(std::string name, float p, std::uint64_t seed = 0x5eed);
@@ -44,14 +46,22 @@ class Dropout final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(const Tensor& dy) override;
-  void reseed(std::uint64_t seed) { rng_ = Rng(seed); }
+  void set_step(std::uint64_t step) override { step_ = step; }
+  // Restarts the mask sequence at step 0 (finite-difference tests need the same mask every forward).
+  void reseed(std::uint64_t seed) {
+    seed_ = seed;
+    step_ = 0;
+  }
+  // Where this layer's input sits in the global tensor (spatially split runs); empty = whole.
+  void set_placement(GlobalPlacement placement) { placement_ = std::move(placement); }
 
  private:
   float p_;
-  Rng rng_;
-  std::vector<float> mask_;  // 0 or 1/(1-p) per element of the plain input
-  bool identity_ = true;     // last forward was Eval (or p == 0)
-  Shape shape_;
+  std::uint64_t seed_;
+  std::uint64_t step_ = 0;
+  GlobalPlacement placement_;
+  DropoutMask last_;      // the mask of the last Train forward (backward applies it again)
+  bool identity_ = true;  // last forward was Eval (or p == 0)
 };
 
 // (N, C, ...) -> (N, C*...), in plain layout (PyTorch's torch.flatten(x, 1)).

@@ -1,9 +1,11 @@
 // ImageNet-style image-folder reader: root/<class>/*.jpg -> normalised NCHW float samples + class index.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "trainer/data/hdf5_volume.hpp"
 #include "trainer/data/image_transforms.hpp"
 #include "trainer/data/sample_dataset.hpp"
 
@@ -17,6 +19,10 @@ struct ImageFolderOptions {
   // Validation: the shorter side is resized to round(output_size * resize_ratio) (256 for 224).
   double resize_ratio = 256.0 / 224.0;
   Normalization normalization{};
+  // Spatial parallelism: keep only rows [y0, y1) and columns [x0, x1) of the output_size^2 sample
+  // (z0/z1 unused). Every rank renders the same augmented image (the augmentation depends only on the
+  // seed and the sample) and keeps its slab; a JPEG cannot be decoded in parts. Empty = whole image.
+  std::optional<Slab> region{};
 };
 
 // Classes are the sub-directories of `root` sorted by name (label = position, like torchvision's

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The spatial-parallelism rows of the benchmark (docs/parallelism.md): CosmoFlow on sample x spatial grids.
+# Usage: scripts/bench/spatial.sh OUT_DIR [--quick]     (bench.sh runs it; it can also run alone)
+# Appends rows to OUT_DIR/raw.csv (section,case,system,unit,better,value) and notes to OUT_DIR/notes.tsv,
+# logs to OUT_DIR/logs/spatial-*.log. Env: BUILD_DIR (default build/), MPIRUN (default: mpirun on PATH),
+# SPATIAL_PARTS (default "memory cap scaling model": rerun the timing parts alone at a quiet moment).
+#   memory   peak RSS (max over ranks) of one training step, batch 1, at 64^3 and 128^3: grids 1,2,1,1
+#            and 1,2,2,1 against one rank
+#   cap      CosmoFlow 128^3, one step, under a per-rank `ulimit -v` halfway between the 4-rank and the
+#            1-rank peak virtual size: one rank runs out of memory, 4 ranks (1,2,2,1) train
+#   scaling  one 64^3 sample per step on 1, 2, 4 ranks (spatial); global batch 2 and 4 on spatial, hybrid
+#            and data-parallel grids
+#   model    every grid of 2 and 4 ranks: the performance model's predicted step time (--explain)
+#            next to the measured one (--benchmark), and the model's best grid against the measured best
+set -euo pipefail
+OUT=${1:?usage: spatial.sh OUT_DIR [--quick]}
+QUICK=0
+[ "${2:-}" = --quick ] && QUICK=1
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$REPO/build}
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$REPO/$BUILD_DIR
+TRAIN=$BUILD_DIR/bin/fanstore-train
+MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+[ -f "$OUT/raw.csv" ] || echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
+STEPS=3
+[ $QUICK = 1 ] && STEPS=1
+PARTS=${SPATIAL_PARTS:-memory cap scaling model}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+record() { printf '"%s","%s",%s,%s,%s,"%s"\n' "spatial" "${1//\"/\'}" "$2" "$3" "$4" "${5//\"/\'}" >>"$OUT/raw.csv"; }
+note() { printf 'spatial\t%s\n' "$1" >>"$OUT/notes.tsv"; }
+log() { printf '[spatial %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [ -z "$MPIRUN" ] || ! "$TRAIN" --help 2>&1 | grep -q -- --grid; then
+  record "all" spatial - higher "n/a (needs mpirun and fanstore-train --grid)"
+  exit 0
+fi
+root_flag=()
+[ "$(id -u)" = 0 ] && root_flag=(--allow-run-as-root)
+
+# bench NP GRID BATCH SIZE [prefix...]: one --benchmark run; prints "step_ms rss_bytes virtual_bytes samples_per_s"
+# or "error". The details line of grid_benchmark_command carries the step time and the peaks.
+bench() {
+  local np=$1 grid=$2 batch=$3 size=$4 name="spatial-$1-${2//,/x}-b$3-s$4"
+  shift 4
+  local cmd=("$TRAIN" --model cosmoflow --benchmark "$STEPS" --grid "$grid" --batch "$batch" --input-size "$size" --threads 1)
+  if [ "$np" -gt 1 ]; then cmd=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "${cmd[@]}"); fi
+  # stdin from /dev/null: mpirun forwards stdin to rank 0 and would eat a calling loop's input.
+  if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo error; return; fi
+  local step rss vm rate
+  step=$(grep -oE 'benchmark: step [0-9.]+ ms' "$LOGS/$name.log" | grep -oE '[0-9.]+' | head -1)
+  rss=$(grep -oE 'peak_rss_bytes [0-9]+' "$LOGS/$name.log" | grep -oE '[0-9]+' | head -1)
+  vm=$(grep -oE 'peak_virtual_bytes [0-9]+' "$LOGS/$name.log" | grep -oE '[0-9]+' | head -1)
+  rate=$(grep -oE '^train: [0-9.]+' "$LOGS/$name.log" | grep -oE '[0-9.]+' | head -1)
+  echo "${step:-error} ${rss:-0} ${vm:-0} ${rate:-0}"
+}
+mib() { awk -v b="$1" 'BEGIN {printf "%.0f", b / 1048576}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+
+log "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+note "CosmoFlow (MLPerf HPC), synthetic input, 1 oneDNN thread per rank, ranks oversubscribed on $(nproc) cores (mpirun --oversubscribe --bind-to none); load average at start $(cut -d' ' -f1 /proc/loadavg) (the machine is shared). Step time: mean of $STEPS steps after a warm-up step (forward, loss, backward, gradient allreduce, SGD). Peak RSS and peak virtual size: the largest over the ranks (getrusage, /proc/self/status VmPeak)."
+
+# --- memory ------------------------------------------------------------------------------------------------------
+declare -A VM
+for size in 64 128; do
+  part memory || part cap || continue
+  [ $QUICK = 1 ] && [ $size = 128 ] && continue
+  read -r _ one_rss one_vm _ <<<"$(bench 1 1,1,1,1 1 $size)"
+  VM[1-$size]=$one_vm
+  log "memory ${size}^3: one rank $(mib "$one_rss") MiB"
+  for g in "2 1,2,1,1" "4 1,2,2,1"; do
+    read -r np grid <<<"$g"
+    read -r _ rss vm _ <<<"$(bench "$np" "$grid" 1 $size)"
+    VM[$np-$size]=$vm
+    part memory || continue
+    case_name="peak RSS per rank, ${size}^3 batch 1, grid $grid ($np ranks)"
+    record "$case_name" spatial MiB lower "$(mib "$rss")"
+    record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
+    log "memory ${size}^3 $grid: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
+  done
+done
+
+# --- a sample that does not fit one rank's memory cap ---------------------------------------------------------------
+if part cap && [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-0}" -gt 0 ]; then
+  cap_kib=$(( (VM[1-128] + VM[4-128]) / 2 / 1024 ))
+  one=$(bench 1 1,1,1,1 1 128 prlimit --as=$((cap_kib * 1024)))
+  four=$(bench 4 1,2,2,1 1 128 prlimit --as=$((cap_kib * 1024)))
+  outcome() { if [ "$1" = error ]; then grep -m1 -oE "fanstore-train: error: .*|std::bad_alloc|Killed" "$LOGS/$2.log" | head -1 || echo failed; else echo "trained one step"; fi; }
+  case_name="128^3, one step, ulimit -v $(( cap_kib / 1024 )) MiB per rank"
+  record "$case_name" spatial text higher "1,2,2,1: $(outcome "$(echo "$four" | cut -d' ' -f1)" spatial-4-1x2x2x1-b1-s128)"
+  record "$case_name" one-rank text higher "1 rank: $(outcome "$(echo "$one" | cut -d' ' -f1)" spatial-1-1x1x1x1-b1-s128)"
+  log "cap $(( cap_kib / 1024 )) MiB: one rank -> $(echo "$one" | cut -d' ' -f1), 4 ranks -> $(echo "$four" | cut -d' ' -f1)"
+fi
+
+# --- strong scaling -----------------------------------------------------------------------------------------------
+part scaling && read -r one_step _ _ one_rate <<<"$(bench 1 1,1,1,1 1 64)"
+for g in "2 1,2,1,1" "4 1,2,2,1"; do
+  part scaling || break
+  read -r np grid <<<"$g"
+  read -r step _ _ rate <<<"$(bench "$np" "$grid" 1 64)"
+  case_name="one 64^3 sample per step, $np ranks spatial ($grid)"
+  record "$case_name" spatial samples/s higher "$rate"
+  record "$case_name" one-rank samples/s higher "$one_rate"
+done
+for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"; do
+  part scaling || break
+  read -r np grid batch dp dp_batch <<<"$g"
+  read -r _ _ _ rate <<<"$(bench "$np" "$grid" "$batch" 64)"
+  read -r _ _ _ dp_rate <<<"$(bench "$np" "$dp" "$dp_batch" 64)"
+  case_name="global batch $((np * dp_batch)) of 64^3 on $np ranks: $grid vs $dp"
+  record "$case_name" spatial samples/s higher "$rate"
+  record "$case_name" data-parallel samples/s higher "$dp_rate"
+done
+
+# --- the performance model against measurement -------------------------------------------------------------------------
+for np in 2 4; do
+  part model || break
+  table=$("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "$TRAIN" --model cosmoflow --grid auto \
+    --explain --batch 1 --input-size 64 --threads 1 </dev/null 2>"$LOGS/spatial-explain-$np.err") || { record "model, $np ranks" spatial ms lower "error"; continue; }
+  echo "$table" >"$LOGS/spatial-explain-$np.log"
+  chosen=$(echo "$table" | awk '/<- chosen/ {print $1}')
+  best_grid="" best_ms="" chosen_ms=""
+  while read -r grid batch predicted _; do
+    read -r measured _ _ _ <<<"$(bench "$np" "$grid" "$batch" 64)"
+    record "predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" spatial ms lower "$measured"
+    record "predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" predicted ms lower "$predicted"
+    if [ "$measured" != error ] && { [ -z "$best_ms" ] || awk -v a="$measured" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
+      best_grid=$grid best_ms=$measured
+    fi
+    if [ "$grid" = "$chosen" ]; then chosen_ms=$measured; fi
+  done < <(echo "$table" | awk '$1 ~ /^[0-9]+(,[0-9]+)+$/ && $2 ~ /^[0-9]+$/ {print $1, $2, $3}')
+  record "best grid of $np ranks: the model's ($chosen) vs the measured best ($best_grid)" model-choice ms lower "${chosen_ms:-error}"
+  record "best grid of $np ranks: the model's ($chosen) vs the measured best ($best_grid)" measured-best ms lower "$best_ms"
+  log "$np ranks: model chose $chosen (${chosen_ms:-?} ms measured), measured best $best_grid ($best_ms ms)"
+done
+note "Predicted: --grid auto --explain (global batch = ranks, so each grid's batch per group = ranks / S); measured: --benchmark on that grid and batch. The 'best grid' rows compare the measured step time of the model's choice with that of the measured best grid."

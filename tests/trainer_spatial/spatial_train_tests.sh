@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# End-to-end fanstore-train runs on sample x spatial grids (CI-sized, fixed seeds).
+# Usage: spatial_train_tests.sh CASE WORKDIR
+# Env: FANSTORE_BIN_DIR (fanstore, fanstore-train, fanstore-datagen), FANSTORE_MPIRUN (may be empty).
+# Exit 77 = skipped (no mpirun).
+set -euo pipefail
+case_name=$1 work=$2
+bin=${FANSTORE_BIN_DIR:?}
+train=$bin/fanstore-train datagen=$bin/fanstore-datagen fanstore=$bin/fanstore
+py=/usr/bin/python3
+rm -rf "$work" && mkdir -p "$work"
+cd "$work"
+
+# mpirun_n N ARGS...: N ranks oversubscribed on this machine's cores, no binding.
+mpirun_n() {
+  local n=$1 mpirun=${FANSTORE_MPIRUN:-$(command -v mpirun || true)} root_flag=()
+  shift
+  if [[ -z "$mpirun" ]]; then echo "SKIP: no mpirun"; exit 77; fi
+  [[ $(id -u) == 0 ]] && root_flag=(--allow-run-as-root)
+  # Hang detection only: a healthy run of these cases takes well under this.
+  timeout 900 "$mpirun" "${root_flag[@]}" --oversubscribe --bind-to none -np "$n" "$@"
+}
+
+# summary FIELD METRICS_FILE: a field of the final {"event":"summary"} line.
+summary() { $py -c 'import json,sys; print(json.loads(open(sys.argv[2]).read().splitlines()[-1])[sys.argv[1]])' "$1" "$2"; }
+
+check() {
+  if $py -c "import sys; sys.exit(0 if ($2) else 1)"; then echo "ok   $1"; else echo "FAIL $1"; exit 1; fi
+}
+
+# compare_losses A B TOL: per-step losses of two metrics.jsonl files agree within TOL (relative).
+compare_losses() {
+  $py - "$1" "$2" "$3" <<'EOF'
+import json, sys
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"event":"step"' in l]
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) and len(a) > 0, f"{len(a)} vs {len(b)} steps"
+worst = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b))
+print("per-step losses serial:", " ".join(f"{x:.6f}" for x in a))
+print("per-step losses grid:  ", " ".join(f"{y:.6f}" for y in b))
+print(f"largest relative difference {worst:.2e} (tolerance {tol})")
+sys.exit(0 if worst <= tol else 1)
+EOF
+}
+
+case $case_name in
+bad_grids)
+  # Every rank prints the same one line before any work, and the run exits non-zero.
+  "$datagen" cosmoflow -o data --samples 8 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  expect_grid_error() {  # expect_grid_error "what" "text" NP ARGS...
+    local what=$1 expect=$2 np=$3
+    shift 3
+    if mpirun_n "$np" "$train" --model cosmoflow --data data/train --batch 1 --threads 1 --checkpoint ck "$@" \
+        > out.txt 2> err.txt; then
+      echo "FAIL $what: exit 0"; exit 1
+    fi
+    local lines
+    lines=$(grep -c "^fanstore-train: error: " err.txt || true)
+    if [[ $lines -ne $np ]] || [[ $(grep "^fanstore-train: error: " err.txt | sort -u | wc -l) -ne 1 ]] ||
+       ! grep -qF -- "$expect" err.txt || [[ -e ck/metrics.jsonl ]]; then
+      echo "FAIL $what: expected the same line with '$expect' on all $np ranks and no training, got:"; cat err.txt; exit 1
+    fi
+    echo "ok   $what: $(grep -m1 "^fanstore-train: error: " err.txt)"
+  }
+  expect_grid_error "product differs from the ranks" "needs 8 ranks (the product), but 4 were started" 4 --grid 2,2,2,1
+  expect_grid_error "2D grid for a 3D model" "takes S,D,H,W" 2 --grid 1,2,1
+  expect_grid_error "not a number" "'x' is not a positive integer" 2 --grid 1,x,1,1
+  expect_grid_error "split finer than a layer" "fewer positions than the 2 ranks splitting it" 2 --grid 1,2,1,1
+  ;;
+losses_match_serial)
+  # 5 SGD steps of CosmoFlow 64^3 serially (batch 1) and on a 1,2,2,1 grid: per-step losses within 1e-4.
+  # (SGD with momentum, as two_ranks_match_one: Adam's m/sqrt(v) turns rounding-level differences in
+  # near-zero gradients into full-size steps, an optimizer property and not the split's.)
+  "$datagen" cosmoflow -o data --samples 5 --size 64 --seed 4 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --batch 1 --lr 0.01 --optimizer sgd --momentum 0.9 --seed 5
+          --prefetch-threads 1 --max-steps 5)
+  "$train" "${common[@]}" --threads 2 --checkpoint serial > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --threads 1 --grid 1,2,2,1 --checkpoint grid > /dev/null
+  compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
+  check "summary carries the grid and peak RSS" \
+    "'$(summary grid grid/metrics.jsonl)' == '1,2,2,1' and $(summary peak_rss_bytes grid/metrics.jsonl) > 1e7"
+  ;;
+losses_match_serial_hybrid)
+  # 2 sample groups x 2 spatial ranks (2,1,2,1), batch 1 per group, vs one rank with batch 2: the same
+  # samples per step, the gradients averaged over the groups. 5 SGD steps, per-step losses within 1e-4.
+  "$datagen" cosmoflow -o data --samples 10 --size 64 --seed 4 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --lr 0.01 --optimizer sgd --momentum 0.9 --seed 5
+          --prefetch-threads 1 --max-steps 5)
+  "$train" "${common[@]}" --batch 2 --threads 2 --checkpoint serial > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --batch 1 --threads 1 --grid 2,1,2,1 --checkpoint grid > /dev/null
+  compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
+  ;;
+resnet50_grid)
+  # ResNet-50 (batch norm over the spatial group, image slabs) on 1,2,2: the first step's loss equals
+  # the serial one within 1e-4; then 5 steps and a validation run through. (Later steps are not compared: at this
+  # size a one-ulp change of the serial input alone moves ResNet-50's gradients by up to 18%, so any
+  # two float32 runs that round differently part after the first update; see docs/parallelism.md.)
+  "$datagen" imagefolder -o data --samples 14 --classes 3 --size 64 --seed 5 --val-fraction 0.3 > /dev/null
+  common=(--model resnet50 --data data/train --val data/val --input-size 64 --epochs 1 --batch 2 --lr 0.001
+          --optimizer sgd --momentum 0.9 --seed 5 --prefetch-threads 1 --max-steps 5)
+  "$train" "${common[@]}" --threads 2 --checkpoint serial > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --threads 1 --grid 1,2,2 --checkpoint grid > /dev/null
+  first() { $py -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1]) if json.loads(l)["event"] == "step"][0])' "$1"; }
+  a=$(first serial/metrics.jsonl) b=$(first grid/metrics.jsonl) acc=$(summary val_metric grid/metrics.jsonl)
+  check "resnet50 on 1,2,2: first-step loss $b vs serial $a within 1e-4; validation accuracy $acc" \
+    "abs($a - $b) <= 1e-4 * abs($a) and 0 <= $acc <= 1"
+  ;;
+resume_on_grid)
+  # A checkpoint written once (rank 0) resumes on the same grid: 6 steps straight == 3 + resume + 3.
+  "$datagen" cosmoflow -o data --samples 6 --size 64 --seed 4 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --batch 1 --lr 0.001 --optimizer adam --seed 5
+          --prefetch-threads 1 --threads 1 --grid 1,2,1,1)
+  mpirun_n 2 "$train" "${common[@]}" --checkpoint straight --max-steps 6 > /dev/null
+  mpirun_n 2 "$train" "${common[@]}" --checkpoint split --max-steps 3 > /dev/null
+  mpirun_n 2 "$train" "${common[@]}" --checkpoint split --max-steps 6 --resume > /dev/null
+  if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   resume on grid 1,2,1,1: bit-identical"
+  else echo "FAIL resume on a grid differs"; exit 1; fi
+  ;;
+spatial_io_bytes)
+  # Under `fanstore run`, each of the 4 ranks of a 1,2,2,1 grid reads about a quarter of every sample
+  # (its slab + a one-voxel halo), not the whole sample.
+  "$datagen" cosmoflow -o data --samples 4 --size 64 --seed 4 --val-fraction 0 > /dev/null
+  "$fanstore" pack data -o image --parts 1 > /dev/null
+  # Format 1 compresses each file whole, so any read decodes (and counts) the whole file; format 2's
+  # chunked range reads count the bytes a program reads.
+  if "$fanstore" info image | grep -q "^format version: 1$"; then
+    echo "SKIP: this fanstore packs format-1 images (whole-file decode); the slab I/O needs format 2's range reads"
+    exit 77
+  fi
+  sample_bytes=$(stat -c %s data/train/univ_00000.h5)
+  run_grid() {  # run_grid GRID NP: prints each rank's bytes read from the image
+    FANSTORE_STATS=1 mpirun_n "$2" "$fanstore" run --image image -- "$train" --model cosmoflow \
+      --data /fanstore/train --epochs 1 --batch 1 --lr 0.001 --optimizer adam --seed 5 --prefetch-threads 1 \
+      --threads 1 --grid "$1" --checkpoint "ck_$1" > "out_$1.txt" 2> "stats_$1.txt"
+    grep -oE ' bytes=[0-9]+' "stats_$1.txt" | cut -d= -f2
+  }
+  whole=$(run_grid 1,1,1,1 1 | sort -n | tail -1)
+  quarter=$(run_grid 1,2,2,1 4 | sort -n | tail -1)
+  echo "bytes read per rank for 4 samples of $sample_bytes B: 1 rank $whole, busiest of 4 ranks (1,2,2,1) $quarter"
+  check "a rank of a 4-way split reads <= 0.35 of what one rank reads" "$quarter <= 0.35 * $whole"
+  check "and at least a quarter of it" "$quarter >= 0.25 * $whole"
+  ;;
+explain)
+  # --grid auto --explain: the table of every candidate grid, then exit; --grid auto: the choice.
+  mpirun_n 2 "$train" --model cosmoflow --input-size 64 --batch 1 --threads 1 --grid auto --explain > table.txt
+  cat table.txt
+  for g in 2,1,1,1 1,2,1,1 1,1,2,1 1,1,1,2; do grep -q "^$g " table.txt || { echo "FAIL no row for $g"; exit 1; }; done
+  grep -q "<- chosen" table.txt
+  echo "ok   --explain lists every 2-rank grid and marks the choice"
+  ;;
+learn_cosmoflow_grid)
+  # The serial learning test's recipe (Adam 1e-3 after a warm-up epoch, cosine) and threshold, on a
+  # 1,2,2,1 grid (64^3: a 2x2 split needs two positions per axis after the last pooling).
+  "$datagen" cosmoflow -o data --samples 96 --size 64 --seed 3 > /dev/null
+  mpirun_n 4 "$train" --model cosmoflow --grid 1,2,2,1 --data data/train --val data/val --epochs 6 --batch 4 \
+    --lr 0.001 --optimizer adam --warmup-epochs 1 --schedule cosine --threads 1 --prefetch-threads 1 --seed 1 \
+    --checkpoint ck
+  mae=$(summary val_metric ck/metrics.jsonl) base=$(summary baseline_mae ck/metrics.jsonl)
+  check "cosmoflow on grid 1,2,2,1: val MAE $mae < 0.75 x predict-the-mean $base" "$mae < 0.75 * $base"
+  ;;
+*) echo "unknown case $case_name"; exit 2 ;;
+esac

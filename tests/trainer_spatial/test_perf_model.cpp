@@ -1,0 +1,82 @@
+// The performance model without MPI: candidate grids, costs that follow the grid (halo bytes only with
+// a split, allreduce only with several ranks, memory per rank shrinking with the split), the table.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "trainer/distributed_perf_model.hpp"
+#include "trainer/layers/activation.hpp"
+#include "trainer/layers/convolution.hpp"
+#include "trainer/layers/linear.hpp"
+#include "trainer/layers/pooling.hpp"
+#include "trainer/layers/structural.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+TEST(PerfModel, CandidateGridsAreEveryFactorisation) {
+  const auto grids = candidate_grids(4, 3);
+  std::set<std::string> names;
+  for (const auto& g : grids) {
+    EXPECT_EQ(g.ranks(), 4);
+    names.insert(g.to_string());
+  }
+  EXPECT_EQ(names.size(), grids.size());
+  // 4,1,1,1; 2 x (3 ways to split 2); 1 x (6 ways to split 4 into 3 ordered factors).
+  EXPECT_EQ(grids.size(), 1u + 3u + 6u);
+  EXPECT_TRUE(names.count("1,2,2,1"));
+  EXPECT_EQ(candidate_grids(2, 2).size(), 3u);  // 2,1,1  1,2,1  1,1,2
+}
+
+TEST(PerfModel, PredictionsFollowTheGrid) {
+  // A small CosmoFlow-like network: conv + LeakyReLU + max pool twice, then flatten and a dense layer.
+  auto model = std::make_unique<Model>("small", make_cpu_backend({1}), Shape{1, 4, 16, 16, 16});
+  NodeId x = model->input();
+  std::int64_t channels = 4;
+  for (int i = 0; i < 2; ++i) {
+    x = model->add<Convolution>({x}, "conv" + std::to_string(i), convolution_spec(3, channels, 8 << i, 3, 1, 1));
+    x = model->add<Activation>({x}, "act" + std::to_string(i), leaky_relu(0.3f));
+    x = model->add<Pooling>({x}, "pool" + std::to_string(i), pooling_spec(3, PoolingKind::Max, 2, 2));
+    channels = 8 << i;
+  }
+  x = model->add<Flatten>({x}, "flatten");
+  x = model->add<Linear>({x}, "fc", channels * 4 * 4 * 4, 4);
+  model->finalize(x, 1);
+  auto single = make_single_process_communicator();
+  MachineCosts costs;
+  costs.latency_s = 5e-6;
+  costs.bandwidth_bytes_s = 5e9;
+  costs.copy_bytes_s = 5e9;
+  PerformanceModelOptions options;
+  options.global_batch = 2;
+  options.optimizer_states = 2;
+  const std::vector<GridShape> grids{{2, {1, 1, 1}}, {1, {2, 1, 1}}, {1, {1, 1, 2}}, {1, {1, 2, 2}}, {2, {8, 1, 1}}};
+  const auto p = predict_grids(*model, grids, options, costs, *single);
+  ASSERT_EQ(p.size(), grids.size());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(p[static_cast<std::size_t>(i)].invalid, "") << grids[static_cast<std::size_t>(i)].to_string();
+  EXPECT_NE(p[4].invalid.find("fewer positions"), std::string::npos) << p[4].invalid;
+  // Data parallel: no halo, the whole gradient allreduced; spatial: halos, batch 2 per group.
+  EXPECT_EQ(p[0].halo_bytes, 0);
+  EXPECT_EQ(p[0].allreduce_bytes, 4.0 * static_cast<double>(model->parameters().parameter_count()));
+  EXPECT_EQ(p[0].batch_per_group, 1);
+  EXPECT_EQ(p[1].batch_per_group, 2);
+  // Splitting D in 2 moves at least one 16x16 plane of the 4-channel input (batch 2) forward and back;
+  // splitting 2x2 moves more (two faces and an edge).
+  EXPECT_GT(p[1].halo_bytes, 2 * 2 * 4 * 16 * 16 * 4.0);
+  EXPECT_GT(p[3].halo_bytes, p[1].halo_bytes);
+  // A rank's slab activations halve with a 2-way split of the same batch.
+  EXPECT_LT(p[1].memory_bytes, p[0].memory_bytes * 2);
+  for (const auto& q : p)
+    if (q.invalid.empty()) {
+      EXPECT_GT(q.compute_s, 0);
+    }
+  const int best = best_grid(p);
+  ASSERT_GE(best, 0);
+  const std::string table = explain_table(p, costs, best);
+  EXPECT_NE(table.find("<- chosen"), std::string::npos);
+  EXPECT_NE(table.find("cannot run"), std::string::npos);
+  EXPECT_GT(peak_rss_bytes(), 1e6);
+}
+
+}  // namespace
+}  // namespace fanstore::trainer

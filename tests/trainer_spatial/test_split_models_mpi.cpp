@@ -1,0 +1,66 @@
+// The three models on small inputs, split over 2 and 4 ranks (uneven splits included) against the
+// serial model: output, input gradient and every parameter gradient within 1e-5 of the serial maximum.
+#include <gtest/gtest.h>
+
+#include "exactness.hpp"
+#include "spatial_testing.hpp"
+#include "trainer/models.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+using testing::expect_exact;
+
+std::function<std::unique_ptr<Model>(std::int64_t)> builder(const std::string& name, std::int64_t size,
+                                                             std::int64_t depth = 0, std::int64_t classes = 0) {
+  return [=](std::int64_t batch) {
+    ModelOptions o;
+    o.batch = batch;
+    o.input_size = size;
+    o.input_depth = depth;
+    o.classes = classes;
+    o.seed = 3;
+    return build_model(name, make_cpu_backend({1}), o);
+  };
+}
+
+// CosmoFlow (LeakyReLU, no normalisation) is compared as it is. ResNet-50 and U-Net normalise over a
+// handful of values in their deepest layers, where a ReLU input within rounding of zero flips between
+// any two correct float32 runs: one ulp on the serial input alone moves their gradients by up to 18%
+// (ResNet-50) and 1.4% (U-Net). They are compared with every norm shift at 4 (ReLU inputs far from
+// the kink) and a bound per tensor of max(1e-5, 4 x the serial run's own one-ulp sensitivity, 4 x the
+// float32 accumulation noise sqrt(R) 2^-24 of a gradient summed over R terms per element).
+testing::ExactnessOptions calibrated() {
+  testing::ExactnessOptions c;
+  c.calibrate = true;
+  c.norm_shift = 4.f;
+  return c;
+}
+
+TEST(SplitModels, CosmoFlow) {
+  // 64^3: the last pooling leaves 2^3, so each axis can be split in two.
+  expect_exact("cosmoflow 64^3", builder("cosmoflow", 64), 1,
+               {{1, {2, 1, 1}}, {1, {1, 1, 2}}, {1, {1, 2, 2}}, {1, {2, 2, 1}}, {2, {1, 2, 1}}});
+}
+
+TEST(SplitModels, CosmoFlowUnevenSlabs) {
+  // 96^3 pools to 3^3 at the end: split in two, every slab is uneven somewhere.
+  expect_exact("cosmoflow 96^3 (uneven)", builder("cosmoflow", 96), 1, {{1, {1, 2, 1}}, {1, {2, 1, 2}}});
+}
+
+TEST(SplitModels, UNet3d) {
+  // 32 x 64 x 64: D ends at 1 (not splittable), H and W at 2. 32 x 96 x 64 ends at 3 along H: uneven.
+  expect_exact("unet3d 32x64x64", builder("unet3d", 64, 32), 1, {{1, {1, 2, 1}}, {1, {1, 2, 2}}}, {}, calibrated());
+  expect_exact("unet3d 32x96x96 (uneven)", builder("unet3d", 96, 32), 1, {{1, {1, 1, 2}}}, {}, calibrated());
+}
+
+TEST(SplitModels, ResNet50) {
+  expect_exact("resnet50 64x64", builder("resnet50", 64, 0, 10), 2, {{1, {2, 1}}, {1, {2, 2}}}, {}, calibrated());
+  expect_exact("resnet50 80x80 (uneven)", builder("resnet50", 80, 0, 10), 2, {{1, {1, 2}}, {1, {2, 2}}}, {}, calibrated());
+  DistributedOptions sync;
+  sync.sync_bn = true;
+  expect_exact("resnet50 64x64 --sync-bn", builder("resnet50", 64, 0, 10), 1, {{2, {2, 1}}}, sync, calibrated());
+}
+
+}  // namespace
+}  // namespace fanstore::trainer

@@ -1,0 +1,50 @@
+// Which backend a run computes on: --device auto|cpu|cuda, the GPU a rank takes (by its node-local
+// rank), and a one-line reason when CUDA was asked for and cannot be had.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "trainer/backend.hpp"
+#include "trainer/distributed.hpp"
+#include "trainer/precision.hpp"
+
+namespace fanstore::trainer {
+
+enum class DeviceChoice { Auto, Cpu, Cuda };
+
+// "auto", "cpu" or "cuda"; throws std::invalid_argument naming the choices otherwise.
+DeviceChoice parse_device_choice(const std::string& name);
+
+struct BackendChoice {
+  DeviceChoice device = DeviceChoice::Auto;
+  int threads = 0;                       // CPU: OpenMP threads (0 = OMP_NUM_THREADS)
+  Precision precision = Precision::FP32; // CUDA: activation type; the CPU backend computes in fp32 only
+  int local_rank = -1;                   // CUDA: node-local rank picking the GPU; -1 = node_local_rank()
+};
+
+// Whether this build has the CUDA backend, how many devices the runtime sees, and when none, why
+// (the text of cudaGetDeviceCount's error, e.g. no driver on this machine).
+struct CudaAvailability {
+  bool built = false;
+  int devices = 0;
+  std::string reason;
+};
+CudaAvailability cuda_availability();
+
+// The rank's index on its node from the launcher's environment (Open MPI, MVAPICH, MPICH/Intel MPI,
+// Slurm srun, Cray PALS, Flux); -1 when not started by one of them.
+int node_local_rank();
+
+// auto: CUDA when built and a device is present, else the CPU. cuda without a device (or in a
+// build without CUDA) throws std::runtime_error with one line saying why and what to use instead.
+// A precision other than fp32 on the CPU throws std::invalid_argument.
+std::shared_ptr<Backend> make_backend(const BackendChoice& choice);
+
+// The communicator for device memory: NCCL between the GPUs of a CUDA run on several ranks (gradient
+// bucket sums on their own stream, overlapped with backward; the grid's halo messages and spatial
+// sums; its split() gives NCCL sub-communicators), otherwise null: use `host` itself. Host memory
+// given to it still goes through `host`.
+std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backend& backend);
+
+}  // namespace fanstore::trainer

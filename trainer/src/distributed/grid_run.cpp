@@ -1,0 +1,71 @@
+// The training loop's view of a model on a grid: the split path (DistributedModel) or the plain one.
+#include "trainer/distributed_run.hpp"
+
+#include <cstring>
+
+#include "trainer/distributed_losses.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+Tensor host_input(const data::Batch& batch) {
+  Tensor x = Tensor::zeros(Shape(batch.input_shape));
+  std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
+  return x;
+}
+
+}  // namespace
+
+GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved, const GridOptions& options)
+    : model_(model), world_(world), shape_(resolved.shape) {
+  check_grid_ranks(shape_, world.size());
+  if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
+  grid_ = std::make_unique<ProcessGrid>(world, shape_);
+  DistributedOptions d;
+  d.sync_bn = options.sync_bn;
+  d.overlap = options.overlap;
+  split_ = std::make_unique<DistributedModel>(model, *grid_, d);
+}
+
+GridRun::~GridRun() = default;
+
+int GridRun::sample_group() const { return grid_ ? grid_->sample_group() : world_.rank() / shape_.spatial_ranks(); }
+
+bool GridRun::counts_for_group() const { return !grid_ || grid_->spatial_index() == 0; }
+
+std::optional<SlabRead> GridRun::slab_read() const {
+  if (!split_) return std::nullopt;
+  SlabRead r;
+  r.input = split_->input_box();
+  r.labels = split_->output_split() ? split_->output_slab() : SpatialBox{};
+  return r;
+}
+
+Tensor GridRun::forward(const data::Batch& batch, Mode mode) {
+  Backend& b = model_.backend();
+  if (!split_) return model_.forward(b.to_device(host_input(batch)), mode);
+  return split_->forward(b.to_device(host_input(batch)), mode);
+}
+
+LossResult GridRun::loss(TaskKind task, const Tensor& output, const data::Batch& batch) {
+  if (!split_) return task_loss(model_.backend(), task, output, batch);
+  return grid_task_loss(task, *split_, output, batch);
+}
+
+void GridRun::backward(const Tensor& dy) {
+  if (!split_) model_.backward(dy);
+  else split_->backward(dy);
+}
+
+void GridRun::set_gradient_ready_hook(Model::GradientReadyHook hook) {
+  if (!split_) model_.set_gradient_ready_hook(std::move(hook));
+  else split_->set_gradient_ready_hook(std::move(hook));
+}
+
+void GridRun::accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
+                                MetricSums& sums) {
+  if (!split_) trainer::accumulate_metric(task, model_.backend().to_host(output), batch, valid, sums);
+  else grid_accumulate_metric(task, *split_, output, batch, valid, sums);
+}
+
+}  // namespace fanstore::trainer

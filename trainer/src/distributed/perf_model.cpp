@@ -1,0 +1,398 @@
+// The grid-choosing performance model: measured layer times per slab shape, alpha-beta communication,
+// overlap, memory per rank; and the --explain table.
+#include "trainer/distributed_perf_model.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iomanip>
+#include <optional>
+#include <sstream>
+
+#include "trainer/distributed_plan.hpp"
+#include "trainer/layers/linear.hpp"
+#include "trainer/layers/normalization.hpp"
+#include "trainer/layers/pooling.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr double kFloat = sizeof(float), kDouble = sizeof(double);
+constexpr double kBucketBytes = 25.0 * (1 << 20);  // GradientAllreduce's default bucket
+
+Tensor random_plain(const Shape& shape, std::uint32_t seed) {
+  Tensor t = Tensor::zeros(shape);
+  std::uint32_t s = seed * 2654435761u + 1;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    t[i] = static_cast<float>(static_cast<int>(s >> 9) % 2001 - 1000) * 1e-3f;
+  }
+  return t;
+}
+
+Shape with_batch(Shape s, std::int64_t n) {
+  s[0] = n;
+  return s;
+}
+
+// The local output of a node on the rank at `coords` with n samples per group.
+Shape local_output(const Model& model, const SpatialPlan& plan, NodeId id, const std::vector<int>& coords, std::int64_t n) {
+  const NodePlacement& p = plan.node(id);
+  const Shape global = model.shape(id);
+  if (p.placement == Placement::kReplicated) return with_batch(global, n);
+  const SpatialBox own = p.partition.owned(coords);
+  if (p.placement == Placement::kSplitFlat) {
+    const Shape in = model.shape(model.node_inputs(id).at(0));
+    return Shape{n, in[1] * own.volume()};
+  }
+  Shape s{n, global[1]};
+  for (auto e : own.extents()) s.dims.push_back(e);
+  return s;
+}
+
+// Input shapes to time a node on: its inputs' local shapes, except that a windowed layer gets the
+// input size whose serial output is exactly this rank's output slab (what the split layer computes).
+std::vector<Shape> timing_inputs(const Model& model, const SpatialPlan& plan, NodeId id, const std::vector<int>& coords,
+                                 std::int64_t n) {
+  const auto& inputs = model.node_inputs(id);
+  const NodePlacement& p = plan.node(id);
+  std::vector<Shape> shapes;
+  if (p.window && plan.node(inputs[0]).placement == Placement::kSplit) {
+    const Shape out = local_output(model, plan, id, coords, n);
+    Shape in{n, model.shape(inputs[0])[1]};
+    for (std::size_t a = 0; a < p.window->size(); ++a) {
+      const AxisWindow& w = (*p.window)[a];
+      const std::int64_t o = out[static_cast<int>(a) + 2];
+      const std::int64_t extent = w.transposed ? (o - w.extent + 2 * w.padding + w.stride - 1) / w.stride + 1
+                                               : (o - 1) * w.stride + w.extent - 2 * w.padding;
+      in.dims.push_back(std::max<std::int64_t>(1, extent));
+    }
+    return {in};
+  }
+  for (auto in : inputs) {
+    // A Linear cannot run on a narrower feature vector: time it on the whole one (an upper bound).
+    if (plan.node(in).placement == Placement::kSplitFlat) shapes.push_back(with_batch(model.shape(in), n));
+    else shapes.push_back(local_output(model, plan, in, coords, n));
+  }
+  return shapes;
+}
+
+double bytes_of(const Shape& s) { return static_cast<double>(s.numel()) * kFloat; }
+
+}  // namespace
+
+double MachineCosts::allreduce(int ranks, double bytes) const {
+  if (ranks <= 1) return 0;
+  const double p = ranks;
+  return 2 * (p - 1) * latency_s + 2 * (p - 1) / p * bytes / bandwidth_bytes_s + (p - 1) / p * bytes / copy_bytes_s;
+}
+
+MachineCosts measure_machine_costs(Communicator& world) {
+  MachineCosts c;
+  // Local copy bandwidth: 32 MiB, best of 3.
+  {
+    std::vector<float> a(8 << 20, 1.f), b(8 << 20);
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      const auto t = Clock::now();
+      std::memcpy(b.data(), a.data(), a.size() * sizeof(float));
+      best = std::min(best, since(t));
+    }
+    c.copy_bytes_s = static_cast<double>(a.size() * sizeof(float)) / std::max(best, 1e-9);
+  }
+  if (world.size() > 1) {
+    // Ping-pong between ranks 0 and 1; the others only wait for the result.
+    auto ping_pong = [&](std::size_t floats, int rounds) {
+      std::vector<float> buffer(floats, 0.f);
+      double best = 1e9;
+      for (int r = 0; r < rounds; ++r) {
+        const auto t = Clock::now();
+        if (world.rank() <= 1) {
+          auto m = world.start_messages();
+          if (world.rank() == 0) {
+            m->send(1, buffer.data(), floats, 9001);
+            m->wait();
+            m->receive(1, buffer.data(), floats, 9002);
+          } else {
+            m->receive(0, buffer.data(), floats, 9001);
+            m->wait();
+            m->send(0, buffer.data(), floats, 9002);
+          }
+          m->wait();
+        }
+        best = std::min(best, since(t) / 2);
+      }
+      return best;
+    };
+    ping_pong(2, 3);  // warm-up: connection set-up
+    const double small = ping_pong(2, 20);
+    const double large = ping_pong(1 << 20, 5);
+    c.latency_s = small;
+    c.bandwidth_bytes_s = static_cast<double>((1 << 20) * sizeof(float)) / std::max(large - small, 1e-9);
+  }
+  double figures[3] = {c.latency_s, c.bandwidth_bytes_s, c.copy_bytes_s};
+  world.broadcast(figures, sizeof figures, 0);
+  return MachineCosts{figures[0], figures[1], figures[2]};
+}
+
+std::string LayerTimer::key(NodeId node, const std::vector<Shape>& inputs) {
+  std::string k = std::to_string(node);
+  for (const auto& s : inputs) k += " " + s.to_string();
+  return k;
+}
+
+LayerCost LayerTimer::measure(NodeId node, const std::vector<Shape>& inputs) {
+  const std::string k = key(node, inputs);
+  if (auto it = cache_.find(k); it != cache_.end()) return it->second;
+  Layer& layer = *model_.node_layer(node);
+  std::vector<Tensor> xs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) xs.push_back(random_plain(inputs[i], static_cast<std::uint32_t>(node * 7 + i)));
+  LayerCost best{1e9, 1e9};
+  // The first round builds the backend's primitives for this shape and is not counted.
+  for (int round = 0; round < 3; ++round) {
+    auto t = Clock::now();
+    Tensor y = layer.forward(xs, Mode::Train);
+    const double forward = since(t);
+    Tensor dy = random_plain(y.shape(), static_cast<std::uint32_t>(node));
+    t = Clock::now();
+    layer.backward(dy);
+    const double backward = since(t);
+    if (round > 0) best = {std::min(best.forward_s, forward), std::min(best.backward_s, backward)};
+  }
+  cache_[k] = best;
+  return best;
+}
+
+std::vector<GridShape> candidate_grids(int ranks, int spatial_rank) {
+  std::vector<GridShape> grids;
+  for (int samples = ranks; samples >= 1; --samples) {
+    if (ranks % samples) continue;
+    const int p = ranks / samples;
+    // Every ordered factorisation of p into spatial_rank factors.
+    std::vector<int> f(static_cast<std::size_t>(spatial_rank), 1);
+    std::function<void(std::size_t, int)> place = [&](std::size_t axis, int left) {
+      if (axis + 1 == f.size()) {
+        f[axis] = left;
+        grids.push_back({samples, f});
+        return;
+      }
+      for (int d = left; d >= 1; --d)
+        if (left % d == 0) {
+          f[axis] = d;
+          place(axis + 1, left / d);
+        }
+    };
+    place(0, p);
+  }
+  return grids;
+}
+
+std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridShape>& grids,
+                                          const PerformanceModelOptions& o, const MachineCosts& costs,
+                                          Communicator& world) {
+  std::vector<GridPrediction> out;
+  std::vector<std::optional<SpatialPlan>> plans;
+  for (const auto& g : grids) {
+    GridPrediction p;
+    p.grid = g;
+    std::optional<SpatialPlan> plan;
+    if (o.global_batch % g.samples != 0) {
+      p.invalid = "the global batch " + std::to_string(o.global_batch) + " does not split into " +
+                  std::to_string(g.samples) + " sample groups";
+    } else {
+      p.batch_per_group = o.global_batch / g.samples;
+      try {
+        plan.emplace(model, g);
+      } catch (const GridError& e) {
+        p.invalid = e.what();
+      }
+    }
+    out.push_back(p);
+    plans.push_back(std::move(plan));
+  }
+
+  // The distinct (node, shapes) pairs of every grid's slowest-slab rank (coordinates 0: uneven splits
+  // give the first parts the extra position), measured by the ranks in turn and then shared.
+  LayerTimer timer(model);
+  std::map<std::string, std::pair<NodeId, std::vector<Shape>>> work;
+  for (std::size_t g = 0; g < grids.size(); ++g) {
+    if (!plans[g]) continue;
+    const std::vector<int> origin(grids[g].spatial.size(), 0);
+    for (NodeId id = 1; id < model.node_count(); ++id) {
+      auto shapes = timing_inputs(model, *plans[g], id, origin, out[g].batch_per_group);
+      std::string k = LayerTimer::key(id, shapes);
+      work.emplace(std::move(k), std::make_pair(id, std::move(shapes)));
+    }
+  }
+  std::vector<double> times(2 * work.size(), 0.0);
+  std::size_t index = 0;
+  for (const auto& [k, item] : work) {
+    if (static_cast<int>(index % static_cast<std::size_t>(world.size())) == world.rank()) {
+      const LayerCost c = timer.measure(item.first, item.second);
+      times[2 * index] = c.forward_s;
+      times[2 * index + 1] = c.backward_s;
+    }
+    ++index;
+  }
+  world.sum(times.data(), times.size());
+  index = 0;
+  for (const auto& [k, item] : work) {
+    timer.remember(k, {times[2 * index], times[2 * index + 1]});
+    ++index;
+  }
+
+  const double parameters = static_cast<double>(model.parameters().parameter_count());
+  const double parameter_bytes = parameters * kFloat;
+  for (std::size_t g = 0; g < grids.size(); ++g) {
+    if (!plans[g]) continue;
+    const SpatialPlan& plan = *plans[g];
+    GridPrediction& p = out[g];
+    const GridShape& grid = grids[g];
+    const int spatial = grid.spatial_ranks(), ranks = grid.ranks();
+    const std::int64_t n = p.batch_per_group;
+    const std::vector<int> origin(grid.spatial.size(), 0);
+    double forward = 0, backward = 0, activations = 0, largest = 0, saved_inputs = 0;
+    for (NodeId id = 1; id < model.node_count(); ++id) {
+      const Layer& layer = *model.node_layer(id);
+      const auto shapes = timing_inputs(model, plan, id, origin, n);
+      const LayerCost c = timer.cache().at(LayerTimer::key(id, shapes));
+      forward += c.forward_s;
+      backward += c.backward_s;
+      const double out_bytes = bytes_of(local_output(model, plan, id, origin, n));
+      activations += out_bytes;
+      largest = std::max(largest, out_bytes);
+      const NodePlacement& node = plan.node(id);
+      const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
+      if (in.placement == Placement::kSplit && spatial > 1) {
+        const double channels = static_cast<double>(model.shape(model.node_inputs(id).at(0))[1]);
+        const double out_channels = static_cast<double>(model.shape(id)[1]);
+        if (node.window) {
+          // The busiest rank's exchange, forward and reverse, and the copies around it.
+          double worst_exposed = 0, worst_copy = 0, worst_bytes = 0, worst_saved = 0;
+          for (int r = 0; r < spatial; ++r) {
+            const auto coords = grid_coords(grid, r);
+            const HaloPlan halo = make_halo_plan(*node.window, in.partition, node.partition, coords);
+            const double unit = static_cast<double>(n) * channels * kFloat;
+            worst_saved = std::max(worst_saved, static_cast<double>(halo.local.volume()) * unit);
+            if (!halo.exchanges()) continue;
+            const double received = static_cast<double>(halo.halo_volume()) * unit;
+            const double sent = static_cast<double>(halo.send_volume()) * unit;
+            const double messages = static_cast<double>(std::max(halo.receive.size(), halo.send.size()));
+            const double transfer = messages * costs.latency_s + std::max(received, sent) / costs.bandwidth_bytes_s;
+            const SpatialBox owned_out = node.partition.owned(coords);
+            const auto pieces = window_pieces(*node.window, owned_out, halo.owned, in.partition.whole(), o.overlap);
+            const double interior =
+                o.overlap && pieces.size() > 1 ? static_cast<double>(pieces[0].out.volume()) / owned_out.volume() : 0.0;
+            const double exposed = std::max(0.0, transfer - c.forward_s * interior) +
+                                   std::max(0.0, transfer - (o.overlap ? 0.5 * c.backward_s : 0.0));
+            const double out_unit = static_cast<double>(n) * out_channels * kFloat * owned_out.volume();
+            // Forward: pack + assemble the haloed input + (with pieces) the output; backward the same.
+            const double copied = 2 * (sent + static_cast<double>(halo.local.volume()) * unit +
+                                       (pieces.size() > 1 ? out_unit : 0.0));
+            worst_exposed = std::max(worst_exposed, exposed);
+            worst_copy = std::max(worst_copy, costs.copy(copied));
+            worst_bytes = std::max(worst_bytes, 2 * received);
+          }
+          p.halo_s += worst_exposed;
+          p.copy_s += worst_copy;
+          p.halo_bytes += worst_bytes;
+          saved_inputs += worst_saved;
+        } else if (dynamic_cast<const BatchNorm*>(&layer)) {
+          const double stats = 2 * channels * kDouble;
+          p.reduction_s += 2 * costs.allreduce(spatial, stats) + (o.sync_bn ? 2 * costs.allreduce(grid.samples, stats) : 0);
+        } else if (dynamic_cast<const InstanceNorm*>(&layer)) {
+          p.reduction_s += 2 * costs.allreduce(spatial, 2 * static_cast<double>(n) * channels * kDouble);
+        } else if (dynamic_cast<const GlobalAveragePooling*>(&layer)) {
+          p.reduction_s += costs.allreduce(spatial, static_cast<double>(n) * channels * kFloat);
+        }
+      } else if (in.placement == Placement::kSplitFlat && spatial > 1) {
+        p.reduction_s += costs.allreduce(spatial, static_cast<double>(n * model.shape(id)[1]) * kFloat);
+      }
+    }
+    if (spatial > 1) p.reduction_s += 2 * costs.allreduce(spatial, 64 * kDouble);  // loss and its statistics
+    p.compute_s = forward + backward;
+    if (ranks > 1) {
+      p.allreduce_bytes = parameter_bytes;
+      const double total = costs.allreduce(ranks, parameter_bytes);
+      const double last_bucket = costs.allreduce(ranks, std::min(parameter_bytes, kBucketBytes));
+      p.allreduce_s = std::max(last_bucket, total - backward);
+    }
+    p.step_s = p.compute_s + p.halo_s + p.copy_s + p.reduction_s + p.allreduce_s;
+    // Parameters, gradients and optimizer state; every node's output kept for backward, the haloed
+    // inputs that windowed layers keep, and about two of the largest activations in flight in backward.
+    p.memory_bytes = o.base_memory_bytes + parameter_bytes * (2 + o.optimizer_states) + activations + saved_inputs +
+                     2 * largest;
+  }
+  return out;
+}
+
+int best_grid(const std::vector<GridPrediction>& predictions) {
+  int best = -1;
+  for (std::size_t i = 0; i < predictions.size(); ++i) {
+    const auto& p = predictions[i];
+    if (!p.invalid.empty()) continue;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const auto& b = predictions[static_cast<std::size_t>(best)];
+    if (p.step_s < b.step_s * (1 - 1e-9) ||
+        (p.step_s <= b.step_s * (1 + 1e-9) && p.grid.spatial_ranks() < b.grid.spatial_ranks()))
+      best = static_cast<int>(i);
+  }
+  return best;
+}
+
+std::string explain_table(const std::vector<GridPrediction>& predictions, const MachineCosts& costs, int chosen) {
+  std::ostringstream s;
+  s << std::fixed;
+  s << "machine: latency " << std::setprecision(1) << costs.latency_s * 1e6 << " us, bandwidth "
+    << costs.bandwidth_bytes_s / 1e9 << " GB/s, copy " << costs.copy_bytes_s / 1e9 << " GB/s\n";
+  s << std::left << std::setw(11) << "grid" << std::right << std::setw(7) << "batch" << std::setw(10) << "step ms"
+    << std::setw(11) << "samples/s" << std::setw(11) << "compute" << std::setw(9) << "halo" << std::setw(9) << "copy"
+    << std::setw(9) << "reduce" << std::setw(11) << "allreduce" << std::setw(11) << "mem MiB" << std::setw(11)
+    << "halo MiB" << std::setw(11) << "grad MiB" << "\n";
+  for (std::size_t i = 0; i < predictions.size(); ++i) {
+    const auto& p = predictions[i];
+    s << std::left << std::setw(11) << p.grid.to_string() << std::right;
+    if (!p.invalid.empty()) {
+      s << "  cannot run: " << p.invalid << "\n";
+      continue;
+    }
+    s << std::setw(7) << p.batch_per_group << std::setprecision(1) << std::setw(10) << p.step_s * 1e3
+      << std::setprecision(2) << std::setw(11) << p.samples_per_s() << std::setprecision(1) << std::setw(11)
+      << p.compute_s * 1e3 << std::setw(9) << p.halo_s * 1e3 << std::setw(9) << p.copy_s * 1e3 << std::setw(9)
+      << p.reduction_s * 1e3 << std::setw(11) << p.allreduce_s * 1e3 << std::setw(11) << p.memory_bytes / (1 << 20)
+      << std::setw(11) << p.halo_bytes / (1 << 20) << std::setw(11) << p.allreduce_bytes / (1 << 20)
+      << (static_cast<int>(i) == chosen ? "   <- chosen" : "") << "\n";
+  }
+  s << "(times in ms per step on the busiest rank; compute measured per layer and slab shape on this machine)\n";
+  return s.str();
+}
+
+double peak_virtual_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmPeak: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024.0;
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+}  // namespace fanstore::trainer
