@@ -164,7 +164,7 @@ finish_job "$job" 300
 check "job 1 completed with exit code 0" grep -q 'JobState=COMPLETED ExitCode=0:0' <<<"$state"
 check "the daemons formed one 4-rank job" grep -q 'fanstore serve: ready: 4 ranks, 8 partitions + 1 replicated' <<<"$out"
 check "fanstore-train ran data-parallel on 8 ranks to its summary" \
-  grep -qE '^summary: model cosmoflow  ranks 8  steps 4 .* bad samples 0  rollbacks 0' <<<"$out"
+  grep -qE '^summary: model cosmoflow  ranks 8  grid 8,1,1,1  steps 4 .* bad samples 0  rollbacks 0' <<<"$out"
 check "fanstore-train wrote its checkpoint and metrics" \
   test -s "$work/checkpoint/checkpoint.bin" -a -s "$work/checkpoint/metrics.jsonl"
 check "every task (8, two per node) read all $nfiles files identical to the source" \
