@@ -85,10 +85,12 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
     s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
                                    " is not on this node and no daemon is configured");
   }
-  // Worth sharing: what was expensive to get (decoded, fetched) or what a kernel fd needs. A raw chunk of a
-  // local partition is already in that partition's page cache, verified again in microseconds.
+  // Worth sharing: what was expensive to get (decoded, fetched), what a kernel fd needs, and a raw chunk read in
+  // parts. A raw chunk read whole is already in its partition's page cache and costs one pread plus a checksum;
+  // read in parts (random preads, fio psync), every part would pay the checksum of the whole chunk (~0.25 ms per
+  // MiB) again, so the node keeps the verified copy and later parts are a copy from it.
   const bool must = offer == Offer::kMust;
-  if (s.ok() && node && offer != Offer::kNone && (must || fetched || c.codec == Codec::kZstd))
+  if (s.ok() && node && offer != Offer::kNone && (must || fetched || c.codec == Codec::kZstd || offer == Offer::kPart))
     node->Offer(e, c, out, must);
   return s;
 }

@@ -27,6 +27,7 @@ struct ClientCore {
     kShare,  // worth sharing (a random or partial read, a small file, a large file read again)
     kNone,   // the first stream through a large file on this node: not copied (see ClientFile::ShareStream)
     kMust,   // a kernel fd is being assembled: kept even over budget
+    kPart,   // a part of a chunk was read: shared even when raw (see LoadChunkInto)
   };
   // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
   Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare);

@@ -146,7 +146,9 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
       core_.stats.node_hits.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    auto bytes = core_.GetChunk(e_, *c);
+    // Parts of a large file: other parts of this chunk are likely read at random later, by this process or another.
+    // A one-chunk file read in parts stays in this process's cache, which serves its later parts.
+    auto bytes = core_.GetChunk(e_, *c, chunks_ > 1 ? ClientCore::Offer::kPart : ClientCore::Offer::kShare);
     if (!bytes.ok()) return core_.Report(e_, bytes.status());
     std::memcpy(dst, (*bytes)->data() + from, len);
     if (streaming && from + len == c->raw_size && chunks_ > 1) core_.cache.Drop(e_.id, i);

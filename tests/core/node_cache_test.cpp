@@ -118,7 +118,51 @@ TEST_F(NodeCacheTest, AProcessReadsWhatAnotherDecoded) {
   EXPECT_EQ(ReadAll(*c, "big/0"), files_[0]);
   EXPECT_EQ(ReadAll(*c, "small/3"), test::TextBytes(3003, 103));
   EXPECT_EQ(c->stats().local_loads.load(), 0u) << "every chunk should have come from the node cache";
-  EXPECT_EQ(c->stats().node_hits.load(), 5u + 1u);
+  // At least one hit per chunk: a read-ahead that is still copying a chunk when the reader reaches it makes both
+  // copy it from the node (two hits for one chunk), so the count is a floor, not an exact figure.
+  EXPECT_GE(c->stats().node_hits.load(), 5u + 1u);
+}
+
+// Random parts of a large raw file (fio psync, HDF5 hyperslabs): each part would otherwise pay a pread and the
+// checksum of its whole chunk again; the first reader of a chunk shares the verified copy, later parts are copies.
+TEST_F(NodeCacheTest, PartsOfARawFileAreVerifiedOncePerNode) {
+  const std::string raw = test::RandomBytes(6 * kChunk + 123, 7);
+  test::WriteFile(src_ / "rawsrc/r.bin", raw);
+  ASSERT_TRUE(test::PackTree(src_ / "rawsrc", src_ / "rawimg", 1, {}, 2, nullptr, kChunk, /*level=*/0).ok());
+  NodeCacheOptions o;
+  o.root = root_.path();
+  o.budget = 256ull << 20;
+  auto img = test::OpenOrDie(src_ / "rawimg");
+  auto dir = JoinNodeCache(*img, o, ::getpid());
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  auto reader = [&](uint64_t* local_loads, uint64_t* node_hits) {
+    ClientOptions co;
+    co.image = src_ / "rawimg";
+    co.node_cache_dir = *dir;
+    co.cache_bytes = 0;  // no process cache: every part goes to the node cache or the partition
+    auto c = Client::Create(co);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto f = (*c)->Open(*(*c)->Lookup("r.bin"));
+    ASSERT_TRUE(f.ok());
+    std::mt19937 rng(5);
+    char buf[4096];
+    for (int i = 0; i < 200; ++i) {
+      const uint64_t off = rng() % (raw.size() - sizeof buf);
+      auto n = (*f)->ReadAt(off, buf, sizeof buf);
+      ASSERT_TRUE(n.ok());
+      ASSERT_EQ(*n, sizeof buf);
+      ASSERT_EQ(std::string(buf, sizeof buf), raw.substr(off, sizeof buf)) << "at " << off;
+    }
+    *local_loads = (*c)->stats().local_loads.load();
+    *node_hits = (*c)->stats().node_hits.load();
+  };
+  uint64_t loads = 0, hits = 0;
+  reader(&loads, &hits);
+  EXPECT_LE(loads, 7u) << "each of the 7 chunks verified at most once";
+  EXPECT_GE(hits, 200u - 7u);
+  reader(&loads, &hits);
+  EXPECT_EQ(loads, 0u) << "a second reader finds every chunk on the node";
+  EXPECT_GE(hits, 200u) << "every part (one spanning two chunks counts twice) from the node";
 }
 
 TEST_F(NodeCacheTest, KernelFdsOfALargeFileAreOneSharedCopy) {
