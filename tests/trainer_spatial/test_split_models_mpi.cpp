@@ -1,5 +1,6 @@
 // The three models on small inputs, split over 2 and 4 ranks (uneven splits included) against the
-// serial model: output, input gradient and every parameter gradient within 1e-5 of the serial maximum.
+// serial model: output, input gradient and every parameter gradient within 1e-5 of the serial maximum (CosmoFlow), or
+// within the serial run's own rounding sensitivity where that is larger (U-Net, ResNet-50: see calibrated()).
 #include <gtest/gtest.h>
 
 #include "exactness.hpp"
