@@ -134,7 +134,7 @@ timed() {
 }
 rate() { awk -v n="$1" -v s="$2" 'BEGIN {printf "%.2f", n / s}'; }
 MB=$(awk -v b="$SRC_BYTES" 'BEGIN {print b / 1e6}')
-note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes."
+note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes. Each run starts after a sync, so none is throttled by the previous one's dirty pages."
 HAVE_RAW=0 HAVE_ZSTD=0
 # record_pack CASE_PREFIX SYSTEM LOGNAME SECONDS_OR_EMPTY : the MB/s and files/s rows of one pack run.
 record_pack() {
@@ -149,8 +149,11 @@ record_pack() {
 }
 log "pack: fanstore pack (zstd, raw) vs tar | zstd -T2"
 if [ $HAVE_PACK = 1 ]; then
+  # Every writer starts with no dirty pages of the previous one still being flushed (each pays for its own writes).
+  sync
   s=$(timed pack-zstd "$FANSTORE" pack "$SRC" -o "$IMG_ZSTD" --threads 2) && HAVE_ZSTD=1 || s=""
   record_pack zstd fanstore-pack pack-zstd "$s"
+  sync
   s=$(timed pack-raw "$FANSTORE" pack "$SRC" -o "$IMG_RAW" --level 0 --threads 2) && HAVE_RAW=1 || s=""
   record_pack "raw (--level 0)" fanstore-pack pack-raw "$s"
 else
@@ -158,9 +161,11 @@ else
     record pack "$c" fanstore-pack "${c##* }" higher "$NA_PACK"
   done
 fi
+sync
 s=$(timed tar-zstd bash -c "set -o pipefail; tar cf - -C '$TMPFS' src | zstd -T2 -3 -q -o '$DISK/src.tar.zst'") || s=""
 record_pack zstd tar-zstd tar-zstd "$s"
 rm -f "$DISK/src.tar.zst"
+sync
 s=$(timed tar bash -c "tar cf '$DISK/src.tar' -C '$TMPFS' src") || s=""
 record_pack "raw (--level 0)" tar tar "$s"
 rm -f "$DISK/src.tar"
