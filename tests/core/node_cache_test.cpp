@@ -68,19 +68,20 @@ class NodeCacheTest : public ::testing::Test {
     ASSERT_TRUE(test::PackTree(src_ / "src", src_ / "img", 1, {}, 2, nullptr, kChunk).ok());
     ASSERT_FALSE(root_.path().empty());
   }
-  // Joins the node cache of the image for `owner` (the test process unless given).
-  std::string Join(uint64_t budget = 0, pid_t owner = ::getpid()) {
+  // Joins the node cache of `image` (the fixture's unless given) for `owner` (the test process unless given).
+  std::string Join(uint64_t budget = 0, pid_t owner = ::getpid(), const std::string& image = "") {
     NodeCacheOptions o;
     o.root = root_.path();
     o.budget = budget ? budget : 256ull << 20;
-    auto img = test::OpenOrDie(src_ / "img");
+    auto img = test::OpenOrDie(image.empty() ? src_ / "img" : image);
     auto dir = JoinNodeCache(*img, o, owner);
     EXPECT_TRUE(dir.ok()) << dir.status().ToString();
     return dir.ok() ? *dir : "";
   }
-  std::unique_ptr<Client> NewClient(const std::string& node_dir, uint64_t cache_bytes = 256ull << 20) {
+  std::unique_ptr<Client> NewClient(const std::string& node_dir, uint64_t cache_bytes = 256ull << 20,
+                                    const std::string& image = "") {
     ClientOptions o;
-    o.image = src_ / "img";
+    o.image = image.empty() ? src_ / "img" : image;
     o.node_cache_dir = node_dir;
     o.cache_bytes = cache_bytes;
     auto c = Client::Create(o);
@@ -129,20 +130,13 @@ TEST_F(NodeCacheTest, PartsOfARawFileAreVerifiedOncePerNode) {
   const std::string raw = test::RandomBytes(6 * kChunk + 123, 7);
   test::WriteFile(src_ / "rawsrc/r.bin", raw);
   ASSERT_TRUE(test::PackTree(src_ / "rawsrc", src_ / "rawimg", 1, {}, 2, nullptr, kChunk, /*level=*/0).ok());
-  NodeCacheOptions o;
-  o.root = root_.path();
-  o.budget = 256ull << 20;
-  auto img = test::OpenOrDie(src_ / "rawimg");
-  auto dir = JoinNodeCache(*img, o, ::getpid());
-  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  const std::string dir = Join(0, ::getpid(), src_ / "rawimg");
+  ASSERT_FALSE(dir.empty());
   auto reader = [&](uint64_t* local_loads, uint64_t* node_hits) {
-    ClientOptions co;
-    co.image = src_ / "rawimg";
-    co.node_cache_dir = *dir;
-    co.cache_bytes = 0;  // no process cache: every part goes to the node cache or the partition
-    auto c = Client::Create(co);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto f = (*c)->Open(*(*c)->Lookup("r.bin"));
+    // No process cache: every part goes to the node cache or the partition.
+    auto c = NewClient(dir, /*cache_bytes=*/0, src_ / "rawimg");
+    ASSERT_TRUE(c);
+    auto f = c->Open(*c->Lookup("r.bin"));
     ASSERT_TRUE(f.ok());
     std::mt19937 rng(5);
     char buf[4096];
@@ -153,8 +147,8 @@ TEST_F(NodeCacheTest, PartsOfARawFileAreVerifiedOncePerNode) {
       ASSERT_EQ(*n, sizeof buf);
       ASSERT_EQ(std::string(buf, sizeof buf), raw.substr(off, sizeof buf)) << "at " << off;
     }
-    *local_loads = (*c)->stats().local_loads.load();
-    *node_hits = (*c)->stats().node_hits.load();
+    *local_loads = c->stats().local_loads.load();
+    *node_hits = c->stats().node_hits.load();
   };
   uint64_t loads = 0, hits = 0;
   reader(&loads, &hits);
