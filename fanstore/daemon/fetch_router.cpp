@@ -28,7 +28,7 @@ class FetchRouter::Fetch final : public FetchSink {
 
   std::vector<Waiter> waiters;
   bool prefetch = false;
-  NodeCache::Tag tag;  // the hint position, for a prefetch
+  FetchCache::Tag tag;  // the hint position, for a prefetch
 
   char* Land(uint64_t n) override {
     area_.reset();
@@ -86,7 +86,7 @@ class FetchRouter::Fetch final : public FetchSink {
       }
       // Tagged only while its hint is current: a fetch of a replaced or forgotten hint is an ordinary entry (its
       // tag would hold the window, or move the new hint's cursor, forever).
-      NodeCache::Tag keep;
+      FetchCache::Tag keep;
       if (prefetch && waiters.empty() && r->prefetcher_.Live(tag.stream, tag.gen)) keep = tag;
       if (cb.mem && !r->cache_->Insert(range_, std::move(cb), keep) && keep.prefetched)
         r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
@@ -103,7 +103,7 @@ class FetchRouter::Fetch final : public FetchSink {
 };
 
 FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport,
-                         NodeCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o)
+                         FetchCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o)
     : img_(std::move(img)),
       local_(local),
       transport_(transport),
@@ -146,7 +146,7 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
       Error("reading staged partition %u failed (%s); it is served by the other replicas from now on", r.part,
             s.ToString().c_str());
   }
-  NodeCache::Tag tag;
+  FetchCache::Tag tag;
   if (const char* hit = cache_->Find(r, &tag)) {
     stats_->cache_hits.fetch_add(1, std::memory_order_relaxed);
     if (tag.prefetched) {
@@ -181,7 +181,7 @@ RequestHandler::PathKind FetchRouter::Resolve(std::string_view path, ByteRange* 
 }
 
 void FetchRouter::Settle() {
-  for (const NodeCache::Tag& t : cache_->TakeSharedReads()) {
+  for (const FetchCache::Tag& t : cache_->TakeSharedReads()) {
     stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
     Consumed(t);
   }
@@ -199,7 +199,7 @@ void FetchRouter::Untag(const std::vector<ByteRange>& ranges) {
   for (const ByteRange& r : ranges) cache_->Untag(r);
 }
 
-void FetchRouter::Consumed(const NodeCache::Tag& tag) {
+void FetchRouter::Consumed(const FetchCache::Tag& tag) {
   Untag(prefetcher_.Consumed(tag.stream, tag.gen, tag.index, dp::NowUs()));
 }
 
@@ -211,7 +211,7 @@ bool FetchRouter::Pump() {
   int64_t now = dp::NowUs();
   if (now - last_scan_us_ >= 1000) {
     last_scan_us_ = now;
-    for (const NodeCache::Tag& t : cache_->TakeSharedReads()) {
+    for (const FetchCache::Tag& t : cache_->TakeSharedReads()) {
       stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
       Consumed(t);
       did = true;
@@ -233,7 +233,7 @@ bool FetchRouter::Pump() {
     if (!item) break;
     auto* f = new Fetch(this, item->range);
     f->prefetch = true;
-    f->tag = NodeCache::Tag{true, item->stream, item->index, item->gen};
+    f->tag = FetchCache::Tag{true, item->stream, item->index, item->gen};
     inflight_[item->range] = f;
     ++prefetch_inflight_;
     prefetch_inflight_bytes_ += item->range.length;

@@ -13,7 +13,7 @@
 #include "byte_range.hpp"
 #include "fanstore/image.hpp"
 #include "mpi_transport.hpp"
-#include "node_cache.hpp"
+#include "fetch_cache.hpp"
 #include "prefetcher.hpp"
 #include "socket_server.hpp"
 #include "staged_reader.hpp"
@@ -30,7 +30,7 @@ struct RouterOptions {
 
 class FetchRouter final : public RequestHandler {
  public:
-  FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport, NodeCache* cache,
+  FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport, FetchCache* cache,
               SocketServer* clients, DaemonStats* stats, RouterOptions o);
   ~FetchRouter() override;
 
@@ -46,13 +46,13 @@ class FetchRouter final : public RequestHandler {
 
  private:
   friend class Fetch;
-  void Consumed(const NodeCache::Tag& tag);
+  void Consumed(const FetchCache::Tag& tag);
   void Untag(const std::vector<ByteRange>& ranges);
 
   std::shared_ptr<const Image> img_;
   const StagedReader* local_;
   MpiTransport* transport_;
-  NodeCache* cache_;
+  FetchCache* cache_;
   SocketServer* clients_;
   DaemonStats* stats_;
   RouterOptions o_;

@@ -24,7 +24,7 @@
 #include "fetch_router.hpp"
 #include "log.hpp"
 #include "mpi_transport.hpp"
-#include "node_cache.hpp"
+#include "fetch_cache.hpp"
 #include "progress_loop.hpp"
 #include "socket_server.hpp"
 #include "staged_files.hpp"
@@ -212,7 +212,7 @@ int Serve(const ServeOptions& o) {
   DaemonStats stats;
   std::unique_ptr<StagedReader> staged;
   std::unique_ptr<MpiTransport> transport;
-  std::unique_ptr<NodeCache> cache;
+  std::unique_ptr<FetchCache> cache;
   std::unique_ptr<FetchRouter> router;
   if (st.ok()) {
     staged = std::make_unique<StagedReader>(*img);
@@ -237,7 +237,7 @@ int Serve(const ServeOptions& o) {
     so.group = group;
     so.max_hint_paths = 4 * img->size() + 1024;
     Status why;
-    cache = std::make_unique<NodeCache>(o.cache_bytes, &why);
+    cache = std::make_unique<FetchCache>(o.cache_bytes, &why);
     if (!why.ok()) Error("no node cache: %s", why.ToString().c_str());
     so.cache_fd = cache->shared_fd();
     server = std::make_unique<SocketServer>(so, &stats);

@@ -10,7 +10,7 @@
 
 #include <sys/mman.h>
 
-#include "node_cache.hpp"
+#include "fetch_cache.hpp"
 #include "shared_cache.hpp"
 #include "peer_table.hpp"
 #include "prefetcher.hpp"
@@ -19,16 +19,16 @@
 namespace fanstore::daemon {
 namespace {
 
-CacheBuffer Filled(NodeCache& cache, uint64_t n, char c) {
+CacheBuffer Filled(FetchCache& cache, uint64_t n, char c) {
   CacheBuffer b = cache.Allocate(n);
   if (b.mem) std::memset(b.mem.data(), c, n);
   return b;
 }
 
-TEST(NodeCache, FindsContainedRangesOnly) {
-  NodeCache cache(1 << 20);
+TEST(FetchCache, FindsContainedRangesOnly) {
+  FetchCache cache(1 << 20);
   ASSERT_TRUE(cache.Insert({3, 1000, 100}, Filled(cache, 100, 'a'), {}));
-  NodeCache::Tag t;
+  FetchCache::Tag t;
   EXPECT_NE(cache.Find({3, 1000, 100}, &t), nullptr);
   const char* mid = cache.Find({3, 1010, 20}, &t);  // a chunk of the cached range
   ASSERT_NE(mid, nullptr);
@@ -40,15 +40,15 @@ TEST(NodeCache, FindsContainedRangesOnly) {
   EXPECT_FALSE(cache.Insert({3, 1020, 10}, Filled(cache, 10, 'b'), {})) << "nor a range inside a cached one";
 }
 
-TEST(NodeCache, EvictsLeastRecentlyUsedAndPrefetchedLast) {
-  NodeCache cache(400);  // admits ranges up to 100 bytes
+TEST(FetchCache, EvictsLeastRecentlyUsedAndPrefetchedLast) {
+  FetchCache cache(400);  // admits ranges up to 100 bytes
   EXPECT_FALSE(cache.Admits(101));
-  NodeCache::Tag pf{true, 1, 0};
+  FetchCache::Tag pf{true, 1, 0};
   ASSERT_TRUE(cache.Insert({0, 0, 100}, Filled(cache, 100, 'p'), pf));  // prefetched, not read yet
   ASSERT_TRUE(cache.Insert({0, 100, 100}, Filled(cache, 100, 'a'), {}));
   ASSERT_TRUE(cache.Insert({0, 200, 100}, Filled(cache, 100, 'b'), {}));
   ASSERT_TRUE(cache.Insert({0, 300, 100}, Filled(cache, 100, 'c'), {}));
-  NodeCache::Tag t;
+  FetchCache::Tag t;
   ASSERT_NE(cache.Find({0, 100, 100}, &t), nullptr);  // 'a' is now the most recently used
   ASSERT_TRUE(cache.Insert({0, 400, 100}, Filled(cache, 100, 'd'), {}));
   EXPECT_FALSE(cache.Contains({0, 200, 100})) << "'b' was the least recently used";
@@ -64,8 +64,8 @@ TEST(NodeCache, EvictsLeastRecentlyUsedAndPrefetchedLast) {
   EXPECT_LE(cache.used(), 400u);
 }
 
-TEST(NodeCache, UntaggedRangesGoToTheColdEnd) {
-  NodeCache cache(400);
+TEST(FetchCache, UntaggedRangesGoToTheColdEnd) {
+  FetchCache cache(400);
   ASSERT_TRUE(cache.Insert({0, 0, 100}, Filled(cache, 100, 'a'), {}));
   ASSERT_TRUE(cache.Insert({0, 100, 50}, Filled(cache, 50, 'p'), {true, 1, 5}));
   cache.Untag({0, 100, 50});  // the reader passed it by
@@ -77,8 +77,8 @@ TEST(NodeCache, UntaggedRangesGoToTheColdEnd) {
   EXPECT_TRUE(cache.Contains({0, 0, 100}));
 }
 
-TEST(NodeCache, ZeroBudgetKeepsNothing) {
-  NodeCache cache(0);
+TEST(FetchCache, ZeroBudgetKeepsNothing) {
+  FetchCache cache(0);
   EXPECT_FALSE(cache.Admits(1));
   EXPECT_FALSE(cache.Insert({0, 0, 1}, Filled(cache, 1, 'x'), {}));
 }
@@ -279,7 +279,7 @@ struct ClientView {
 };
 
 TEST(SharedCache, ClientsCopyPublishedRangesUntilTheyAreEvicted) {
-  NodeCache cache(4 << 20);
+  FetchCache cache(4 << 20);
   ASSERT_GE(cache.shared_fd(), 0);
   ClientView c(cache.shared_fd());
   std::string got(100000, '\0');
@@ -304,7 +304,7 @@ TEST(SharedCache, ClientsCopyPublishedRangesUntilTheyAreEvicted) {
 }
 
 TEST(SharedCache, AClobberedHeaderIsNotACache) {
-  NodeCache cache(2 << 20);
+  FetchCache cache(2 << 20);
   int fd = cache.shared_fd();
   ASSERT_GE(fd, 0);
   struct stat st;

@@ -1,10 +1,10 @@
-// NodeCache: ranges by (partition, start offset) with containment lookup; two lists decide eviction order; the
+// FetchCache: ranges by (partition, start offset) with containment lookup; two lists decide eviction order; the
 // shared arena holds the bytes and the index clients read.
-#include "node_cache.hpp"
+#include "fetch_cache.hpp"
 
 namespace fanstore::daemon {
 
-NodeCache::NodeCache(uint64_t budget_bytes, Status* why) : budget_(budget_bytes) {
+FetchCache::FetchCache(uint64_t budget_bytes, Status* why) : budget_(budget_bytes) {
   if (budget_ == 0) return;
   Status s;
   arena_ = SharedArena::Create(budget_, &s);
@@ -14,7 +14,7 @@ NodeCache::NodeCache(uint64_t budget_bytes, Status* why) : budget_(budget_bytes)
   }
 }
 
-CacheBuffer NodeCache::Allocate(uint64_t n) {
+CacheBuffer FetchCache::Allocate(uint64_t n) {
   CacheBuffer b;
   if (!arena_) return b;
   // Cold ranges make room; bounded, so one allocation never empties a cache of tiny ranges for a big one.
@@ -26,7 +26,7 @@ CacheBuffer NodeCache::Allocate(uint64_t n) {
   return b;
 }
 
-std::vector<NodeCache::Tag> NodeCache::TakeSharedReads() {
+std::vector<FetchCache::Tag> FetchCache::TakeSharedReads() {
   std::vector<Tag> read;
   if (!arena_) return read;
   for (auto it = tagged_list_.begin(); it != tagged_list_.end();) {
@@ -40,7 +40,7 @@ std::vector<NodeCache::Tag> NodeCache::TakeSharedReads() {
   return read;
 }
 
-uint64_t NodeCache::SharedHits() const {
+uint64_t FetchCache::SharedHits() const {
   uint64_t n = withdrawn_hits_;
   if (!arena_) return n;
   for (const List* l : {&lru_, &tagged_list_})
@@ -48,7 +48,7 @@ uint64_t NodeCache::SharedHits() const {
   return n;
 }
 
-const NodeCache::List::iterator* NodeCache::Locate(const ByteRange& r) const {
+const FetchCache::List::iterator* FetchCache::Locate(const ByteRange& r) const {
   auto p = index_.find(r.part);
   if (p == index_.end() || p->second.empty()) return nullptr;
   auto it = p->second.upper_bound(r.offset);  // first range starting after r.offset
@@ -59,9 +59,9 @@ const NodeCache::List::iterator* NodeCache::Locate(const ByteRange& r) const {
   return &it->second;
 }
 
-bool NodeCache::Contains(const ByteRange& r) const { return Locate(r) != nullptr; }
+bool FetchCache::Contains(const ByteRange& r) const { return Locate(r) != nullptr; }
 
-const char* NodeCache::Find(const ByteRange& r, Tag* consumed) {
+const char* FetchCache::Find(const ByteRange& r, Tag* consumed) {
   *consumed = Tag{};
   const List::iterator* loc = Locate(r);
   if (!loc) return nullptr;
@@ -77,7 +77,7 @@ const char* NodeCache::Find(const ByteRange& r, Tag* consumed) {
   return it->buf.data + (r.offset - it->range.offset);
 }
 
-void NodeCache::Untag(const ByteRange& r) {
+void FetchCache::Untag(const ByteRange& r) {
   auto p = index_.find(r.part);
   if (p == index_.end()) return;
   auto f = p->second.find(r.offset);
@@ -89,7 +89,7 @@ void NodeCache::Untag(const ByteRange& r) {
   lru_.splice(lru_.end(), tagged_list_, it);
 }
 
-void NodeCache::Erase(List::iterator it, List* from) {
+void FetchCache::Erase(List::iterator it, List* from) {
   // Out of the shared index first: from here on no client completes a copy of it, and its memory can go.
   if (arena_ && it->slot >= 0) {
     withdrawn_hits_ += arena_->Hits(it->slot);
@@ -105,7 +105,7 @@ void NodeCache::Erase(List::iterator it, List* from) {
   from->erase(it);
 }
 
-bool NodeCache::EvictOne() {
+bool FetchCache::EvictOne() {
   if (!lru_.empty()) {
     Erase(std::prev(lru_.end()), &lru_);
     return true;
@@ -117,7 +117,7 @@ bool NodeCache::EvictOne() {
   return false;
 }
 
-bool NodeCache::Insert(const ByteRange& r, CacheBuffer buf, Tag tag) {
+bool FetchCache::Insert(const ByteRange& r, CacheBuffer buf, Tag tag) {
   if (!Admits(r.length) || !arena_ || !buf.mem) return false;
   auto p = index_.find(r.part);
   if (p != index_.end() && p->second.count(r.offset)) return false;

@@ -25,7 +25,7 @@ struct CacheBuffer {
   const char* data = nullptr;
 };
 
-class NodeCache {
+class FetchCache {
  public:
   // A range fetched ahead for prefetch stream `stream` at position `index` of its hint (generation `gen`), not
   // read yet.
@@ -37,7 +37,7 @@ class NodeCache {
   };
 
   // Budget 0, or an arena that cannot be made (*why says why), is a cache that keeps nothing.
-  NodeCache(uint64_t budget_bytes, Status* why = nullptr);
+  FetchCache(uint64_t budget_bytes, Status* why = nullptr);
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const { return used_; }
