@@ -149,6 +149,13 @@ struct MpiTransport::Impl {
     reply_slots = static_cast<int>(slot_req.size());
   }
 
+  void Ring(int rank) {
+    if (o.doorbell) o.doorbell->Ring(rank);
+  }
+  void FlushDoorbell() {
+    if (o.doorbell) o.doorbell->Flush();
+  }
+
   void Track(MPI_Request r, std::function<void()> f) {
     active.push_back(r);
     on_complete.push_back(std::move(f));
@@ -240,7 +247,8 @@ struct MpiTransport::Impl {
     stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
     Status err;
     Send(p.current(), kTagRequest, buf->data(), buf->size(), [buf] {}, &err);
-    if (!err.ok()) Fail(req_id, err);
+    if (!err.ok()) return Fail(req_id, err);
+    Ring(p.current());
   }
 
   void Fail(uint64_t req_id, const Status& why) {
@@ -478,6 +486,7 @@ struct MpiTransport::Impl {
       Store64(buf->data(), 0);
       Store32(buf->data() + 12, kKindProbe);
       Send(r, kTagRequest, buf->data(), buf->size(), [buf] {}, nullptr);
+      Ring(r);
     }
   }
 
@@ -537,6 +546,7 @@ struct MpiTransport::Impl {
            o.chunk_comm);
     }
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
+    Ring(src);
   }
 
   // ---- progress ---------------------------------------------------------------------------------------------
@@ -604,10 +614,12 @@ struct MpiTransport::Impl {
 
   bool Progress() {
     if (shut) return false;
+    FlushDoorbell();  // for the fetches started since the last step (clients, prefetch)
     bool did = PollIncoming();
     did |= Reap();
     CheckDeadlines(dp::NowUs());
     ProbeDownPeers();
+    FlushDoorbell();
     return did;
   }
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "byte_range.hpp"
+#include "doorbell.hpp"
 #include "fanstore/status.hpp"
 #include "staged_reader.hpp"
 #include "stats.hpp"
@@ -27,6 +28,9 @@ struct TransportOptions {
   // with their reply's tag: no probe of the world communicator ever sees one, and chunks of two replies from one
   // peer can never be taken for each other.
   MPI_Comm chunk_comm = MPI_COMM_NULL;
+  // Rung for every request and reply sent, so a sleeping peer wakes for it (null: peers find messages at their
+  // next look).
+  Doorbell* doorbell = nullptr;
 };
 
 // The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.

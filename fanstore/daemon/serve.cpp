@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "daemon_protocol.hpp"
+#include "doorbell.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path_template.hpp"
 #include "fetch_router.hpp"
@@ -209,6 +210,22 @@ int Serve(const ServeOptions& o) {
   if (opened.ok()) img = std::move(opened).value();
   else st = opened.status();
 
+  // Every rank takes part in the exchange, with or without a doorbell of its own (all zero: never rung).
+  std::unique_ptr<Doorbell> doorbell;
+  if (o.doorbell) {
+    Status why;
+    doorbell = Doorbell::Open(&why);
+    if (!doorbell) Error("no doorbell (peers then see this rank's requests at its next look at MPI): %s",
+                         why.ToString().c_str());
+  }
+  {
+    Doorbell::Address self = doorbell ? doorbell->address() : Doorbell::Address{};
+    std::vector<Doorbell::Address> all(static_cast<size_t>(nranks));
+    static_assert(sizeof(Doorbell::Address) == 8);
+    MPI_Allgather(&self, 8, MPI_BYTE, all.data(), 8, MPI_BYTE, MPI_COMM_WORLD);
+    if (doorbell) doorbell->SetPeers(std::move(all));
+  }
+
   DaemonStats stats;
   std::unique_ptr<StagedReader> staged;
   std::unique_ptr<MpiTransport> transport;
@@ -224,6 +241,7 @@ int Serve(const ServeOptions& o) {
     to.timeout_ms = static_cast<int>(o.timeout_s * 1000);
     to.max_message = o.max_message;
     to.chunk_comm = chunk_comm;
+    to.doorbell = doorbell.get();
     transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
     ServerOptions so;
     so.hello.rank = static_cast<uint32_t>(rank);
@@ -249,6 +267,9 @@ int Serve(const ServeOptions& o) {
     server->SetHandler(router.get());
     startup.SetSocket(server.get());
     st = server->Bind(socket_path);
+    if (st.ok() && doorbell) server->Watch(doorbell->fd(), [&doorbell, &stats] {
+        stats.doorbells_heard.fetch_add(static_cast<uint64_t>(doorbell->Drain()), std::memory_order_relaxed);
+      });
   }
   if (failed("start-up")) return 1;
   // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
@@ -288,6 +309,7 @@ int Serve(const ServeOptions& o) {
   transport->Shutdown();
   server->Stop();
   router->Settle();
+  if (doorbell) stats.doorbells_rung = doorbell->rung();
   Info("stopping on %s: %s", strsignal(sig), stats.Line().c_str());
   if (o.cleanup) staged_files.RemoveAll();
   router.reset();

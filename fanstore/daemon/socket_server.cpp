@@ -31,7 +31,7 @@ namespace {
 namespace dp = daemon_proto;
 
 // Keys of the epoll events that are not connections.
-constexpr uint64_t kWakeKey = 0, kListenKey = 1;
+constexpr uint64_t kWakeKey = 0, kListenKey = 1, kWatchKey = 2;
 // A prefetch path longer than this is a protocol error (PATH_MAX is 4096).
 constexpr size_t kMaxPathLine = 64 * 1024;
 
@@ -137,7 +137,9 @@ struct SocketServer::Impl {
   int64_t accept_paused_until = 0;  // out of fds: the listening socket rests a while (else epoll spins)
 
   std::unordered_map<uint64_t, Conn> conns;
-  uint64_t next_conn = 2;
+  uint64_t next_conn = 3;
+  int watch_fd = -1;
+  std::function<void()> on_watch;
   std::vector<uint64_t> doomed;
 
   RequestHandler* H() { return *handler; }
@@ -551,6 +553,11 @@ struct SocketServer::Impl {
         Accept();
         continue;
       }
+      if (key == kWatchKey) {
+        on_watch();
+        handled = true;
+        continue;
+      }
       auto it = conns.find(key);
       if (it == conns.end()) continue;
       Conn& c = it->second;
@@ -646,6 +653,16 @@ void SocketServer::Wake() {
   uint64_t one = 1;
   ssize_t r = write(impl_->wake_fd, &one, sizeof one);
   (void)r;  // a full eventfd counter still wakes the loop
+}
+
+void SocketServer::Watch(int fd, std::function<void()> on_ready) {
+  Impl& m = *impl_;
+  m.watch_fd = fd;
+  m.on_watch = std::move(on_ready);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWatchKey;
+  epoll_ctl(m.ep, EPOLL_CTL_ADD, fd, &ev);
 }
 
 void SocketServer::Unpublish() {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -73,6 +74,9 @@ class SocketServer {
   bool Poll(int64_t timeout_us);
   // Interrupts a Poll in progress; any thread.
   void Wake();
+  // Poll also wakes for `fd` (the doorbell): it calls on_ready, which must drain it, and counts as activity.
+  // After Bind; one fd.
+  void Watch(int fd, std::function<void()> on_ready);
   // Removes the socket file (clients can no longer connect); any thread, idempotent.
   void Unpublish();
   // Closes every connection (clients then get EIO at once) and removes the socket. Not concurrent with Poll.

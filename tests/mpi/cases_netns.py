@@ -58,3 +58,8 @@ def case_netns(ctx):
     c = counters(out, 0)
     log(f"rank 0 daemon: {c}")
     check(c["peers down"] == 1 and c["timeouts"] <= 4, "host 1 must be declared down once")
+    # Doorbells cross the namespaces: each rank advertised its veth address, and the hosts that served rank 0's
+    # and rank 2's reads heard them.
+    for rank in (0, 2, 3):
+        c = counters(out, rank)
+        check(c["doorbells heard"] > 0 and c["doorbells rung"] > 0, f"rank {rank} doorbells: {c}")

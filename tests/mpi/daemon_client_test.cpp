@@ -26,6 +26,7 @@
 
 #include "daemon_protocol.hpp"
 #include "fanstore/daemon_client.hpp"
+#include "fanstore/env.hpp"
 
 namespace fanstore {
 namespace {
@@ -420,6 +421,28 @@ TEST(DaemonClient, FetchesInlineAndMemfdPayloadsAndKeepsTheConnection) {
   }
   EXPECT_TRUE(sock);
   EXPECT_TRUE(reg);
+}
+
+TEST(DaemonClient, NodeInTheSocketPathIsThisNodesDaemon) {
+  // FANSTORE_DAEMON=/tmp/{node}/sock set by hand (LD_PRELOAD without `fanstore run`) reaches this node's socket.
+  FakeDaemon d(Handle);
+  std::string dir = d.path().substr(0, d.path().rfind('/'));
+  std::string node = dir.substr(dir.rfind('/') + 1);
+  const char* old = getenv(env::kSlurmNodeName);
+  std::string saved = old ? old : "";
+  setenv(env::kSlurmNodeName, node.c_str(), 1);
+  DaemonInfo info;
+  auto f = ConnectDaemonFetcher("/tmp/{node}/sock", &info);
+  auto bad = ConnectDaemonFetcher("/tmp/{node}/nosock", &info);
+  if (old) setenv(env::kSlurmNodeName, saved.c_str(), 1);
+  else unsetenv(env::kSlurmNodeName);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::string out;
+  ASSERT_TRUE((*f)->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  EXPECT_EQ(out, kSmall);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(dir + "/nosock"), std::string::npos) << "the error names the expanded path: "
+                                                                           << bad.status().message();
 }
 
 TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {

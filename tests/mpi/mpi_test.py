@@ -27,6 +27,7 @@ from mpi_harness import SKIP, Ctx, Fail, Skip, log  # noqa: E402
 
 CASES = {
     "read_all": cases_basic.case_read_all,
+    "no_doorbell": cases_basic.case_no_doorbell,
     "replicas": cases_basic.case_replicas,
     "nospace": cases_basic.case_nospace,
     "python": cases_basic.case_python,

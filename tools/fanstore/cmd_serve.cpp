@@ -55,6 +55,9 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       ->transform(CLI::AsSizeValue(false));
   serve->add_flag("--progress", so->progress_spin,
                   "Poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
+  serve->add_flag("!--no-doorbell", so->doorbell,
+                  "Do not wake peers with a UDP datagram per message (they then see requests at their next look "
+                  "at MPI, 0.05-2 ms later; for networks that drop UDP between nodes)");
   serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
       ->capture_default_str();
   // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).

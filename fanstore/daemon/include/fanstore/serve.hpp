@@ -21,6 +21,7 @@ struct ServeOptions {
   std::string socket_mode;                 // octal permission bits of the socket; empty: 0600 (0660 with group)
   std::string group;                       // group (name or gid) whose members may use the daemon
   bool progress_spin = false;              // poll MPI flat out (a core at 100%) for the lowest latency
+  bool doorbell = true;                    // wake peers for each message by a UDP datagram (docs/daemon.md)
   int hot_us = 2000;                       // after activity, poll without sleeping this long (microseconds)
   uint64_t max_message = 1ull << 30;       // (tests) bigger replies between daemons travel in chunks of this size
 };
