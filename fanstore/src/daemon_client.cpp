@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "daemon_protocol.hpp"
+#include "fanstore/path_template.hpp"
 #include "shared_cache.hpp"
 
 namespace fanstore {
@@ -645,12 +646,16 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms) {
   }
 }
 
-Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& socket_path, DaemonInfo* info) {
-  auto r = ProbeDaemon(socket_path, 5000);
+Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& socket_template, DaemonInfo* info) {
+  // "{node}" here too, not only in the front ends: FANSTORE_DAEMON set by hand (a job script with LD_PRELOAD)
+  // must reach this node's daemon when several virtual nodes share a host.
+  auto socket_path = ExpandNodeTemplate(socket_template);
+  if (!socket_path.ok()) return socket_path.status();
+  auto r = ProbeDaemon(*socket_path, 5000);
   if (!r.ok()) return r.status();
   *info = *r;
   int timeout = info->timeout_ms > 0 ? static_cast<int>(info->timeout_ms) : 5000;
-  return std::shared_ptr<RemoteFetcher>(std::make_shared<DaemonFetcher>(socket_path, timeout));
+  return std::shared_ptr<RemoteFetcher>(std::make_shared<DaemonFetcher>(*socket_path, timeout));
 }
 
 Result<PrefetchResult> SendPrefetchHint(const std::string& socket_path, const std::vector<std::string>& paths,

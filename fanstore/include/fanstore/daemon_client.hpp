@@ -31,6 +31,7 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms);
 // on each (its payload is read in place from the connection's shared reply area: WithStored copies nothing);
 // fork-safe: a child drops inherited connections and reconnects lazily. Every socket wait is bounded by the
 // daemon's --timeout, so a dead daemon is kTimeout/kIoError, never a hang.
+// "{node}" in socket_path is expanded (fanstore/path_template.hpp), as every front end does.
 Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& socket_path, DaemonInfo* info);
 
 // What a daemon did with a prefetch hint.

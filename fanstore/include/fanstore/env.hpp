@@ -19,7 +19,8 @@ enum class Scope {
   X(kImage, "FANSTORE_IMAGE", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
     "image directory to serve (set by `fanstore run --image`)", "unset: everything passes through")                         \
   X(kDaemon, "FANSTORE_DAEMON", Scope::kRuntime, "interposer, `Client::FromEnv`",                                           \
-    "Unix socket of this node's `fanstore serve` (multi-node; set by `fanstore run --daemon`; wins over `FANSTORE_IMAGE`)", \
+    "Unix socket of this node's `fanstore serve` (multi-node; set by `fanstore run --daemon`; wins over `FANSTORE_IMAGE`; "  \
+    "`{node}` is this node's name)",                                                                                        \
     "unset")                                                                                                                \
   X(kMount, "FANSTORE_MOUNT", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
     "absolute path prefix served from the image; it need not exist", "`/fanstore`")                                         \
@@ -39,8 +40,9 @@ enum class Scope {
     "token of an index `fanstore run` checked once, so children skip re-hashing it (internal)", "unset: hash the index")    \
   X(kLazy, "FANSTORE_LAZY", Scope::kRuntime, "interposer",                                                                  \
     "`0`: no lazy fds; every open of a file makes its memfd at once (`docs/interpose.md`)", "lazy fds")                     \
-  X(kSlurmNodeName, "SLURMD_NODENAME", Scope::kRuntime, "`fanstore serve`, `wait`, `run --daemon`",                         \
-    "set by Slurm in a job step: what `{node}` becomes in `serve --local/--socket`, `wait` and `run --daemon`",             \
+  X(kSlurmNodeName, "SLURMD_NODENAME", Scope::kRuntime, "`fanstore serve`, `wait`, `run`/`mount --daemon`, clients",      \
+    "set by Slurm in a job step: what `{node}` becomes in `serve --local/--socket`, `wait`, `run`/`mount --daemon` and "    \
+    "`FANSTORE_DAEMON`",                                                                                                    \
     "unset: the host name")                                                                                                 \
   X(kCwd, "FANSTORE_CWD", Scope::kRuntime, "interposer",                                                                    \
     "virtual working directory handed to exec'd children (set by the interposer, not by users)", "unset")                   \
