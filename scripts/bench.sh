@@ -134,7 +134,7 @@ timed() {
 }
 rate() { awk -v n="$1" -v s="$2" 'BEGIN {printf "%.2f", n / s}'; }
 MB=$(awk -v b="$SRC_BYTES" 'BEGIN {print b / 1e6}')
-note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes. Each run starts after a sync, so none is throttled by the previous one's dirty pages."
+note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes. Each writer runs twice (two rounds in opposite orders, each run after a sync) and its faster run counts."
 HAVE_RAW=0 HAVE_ZSTD=0
 # record_pack CASE_PREFIX SYSTEM LOGNAME SECONDS_OR_EMPTY : the MB/s and files/s rows of one pack run.
 record_pack() {
@@ -148,27 +148,45 @@ record_pack() {
   fi
 }
 log "pack: fanstore pack (zstd, raw) vs tar | zstd -T2"
+# Two rounds, the second in the opposite order, and the faster run of each writer counts: the first writer after
+# the tree was made pays for evicting its disk copy's page cache (measured here: the same pack 11.8 s first, 4.6 s
+# after), whichever writer that is. Every run starts after a sync (each pays for its own writes only).
+declare -A PACK_BEST=()
+pack_run() {
+  local name=$1 s
+  shift
+  sync
+  s=$(timed "$name" "$@") || { PACK_BEST[$name]=${PACK_BEST[$name]:-}; return 0; }
+  if [ -z "${PACK_BEST[$name]:-}" ] || awk -v a="$s" -v b="${PACK_BEST[$name]}" 'BEGIN {exit !(a < b)}'; then
+    PACK_BEST[$name]=$s
+  fi
+}
+pack_step() {
+  case $1 in
+    pack-zstd) [ $HAVE_PACK = 1 ] && pack_run pack-zstd "$FANSTORE" pack "$SRC" -o "$IMG_ZSTD" --threads 2 ;;
+    pack-raw) [ $HAVE_PACK = 1 ] && pack_run pack-raw "$FANSTORE" pack "$SRC" -o "$IMG_RAW" --level 0 --threads 2 ;;
+    tar-zstd)
+      pack_run tar-zstd bash -c "set -o pipefail; tar cf - -C '$TMPFS' src | zstd -T2 -3 -q -f -o '$DISK/src.tar.zst'"
+      rm -f "$DISK/src.tar.zst" ;;
+    tar)
+      pack_run tar bash -c "tar cf '$DISK/src.tar' -C '$TMPFS' src"
+      rm -f "$DISK/src.tar" ;;
+  esac
+  return 0
+}
+for step in pack-zstd tar-zstd pack-raw tar tar pack-raw tar-zstd pack-zstd; do pack_step "$step"; done
 if [ $HAVE_PACK = 1 ]; then
-  # Every writer starts with no dirty pages of the previous one still being flushed (each pays for its own writes).
-  sync
-  s=$(timed pack-zstd "$FANSTORE" pack "$SRC" -o "$IMG_ZSTD" --threads 2) && HAVE_ZSTD=1 || s=""
-  record_pack zstd fanstore-pack pack-zstd "$s"
-  sync
-  s=$(timed pack-raw "$FANSTORE" pack "$SRC" -o "$IMG_RAW" --level 0 --threads 2) && HAVE_RAW=1 || s=""
-  record_pack "raw (--level 0)" fanstore-pack pack-raw "$s"
+  [ -n "${PACK_BEST[pack-zstd]:-}" ] && HAVE_ZSTD=1
+  [ -n "${PACK_BEST[pack-raw]:-}" ] && HAVE_RAW=1
+  record_pack zstd fanstore-pack pack-zstd "${PACK_BEST[pack-zstd]:-}"
+  record_pack "raw (--level 0)" fanstore-pack pack-raw "${PACK_BEST[pack-raw]:-}"
 else
   for c in "zstd: MB/s" "zstd: files/s" "raw (--level 0): MB/s" "raw (--level 0): files/s"; do
     record pack "$c" fanstore-pack "${c##* }" higher "$NA_PACK"
   done
 fi
-sync
-s=$(timed tar-zstd bash -c "set -o pipefail; tar cf - -C '$TMPFS' src | zstd -T2 -3 -q -o '$DISK/src.tar.zst'") || s=""
-record_pack zstd tar-zstd tar-zstd "$s"
-rm -f "$DISK/src.tar.zst"
-sync
-s=$(timed tar bash -c "tar cf '$DISK/src.tar' -C '$TMPFS' src") || s=""
-record_pack "raw (--level 0)" tar tar "$s"
-rm -f "$DISK/src.tar"
+record_pack zstd tar-zstd tar-zstd "${PACK_BEST[tar-zstd]:-}"
+record_pack "raw (--level 0)" tar tar "${PACK_BEST[tar]:-}"
 sync
 
 # --- how each system is reached ---------------------------------------------------------------------------------
