@@ -18,17 +18,6 @@
 
 namespace fanstore {
 
-Status RemoteFetcher::FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out) {
-  std::string all;
-  Status s = FetchStored(e, &all);
-  if (!s.ok()) return s;
-  if (offset > all.size() || length > all.size() - offset)
-    return Status(Code::kIoError, "the daemon sent " + std::to_string(all.size()) + " stored bytes of " +
-                                      std::string(e.path) + ", fewer than its chunk table needs");
-  out->assign(all, offset, length);
-  return Status::Ok();
-}
-
 namespace detail {
 namespace {
 
@@ -76,9 +65,7 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
     }
     stats.local_loads.fetch_add(1, std::memory_order_relaxed);
   } else if (remote) {
-    std::string stored;
-    s = FetchRemoteChunk(e, c, &stored);
-    if (s.ok()) s = DecodeChunk(e, c, stored.data(), stored.size(), out);
+    s = LoadRemoteChunk(e, c, out);
     stats.remote_loads.fetch_add(1, std::memory_order_relaxed);
     fetched = true;
   } else {
@@ -95,13 +82,29 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
   return s;
 }
 
-Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out) {
-  const uint64_t off = c.offset - e.offset;
+Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
   if (remote->FetchesRanges()) {
-    Status s = remote->FetchStoredRange(e, off, c.stored_size, out);
-    stats.remote_bytes.fetch_add(out->size(), std::memory_order_relaxed);
+    // Decoded straight from the fetcher's view (the daemon's reply area): no copy of the stored bytes and no fresh
+    // buffer to fault in. DecodeChunk checks the bytes it wrote to `out`, not the view, so what is handed out is
+    // verified whatever happens to the view meanwhile.
+    if (c.offset < e.offset || c.offset - e.offset > e.stored_size || c.stored_size > e.stored_size - (c.offset - e.offset))
+      return Status(Code::kCorrupt, "remote read of " + std::string(e.path) + ": chunk outside the file's stored range");
+    Status s = remote->WithStored(e.part, c.offset, c.stored_size, [&](const char* data, size_t n) {
+      stats.remote_bytes.fetch_add(n, std::memory_order_relaxed);
+      return DecodeChunk(e, c, data, n, out);
+    });
+    if (!s.ok() && s.code() != Code::kCorrupt)
+      return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
     return s;
   }
+  std::string stored;
+  Status s = FetchRemoteChunk(e, c, &stored);
+  if (s.ok()) s = DecodeChunk(e, c, stored.data(), stored.size(), out);
+  return s;
+}
+
+Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out) {
+  const uint64_t off = c.offset - e.offset;
   std::shared_ptr<const std::string> all;
   const bool keepable = img.ChunkCount(e) > 1;
   {

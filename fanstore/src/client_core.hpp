@@ -67,8 +67,12 @@ struct ClientCore {
   size_t memfd_cap_;
   std::mutex report_mu_;
   std::unordered_set<uint32_t> reported_;
-  // Whole stored ranges of remote files, for a fetcher that cannot fetch sub-ranges: most recent first.
+  // A remote chunk, decoded and verified into `out`.
+  Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out);
+  // The stored bytes of a remote chunk through a fetcher that only fetches whole files (kept a while for the
+  // file's other chunks).
   Status FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out);
+  // Whole stored ranges of remote files, for a fetcher that cannot fetch sub-ranges: most recent first.
   std::mutex remote_mu_;
   std::list<std::pair<uint32_t, std::shared_ptr<const std::string>>> remote_files_;
   uint64_t remote_bytes_kept_ = 0;

@@ -351,19 +351,8 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     return s;
   }
 
-  // The daemon answers any (partition, offset, length): the client asks for one chunk's stored bytes, so a
-  // 16-byte read of a remote 4 GiB file moves one chunk.
+  // The daemon answers any (partition, offset, length): the client asks for one chunk's stored bytes.
   bool FetchesRanges() const override { return true; }
-  Status FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out) override {
-    if (offset > e.stored_size || length > e.stored_size - offset)
-      return Status(Code::kCorrupt, "remote read of " + std::string(e.path) + ": chunk outside the file's stored range");
-    Status s = WithStored(e.part, e.offset + offset, length, [out](const char* d, size_t n) {
-      out->assign(d, n);
-      return Status::Ok();
-    });
-    if (!s.ok()) return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
-    return s;
-  }
 
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
     // The node cache first: a range cached there is copied out here, without a daemon round-trip.

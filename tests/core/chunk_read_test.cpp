@@ -83,8 +83,9 @@ TEST_P(ChunkReadTest, WholeFilesAndEveryChunkEdge) {
       const uint64_t last = std::min<uint64_t>(start + kChunk, n) - 1;
       EXPECT_EQ(Read(*f, start, 1), c.bytes.substr(start, 1)) << c.rel << " first byte of chunk at " << start;
       EXPECT_EQ(Read(*f, last, 1), c.bytes.substr(last, 1)) << c.rel << " last byte of chunk at " << start;
-      if (start > 0)  // across the boundary into this chunk
+      if (start > 0) {  // across the boundary into this chunk
         EXPECT_EQ(Read(*f, start - 3, 7), c.bytes.substr(start - 3, 7)) << c.rel << " spanning " << start;
+      }
     }
     EXPECT_EQ(Read(*f, n, 10), "") << c.rel;
     EXPECT_EQ(Read(*f, n + kChunk * 5, 10), "") << c.rel;

@@ -32,17 +32,16 @@ class RemoteFetcher {
   // Fills `out` with the stored bytes of `e`: the whole range [e.offset, e.offset + e.stored_size) of its
   // partition (every chunk, as packed). Must fail within its timeout, never hang.
   virtual Status FetchStored(const Entry& e, std::string* out) = 0;
-  // Fills `out` with [offset, offset + length) of that range (one chunk's stored bytes: the client asks for
-  // no more than it decodes). A fetcher whose peer can answer sub-ranges overrides it and FetchesRanges(), so a
-  // 16-byte read of a remote 4 GiB file moves one chunk. The default fetches the whole range and keeps the
-  // slice; the client then keeps whole ranges it fetched for a while, so reading a file chunk by chunk does
-  // not fetch it once per chunk.
-  virtual Status FetchStoredRange(const Entry& e, uint64_t offset, uint64_t length, std::string* out);
+  // Whether WithStored fetches just the range asked for. A fetcher whose peer can answer sub-ranges (the daemon)
+  // says so, and the client then asks for one chunk's stored bytes at a time: a 16-byte read of a remote 4 GiB
+  // file moves one chunk. Otherwise the client fetches whole files (FetchStored) and keeps them a while, so
+  // reading a file chunk by chunk does not fetch it once per chunk.
   virtual bool FetchesRanges() const { return false; }
   // Calls `use` once with the stored bytes [offset, offset + length) of partition `part`, valid only during the
-  // call (the daemon fetcher passes a view of its shared reply area: no copy), and returns use's status, or the
-  // fetch error without calling it. The default asks FetchStored for an entry naming exactly that range;
-  // the client uses it for chunk ranges only when FetchesRanges().
+  // call (the daemon fetcher passes a view of its shared reply area: no copy; the client decodes from it into
+  // the chunk's memory), and returns use's status, or the fetch error without calling it. The default asks
+  // FetchStored for an entry naming exactly that range; the client uses it for chunk ranges only when
+  // FetchesRanges().
   using StoredUse = std::function<Status(const char* data, size_t size)>;
   virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use);
   Status WithStored(const Entry& e, const StoredUse& use) { return WithStored(e.part, e.offset, e.stored_size, use); }
