@@ -181,9 +181,13 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     world.max(peak, 2);
     const double samples = static_cast<double>(o.steps * resolved.batch_per_group * resolved.shape.samples);
     if (world.rank() == 0) {
-      err << "benchmark: step " << std::fixed << std::setprecision(1) << train_s / static_cast<double>(o.steps) * 1e3
-          << " ms, peak_rss_bytes " << std::setprecision(0) << peak[0] << " peak_virtual_bytes " << peak[1]
-          << " (max over " << world.size() << " ranks)" << std::endl;
+      // One write: std::cerr is unbuffered, and under mpirun a line written in pieces can be split by the stdout
+      // line below (the bench's parser then missed the step time).
+      std::ostringstream line;
+      line << "benchmark: step " << std::fixed << std::setprecision(1) << train_s / static_cast<double>(o.steps) * 1e3
+           << " ms, peak_rss_bytes " << std::setprecision(0) << peak[0] << " peak_virtual_bytes " << peak[1]
+           << " (max over " << world.size() << " ranks)\n";
+      err << line.str() << std::flush;
       out << benchmark_line(samples, train_s, infer_s, b.describe()) << std::endl;
     }
     return 0;
