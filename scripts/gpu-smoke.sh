@@ -22,10 +22,16 @@ train=$bin/fanstore-train
 py=${FANSTORE_PYTHON:-/usr/bin/python3}
 [ -x "$train" ] || { echo "gpu-smoke: $train not built (scripts/build.sh)" >&2; exit 1; }
 
-# No device (or no CUDA in this build): say so and skip, the way ctest counts a skip.
+# No device (or no CUDA in this build): say so and skip, the way ctest counts a skip. A CUDA module that is
+# missing or does not load is a failure, not a skip.
 if probe=$("$train" --model cosmoflow --benchmark 1 --batch 1 --input-size 32 --device cuda 2>&1 >/dev/null); then :; else
-  echo "gpu-smoke: SKIP: no CUDA device: $(echo "$probe" | tail -1)"
-  exit 77
+  case "$probe" in
+    *"--device cuda: no CUDA device"* | *"built without the CUDA backend"*)
+      echo "gpu-smoke: SKIP: no CUDA device: $(echo "$probe" | tail -1)"
+      exit 77 ;;
+  esac
+  echo "gpu-smoke: FAIL: --device cuda: $(echo "$probe" | tail -1)" >&2
+  exit 1
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-smoke.XXXXXX")

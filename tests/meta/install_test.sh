@@ -2,10 +2,12 @@
 # An installed FanStore works on its own: `cmake --install` into a prefix that is then moved (case `prefix`), or the
 # .deb packages unpacked with dpkg -x (case `deb`), and then, with the build and source trees hidden, `fanstore run
 # --image IMG -- cat /fanstore/x` serves the image and a tiny C++ program builds against the prefix with
-# find_package(FanStore) and reads the image through FanStore::client.
-# Usage: install_test.sh prefix|deb BUILD_DIR SOURCE_DIR
+# find_package(FanStore) and reads the image through FanStore::client. In a build with the trainer's CUDA backend
+# (CUDA_MODULE=1), the installed fanstore-train also finds and loads its module libfanstore-trainer-cuda.so for
+# --device cuda (here without a GPU: "no CUDA device", said by the module).
+# Usage: install_test.sh prefix|deb BUILD_DIR SOURCE_DIR [CUDA_MODULE (0|1)]
 set -euo pipefail
-case=$1 build=$(cd "$2" && pwd) src=$(cd "$3" && pwd)
+case=$1 build=$(cd "$2" && pwd) src=$(cd "$3" && pwd) cuda_module=${4:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/fanstore-install-XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -28,7 +30,9 @@ elif [ "$case" = deb ]; then
   runtime=$(ls "$work"/pkg/fanstore_*.deb) dev=$(ls "$work"/pkg/fanstore-dev_*.deb)
   dpkg-deb -c "$runtime" | awk '{print $NF}' > "$work/runtime.list"
   dpkg-deb -c "$dev" | awk '{print $NF}' > "$work/dev.list"
-  for f in ./usr/bin/fanstore ./usr/bin/fanstore-datagen ./usr/lib/libfanstore_preload.so; do
+  runtime_files=(./usr/bin/fanstore ./usr/bin/fanstore-datagen ./usr/lib/libfanstore_preload.so)
+  [ "$cuda_module" = 1 ] && runtime_files+=(./usr/lib/libfanstore-trainer-cuda.so)
+  for f in "${runtime_files[@]}"; do
     grep -qx "$f" "$work/runtime.list" || fail "$(basename "$runtime") lacks $f"
   done
   for f in ./usr/include/fanstore/client.hpp ./usr/include/fanstore/image.hpp ./usr/lib/libfanstore_core.a \
@@ -61,6 +65,9 @@ else
 fi
 
 "$prefix/bin/fanstore" pack "$work/data" -o "$work/image" > /dev/null || fail "the installed fanstore pack failed"
+if [ "$cuda_module" = 1 ]; then
+  [ -f "$prefix/lib/libfanstore-trainer-cuda.so" ] || fail "the CUDA module is not installed: $prefix/lib/libfanstore-trainer-cuda.so"
+fi
 
 mkdir -p "$work/consumer"
 cp "$here/install_consumer.cpp" "$work/consumer/main.cpp"
@@ -85,6 +92,16 @@ case "\$(echo "\$out" | head -1)" in
   "preload=$prefix/"*) ;;
   *) echo "FAIL install.$case: LD_PRELOAD does not point into the installed prefix $prefix" >&2; exit 1 ;;
 esac
+if [ "$cuda_module" = 1 ]; then
+  # The installed fanstore-train loads the installed module (a GPU runs, no GPU says so; anything else is an error).
+  if cuda=\$("$prefix/bin/fanstore-train" --model cosmoflow --benchmark 1 --batch 1 --input-size 32 --device cuda 2>&1); then
+    echo "fanstore-train --device cuda ran: \$(echo "\$cuda" | tail -1)"
+  elif echo "\$cuda" | grep -q -- "--device cuda: no CUDA device"; then
+    echo "fanstore-train --device cuda loaded its module: \$(echo "\$cuda" | tail -1)"
+  else
+    echo "\$cuda"; echo "FAIL install.$case: the installed fanstore-train did not load its CUDA module" >&2; exit 1
+  fi
+fi
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
   > "$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; echo "FAIL install.$case: find_package(FanStore) failed" >&2; exit 1; }
 cmake --build "$work/consumer/build" >> "$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; echo "FAIL install.$case: the consumer did not build" >&2; exit 1; }

@@ -487,6 +487,10 @@ int main(int argc, char** argv) {
     c.under_test = c.cpu;
   } else if (backend == "cuda") {
     const CudaAvailability cuda = cuda_availability();
+    if (cuda.module_error) {  // an installation problem, not a machine without a GPU: fail, do not skip
+      std::cerr << "FAIL: " << cuda.reason << "\n";
+      return 1;
+    }
     if (!cuda.built || cuda.devices == 0) {
       std::cout << "SKIP: no CUDA device (" << cuda.reason << "); the CUDA conformance cases did not run\n";
       return 77;

@@ -1,6 +1,8 @@
 // Mixed-precision host logic (the dynamic loss scaler) and backend selection (--device, the
 // node-local rank, the one-line refusal of --device cuda without a GPU).
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -76,11 +78,30 @@ TEST(DeviceSelection, ParsesChoicesAndTheNodeLocalRank) {
   unsetenv("SLURM_LOCALID");
 }
 
+// The objects mapped into this process whose path contains `name`.
+std::string mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line, found;
+  while (std::getline(maps, line))
+    if (line.find(name) != std::string::npos) found += line.substr(line.rfind(' ') + 1) + " ";
+  return found;
+}
+
 TEST(DeviceSelection, CpuAlwaysAutoFallsBackCudaRefusesInOneLine) {
   EXPECT_EQ(make_backend({DeviceChoice::Cpu, 1})->device(), Device::Host);
-  const CudaAvailability cuda = cuda_availability();
+  if (!nvidia_device_plausible()) {
+    // No NVIDIA driver here: auto is the CPU without loading the CUDA module or any CUDA library.
+    EXPECT_EQ(make_backend({DeviceChoice::Auto, 1})->device(), Device::Host);
+    for (const char* lib : {"libfanstore-trainer-cuda", "libcudart", "libcudnn", "libcublas", "libnccl"})
+      EXPECT_EQ(mapped(lib), "") << lib << " is mapped after a CPU-only --device auto";
+  }
+  const CudaAvailability cuda = cuda_availability();  // loads the module in a CUDA build
   std::cout << "CUDA backend built: " << cuda.built << ", devices: " << cuda.devices
             << (cuda.reason.empty() ? "" : ", reason: " + cuda.reason) << "\n";
+  EXPECT_FALSE(cuda.module_error) << "this test program cannot load the CUDA module: " << cuda.reason;
+  if (cuda.built) {
+    EXPECT_NE(mapped("libfanstore-trainer-cuda.so"), "") << "cuda_availability() did not load the module";
+  }
   if (cuda.built && cuda.devices > 0) {
     EXPECT_EQ(make_backend({DeviceChoice::Auto, 1})->device(), Device::Cuda);
     return;

@@ -1,13 +1,13 @@
-// Backend selection: --device parsing, the node-local rank, CUDA availability and the factory.
+// Backend selection: --device parsing, the node-local rank, CUDA availability and the factory. The
+// CUDA backend is reached only through cuda_loader.hpp (the module libfanstore-trainer-cuda.so).
 #include "trainer/device_selection.hpp"
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <stdexcept>
 
-#ifdef FANSTORE_WITH_CUDA
-#include "cuda/cuda_backend.hpp"
-#endif
+#include "cuda_loader.hpp"
 
 namespace fanstore::trainer {
 
@@ -18,16 +18,28 @@ DeviceChoice parse_device_choice(const std::string& name) {
   throw std::invalid_argument("unknown device '" + name + "' (expected auto, cpu or cuda)");
 }
 
-CudaAvailability cuda_availability() {
+CudaAvailability cuda_availability(CudaProbe probe) {
   CudaAvailability a;
-#ifdef FANSTORE_WITH_CUDA
+#ifdef FANSTORE_CUDA_MODULE
   a.built = true;
-  a.devices = cuda::device_count(&a.reason);
+  if (probe == CudaProbe::IfNvidiaDevice && !cuda_module::nvidia_device_plausible()) {
+    a.reason = "no NVIDIA driver on this machine (no /dev/nvidiactl, /proc/driver/nvidia or /dev/dxg)";
+    return a;
+  }
+  if (const std::string& error = cuda_module::load_error(); !error.empty()) {
+    a.module_error = true;
+    a.reason = error;
+    return a;
+  }
+  a.devices = cuda_module::device_count(&a.reason);
 #else
+  (void)probe;
   a.reason = "this fanstore-train was built without the CUDA backend (FANSTORE_CUDA=OFF, or no nvcc/cuDNN/NCCL at configure time)";
 #endif
   return a;
 }
+
+bool nvidia_device_plausible() { return cuda_module::nvidia_device_plausible(); }
 
 int node_local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
@@ -43,19 +55,20 @@ int node_local_rank() {
 
 std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {
   if (choice.device != DeviceChoice::Cpu) {
-    const CudaAvailability cuda = cuda_availability();
+    const CudaAvailability cuda =
+        cuda_availability(choice.device == DeviceChoice::Auto ? CudaProbe::IfNvidiaDevice : CudaProbe::Load);
     if (cuda.built && cuda.devices > 0) {
-#ifdef FANSTORE_WITH_CUDA
-      cuda::CudaBackendOptions o;
       const int local = choice.local_rank >= 0 ? choice.local_rank : std::max(0, node_local_rank());
-      o.device = local % cuda.devices;  // one rank per GPU; ranks beyond the GPU count share round robin
-      o.precision = choice.precision;
-      return cuda::make_cuda_backend(o);
-#endif
+      // one rank per GPU; ranks beyond the GPU count share round robin
+      return cuda_module::make_cuda_backend(local % cuda.devices, choice.precision);
     }
     if (choice.device == DeviceChoice::Cuda)
-      throw std::runtime_error("--device cuda: " + std::string(cuda.built ? "no CUDA device (" + cuda.reason + ")" : cuda.reason) +
+      throw std::runtime_error("--device cuda: " +
+                               (cuda.built && !cuda.module_error ? "no CUDA device (" + cuda.reason + ")" : cuda.reason) +
                                "; use --device cpu or --device auto");
+    // A machine with an NVIDIA driver whose CUDA module is broken: say so rather than quietly train
+    // on the CPU, then do what auto promises.
+    if (cuda.module_error) std::cerr << "fanstore-train: warning: --device auto: " << cuda.reason << "; running on the CPU\n";
   }
   if (choice.precision != Precision::FP32)
     throw std::invalid_argument(std::string("--precision ") + precision_name(choice.precision) +
@@ -65,11 +78,8 @@ std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {
 
 std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backend& backend) {
   if (host.size() < 2 || backend.device() != Device::Cuda) return nullptr;
-#ifdef FANSTORE_WITH_CUDA
-  return cuda::make_nccl_communicator(host, backend);
-#else
-  return nullptr;
-#endif
+  // A CUDA backend exists, so make_backend() loaded the module.
+  return cuda_module::make_nccl_communicator(host, backend);
 }
 
 }  // namespace fanstore::trainer

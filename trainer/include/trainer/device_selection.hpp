@@ -24,20 +24,34 @@ struct BackendChoice {
 };
 
 // Whether this build has the CUDA backend, how many devices the runtime sees, and when none, why
-// (the text of cudaGetDeviceCount's error, e.g. no driver on this machine).
+// (the text of cudaGetDeviceCount's error, e.g. no driver on this machine). The backend is a module,
+// libfanstore-trainer-cuda.so, that only this asks to be loaded (dlopen, once per process): CPU runs
+// never map cudart, cuDNN, cuBLAS or NCCL. `module_error`: it could not be loaded (not installed next
+// to the program, dlopen's error, another ABI version), which `reason` says with what to do: an
+// installation problem, not a machine without a GPU.
 struct CudaAvailability {
   bool built = false;
   int devices = 0;
   std::string reason;
+  bool module_error = false;
 };
-CudaAvailability cuda_availability();
+// Load: always ask the module (--device cuda, the conformance suite). IfNvidiaDevice: load it only
+// when nvidia_device_plausible(), else report no device without loading anything (--device auto).
+enum class CudaProbe { Load, IfNvidiaDevice };
+CudaAvailability cuda_availability(CudaProbe probe = CudaProbe::Load);
+
+// Whether this machine may have an NVIDIA GPU, decided without loading any library: the driver's
+// /dev/nvidiactl or /proc/driver/nvidia, or WSL's /dev/dxg. False means no CUDA device for sure.
+bool nvidia_device_plausible();
 
 // The rank's index on its node from the launcher's environment (Open MPI, MVAPICH, MPICH/Intel MPI,
 // Slurm srun, Cray PALS, Flux); -1 when not started by one of them.
 int node_local_rank();
 
-// auto: CUDA when built and a device is present, else the CPU. cuda without a device (or in a
-// build without CUDA) throws std::runtime_error with one line saying why and what to use instead.
+// auto: CUDA when built and a device is present, else the CPU (without loading the CUDA module when
+// nvidia_device_plausible() is false; with a one-line warning on stderr when it is true but the
+// module cannot be loaded). cuda without a device (or in a build without CUDA, or when the module
+// cannot be loaded) throws std::runtime_error with one line saying why and what to do instead.
 // A precision other than fp32 on the CPU throws std::invalid_argument.
 std::shared_ptr<Backend> make_backend(const BackendChoice& choice);
 
