@@ -76,8 +76,12 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
   // parts. A raw chunk read whole is already in its partition's page cache and costs one pread plus a checksum;
   // read in parts (random preads, fio psync), every part would pay the checksum of the whole chunk (~0.25 ms per
   // MiB) again, so the node keeps the verified copy and later parts are a copy from it.
+  // A whole raw chunk the daemon keeps node-wide (its node RAM cache) is not copied here a second time: another
+  // process gets it from there for the same copy and checksum, and the node's memory holds it once.
   const bool must = offer == Offer::kMust;
-  if (s.ok() && node && offer != Offer::kNone && (must || fetched || c.codec == Codec::kZstd || offer == Offer::kPart))
+  const bool daemon_keeps = fetched && c.codec == Codec::kRaw && offer != Offer::kPart && remote->CachesNodeWide();
+  if (s.ok() && node && offer != Offer::kNone && !(daemon_keeps && !must) &&
+      (must || fetched || c.codec == Codec::kZstd || offer == Offer::kPart))
     node->Offer(e, c, out, must);
   return s;
 }

@@ -353,6 +353,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
 
   // The daemon answers any (partition, offset, length): the client asks for one chunk's stored bytes.
   bool FetchesRanges() const override { return true; }
+  bool CachesNodeWide() override { return SharedCache() != nullptr; }
 
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
     // The node cache first: a range cached there is copied out here, without a daemon round-trip.

@@ -124,6 +124,74 @@ TEST_F(NodeCacheTest, AProcessReadsWhatAnotherDecoded) {
   EXPECT_GE(c->stats().node_hits.load(), 5u + 1u);
 }
 
+// A daemon stand-in that serves stored ranges from the image's partition files, and says whether it keeps what it
+// fetched node-wide (the daemon's node RAM cache).
+class PartitionFetcher : public RemoteFetcher {
+ public:
+  PartitionFetcher(std::shared_ptr<const Image> img, bool node_wide) : img_(std::move(img)), node_wide_(node_wide) {}
+  Status FetchStored(const Entry& e, std::string* out) override {
+    return WithStored(e, [out](const char* d, size_t n) {
+      out->assign(d, n);
+      return Status::Ok();
+    });
+  }
+  Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
+    std::string buf(length, '\0');
+    int fd = ::open(img_->PartitionPath(part).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open partition");
+    ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset));
+    ::close(fd);
+    if (n != static_cast<ssize_t>(length)) return Status(Code::kIoError, "short partition read");
+    return use(buf.data(), buf.size());
+  }
+  bool FetchesRanges() const override { return true; }
+  bool CachesNodeWide() override { return node_wide_; }
+  using RemoteFetcher::WithStored;
+
+ private:
+  std::shared_ptr<const Image> img_;
+  bool node_wide_;
+};
+
+// Whole raw chunks fetched through a daemon that keeps them node-wide are not copied into the node cache a second
+// time (another process gets them from the daemon's cache); through one that does not, they are shared here.
+TEST_F(NodeCacheTest, RawChunksTheDaemonKeepsAreNotCopiedAgain) {
+  for (bool node_wide : {false, true}) {
+    // An image of its own per case, different in content: the node cache is named after the image's index.
+    const std::string tree = src_ / (node_wide ? "rawsmall1" : "rawsmall0");
+    const std::string image = src_ / (node_wide ? "rawsmallimg1" : "rawsmallimg0");
+    test::WriteFile(tree + "/a", test::RandomBytes(5000, 1));
+    test::WriteFile(tree + "/b", test::RandomBytes(3 * kChunk, 2));
+    test::WriteFile(tree + (node_wide ? "/node-wide" : "/not-node-wide"), "case");
+    ASSERT_TRUE(test::PackTree(tree, image, 1, {}, 2, nullptr, kChunk, /*level=*/0).ok());
+    const std::string dir = Join(0, ::getpid(), image);
+    ASSERT_FALSE(dir.empty());
+    auto reader = [&]() -> std::unique_ptr<Client> {
+      ClientOptions o;
+      o.image = image;
+      o.partition_dir = src_ / "nothing-here";  // every partition is remote
+      o.node_cache_dir = dir;
+      o.cache_bytes = 0;
+      o.remote = std::make_shared<PartitionFetcher>(test::OpenOrDie(image), node_wide);
+      auto c = Client::Create(o);
+      EXPECT_TRUE(c.ok()) << c.status().ToString();
+      if (!c.ok()) return nullptr;
+      EXPECT_EQ(ReadAll(**c, "a"), test::RandomBytes(5000, 1));
+      EXPECT_EQ(ReadAll(**c, "b"), test::RandomBytes(3 * kChunk, 2));
+      return std::move(c).value();
+    };
+    auto first = reader();
+    auto second = reader();
+    ASSERT_TRUE(first && second);
+    if (node_wide) {
+      EXPECT_EQ(second->stats().node_hits.load(), 0u) << "the daemon keeps them: no second node-wide copy";
+      EXPECT_GE(second->stats().remote_loads.load(), 4u);
+    } else {
+      EXPECT_GE(second->stats().node_hits.load(), 1u) << "no daemon cache: the node cache shares them";
+    }
+  }
+}
+
 // Random parts of a large raw file (fio psync, HDF5 hyperslabs): each part would otherwise pay a pread and the
 // checksum of its whole chunk again; the first reader of a chunk shares the verified copy, later parts are copies.
 TEST_F(NodeCacheTest, PartsOfARawFileAreVerifiedOncePerNode) {

@@ -37,6 +37,9 @@ class RemoteFetcher {
   // file moves one chunk. Otherwise the client fetches whole files (FetchStored) and keeps them a while, so
   // reading a file chunk by chunk does not fetch it once per chunk.
   virtual bool FetchesRanges() const { return false; }
+  // Whether what it fetches is kept node-wide already (the daemon's node RAM cache, which every client process of
+  // the node reads): the client then does not copy whole raw chunks into its own node cache a second time.
+  virtual bool CachesNodeWide() { return false; }
   // Calls `use` once with the stored bytes [offset, offset + length) of partition `part`, valid only during the
   // call (the daemon fetcher passes a view of its shared reply area: no copy; the client decodes from it into
   // the chunk's memory), and returns use's status, or the fetch error without calling it. The default asks
