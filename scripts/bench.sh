@@ -156,7 +156,7 @@ pack_run() {
   local name=$1 s
   shift
   sync
-  s=$(timed "$name" "$@") || { PACK_BEST[$name]=${PACK_BEST[$name]:-}; return 0; }
+  s=$(timed "$name" "$@") || return 0  # a failed run changes nothing (a writer with no good run: an "error" row)
   if [ -z "${PACK_BEST[$name]:-}" ] || awk -v a="$s" -v b="${PACK_BEST[$name]}" 'BEGIN {exit !(a < b)}'; then
     PACK_BEST[$name]=$s
   fi

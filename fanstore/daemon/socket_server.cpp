@@ -138,8 +138,7 @@ struct SocketServer::Impl {
 
   std::unordered_map<uint64_t, Conn> conns;
   uint64_t next_conn = 3;
-  int watch_fd = -1;
-  std::function<void()> on_watch;
+  std::function<void()> on_watch;  // the watched fd (Watch) is readable
   std::vector<uint64_t> doomed;
 
   RequestHandler* H() { return *handler; }
@@ -555,7 +554,6 @@ struct SocketServer::Impl {
       }
       if (key == kWatchKey) {
         on_watch();
-        handled = true;
         continue;
       }
       auto it = conns.find(key);
@@ -657,7 +655,6 @@ void SocketServer::Wake() {
 
 void SocketServer::Watch(int fd, std::function<void()> on_ready) {
   Impl& m = *impl_;
-  m.watch_fd = fd;
   m.on_watch = std::move(on_ready);
   epoll_event ev{};
   ev.events = EPOLLIN;

@@ -72,27 +72,34 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
     s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
                                    " is not on this node and no daemon is configured");
   }
-  // Worth sharing: what was expensive to get (decoded, fetched), what a kernel fd needs, and a raw chunk read in
-  // parts. A raw chunk read whole is already in its partition's page cache and costs one pread plus a checksum;
-  // read in parts (random preads, fio psync), every part would pay the checksum of the whole chunk (~0.25 ms per
-  // MiB) again, so the node keeps the verified copy and later parts are a copy from it.
-  // A whole raw chunk the daemon keeps node-wide (its node RAM cache) is not copied here a second time: another
-  // process gets it from there for the same copy and checksum, and the node's memory holds it once.
-  const bool must = offer == Offer::kMust;
-  const bool daemon_keeps = fetched && c.codec == Codec::kRaw && offer != Offer::kPart && remote->CachesNodeWide();
-  if (s.ok() && node && offer != Offer::kNone && !(daemon_keeps && !must) &&
-      (must || fetched || c.codec == Codec::kZstd || offer == Offer::kPart))
-    node->Offer(e, c, out, must);
+  if (s.ok() && node && WorthSharing(c, offer, fetched)) node->Offer(e, c, out, offer == Offer::kMust);
   return s;
+}
+
+bool ClientCore::WorthSharing(const Chunk& c, Offer offer, bool fetched) {
+  switch (offer) {
+    case Offer::kNone:
+      return false;
+    case Offer::kMust:  // a kernel fd is being assembled
+    case Offer::kPart:
+      // A raw chunk read in parts (random preads, fio psync): every part would pay the checksum of the whole chunk
+      // (~0.25 ms per MiB) again, so the node keeps the verified copy and later parts are a copy from it.
+      return true;
+    case Offer::kShare:
+      break;
+  }
+  // What was expensive to get. A raw chunk read whole is already in its partition's page cache and costs one pread
+  // plus a checksum; one the daemon keeps node-wide (its node RAM cache) is not copied here a second time: another
+  // process gets it from there for the same copy and checksum, and the node's memory holds it once.
+  if (fetched) return c.codec != Codec::kRaw || !remote->CachesNodeWide();
+  return c.codec == Codec::kZstd;
 }
 
 Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
   if (remote->FetchesRanges()) {
     // Decoded straight from the fetcher's view (the daemon's reply area): no copy of the stored bytes and no fresh
     // buffer to fault in. DecodeChunk checks the bytes it wrote to `out`, not the view, so what is handed out is
-    // verified whatever happens to the view meanwhile.
-    if (c.offset < e.offset || c.offset - e.offset > e.stored_size || c.stored_size > e.stored_size - (c.offset - e.offset))
-      return Status(Code::kCorrupt, "remote read of " + std::string(e.path) + ": chunk outside the file's stored range");
+    // verified whatever happens to the view meanwhile. (Image::GetChunk made `c`: it lies inside the file's range.)
     Status s = remote->WithStored(e.part, c.offset, c.stored_size, [&](const char* data, size_t n) {
       stats.remote_bytes.fetch_add(n, std::memory_order_relaxed);
       return DecodeChunk(e, c, data, n, out);

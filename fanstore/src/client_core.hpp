@@ -27,7 +27,7 @@ struct ClientCore {
     kShare,  // worth sharing (a random or partial read, a small file, a large file read again)
     kNone,   // the first stream through a large file on this node: not copied (see ClientFile::ShareStream)
     kMust,   // a kernel fd is being assembled: kept even over budget
-    kPart,   // a part of a chunk was read: shared even when raw (see LoadChunkInto)
+    kPart,   // a part of a chunk was read: shared even when raw (see WorthSharing)
   };
   // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
   Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare);
@@ -67,6 +67,8 @@ struct ClientCore {
   size_t memfd_cap_;
   std::mutex report_mu_;
   std::unordered_set<uint32_t> reported_;
+  // Whether chunk `c`, just loaded (`fetched`: from another node), goes to the node cache.
+  bool WorthSharing(const Chunk& c, Offer offer, bool fetched);
   // A remote chunk, decoded and verified into `out`.
   Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out);
   // The stored bytes of a remote chunk through a fetcher that only fetches whole files (kept a while for the

@@ -132,6 +132,18 @@ inline std::string ReadImageFile(const Image& img, const std::string& rel) {
   return out;
 }
 
+// Bytes [offset, offset + length) of partition `part`'s file, as a daemon serving it would read them (for fake
+// remote fetchers).
+inline Status ReadPartitionRange(const Image& img, uint32_t part, uint64_t offset, uint64_t length, std::string* out) {
+  out->assign(length, '\0');
+  int fd = ::open(img.PartitionPath(part).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open partition");
+  ssize_t n = ::pread(fd, out->data(), out->size(), static_cast<off_t>(offset));
+  ::close(fd);
+  if (n != static_cast<ssize_t>(length)) return Status(Code::kIoError, "short partition read");
+  return Status::Ok();
+}
+
 // XORs `mask` into the byte at `offset` of `path`, in place (as bit rot or an in-place copy would).
 inline bool FlipByte(const std::string& path, uint64_t offset, unsigned char mask = 0x10) {
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);

@@ -12,6 +12,7 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
+#include "fanstore/beside_program.hpp"
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
 #include "fanstore/image.hpp"
@@ -48,18 +49,9 @@ std::string Unreachable(const ProgramProbe& p) {
 #define FANSTORE_PRELOAD_FROM_BIN "../lib"
 #endif
 
-// The preload library sits in ../lib next to bin/ in the build tree, and in FANSTORE_PRELOAD_FROM_BIN in an install:
-// found relative to this executable, so a prefix works wherever it is installed, moved or copied.
+// The preload library sits in ../lib next to bin/ in the build tree, and in FANSTORE_PRELOAD_FROM_BIN in an install.
 std::string FindPreloadLibrary() {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return {};
-  exe[n] = '\0';
-  std::string dir(exe);
-  dir.resize(dir.rfind('/'));
-  for (const char* rel : {"/../lib/libfanstore_preload.so", "/" FANSTORE_PRELOAD_FROM_BIN "/libfanstore_preload.so",
-                          "/libfanstore_preload.so"}) {
-    std::string p = dir + rel;
+  for (const std::string& p : PathsBesideProgram("libfanstore_preload.so", FANSTORE_PRELOAD_FROM_BIN)) {
     char real[PATH_MAX];
     if (realpath(p.c_str(), real)) return real;
   }

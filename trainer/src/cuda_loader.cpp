@@ -2,16 +2,15 @@
 #include "cuda_loader.hpp"
 
 #include <dlfcn.h>
-#include <limits.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"  // CudaBackendOptions' defaults only: a header without CUDA, no link dependency
 #include "cuda/module_abi.h"
+#include "fanstore/beside_program.hpp"
 
 // Where an install puts the module relative to the program (cmake/FanStoreInstall.cmake: from
 // CMAKE_INSTALL_BINDIR to CMAKE_INSTALL_LIBDIR, e.g. ../lib or ../lib64), as for `fanstore run`'s
@@ -28,23 +27,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// The module's places, relative to this executable: ../lib in the build tree (bin/ and lib/), the
-// install's LIBDIR, or the program's own directory. Found relative to the executable, so a prefix
-// works wherever it is installed, moved or copied.
-std::vector<std::string> candidate_paths() {
-  char exe[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return {};
-  exe[n] = '\0';
-  const std::filesystem::path dir = std::filesystem::path(exe).parent_path();
-  std::vector<std::string> paths;
-  for (const char* rel : {"../lib", FANSTORE_CUDA_MODULE_FROM_BIN, "."}) {
-    const std::string p = (dir / rel / FANSTORE_TRAINER_CUDA_MODULE_FILE).lexically_normal().string();
-    if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
-  }
-  return paths;
-}
-
 struct Module {
   std::string error;  // empty when loaded
   fanstore_trainer_cuda_device_count_fn device_count = nullptr;
@@ -54,7 +36,7 @@ struct Module {
 
 Module load() {
   Module m;
-  const std::vector<std::string> paths = candidate_paths();
+  const std::vector<std::string> paths = PathsBesideProgram(FANSTORE_TRAINER_CUDA_MODULE_FILE, FANSTORE_CUDA_MODULE_FROM_BIN);
   std::string path;
   for (const auto& p : paths)
     if (access(p.c_str(), F_OK) == 0) {
