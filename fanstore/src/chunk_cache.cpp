@@ -5,7 +5,8 @@
 
 namespace fanstore {
 
-Result<ChunkCache::Bytes> ChunkCache::Get(uint32_t id, uint64_t index, const Loader& load, bool* hit) {
+Result<ChunkCache::Bytes> ChunkCache::Get(uint32_t id, uint64_t index, const Loader& load, bool* hit,
+                                          const std::function<bool()>& wanted) {
   const Key k{id, index};
   std::shared_ptr<Pending> mine;
   {
@@ -26,6 +27,10 @@ Result<ChunkCache::Bytes> ChunkCache::Get(uint32_t id, uint64_t index, const Loa
       }
       if (!theirs->status.ok()) return theirs->status;
       // Abandoned (a fork dropped it): look again, and load it ourselves if still nobody has it.
+    }
+    if (wanted && !wanted()) {
+      *hit = false;
+      return Bytes();
     }
     mine = std::make_shared<Pending>();
     pending_[k] = mine;

@@ -24,8 +24,12 @@ class ChunkCache {
   uint64_t budget() const { return budget_; }
 
   // Chunk `index` of entry `id`: from the cache, from a load another thread has in flight, or from `load`
-  // (called without the lock held). `*hit` tells whether it was cached already.
-  Result<Bytes> Get(uint32_t id, uint64_t index, const Loader& load, bool* hit);
+  // (called without the lock held). `*hit` tells whether it was cached already. With `wanted`, a chunk that
+  // is neither cached nor in flight is loaded only if wanted() holds, asked under the lock (a read-ahead
+  // whose reader got there first: the reader loads it, or joins this load, never both); otherwise the
+  // result is a null Bytes.
+  Result<Bytes> Get(uint32_t id, uint64_t index, const Loader& load, bool* hit,
+                    const std::function<bool()>& wanted = nullptr);
   // True when the chunk is cached or being loaded (the read-ahead skips those).
   bool Has(uint32_t id, uint64_t index);
   // The cached chunk, or the result of a load in flight (waited for); null when neither exists or the load

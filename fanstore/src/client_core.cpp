@@ -162,7 +162,8 @@ Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string*
   return Status::Ok();
 }
 
-Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer) {
+Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer,
+                                                              const std::function<bool()>& wanted) {
   bool hit = false;
   auto r = cache.Get(e.id, c.index, [&]() -> Result<ChunkCache::Bytes> {
     auto b = OwnedBytes::Allocate(c.raw_size, buffers);
@@ -170,7 +171,7 @@ Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, co
     Status s = LoadChunkInto(e, c, b->writable(), offer);
     if (!s.ok()) return s;
     return ChunkCache::Bytes(std::move(b));
-  }, &hit);
+  }, &hit, wanted);
   if (hit) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
@@ -238,7 +239,7 @@ void ClientCore::Prefetch(const Entry& e, uint64_t first, uint64_t last, Offer o
     if (c->codec == Codec::kRaw && img.HasPartition(e.part)) continue;
     // Entry holds views into the index mapping, which outlives the client: safe to copy into the task.
     if (!pool.Submit([this, e, chunk = *c, offer, still_wanted] {
-          if (still_wanted(chunk.index)) (void)GetChunk(e, chunk, offer);
+          (void)GetChunk(e, chunk, offer, [&] { return still_wanted(chunk.index); });
         }))
       return;
   }

@@ -30,7 +30,9 @@ struct ClientCore {
     kPart,   // a part of a chunk was read: shared even when raw (see WorthSharing)
   };
   // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
-  Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare);
+  // `wanted`: see ChunkCache::Get (null bytes when it says no).
+  Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare,
+                                                    const std::function<bool()>& wanted = nullptr);
   // The same bytes written into `out` without entering this process's cache.
   Status LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer);
   // Counts a failed read of `e` and prints its one line on stderr (once per file and process).
@@ -39,7 +41,8 @@ struct ClientCore {
   // The first error stops the rest and is returned.
   Status ParallelFor(uint64_t n, const std::function<Status(uint64_t)>& fn);
   // Queues decodes of chunks [first, last] of `e` that are neither cached nor in flight (read-ahead). A queued
-  // decode runs only while `still_wanted(i)` holds when its turn comes (the reader may have passed it).
+  // decode runs only if `still_wanted(i)` holds when its turn comes, asked under the cache's lock (the reader
+  // may have reached or passed it, and then loads it itself).
   void Prefetch(const Entry& e, uint64_t first, uint64_t last, Offer offer, std::function<bool(uint64_t)> still_wanted);
 
   // A read-only reopen of a cached sealed memfd of `id`, or -1.

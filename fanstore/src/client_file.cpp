@@ -62,8 +62,11 @@ ClientCore::Offer ClientFile::StreamOffer() {
 void ClientFile::Prefetch(uint64_t first, uint64_t last) {
   std::weak_ptr<ClientFile> self = weak_from_this();
   core_.Prefetch(e_, first, last, StreamOffer(), [self](uint64_t i) {
-    auto f = self.lock();  // closed meanwhile: nobody wants it
-    return f && i >= f->reading_.load(std::memory_order_relaxed);
+    // Closed meanwhile: nobody wants it. Reached by the reader: it loads that chunk itself (or joins a load
+    // in flight), so loading it here too would fetch it twice. Asked under the cache lock, which the reader
+    // takes after storing reading_, so the answer is never stale.
+    auto f = self.lock();
+    return f && i > f->reading_.load(std::memory_order_relaxed);
   });
 }
 

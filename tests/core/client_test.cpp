@@ -4,10 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "fanstore/client.hpp"
 #include "test_util.hpp"
@@ -273,6 +280,107 @@ TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChun
     auto n = (*f)->ReadAt(0, out.data(), out.size());
     EXPECT_EQ(n.status().code(), Code::kCorrupt) << (ranges ? "ranges" : "whole files");
   }
+}
+
+
+// A daemon stand-in whose fetches from the decode threads wait while `hold` is set, so that read-ahead
+// queued behind them is still queued when the reader gets there. Records who fetched which offset.
+class GatedFetcher : public RemoteFetcher {
+ public:
+  explicit GatedFetcher(std::shared_ptr<const Image> img) : img_(std::move(img)), main_(std::this_thread::get_id()) {}
+  Status FetchStored(const Entry& e, std::string* out) override { return img_->ReadStored(e.id, out); }
+  Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      const bool reader = std::this_thread::get_id() == main_;
+      fetched_.push_back({offset, reader});
+      if (!reader && hold_) {
+        ++blocked_;
+        cv_.notify_all();
+        cv_.wait(lk, [&] { return !hold_; });
+        --blocked_;
+      }
+      cv_.notify_all();
+    }
+    std::string buf;
+    Status s = test::ReadPartitionRange(*img_, part, offset, length, &buf);
+    return s.ok() ? use(buf.data(), buf.size()) : s;
+  }
+  bool FetchesRanges() const override { return true; }
+  void Hold(bool on) {
+    std::lock_guard<std::mutex> lk(mu_);
+    hold_ = on;
+    cv_.notify_all();
+  }
+  // Waits (10 s at most) until `pred` holds over what was fetched so far.
+  bool WaitFor(const std::function<bool(int blocked, const std::vector<std::pair<uint64_t, bool>>&)>& pred) {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return pred(blocked_, fetched_); });
+  }
+  // Fetches of stored bytes in [from, to): by the reading thread, and by the decode threads.
+  std::pair<int, int> Count(uint64_t from, uint64_t to) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::pair<int, int> n{0, 0};
+    for (auto& [off, reader] : fetched_)
+      if (off >= from && off < to) ++(reader ? n.first : n.second);
+    return n;
+  }
+
+ private:
+  std::shared_ptr<const Image> img_;
+  const std::thread::id main_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_ = false;
+  int blocked_ = 0;
+  std::vector<std::pair<uint64_t, bool>> fetched_;
+};
+
+// A read-ahead decode still queued when the reader reaches its chunk must not fetch it again after the reader
+// has loaded and consumed it (the reader loads what it reaches; the queued decode stands down).
+TEST(RemoteChunksTest, ReadAheadTheReaderOvertookFetchesNothing) {
+  TempDir src, img;
+  for (const char* name : {"a.txt", "b.txt", "c.txt"}) test::WriteFile(src / name, test::TextBytes(6 * 65536 + 5, name[0]));
+  ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
+  auto fetcher = std::make_shared<GatedFetcher>(test::OpenOrDie(img / "i"));
+  ClientOptions o;
+  o.image = img / "i";
+  o.partition_dir = img / "none-here";
+  o.remote = fetcher;
+  auto c = Client::Create(o);
+  ASSERT_TRUE(c.ok());
+  auto entry = [&](const char* p) { return (*c)->image().Get(*(*c)->Lookup(p)); };
+  char buf[4096];
+  auto start_stream = [&](OpenFile& f) {  // two sequential reads start the read-ahead
+    ASSERT_TRUE(f.ReadAt(0, buf, sizeof buf).ok());
+    ASSERT_TRUE(f.ReadAt(sizeof buf, buf, sizeof buf).ok());
+  };
+  // Every decode thread busy with b.txt's read-ahead, held in its fetch.
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  fetcher->Hold(true);
+  auto b = (*c)->Open(entry("b.txt").id);
+  ASSERT_TRUE(b.ok());
+  start_stream(**b);
+  ASSERT_TRUE(fetcher->WaitFor([&](int blocked, auto&) { return blocked == threads; })) << "decode threads never fetched";
+  // a.txt read to its end: all its read-ahead is queued behind b's, so the reader loads every chunk itself.
+  const Entry a_entry = entry("a.txt");
+  auto a = (*c)->Open(a_entry.id);
+  ASSERT_TRUE(a.ok());
+  for (uint64_t off = 0; off < a_entry.size; off += sizeof buf) ASSERT_TRUE((*a)->ReadAt(off, buf, sizeof buf).ok());
+  EXPECT_EQ(fetcher->Count(a_entry.offset, a_entry.offset + a_entry.stored_size), std::make_pair(7, 0));
+  // Release the threads; c.txt's read-ahead, queued after a's, marks when a's queued decodes have had their turn.
+  const Entry c_entry = entry("c.txt");
+  auto cf = (*c)->Open(c_entry.id);
+  ASSERT_TRUE(cf.ok());
+  start_stream(**cf);
+  fetcher->Hold(false);
+  ASSERT_TRUE(fetcher->WaitFor([&](int, auto& fetched) {
+    int n = 0;
+    for (auto& [off, reader] : fetched) n += !reader && off >= c_entry.offset && off < c_entry.offset + c_entry.stored_size;
+    return n >= std::min(6, 2 * threads);  // all of it: by then every decode queued before it has had its turn
+  })) << "c.txt's read-ahead never ran";
+  EXPECT_EQ(fetcher->Count(a_entry.offset, a_entry.offset + a_entry.stored_size), std::make_pair(7, 0))
+      << "a read-ahead decode fetched a chunk its reader had already loaded";
 }
 
 }  // namespace
