@@ -172,7 +172,8 @@ Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, co
     if (!s.ok()) return s;
     return ChunkCache::Bytes(std::move(b));
   }, &hit, wanted);
-  if (hit) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
+  // (`wanted` marks a read-ahead: one finding its chunk already there is no reader's cache hit.)
+  if (hit && !wanted) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include "fanstore/daemon_client.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -406,6 +408,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     int st = cache_state_.load(std::memory_order_acquire);
     if (st == 1) return &view_;
     if (st == 2) return nullptr;
+    AdoptIfForked();
     std::lock_guard<std::mutex> g(cache_mu_);
     if (cache_state_.load(std::memory_order_relaxed) != 0) return SharedCache();
     int64_t deadline = dp::NowMs() + timeout_ms_;
@@ -456,6 +459,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   void SetInternalFdHook(void (*hook)(int fd)) override {
+    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     hook_.store(hook, std::memory_order_release);
     if (hook == nullptr) return;
@@ -467,6 +471,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
 
   // The forking thread holds mu_ across fork(), so the child never inherits a half-updated pool.
   void AtForkPrepare() override {
+    AdoptIfForked();
     cache_mu_.lock();  // (SharedCache takes cache_mu_, then mu_)
     mu_.lock();
     fork_locked_ = true;
@@ -486,11 +491,40 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       new (&mu_) std::mutex;
       new (&cache_mu_) std::mutex;
     }
-    std::lock_guard<std::mutex> g(mu_);
-    DropInheritedLocked();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      DropInheritedLocked();
+    }
+    owner_.store(getpid(), std::memory_order_release);
   }
 
  private:
+  // Called before taking mu_ or cache_mu_. In a child forked without the AtFork hooks (a raw clone), either
+  // may have been held by a parent thread that does not exist here: one thread of the child re-creates them
+  // and drops the inherited connections; the others wait for it. owner_ is the owning pid, or minus the pid
+  // of a process adopting (a parent forked mid-adoption leaves the child a foreign negative pid: taken over).
+  void AdoptIfForked() {
+    const pid_t me = getpid();
+    for (;;) {
+      pid_t o = owner_.load(std::memory_order_acquire);
+      if (o == me) return;
+      if (o == -me) {
+        sched_yield();  // another thread of this process is adopting
+        continue;
+      }
+      if (!owner_.compare_exchange_strong(o, -me, std::memory_order_acq_rel)) continue;
+      new (&mu_) std::mutex;
+      new (&cache_mu_) std::mutex;
+      fork_locked_ = false;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        DropInheritedLocked();
+      }
+      owner_.store(me, std::memory_order_release);
+      return;
+    }
+  }
+
   static void Destroy(Conn* c) {
     CloseIfOurs(c->sock);
     c->UnmapArea();
@@ -508,17 +542,18 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     idle_.clear();
     held_.clear();
     ++generation_;
-    owner_ = getpid();
   }
 
   void Hold(const OwnedFd& o) override {
     FdHook hook = hook_.load(std::memory_order_acquire);
     if (hook) hook(o.fd);
+    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     held_.push_back(o);
   }
 
   void Release(const OwnedFd& o) override {
+    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < held_.size(); ++i)
       if (held_[i].fd == o.fd && held_[i].ino == o.ino && held_[i].dev == o.dev) {
@@ -544,11 +579,11 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
 
   Result<Conn*> Take(int64_t deadline) {
     uint64_t gen;
+    // Forked without the AtFork hooks: never talk on the parent's connections (replies would be split
+    // between two processes); drop our copies and connect afresh.
+    AdoptIfForked();
     {
       std::lock_guard<std::mutex> g(mu_);
-      // Forked without the AtFork hooks: never talk on the parent's connections (replies would be split
-      // between two processes); drop our copies and connect afresh.
-      if (owner_ != getpid()) DropInheritedLocked();
       while (!idle_.empty()) {
         Conn* c = idle_.back();
         idle_.pop_back();
@@ -571,7 +606,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       return s;
     }
     std::lock_guard<std::mutex> g(mu_);
-    if (gen != generation_ || owner_ != getpid()) {
+    if (gen != generation_ || owner_.load(std::memory_order_acquire) != getpid()) {
       Destroy(conn.get());
       return Status(Code::kIoError, "daemon connection pool was reset while connecting (fork?)");
     }
@@ -580,6 +615,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   void Give(Conn* c, bool reusable) {
+    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     bool known = false;
     for (auto& k : all_) known |= k.get() == c;
@@ -604,7 +640,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   bool fork_locked_ = false;                // AtForkPrepare holds mu_
   uint64_t generation_ = 0;
   std::atomic<uint64_t> next_id_{2};        // 1 is the hello
-  pid_t owner_ = getpid();                  // the process the connections in all_ belong to
+  std::atomic<pid_t> owner_{getpid()};      // the process the connections in all_ belong to (AdoptIfForked)
 };
 
 }  // namespace
@@ -623,15 +659,20 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
 }
 
 Status WaitForDaemon(const std::string& socket_path, int timeout_ms) {
-  int64_t deadline = dp::NowMs() + timeout_ms;
+  const int64_t deadline = dp::NowMs() + timeout_ms;
+  // What to report when time runs out: the last answer that said something (a refusal, a wrong image), not a
+  // probe that merely ran out of time because it started just before the deadline.
+  Status why(Code::kTimeout, "no answer");
   for (;;) {
-    int64_t left = deadline - dp::NowMs();
-    auto r = ProbeDaemon(socket_path, static_cast<int>(left > 1000 ? 1000 : (left > 0 ? left : 1)));
-    if (r.ok()) return Status::Ok();
-    if (dp::NowMs() >= deadline)
+    const int64_t left = deadline - dp::NowMs();
+    if (left <= 0)
       return Status(Code::kTimeout, "daemon at " + socket_path + " not ready after " + std::to_string(timeout_ms) +
-                                        " ms: " + r.status().message());
-    timespec ts{0, 100 * 1000 * 1000};
+                                        " ms: " + why.message());
+    auto r = ProbeDaemon(socket_path, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (r.ok()) return Status::Ok();
+    if (r.status().code() != Code::kTimeout || why.code() == Code::kTimeout) why = r.status();
+    const int64_t nap_ms = std::min<int64_t>(100, std::max<int64_t>(deadline - dp::NowMs(), 0));
+    timespec ts{0, static_cast<long>(nap_ms) * 1000 * 1000};
     nanosleep(&ts, nullptr);
   }
 }

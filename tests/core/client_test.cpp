@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -228,7 +229,7 @@ class FakeFetcher : public RemoteFetcher {
     return use(buf.data(), buf.size());
   }
   bool FetchesRanges() const override { return ranges_; }
-  int whole = 0, ranged = 0;
+  std::atomic<int> whole{0}, ranged{0};  // bumped by the reader and the decode threads
   bool flip = false;
 
  private:

@@ -30,7 +30,7 @@ def up(ctx, tag):
 def case_netns(ctx):
     prefix = up(ctx, f"t{os.getpid()}")
     ctx.pack(parts=8)
-    timeout = 2.0
+    timeout = 4.0  # not less: a live rank stalled that long on a loaded 2-core machine would be declared down
     job = Job(ctx, HOSTS, "--timeout", str(timeout), "--cache-bytes", "0",
               launcher=prefix + ["-np", str(HOSTS)], mpirun_extra=("--mca", "orte_abort_on_non_zero_status", "0"))
     job.wait_ready()

@@ -629,6 +629,47 @@ TEST(DaemonClient, ForkWhileAnotherThreadFetches) {
   EXPECT_EQ(failed.load(), 0);
 }
 
+// The fd hook is called with the pool's lock held: one that blocks in the parent keeps that lock held across a
+// fork without the atfork hooks (a raw clone), the way a thread preempted inside the pool would.
+std::atomic<bool> g_hook_release{false};
+std::atomic<int> g_hook_entered{0};
+pid_t g_hook_blocks_in = 0;
+void BlockingHook(int) {
+  if (getpid() != g_hook_blocks_in) return;
+  g_hook_entered.fetch_add(1);
+  while (!g_hook_release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// A child forked without the hooks while another thread holds the pool's lock must not deadlock on it: its
+// first fetch takes the pool over (fresh locks, the parent's connections dropped) and uses its own connection.
+TEST(DaemonClient, HooklessForkWhileAThreadHoldsThePoolLock) {
+  FakeDaemon d(HandlePid);
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  std::string out;
+  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());  // one pooled connection for the hook to visit
+  g_hook_blocks_in = getpid();
+  g_hook_release = false;
+  g_hook_entered = 0;
+  std::thread holder([&] { f->SetInternalFdHook(&BlockingHook); });
+  while (g_hook_entered.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ChildFetch(f.get());
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  g_hook_release = true;
+  holder.join();
+  EXPECT_TRUE(WIFEXITED(st)) << "child killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0)
+                             << " (SIGALRM = deadlock on the parent's lock)";
+  if (WIFEXITED(st)) {
+    EXPECT_EQ(WEXITSTATUS(st), 0) << "2: fetch failed, 3: used the parent's connection";
+  }
+  f->SetInternalFdHook(nullptr);
+  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
+  EXPECT_EQ(out, PidPayload(getpid()));
+}
+
 // A child forked without the atfork hooks (posix_spawn-like code, or a front end that does not call them)
 // reuses the parent's fd number for its own pipe before its first fetch: the fetcher must drop the
 // inherited connection without closing that number, and fetch on a connection of its own.
