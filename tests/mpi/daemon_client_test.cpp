@@ -125,6 +125,8 @@ class FakeDaemon {
 
   const std::string& path() const { return path_; }
   int accepts() const { return accepts_.load(); }
+  // Answers every hello, after `delay_ms`, with the refusal a daemon gives a uid it does not serve.
+  void RefuseHellos(int delay_ms) { refuse_after_ms_.store(delay_ms); }
 
  private:
   void AcceptLoop() {
@@ -154,6 +156,15 @@ class FakeDaemon {
       if (!ReadAll(c, rb, sizeof rb)) return;
       dp::Request r;
       if (!dp::DecodeRequest(rb, &r)) return;
+      if (r.type == dp::MsgType::kHello && refuse_after_ms_.load() >= 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(refuse_after_ms_.load()));
+        dp::ReplyHeader h = OkHeader(r, 0);
+        h.code = Code::kPermission;
+        std::string msg = "uid 65534 may not use this daemon";
+        h.msg_len = static_cast<uint32_t>(msg.size());
+        SendReply(c, h, msg);
+        return;
+      }
       if (r.type == dp::MsgType::kHello) {
         dp::HelloInfo hi;
         hi.nranks = 1;
@@ -173,6 +184,7 @@ class FakeDaemon {
   int lfd_ = -1;
   std::atomic<bool> stop_{false};
   std::atomic<int> accepts_{0};
+  std::atomic<int> refuse_after_ms_{-1};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<int> conns_;
@@ -627,6 +639,16 @@ TEST(DaemonClient, ForkWhileAnotherThreadFetches) {
   for (auto& t : busy) t.join();
   EXPECT_GT(fetched.load(), 0);
   EXPECT_EQ(failed.load(), 0);
+}
+
+// `fanstore wait` on a daemon that refuses us must say so when time runs out, even when the last probe,
+// started just before the deadline, had too little time left to hear the (slow) refusal.
+TEST(DaemonClient, WaitReportsTheRefusalNotTheLastProbesTimeout) {
+  FakeDaemon d(HandlePid);
+  d.RefuseHellos(30);
+  Status s = WaitForDaemon(d.path(), 1000);
+  EXPECT_EQ(s.code(), Code::kTimeout);
+  EXPECT_NE(s.message().find("may not use this daemon"), std::string::npos) << s.ToString();
 }
 
 // The fd hook is called with the pool's lock held: one that blocks in the parent keeps that lock held across a
