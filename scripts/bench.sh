@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every FanStore benchmark against baselines measured in the same run; writes bench-results/ and prints the table.
 # Usage: scripts/bench.sh [--quick] [--keep] [--update-doc] [--gpu] [--out DIR]
-#   --quick       small sizes (~1 minute); the full run takes <= 10 minutes on 2 cores
+#   --quick       small sizes (~4 minutes on 2 cores); the full run takes ~13 minutes
 #   --gpu         also the trainer on one CUDA device (bf16) against issue 14's goals; "no CUDA device" skips it
 #   --keep        keep the generated tree and images (in BENCH_TMPFS and BENCH_DISK) after the run
 #   --update-doc  put the table and machine description into docs/performance.md

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""One data-loader epoch with torchvision ImageFolder + DataLoader; prints `label,mode,files,seconds,files_per_s`.
+"""Data-loader epochs with torchvision ImageFolder + DataLoader; prints `label,mode,files,seconds,files_per_s`
+(with --epochs N: the seconds and files/s of every epoch in turn, `label,mode,files,s1,rate1,s2,rate2,...`).
 
 mode=bytes: each sample is the file read whole (open/read/close in the forked workers); the sample handed back
 is its length, so what is timed is the I/O path, not pickling 110 KB through the worker queue.
@@ -32,6 +33,8 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--label", default="run")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="epochs in one process (the first pays cold caches; later ones show the steady state)")
     p.add_argument("--hint", action="store_true",
                    help="send each epoch's order to the FanStore daemon (tools/python/fanstore_prefetch.py)")
     a = p.parse_args()
@@ -47,16 +50,18 @@ def main():
     else:
         loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers,
                             generator=torch.Generator().manual_seed(0))
-    # The directory scan above is not timed: it is done once per job; the epoch (incl. worker start-up) is.
-    start = time.monotonic()
-    files = 0
-    for samples, _ in loader:
-        files += len(samples)
-    seconds = time.monotonic() - start
-    if files != len(ds):
-        raise SystemExit(f"loader_epoch: read {files} of {len(ds)} files")
-    print(f"{a.label},{a.mode},{files},{seconds:.4f},{files / seconds:.1f}")
-
+    # The directory scan above is not timed: it is done once per job; each epoch (incl. worker start-up) is.
+    fields = [a.label, a.mode, str(len(ds))]
+    for _ in range(a.epochs):
+        start = time.monotonic()
+        files = 0
+        for samples, _ in loader:
+            files += len(samples)
+        seconds = time.monotonic() - start
+        if files != len(ds):
+            raise SystemExit(f"loader_epoch: read {files} of {len(ds)} files")
+        fields += [f"{seconds:.4f}", f"{files / seconds:.1f}"]
+    print(",".join(fields))
 
 if __name__ == "__main__":
     main()
