@@ -134,7 +134,7 @@ timed() {
 }
 rate() { awk -v n="$1" -v s="$2" 'BEGIN {printf "%.2f", n / s}'; }
 MB=$(awk -v b="$SRC_BYTES" 'BEGIN {print b / 1e6}')
-note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes. Each writer runs twice (two rounds in opposite orders, each run after a sync) and its faster run counts."
+note pack "Tree: $SRC_FILES files, $(awk -v b="$SRC_BYTES" 'BEGIN {printf "%.0f", b / 1e6}') MB (tmpfs -> image on the local disk); 2 threads on both sides. Most bytes are random (JPEG-like, DLIO samples) and stay raw; micro/ is ~2:1 compressible. MB/s counts input bytes. Each writer runs twice (two rounds in opposite orders, each run after a sync, the previous output removed untimed) and its faster run counts. fanstore pack fsyncs its partitions and index before it renames the image into place (a finished pack is on disk); tar and zstd do not sync."
 HAVE_RAW=0 HAVE_ZSTD=0
 # record_pack CASE_PREFIX SYSTEM LOGNAME SECONDS_OR_EMPTY : the MB/s and files/s rows of one pack run.
 record_pack() {
@@ -161,10 +161,21 @@ pack_run() {
     PACK_BEST[$name]=$s
   fi
 }
+# pack_image NAME IMAGE ARGS... : one timed `fanstore pack` into IMAGE. The image of the first round is moved aside
+# first (pack refuses an existing image) and removed after a good run, both outside the timing, as tar's output is.
+pack_image() {
+  local name=$1 img=$2
+  shift 2
+  [ $HAVE_PACK = 1 ] || return 0
+  rm -rf "$img.prev"
+  [ -e "$img" ] && mv "$img" "$img.prev"
+  pack_run "$name" "$FANSTORE" pack "$SRC" -o "$img" "$@"
+  if [ -e "$img" ]; then rm -rf "$img.prev"; elif [ -e "$img.prev" ]; then mv "$img.prev" "$img"; fi
+}
 pack_step() {
   case $1 in
-    pack-zstd) [ $HAVE_PACK = 1 ] && pack_run pack-zstd "$FANSTORE" pack "$SRC" -o "$IMG_ZSTD" --threads 2 ;;
-    pack-raw) [ $HAVE_PACK = 1 ] && pack_run pack-raw "$FANSTORE" pack "$SRC" -o "$IMG_RAW" --level 0 --threads 2 ;;
+    pack-zstd) pack_image pack-zstd "$IMG_ZSTD" --threads 2 ;;
+    pack-raw) pack_image pack-raw "$IMG_RAW" --level 0 --threads 2 ;;
     tar-zstd)
       pack_run tar-zstd bash -c "set -o pipefail; tar cf - -C '$TMPFS' src | zstd -T2 -3 -q -f -o '$DISK/src.tar.zst'"
       rm -f "$DISK/src.tar.zst" ;;
