@@ -90,6 +90,14 @@ dp::ReplyHeader OkHeader(const dp::Request& r, uint64_t payload_size) {
   return h;
 }
 
+// An error reply to `r`: code and message, no payload.
+bool SendError(int conn, const dp::Request& r, Code code, const std::string& msg) {
+  dp::ReplyHeader h = OkHeader(r, 0);
+  h.code = code;
+  h.msg_len = static_cast<uint32_t>(msg.size());
+  return SendReply(conn, h, msg);
+}
+
 // A fake `fanstore serve`: answers hellos itself and hands fetches to `handler` (which writes the reply).
 // One thread per connection, so a slow reply does not hold up others.
 class FakeDaemon {
@@ -158,11 +166,7 @@ class FakeDaemon {
       if (!dp::DecodeRequest(rb, &r)) return;
       if (r.type == dp::MsgType::kHello && refuse_after_ms_.load() >= 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(refuse_after_ms_.load()));
-        dp::ReplyHeader h = OkHeader(r, 0);
-        h.code = Code::kPermission;
-        std::string msg = "uid 65534 may not use this daemon";
-        h.msg_len = static_cast<uint32_t>(msg.size());
-        SendReply(c, h, msg);
+        SendError(c, r, Code::kPermission, "uid 65534 may not use this daemon");
         return;
       }
       if (r.type == dp::MsgType::kHello) {
@@ -271,14 +275,9 @@ void Handle(int c, const dp::Request& r, pid_t) {
       close(m);
       return;
     }
-    case 3: {
-      dp::ReplyHeader h = OkHeader(r, 0);
-      h.code = Code::kTimeout;
-      std::string msg = "peer rank 2 did not answer";
-      h.msg_len = static_cast<uint32_t>(msg.size());
-      SendReply(c, h, msg);
+    case 3:
+      SendError(c, r, Code::kTimeout, "peer rank 2 did not answer");
       return;
-    }
     case 4: {
       int m = MakeMemfd(1 << 20, 100, kBig, true);
       {
