@@ -499,7 +499,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
  private:
-  // Called before taking mu_ or cache_mu_. In a child forked without the AtFork hooks (a raw clone), either
+  // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked without the AtFork hooks (a raw clone), either
   // may have been held by a parent thread that does not exist here: one thread of the child re-creates them
   // and drops the inherited connections; the others wait for it. owner_ is the owning pid, or minus the pid
   // of a process adopting (a parent forked mid-adoption leaves the child a foreign negative pid: taken over).
@@ -547,13 +547,11 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   void Hold(const OwnedFd& o) override {
     FdHook hook = hook_.load(std::memory_order_acquire);
     if (hook) hook(o.fd);
-    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     held_.push_back(o);
   }
 
   void Release(const OwnedFd& o) override {
-    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < held_.size(); ++i)
       if (held_[i].fd == o.fd && held_[i].ino == o.ino && held_[i].dev == o.dev) {
@@ -580,7 +578,8 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   Result<Conn*> Take(int64_t deadline) {
     uint64_t gen;
     // Forked without the AtFork hooks: never talk on the parent's connections (replies would be split
-    // between two processes); drop our copies and connect afresh.
+    // between two processes); drop our copies and connect afresh. Every exchange starts here, so the calls
+    // made during it (Hold, Release, Give) run in a process that has already adopted the pool.
     AdoptIfForked();
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -615,7 +614,6 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   void Give(Conn* c, bool reusable) {
-    AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     bool known = false;
     for (auto& k : all_) known |= k.get() == c;

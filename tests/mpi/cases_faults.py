@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 
-from mpi_harness import Job, check, counters, log, wait_gone
+from mpi_harness import PEER_TIMEOUT_S, Job, check, counters, log, wait_gone
 
 # Hang detection: far above anything a healthy run needs, far below what a per-file timeout would cost.
 HANG_S = 60
@@ -20,7 +20,7 @@ HANG_S = 60
 
 def case_fault(ctx):
     ctx.pack(parts=8)
-    timeout = 4.0  # not less: a live rank stalled that long on a loaded 2-core machine would be declared down
+    timeout = PEER_TIMEOUT_S
     threads = 4
     job = Job(ctx, 4, "--timeout", str(timeout), "--cache-bytes", "0")
     job.wait_ready()
@@ -80,7 +80,7 @@ def case_dead_peer(ctx):
     """1,000 files through rank 0 after rank 1 was SIGKILLed: one timeout for the reads already waiting on it,
     then its files fail at once; the time next to the normal time is logged (scripts/bench.sh reports it)."""
     ctx.pack(parts=8, nfiles=1000, sizes=(4096, 16384, 65536))
-    timeout, threads = 4.0, 4  # (see case_fault)
+    timeout, threads = PEER_TIMEOUT_S, 4
     job = Job(ctx, 4, "--timeout", str(timeout), "--cache-bytes", "0",
               mpirun_extra=("--mca", "orte_abort_on_non_zero_status", "0"))
     job.wait_ready()
@@ -117,7 +117,7 @@ def case_kill_stress(ctx):
     SIGTERM and left a stale socket. Every run must end with every survivor serving and stopping cleanly."""
     ctx.pack(parts=8, nfiles=120, sizes=(262144, 1 << 20, 3 << 20))
     rnd = random.Random(11)
-    timeout = 4.0  # not less: a live rank stalled that long on a loaded 2-core machine would be declared down
+    timeout = PEER_TIMEOUT_S
     cma_failures = 0
     for run in range(ctx.args.runs):
         job = Job(ctx, 4, "--timeout", str(timeout), "--cache-bytes", "0",

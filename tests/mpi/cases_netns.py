@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 
-from mpi_harness import Job, Skip, check, counters, log, wait_gone
+from mpi_harness import PEER_TIMEOUT_S, Job, Skip, check, counters, log, wait_gone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETNS = os.path.normpath(os.path.join(HERE, "..", "..", "scripts", "netns-hosts.sh"))
@@ -30,7 +30,7 @@ def up(ctx, tag):
 def case_netns(ctx):
     prefix = up(ctx, f"t{os.getpid()}")
     ctx.pack(parts=8)
-    timeout = 4.0  # not less: a live rank stalled that long on a loaded 2-core machine would be declared down
+    timeout = PEER_TIMEOUT_S
     job = Job(ctx, HOSTS, "--timeout", str(timeout), "--cache-bytes", "0",
               launcher=prefix + ["-np", str(HOSTS)], mpirun_extra=("--mca", "orte_abort_on_non_zero_status", "0"))
     job.wait_ready()

@@ -16,6 +16,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import daemon_cpu  # noqa: E402  (serve_pids)
 
 SKIP = 77
+# --timeout for jobs whose healthy reads must not fail: a live rank that a loaded 2-core machine stalls for most
+# of the timeout (0.9 x per attempt) would be declared down; 2 s was not enough under ctest -j2.
+PEER_TIMEOUT_S = 4.0
 
 
 def log(msg):
