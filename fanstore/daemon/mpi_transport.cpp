@@ -2,11 +2,15 @@
 //   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe) | u64 offset | u64 length
 //   reply    tag kTagReplyBase + slot:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
 //                                        | message | payload (when chunks == 0)
-//   chunks   tag kTagReplyBase + slot on the chunk communicator: payloads over max_message (1 GiB) follow as
-//                                        `chunks` messages of <= max_message
+//   chunks   tag kTagReplyBase + slot on the chunk communicator: payloads sent from the owner's mapping, and
+//                                        those over max_message (1 GiB), follow as `chunks` messages of
+//                                        <= max_message
 // The reply tag carries the request's slot, so the asker knows which fetch a reply is for from the probe alone and
 // receives it straight into that fetch's memory (the client's reply area): no copy in the asking daemon. The owner
-// reads the range into a pooled, already-faulted send buffer behind the header: one copy, from the page cache.
+// sends a range of mapped_send_min bytes or more straight from its mapping of the staged partition (PartitionMaps),
+// as a header and then the payload as chunks (chunks >= 1 however small): no copy in the owner either. Smaller
+// ranges it reads into a pooled, already-faulted send buffer behind the header (one copy, from the page cache),
+// which costs less than a second message.
 // Every MPI call here is nonblocking or completes at once (Improbe, Imrecv, Isend, Testsome; Mrecv only of a
 // 32-byte request, which arrives whole): a receive from a peer killed mid-transfer (Open MPI's shared-memory
 // single copy then fails with "Read -1, expected N, errno = 3" and the receive never completes) is given up at
@@ -16,6 +20,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -336,6 +341,14 @@ struct MpiTransport::Impl {
     uint64_t n;
     uint32_t chunks;
   };
+  static void StoreReplyHead(char* b, uint64_t req_id, Code code, uint32_t msg_len, uint64_t n, uint32_t chunks) {
+    Store64(b, req_id);
+    Store32(b + 8, static_cast<uint32_t>(code));
+    Store32(b + 12, msg_len);
+    Store64(b + 16, n);
+    Store32(b + 24, chunks);
+    Store32(b + 28, 0);
+  }
   static bool ParseHead(const char* b, uint64_t count, ReplyHead* h) {
     if (count < kReplyHeader) return false;
     h->req_id = Load64(b);
@@ -508,6 +521,9 @@ struct MpiTransport::Impl {
     std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
     uint64_t n = s.ok() ? len : 0;
     uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message) : 0;
+    if (n >= o.mapped_send_min && o.maps) {
+      if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
+    }
     auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
     if (!buf->mem) {
       s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");
@@ -526,12 +542,7 @@ struct MpiTransport::Impl {
         chunks = 0;
       }
     }
-    Store64(b, req_id);
-    Store32(b + 8, static_cast<uint32_t>(s.code()));
-    Store32(b + 12, static_cast<uint32_t>(msg.size()));
-    Store64(b + 16, n);
-    Store32(b + 24, chunks);
-    Store32(b + 28, 0);
+    StoreReplyHead(b, req_id, s.code(), static_cast<uint32_t>(msg.size()), n, chunks);
     std::memcpy(b + kReplyHeader, msg.data(), msg.size());
     // The buffer goes back to the pool when every send of it completed (never, if the asker died meanwhile).
     auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
@@ -544,6 +555,27 @@ struct MpiTransport::Impl {
       uint64_t at = c * o.max_message;
       Send(src, tag, b + kReplyHeader + msg.size() + at, std::min(o.max_message, n - at), release, nullptr,
            o.chunk_comm);
+    }
+    stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
+    Ring(src);
+  }
+
+  // Replies `n` bytes at `mapped` (pinned in partition `part`'s mapping): the header alone, then the payload in
+  // chunks straight from the mapping. The pin is released when every send completed (never, if the asker died
+  // meanwhile: a writer of that partition then waits for the kernel's lease-break time).
+  void SendMapped(int src, int tag, uint64_t req_id, uint32_t part, const char* mapped, uint64_t n) {
+    auto head = std::make_shared<std::array<char, kReplyHeader>>();
+    char* b = head->data();
+    auto chunks = static_cast<uint32_t>((n + o.max_message - 1) / o.max_message);
+    StoreReplyHead(b, req_id, Code::kOk, 0, n, chunks);
+    auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
+    auto release = [this, head, sends, part] {
+      if (--*sends == 0) o.maps->Unpin(part);
+    };
+    Send(src, tag, b, kReplyHeader, release, nullptr);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      uint64_t at = c * o.max_message;
+      Send(src, tag, mapped + at, std::min(o.max_message, n - at), release, nullptr, o.chunk_comm);
     }
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
     Ring(src);
@@ -615,6 +647,7 @@ struct MpiTransport::Impl {
   bool Progress() {
     if (shut) return false;
     FlushDoorbell();  // for the fetches started since the last step (clients, prefetch)
+    if (o.maps) o.maps->CheckLeases();
     bool did = PollIncoming();
     did |= Reap();
     CheckDeadlines(dp::NowUs());

@@ -13,6 +13,7 @@
 #include "byte_range.hpp"
 #include "doorbell.hpp"
 #include "fanstore/status.hpp"
+#include "partition_maps.hpp"
 #include "staged_reader.hpp"
 #include "stats.hpp"
 
@@ -31,6 +32,10 @@ struct TransportOptions {
   // Rung for every request and reply sent, so a sleeping peer wakes for it (null: peers find messages at their
   // next look).
   Doorbell* doorbell = nullptr;
+  // Ranges of at least mapped_send_min bytes are sent straight from these mappings of the staged partitions
+  // (null: every range is read into a send buffer first).
+  PartitionMaps* maps = nullptr;
+  uint64_t mapped_send_min = 128u << 10;
 };
 
 // The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.

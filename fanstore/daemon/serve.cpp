@@ -29,6 +29,7 @@
 #include "progress_loop.hpp"
 #include "socket_server.hpp"
 #include "staged_files.hpp"
+#include "partition_maps.hpp"
 #include "staged_reader.hpp"
 #include "staging.hpp"
 #include "startup_signals.hpp"
@@ -228,11 +229,14 @@ int Serve(const ServeOptions& o) {
 
   DaemonStats stats;
   std::unique_ptr<StagedReader> staged;
+  // Destroyed after MPI_Finalize (declared before the transport): a send from a mapping may be in flight until then.
+  std::unique_ptr<PartitionMaps> maps;
   std::unique_ptr<MpiTransport> transport;
   std::unique_ptr<FetchCache> cache;
   std::unique_ptr<FetchRouter> router;
   if (st.ok()) {
     staged = std::make_unique<StagedReader>(*img);
+    maps = std::make_unique<PartitionMaps>(*img);
     TransportOptions to;
     to.rank = rank;
     to.nranks = nranks;
@@ -242,6 +246,7 @@ int Serve(const ServeOptions& o) {
     to.max_message = o.max_message;
     to.chunk_comm = chunk_comm;
     to.doorbell = doorbell.get();
+    to.maps = maps.get();
     transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
     ServerOptions so;
     so.hello.rank = static_cast<uint32_t>(rank);

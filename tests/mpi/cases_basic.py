@@ -5,6 +5,7 @@ import hashlib
 import os
 import re
 import subprocess
+import time
 
 from mpi_harness import Job, SKIP, check, counters, log, parts_of
 
@@ -64,10 +65,15 @@ def case_replicas(ctx):
         got = parts_of(ctx.node(r))
         want = sorted([f"part-{i:05d}.fsp" for i in range(8) if r in (i % 4, (i % 4 + 1) % 4)] + ["part-rep.fsp"])
         check(got == want, f"rank {r} staged {got}, expected {want}")
-    # Lose rank 1's staged data: truncate (so even an open fd reads nothing) and delete.
+    # Lose rank 1's staged data: truncate (so even an open fd reads nothing) and delete. The daemon holds a read
+    # lease on each (it sends ranges from their mappings): a truncation waits until it gives the lease back, at its
+    # next step, never the kernel's lease-break time (45 s).
     for f in parts_of(ctx.node(1)):
         path = os.path.join(ctx.node(1), f)
+        t0 = time.monotonic()
         os.truncate(path, 0)
+        held = time.monotonic() - t0
+        check(held < 10, f"truncating {f} was held {held:.1f} s: rank 1 did not give its lease back")
         os.unlink(path)
     log(f"removed rank 1's staged partitions; left: {parts_of(ctx.node(1))}")
     for rank in (0, 1, 2):
@@ -78,6 +84,8 @@ def case_replicas(ctx):
     log("daemon exit lines:\n" + "\n".join(l for l in out.splitlines() if "stopping on" in l))
     failovers = sum(int(x) for x in re.findall(r"(\d+) failovers", out))
     check(failovers > 0, "expected some reads to fail over to the second replica")
+    check(re.search(r"rank 1\]: partition \d+'s staged copy is being written or truncated", out),
+          "rank 1 must say that it stopped sending its truncated partitions from their mappings")
     for r in range(4):
         check(not os.path.exists(ctx.node(r)) or not parts_of(ctx.node(r)), f"--cleanup left data on rank {r}")
 

@@ -1,0 +1,169 @@
+// PartitionMaps: ranges come from the staged files' mappings, and a writer of a staged file turns its mapping off
+// without ever making a send read past the file's end.
+#include "partition_maps.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "fanstore/image.hpp"
+#include "fanstore/pack.hpp"
+
+namespace fanstore::daemon {
+namespace {
+
+bool LeasesDisabled() {
+  std::ifstream f("/proc/sys/fs/leases-enable");
+  int on = 1;
+  return f >> on && on == 0;
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+class PartitionMapsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (LeasesDisabled()) GTEST_SKIP() << "file leases are disabled here (/proc/sys/fs/leases-enable is 0)";
+    char tmpl[] = "/tmp/fanstore-maps-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    std::string src = dir_ + "/src";
+    ASSERT_EQ(mkdir(src.c_str(), 0700), 0);
+    uint32_t seed = 7;
+    for (int i = 0; i < 8; ++i) {
+      std::string bytes(200000 + i * 1000, '\0');
+      for (char& c : bytes) c = static_cast<char>((seed = seed * 1103515245u + 12345u) >> 16);
+      std::ofstream(src + "/f" + std::to_string(i), std::ios::binary) << bytes;
+    }
+    PackOptions po;
+    po.source = src;
+    po.output = dir_ + "/img";
+    po.parts = 2;
+    po.compress = false;
+    po.threads = 1;
+    ASSERT_TRUE(Pack(po).ok());
+    auto img = Image::Open(po.output);
+    ASSERT_TRUE(img.ok()) << img.status().ToString();
+    img_ = std::move(img).value();
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
+  }
+  std::string dir_;
+  std::shared_ptr<const Image> img_;
+};
+
+TEST_F(PartitionMapsTest, RangesAreTheStagedFilesBytes) {
+  PartitionMaps maps(*img_);
+  ASSERT_EQ(maps.mapped(), 2u);
+  for (uint32_t p = 0; p < 2; ++p) {
+    std::string want = FileBytes(img_->PartitionPath(p));
+    ASSERT_GT(want.size(), 4096u);
+    const char* all = maps.Pin(p, 0, want.size());
+    ASSERT_NE(all, nullptr);
+    EXPECT_EQ(std::string(all, want.size()), want);
+    const char* tail = maps.Pin(p, want.size() - 100, 100);
+    ASSERT_NE(tail, nullptr);
+    EXPECT_EQ(std::string(tail, 100), want.substr(want.size() - 100));
+    EXPECT_EQ(maps.Pin(p, want.size() - 100, 101), nullptr) << "a range past the end must not be mapped";
+    EXPECT_EQ(maps.Pin(p, want.size() + 1, 0), nullptr);
+    maps.Unpin(p);
+    maps.Unpin(p);
+  }
+  EXPECT_EQ(maps.Pin(2, 0, 1), nullptr) << "no such partition";
+}
+
+// A process truncates a staged partition while a send from its mapping is in flight: it is held back until that
+// send is over (the bytes stay readable meanwhile), the partition is never sent from its mapping again, and once
+// the send is done the truncation goes through at once (not after the kernel's 45 s lease-break time).
+TEST_F(PartitionMapsTest, ATruncationWaitsForTheSendInFlightThenTheMappingIsOff) {
+  PartitionMaps maps(*img_);
+  ASSERT_EQ(maps.mapped(), 2u);
+  std::string path = img_->PartitionPath(0);
+  std::string want = FileBytes(path);
+  const char* in_flight = maps.Pin(0, 0, want.size());
+  ASSERT_NE(in_flight, nullptr);
+
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int rc = truncate(path.c_str(), 0);
+    char c = rc == 0 ? 'y' : 'n';
+    (void)!write(done[1], &c, 1);
+    _exit(0);
+  }
+  close(done[1]);
+  auto finished = [&](int wait_ms) {
+    struct pollfd pfd = {done[0], POLLIN, 0};
+    return poll(&pfd, 1, wait_ms) == 1;
+  };
+
+  // The kernel signals the lease break; the next CheckLeases turns the mapping off.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (maps.mapped() == 2 && std::chrono::steady_clock::now() < until) {
+    maps.CheckLeases();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(maps.mapped(), 1u) << "the lease break was never noticed";
+  EXPECT_EQ(maps.Pin(0, 0, 1), nullptr) << "a partition being written must not be sent from its mapping";
+  EXPECT_NE(maps.Pin(1, 0, 1), nullptr) << "the other partition stays mapped";
+  maps.Unpin(1);
+
+  EXPECT_FALSE(finished(300)) << "the truncation went through while a send from the mapping was in flight";
+  EXPECT_EQ(std::string(in_flight, want.size()), want);
+
+  maps.Unpin(0);  // the send is over: the lease goes back
+  ASSERT_TRUE(finished(10000)) << "the writer was still held 10 s after the last send was over";
+  char c = 0;
+  ASSERT_EQ(read(done[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
+  close(done[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+}
+
+// With no send in flight, a writer is let go at the next CheckLeases (the daemon's next progress step).
+TEST_F(PartitionMapsTest, AWriterIsLetGoAtOnceWhenNothingIsInFlight) {
+  PartitionMaps maps(*img_);
+  ASSERT_EQ(maps.mapped(), 2u);
+  std::string path = img_->PartitionPath(1);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int fd = open(path.c_str(), O_WRONLY);  // opening for writing is enough to break a read lease
+    _exit(fd >= 0 ? 0 : 1);
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int status = 0;
+  pid_t got = 0;
+  while ((got = waitpid(child, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) {
+    maps.CheckLeases();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(got, child) << "the writer was still held after 10 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(maps.mapped(), 1u);
+  EXPECT_EQ(maps.Pin(1, 0, 1), nullptr);
+  EXPECT_NE(maps.Pin(0, 0, 1), nullptr);
+  maps.Unpin(0);
+}
+
+}  // namespace
+}  // namespace fanstore::daemon
