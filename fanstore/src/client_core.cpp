@@ -97,6 +97,14 @@ bool ClientCore::WorthSharing(const Chunk& c, Offer offer, bool fetched) {
 
 Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
   if (remote->FetchesRanges()) {
+    // A raw chunk in the node-wide cache: copied straight into `out` (the reader's buffer, for a whole chunk) and
+    // checked there, as a local raw chunk is read into it and checked. A copy that fails its check is asked of the
+    // daemon instead, like any miss.
+    if (c.codec == Codec::kRaw && remote->CopyCached(e.part, c.offset, c.stored_size, out) &&
+        DecodeChunk(e, c, out, c.stored_size, out).ok()) {
+      stats.remote_bytes.fetch_add(c.stored_size, std::memory_order_relaxed);
+      return Status::Ok();
+    }
     // Decoded straight from the fetcher's view (the daemon's reply area): no copy of the stored bytes and no fresh
     // buffer to fault in. DecodeChunk checks the bytes it wrote to `out`, not the view, so what is handed out is
     // verified whatever happens to the view meanwhile. (Image::GetChunk made `c`: it lies inside the file's range.)

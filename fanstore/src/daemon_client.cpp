@@ -357,8 +357,14 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   bool FetchesRanges() const override { return true; }
   bool CachesNodeWide() override { return SharedCache() != nullptr; }
 
+  bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) override {
+    const shared_cache::View* v = SharedCache();
+    return v && CopyFromCache(*v, part, offset, length, dst);
+  }
+
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
-    // The node cache first: a range cached there is copied out here, without a daemon round-trip.
+    // The node cache first: a range cached there is copied out here, without a daemon round-trip (into a buffer
+    // of ours: `use` must only see bytes that did not change while being copied).
     if (const shared_cache::View* v = SharedCache()) {
       thread_local std::vector<char> copy;
       if (copy.size() < length) copy.resize(length);
@@ -403,6 +409,33 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     return s;
   }
 
+  // Copies a cached range with pread on the cache's memfd, or through the mapping once pread failed (the program
+  // closed our descriptor behind our back). Either way the slot's sequence says whether the bytes changed meanwhile.
+  // Only for CopyCached: should the program have reused our descriptor's number for a file of its own, pread reads
+  // that file, and only a caller that checks what it got (ClientCore's raw chunks, against their checksum) and then
+  // asks WithStored, which copies through the mapping, still gets the right bytes.
+  bool CopyFromCache(const shared_cache::View& v, uint32_t part, uint64_t offset, uint64_t length, char* dst) {
+    int fd = cache_fd_.load(std::memory_order_acquire);
+    if (fd < 0) return v.Copy(part, offset, length, dst);
+    bool read_failed = false;
+    bool ok = v.CopyWith(part, offset, length, [&](uint64_t d) {
+      ssize_t n = pread(fd, dst, static_cast<size_t>(length), static_cast<off_t>(v.data_offset() + d));
+      read_failed = n != static_cast<ssize_t>(length);
+      return !read_failed;
+    });
+    if (!read_failed) return ok;
+    cache_fd_.store(-1, std::memory_order_release);  // not ours any more: never closed by us, never read again
+    return v.Copy(part, offset, length, dst);
+  }
+
+  // Called once, with the memfd the daemon passed (closed by the caller): keeps a duplicate for CopyFromCache.
+  void KeepCacheFd(int passed) {
+    int fd = fcntl(passed, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return;
+    if (FdHook hook = hook_.load(std::memory_order_acquire)) hook(fd);
+    cache_fd_.store(fd, std::memory_order_release);
+  }
+
   // The node cache's shared view, asked for once per process (null: the daemon has none, or it failed).
   const shared_cache::View* SharedCache() {
     int st = cache_state_.load(std::memory_order_acquire);
@@ -423,7 +456,11 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     bool consumed = false;
     Status s = Exchange(*taken, r, {}, ex, deadline, [](const char*, size_t) { return Status::Ok(); }, &consumed,
                         this, hook_.load(std::memory_order_acquire), 0,
-                        [this](int fd) { return MapSharedCache(fd, &view_); });
+                        [this](int fd) {
+                          Status ms = MapSharedCache(fd, &view_);
+                          if (ms.ok()) KeepCacheFd(fd);
+                          return ms;
+                        });
     Give(*taken, consumed);
     cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
     return s.ok() && view_.attached() ? &view_ : nullptr;
@@ -467,6 +504,8 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       if (StillOurs(c->sock)) hook(c->sock.fd);
     for (const OwnedFd& m : held_)
       if (StillOurs(m)) hook(m.fd);
+    int cfd = cache_fd_.load(std::memory_order_acquire);
+    if (cfd >= 0) hook(cfd);
   }
 
   // The forking thread holds mu_ across fork(), so the child never inherits a half-updated pool.
@@ -635,6 +674,12 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   std::mutex cache_mu_;                     // asking for the node cache (not mu_: Take takes that)
   std::atomic<int> cache_state_{0};         // 0 not asked yet, 1 view_ attached, 2 none
   shared_cache::View view_;
+  // A descriptor of the node cache's memfd, kept for pread (-1: none, or it stopped working). Copying a cached
+  // range with pread is a copy in the kernel, as a local file's read is; through the mapping, each process would
+  // first fault in the page-table entries of every page it touches (a DataLoader's fresh workers, every epoch).
+  // Measured here (8 epochs, 20,000 files, the remote part all in the cache): 0.458-0.489 s per epoch instead of
+  // 0.521-0.525 s.
+  std::atomic<int> cache_fd_{-1};
   bool fork_locked_ = false;                // AtForkPrepare holds mu_
   uint64_t generation_ = 0;
   std::atomic<uint64_t> next_id_{2};        // 1 is the hello

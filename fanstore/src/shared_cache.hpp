@@ -58,6 +58,7 @@ class View {
     slots_ = reinterpret_cast<Slot*>(base + h.slots_off);
     hits_ = reinterpret_cast<std::atomic<uint32_t>*>(hits ? hits : base + h.hits_off);
     data_ = base + h.data_off;
+    data_off_ = h.data_off;
     data_len_ = h.data_len;
     mask_ = h.nslots - 1;
     return true;
@@ -78,6 +79,15 @@ class View {
   // Copies the cached bytes [offset, offset + length) of `part` into dst; false when they are not cached whole,
   // or changed while being copied.
   bool Copy(uint32_t part, uint64_t offset, uint64_t length, char* dst) const {
+    return CopyWith(part, offset, length, [&](uint64_t d) {
+      std::memcpy(dst, data_ + d, length);
+      return true;
+    });
+  }
+  // As Copy, with `copy(d)` doing the copy of the bytes at data-area offset d (data_offset() + d in the memfd):
+  // a client may pread them from the memfd instead of touching the mapping. `copy` returns false when it failed.
+  template <typename CopyFn>
+  bool CopyWith(uint32_t part, uint64_t offset, uint64_t length, const CopyFn& copy) const {
     if (!slots_ || length == 0) return false;
     uint64_t h = SlotHash(part, offset);
     for (uint32_t i = 0; i < kMaxProbe; ++i) {
@@ -90,7 +100,7 @@ class View {
         continue;
       uint64_t d = s.data_off.load(std::memory_order_relaxed);
       if (d > data_len_ || length > data_len_ - d) return false;
-      std::memcpy(dst, data_ + d, length);
+      if (!copy(d)) return false;
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s.seq.load(std::memory_order_relaxed) != v1) return false;
       hits_[at].fetch_add(1, std::memory_order_relaxed);
@@ -98,11 +108,13 @@ class View {
     }
     return false;
   }
+  uint64_t data_offset() const { return data_off_; }
 
  private:
   Slot* slots_ = nullptr;
   std::atomic<uint32_t>* hits_ = nullptr;
   const char* data_ = nullptr;
+  uint64_t data_off_ = 0;
   uint64_t data_len_ = 0;
   uint64_t mask_ = 0;
 };

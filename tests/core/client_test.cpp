@@ -229,8 +229,21 @@ class FakeFetcher : public RemoteFetcher {
     return use(buf.data(), buf.size());
   }
   bool FetchesRanges() const override { return ranges_; }
-  std::atomic<int> whole{0}, ranged{0};  // bumped by the reader and the decode threads
+  // The node-wide cache: holds every range (cache_ == kGood), or a damaged copy of it (kBad: a cache clobbered,
+  // or a descriptor the program reused for a file of its own).
+  enum Cache { kNone, kGood, kBad };
+  bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) override {
+    if (cache == kNone) return false;
+    ++cached;
+    std::string buf;
+    if (!test::ReadPartitionRange(*img_, part, offset, length, &buf).ok()) return false;
+    if (cache == kBad && length) buf[length / 2] ^= 1;
+    std::memcpy(dst, buf.data(), buf.size());
+    return true;
+  }
+  std::atomic<int> whole{0}, ranged{0}, cached{0};  // bumped by the reader and the decode threads
   bool flip = false;
+  Cache cache = kNone;
 
  private:
   std::shared_ptr<const Image> img_;
@@ -283,6 +296,41 @@ TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChun
   }
 }
 
+
+// Raw chunks the node-wide cache holds are copied straight into the reader's memory and checked there: no fetch.
+// A copy that fails its check is fetched instead (the right bytes, never an error); compressed chunks are always
+// decoded from a fetch's view.
+TEST(RemoteChunksTest, RawChunksInTheNodeCacheAreCopiedAndCheckedAndABadCopyIsFetched) {
+  TempDir src, img;
+  const std::string raw = test::RandomBytes(5 * 65536 + 7, 3), text = test::TextBytes(3 * 65536, 4);
+  test::WriteFile(src / "raw.bin", raw);
+  test::WriteFile(src / "text.txt", text);
+  ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
+  for (auto cache : {FakeFetcher::kGood, FakeFetcher::kBad}) {
+    auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), true);
+    fetcher->cache = cache;
+    ClientOptions o;
+    o.image = img / "i";
+    o.partition_dir = img / "none-here";  // every partition is remote
+    o.remote = fetcher;
+    auto c = Client::Create(o);
+    ASSERT_TRUE(c.ok());
+    for (const auto& [name, want] : {std::pair<std::string, std::string>{"raw.bin", raw}, {"text.txt", text}}) {
+      auto f = (*c)->Open(*(*c)->Lookup(name));
+      ASSERT_TRUE(f.ok());
+      std::string out(want.size(), '\0');
+      auto n = (*f)->ReadAt(0, out.data(), out.size());  // whole chunks: into this buffer directly
+      ASSERT_TRUE(n.ok()) << name << ": " << n.status().ToString();
+      EXPECT_EQ(out, want) << name;
+    }
+    EXPECT_EQ(fetcher->cached, 6) << "each of raw.bin's 6 chunks is looked up in the node cache once";
+    if (cache == FakeFetcher::kGood)
+      EXPECT_EQ(fetcher->ranged, 3) << "only text.txt's 3 compressed chunks are fetched";
+    else
+      EXPECT_EQ(fetcher->ranged, 9) << "every raw chunk whose cached copy failed its check is fetched";
+    EXPECT_EQ((*c)->stats().errors.load(), 0u);
+  }
+}
 
 // A daemon stand-in whose fetches from the decode threads wait while `hold` is set, so that read-ahead
 // queued behind them is still queued when the reader gets there. Records who fetched which offset.

@@ -48,6 +48,14 @@ class RemoteFetcher {
   using StoredUse = std::function<Status(const char* data, size_t size)>;
   virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use);
   Status WithStored(const Entry& e, const StoredUse& use) { return WithStored(e.part, e.offset, e.stored_size, use); }
+  // Copies the stored bytes [offset, offset + length) of `part` into `dst` if the node-wide cache holds them whole
+  // and they did not change while being copied (no daemon round-trip); false otherwise, with `dst` undefined. The
+  // client copies a raw chunk straight into the reader's buffer this way (one copy instead of two) and checks it
+  // there as it checks any chunk.
+  virtual bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) {
+    (void)part, (void)offset, (void)length, (void)dst;
+    return false;
+  }
   // Called in a forked child: drop connections the child must not share with its parent.
   virtual void AfterForkChild() {}
   // pthread_atfork prepare/parent: hold (then release) the fetcher's locks across fork, so the child never
