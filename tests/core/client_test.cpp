@@ -250,6 +250,15 @@ class FakeFetcher : public RemoteFetcher {
   bool ranges_;
 };
 
+// A client of the image at `image` with every partition remote, read through `fetcher`.
+Result<std::unique_ptr<Client>> AllRemoteClient(const std::string& image, std::shared_ptr<RemoteFetcher> fetcher) {
+  ClientOptions o;
+  o.image = image;
+  o.partition_dir = image + "-none-here";  // no partition is on this node
+  o.remote = std::move(fetcher);
+  return Client::Create(o);
+}
+
 TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChunk) {
   TempDir src, img;
   const std::string big = test::TextBytes(6 * 65536 + 5, 9);
@@ -257,11 +266,7 @@ TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChun
   ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
   for (bool ranges : {false, true}) {
     auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), ranges);
-    ClientOptions o;
-    o.image = img / "i";
-    o.partition_dir = img / "none-here";  // every partition is remote
-    o.remote = fetcher;
-    auto c = Client::Create(o);
+    auto c = AllRemoteClient(img / "i", fetcher);
     ASSERT_TRUE(c.ok());
     auto f = (*c)->Open(*(*c)->Lookup("big.txt"));
     ASSERT_TRUE(f.ok());
@@ -283,11 +288,7 @@ TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChun
   for (bool ranges : {false, true}) {
     auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), ranges);
     fetcher->flip = true;
-    ClientOptions o;
-    o.image = img / "i";
-    o.partition_dir = img / "none-here";
-    o.remote = fetcher;
-    auto c = Client::Create(o);
+    auto c = AllRemoteClient(img / "i", fetcher);
     auto f = (*c)->Open(*(*c)->Lookup("big.txt"));
     ASSERT_TRUE(f.ok());
     std::string out(big.size(), '\0');
@@ -309,11 +310,7 @@ TEST(RemoteChunksTest, RawChunksInTheNodeCacheAreCopiedAndCheckedAndABadCopyIsFe
   for (auto cache : {FakeFetcher::kGood, FakeFetcher::kBad}) {
     auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), true);
     fetcher->cache = cache;
-    ClientOptions o;
-    o.image = img / "i";
-    o.partition_dir = img / "none-here";  // every partition is remote
-    o.remote = fetcher;
-    auto c = Client::Create(o);
+    auto c = AllRemoteClient(img / "i", fetcher);
     ASSERT_TRUE(c.ok());
     for (const auto& [name, want] : {std::pair<std::string, std::string>{"raw.bin", raw}, {"text.txt", text}}) {
       auto f = (*c)->Open(*(*c)->Lookup(name));
@@ -392,11 +389,7 @@ TEST(RemoteChunksTest, ReadAheadTheReaderOvertookFetchesNothing) {
   for (const char* name : {"a.txt", "b.txt", "c.txt"}) test::WriteFile(src / name, test::TextBytes(6 * 65536 + 5, name[0]));
   ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
   auto fetcher = std::make_shared<GatedFetcher>(test::OpenOrDie(img / "i"));
-  ClientOptions o;
-  o.image = img / "i";
-  o.partition_dir = img / "none-here";
-  o.remote = fetcher;
-  auto c = Client::Create(o);
+  auto c = AllRemoteClient(img / "i", fetcher);
   ASSERT_TRUE(c.ok());
   auto entry = [&](const char* p) { return (*c)->image().Get(*(*c)->Lookup(p)); };
   char buf[4096];
