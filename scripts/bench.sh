@@ -599,13 +599,15 @@ BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo 
 
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))
+# The build directory relative to the repository (a machine's absolute path does not belong in the docs).
+BUILD_SHOWN=${BUILD_DIR#"$REPO"/}
 tables=$($PY "$HELPERS/report.py" --dir "$OUT")
 {
   echo "## FanStore benchmark results ($MODE run, $(date -u '+%Y-%m-%d %H:%M UTC'), ${ELAPSED} s)"
   echo
   cat "$OUT/machine.md"
   echo
-  echo "Build: \`$BUILD_DIR\`, git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' + uncommitted changes'). Every ratio compares two columns measured in this run; > 1x means the first-named side is faster."
+  echo "Build: \`$BUILD_SHOWN\`, git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' + uncommitted changes'). Every ratio compares two columns measured in this run; > 1x means the first-named side is faster."
   echo
   echo "$tables"
 } >"$OUT/results.md"
