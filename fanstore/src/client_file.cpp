@@ -70,7 +70,7 @@ void ClientFile::Prefetch(uint64_t first, uint64_t last) {
   });
 }
 
-bool ClientFile::StartRead(uint64_t off, size_t n, Range* r) {
+bool ClientFile::StartRead(uint64_t off, size_t n, Range* r, bool queue_span) {
   if (off >= e_.size || n == 0) return false;
   r->off = off;
   r->end = off + std::min<uint64_t>(n, e_.size - off);
@@ -79,8 +79,18 @@ bool ClientFile::StartRead(uint64_t off, size_t n, Range* r) {
   r->streaming = NoteRead(off, r->end);
   // A read spanning several chunks decodes them in parallel; the reading thread takes them in order.
   reading_.store(r->first, std::memory_order_relaxed);
-  if (r->last > r->first) Prefetch(r->first + 1, r->last);
+  if (queue_span && r->last > r->first) Prefetch(r->first + 1, r->last);
   return true;
+}
+
+std::vector<uint64_t> ClientFile::DirectChunks(const Range& r) const {
+  std::vector<uint64_t> direct;
+  if (r.last == r.first) return direct;
+  for (uint64_t i = r.first; i <= r.last; ++i) {
+    const uint64_t from = i << shift_, to = std::min<uint64_t>(from + (uint64_t{1} << shift_), e_.size);
+    if (from >= r.off && to <= r.end && !core_.cache.Has(e_.id, i)) direct.push_back(i);
+  }
+  return direct;
 }
 
 Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<size_t(const char*, size_t)>& sink) {
@@ -110,13 +120,42 @@ Result<size_t> ClientFile::Visit(uint64_t off, size_t n, const std::function<siz
 
 Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
   Range r;
-  if (!StartRead(off, n, &r)) return size_t{0};
+  if (!StartRead(off, n, &r, /*queue_span=*/false)) return size_t{0};
   const uint64_t end = r.end, first = r.first, last = r.last;
   const bool streaming = r.streaming;
   n = static_cast<size_t>(end - off);
   char* out = static_cast<char*>(buf);
+  // A read spanning several chunks (a whole file read at once): the chunks it covers whole are decoded, or
+  // fetched from the daemon, in parallel by the decode threads and this one, straight into `buf`: no chunk
+  // buffer to fault in, no second copy out of the chunk cache. Queued read-ahead of them stands down (reading_).
+  // The others (a partial first or last chunk, cached ones) are the loop's; a partial last one is queued.
+  const std::vector<uint64_t> direct = DirectChunks(r);
+  if (direct.size() >= 2) {
+    reading_.store(direct.back(), std::memory_order_relaxed);
+    if (direct.back() != last) Prefetch(last, last);
+    const ClientCore::Offer offer = StreamOffer();
+    Status s = core_.ParallelFor(direct.size(), [&](uint64_t k) -> Status {
+      auto c = core_.img.GetChunk(e_, direct[k]);
+      if (!c.ok()) return c.status();
+      char* dst = out + (c->raw_offset - off);
+      Status ls = core_.LoadChunkInto(e_, *c, dst, offer);
+      if (ls.ok()) KeepDecoded(*c, dst, streaming);
+      return ls;
+    });
+    if (!s.ok()) {
+      std::memset(out, 0, n);  // no unverified byte is left in the caller's buffer
+      return core_.Report(e_, s);
+    }
+  } else if (last > first) {
+    Prefetch(first + 1, last);
+  }
+  size_t next_direct = direct.size() >= 2 ? 0 : direct.size();
   for (uint64_t i = first; i <= last; ++i) {
-    reading_.store(i, std::memory_order_relaxed);
+    if (next_direct < direct.size() && direct[next_direct] == i) {
+      ++next_direct;
+      continue;
+    }
+    if (i > reading_.load(std::memory_order_relaxed)) reading_.store(i, std::memory_order_relaxed);
     auto c = core_.img.GetChunk(e_, i);
     if (!c.ok()) return core_.Report(e_, c.status());
     const uint64_t from = std::max(off, c->raw_offset) - c->raw_offset;
@@ -136,13 +175,7 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
         std::memset(dst, 0, len);  // no unverified byte is left in the caller's buffer
         return core_.Report(e_, s);
       }
-      // Without a node cache, keep what was expensive to decode for this process's next read of it.
-      if (!core_.node && c->codec == Codec::kZstd && core_.cache.budget() > 0 && !streaming) {
-        if (auto copy = OwnedBytes::Allocate(len, core_.buffers)) {
-          std::memcpy(copy->writable(), dst, len);
-          core_.cache.Put(e_.id, i, std::move(copy));
-        }
-      }
+      KeepDecoded(*c, dst, streaming);
       continue;
     }
     if (core_.node && core_.node->ReadRange(e_, *c, from, len, dst)) {
@@ -158,6 +191,15 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
   }
   core_.stats.bytes_read.fetch_add(n, std::memory_order_relaxed);
   return n;
+}
+
+void ClientFile::KeepDecoded(const Chunk& c, const char* bytes, bool streaming) {
+  // What was expensive to decode, for this process's next read of it.
+  if (core_.node || c.codec != Codec::kZstd || core_.cache.budget() == 0 || streaming) return;
+  if (auto copy = OwnedBytes::Allocate(c.raw_size, core_.buffers)) {
+    std::memcpy(copy->writable(), bytes, c.raw_size);
+    core_.cache.Put(e_.id, c.index, std::move(copy));
+  }
 }
 
 Result<int> ClientFile::KernelFd(int flags) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "client_core.hpp"
 
@@ -21,13 +22,19 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
  private:
   // Sequential-read detection: queues the read-ahead; true when this read continues a stream.
   bool NoteRead(uint64_t off, uint64_t end);
-  // What a read of [off, off + n) covers, clipped to the file, once it has been noted (NoteRead) and the
-  // chunks after its first queued for decoding in parallel. False when it covers nothing.
+  // What a read of [off, off + n) covers, clipped to the file, once it has been noted (NoteRead) and (with
+  // `queue_span`) the chunks after its first queued for decoding in parallel. False when it covers nothing.
   struct Range {
     uint64_t off, end, first, last;
     bool streaming;
   };
-  bool StartRead(uint64_t off, size_t n, Range* r);
+  bool StartRead(uint64_t off, size_t n, Range* r, bool queue_span = true);
+  // The chunks of a read spanning several that it covers whole and the chunk cache does not hold: ReadAt loads
+  // them in parallel straight into the caller's buffer.
+  std::vector<uint64_t> DirectChunks(const Range& r) const;
+  // After a whole chunk was decoded into a caller's buffer: without a node cache, a compressed one is also kept in
+  // this process's chunk cache for its next read (unless it is streamed).
+  void KeepDecoded(const Chunk& c, const char* bytes, bool streaming);
   // Queues chunks [first, last] for the decode threads, unless the reader has passed them by their turn.
   void Prefetch(uint64_t first, uint64_t last);
   // How whole chunks this open file decodes go to the node cache: the first stream through a large file on the

@@ -329,6 +329,51 @@ TEST(RemoteChunksTest, RawChunksInTheNodeCacheAreCopiedAndCheckedAndABadCopyIsFe
   }
 }
 
+// One read spanning a file's chunks (a whole file read at once): every chunk is fetched once, the whole ones
+// straight into the caller's buffer in parallel, a cached one is not fetched again, and damaged bytes leave no
+// byte of the buffer unchecked.
+TEST(RemoteChunksTest, AReadSpanningChunksFetchesEachOnceAndLeavesNoUncheckedByte) {
+  TempDir src, img;
+  const std::string raw = test::RandomBytes(6 * 65536 + 5, 5), text = test::TextBytes(6 * 65536 + 5, 6);
+  test::WriteFile(src / "raw.bin", raw);
+  test::WriteFile(src / "text.txt", text);
+  ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
+  for (const auto& [name, want] : {std::pair<std::string, std::string>{"raw.bin", raw}, {"text.txt", text}}) {
+    auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), true);
+    auto c = AllRemoteClient(img / "i", fetcher);
+    ASSERT_TRUE(c.ok());
+    auto f = (*c)->Open(*(*c)->Lookup(name));
+    ASSERT_TRUE(f.ok());
+    std::string out(want.size(), '\0');
+    auto n = (*f)->ReadAt(0, out.data(), out.size());
+    ASSERT_TRUE(n.ok()) << name << ": " << n.status().ToString();
+    EXPECT_EQ(out, want) << name;
+    EXPECT_EQ(fetcher->ranged, 7) << name << ": 6 whole chunks and the 5-byte last one, each once";
+
+    // Chunk 2 read in part (so it is cached), then an unaligned read over chunks 1-6: chunk 2 comes from the cache.
+    auto g = (*c)->Open(*(*c)->Lookup(name));
+    ASSERT_TRUE(g.ok());
+    std::string part(100, '\0');
+    ASSERT_TRUE((*g)->ReadAt(2 * 65536 + 10, part.data(), part.size()).ok());
+    EXPECT_EQ(part, want.substr(2 * 65536 + 10, 100));
+    const int before = fetcher->ranged;
+    std::string tail(want.size() - 65536 - 3, '\0');
+    n = (*g)->ReadAt(65536 + 3, tail.data(), tail.size());
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(tail, want.substr(65536 + 3)) << name;
+    EXPECT_LE(fetcher->ranged - before, 6) << name << ": chunk 2 was cached and must not be fetched again";
+  }
+  auto fetcher = std::make_shared<FakeFetcher>(test::OpenOrDie(img / "i"), true);
+  fetcher->flip = true;
+  auto c = AllRemoteClient(img / "i", fetcher);
+  auto f = (*c)->Open(*(*c)->Lookup("raw.bin"));
+  ASSERT_TRUE(f.ok());
+  std::string out(raw.size(), 'x');
+  auto n = (*f)->ReadAt(0, out.data(), out.size());
+  EXPECT_EQ(n.status().code(), Code::kCorrupt);
+  EXPECT_EQ(out, std::string(raw.size(), '\0')) << "a failed read must leave no unchecked byte in the buffer";
+}
+
 // A daemon stand-in whose fetches from the decode threads wait while `hold` is set, so that read-ahead
 // queued behind them is still queued when the reader gets there. Records who fetched which offset.
 class GatedFetcher : public RemoteFetcher {
