@@ -572,11 +572,29 @@ struct MpiTransport::Impl {
     auto release = [this, head, sends, part] {
       if (--*sends == 0) o.maps->Unpin(part);
     };
-    Send(src, tag, b, kReplyHeader, release, nullptr);
+    Status head_err, chunk_err;
+    Send(src, tag, b, kReplyHeader, release, &head_err);
+    // Not a chunk after a header that did not go (the asker is gone: they would never be received, and stay
+    // pinned), nor after a chunk that did not.
     for (uint64_t c = 0; c < chunks; ++c) {
+      if (!head_err.ok() || !chunk_err.ok()) {
+        release();
+        continue;
+      }
       uint64_t at = c * o.max_message;
-      Send(src, tag, mapped + at, std::min(o.max_message, n - at), release, nullptr, o.chunk_comm);
+      Send(src, tag, mapped + at, std::min(o.max_message, n - at), release, &chunk_err, o.chunk_comm);
     }
+    if (!head_err.ok()) return;
+    if (!chunk_err.ok()) {
+      // The header went and its payload could not (some transports cannot send from a read-only file mapping:
+      // RDMA registration of such pages can fail): the asker waits out this attempt and asks again, and from now
+      // on every range is read into a send buffer.
+      Error("%s while sending from a partition's mapping; sending every range by pread from now on",
+            chunk_err.message().c_str());
+      o.maps->TurnOff();
+      return;
+    }
+    stats->mapped_sends.fetch_add(1, std::memory_order_relaxed);
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
     Ring(src);
   }

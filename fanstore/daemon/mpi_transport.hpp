@@ -35,7 +35,7 @@ struct TransportOptions {
   // Ranges of at least mapped_send_min bytes are sent straight from these mappings of the staged partitions
   // (null: every range is read into a send buffer first).
   PartitionMaps* maps = nullptr;
-  uint64_t mapped_send_min = 64u << 10;
+  uint64_t mapped_send_min = 64u << 10;  // (fanstore serve --mapped-send-min)
 };
 
 // The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.

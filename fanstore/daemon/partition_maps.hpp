@@ -8,11 +8,17 @@
 // writing or truncates it breaks the lease, the kernel signals this process and holds the writer back. From the
 // next CheckLeases on, that partition is never sent from its mapping again (Pin says no: the caller preads, which
 // reports a short file as an error reply), and the lease is given back as soon as no send from the mapping is in
-// flight, which lets the writer go on. A send to a peer that died in flight never completes: the writer then
-// waits for the kernel's lease-break time (/proc/sys/fs/lease-break-time, 45 s by default) and goes on.
-// A partition whose lease cannot be taken (a file system without leases, a file we do not own) is not mapped.
+// flight, which lets the writer go on. A send that does not complete (its asker stopped or died) cannot hold the
+// writer past the kernel's lease-break time (/proc/sys/fs/lease-break-time, 45 s by default), after which the
+// kernel lets it go anyway: so halfway there the file's pages are replaced by zero pages of our own (mmap
+// MAP_FIXED) and the lease is given back. A late send then carries zeros, which the client's checksum rejects,
+// instead of faulting. Leases are also asked about once a second, in case a break signal was lost.
 //
-// Single-threaded: the daemon's progress thread makes every call (the lease signal's handler only sets a flag).
+// Only partitions on a node-local file system are mapped (tmpfs, ext2/3/4, xfs, btrfs, f2fs): a lease guards
+// against writers on this node only, and a cluster file system's file can be truncated from another node.
+// A partition whose lease cannot be taken (leases disabled, a file we do not own) is not mapped either.
+//
+// Single-threaded: the daemon's progress thread makes every call (the lease signal's handler only counts).
 #pragma once
 
 #include <cstdint>
@@ -25,33 +31,43 @@ namespace fanstore::daemon {
 
 class PartitionMaps {
  public:
-  // Maps every partition `img` has staged here whose lease can be taken.
-  explicit PartitionMaps(const Image& img);
+  // Maps every partition `img` has staged here that qualifies (see above). `break_grace_ms`: how long a send from
+  // a retired mapping may stay in flight before its pages are replaced (-1: half the kernel's lease-break time).
+  explicit PartitionMaps(const Image& img, int64_t break_grace_ms = -1);
   ~PartitionMaps();
   PartitionMaps(const PartitionMaps&) = delete;
   PartitionMaps& operator=(const PartitionMaps&) = delete;
 
   // Bytes [offset, offset + n) of partition `part` in its mapping, held for a send until Unpin(part); null when the
-  // partition is not mapped (or no longer: its lease was broken) or the range is not inside the file as mapped.
+  // partition is not mapped (or no longer: its lease was broken, or mapped sends were turned off) or the range is
+  // not inside the file as mapped.
   const char* Pin(uint32_t part, uint64_t offset, uint64_t n);
   void Unpin(uint32_t part);
-  // Notices broken leases (cheap when no signal came: one atomic load); call it every progress step.
+  // Notices broken leases and acts on them (cheap when nothing happened: an atomic load and a clock read); call it
+  // every progress step.
   void CheckLeases();
+  // No more sends from any mapping (the transport could not send from one); leases go back as sends drain.
+  void TurnOff();
 
   size_t mapped() const;  // partitions sent from their mapping now
 
  private:
   struct Part {
     int fd = -1;
-    const char* base = nullptr;
+    char* base = nullptr;
     uint64_t size = 0;
     bool usable = false;    // lease held and not broken
     bool leased = false;    // lease still ours (given back once broken and no send is in flight)
     uint64_t in_flight = 0;
+    int64_t broken_ms = 0;  // when the break was noticed (0: not broken)
   };
-  void GiveBackIfIdle(Part& p);
+  void Retire(uint32_t i, const char* why);
+  void GiveBackIfIdle(Part& p, int64_t now_ms);
   std::vector<Part> parts_;
-  uint64_t seen_breaks_ = 0;  // lease-break signals already looked into
+  uint64_t seen_breaks_ = 0;   // lease-break signals already looked into
+  int64_t polled_ms_ = 0;      // when every lease was last asked about
+  int64_t break_grace_ms_;     // sends from a retired mapping in flight longer than this read zeros
+  size_t retired_held_ = 0;    // partitions broken whose lease is still ours (their deadline is watched)
 };
 
 }  // namespace fanstore::daemon

@@ -236,7 +236,7 @@ int Serve(const ServeOptions& o) {
   std::unique_ptr<FetchRouter> router;
   if (st.ok()) {
     staged = std::make_unique<StagedReader>(*img);
-    maps = std::make_unique<PartitionMaps>(*img);
+    if (o.mapped_send_min > 0) maps = std::make_unique<PartitionMaps>(*img);
     TransportOptions to;
     to.rank = rank;
     to.nranks = nranks;
@@ -247,6 +247,7 @@ int Serve(const ServeOptions& o) {
     to.chunk_comm = chunk_comm;
     to.doorbell = doorbell.get();
     to.maps = maps.get();
+    to.mapped_send_min = o.mapped_send_min;
     transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
     ServerOptions so;
     so.hello.rank = static_cast<uint32_t>(rank);

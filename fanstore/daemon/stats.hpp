@@ -14,6 +14,7 @@ class DaemonStats {
   std::atomic<uint64_t> client_requests{0};  // fetches answered to local clients
   std::atomic<uint64_t> client_errors{0};    // ... of which failed (timeout, unreadable)
   std::atomic<uint64_t> peer_requests{0};    // fetches served to other ranks
+  std::atomic<uint64_t> mapped_sends{0};     // ... of which sent straight from a partition's mapping
   std::atomic<uint64_t> peer_fetches{0};     // fetches this rank sent to other ranks (for clients or prefetch)
   std::atomic<uint64_t> bytes_sent{0};       // stored bytes sent to other ranks
   std::atomic<uint64_t> bytes_received{0};   // stored bytes received from other ranks

@@ -342,6 +342,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   ~DaemonFetcher() override {
     for (auto& c : all_) Destroy(c.get());
     for (const OwnedFd& m : held_) CloseIfOurs(m);
+    if (cache_fd_.load(std::memory_order_acquire) >= 0) CloseIfOurs(cache_fd_id_);
   }
 
   Status FetchStored(const Entry& e, std::string* out) override {
@@ -409,30 +410,42 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     return s;
   }
 
-  // Copies a cached range with pread on the cache's memfd, or through the mapping once pread failed (the program
-  // closed our descriptor behind our back). Either way the slot's sequence says whether the bytes changed meanwhile.
-  // Only for CopyCached: should the program have reused our descriptor's number for a file of its own, pread reads
-  // that file, and only a caller that checks what it got (ClientCore's raw chunks, against their checksum) and then
-  // asks WithStored, which copies through the mapping, still gets the right bytes.
+  // Copies a cached range with pread on the cache's memfd, or through the mapping once that descriptor is no
+  // longer ours (the program closed it behind our back, and may have reused the number) or pread failed. Either
+  // way the slot's sequence says whether the bytes changed meanwhile. The descriptor's identity is checked before
+  // each pread (an fstat, a fraction of a microsecond against the copy's microseconds), so the bytes never come
+  // from another file; the caller's checksum would catch that too.
   bool CopyFromCache(const shared_cache::View& v, uint32_t part, uint64_t offset, uint64_t length, char* dst) {
     int fd = cache_fd_.load(std::memory_order_acquire);
+    if (fd >= 0 && !StillOurs(cache_fd_id_)) {
+      cache_fd_.store(-1, std::memory_order_release);  // not ours any more: never read or closed by us again
+      fd = -1;
+    }
     if (fd < 0) return v.Copy(part, offset, length, dst);
-    bool read_failed = false;
+    int err = 0;
     bool ok = v.CopyWith(part, offset, length, [&](uint64_t d) {
       ssize_t n = pread(fd, dst, static_cast<size_t>(length), static_cast<off_t>(v.data_offset() + d));
-      read_failed = n != static_cast<ssize_t>(length);
-      return !read_failed;
+      err = n < 0 ? errno : n != static_cast<ssize_t>(length) ? EIO : 0;
+      return err == 0;
     });
-    if (!read_failed) return ok;
-    cache_fd_.store(-1, std::memory_order_release);  // not ours any more: never closed by us, never read again
+    if (err == 0 || err == EFAULT) return ok;  // EFAULT: the caller's buffer, not the descriptor
+    cache_fd_.store(-1, std::memory_order_release);
     return v.Copy(part, offset, length, dst);
   }
 
-  // Called once, with the memfd the daemon passed (closed by the caller): keeps a duplicate for CopyFromCache.
+  // Called once, with the memfd the daemon passed (closed by the caller): keeps a duplicate for CopyFromCache,
+  // marked internal under mu_ (as SetInternalFdHook marks what we hold).
   void KeepCacheFd(int passed) {
     int fd = fcntl(passed, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return;
+    OwnedFd id;
+    if (!Identify(fd, &id)) {
+      close(fd);
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu_);
     if (FdHook hook = hook_.load(std::memory_order_acquire)) hook(fd);
+    cache_fd_id_ = id;
     cache_fd_.store(fd, std::memory_order_release);
   }
 
@@ -504,8 +517,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       if (StillOurs(c->sock)) hook(c->sock.fd);
     for (const OwnedFd& m : held_)
       if (StillOurs(m)) hook(m.fd);
-    int cfd = cache_fd_.load(std::memory_order_acquire);
-    if (cfd >= 0) hook(cfd);
+    if (cache_fd_.load(std::memory_order_acquire) >= 0 && StillOurs(cache_fd_id_)) hook(cache_fd_id_.fd);
   }
 
   // The forking thread holds mu_ across fork(), so the child never inherits a half-updated pool.
@@ -680,6 +692,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // Measured here (8 epochs, 20,000 files, the remote part all in the cache): 0.458-0.489 s per epoch instead of
   // 0.521-0.525 s.
   std::atomic<int> cache_fd_{-1};
+  OwnedFd cache_fd_id_;  // its identity (set before cache_fd_ is published)
   bool fork_locked_ = false;                // AtForkPrepare holds mu_
   uint64_t generation_ = 0;
   std::atomic<uint64_t> next_id_{2};        // 1 is the hello

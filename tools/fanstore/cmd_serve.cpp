@@ -60,6 +60,11 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                   "at MPI, 0.05-2 ms later; for networks that drop UDP between nodes)");
   serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
       ->capture_default_str();
+  serve->add_option("--mapped-send-min", so->mapped_send_min,
+                    "Send peers' ranges of at least this size straight from a read-only mapping of the staged "
+                    "partition (0: never; for an MPI transport that cannot send from such memory)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).
   serve->add_option("--max-message", so->max_message, "Largest message between daemons (tests)")->group("");
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
