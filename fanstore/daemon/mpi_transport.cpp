@@ -518,12 +518,12 @@ struct MpiTransport::Impl {
     else if (kind != kKindFetch) s = Status(Code::kInvalidArgument, "unknown request kind");
     else s = local->Check(part, off, len);
     if (kind == kKindFetch) stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
-    std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
     uint64_t n = s.ok() ? len : 0;
-    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message) : 0;
-    if (n >= o.mapped_send_min && o.maps) {
+    if (o.maps && n >= o.mapped_send_min) {
       if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
     }
+    std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
+    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message) : 0;
     auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
     if (!buf->mem) {
       s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");

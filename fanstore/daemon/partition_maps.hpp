@@ -44,7 +44,7 @@ class PartitionMaps {
   const char* Pin(uint32_t part, uint64_t offset, uint64_t n);
   void Unpin(uint32_t part);
   // Notices broken leases and acts on them (cheap when nothing happened: an atomic load and a clock read); call it
-  // every progress step.
+  // every progress step, before the step's Pins (Pin does not look at the leases itself).
   void CheckLeases();
   // No more sends from any mapping (the transport could not send from one); leases go back as sends drain.
   void TurnOff();

@@ -93,6 +93,7 @@ std::vector<uint64_t> ClientFile::DirectChunks(const Range& r) const {
     const uint64_t from = i << shift_, to = std::min<uint64_t>(from + (uint64_t{1} << shift_), e_.size);
     if (from >= r.off && to <= r.end && !core_.cache.Has(e_.id, i)) direct.push_back(i);
   }
+  if (direct.size() < 2) direct.clear();  // one chunk: the reader's own load is as good
   return direct;
 }
 
@@ -133,7 +134,7 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
   // to fault in, no second copy out of the chunk cache. Queued read-ahead of them stands down (reading_).
   // The others (a partial first or last chunk, cached ones) are the loop's; a partial last one is queued.
   const std::vector<uint64_t> direct = DirectChunks(r);
-  if (direct.size() >= 2) {
+  if (!direct.empty()) {
     reading_.store(direct.back(), std::memory_order_relaxed);
     if (direct.back() != last) Prefetch(last, last);
     const ClientCore::Offer offer = StreamOffer();
@@ -152,7 +153,7 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
   } else if (last > first) {
     Prefetch(first + 1, last);
   }
-  size_t next_direct = direct.size() >= 2 ? 0 : direct.size();
+  size_t next_direct = 0;
   for (uint64_t i = first; i <= last; ++i) {
     if (next_direct < direct.size() && direct[next_direct] == i) {
       ++next_direct;

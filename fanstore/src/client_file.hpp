@@ -30,7 +30,7 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   };
   bool StartRead(uint64_t off, size_t n, Range* r, bool queue_span = true);
   // The chunks of a read spanning several of a remote file that it covers whole and the chunk cache does not
-  // hold: ReadAt loads them in parallel straight into the caller's buffer.
+  // hold, when there are two or more: ReadAt loads them in parallel straight into the caller's buffer.
   std::vector<uint64_t> DirectChunks(const Range& r) const;
   // After a whole chunk was decoded into a caller's buffer: without a node cache, a compressed one is also kept in
   // this process's chunk cache for its next read (unless it is streamed).

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,24 @@ bool LeasesDisabled() {
   std::ifstream f("/proc/sys/fs/leases-enable");
   int on = 1;
   return f >> on && on == 0;
+}
+
+// Steps `maps` as the daemon's progress loop does (CheckLeases, then a short wait) until `done` or 10 s; `done`'s
+// last answer.
+bool StepUntil(PartitionMaps& maps, const std::function<bool()>& done, int wait_ms = 1) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    maps.CheckLeases();
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  }
+  return done();
+}
+
+// StepUntil the forked `child` exits; its pid when it did (status in *status), 0 when it was still running.
+pid_t StepUntilExited(PartitionMaps& maps, pid_t child, int* status, int wait_ms = 1) {
+  pid_t got = 0;
+  StepUntil(maps, [&] { return got != 0 || (got = waitpid(child, status, WNOHANG)) != 0; }, wait_ms);
+  return got;
 }
 
 std::string FileBytes(const std::string& path) {
@@ -121,11 +140,7 @@ TEST_F(PartitionMapsTest, ATruncationWaitsForTheSendInFlightThenTheMappingIsOff)
   };
 
   // The kernel signals the lease break; the next CheckLeases turns the mapping off.
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (maps.mapped() == 2 && std::chrono::steady_clock::now() < until) {
-    maps.CheckLeases();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  StepUntil(maps, [&] { return maps.mapped() != 2; });
   ASSERT_EQ(maps.mapped(), 1u) << "the lease break was never noticed";
   EXPECT_EQ(maps.Pin(0, 0, 1), nullptr) << "a partition being written must not be sent from its mapping";
   EXPECT_NE(maps.Pin(1, 0, 1), nullptr) << "the other partition stays mapped";
@@ -160,14 +175,8 @@ TEST_F(PartitionMapsTest, ASendThatNeverEndsReadsZerosOnceTheWriterIsLetGo) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) _exit(truncate(path.c_str(), 0) == 0 ? 0 : 1);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int status = 0;
-  pid_t got = 0;
-  while ((got = waitpid(child, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) {
-    maps.CheckLeases();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(got, child) << "the writer was still held after 10 s with a send stuck in flight";
+  ASSERT_EQ(StepUntilExited(maps, child, &status, /*wait_ms=*/5), child) << "the writer was still held after 10 s with a send stuck in flight";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(maps.mapped(), 1u);
   struct stat st;
@@ -188,14 +197,8 @@ TEST_F(PartitionMapsTest, AWriterIsLetGoAtOnceWhenNothingIsInFlight) {
     int fd = open(path.c_str(), O_WRONLY);  // opening for writing is enough to break a read lease
     _exit(fd >= 0 ? 0 : 1);
   }
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int status = 0;
-  pid_t got = 0;
-  while ((got = waitpid(child, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) {
-    maps.CheckLeases();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_EQ(got, child) << "the writer was still held after 10 s";
+  ASSERT_EQ(StepUntilExited(maps, child, &status), child) << "the writer was still held after 10 s";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(maps.mapped(), 1u);
   EXPECT_EQ(maps.Pin(1, 0, 1), nullptr);

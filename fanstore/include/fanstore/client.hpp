@@ -52,10 +52,7 @@ class RemoteFetcher {
   // and they did not change while being copied (no daemon round-trip); false otherwise, with `dst` undefined. The
   // client copies a raw chunk straight into the reader's buffer this way (one copy instead of two) and checks it
   // there as it checks any chunk.
-  virtual bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) {
-    (void)part, (void)offset, (void)length, (void)dst;
-    return false;
-  }
+  virtual bool CopyCached(uint32_t /*part*/, uint64_t /*offset*/, uint64_t /*length*/, char* /*dst*/) { return false; }
   // Called in a forked child: drop connections the child must not share with its parent.
   virtual void AfterForkChild() {}
   // pthread_atfork prepare/parent: hold (then release) the fetcher's locks across fork, so the child never
