@@ -18,6 +18,7 @@
 #include <functional>
 #include <thread>
 
+#include "cache_prefault.hpp"
 #include "daemon_protocol.hpp"
 #include "doorbell.hpp"
 #include "fanstore/image.hpp"
@@ -199,8 +200,31 @@ int Serve(const ServeOptions& o) {
     FinalizeWithin(5, 1);
     return true;
   };
+  // The node cache exists before staging: with --cache-prefault its memory is faulted in on a thread of its own
+  // while the partitions are copied, and the daemon is ready once both are done (cache_prefault.hpp).
+  std::unique_ptr<FetchCache> cache;
+  std::unique_ptr<CachePrefault> prefault;
+  {
+    Status why;
+    cache = std::make_unique<FetchCache>(o.cache_bytes, &why);
+    if (!why.ok()) Error("no node cache: %s", why.ToString().c_str());
+    uint64_t want = o.cache_prefault && cache->arena() ? PrefaultBudget(o.cache_bytes) : 0;
+    if (want > 0) prefault = std::make_unique<CachePrefault>(cache->arena(), want);
+  }
   st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled, &staged_files);
+  if (!st.ok() && prefault) prefault->Stop();
   if (failed("staging")) return 1;
+  if (prefault) {
+    uint64_t done = 0;
+    double sec = 0;
+    Status why = prefault->Wait(&done, &sec);
+    prefault.reset();
+    if (!why.ok())
+      Error("node cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
+            static_cast<double>(done) / (1 << 20));
+    else if (rank == 0)
+      Info("node cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
+  }
 
   local = Absolute(local);
   std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
@@ -232,7 +256,6 @@ int Serve(const ServeOptions& o) {
   // Destroyed after MPI_Finalize (declared before the transport): a send from a mapping may be in flight until then.
   std::unique_ptr<PartitionMaps> maps;
   std::unique_ptr<MpiTransport> transport;
-  std::unique_ptr<FetchCache> cache;
   std::unique_ptr<FetchRouter> router;
   if (st.ok()) {
     staged = std::make_unique<StagedReader>(*img);
@@ -260,9 +283,6 @@ int Serve(const ServeOptions& o) {
     so.socket_mode = socket_mode;
     so.group = group;
     so.max_hint_paths = 4 * img->size() + 1024;
-    Status why;
-    cache = std::make_unique<FetchCache>(o.cache_bytes, &why);
-    if (!why.ok()) Error("no node cache: %s", why.ToString().c_str());
     so.cache_fd = cache->shared_fd();
     server = std::make_unique<SocketServer>(so, &stats);
     RouterOptions ro;

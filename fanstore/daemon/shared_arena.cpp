@@ -1,6 +1,8 @@
 // SharedArena: the shared cache memfd's layout, its block allocator and the seqlocked index writes.
 #include "shared_arena.hpp"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -69,6 +71,19 @@ std::unique_ptr<SharedArena> SharedArena::Create(uint64_t data_bytes, Status* wh
 SharedArena::~SharedArena() {
   if (base_) munmap(base_, size_);
   if (fd_ >= 0) close(fd_);
+}
+
+Status SharedArena::Prefault(uint64_t off, uint64_t len) const {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack it
+#endif
+  if (off > data_len_ || len > data_len_ - off) return Status(Code::kInvalidArgument, "prefault past the cache's end");
+  // Writable in this process's page tables too, as a write fault would leave them (no byte is written).
+  if (madvise(data_ + off, len, MADV_POPULATE_WRITE) == 0) return Status::Ok();
+  if (errno != EINVAL) return Status::FromErrno(errno, "faulting in the node cache (madvise)");
+  // A kernel older than 5.14: allocate the memfd's pages (existing ones are left as they are).
+  if (fallocate(fd_, 0, static_cast<off_t>(data_ - base_ + off), static_cast<off_t>(len)) == 0) return Status::Ok();
+  return Status::FromErrno(errno, "faulting in the node cache (fallocate)");
 }
 
 ArenaBlock SharedArena::Allocate(uint64_t n) {

@@ -56,6 +56,10 @@ class SharedArena {
   int fd() const { return fd_; }  // passed to clients
   uint64_t data_len() const { return data_len_; }
 
+  // Faults in [off, off + len) of the data area (allocates and maps its pages) without changing a byte of it: any
+  // thread, while the arena is in use.
+  Status Prefault(uint64_t off, uint64_t len) const;
+
   // At least n bytes; empty when no free block of that size exists right now.
   ArenaBlock Allocate(uint64_t n);
 

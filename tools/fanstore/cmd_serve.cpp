@@ -39,6 +39,9 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                     "Node RAM cache of fetched remote files, shared by every client of the node (0: off)")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
+  serve->add_flag("--cache-prefault", so->cache_prefault,
+                  "Fault the node cache's memory in while staging, so that the first epoch does not pay for it "
+                  "(ready waits for it; at most half of the available memory)");
   serve->add_option("--prefetch-window", so->prefetch_window,
                     "Bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
       ->capture_default_str()

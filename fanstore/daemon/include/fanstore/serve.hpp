@@ -15,6 +15,7 @@ struct ServeOptions {
   bool cleanup = false;      // remove the staged data at exit
   uint64_t reserve_bytes = 0;  // leave this much free on the local file system
   uint64_t cache_bytes = 1ull << 30;       // node RAM cache of fetched remote bytes (0: off)
+  bool cache_prefault = false;             // fault the cache's memory in while staging (at most half of MemAvailable)
   uint64_t prefetch_window = 0;            // bytes fetched ahead of the readers; 0: half the cache
   double prefetch_idle_s = 10.0;           // a hint stream not read for this long yields the window to active ones
   uint64_t conn_memory = 64ull << 20;      // a connection's reply area grows up to this

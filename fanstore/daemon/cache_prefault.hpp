@@ -1,0 +1,54 @@
+// Faulting the node cache's memory in before the job reads (`fanstore serve --cache-prefault`). A cache that fills
+// during the first epoch pays a page fault and the zeroing of a fresh page for every 4 KiB it receives, on the
+// daemon's one progress thread, while the readers wait for those very bytes. With --cache-prefault a thread of its
+// own does that work while the partitions are staged, and the daemon is ready once both are done: on a node whose
+// staging copies gigabytes from a parallel file system the faulting is hidden behind it. It is not the default: it
+// takes the cache's memory at start whether the job needs it or not, and where staging is quick it delays "ready".
+// Measured on this 2-core VM (4 daemons on one machine, 1 GiB caches, a hinted DataLoader epoch over 20,000 files of
+// 100-120 KB, four runs each): the first epoch took 0.69-0.77 s against 1.18-1.26 s, later epochs 0.82-0.91 s
+// either way, and start-up 2.6-5.7 s against 0.6 s (4 GiB faulted in on 2 cores). Faulting in never changes a byte
+// already there, so it is safe while the cache is in use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "fanstore/status.hpp"
+#include "shared_arena.hpp"
+
+namespace fanstore::daemon {
+
+// How much of a cache of `cache_bytes` to fault in up front: all of it, but no more than half of the memory the
+// kernel reports available (MemAvailable in `meminfo`), so that a cache sized for the worst case does not take the
+// node's memory before it is needed. 0 when `meminfo` cannot be read.
+uint64_t PrefaultBudget(uint64_t cache_bytes, const char* meminfo = "/proc/meminfo");
+
+class CachePrefault {
+ public:
+  // Starts faulting in the first `bytes` of `arena`'s data area (rounded down to what it has) on a thread of its
+  // own. `arena` must outlive this object.
+  CachePrefault(const SharedArena* arena, uint64_t bytes);
+  ~CachePrefault();  // stops at the next step and joins
+  CachePrefault(const CachePrefault&) = delete;
+  CachePrefault& operator=(const CachePrefault&) = delete;
+
+  // Asks the thread to stop at its next step (a failed or cancelled staging).
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  // Waits for the thread (after Stop: within a step); the bytes faulted in, the seconds it took, and why it stopped
+  // short of the whole (Ok when it did not).
+  Status Wait(uint64_t* done_bytes, double* seconds);
+
+ private:
+  void Run();
+
+  const SharedArena* arena_;
+  uint64_t want_;
+  std::atomic<bool> stop_{false};
+  uint64_t done_ = 0;
+  double seconds_ = 0;
+  Status status_;
+  std::thread th_;
+};
+
+}  // namespace fanstore::daemon
