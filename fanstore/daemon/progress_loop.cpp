@@ -45,16 +45,21 @@ class Contention {
   Contention() {
     cpu_set_t set;
     cpus_ = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    // Kept open: an open and close every 2 ms cost the busiest daemon more than the read (perf: ~4% of its time).
+    fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   }
+  ~Contention() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Contention(const Contention&) = delete;
+  Contention& operator=(const Contention&) = delete;
   bool Now(int64_t now_us) {
     if (now_us - checked_ < 2000) return contended_;
     checked_ = now_us;
     contended_ = false;
-    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return contended_;
+    if (fd_ < 0) return contended_;
     char buf[128];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    ssize_t n = pread(fd_, buf, sizeof buf - 1, 0);
     if (n <= 0) return contended_;
     buf[n] = '\0';
     // "0.52 0.58 0.59 3/412 1234": the fourth field is running/total.
@@ -66,6 +71,7 @@ class Contention {
 
  private:
   int cpus_ = 1;
+  int fd_ = -1;
   int64_t checked_ = -1000000;
   bool contended_ = false;
 };
