@@ -4,7 +4,7 @@
 //                                        | message | payload (when chunks == 0)
 //   chunks   tag kTagReplyBase + slot on the chunk communicator: payloads sent from the owner's mapping, and
 //                                        those over max_message (1 GiB), follow as `chunks` messages of
-//                                        <= max_message
+//                                        <= max_message, taken by matched probe (their size known first)
 // The reply tag carries the request's slot, so the asker knows which fetch a reply is for from the probe alone and
 // receives it straight into that fetch's memory (the client's reply area): no copy in the asking daemon. The owner
 // sends a range of mapped_send_min bytes or more straight from its mapping of the staged partition (PartitionMaps),
@@ -22,9 +22,12 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "daemon_protocol.hpp"
@@ -50,6 +53,9 @@ constexpr uint32_t kKindFetch = 0, kKindProbe = 1;
 // Replies up to this size are received into scratch memory first (they are errors, probe answers, tiny files,
 // or the header of a chunked reply); bigger ones straight into the fetch's memory.
 constexpr int kSmallReply = 1024;
+// Chunks that arrived before their reply's header, kept (as matched messages) at most this many; beyond, the
+// oldest are received and dropped (a peer sending chunks no header claims).
+constexpr size_t kMaxEarlyChunks = 4096;
 
 std::string MpiError(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -139,9 +145,29 @@ struct MpiTransport::Impl {
   int64_t next_deadline = INT64_MAX;
   bool shut = false;
 
-  // Outstanding MPI requests and what to do when each completes.
+  // Outstanding MPI requests and what to do when each completes (`ok`: MPI completed it without an error).
   std::vector<MPI_Request> active;
-  std::vector<std::function<void()>> on_complete;
+  std::vector<std::function<void(bool ok)>> on_complete;
+  std::vector<int> done_idx;              // Reap's scratch
+  std::vector<MPI_Status> done_status;    // Reap's scratch
+  // Reply slots a receive failed in: chunks of that reply may still be on their way, and must never be taken for a
+  // later reply's, so no later fetch uses these slots (their tags).
+  std::unordered_set<int> poisoned;
+  // Chunked replies being received, in order per (source, tag); and chunks probed before their header was.
+  struct ChunkWait {
+    uint64_t req_id = 0, gen = 0;
+    char* dst = nullptr;  // null: received and dropped
+    std::shared_ptr<std::shared_ptr<void>> keep;
+    uint64_t off = 0, total = 0;
+    uint32_t left = 0;  // chunk messages still to come
+  };
+  struct EarlyChunk {
+    MPI_Message m;
+    uint64_t count;
+  };
+  std::map<std::pair<int, int>, std::deque<ChunkWait>> chunk_waits;
+  std::map<std::pair<int, int>, std::deque<EarlyChunk>> early_chunks;
+  size_t early_count = 0;
   BufferPool pool;
 
   Impl(const StagedReader* l, TransportOptions opts, DaemonStats* s) : local(l), o(opts), stats(s), peers(opts.nranks) {
@@ -161,7 +187,7 @@ struct MpiTransport::Impl {
     if (o.doorbell) o.doorbell->Flush();
   }
 
-  void Track(MPI_Request r, std::function<void()> f) {
+  void Track(MPI_Request r, std::function<void(bool ok)> f) {
     active.push_back(r);
     on_complete.push_back(std::move(f));
   }
@@ -173,7 +199,7 @@ struct MpiTransport::Impl {
     // Slot 0 is the probes' (their answers carry req_id 0).
     for (;;) {
       uint64_t id = next_req++;
-      if (SlotOf(id) == 0) continue;
+      if (SlotOf(id) == 0 || poisoned.count(SlotOf(id))) continue;
       if (slot_req[static_cast<size_t>(SlotOf(id))] == 0) return id;
     }
   }
@@ -205,13 +231,13 @@ struct MpiTransport::Impl {
     return dst;
   }
 
-  void Send(int dest, int tag, const char* data, size_t n, std::function<void()> done, Status* err,
+  void Send(int dest, int tag, const char* data, size_t n, std::function<void(bool ok)> done, Status* err,
             MPI_Comm comm = MPI_COMM_WORLD) {
     MPI_Request r;
     int rc = MPI_Isend(data, static_cast<int>(n), MPI_BYTE, dest, tag, comm, &r);
     if (rc != MPI_SUCCESS) {
       if (err) *err = Status(Code::kIoError, "MPI_Isend to rank " + std::to_string(dest) + " failed: " + MpiError(rc));
-      done();
+      done(false);
       return;
     }
     Track(r, std::move(done));
@@ -251,7 +277,7 @@ struct MpiTransport::Impl {
     Store64(buf->data() + 24, p.range.length);
     stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
     Status err;
-    Send(p.current(), kTagRequest, buf->data(), buf->size(), [buf] {}, &err);
+    Send(p.current(), kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &err);
     if (!err.ok()) return Fail(req_id, err);
     Ring(p.current());
   }
@@ -306,7 +332,10 @@ struct MpiTransport::Impl {
       if (p) p->phase = Phase::kReceiving;
       MPI_Request r;
       MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-      Track(r, [this, scratch, req_id, gen, src, tag] { OnScratchReply(req_id, gen, src, tag, *scratch); });
+      Track(r, [this, scratch, req_id, gen, src, tag](bool ok) {
+        if (!ok) return ReceiveFailed(req_id, gen, tag, src);
+        OnScratchReply(req_id, gen, src, tag, *scratch);
+      });
       return;
     }
     char* dst = Land(*p, static_cast<uint64_t>(count));
@@ -315,7 +344,7 @@ struct MpiTransport::Impl {
       auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
       MPI_Request r;
       MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-      Track(r, [scratch] {});
+      Track(r, [scratch](bool) {});
       Fail(p->req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(count) + "-byte reply"));
       return;
     }
@@ -323,9 +352,21 @@ struct MpiTransport::Impl {
     MPI_Request r;
     MPI_Imrecv(dst, count, MPI_BYTE, &m, &r);
     uint64_t req_id = p->req_id, gen = p->attempt_gen;
-    Track(r, [this, req_id, gen, dst, count, keep = p->keep] {
+    Track(r, [this, req_id, gen, dst, count, src, tag, keep = p->keep](bool ok) {
+      if (!ok) return ReceiveFailed(req_id, gen, tag, src);
       OnLandedReply(req_id, gen, dst, static_cast<uint64_t>(count));
     });
+  }
+
+  // A receive of a reply on `tag` from `src` completed with an error (a message bigger than announced, a transport
+  // failure): its bytes are not to be looked at. The fetch's attempt fails (the next holder is asked), and the slot
+  // is never used again: chunks of that reply may still be on their way.
+  void ReceiveFailed(uint64_t req_id, uint64_t gen, int tag, int src) {
+    // Bounded: should half the slots ever be lost this way, they are taken back (NewReqId must find free ones).
+    if (poisoned.size() >= static_cast<size_t>(reply_slots) / 2) poisoned.clear();
+    poisoned.insert(tag - kTagReplyBase);
+    if (req_id && Current(req_id, gen))
+      Fail(req_id, Status(Code::kIoError, "a reply from rank " + std::to_string(src) + " could not be received"));
   }
 
   Pending* Current(uint64_t req_id, uint64_t gen) {
@@ -368,7 +409,7 @@ struct MpiTransport::Impl {
     if (!p || !well || h.req_id != req_id) {
       // Not the awaited answer (a late one sharing the tag, a probe answer): dropped, chunks and all; the
       // fetch keeps waiting for its own.
-      if (well && h.chunks) ReceiveChunks(src, tag, nullptr, h.n);
+      if (well && h.chunks) ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
       if (p && p->phase == Phase::kReceiving) p->phase = Phase::kSent;
       return;
     }
@@ -376,18 +417,21 @@ struct MpiTransport::Impl {
     if (h.chunks) {
       // The payload follows in chunks: land it, then receive them in order.
       Status rs = h.code == Code::kOk ? Status::Ok() : Status(h.code, msg);
-      if (!rs.ok() || h.n != p->range.length) {
-        ReceiveChunks(src, tag, nullptr, h.n);
+      if (!rs.ok() || h.n != p->range.length || h.chunks != (h.n + o.max_message - 1) / o.max_message) {
+        // Not what was asked for, or cut otherwise than this rank cuts: the chunks announced are dropped, and the
+        // slot is not used again (what else this peer sends on it cannot be told apart).
+        if (rs.ok()) poisoned.insert(tag - kTagReplyBase);
+        ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
         return Fail(req_id, rs.ok() ? Status(Code::kIoError, "malformed reply") : rs);
       }
       char* dst = Land(*p, h.n);
       if (!dst) {
-        ReceiveChunks(src, tag, nullptr, h.n);
+        ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
         return Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
       }
       p->phase = Phase::kChunks;
       p->chunk_dst = dst;
-      ReceiveChunks(src, tag, p, h.n);
+      ReceiveChunks(src, tag, p, h.n, h.chunks);
       return;
     }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
@@ -416,36 +460,117 @@ struct MpiTransport::Impl {
     Finish(req_id, Status::Ok(), data, n);
   }
 
-  // Receives `total` bytes of chunks from `src` (on the chunk communicator, with the reply's `tag`) in order, one
-  // receive at a time, into `dst` (the landed memory of fetch req_id's attempt gen), or (dst null: a reply nobody
-  // waits for) into a scratch chunk that is dropped. An attempt abandoned meanwhile keeps receiving into its memory
-  // (kept alive by `keep`): MPI would otherwise match its chunks against a later reply's receives.
+  // Receives `total` bytes of chunks from `src` (on the chunk communicator, with the reply's `tag`) in order into
+  // `dst` (the landed memory of fetch req_id's attempt gen), or (dst null: a reply nobody waits for) into scratch
+  // memory that is dropped. The chunks are taken by matched probe (PollChunks), so each one's size is known before a
+  // byte of it lands: a chunk of another size than the one due ends the reply (the fetch fails) instead of being
+  // received into memory too small for it. (Open MPI's shared-memory single copy writes a message longer than the
+  // receive buffer past the buffer's end; measured with a peer sending 300,000 bytes to a 64 KiB receive: "Read -1,
+  // expected 300000, errno = 14", then a crash.) An attempt abandoned meanwhile keeps receiving into its memory
+  // (kept alive by `keep`): its chunks must not be taken for a later reply's.
+  // `chunks`: how many the header announced (a reply nobody waits for is drained by that count, since its sender may
+  // cut otherwise than this rank does).
   void ReceiveChunks(int src, int tag, uint64_t req_id, uint64_t gen, char* dst,
-                     std::shared_ptr<std::shared_ptr<void>> keep, uint64_t total) {
-    std::shared_ptr<std::string> scratch;
-    if (!dst) scratch = std::make_shared<std::string>(static_cast<size_t>(std::min(total, o.max_message)), '\0');
-    PostChunk(src, tag, req_id, gen, dst, std::move(keep), std::move(scratch), 0, total);
-  }
-  void ReceiveChunks(int src, int tag, std::nullptr_t, uint64_t total) {
-    ReceiveChunks(src, tag, 0, 0, nullptr, nullptr, total);
-  }
-  void ReceiveChunks(int src, int tag, Pending* p, uint64_t total) {
-    ReceiveChunks(src, tag, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total);
-  }
-
-  void PostChunk(int src, int tag, uint64_t req_id, uint64_t gen, char* dst,
-                 std::shared_ptr<std::shared_ptr<void>> keep, std::shared_ptr<std::string> scratch, uint64_t off,
-                 uint64_t total) {
-    if (off >= total) {
+                     std::shared_ptr<std::shared_ptr<void>> keep, uint64_t total, uint32_t chunks) {
+    if (chunks == 0) {
       if (dst && Current(req_id, gen)) Received(req_id, dst, total);
       return;
     }
-    uint64_t n = std::min(o.max_message, total - off);
-    char* into = dst ? dst + off : scratch->data();
+    auto key = std::make_pair(src, tag);
+    chunk_waits[key].push_back(ChunkWait{req_id, gen, dst, std::move(keep), 0, total, chunks});
+    // Chunks that arrived before their header was received.
+    auto e = early_chunks.find(key);
+    while (e != early_chunks.end() && !e->second.empty() && chunk_waits.count(key)) {
+      EarlyChunk c = e->second.front();
+      e->second.pop_front();
+      --early_count;
+      TakeChunk(c.m, src, tag, c.count);
+    }
+    if (e != early_chunks.end() && e->second.empty()) early_chunks.erase(e);
+  }
+  void ReceiveChunks(int src, int tag, std::nullptr_t, uint64_t total, uint32_t chunks) {
+    ReceiveChunks(src, tag, 0, 0, nullptr, nullptr, total, chunks);
+  }
+  void ReceiveChunks(int src, int tag, Pending* p, uint64_t total, uint32_t chunks) {
+    ReceiveChunks(src, tag, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total, chunks);
+  }
+
+  // Probes the chunk communicator: each chunk goes to the reply it belongs to (the first one waiting from its source
+  // with its tag), or waits for that reply's header to be received.
+  bool PollChunks() {
+    if (o.chunk_comm == MPI_COMM_NULL) return false;
+    bool any = false;
+    for (;;) {
+      int flag = 0;
+      MPI_Message m;
+      MPI_Status st;
+      if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, o.chunk_comm, &flag, &m, &st) != MPI_SUCCESS || !flag) break;
+      any = true;
+      int count = 0;
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      auto key = std::make_pair(st.MPI_SOURCE, st.MPI_TAG);
+      if (chunk_waits.count(key)) {
+        TakeChunk(m, st.MPI_SOURCE, st.MPI_TAG, static_cast<uint64_t>(count));
+        continue;
+      }
+      early_chunks[key].push_back(EarlyChunk{m, static_cast<uint64_t>(count)});
+      // Bounded: chunks no header ever claims (a broken or hostile peer) are received and dropped, oldest first.
+      if (++early_count > kMaxEarlyChunks) DropOldestEarlyChunk();
+    }
+    return any;
+  }
+
+  void DropOldestEarlyChunk() {
+    for (auto it = early_chunks.begin(); it != early_chunks.end(); ++it) {
+      if (it->second.empty()) continue;
+      EarlyChunk c = it->second.front();
+      it->second.pop_front();
+      --early_count;
+      if (it->second.empty()) early_chunks.erase(it);
+      Drop(c.m, c.count);
+      return;
+    }
+  }
+
+  // Receives a matched message into scratch memory of its size and drops it.
+  void Drop(MPI_Message m, uint64_t count) {
+    auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
     MPI_Request r;
-    MPI_Irecv(into, static_cast<int>(n), MPI_BYTE, src, tag, o.chunk_comm, &r);
-    Track(r, [this, src, tag, req_id, gen, dst, keep, scratch, off, n, total] {
-      PostChunk(src, tag, req_id, gen, dst, keep, scratch, off + n, total);
+    MPI_Imrecv(scratch->data(), static_cast<int>(count), MPI_BYTE, &m, &r);
+    Track(r, [scratch](bool) {});
+  }
+
+  // Chunk `m` (`count` bytes) from `src` on `tag`, for the first reply waiting for one from there.
+  void TakeChunk(MPI_Message m, int src, int tag, uint64_t count) {
+    auto it = chunk_waits.find(std::make_pair(src, tag));
+    ChunkWait& w = it->second.front();
+    uint64_t due = w.off < w.total ? std::min(o.max_message, w.total - w.off) : 0;
+    if (count != due && w.dst) {
+      // Not what this reply announced: it is over (the rest of its chunks are received and dropped), and the slot is
+      // never used again, since what else this peer sends on it cannot be told apart.
+      if (Current(w.req_id, w.gen)) {
+        poisoned.insert(tag - kTagReplyBase);
+        Fail(w.req_id, Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " +
+                                                  std::to_string(count) + " bytes where " + std::to_string(due) +
+                                                  " were due"));
+      }
+      w.dst = nullptr;
+    }
+    char* dst = w.dst;
+    uint64_t off = w.off, total = w.total, req_id = w.req_id, gen = w.gen;
+    auto keep = w.keep;
+    w.off += due;
+    bool last = --w.left == 0;
+    if (last) {
+      it->second.pop_front();
+      if (it->second.empty()) chunk_waits.erase(it);
+    }
+    if (!dst) return Drop(m, count);
+    MPI_Request r;
+    MPI_Imrecv(dst + off, static_cast<int>(count), MPI_BYTE, &m, &r);
+    Track(r, [this, src, tag, req_id, gen, dst, keep, total, last](bool ok) {
+      if (!ok) return ReceiveFailed(req_id, gen, tag, src);
+      if (last && Current(req_id, gen)) Received(req_id, dst, total);
     });
   }
 
@@ -498,7 +623,7 @@ struct MpiTransport::Impl {
       auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
       Store64(buf->data(), 0);
       Store32(buf->data() + 12, kKindProbe);
-      Send(r, kTagRequest, buf->data(), buf->size(), [buf] {}, nullptr);
+      Send(r, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, nullptr);
       Ring(r);
     }
   }
@@ -546,7 +671,7 @@ struct MpiTransport::Impl {
     std::memcpy(b + kReplyHeader, msg.data(), msg.size());
     // The buffer goes back to the pool when every send of it completed (never, if the asker died meanwhile).
     auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
-    auto release = [this, buf, sends] {
+    auto release = [this, buf, sends](bool) {
       if (--*sends == 0) pool.Put(std::move(*buf));
     };
     uint64_t head = kReplyHeader + msg.size() + (chunks ? 0 : n);
@@ -569,8 +694,13 @@ struct MpiTransport::Impl {
     auto chunks = static_cast<uint32_t>((n + o.max_message - 1) / o.max_message);
     StoreReplyHead(b, req_id, Code::kOk, 0, n, chunks);
     auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
-    auto release = [this, head, sends, part] {
+    auto release = [this, head, sends, part](bool) {
       if (--*sends == 0) o.maps->Unpin(part);
+    };
+    // A chunk that MPI could not send from the mapping (reported when it completes): as below, at posting time.
+    auto chunk_done = [this, release](bool ok) {
+      if (!ok) MappedSendFailed("a send from a partition's mapping failed");
+      release(ok);
     };
     Status head_err, chunk_err;
     Send(src, tag, b, kReplyHeader, release, &head_err);
@@ -578,25 +708,29 @@ struct MpiTransport::Impl {
     // pinned), nor after a chunk that did not.
     for (uint64_t c = 0; c < chunks; ++c) {
       if (!head_err.ok() || !chunk_err.ok()) {
-        release();
+        release(false);
         continue;
       }
       uint64_t at = c * o.max_message;
-      Send(src, tag, mapped + at, std::min(o.max_message, n - at), release, &chunk_err, o.chunk_comm);
+      Send(src, tag, mapped + at, std::min(o.max_message, n - at), chunk_done, &chunk_err, o.chunk_comm);
     }
     if (!head_err.ok()) return;
     if (!chunk_err.ok()) {
       // The header went and its payload could not (some transports cannot send from a read-only file mapping:
       // RDMA registration of such pages can fail): the asker waits out this attempt and asks again, and from now
       // on every range is read into a send buffer.
-      Error("%s while sending from a partition's mapping; sending every range by pread from now on",
-            chunk_err.message().c_str());
-      o.maps->TurnOff();
+      MappedSendFailed(chunk_err.message());
       return;
     }
     stats->mapped_sends.fetch_add(1, std::memory_order_relaxed);
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
     Ring(src);
+  }
+
+  void MappedSendFailed(const std::string& why) {
+    if (o.maps->mapped() == 0) return;  // off already: said once
+    Error("%s while sending from a partition's mapping; sending every range by pread from now on", why.c_str());
+    o.maps->TurnOff();
   }
 
   // ---- progress ---------------------------------------------------------------------------------------------
@@ -631,7 +765,7 @@ struct MpiTransport::Impl {
         auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
         MPI_Request r;
         MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-        Track(r, [scratch] {});
+        Track(r, [scratch](bool) {});
       }
     }
     return any;
@@ -641,12 +775,19 @@ struct MpiTransport::Impl {
   bool Reap() {
     if (active.empty()) return false;
     int outcount = 0;
-    std::vector<int> idx(active.size());
-    MPI_Testsome(static_cast<int>(active.size()), active.data(), &outcount, idx.data(), MPI_STATUSES_IGNORE);
+    done_idx.resize(active.size());
+    done_status.resize(active.size());
+    int rc = MPI_Testsome(static_cast<int>(active.size()), active.data(), &outcount, done_idx.data(),
+                          done_status.data());
     if (outcount == MPI_UNDEFINED || outcount <= 0) return false;
-    std::vector<std::function<void()>> done;
+    // A status says anything only when Testsome says to look (MPI_ERR_IN_STATUS); any other error: all failed.
+    std::vector<std::pair<std::function<void(bool)>, bool>> done;
     done.reserve(static_cast<size_t>(outcount));
-    for (int i = 0; i < outcount; ++i) done.push_back(std::move(on_complete[static_cast<size_t>(idx[i])]));
+    for (int i = 0; i < outcount; ++i) {
+      const MPI_Status& st = done_status[static_cast<size_t>(i)];
+      bool ok = rc == MPI_SUCCESS || (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR == MPI_SUCCESS);
+      done.emplace_back(std::move(on_complete[static_cast<size_t>(done_idx[static_cast<size_t>(i)])]), ok);
+    }
     // Completed handles are MPI_REQUEST_NULL now; compact both arrays.
     size_t w = 0;
     for (size_t r = 0; r < active.size(); ++r) {
@@ -658,7 +799,7 @@ struct MpiTransport::Impl {
     active.resize(w);
     on_complete.resize(w);
     // Callbacks may post new transfers (Track), so they run after the arrays are consistent again.
-    for (auto& f : done) f();
+    for (auto& [f, ok] : done) f(ok);
     return true;
   }
 
@@ -668,6 +809,7 @@ struct MpiTransport::Impl {
     if (o.maps) o.maps->CheckLeases();
     bool did = PollIncoming();
     did |= Reap();
+    did |= PollChunks();
     CheckDeadlines(dp::NowUs());
     ProbeDownPeers();
     FlushDoorbell();
@@ -691,7 +833,7 @@ struct MpiTransport::Impl {
     Shutdown();
     // Requests still in flight (sends to vanished peers, abandoned receives) stay MPI's until MPI_Finalize: the
     // memory their callbacks own must outlive this object, so it is left allocated on purpose.
-    if (!on_complete.empty()) new std::vector<std::function<void()>>(std::move(on_complete));
+    if (!on_complete.empty()) new std::vector<std::function<void(bool)>>(std::move(on_complete));
   }
 };
 

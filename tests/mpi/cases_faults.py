@@ -151,3 +151,15 @@ def case_kill_stress(ctx):
         log(f"run {run + 1}/{ctx.args.runs}: rank {victim} killed, survivors served and stopped cleanly")
     log(f"{ctx.args.runs} runs; Open MPI reported {cma_failures} failed single-copy reads from a dead peer "
         "(the path that used to hang a survivor)")
+
+
+def case_rogue_peer(ctx):
+    """The transport against a broken or hostile peer (tests/mpi/transport_rogue_test.cpp): rank 1 answers rank 0's
+    fetches with chunks bigger than announced, payloads longer than asked for, a header announcing 2^40 bytes, a
+    stray chunked reply before the real one, an error. Each fetch ends with the right bytes or an error, and
+    draining what was announced takes bounded memory."""
+    check(ctx.args.rogue, "--rogue (transport_rogue_test) is required for this case")
+    r = subprocess.run(ctx.mpirun(2) + [ctx.args.rogue], capture_output=True, text=True, env=ctx.env, timeout=120)
+    log(f"transport_rogue_test -> rc {r.returncode}\n{r.stdout.strip()}\n{r.stderr.strip()[-2000:]}")
+    check(r.returncode == 0, "a fetch from a rogue peer did not end with the right bytes or an error")
+    check(r.stdout.count("PASS: ") == 7, "not every scenario ran")

@@ -36,6 +36,7 @@ CASES = {
     "mount": cases_mount.case_mount,
     "fault": cases_faults.case_fault,
     "dead_peer": cases_faults.case_dead_peer,
+    "rogue_peer": cases_faults.case_rogue_peer,
     "kill_stress": cases_faults.case_kill_stress,
     "security": cases_security.case_security,
     "lock": cases_security.case_lock,
@@ -54,6 +55,7 @@ def main():
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     ap.add_argument("--fanstore", required=True)
     ap.add_argument("--check", required=True, help="the daemon_check test client")
+    ap.add_argument("--rogue", default="", help="transport_rogue_test (rogue_peer case)")
     ap.add_argument("--preload", default="", help="libfanstore_preload.so (python cases)")
     ap.add_argument("--python", default=os.environ.get("FANSTORE_PYTHON", "/usr/bin/python3"))
     ap.add_argument("--train", default="", help="fanstore-train (prefetch case: its epoch hint)")

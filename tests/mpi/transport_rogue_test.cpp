@@ -1,0 +1,247 @@
+// The daemon's MPI transport against a broken or hostile peer: rank 0 fetches through the real MpiTransport,
+// rank 1 answers each request the way the scenario says, speaking the wire format of docs/daemon.md ("Daemon <->
+// daemon") by hand. Whatever rank 1 sends, a fetch ends with the right bytes or an error, never other bytes, and
+// draining what rank 1 announced costs bounded memory. Run: mpirun -np 2 transport_rogue_test [INDEX] (exit 0: all
+// passed; INDEX runs one scenario).
+#include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format.hpp"
+#include "mpi_transport.hpp"
+
+namespace fd = fanstore::daemon;
+using fanstore::Code;
+using fanstore::Status;
+
+namespace {
+
+// The wire format (docs/daemon.md), written out independently of mpi_transport.cpp on purpose.
+constexpr int kTagRequest = 0x4653, kTagReplyBase = 0x5000;
+constexpr uint64_t kMaxMessage = 4096;  // rank 0's chunk size: a 10,000-byte reply comes as 3 chunks
+constexpr uint32_t kPart = 1;           // held by rank 1 of 2
+constexpr uint64_t kOffset = 12345, kLength = 10000;
+
+char Byte(uint64_t at) { return static_cast<char>((at * 131 + 7) & 0xff); }
+
+std::string Payload(uint64_t off, uint64_t n, bool garbage = false) {
+  std::string s(n, '\0');
+  for (uint64_t i = 0; i < n; ++i) s[i] = garbage ? static_cast<char>(0xA5) : Byte(off + i);
+  return s;
+}
+
+std::string Header(uint64_t req_id, uint32_t code, const std::string& msg, uint64_t n, uint32_t chunks) {
+  std::string h(32, '\0');
+  fanstore::format::Store64(h.data(), req_id);
+  fanstore::format::Store32(h.data() + 8, code);
+  fanstore::format::Store32(h.data() + 12, static_cast<uint32_t>(msg.size()));
+  fanstore::format::Store64(h.data() + 16, n);
+  fanstore::format::Store32(h.data() + 24, chunks);
+  return h + msg;
+}
+
+int ReplySlots() {
+  void* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  int tag_ub = flag ? *static_cast<int*>(ub) : 32767;
+  int slots = std::max(1, std::min(tag_ub, 1 << 30) - kTagReplyBase + 1);
+  return std::min(slots, 1 << 20);
+}
+
+long MaxRssKiB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// What rank 1 does with the one request of a scenario.
+enum class Rogue {
+  kGood,              // the bytes asked for, in one message
+  kGoodChunked,       // the bytes asked for, as a header and 3 chunks
+  kOversizedChunk,    // a header for 3 chunks, then a first chunk twice as big, then the rest: all garbage
+  kWrongLength,       // 5 bytes more than asked for, in one message
+  kHugeAnnounced,     // a header announcing 2^40 bytes in chunks, and nothing after it
+  kStrayThenGood,     // a chunked reply carrying another request's id (2 chunks of 300,000 bytes), then kGoodChunked
+  kError,             // an error reply with a message
+};
+
+struct Scenario {
+  const char* name;
+  Rogue rogue;
+  bool want_ok;
+  uint64_t max_message = kMaxMessage;  // rank 0's
+};
+
+const Scenario kScenarios[] = {
+    {"a good reply", Rogue::kGood, true},
+    {"a good chunked reply", Rogue::kGoodChunked, true},
+    {"a chunk bigger than announced", Rogue::kOversizedChunk, false},
+    {"a payload longer than asked for", Rogue::kWrongLength, false},
+    // With the daemon's default chunk size (1 GiB): a drain sized by what is announced would take a gigabyte.
+    {"a header announcing 2^40 bytes", Rogue::kHugeAnnounced, false, uint64_t{1} << 30},
+    {"a stray chunked reply, then the good one", Rogue::kStrayThenGood, true},
+    {"an error reply", Rogue::kError, false},
+};
+
+class Sink final : public fd::FetchSink {
+ public:
+  char* Land(uint64_t n) override {
+    mem_ = std::make_shared<std::vector<char>>(n);
+    return mem_->data();
+  }
+  std::shared_ptr<void> Abandon() override { return std::move(mem_); }
+  void Done(const Status& s, const char* data, uint64_t len) override {
+    status = s;
+    if (s.ok()) bytes.assign(data, len);
+    done = true;
+  }
+  bool done = false;
+  Status status;
+  std::string bytes;
+
+ private:
+  std::shared_ptr<std::vector<char>> mem_;
+};
+
+void SendBytes(const std::string& b, int tag, MPI_Comm comm) {
+  MPI_Send(b.data(), static_cast<int>(b.size()), MPI_BYTE, 0, tag, comm);
+}
+
+void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots) {
+  char req[32];
+  MPI_Status st;
+  MPI_Recv(req, 32, MPI_BYTE, 0, kTagRequest, MPI_COMM_WORLD, &st);
+  uint64_t req_id = fanstore::format::Load64(req), off = fanstore::format::Load64(req + 16),
+           len = fanstore::format::Load64(req + 24);
+  int tag = kTagReplyBase + static_cast<int>(req_id % static_cast<uint64_t>(slots));
+  auto chunked = [&](uint64_t id, uint64_t n, uint64_t chunk, bool garbage) {
+    SendBytes(Header(id, 0, "", n, static_cast<uint32_t>((n + chunk - 1) / chunk)), tag, MPI_COMM_WORLD);
+    std::string p = Payload(off, n, garbage);
+    for (uint64_t at = 0; at < n; at += chunk) SendBytes(p.substr(at, std::min(chunk, n - at)), tag, chunk_comm);
+  };
+  switch (r) {
+    case Rogue::kGood:
+      SendBytes(Header(req_id, 0, "", len, 0) + Payload(off, len), tag, MPI_COMM_WORLD);
+      break;
+    case Rogue::kGoodChunked:
+      chunked(req_id, len, kMaxMessage, false);
+      break;
+    case Rogue::kOversizedChunk: {
+      SendBytes(Header(req_id, 0, "", len, 3), tag, MPI_COMM_WORLD);
+      std::string junk = Payload(off, len, true);
+      SendBytes(junk.substr(0, 2 * kMaxMessage), tag, chunk_comm);
+      SendBytes(junk.substr(0, kMaxMessage), tag, chunk_comm);
+      SendBytes(junk.substr(0, len - 2 * kMaxMessage), tag, chunk_comm);
+      break;
+    }
+    case Rogue::kWrongLength:
+      SendBytes(Header(req_id, 0, "", len + 5, 0) + Payload(off, len + 5), tag, MPI_COMM_WORLD);
+      break;
+    case Rogue::kHugeAnnounced:
+      SendBytes(Header(req_id, 0, "", uint64_t{1} << 40, 1u << 20), tag, MPI_COMM_WORLD);
+      break;
+    case Rogue::kStrayThenGood:
+      chunked(req_id + 7, 600000, 300000, true);  // rank 0 drains it: 2 chunks of 300,000 in 64 KiB of scratch
+      chunked(req_id, len, kMaxMessage, false);
+      break;
+    case Rogue::kError:
+      SendBytes(Header(req_id, static_cast<uint32_t>(Code::kNotFound), "no such range here", 0, 0), tag,
+                MPI_COMM_WORLD);
+      break;
+  }
+}
+
+// Rank 0: one fetch through a fresh transport (its own chunk communicator: receives a scenario leaves posted can
+// never meet the next scenario's messages); true when the outcome is the one wanted.
+bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
+  fd::DaemonStats stats;
+  fd::TransportOptions o;
+  o.rank = 0;
+  o.nranks = 2;
+  o.timeout_ms = 3000;
+  o.max_message = sc.max_message;
+  o.chunk_comm = chunk_comm;
+  long rss0 = MaxRssKiB();
+  bool pass = true;
+  std::string why;
+  {
+    fd::MpiTransport t(nullptr, o, &stats);
+    Sink sink;
+    t.Fetch(fd::ByteRange{kPart, kOffset, kLength}, &sink);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!sink.done && std::chrono::steady_clock::now() < until) {
+      if (!t.Progress()) std::this_thread::yield();
+    }
+    if (!sink.done) {
+      pass = false;
+      why = "the fetch never ended";
+    } else if (sc.want_ok && (!sink.status.ok() || sink.bytes != Payload(kOffset, kLength))) {
+      pass = false;
+      why = sink.status.ok() ? "wrong bytes" : "failed: " + sink.status.ToString();
+    } else if (!sc.want_ok && sink.status.ok()) {
+      pass = false;
+      why = sink.bytes == Payload(kOffset, kLength) ? "succeeded" : "succeeded with wrong bytes";
+    } else {
+      why = sink.status.ok() ? "the right bytes" : sink.status.ToString();
+    }
+    // Whatever was announced, draining it must not cost more than a little scratch.
+    for (int i = 0; i < 100; ++i) t.Progress();
+    t.Shutdown();
+  }
+  long grown = MaxRssKiB() - rss0;
+  if (grown > 64 * 1024) {
+    pass = false;
+    why += "; peak memory grew by " + std::to_string(grown / 1024) + " MiB";
+  }
+  std::printf("%s: %s (%s)\n", pass ? "PASS" : "FAIL", sc.name, why.c_str());
+  std::fflush(stdout);
+  return pass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, nranks = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (nranks != 2) {
+    if (rank == 0) std::fprintf(stderr, "transport_rogue_test: run it with exactly 2 ranks (mpirun -np 2)\n");
+    MPI_Finalize();
+    return 2;
+  }
+  int slots = ReplySlots();
+  int failed = 0;
+  const char* only = argc > 1 ? argv[1] : nullptr;  // (debugging) one scenario, by its index
+  int index = -1;
+  for (const Scenario& sc : kScenarios) {
+    ++index;
+    if (only && atoi(only) != index) continue;
+    MPI_Comm chunk_comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm);
+    if (rank == 0) failed += Fetch(sc, chunk_comm) ? 0 : 1;
+    else PlayRogue(sc.rogue, chunk_comm, slots);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (rank == 0) std::printf("%d of %zu scenarios failed\n", failed, std::size(kScenarios));
+  MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  // Receives drained scenarios left posted (a header announcing chunks that never came) stay MPI's: finalize
+  // within a bound rather than wait on them.
+  alarm(20);
+  MPI_Finalize();
+  return failed == 0 ? 0 : 1;
+}
