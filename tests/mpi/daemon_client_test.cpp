@@ -1,7 +1,8 @@
 // Unit tests of the daemon client (fanstore/src/daemon_client.cpp) against a fake daemon in this process: no MPI.
 // Regressions: replies that lie about their sizes are errors (never SIGBUS / huge allocations), an idle
 // connection whose fd number was replaced is neither used nor closed, and fork while another thread fetches
-// leaves the child a working fetcher that talks only on its own connections.
+// leaves the child a working fetcher that talks only on its own connections, and the node cache is copied with pread
+// on a kept descriptor, through the mapping once that descriptor's number is the program's.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -27,6 +29,7 @@
 #include "daemon_protocol.hpp"
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
+#include "shared_arena.hpp"
 
 namespace fanstore {
 namespace {
@@ -729,6 +732,90 @@ TEST(DaemonClient, ForkedChildNeverClosesAnInheritedNumberThatIsNotOurs) {
   ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
   EXPECT_EQ(out, PidPayload(getpid()));
   EXPECT_EQ(d.accepts(), before);
+}
+
+// Bytes this thread read through read/pread so far (/proc/thread-self/io's rchar; -1 when not available).
+long long ThreadReadBytes() {
+  FILE* f = std::fopen("/proc/thread-self/io", "re");
+  if (!f) return -1;
+  long long v = -1;
+  char line[128];
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "rchar: %lld", &v) == 1) break;
+  std::fclose(f);
+  return v;
+}
+
+// The node cache, as the real daemon lays it out (SharedArena): a cached range is copied by pread on the memfd
+// descriptor the fetcher keeps. Once the program closed that number and opened a file of its own on it, the range
+// comes through the mapping: the right bytes, the program's file neither read nor closed.
+TEST(DaemonClient, NodeCacheHitsUsePreadThenTheMappingOnceTheFdIsNotOurs) {
+  Status why;
+  auto arena = daemon::SharedArena::Create(4 << 20, &why);
+  ASSERT_TRUE(arena) << why.ToString();
+  const std::string want = Pattern(100000, 'k');
+  daemon::ArenaBlock block = arena->Allocate(want.size());
+  ASSERT_TRUE(block);
+  std::memcpy(block.data(), want.data(), want.size());
+  int slot = arena->Publish(3, 4096, want.size(), block.data());
+  ASSERT_GE(slot, 0);
+  std::atomic<int> fetches{0};
+  FakeDaemon d([&](int c, const dp::Request& r, pid_t) {
+    if (r.type == dp::MsgType::kCacheMap) {
+      dp::ReplyHeader h = OkHeader(r, 0);
+      h.flags = dp::kCacheMemfd;
+      SendReply(c, h, "", arena->fd());
+      return;
+    }
+    fetches.fetch_add(1);
+    SendError(c, r, Code::kIoError, "not expected: the range is in the node cache");
+  });
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  ClearMarked();
+  f->SetInternalFdHook(&RecordHook);
+  ASSERT_TRUE(f->CachesNodeWide());
+  int kept = -1;
+  for (auto [fd, type] : Marked())
+    if (type == S_IFREG) kept = fd;
+  ASSERT_GE(kept, 0) << "the fetcher kept no descriptor of the cache (or did not mark it internal)";
+
+  std::string out(want.size(), '\0');
+  long long r0 = ThreadReadBytes();
+  ASSERT_TRUE(f->CopyCached(3, 4096, want.size(), out.data()));
+  long long r1 = ThreadReadBytes();
+  EXPECT_TRUE(out == want) << "wrong bytes";
+  if (r0 >= 0) {
+    EXPECT_GE(r1 - r0, static_cast<long long>(want.size())) << "the copy was not made by pread";
+  }
+  EXPECT_FALSE(f->CopyCached(3, 4096 + 1, want.size(), out.data())) << "only exact ranges are found";
+
+  // The program closes the number and opens a file of its own on it, of the same size, holding other bytes.
+  int impostor = MakeMemfd(arena->data_len() + (64 << 20), 0, std::string(8 << 20, '\xEE'), false);
+  ASSERT_EQ(dup2(impostor, kept), kept);
+  struct stat before;
+  ASSERT_EQ(fstat(kept, &before), 0);
+  out.assign(want.size(), '\0');
+  r0 = ThreadReadBytes();
+  ASSERT_TRUE(f->CopyCached(3, 4096, want.size(), out.data()));
+  r1 = ThreadReadBytes();
+  EXPECT_TRUE(out == want) << "the bytes came from the program's file";
+  if (r0 >= 0) {
+    EXPECT_LT(r1 - r0, static_cast<long long>(want.size())) << "the program's file was read";
+  }
+  EXPECT_EQ(fetches.load(), 0);
+  arena->Withdraw(slot);
+  EXPECT_FALSE(f->CopyCached(3, 4096, want.size(), out.data())) << "a withdrawn range is not found";
+
+  f.reset();  // nor does the destructor close the program's file
+  struct stat now;
+  ASSERT_EQ(fstat(kept, &now), 0) << "the program's file was closed";
+  EXPECT_EQ(now.st_ino, before.st_ino);
+  char b = 0;
+  ASSERT_EQ(pread(kept, &b, 1, 4096), 1);
+  EXPECT_EQ(b, '\xEE');
+  close(kept);
+  close(impostor);
 }
 
 TEST(Protocol, PayloadMemfdSizeIsSealed) {
