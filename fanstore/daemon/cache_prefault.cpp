@@ -31,7 +31,7 @@ CachePrefault::~CachePrefault() {
 }
 
 void CachePrefault::Run() {
-  // Steps of 2 MiB: a stop (a signal during start-up, a failed staging) is seen within a millisecond or so.
+  // Steps of 2 MiB: a stop (a termination signal, a failed staging) is seen within a millisecond or so.
   constexpr uint64_t kStep = 2u << 20;
   auto t0 = std::chrono::steady_clock::now();
   while (done_ < want_ && !stop_.load(std::memory_order_relaxed)) {
@@ -41,6 +41,7 @@ void CachePrefault::Run() {
     done_ += n;
   }
   seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  finished_.store(true, std::memory_order_release);
 }
 
 Status CachePrefault::Wait(uint64_t* done_bytes, double* seconds) {

@@ -35,6 +35,8 @@ class CachePrefault {
 
   // Asks the thread to stop at its next step (a failed or cancelled staging).
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  // Whether the thread is done (Wait then returns at once).
+  bool Finished() const { return finished_.load(std::memory_order_acquire); }
   // Waits for the thread (after Stop: within a step); the bytes faulted in, the seconds it took, and why it stopped
   // short of the whole (Ok when it did not).
   Status Wait(uint64_t* done_bytes, double* seconds);
@@ -44,7 +46,7 @@ class CachePrefault {
 
   const SharedArena* arena_;
   uint64_t want_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, finished_{false};
   uint64_t done_ = 0;
   double seconds_ = 0;
   Status status_;

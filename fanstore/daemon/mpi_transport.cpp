@@ -150,24 +150,34 @@ struct MpiTransport::Impl {
   std::vector<std::function<void(bool ok)>> on_complete;
   std::vector<int> done_idx;              // Reap's scratch
   std::vector<MPI_Status> done_status;    // Reap's scratch
-  // Reply slots a receive failed in: chunks of that reply may still be on their way, and must never be taken for a
-  // later reply's, so no later fetch uses these slots (their tags).
+  // Reply slots whose traffic can no longer be told apart (a reply that broke the protocol, a receive that failed):
+  // no later fetch uses them (their tags).
   std::unordered_set<int> poisoned;
-  // Chunked replies being received, in order per (source, tag); and chunks probed before their header was.
+  // A chunked reply being received: its chunks are taken one at a time (the next once the previous one's receive
+  // completed, so the reply is whole when its last receive completes, whatever order MPI completes receives in).
   struct ChunkWait {
     uint64_t req_id = 0, gen = 0;
     char* dst = nullptr;  // null: received and dropped
     std::shared_ptr<std::shared_ptr<void>> keep;
     uint64_t off = 0, total = 0;
-    uint32_t left = 0;  // chunk messages still to come
+    uint32_t left = 0;    // chunk messages still to come
+    bool busy = false;    // a receive of one of its chunks is in flight
+    bool failed = false;  // broken: the rest of its chunks are dropped
   };
+  // A chunk probed before it could be taken (its header not received yet, or the previous chunk still arriving).
   struct EarlyChunk {
     MPI_Message m;
     uint64_t count;
+    uint64_t seq;
   };
-  std::map<std::pair<int, int>, std::deque<ChunkWait>> chunk_waits;
-  std::map<std::pair<int, int>, std::deque<EarlyChunk>> early_chunks;
+  using ChunkKey = std::pair<int, int>;  // source, tag
+  std::map<ChunkKey, std::deque<std::shared_ptr<ChunkWait>>> chunk_waits;
+  std::map<ChunkKey, std::deque<EarlyChunk>> early_chunks;
   size_t early_count = 0;
+  uint64_t early_seq = 0;
+  // Per slot: chunked replies registered and chunks held. A slot with either is not given to a new fetch: what
+  // arrives on it must not be taken for that fetch's chunks.
+  std::unordered_map<int, int> slot_traffic;
   BufferPool pool;
 
   Impl(const StagedReader* l, TransportOptions opts, DaemonStats* s) : local(l), o(opts), stats(s), peers(opts.nranks) {
@@ -176,6 +186,7 @@ struct MpiTransport::Impl {
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     int tag_ub = flag ? *static_cast<int*>(ub) : 32767;
     reply_slots = std::max(1, std::min(tag_ub, 1 << 30) - kTagReplyBase + 1);
+    if (o.reply_slots > 0) reply_slots = std::min(reply_slots, std::max(o.reply_slots, 2));
     slot_req.assign(static_cast<size_t>(std::min(reply_slots, 1 << 20)), 0);
     reply_slots = static_cast<int>(slot_req.size());
   }
@@ -197,10 +208,17 @@ struct MpiTransport::Impl {
   uint64_t NewReqId() {
     // The reply tag is the request's slot: skip slots a fetch still waits on.
     // Slot 0 is the probes' (their answers carry req_id 0).
-    for (;;) {
+    for (uint64_t tried = 0;; ++tried) {
+      if (tried == static_cast<uint64_t>(reply_slots)) {
+        // Every slot busy or lost: take the lost ones back rather than spin (only a peer breaking the protocol
+        // over and over gets here).
+        Error("every reply slot is in use or was lost to a peer breaking the protocol; reusing the lost ones");
+        poisoned.clear();
+      }
       uint64_t id = next_req++;
-      if (SlotOf(id) == 0 || poisoned.count(SlotOf(id))) continue;
-      if (slot_req[static_cast<size_t>(SlotOf(id))] == 0) return id;
+      int slot = SlotOf(id);
+      if (slot == 0 || poisoned.count(slot) || slot_traffic.count(slot)) continue;
+      if (slot_req[static_cast<size_t>(slot)] == 0) return id;
     }
   }
 
@@ -358,13 +376,19 @@ struct MpiTransport::Impl {
     });
   }
 
-  // A receive of a reply on `tag` from `src` completed with an error (a message bigger than announced, a transport
-  // failure): its bytes are not to be looked at. The fetch's attempt fails (the next holder is asked), and the slot
+  // No later fetch uses `tag`'s slot. Bounded: should half the slots ever be lost this way, they are taken back.
+  void Poison(int tag) {
+    int slot = tag - kTagReplyBase;
+    if (slot <= 0 || slot >= reply_slots) return;
+    if (poisoned.size() >= static_cast<size_t>(reply_slots) / 2) poisoned.clear();
+    poisoned.insert(slot);
+  }
+
+  // A receive of a reply on `tag` from `src` completed with an error (a transport failure): its bytes are not to
+  // be looked at. The fetch's attempt fails (the next holder is asked), and the slot
   // is never used again: chunks of that reply may still be on their way.
   void ReceiveFailed(uint64_t req_id, uint64_t gen, int tag, int src) {
-    // Bounded: should half the slots ever be lost this way, they are taken back (NewReqId must find free ones).
-    if (poisoned.size() >= static_cast<size_t>(reply_slots) / 2) poisoned.clear();
-    poisoned.insert(tag - kTagReplyBase);
+    Poison(tag);
     if (req_id && Current(req_id, gen))
       Fail(req_id, Status(Code::kIoError, "a reply from rank " + std::to_string(src) + " could not be received"));
   }
@@ -408,7 +432,9 @@ struct MpiTransport::Impl {
     Pending* p = req_id ? Current(req_id, gen) : nullptr;
     if (!p || !well || h.req_id != req_id) {
       // Not the awaited answer (a late one sharing the tag, a probe answer): dropped, chunks and all; the
-      // fetch keeps waiting for its own.
+      // fetch keeps waiting for its own. A header that cannot be read may have chunks we cannot count: its slot
+      // is not used again.
+      if (!well) Poison(tag);
       if (well && h.chunks) ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
       if (p && p->phase == Phase::kReceiving) p->phase = Phase::kSent;
       return;
@@ -420,7 +446,7 @@ struct MpiTransport::Impl {
       if (!rs.ok() || h.n != p->range.length || h.chunks != (h.n + o.max_message - 1) / o.max_message) {
         // Not what was asked for, or cut otherwise than this rank cuts: the chunks announced are dropped, and the
         // slot is not used again (what else this peer sends on it cannot be told apart).
-        if (rs.ok()) poisoned.insert(tag - kTagReplyBase);
+        Poison(tag);
         ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
         return Fail(req_id, rs.ok() ? Status(Code::kIoError, "malformed reply") : rs);
       }
@@ -476,17 +502,17 @@ struct MpiTransport::Impl {
       if (dst && Current(req_id, gen)) Received(req_id, dst, total);
       return;
     }
-    auto key = std::make_pair(src, tag);
-    chunk_waits[key].push_back(ChunkWait{req_id, gen, dst, std::move(keep), 0, total, chunks});
-    // Chunks that arrived before their header was received.
-    auto e = early_chunks.find(key);
-    while (e != early_chunks.end() && !e->second.empty() && chunk_waits.count(key)) {
-      EarlyChunk c = e->second.front();
-      e->second.pop_front();
-      --early_count;
-      TakeChunk(c.m, src, tag, c.count);
-    }
-    if (e != early_chunks.end() && e->second.empty()) early_chunks.erase(e);
+    auto w = std::make_shared<ChunkWait>();
+    w->req_id = req_id;
+    w->gen = gen;
+    w->dst = dst;
+    w->keep = std::move(keep);
+    w->total = total;
+    w->left = chunks;
+    ChunkKey key{src, tag};
+    chunk_waits[key].push_back(std::move(w));
+    ++slot_traffic[tag - kTagReplyBase];
+    Feed(key);
   }
   void ReceiveChunks(int src, int tag, std::nullptr_t, uint64_t total, uint32_t chunks) {
     ReceiveChunks(src, tag, 0, 0, nullptr, nullptr, total, chunks);
@@ -495,8 +521,13 @@ struct MpiTransport::Impl {
     ReceiveChunks(src, tag, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total, chunks);
   }
 
-  // Probes the chunk communicator: each chunk goes to the reply it belongs to (the first one waiting from its source
-  // with its tag), or waits for that reply's header to be received.
+  void Untrack(int slot) {
+    auto it = slot_traffic.find(slot);
+    if (it != slot_traffic.end() && --it->second <= 0) slot_traffic.erase(it);
+  }
+
+  // Probes the chunk communicator: each chunk is held, then handed to the reply it belongs to (the first one
+  // registered from its source with its tag) as soon as that reply can take it.
   bool PollChunks() {
     if (o.chunk_comm == MPI_COMM_NULL) return false;
     bool any = false;
@@ -508,70 +539,102 @@ struct MpiTransport::Impl {
       any = true;
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
-      auto key = std::make_pair(st.MPI_SOURCE, st.MPI_TAG);
-      if (chunk_waits.count(key)) {
-        TakeChunk(m, st.MPI_SOURCE, st.MPI_TAG, static_cast<uint64_t>(count));
+      if (count < 0) {
+        // Over INT_MAX bytes (MPI_UNDEFINED): no chunk is that big. Left matched and never received.
+        Error("rank %d sent a chunk too big to count; ignoring it", st.MPI_SOURCE);
         continue;
       }
-      early_chunks[key].push_back(EarlyChunk{m, static_cast<uint64_t>(count)});
-      // Bounded: chunks no header ever claims (a broken or hostile peer) are received and dropped, oldest first.
+      ChunkKey key{st.MPI_SOURCE, st.MPI_TAG};
+      early_chunks[key].push_back(EarlyChunk{m, static_cast<uint64_t>(count), early_seq++});
+      ++slot_traffic[st.MPI_TAG - kTagReplyBase];
+      // Bounded: chunks nothing takes (a broken or hostile peer) are received and dropped, oldest first.
       if (++early_count > kMaxEarlyChunks) DropOldestEarlyChunk();
+      Feed(key);
     }
     return any;
   }
 
-  void DropOldestEarlyChunk() {
-    for (auto it = early_chunks.begin(); it != early_chunks.end(); ++it) {
-      if (it->second.empty()) continue;
-      EarlyChunk c = it->second.front();
-      it->second.pop_front();
+  // Hands held chunks of `key` to its first reply while that reply has no receive in flight.
+  void Feed(const ChunkKey& key) {
+    for (;;) {
+      auto wi = chunk_waits.find(key);
+      auto ei = early_chunks.find(key);
+      if (wi == chunk_waits.end() || ei == early_chunks.end()) return;
+      std::shared_ptr<ChunkWait> w = wi->second.front();
+      if (w->busy) return;
+      EarlyChunk c = ei->second.front();
+      ei->second.pop_front();
+      if (ei->second.empty()) early_chunks.erase(ei);
       --early_count;
-      if (it->second.empty()) early_chunks.erase(it);
-      Drop(c.m, c.count);
-      return;
+      Untrack(key.second - kTagReplyBase);
+      TakeChunk(key, w, c.m, c.count);
     }
   }
 
-  // Receives a matched message into scratch memory of its size and drops it.
-  void Drop(MPI_Message m, uint64_t count) {
+  void DropOldestEarlyChunk() {
+    auto oldest = early_chunks.end();
+    for (auto it = early_chunks.begin(); it != early_chunks.end(); ++it)
+      if (oldest == early_chunks.end() || it->second.front().seq < oldest->second.front().seq) oldest = it;
+    if (oldest == early_chunks.end()) return;
+    EarlyChunk c = oldest->second.front();
+    int slot = oldest->first.second - kTagReplyBase;
+    oldest->second.pop_front();
+    if (oldest->second.empty()) early_chunks.erase(oldest);
+    --early_count;
+    Untrack(slot);
+    Drop(c.m, c.count, nullptr);
+  }
+
+  // Receives a matched message into scratch memory of its size and drops it; then runs `then` (may be null).
+  void Drop(MPI_Message m, uint64_t count, std::function<void(bool)> then) {
     auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
     MPI_Request r;
     MPI_Imrecv(scratch->data(), static_cast<int>(count), MPI_BYTE, &m, &r);
-    Track(r, [scratch](bool) {});
+    Track(r, [scratch, then = std::move(then)](bool ok) {
+      if (then) then(ok);
+    });
   }
 
-  // Chunk `m` (`count` bytes) from `src` on `tag`, for the first reply waiting for one from there.
-  void TakeChunk(MPI_Message m, int src, int tag, uint64_t count) {
-    auto it = chunk_waits.find(std::make_pair(src, tag));
-    ChunkWait& w = it->second.front();
-    uint64_t due = w.off < w.total ? std::min(o.max_message, w.total - w.off) : 0;
-    if (count != due && w.dst) {
-      // Not what this reply announced: it is over (the rest of its chunks are received and dropped), and the slot is
-      // never used again, since what else this peer sends on it cannot be told apart.
-      if (Current(w.req_id, w.gen)) {
-        poisoned.insert(tag - kTagReplyBase);
-        Fail(w.req_id, Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " +
-                                                  std::to_string(count) + " bytes where " + std::to_string(due) +
-                                                  " were due"));
+  // Chunk `m` (`count` bytes) for reply `w`, the first one waiting on `key`, which has no receive in flight.
+  void TakeChunk(const ChunkKey& key, const std::shared_ptr<ChunkWait>& w, MPI_Message m, uint64_t count) {
+    auto [src, tag] = key;
+    uint64_t due = w->off < w->total ? std::min(o.max_message, w->total - w->off) : 0;
+    if (w->dst && !w->failed && count != due) {
+      // Not what this reply announced: it is over (the rest of its chunks are received and dropped), and its slot
+      // is not used again, since what else this peer sends on it cannot be told apart.
+      w->failed = true;
+      Poison(tag);
+      if (Current(w->req_id, w->gen))
+        Fail(w->req_id, Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " +
+                                                   std::to_string(count) + " bytes where " + std::to_string(due) +
+                                                   " were due"));
+    }
+    uint64_t off = w->off;
+    w->off += due;
+    --w->left;
+    w->busy = true;
+    auto done = [this, key, w](bool ok) {
+      w->busy = false;
+      if (!ok && w->dst && !w->failed) {
+        w->failed = true;
+        ReceiveFailed(w->req_id, w->gen, key.second, key.first);
       }
-      w.dst = nullptr;
-    }
-    char* dst = w.dst;
-    uint64_t off = w.off, total = w.total, req_id = w.req_id, gen = w.gen;
-    auto keep = w.keep;
-    w.off += due;
-    bool last = --w.left == 0;
-    if (last) {
-      it->second.pop_front();
-      if (it->second.empty()) chunk_waits.erase(it);
-    }
-    if (!dst) return Drop(m, count);
+      if (w->left == 0) {
+        // The last chunk is in: this reply leaves the queue (it is its front: only the front takes chunks).
+        auto wi = chunk_waits.find(key);
+        if (wi != chunk_waits.end()) {
+          wi->second.pop_front();
+          if (wi->second.empty()) chunk_waits.erase(wi);
+        }
+        Untrack(key.second - kTagReplyBase);
+        if (w->dst && !w->failed && Current(w->req_id, w->gen)) Received(w->req_id, w->dst, w->total);
+      }
+      Feed(key);
+    };
+    if (!w->dst || w->failed) return Drop(m, count, done);
     MPI_Request r;
-    MPI_Imrecv(dst + off, static_cast<int>(count), MPI_BYTE, &m, &r);
-    Track(r, [this, src, tag, req_id, gen, dst, keep, total, last](bool ok) {
-      if (!ok) return ReceiveFailed(req_id, gen, tag, src);
-      if (last && Current(req_id, gen)) Received(req_id, dst, total);
-    });
+    MPI_Imrecv(w->dst + off, static_cast<int>(count), MPI_BYTE, &m, &r);
+    Track(r, done);
   }
 
   void CheckDeadlines(int64_t now) {
@@ -697,9 +760,11 @@ struct MpiTransport::Impl {
     auto release = [this, head, sends, part](bool) {
       if (--*sends == 0) o.maps->Unpin(part);
     };
-    // A chunk that MPI could not send from the mapping (reported when it completes): as below, at posting time.
-    auto chunk_done = [this, release](bool ok) {
-      if (!ok) MappedSendFailed("a send from a partition's mapping failed");
+    // A chunk that MPI could not send from the mapping, reported when it completes, to a peer that is not known to
+    // be down (a send to a dead peer says nothing about the mapping): as below, at posting time.
+    auto chunk_done = [this, release, src](bool ok) {
+      if (!ok && peers.up(src))
+        MappedSendFailed("a send from a partition's mapping to rank " + std::to_string(src) + " failed");
       release(ok);
     };
     Status head_err, chunk_err;
@@ -746,6 +811,11 @@ struct MpiTransport::Impl {
       any = true;
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
+      if (count < 0) {
+        // Over INT_MAX bytes (MPI_UNDEFINED): no request or reply header is. Left matched and never received.
+        Error("rank %d sent a message too big to count; ignoring it", st.MPI_SOURCE);
+        continue;
+      }
       Heard(st.MPI_SOURCE);
       if (st.MPI_TAG == kTagRequest) {
         // 32 bytes: complete on arrival (eager), so this Mrecv returns at once.

@@ -36,6 +36,9 @@ struct TransportOptions {
   // (null: every range is read into a send buffer first).
   PartitionMaps* maps = nullptr;
   uint64_t mapped_send_min = 64u << 10;  // (fanstore serve --mapped-send-min)
+  // (tests) At most this many reply slots (tags), so that they wrap around within a few fetches; 0: as many as
+  // MPI_TAG_UB allows.
+  int reply_slots = 0;
 };
 
 // The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.

@@ -215,6 +215,11 @@ int Serve(const ServeOptions& o) {
   if (!st.ok() && prefault) prefault->Stop();
   if (failed("staging")) return 1;
   if (prefault) {
+    // A termination signal meanwhile stops the faulting at its next step (a big cache takes seconds).
+    while (!prefault->Finished()) {
+      if (startup.signalled()) prefault->Stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     uint64_t done = 0;
     double sec = 0;
     Status why = prefault->Wait(&done, &sec);

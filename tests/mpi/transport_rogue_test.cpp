@@ -75,24 +75,41 @@ enum class Rogue {
   kHugeAnnounced,     // a header announcing 2^40 bytes in chunks, and nothing after it
   kStrayThenGood,     // a chunked reply carrying another request's id (2 chunks of 300,000 bytes), then kGoodChunked
   kError,             // an error reply with a message
+  kExtraChunk,        // a good chunked reply, then one chunk more than announced (1,000 bytes of junk)
 };
 
-struct Scenario {
-  const char* name;
+struct Step {
   Rogue rogue;
   bool want_ok;
+};
+
+// Fetches one after another through one transport: what one reply leaves behind must not touch the next.
+struct Scenario {
+  const char* name;
+  std::vector<Step> steps;
   uint64_t max_message = kMaxMessage;  // rank 0's
+  int slots = 0;                       // reply slots (tags) of rank 0; 0: as many as MPI_TAG_UB allows
 };
 
 const Scenario kScenarios[] = {
-    {"a good reply", Rogue::kGood, true},
-    {"a good chunked reply", Rogue::kGoodChunked, true},
-    {"a chunk bigger than announced", Rogue::kOversizedChunk, false},
-    {"a payload longer than asked for", Rogue::kWrongLength, false},
+    {"a good reply", {{Rogue::kGood, true}}},
+    {"a good chunked reply", {{Rogue::kGoodChunked, true}}},
+    {"a chunk bigger than announced", {{Rogue::kOversizedChunk, false}}},
+    {"a payload longer than asked for", {{Rogue::kWrongLength, false}}},
     // With the daemon's default chunk size (1 GiB): a drain sized by what is announced would take a gigabyte.
-    {"a header announcing 2^40 bytes", Rogue::kHugeAnnounced, false, uint64_t{1} << 30},
-    {"a stray chunked reply, then the good one", Rogue::kStrayThenGood, true},
-    {"an error reply", Rogue::kError, false},
+    {"a header announcing 2^40 bytes", {{Rogue::kHugeAnnounced, false}}, uint64_t{1} << 30},
+    {"a stray chunked reply, then the good one", {{Rogue::kStrayThenGood, true}}},
+    {"an error reply", {{Rogue::kError, false}}},
+    // 4 slots (3 for fetches): they wrap around, so a slot left with junk in it would be given to a later fetch.
+    {"a chunk more than announced, then good chunked fetches",
+     {{Rogue::kExtraChunk, true}, {Rogue::kGoodChunked, true}, {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true}, {Rogue::kGoodChunked, true}},
+     kMaxMessage, 4},
+    {"broken replies, then good chunked fetches",
+     {{Rogue::kOversizedChunk, false}, {Rogue::kGoodChunked, true}, {Rogue::kHugeAnnounced, false},
+      {Rogue::kGoodChunked, true}, {Rogue::kStrayThenGood, true}, {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true}},
+     kMaxMessage, 4},
 };
 
 class Sink final : public fd::FetchSink {
@@ -156,6 +173,12 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots) {
       chunked(req_id + 7, 600000, 300000, true);  // rank 0 drains it: 2 chunks of 300,000 in 64 KiB of scratch
       chunked(req_id, len, kMaxMessage, false);
       break;
+    case Rogue::kExtraChunk:
+      // 1,000 bytes: small enough to go eagerly (a rendezvous message rank 0 never receives would block this
+      // MPI_Send for good).
+      chunked(req_id, len, kMaxMessage, false);
+      SendBytes(Payload(off, 1000, true), tag, chunk_comm);
+      break;
     case Rogue::kError:
       SendBytes(Header(req_id, static_cast<uint32_t>(Code::kNotFound), "no such range here", 0, 0), tag,
                 MPI_COMM_WORLD);
@@ -163,8 +186,8 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots) {
   }
 }
 
-// Rank 0: one fetch through a fresh transport (its own chunk communicator: receives a scenario leaves posted can
-// never meet the next scenario's messages); true when the outcome is the one wanted.
+// Rank 0: the scenario's fetches, one after another, through a fresh transport (its own chunk communicator: receives
+// a scenario leaves posted can never meet the next scenario's messages); true when every outcome is the one wanted.
 bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
   fd::DaemonStats stats;
   fd::TransportOptions o;
@@ -173,31 +196,41 @@ bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
   o.timeout_ms = 3000;
   o.max_message = sc.max_message;
   o.chunk_comm = chunk_comm;
+  o.reply_slots = sc.slots;
   long rss0 = MaxRssKiB();
   bool pass = true;
   std::string why;
   {
     fd::MpiTransport t(nullptr, o, &stats);
-    Sink sink;
-    t.Fetch(fd::ByteRange{kPart, kOffset, kLength}, &sink);
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!sink.done && std::chrono::steady_clock::now() < until) {
-      if (!t.Progress()) std::this_thread::yield();
+    for (size_t i = 0; i < sc.steps.size(); ++i) {
+      const Step& step = sc.steps[i];
+      Sink sink;
+      t.Fetch(fd::ByteRange{kPart, kOffset, kLength}, &sink);
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!sink.done && std::chrono::steady_clock::now() < until) {
+        if (!t.Progress()) std::this_thread::yield();
+      }
+      std::string got;
+      bool ok = true;
+      if (!sink.done) {
+        ok = false;
+        got = "the fetch never ended";
+      } else if (step.want_ok && (!sink.status.ok() || sink.bytes != Payload(kOffset, kLength))) {
+        ok = false;
+        got = sink.status.ok() ? "wrong bytes" : "failed: " + sink.status.ToString();
+      } else if (!step.want_ok && sink.status.ok()) {
+        ok = false;
+        got = sink.bytes == Payload(kOffset, kLength) ? "succeeded" : "succeeded with wrong bytes";
+      } else {
+        got = sink.status.ok() ? "the right bytes" : sink.status.ToString();
+      }
+      pass = pass && ok;
+      why += (i ? "; " : "") + got;
+      // Whatever was announced, draining it must not cost more than a little scratch.
+      for (int k = 0; k < 100; ++k) t.Progress();
+      MPI_Barrier(MPI_COMM_WORLD);  // rank 1 has sent everything of this step
+      for (int k = 0; k < 100; ++k) t.Progress();
     }
-    if (!sink.done) {
-      pass = false;
-      why = "the fetch never ended";
-    } else if (sc.want_ok && (!sink.status.ok() || sink.bytes != Payload(kOffset, kLength))) {
-      pass = false;
-      why = sink.status.ok() ? "wrong bytes" : "failed: " + sink.status.ToString();
-    } else if (!sc.want_ok && sink.status.ok()) {
-      pass = false;
-      why = sink.bytes == Payload(kOffset, kLength) ? "succeeded" : "succeeded with wrong bytes";
-    } else {
-      why = sink.status.ok() ? "the right bytes" : sink.status.ToString();
-    }
-    // Whatever was announced, draining it must not cost more than a little scratch.
-    for (int i = 0; i < 100; ++i) t.Progress();
     t.Shutdown();
   }
   long grown = MaxRssKiB() - rss0;
@@ -233,8 +266,14 @@ int main(int argc, char** argv) {
     if (only && atoi(only) != index) continue;
     MPI_Comm chunk_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm);
-    if (rank == 0) failed += Fetch(sc, chunk_comm) ? 0 : 1;
-    else PlayRogue(sc.rogue, chunk_comm, slots);
+    if (rank == 0) {
+      failed += Fetch(sc, chunk_comm) ? 0 : 1;
+    } else {
+      for (const Step& step : sc.steps) {
+        PlayRogue(step.rogue, chunk_comm, sc.slots > 0 ? std::min(slots, sc.slots) : slots);
+        MPI_Barrier(MPI_COMM_WORLD);
+      }
+    }
     MPI_Barrier(MPI_COMM_WORLD);
   }
   if (rank == 0) std::printf("%d of %zu scenarios failed\n", failed, std::size(kScenarios));
