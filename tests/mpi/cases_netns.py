@@ -1,8 +1,9 @@
 """Multi-host for real: four network namespaces joined by veths on a bridge (scripts/netns-hosts.sh), one
 `fanstore serve` per namespace, Open MPI over TCP between them (mpirun starts an orted in each namespace). Every
-file read through one node's daemon matches the source; then one "host" is SIGKILLed: its files fail with EIO
-after one timeout, the other hosts keep serving and stop cleanly. Skipped, with the reason, where network
-namespaces cannot be made (not root, no iproute2, a container without CAP_SYS_ADMIN)."""
+file read through one node's daemon matches the source (replies over 64 KiB travel as 64 KiB chunks); then one
+"host" is SIGKILLed: its files fail with EIO after one timeout, the other hosts keep serving and stop cleanly.
+Skipped, with the reason, where network namespaces cannot be made (not root, no iproute2, a container without
+CAP_SYS_ADMIN)."""
 import os
 import re
 import signal
@@ -31,7 +32,9 @@ def case_netns(ctx):
     prefix = up(ctx, f"t{os.getpid()}")
     ctx.pack(parts=8)
     timeout = PEER_TIMEOUT_S
-    job = Job(ctx, HOSTS, "--timeout", str(timeout), "--cache-bytes", "0",
+    # --max-message 65536: replies over 64 KiB travel as several chunks over TCP, where MPI may complete receives out
+    # of order (the transport takes a reply's chunks one at a time so that it is whole when the last one is in).
+    job = Job(ctx, HOSTS, "--timeout", str(timeout), "--cache-bytes", "0", "--max-message", "65536",
               launcher=prefix + ["-np", str(HOSTS)], mpirun_extra=("--mca", "orte_abort_on_non_zero_status", "0"))
     job.wait_ready()
     out = job.output()
