@@ -53,8 +53,9 @@ constexpr uint32_t kKindFetch = 0, kKindProbe = 1;
 // Replies up to this size are received into scratch memory first (they are errors, probe answers, tiny files,
 // or the header of a chunked reply); bigger ones straight into the fetch's memory.
 constexpr int kSmallReply = 1024;
-// Chunks that arrived before their reply's header, kept (as matched messages) at most this many; beyond, the
-// oldest are received and dropped (a peer sending chunks no header claims).
+// Chunks probed before their reply could take them (its header not received yet, or its previous chunk still
+// arriving), kept as matched messages at most this many; beyond, the oldest are received and dropped (a peer
+// sending chunks no header claims).
 constexpr size_t kMaxEarlyChunks = 4096;
 
 std::string MpiError(int rc) {
@@ -359,10 +360,7 @@ struct MpiTransport::Impl {
     char* dst = Land(*p, static_cast<uint64_t>(count));
     if (!dst) {
       // Must still be received; then the fetch fails.
-      auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
-      MPI_Request r;
-      MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-      Track(r, [scratch](bool) {});
+      Drop(m, static_cast<uint64_t>(count), nullptr);
       Fail(p->req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(count) + "-byte reply"));
       return;
     }
@@ -385,8 +383,8 @@ struct MpiTransport::Impl {
   }
 
   // A receive of a reply on `tag` from `src` completed with an error (a transport failure): its bytes are not to
-  // be looked at. The fetch's attempt fails (the next holder is asked), and the slot
-  // is never used again: chunks of that reply may still be on their way.
+  // be looked at. The fetch's attempt fails (the next holder is asked), and the slot is poisoned: chunks of that
+  // reply may still be on their way.
   void ReceiveFailed(uint64_t req_id, uint64_t gen, int tag, int src) {
     Poison(tag);
     if (req_id && Current(req_id, gen))
@@ -486,22 +484,16 @@ struct MpiTransport::Impl {
     Finish(req_id, Status::Ok(), data, n);
   }
 
-  // Receives `total` bytes of chunks from `src` (on the chunk communicator, with the reply's `tag`) in order into
-  // `dst` (the landed memory of fetch req_id's attempt gen), or (dst null: a reply nobody waits for) into scratch
-  // memory that is dropped. The chunks are taken by matched probe (PollChunks), so each one's size is known before a
-  // byte of it lands: a chunk of another size than the one due ends the reply (the fetch fails) instead of being
-  // received into memory too small for it. (Open MPI's shared-memory single copy writes a message longer than the
-  // receive buffer past the buffer's end; measured with a peer sending 300,000 bytes to a 64 KiB receive: "Read -1,
-  // expected 300000, errno = 14", then a crash.) An attempt abandoned meanwhile keeps receiving into its memory
-  // (kept alive by `keep`): its chunks must not be taken for a later reply's.
-  // `chunks`: how many the header announced (a reply nobody waits for is drained by that count, since its sender may
-  // cut otherwise than this rank does).
+  // Registers a reply whose header announced `chunks` (> 0) messages of payload, `total` bytes, from `src` on the
+  // chunk communicator with the reply's `tag`: they are received in order into `dst` (the landed memory of fetch
+  // req_id's attempt gen), or (dst null: a reply nobody waits for) into scratch memory that is dropped, counted by
+  // the header since its sender may cut otherwise than this rank does. PollChunks takes each chunk by matched probe,
+  // so its size is known before a byte of it lands: one of another size than due ends the reply instead of being
+  // received into memory too small for it (Open MPI's shared-memory single copy writes past the end of a receive
+  // buffer smaller than the message: docs/daemon.md). An attempt abandoned meanwhile keeps receiving into its
+  // memory (kept alive by `keep`): its chunks must not be taken for a later reply's.
   void ReceiveChunks(int src, int tag, uint64_t req_id, uint64_t gen, char* dst,
                      std::shared_ptr<std::shared_ptr<void>> keep, uint64_t total, uint32_t chunks) {
-    if (chunks == 0) {
-      if (dst && Current(req_id, gen)) Received(req_id, dst, total);
-      return;
-    }
     auto w = std::make_shared<ChunkWait>();
     w->req_id = req_id;
     w->gen = gen;
@@ -526,24 +518,32 @@ struct MpiTransport::Impl {
     if (it != slot_traffic.end() && --it->second <= 0) slot_traffic.erase(it);
   }
 
+  // Matches the next message waiting on `comm` (no other receive can take it then); false when none is. *count is
+  // its size, or -1 for one over INT_MAX bytes (MPI_UNDEFINED): no `what` of ours is that big, so it is left
+  // matched and never received, with a line.
+  bool ProbeNext(MPI_Comm comm, const char* what, MPI_Message* m, MPI_Status* st, int* count) {
+    int flag = 0;
+    if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, m, st) != MPI_SUCCESS || !flag) return false;
+    *count = 0;
+    MPI_Get_count(st, MPI_BYTE, count);
+    if (*count < 0) {
+      Error("rank %d sent a %s too big to count; ignoring it", st->MPI_SOURCE, what);
+      *count = -1;
+    }
+    return true;
+  }
+
   // Probes the chunk communicator: each chunk is held, then handed to the reply it belongs to (the first one
   // registered from its source with its tag) as soon as that reply can take it.
   bool PollChunks() {
     if (o.chunk_comm == MPI_COMM_NULL) return false;
     bool any = false;
-    for (;;) {
-      int flag = 0;
-      MPI_Message m;
-      MPI_Status st;
-      if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, o.chunk_comm, &flag, &m, &st) != MPI_SUCCESS || !flag) break;
+    MPI_Message m;
+    MPI_Status st;
+    int count = 0;
+    while (ProbeNext(o.chunk_comm, "chunk", &m, &st, &count)) {
       any = true;
-      int count = 0;
-      MPI_Get_count(&st, MPI_BYTE, &count);
-      if (count < 0) {
-        // Over INT_MAX bytes (MPI_UNDEFINED): no chunk is that big. Left matched and never received.
-        Error("rank %d sent a chunk too big to count; ignoring it", st.MPI_SOURCE);
-        continue;
-      }
+      if (count < 0) continue;
       ChunkKey key{st.MPI_SOURCE, st.MPI_TAG};
       early_chunks[key].push_back(EarlyChunk{m, static_cast<uint64_t>(count), early_seq++});
       ++slot_traffic[st.MPI_TAG - kTagReplyBase];
@@ -803,19 +803,12 @@ struct MpiTransport::Impl {
   // Drains every message that has arrived; true if there was any.
   bool PollIncoming() {
     bool any = false;
-    for (;;) {
-      int flag = 0;
-      MPI_Message m;
-      MPI_Status st;
-      if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &m, &st) != MPI_SUCCESS || !flag) break;
+    MPI_Message m;
+    MPI_Status st;
+    int count = 0;
+    while (ProbeNext(MPI_COMM_WORLD, "message", &m, &st, &count)) {
       any = true;
-      int count = 0;
-      MPI_Get_count(&st, MPI_BYTE, &count);
-      if (count < 0) {
-        // Over INT_MAX bytes (MPI_UNDEFINED): no request or reply header is. Left matched and never received.
-        Error("rank %d sent a message too big to count; ignoring it", st.MPI_SOURCE);
-        continue;
-      }
+      if (count < 0) continue;
       Heard(st.MPI_SOURCE);
       if (st.MPI_TAG == kTagRequest) {
         // 32 bytes: complete on arrival (eager), so this Mrecv returns at once.
@@ -830,12 +823,9 @@ struct MpiTransport::Impl {
       } else if (st.MPI_TAG >= kTagReplyBase) {
         OnReply(m, st.MPI_SOURCE, st.MPI_TAG, count);
       } else {
-        // Not ours (chunks travel on the chunk communicator, never probed): receive and drop it so it does not
-        // sit in the queue forever.
-        auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
-        MPI_Request r;
-        MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-        Track(r, [scratch](bool) {});
+        // Not ours (chunks travel on the chunk communicator, probed apart): receive and drop it so it does not sit
+        // in the queue forever.
+        Drop(m, static_cast<uint64_t>(count), nullptr);
       }
     }
     return any;
