@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -76,6 +77,7 @@ enum class Rogue {
   kStrayThenGood,     // a chunked reply carrying another request's id (2 chunks of 300,000 bytes), then kGoodChunked
   kError,             // an error reply with a message
   kExtraChunk,        // a good chunked reply, then one chunk more than announced (1,000 bytes of junk)
+  kChunkedAtOnce,     // a good chunked reply in chunks of rank 0's size, every message started at once (MPI_Isend)
 };
 
 struct Step {
@@ -89,6 +91,7 @@ struct Scenario {
   std::vector<Step> steps;
   uint64_t max_message = kMaxMessage;  // rank 0's
   int slots = 0;                       // reply slots (tags) of rank 0; 0: as many as MPI_TAG_UB allows
+  uint64_t length = kLength;           // of each fetch
 };
 
 const Scenario kScenarios[] = {
@@ -110,6 +113,13 @@ const Scenario kScenarios[] = {
       {Rogue::kGoodChunked, true}, {Rogue::kStrayThenGood, true}, {Rogue::kGoodChunked, true},
       {Rogue::kGoodChunked, true}},
      kMaxMessage, 4},
+    // 3 chunks of 1 MiB (rendezvous: they wait for rank 0 to match them) and a last one of 1,000 bytes (eager: it
+    // is there at once). MPI may complete the last receive first, most of all over TCP; the reply must not be
+    // handed on before the big chunks are in (a transport that took the last chunk's completion for the whole
+    // reply's failed here).
+    {"a chunked reply sent at once, its small last chunk ahead of the big ones",
+     {{Rogue::kChunkedAtOnce, true}, {Rogue::kChunkedAtOnce, true}, {Rogue::kChunkedAtOnce, true}},
+     uint64_t{1} << 20, 0, (uint64_t{3} << 20) + 1000},
 };
 
 class Sink final : public fd::FetchSink {
@@ -132,11 +142,25 @@ class Sink final : public fd::FetchSink {
   std::shared_ptr<std::vector<char>> mem_;
 };
 
+// The end of a step on both ranks (a nonblocking barrier: it never matches a blocking one), calling `progress`
+// while it waits. False after 30 s.
+bool StepBarrier(const std::function<void()>& progress) {
+  MPI_Request b;
+  MPI_Ibarrier(MPI_COMM_WORLD, &b);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int done = 0;;) {
+    MPI_Test(&b, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    progress();
+  }
+}
+
 void SendBytes(const std::string& b, int tag, MPI_Comm comm) {
   MPI_Send(b.data(), static_cast<int>(b.size()), MPI_BYTE, 0, tag, comm);
 }
 
-void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots) {
+void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
   char req[32];
   MPI_Status st;
   MPI_Recv(req, 32, MPI_BYTE, 0, kTagRequest, MPI_COMM_WORLD, &st);
@@ -179,6 +203,17 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots) {
       chunked(req_id, len, kMaxMessage, false);
       SendBytes(Payload(off, 1000, true), tag, chunk_comm);
       break;
+    case Rogue::kChunkedAtOnce: {
+      std::vector<std::string> msgs{Header(req_id, 0, "", len, static_cast<uint32_t>((len + max_message - 1) / max_message))};
+      std::string p = Payload(off, len);
+      for (uint64_t at = 0; at < len; at += max_message) msgs.push_back(p.substr(at, std::min(max_message, len - at)));
+      std::vector<MPI_Request> rs(msgs.size());
+      for (size_t i = 0; i < msgs.size(); ++i)
+        MPI_Isend(msgs[i].data(), static_cast<int>(msgs[i].size()), MPI_BYTE, 0, tag, i ? chunk_comm : MPI_COMM_WORLD,
+                  &rs[i]);
+      MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
+      break;
+    }
     case Rogue::kError:
       SendBytes(Header(req_id, static_cast<uint32_t>(Code::kNotFound), "no such range here", 0, 0), tag,
                 MPI_COMM_WORLD);
@@ -205,7 +240,7 @@ bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
     for (size_t i = 0; i < sc.steps.size(); ++i) {
       const Step& step = sc.steps[i];
       Sink sink;
-      t.Fetch(fd::ByteRange{kPart, kOffset, kLength}, &sink);
+      t.Fetch(fd::ByteRange{kPart, kOffset, sc.length}, &sink);
       auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (!sink.done && std::chrono::steady_clock::now() < until) {
         if (!t.Progress()) std::this_thread::yield();
@@ -215,20 +250,25 @@ bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
       if (!sink.done) {
         ok = false;
         got = "the fetch never ended";
-      } else if (step.want_ok && (!sink.status.ok() || sink.bytes != Payload(kOffset, kLength))) {
+      } else if (step.want_ok && (!sink.status.ok() || sink.bytes != Payload(kOffset, sc.length))) {
         ok = false;
         got = sink.status.ok() ? "wrong bytes" : "failed: " + sink.status.ToString();
       } else if (!step.want_ok && sink.status.ok()) {
         ok = false;
-        got = sink.bytes == Payload(kOffset, kLength) ? "succeeded" : "succeeded with wrong bytes";
+        got = sink.bytes == Payload(kOffset, sc.length) ? "succeeded" : "succeeded with wrong bytes";
       } else {
         got = sink.status.ok() ? "the right bytes" : sink.status.ToString();
       }
       pass = pass && ok;
       why += (i ? "; " : "") + got;
-      // Whatever was announced, draining it must not cost more than a little scratch.
-      for (int k = 0; k < 100; ++k) t.Progress();
-      MPI_Barrier(MPI_COMM_WORLD);  // rank 1 has sent everything of this step
+      // Whatever was announced, draining it must not cost more than a little scratch. Rank 1's sends of chunks
+      // over the eager limit end only once rank 0 has received them, which it does in Progress: so it goes on
+      // until rank 1 says it sent everything of this step (a barrier waited on here would deadlock with them).
+      if (!StepBarrier([&t] { t.Progress(); })) {
+        std::printf("FAIL: %s (rank 1 could not send all of step %zu: rank 0 did not take it)\n", sc.name, i);
+        std::fflush(stdout);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
       for (int k = 0; k < 100; ++k) t.Progress();
     }
     t.Shutdown();
@@ -270,8 +310,8 @@ int main(int argc, char** argv) {
       failed += Fetch(sc, chunk_comm) ? 0 : 1;
     } else {
       for (const Step& step : sc.steps) {
-        PlayRogue(step.rogue, chunk_comm, sc.slots > 0 ? std::min(slots, sc.slots) : slots);
-        MPI_Barrier(MPI_COMM_WORLD);
+        PlayRogue(step.rogue, chunk_comm, sc.slots > 0 ? std::min(slots, sc.slots) : slots, sc.max_message);
+        StepBarrier([] {});
       }
     }
     MPI_Barrier(MPI_COMM_WORLD);
