@@ -14,7 +14,6 @@
 
 #include <cerrno>
 #include <cstddef>
-
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -92,6 +91,8 @@ constexpr uint32_t kNativeArch = AUDIT_ARCH_AARCH64;
 constexpr uint32_t kNativeArch = 0;
 #endif
 
+constexpr int kMadvPopulateWrite = 23;  // Linux 5.14's MADV_POPULATE_WRITE (older headers lack it)
+
 // Makes madvise(MADV_POPULATE_WRITE) fail with EINVAL in this process, as on a kernel older than 5.14.
 bool RefuseMadvPopulateWrite() {
   sock_filter f[] = {
@@ -101,7 +102,7 @@ bool RefuseMadvPopulateWrite() {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 3),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[2])),  // the advice's low 32 bits
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 23 /* MADV_POPULATE_WRITE */, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kMadvPopulateWrite, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
@@ -127,7 +128,7 @@ TEST(CachePrefault, OnAKernelWithoutMadvPopulateWriteFallsBackToFallocate) {
     if (Allocated(cache.shared_fd()) >= kCache / 2) _exit(13);
     if (!RefuseMadvPopulateWrite()) _exit(14);
     void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (madvise(page, 4096, 23) == 0 || errno != EINVAL) _exit(15);  // the filter works: the fallback is what runs
+    if (madvise(page, 4096, kMadvPopulateWrite) == 0 || errno != EINVAL) _exit(15);  // the filter works: the fallback is what runs
     CachePrefault p(cache.arena(), kCache);
     uint64_t done = 0;
     if (!p.Wait(&done, nullptr).ok() || done != cache.arena()->data_len()) _exit(16);

@@ -120,19 +120,14 @@ def case_startup_signal(ctx):
         for r, p in survivors.items():
             wait_gone(p, timeout=60)  # hang detection: the fix stops within a few seconds
         log(f"the 3 survivors stopped {time.time() - t0:.1f} s after SIGTERM")
-        # mpirun forwards what the ranks wrote after they are gone (and, with a rank killed, does not exit itself):
-        # give it a moment to bring their last lines.
-        def said(out):
-            return all(re.search(rf"fanstore serve\[rank {r}\]: .*(Terminated|signal)", out) for r in survivors)
-        until = time.time() + 10
-        while not said(job.output()) and time.time() < until:
-            select.select([], [], [], 0.05)
-        out = job.output()
+        # mpirun forwards their last lines after they are gone (and, with a rank killed, does not exit itself).
+        def said_why(r, out):
+            return re.search(rf"fanstore serve\[rank {r}\]: .*(Terminated|signal)", out)
+        out = job.wait_output(lambda o: all(said_why(r, o) for r in survivors), 10)
         log("output:\n" + out.strip())
         job.kill()
         for r in survivors:
-            check(re.search(rf"fanstore serve\[rank {r}\]: .*(Terminated|signal)", out),
-                  f"rank {r} must say it stopped on the signal")
+            check(said_why(r, out), f"rank {r} must say it stopped on the signal")
             left = parts_of(ctx.node(r)) if os.path.exists(ctx.node(r)) else []
             check(not left, f"--cleanup left rank {r}'s staged data: {left}")
         return

@@ -61,7 +61,9 @@ def case_security(ctx):
         raise Skip("not root (or no setpriv): the other-user checks need to run a client as uid 65534")
     # Refusals retry until the deadline, so it is short; an allowed client returns on its first answer (a loaded
     # machine may take more than a second to give one).
-    wait = [ctx.args.fanstore, "wait", socks[0], "--timeout", "3"]
+    def wait_cmd(timeout):
+        return [ctx.args.fanstore, "wait", socks[0], "--timeout", str(timeout)]
+    wait = wait_cmd(3)
     r = subprocess.run(as_user(wait), capture_output=True, text=True, env=ctx.env)
     log(f"uid {NOBODY} on the 0600 socket -> rc {r.returncode}: {r.stderr.strip()}")
     check(r.returncode != 0 and "Permission denied" in r.stderr, "another user must not connect to a 0600 socket")
@@ -83,7 +85,7 @@ def case_security(ctx):
     st = os.stat(socks[0])
     check(stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group,
           f"with --group the socket must be 0660 and of gid {group}: {oct(st.st_mode)} gid {st.st_gid}")
-    r = subprocess.run(as_user(wait[:-1] + ["10"], groups=[group]), capture_output=True, text=True, env=ctx.env)
+    r = subprocess.run(as_user(wait_cmd(10), groups=[group]), capture_output=True, text=True, env=ctx.env)
     log(f"uid {NOBODY} in group {group} -> rc {r.returncode}: {r.stderr.strip()}")
     check(r.returncode == 0, "a member of --group must be allowed")
     r = subprocess.run(as_user(wait), capture_output=True, text=True, env=ctx.env)

@@ -155,16 +155,24 @@ class Job:
         with open(self.logpath) as f:
             return f.read()
 
+    def wait_output(self, done, timeout):
+        """The log once `done(log)` holds, mpirun has exited (nothing more will come) or `timeout` s have passed:
+        mpirun forwards what the ranks print a little later, and after a rank's own exit."""
+        deadline = time.time() + timeout
+        out = self.output()
+        while not done(out) and time.time() < deadline and self.p.poll() is None:
+            select.select([], [], [], 0.05)
+            out = self.output()
+        return self.output()
+
     def wait_ready(self, timeout=90, socks=None):
         for s in socks or [self.ctx.sock(r) for r in range(self.np)]:
             w = subprocess.run([self.ctx.args.fanstore, "wait", s, "--timeout", str(timeout)],
                                capture_output=True, text=True)
             check(w.returncode == 0, f"{s} never became ready: {w.stderr.strip()}\n{self.output()}")
         # Rank 0 prints "ready" right after the barrier that follows every rank's socket rename.
-        deadline = time.time() + 30
-        while "ready:" not in self.output() and time.time() < deadline and self.p.poll() is None:
-            select.select([], [], [], 0.05)
-        check("fanstore serve: ready:" in self.output(), "no ready line from rank 0:\n" + self.output())
+        out = self.wait_output(lambda o: "ready:" in o, 30)
+        check("fanstore serve: ready:" in out, "no ready line from rank 0:\n" + out)
 
     def pids(self):
         """rank -> pid of this job's `fanstore serve` processes (descendants of its mpirun)."""

@@ -167,10 +167,18 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
   uint64_t req_id = fanstore::format::Load64(req), off = fanstore::format::Load64(req + 16),
            len = fanstore::format::Load64(req + 24);
   int tag = kTagReplyBase + static_cast<int>(req_id % static_cast<uint64_t>(slots));
-  auto chunked = [&](uint64_t id, uint64_t n, uint64_t chunk, bool garbage) {
-    SendBytes(Header(id, 0, "", n, static_cast<uint32_t>((n + chunk - 1) / chunk)), tag, MPI_COMM_WORLD);
+  // A header and its chunks, one blocking send after another, or (`at_once`) every send started before any ends.
+  auto chunked = [&](uint64_t id, uint64_t n, uint64_t chunk, bool garbage, bool at_once = false) {
+    std::vector<std::string> msgs{Header(id, 0, "", n, static_cast<uint32_t>((n + chunk - 1) / chunk))};
     std::string p = Payload(off, n, garbage);
-    for (uint64_t at = 0; at < n; at += chunk) SendBytes(p.substr(at, std::min(chunk, n - at)), tag, chunk_comm);
+    for (uint64_t at = 0; at < n; at += chunk) msgs.push_back(p.substr(at, std::min(chunk, n - at)));
+    std::vector<MPI_Request> rs(msgs.size(), MPI_REQUEST_NULL);
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      MPI_Comm comm = i ? chunk_comm : MPI_COMM_WORLD;
+      if (!at_once) SendBytes(msgs[i], tag, comm);
+      else MPI_Isend(msgs[i].data(), static_cast<int>(msgs[i].size()), MPI_BYTE, 0, tag, comm, &rs[i]);
+    }
+    MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
   };
   switch (r) {
     case Rogue::kGood:
@@ -203,17 +211,9 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
       chunked(req_id, len, kMaxMessage, false);
       SendBytes(Payload(off, 1000, true), tag, chunk_comm);
       break;
-    case Rogue::kChunkedAtOnce: {
-      std::vector<std::string> msgs{Header(req_id, 0, "", len, static_cast<uint32_t>((len + max_message - 1) / max_message))};
-      std::string p = Payload(off, len);
-      for (uint64_t at = 0; at < len; at += max_message) msgs.push_back(p.substr(at, std::min(max_message, len - at)));
-      std::vector<MPI_Request> rs(msgs.size());
-      for (size_t i = 0; i < msgs.size(); ++i)
-        MPI_Isend(msgs[i].data(), static_cast<int>(msgs[i].size()), MPI_BYTE, 0, tag, i ? chunk_comm : MPI_COMM_WORLD,
-                  &rs[i]);
-      MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
+    case Rogue::kChunkedAtOnce:
+      chunked(req_id, len, max_message, false, true);
       break;
-    }
     case Rogue::kError:
       SendBytes(Header(req_id, static_cast<uint32_t>(Code::kNotFound), "no such range here", 0, 0), tag,
                 MPI_COMM_WORLD);
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
     } else {
       for (const Step& step : sc.steps) {
         PlayRogue(step.rogue, chunk_comm, sc.slots > 0 ? std::min(slots, sc.slots) : slots, sc.max_message);
-        StepBarrier([] {});
+        StepBarrier([] {});  // false only when rank 0 is stuck, and then rank 0 aborts the job
       }
     }
     MPI_Barrier(MPI_COMM_WORLD);
