@@ -4,13 +4,18 @@
 
 #include <cstdint>
 
+#include "range_check.hpp"
+
 namespace fanstore::daemon {
 
 struct ByteRange {
   uint32_t part = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
-  uint64_t end() const { return offset + length; }
+  // `inner` lies inside this range (overflow-proof: either may come from a client or a peer).
+  bool Contains(const ByteRange& inner) const {
+    return inner.part == part && RangeInside(inner.offset, inner.length, offset, length);
+  }
   bool operator==(const ByteRange& o) const { return part == o.part && offset == o.offset && length == o.length; }
 };
 

@@ -54,8 +54,7 @@ const FetchCache::List::iterator* FetchCache::Locate(const ByteRange& r) const {
   auto it = p->second.upper_bound(r.offset);  // first range starting after r.offset
   if (it == p->second.begin()) return nullptr;
   --it;
-  const Node& n = *it->second;
-  if (n.range.end() < r.end() || r.offset < n.range.offset) return nullptr;
+  if (!it->second->range.Contains(r)) return nullptr;
   return &it->second;
 }
 

@@ -102,7 +102,7 @@ class FetchRouter::Fetch final : public FetchSink {
   SlabBlock buf_;
 };
 
-FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport,
+FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, PeerFetcher* transport,
                          FetchCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o)
     : img_(std::move(img)),
       local_(local),
@@ -174,7 +174,7 @@ RequestHandler::PathKind FetchRouter::Resolve(std::string_view path, ByteRange* 
   auto id = img_->Lookup(path);
   if (!id.ok()) return PathKind::kMissing;
   Entry e = img_->Get(*id);
-  if (!e.is_reg()) return PathKind::kMissing;
+  if (!e.is_reg() || !img_->CheckLayout(e).ok()) return PathKind::kMissing;  // a read of it is EIO anyway
   if (e.stored_size == 0 || img_->HasPartition(e.part)) return PathKind::kLocal;
   *r = ByteRange{e.part, e.offset, e.stored_size};
   return PathKind::kRemote;

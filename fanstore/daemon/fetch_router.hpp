@@ -12,8 +12,8 @@
 
 #include "byte_range.hpp"
 #include "fanstore/image.hpp"
-#include "mpi_transport.hpp"
 #include "fetch_cache.hpp"
+#include "peer_fetcher.hpp"
 #include "prefetcher.hpp"
 #include "socket_server.hpp"
 #include "staged_reader.hpp"
@@ -30,7 +30,7 @@ struct RouterOptions {
 
 class FetchRouter final : public RequestHandler {
  public:
-  FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, MpiTransport* transport, FetchCache* cache,
+  FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, PeerFetcher* transport, FetchCache* cache,
               SocketServer* clients, DaemonStats* stats, RouterOptions o);
   ~FetchRouter() override;
 
@@ -51,7 +51,7 @@ class FetchRouter final : public RequestHandler {
 
   std::shared_ptr<const Image> img_;
   const StagedReader* local_;
-  MpiTransport* transport_;
+  PeerFetcher* transport_;
   FetchCache* cache_;
   SocketServer* clients_;
   DaemonStats* stats_;

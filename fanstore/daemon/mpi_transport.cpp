@@ -35,6 +35,7 @@
 #include "log.hpp"
 #include "peer_table.hpp"
 #include "placement.hpp"
+#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {
@@ -421,7 +422,7 @@ struct MpiTransport::Impl {
     h->msg_len = Load32(b + 12);
     h->n = Load64(b + 16);
     h->chunks = Load32(b + 24);
-    return h->msg_len <= count - kReplyHeader;
+    return RangeWithin(kReplyHeader, h->msg_len, count);
   }
 
   void OnScratchReply(uint64_t req_id, uint64_t gen, int src, int tag, const std::string& b) {
@@ -460,7 +461,7 @@ struct MpiTransport::Impl {
     }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
     uint64_t off = kReplyHeader + h.msg_len;
-    if (off + h.n != b.size() || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    if (!RangeEndsAt(off, h.n, b.size()) || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     char* dst = Land(*p, h.n ? h.n : 1);
     if (!dst) return Fail(req_id, Status(Code::kNoMemory, "no memory for a reply"));
     std::memcpy(dst, b.data() + off, h.n);
@@ -475,7 +476,7 @@ struct MpiTransport::Impl {
       return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, std::string(dst + kReplyHeader, h.msg_len)));
     uint64_t off = kReplyHeader + h.msg_len;
-    if (off + h.n != count || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    if (!RangeEndsAt(off, h.n, count) || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     Received(req_id, dst + off, h.n);
   }
 

@@ -14,6 +14,7 @@
 #include "doorbell.hpp"
 #include "fanstore/status.hpp"
 #include "partition_maps.hpp"
+#include "peer_fetcher.hpp"
 #include "staged_reader.hpp"
 #include "stats.hpp"
 
@@ -41,30 +42,14 @@ struct TransportOptions {
   int reply_slots = 0;
 };
 
-// The receiving side of one fetch (the daemon's router): where the reply lands, and what happened.
-class FetchSink {
- public:
-  virtual ~FetchSink() = default;
-  // Memory for a reply message of `n` bytes (a 32-byte header, an error message, the payload); it must stay
-  // valid until Done or Abandon. Null: no memory (the fetch fails).
-  virtual char* Land(uint64_t n) = 0;
-  // A receive into the landed memory was given up while MPI may still write it (the peer went silent mid-
-  // transfer): the sink hands over an owner of that memory, which the transport keeps until MPI is done with it
-  // (forever, if the peer is dead); the sink must not reuse it. Land may be called again for the next replica.
-  virtual std::shared_ptr<void> Abandon() = 0;
-  // The fetch is over: `data` (inside the landed memory) holds `len` bytes, or `s` says why not. Called exactly
-  // once; the sink may delete itself in it.
-  virtual void Done(const Status& s, const char* data, uint64_t len) = 0;
-};
-
-class MpiTransport {
+class MpiTransport final : public PeerFetcher {
  public:
   // `local` serves the other ranks' requests (a rank with nothing staged answers each with an error).
   MpiTransport(const StagedReader* local, TransportOptions opts, DaemonStats* stats);
   ~MpiTransport();
 
   // Fetches `r` from the holders of r.part other than this rank, skipping peers known to be down.
-  void Fetch(const ByteRange& r, FetchSink* sink);
+  void Fetch(const ByteRange& r, FetchSink* sink) override;
   // One step: answers peers, receives replies, completes sends, enforces deadlines, probes down peers.
   // True when it did anything.
   bool Progress();

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "log.hpp"
+#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {
@@ -121,7 +122,7 @@ PartitionMaps::~PartitionMaps() {
 const char* PartitionMaps::Pin(uint32_t part, uint64_t offset, uint64_t n) {
   if (part >= parts_.size()) return nullptr;
   Part& p = parts_[part];
-  if (!p.usable || offset > p.size || n > p.size - offset) return nullptr;
+  if (!p.usable || !RangeWithin(offset, n, p.size)) return nullptr;
   ++p.in_flight;
   return p.base + offset;
 }

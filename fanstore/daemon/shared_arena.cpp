@@ -10,6 +10,7 @@
 
 #include "daemon_protocol.hpp"
 #include "shared_cache.hpp"
+#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {
@@ -77,7 +78,7 @@ Status SharedArena::Prefault(uint64_t off, uint64_t len) const {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack it
 #endif
-  if (off > data_len_ || len > data_len_ - off) return Status(Code::kInvalidArgument, "prefault past the cache's end");
+  if (!RangeWithin(off, len, data_len_)) return Status(Code::kInvalidArgument, "prefault past the cache's end");
   // Writable in this process's page tables too, as a write fault would leave them (no byte is written).
   if (madvise(data_ + off, len, MADV_POPULATE_WRITE) == 0) return Status::Ok();
   if (errno != EINVAL) return Status::FromErrno(errno, "faulting in the node cache (madvise)");
@@ -87,6 +88,7 @@ Status SharedArena::Prefault(uint64_t off, uint64_t len) const {
 }
 
 ArenaBlock SharedArena::Allocate(uint64_t n) {
+  if (n > data_len_) return ArenaBlock();  // (also keeps the rounding below from wrapping)
   if (n == 0) n = 1;
   if (n > kChunk) {
     // A run of whole chunks: first fit.

@@ -23,7 +23,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "format.hpp"
 #include "log.hpp"
+#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {
@@ -54,6 +56,7 @@ struct Conn {
   bool area_known = false;            // the client has it (its fd went out)
   std::shared_ptr<ReplyArea> oneoff;  // the one-off memfd of the request being answered
   uint64_t busy_req = 0;
+  uint64_t busy_len = 0;  // the length the fetch being answered asked for: a successful reply has exactly this
   // A prefetch hint being received.
   bool in_hint = false;
   uint64_t hint_left = 0, hint_req = 0, hint_stream = 0;
@@ -105,6 +108,12 @@ Status ClearStale(const std::string& path) {
   return Status::Ok();
 }
 
+// The n bytes at data lie inside the area (n may be anything a caller computed: the test cannot wrap).
+bool Holds(const ReplyArea& a, const char* data, uint64_t n) {
+  auto at = reinterpret_cast<uintptr_t>(data), base = reinterpret_cast<uintptr_t>(a.base);
+  return at >= base && RangeWithin(at - base, n, a.size);
+}
+
 }  // namespace
 
 ReplyArea::~ReplyArea() {
@@ -142,6 +151,20 @@ struct SocketServer::Impl {
   std::vector<uint64_t> doomed;
 
   RequestHandler* H() { return *handler; }
+
+  // The epoll set and its wake-up eventfd (once).
+  Status OpenLoop() {
+    if (ep >= 0) return Status::Ok();
+    wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd < 0) return Status::FromErrno(errno, "eventfd");
+    ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return Status::FromErrno(errno, "epoll_create1");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeKey;
+    epoll_ctl(ep, EPOLL_CTL_ADD, wake_fd, &ev);
+    return Status::Ok();
+  }
 
   // A connection reads its next request only when its previous answer is out: replies the client does not read
   // stay in its socket, and it can never make us queue more than one (bounded memory and fds per connection).
@@ -186,13 +209,13 @@ struct SocketServer::Impl {
     std::shared_ptr<ReplyArea> oneoff = std::move(c.oneoff);
     if (!s.ok()) {
       Queue(c, dp::MsgType::kFetch, req, s, {});
-    } else if (oneoff && data >= oneoff->base && data + n <= oneoff->base + oneoff->size) {
+    } else if (oneoff && Holds(*oneoff, data, n)) {
       Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, static_cast<uint64_t>(data - oneoff->base),
             oneoff);
     } else {
       // Into the connection's area (in place when it landed there), or a one-off memfd for a huge payload.
       std::shared_ptr<ReplyArea> a = c.area;
-      bool in_area = a && !a->poisoned && data >= a->base && data + n <= a->base + a->size;
+      bool in_area = a && !a->poisoned && Holds(*a, data, n);
       if (!in_area) {
         a = AreaFor(c, n);
         if (a && n) std::memcpy(a->base, data, n);
@@ -359,14 +382,19 @@ struct SocketServer::Impl {
         StartHint(c, r);
       } else {
         stats->client_requests.fetch_add(1, std::memory_order_relaxed);
-        if (r.part >= o.partitions || r.length > (1ull << 40)) {
+        if (r.part >= o.partitions || r.length > dp::kMaxFetchLength ||
+            !RangeWithin(r.offset, r.length, format::kMaxStoredOffset)) {
           stats->client_errors.fetch_add(1, std::memory_order_relaxed);
           Queue(c, r.type, r.req_id,
-                Status(Code::kInvalidArgument, "no partition " + std::to_string(r.part) + " or an absurd length"), {});
+                Status(Code::kInvalidArgument, "no partition " + std::to_string(r.part) + " or bytes " +
+                                                   std::to_string(r.offset) + "+" + std::to_string(r.length) +
+                                                   " outside any partition"),
+                {});
           continue;
         }
         c.busy = true;
         c.busy_req = r.req_id;
+        c.busy_len = r.length;
         c.in.erase(0, used);
         used = 0;
         // OnFetch may answer at once (cache, local partition): Deliver then leaves the next request to this loop.
@@ -496,28 +524,34 @@ struct SocketServer::Impl {
         }
         return;
       }
-      ucred cr{};
-      socklen_t len = sizeof cr;
-      Conn c;
-      c.fd = fd;
-      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || !Allowed(cr)) {
-        c.refused = true;
-        stats->refused.fetch_add(1, std::memory_order_relaxed);
-        Error("refused a connection from uid %u (pid %d): not this daemon's user%s", static_cast<unsigned>(cr.uid),
-              static_cast<int>(cr.pid), o.group != static_cast<gid_t>(-1) ? " nor in its --group" : "");
-      }
-      c.uid = cr.uid;
-      uint64_t id = next_conn++;
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = id;
-      c.events = EPOLLIN;
-      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        close(fd);
-        continue;
-      }
-      conns.emplace(id, std::move(c));
+      AddConnection(fd);
     }
+  }
+
+  // A connected client socket (nonblocking) becomes a connection; its credentials decide whether it is served.
+  bool AddConnection(int fd) {
+    ucred cr{};
+    socklen_t len = sizeof cr;
+    Conn c;
+    c.fd = fd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || !Allowed(cr)) {
+      c.refused = true;
+      stats->refused.fetch_add(1, std::memory_order_relaxed);
+      Error("refused a connection from uid %u (pid %d): not this daemon's user%s", static_cast<unsigned>(cr.uid),
+            static_cast<int>(cr.pid), o.group != static_cast<gid_t>(-1) ? " nor in its --group" : "");
+    }
+    c.uid = cr.uid;
+    uint64_t id = next_conn++;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    c.events = EPOLLIN;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      return false;
+    }
+    conns.emplace(id, std::move(c));
+    return true;
   }
 
   bool Poll(int64_t timeout_us) {
@@ -597,10 +631,8 @@ Status SocketServer::Bind(const std::string& path) {
                                           std::to_string(sizeof probe.sun_path - 1) + " bytes: use --socket");
   Status free = ClearStale(path);
   if (!free.ok()) return free;
-  m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (m.wake_fd < 0) return Status::FromErrno(errno, "eventfd");
-  m.ep = epoll_create1(EPOLL_CLOEXEC);
-  if (m.ep < 0) return Status::FromErrno(errno, "epoll_create1");
+  Status loop = m.OpenLoop();
+  if (!loop.ok()) return loop;
   m.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (m.listen_fd < 0) return Status::FromErrno(errno, "socket");
   unlink(m.tmp_path.c_str());
@@ -615,10 +647,20 @@ Status SocketServer::Bind(const std::string& path) {
   if (listen(m.listen_fd, 4096) != 0) return Status::FromErrno(errno, "listen " + m.tmp_path);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = kWakeKey;
-  epoll_ctl(m.ep, EPOLL_CTL_ADD, m.wake_fd, &ev);
   ev.data.u64 = kListenKey;
   epoll_ctl(m.ep, EPOLL_CTL_ADD, m.listen_fd, &ev);
+  return Status::Ok();
+}
+
+Status SocketServer::Adopt(int fd) {
+  Status s = impl_->OpenLoop();
+  int fl = s.ok() ? fcntl(fd, F_GETFL) : -1;
+  if (s.ok() && (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)) s = Status::FromErrno(errno, "fcntl O_NONBLOCK");
+  if (!s.ok()) {
+    close(fd);
+    return s;
+  }
+  if (!impl_->AddConnection(fd)) return Status::FromErrno(errno, "epoll_ctl");
   return Status::Ok();
 }
 
@@ -690,10 +732,13 @@ std::shared_ptr<ReplyArea> SocketServer::LandFor(uint64_t conn, uint64_t n) {
 void SocketServer::Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n) {
   auto it = impl_->conns.find(conn);
   if (it == impl_->conns.end() || !it->second.busy || it->second.busy_req != req_id) return;
-  if (!s.ok()) impl_->stats->client_errors.fetch_add(1, std::memory_order_relaxed);
-  impl_->Reply(conn, it->second, s, data, n);
-  // The next request may already wait in the connection's buffer (unless Handle, further up the stack, is
-  // working through them: it goes on by itself).
+  // A reply is never longer or shorter than what was asked for, whatever the path that produced it computed.
+  Status checked = s.ok() && n != it->second.busy_len
+                       ? Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) + " bytes to a fetch of " +
+                                                    std::to_string(it->second.busy_len) + " (not sent)")
+                       : s;
+  if (!checked.ok()) impl_->stats->client_errors.fetch_add(1, std::memory_order_relaxed);
+  impl_->Reply(conn, it->second, checked, data, n);
   // The next request may already wait in the connection's buffer. It is handled on the next Poll, not now: the
   // caller may still read the bytes just delivered (e.g. to cache them) from this connection's area. (When
   // Handle, further up the stack, works through this connection's requests, it goes on by itself.)

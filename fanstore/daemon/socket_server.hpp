@@ -70,6 +70,9 @@ class SocketServer {
   // Renames the socket to its final path, never over another daemon's (RENAME_NOREPLACE): from now on
   // `fanstore wait` and clients see it.
   Status Publish();
+  // Serves an already connected socket (one end of a socketpair: the protocol fuzzer, tests) as if it had been
+  // accepted, credentials checked alike; the server owns fd from here on, even on error.
+  Status Adopt(int fd);
   // Handles client I/O, waiting at most timeout_us for some (0: just look); true when anything happened.
   bool Poll(int64_t timeout_us);
   // Interrupts a Poll in progress; any thread.
@@ -87,7 +90,8 @@ class SocketServer {
   // connection is gone or no memory could be had.
   std::shared_ptr<ReplyArea> LandFor(uint64_t conn, uint64_t n);
   // Answers fetch `req_id` of `conn` with `n` bytes at `data`: in place when they lie in the connection's
-  // area or one-off memfd, else copied there. A gone connection is ignored.
+  // area or one-off memfd, else copied there. A gone connection is ignored. A success whose n is not the length
+  // the fetch asked for is answered with an error instead (nothing is copied).
   void Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n);
   size_t connections() const;
 

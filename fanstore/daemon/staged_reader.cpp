@@ -1,6 +1,7 @@
 // StagedReader: pread over the staged partition files, with the size checks that keep a bad request or a
 // damaged staged copy an error reply.
 #include "staged_reader.hpp"
+#include "range_check.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -37,7 +38,7 @@ StagedReader::~StagedReader() {
 
 Status StagedReader::Check(uint32_t part, uint64_t offset, uint64_t n) const {
   if (!Has(part)) return Status(Code::kIoError, "partition " + std::to_string(part) + " is not staged on this rank");
-  if (offset > sizes_[part] || n > sizes_[part] - offset)
+  if (!RangeWithin(offset, n, sizes_[part]))
     return Status(Code::kInvalidArgument, "bytes " + std::to_string(offset) + "+" + std::to_string(n) +
                                               " are outside " + names_[part] + " (" + std::to_string(sizes_[part]) +
                                               " bytes)");

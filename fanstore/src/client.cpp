@@ -20,10 +20,6 @@
 
 namespace fanstore {
 
-namespace {
-uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-}  // namespace
-
 std::string ClientStats::Line() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
@@ -125,10 +121,10 @@ void Client::FillStat(uint32_t id, struct stat* st) const {
   st->st_nlink = e.nlink;
   st->st_uid = getuid();
   st->st_gid = getgid();
-  st->st_size = static_cast<off_t>(e.size);
+  st->st_size = static_cast<off_t>(std::min<uint64_t>(e.size, INT64_MAX));  // a crafted size stays positive
   st->st_blksize = 4096;
   // As a local file system with 4 KiB blocks would report it, so `du` and `ls -s` agree with the source.
-  st->st_blocks = static_cast<blkcnt_t>(RoundUp(e.size, 4096) / 512);
+  st->st_blocks = static_cast<blkcnt_t>(e.size / 4096 * 8 + (e.size % 4096 ? 8 : 0));  // (no rounding up: it could wrap)
   st->st_mtim.tv_sec = e.mtime_sec;
   st->st_mtim.tv_nsec = e.mtime_nsec;
   st->st_atim = st->st_mtim;
@@ -142,11 +138,7 @@ Result<std::shared_ptr<OpenFile>> Client::Open(uint32_t id) {
   stats_.opens.fetch_add(1, std::memory_order_relaxed);
   // Nothing is read here (an open of a 4 GiB file costs what a stat does): only the entry's layout is checked,
   // so an impossible one is EIO at open. A damaged chunk is EIO at the first read that touches it.
-  if (!e.is_reg()) return core_->Report(e, Status(Code::kCorrupt, "index.fsi: bad entry for " + std::string(e.path) + " (re-pack)"));
-  if (image_->ChunkCount(e) > 0) {
-    auto c = image_->GetChunk(e, 0);
-    if (!c.ok()) return core_->Report(e, c.status());
-  }
+  if (Status s = image_->CheckLayout(e); !s.ok()) return core_->Report(e, s);
   return std::shared_ptr<OpenFile>(std::make_shared<detail::ClientFile>(*core_, e));
 }
 

@@ -15,6 +15,7 @@
 
 #include "decode_internal.hpp"
 #include "owned_bytes.hpp"
+#include "range_check.hpp"
 
 namespace fanstore {
 
@@ -163,7 +164,7 @@ Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string*
     if (!s.ok()) return s;
     all = fetched;
   }
-  if (off > all->size() || c.stored_size > all->size() - off)
+  if (!RangeWithin(off, c.stored_size, all->size()))
     return Status(Code::kIoError, "the daemon sent " + std::to_string(all->size()) + " stored bytes of " +
                                       std::string(e.path) + ", fewer than its chunk table needs");
   out->assign(*all, off, c.stored_size);

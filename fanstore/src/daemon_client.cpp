@@ -26,6 +26,7 @@
 #include "daemon_protocol.hpp"
 #include "fanstore/path_template.hpp"
 #include "shared_cache.hpp"
+#include "range_check.hpp"
 
 namespace fanstore {
 
@@ -137,7 +138,7 @@ Status CheckPassedMemfd(int mfd, uint64_t offset, uint64_t size, uint64_t* file_
   if (seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_GROW))
     return Status(Code::kIoError, "daemon passed a memfd whose size is not sealed (older daemon?)");
   *file_size = static_cast<uint64_t>(st.st_size);
-  if (offset > *file_size || size > *file_size - offset)  // overflow-safe: offset + size <= file_size
+  if (!RangeWithin(offset, size, *file_size))
     return Status(Code::kIoError, "daemon reply claims " + U64(size) + " bytes at offset " + U64(offset) + " of a " +
                                       U64(*file_size) + "-byte memfd");
   if (*file_size > static_cast<uint64_t>(SIZE_MAX)) return Status(Code::kIoError, "daemon memfd too large to map");
@@ -241,7 +242,7 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const Remo
   }
   Status used;
   if (s.ok() && in_area) {
-    if (h.shm_offset > c->area_len || h.payload_size > c->area_len - h.shm_offset)
+    if (!RangeWithin(h.shm_offset, h.payload_size, c->area_len))
       s = Status(Code::kIoError, "daemon reply claims " + U64(h.payload_size) + " bytes at offset " +
                                      U64(h.shm_offset) + " of a " + U64(c->area_len) + "-byte reply area");
     else if (h.code == Code::kOk)

@@ -39,6 +39,9 @@ struct Request {
   uint64_t body_len = 0;
 };
 inline constexpr uint32_t kAppend = 1;
+// The longest range a fetch may name (a chunk is at most 64 MiB; whole stored files far below this): a longer
+// one, or one reaching past format::kMaxStoredOffset, is refused before any cache or reader sees it.
+inline constexpr uint64_t kMaxFetchLength = 1ull << 40;
 // The largest prefetch body a daemon accepts (about a million paths); bigger hints are split by the sender.
 inline constexpr uint64_t kMaxPrefetchBody = 64ull << 20;
 

@@ -42,6 +42,10 @@ inline constexpr uint32_t kMinChunkShift = 16;
 inline constexpr uint32_t kMaxChunkShift = 26;
 inline constexpr uint32_t kDefaultChunkShift = 20;  // 1 MiB
 
+// An entry's offset, stored size and size, and a partition's data size, are below this in any index a reader
+// accepts: sums of two of them cannot wrap.
+inline constexpr uint64_t kMaxStoredOffset = uint64_t{1} << 62;
+
 // ---- index header (index.fsi, offset 0) ----
 inline constexpr char kIndexMagic[8] = {'F', 'A', 'N', 'S', 'T', 'I', 'D', 'X'};
 inline constexpr uint32_t kHeaderSize = 256;

@@ -17,6 +17,7 @@
 #include "format.hpp"
 #include "hash.hpp"
 #include "index_trust.hpp"
+#include "range_check.hpp"
 
 namespace fanstore {
 
@@ -99,7 +100,7 @@ Status BadIndex(const std::string& what) {
 }
 
 bool SectionOk(uint64_t off, uint64_t size, uint64_t lo, uint64_t hi) {
-  return off >= lo && off <= hi && size <= hi - off;
+  return off >= lo && RangeWithin(off, size, hi);
 }
 
 // Structural checks beyond the checksums, so that even a crafted index with valid checksums cannot
@@ -225,7 +226,7 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   // A partition shorter than its header says (truncated, or still being copied) stays usable: every read is a
   // pread checked for length, so the files still there read and those cut off fail with kCorrupt.
   const uint64_t data_size = Load64(h + phdr::kDataSize);
-  if (s.ok() && (::fstat(fd, &st) != 0 || data_size > (uint64_t{1} << 62)))
+  if (s.ok() && (::fstat(fd, &st) != 0 || data_size > kMaxStoredOffset))
     s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (!s.ok()) {
     ::close(fd);
@@ -406,22 +407,28 @@ bool Image::HasPartition(uint32_t part) const { return part < impl_->parts && im
 uint32_t Image::PartitionCount() const { return impl_->parts; }
 
 namespace {
-// What every file read checks first: a regular file in a partition of this image, whose stored range
-// cannot overflow 64-bit arithmetic.
+// What every file read checks first: file `id` exists, is not a directory, and has a possible layout.
 Status FileChecks(const Image& img, uint32_t id, Entry* e) {
   if (id >= img.size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
   *e = img.Get(id);
   if (e->is_dir()) return Status(Code::kIsDirectory, "is a directory: " + std::string(e->path));
-  if (!e->is_reg() || e->part >= img.PartitionCount()) return BadEntry(*e, "type or partition");
-  constexpr uint64_t kLimit = uint64_t{1} << 62;
-  if (e->offset > kLimit || e->stored_size > kLimit || e->size > kLimit) return BadEntry(*e, "offset or size");
-  return Status::Ok();
+  return img.CheckLayout(*e);
 }
 }  // namespace
 
+Status Image::CheckLayout(const Entry& e) const {
+  if (!e.is_reg() || e.part >= impl_->parts) return BadEntry(e, "type or partition");
+  if (e.offset > kMaxStoredOffset || e.stored_size > kMaxStoredOffset || e.size > kMaxStoredOffset)
+    return BadEntry(e, "offset or size");
+  if (e.size == 0 && e.stored_size != 0) return BadEntry(e, "stored bytes of an empty file");
+  if (e.size == 0) return Status::Ok();
+  auto first = GetChunk(e, 0);
+  return first.ok() ? Status::Ok() : first.status();
+}
+
 Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
-  constexpr uint64_t kLimit = uint64_t{1} << 62;
-  if (!e.is_reg() || e.part >= impl_->parts || e.offset > kLimit || e.stored_size > kLimit || e.size > kLimit)
+  if (!e.is_reg() || e.part >= impl_->parts || e.offset > kMaxStoredOffset || e.stored_size > kMaxStoredOffset ||
+      e.size > kMaxStoredOffset)
     return BadEntry(e, "type, partition, offset or size");
   const uint64_t n = format::ChunkCount(e.size, impl_->chunk_shift);
   if (i >= n) return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + std::string(e.path));
@@ -454,7 +461,7 @@ Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
   } else {
     return BadEntry(e, "codec " + std::to_string(codec));
   }
-  if (stored_off > e.stored_size || stored_size > e.stored_size - stored_off) return BadEntry(e, "chunk outside the file");
+  if (!RangeWithin(stored_off, stored_size, e.stored_size)) return BadEntry(e, "chunk outside the file");
   c.codec = static_cast<Codec>(codec);
   c.offset = e.offset + stored_off;
   c.stored_size = static_cast<uint32_t>(stored_size);
@@ -467,7 +474,7 @@ Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch
   const std::string_view name = impl_->PartName(e.part);
   // The index may claim anything: stored bytes must lie in the partition's data as its header states it
   // (checked against the file size at open). A partition truncated since gives a short pread: kCorrupt.
-  if (c.offset < kPartHeaderSize || c.offset > (*part)->data_end || c.stored_size > (*part)->data_end - c.offset)
+  if (c.offset < kPartHeaderSize || !RangeWithin(c.offset, c.stored_size, (*part)->data_end))
     return BadEntry(e, "stored bytes outside " + std::string(name));
   if (c.codec == Codec::kRaw) {
     Status s = PreadFull((*part)->fd, out, c.raw_size, c.offset, std::string(name));
@@ -495,13 +502,13 @@ Status Image::ReadStoredRange(uint32_t id, uint64_t offset, uint64_t length, std
   Entry e;
   Status s = FileChecks(*this, id, &e);
   if (!s.ok()) return s;
-  if (offset > e.stored_size || length > e.stored_size - offset)
+  if (!RangeWithin(offset, length, e.stored_size))
     return Status(Code::kInvalidArgument, "stored range past the end of " + std::string(e.path));
   auto part = impl_->Part(e.part);
   if (!part.ok()) return part.status();
   const std::string name(impl_->PartName(e.part));
   const uint64_t at = e.offset + offset;
-  if (at < kPartHeaderSize || at > (*part)->data_end || length > (*part)->data_end - at)
+  if (at < kPartHeaderSize || !RangeWithin(at, length, (*part)->data_end))
     return BadEntry(e, "stored bytes outside " + name);
   out->resize(length);
   return PreadFull((*part)->fd, out->data(), length, at, name);
@@ -546,7 +553,6 @@ Status Image::CheckFile(uint32_t id) const {
   Entry e;
   Status s = FileChecks(*this, id, &e);
   if (!s.ok()) return s;
-  if (e.size == 0 && e.stored_size != 0) return BadEntry(e, "stored bytes of an empty file");
   return DecodeAllChunks(*this, e, nullptr, true);
 }
 

@@ -18,6 +18,7 @@
 #include "format.hpp"
 #include "hash.hpp"
 #include "pack_tree.hpp"
+#include "range_check.hpp"
 
 namespace fanstore {
 namespace {
@@ -37,8 +38,6 @@ constexpr size_t kRegularParts = 20, kReplicatedPart = 24, kPartitionCount = 28,
 Status Damaged(const std::string& dir, const std::string& what) {
   return Status(Code::kCorrupt, dir + " (format 1) is damaged (" + what + "): it cannot be converted; re-pack the source");
 }
-
-bool InRange(uint64_t off, uint64_t size, uint64_t limit) { return off <= limit && size <= limit - off; }
 
 // A version-1 image, mapped and checked (checksums, sections, every entry's fields).
 class V1Image {
@@ -76,9 +75,9 @@ class V1Image {
     const uint64_t po = Load64(h + v1::kPartsOff), so = Load64(h + v1::kStringsOff), ss = Load64(h + v1::kStringsSize);
     parts_ = Load32(h + v1::kPartitionCount);
     if (entries_ == 0 || entries_ >= 0xFFFFFFFFu || Load64(h + v1::kEntriesSize) != entries_ * format::kEntrySize ||
-        !InRange(eo, entries_ * format::kEntrySize, len_) || !InRange(co, cs, len_) || cs % 4 ||
+        !RangeWithin(eo, entries_ * format::kEntrySize, len_) || !RangeWithin(co, cs, len_) || cs % 4 ||
         Load64(h + v1::kPartsSize) != uint64_t{parts_} * format::kPartRecordSize ||
-        !InRange(po, uint64_t{parts_} * format::kPartRecordSize, len_) || !InRange(so, ss, len_))
+        !RangeWithin(po, uint64_t{parts_} * format::kPartRecordSize, len_) || !RangeWithin(so, ss, len_))
       return Damaged(dir, "section layout");
     entry_table_ = h + eo;
     child_table_ = h + co;
@@ -90,7 +89,7 @@ class V1Image {
     for (uint32_t i = 0; i < parts_; ++i) {
       const char* r = h + po + uint64_t{i} * format::kPartRecordSize;
       uint64_t no = Load64(r), nl = Load32(r + 8);
-      if (!InRange(no, nl, ss) || nl == 0) return Damaged(dir, "partition name");
+      if (!RangeWithin(no, nl, ss) || nl == 0) return Damaged(dir, "partition name");
       std::string name(strings_ + no, nl);
       if (name.find('/') != std::string::npos || name == "." || name == "..") return Damaged(dir, "partition name");
       part_names_.push_back(name);
@@ -107,7 +106,7 @@ class V1Image {
   bool Path(uint64_t id, std::string_view* out) const {
     const char* r = Record(id);
     uint64_t po = Load64(r), pl = Load32(r + 8);
-    if (!InRange(po, pl, strings_size_)) return false;
+    if (!RangeWithin(po, pl, strings_size_)) return false;
     *out = std::string_view(strings_ + po, pl);
     return true;
   }
@@ -234,7 +233,8 @@ class V1Source final : public PackSource {
     const uint64_t size = Load64(r + format::ent::kSize);
     auto fd = img_->PartFd(part);
     if (!fd.ok()) return fd.status();
-    if (codec > format::kCodecZstd || (codec == format::kCodecRaw && stored != size) || offset < format::kPartHeaderSize)
+    if (codec > format::kCodecZstd || (codec == format::kCodecRaw && stored != size) || offset < format::kPartHeaderSize ||
+        !RangeWithin(offset, stored, format::kMaxStoredOffset) || size > format::kMaxStoredOffset)
       return Damaged(img_->dir(), "entry of " + Describe(tree, id));
     return std::unique_ptr<SourceStream>(new V1Stream(*fd, offset, stored, size, codec, Load64(r + format::ent::kChecksum),
                                                       Describe(tree, id)));

@@ -19,6 +19,7 @@
 
 #include "decode_internal.hpp"
 #include "format.hpp"
+#include "range_check.hpp"
 
 namespace fanstore {
 
@@ -224,7 +225,7 @@ std::shared_ptr<NodeCache::Region> NodeCache::RegionFor(const Entry& e, bool cre
 bool NodeCache::Read(const Entry& e, const Chunk& c, char* out) { return ReadRange(e, c, 0, c.raw_size, out); }
 
 bool NodeCache::ReadRange(const Entry& e, const Chunk& c, uint64_t from, size_t len, char* out) {
-  if (from > c.raw_size || len > c.raw_size - from) return false;
+  if (!RangeWithin(from, len, c.raw_size)) return false;
   const bool small = img_.ChunkCount(e) <= 1;
   auto r = RegionFor(e, false);
   if (!r || !r->Test(small ? e.id : c.index)) return false;

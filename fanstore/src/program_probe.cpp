@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <vector>
+
+#include "range_check.hpp"
 
 namespace fanstore {
 namespace {
@@ -33,6 +36,7 @@ bool PreadAll(int fd, void* buf, size_t n, off_t at) {
 template <class Phdr>
 bool HasInterp(int fd, uint64_t phoff, unsigned phnum, unsigned phentsize) {
   if (phentsize < sizeof(Phdr) || phnum == 0 || phnum > 4096) return false;
+  if (!RangeWithin(phoff, uint64_t{phnum} * phentsize, INT64_MAX)) return false;  // a pread offset: below 2^63
   for (unsigned i = 0; i < phnum; ++i) {
     Phdr ph;
     if (!PreadAll(fd, &ph, sizeof ph, static_cast<off_t>(phoff + uint64_t{i} * phentsize))) return false;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "range_check.hpp"
+
 namespace fanstore::shared_cache {
 
 // Layout, all little-endian, offsets from the start of the memfd:
@@ -51,9 +53,8 @@ class View {
     if (h.magic != kMagic || h.version != kVersion || h.slot_bytes != sizeof(Slot) || h.nslots == 0 ||
         (h.nslots & (h.nslots - 1)) != 0)
       return false;
-    auto fits = [size](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
-    if (!fits(h.slots_off, uint64_t{h.nslots} * sizeof(Slot)) || !fits(h.hits_off, uint64_t{h.nslots} * 4) ||
-        !fits(h.data_off, h.data_len) || h.slots_off % 8 != 0 || h.hits_off % 4 != 0)
+    if (!RangeWithin(h.slots_off, uint64_t{h.nslots} * sizeof(Slot), size) ||
+        !RangeWithin(h.hits_off, uint64_t{h.nslots} * 4, size) || !RangeWithin(h.data_off, h.data_len, size) || h.slots_off % 8 != 0 || h.hits_off % 4 != 0)
       return false;
     slots_ = reinterpret_cast<Slot*>(base + h.slots_off);
     hits_ = reinterpret_cast<std::atomic<uint32_t>*>(hits ? hits : base + h.hits_off);
@@ -69,7 +70,7 @@ class View {
     if (size < sizeof(Header)) return false;
     Header h;
     std::memcpy(&h, base, sizeof h);
-    if (h.magic != kMagic || h.hits_off % 4096 != 0 || h.hits_off > size || uint64_t{h.nslots} * 4 > size - h.hits_off)
+    if (h.magic != kMagic || h.hits_off % 4096 != 0 || !RangeWithin(h.hits_off, uint64_t{h.nslots} * 4, size))
       return false;
     *off = h.hits_off;
     *len = uint64_t{h.nslots} * 4;

@@ -112,6 +112,25 @@ TEST_F(SafetyTest, HugeSizeOnACompressedFileAllocatesNothing) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), 1ull << 40);  // stat says what the index says; reads refuse
 }
 
+TEST_F(SafetyTest, AnEmptyFileWithStoredBytesIsCorruptAtOpenAsVerifySays) {
+  // size 0 with the stored bytes of another file: `fanstore verify` rejects the layout, so open must too (it
+  // used to read as an empty file). The reason is verify's, and the client prints it once on stderr.
+  const uint32_t id = Id("a/small.txt");
+  CraftIndex(tmp_ / "img", [&](std::string& b) { format::Store64(b.data() + EntryAt(b, id) + format::ent::kSize, 0); });
+  Status verify = test::OpenOrDie(tmp_ / "img")->CheckFile(id);
+  ASSERT_EQ(verify.code(), Code::kCorrupt);
+  auto c = NewClient();
+  testing::internal::CaptureStderr();
+  auto f = c->Open(id);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), Code::kCorrupt);
+  EXPECT_EQ(f.status().message(), verify.message());
+  EXPECT_NE(f.status().message().find("stored bytes of an empty file"), std::string::npos) << f.status().message();
+  EXPECT_NE(err.find("a/small.txt"), std::string::npos) << err;
+  OthersIntact(*c);
+}
+
 TEST_F(SafetyTest, MultiChunkFileGrownPastItsChunkTableIsCorrupt) {
   const uint32_t id = Id("a/big.txt");
   CraftIndex(tmp_ / "img", [&](std::string& b) {

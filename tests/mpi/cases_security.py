@@ -1,7 +1,8 @@
 """Security and resource cases: the socket is the owner's only (0600 whatever the umask; SO_PEERCRED checked
 even when its mode is widened behind the daemon's back; --group lets a group in), staged files keep the image's
 permissions, a second `fanstore serve` on a --local in use is refused before it writes anything, and a client
-that pipelines fetches without reading or opens thousands of idle connections pins bounded memory and fds.
+that pipelines fetches without reading or opens thousands of idle connections pins bounded memory and fds, and a
+fetch whose offset + length wraps past 2^64 is an error reply, with or without the node cache.
 
 The other-user checks run a client as uid 65534 with setpriv (root only: skipped with a message otherwise)."""
 import hashlib
@@ -277,3 +278,30 @@ def case_no_memory(ctx):
     check(got[0] != 0 and "memory" in got[1], f"expected an out-of-memory error: {got}")
     check(fetch_once(ctx.sock(0), 0, 0, 8 << 20, 30) == (0, ""), "the daemon must serve again once it can map")
     job.stop()
+
+
+def case_hostile_range(ctx):
+    """A client on the socket asks for offset 2^64 - L + 100, length L (the sum wraps): with the node cache holding
+    every remote partition's bytes and with no cache, each such fetch gets an error reply (never success, never a
+    crash: `fanstore serve` answered L = 200 with bytes from outside the cached range and died with SIGSEGV at
+    L = 256 MiB), and the daemons go on serving."""
+    ctx.pack(parts=4)
+    for cache in ("64MiB", "0"):
+        job = Job(ctx, 4, "--cache-bytes", cache, "--timeout", "30")
+        job.wait_ready()
+        pids = job.pids()
+        # Every file read through rank 0: partitions 1-3 are remote there, and with a cache they are now in it.
+        check(ctx.run_check(0).returncode == 0, "reads before the hostile fetches failed")
+        for part in (1, 2, 3):
+            for length in (200, 1 << 20, 256 << 20):
+                got = fetch_once(ctx.sock(0), part, (1 << 64) - length + 100, length, 30)
+                log(f"--cache-bytes {cache}: part {part}, offset 2^64-{length}+100, length {length} -> {got}")
+                check(got is not None, "no reply (the daemon died or hung)")
+                check(got[0] != 0, f"a fetch whose end wraps past 2^64 succeeded: {got}")
+        alive = job.pids()
+        check(alive == pids, f"a daemon died: ranks {sorted(pids)} -> {sorted(alive)}")
+        check(ctx.run_check(0).returncode == 0, "the daemon must serve other clients after the hostile fetches")
+        check(job.p.poll() is None, "the job ended")
+        job.stop()
+        out = job.output()
+        check("rank 0]: stopping on" in out, "rank 0 printed no exit line:\n" + out)

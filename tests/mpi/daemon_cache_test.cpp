@@ -40,6 +40,21 @@ TEST(FetchCache, FindsContainedRangesOnly) {
   EXPECT_FALSE(cache.Insert({3, 1020, 10}, Filled(cache, 10, 'b'), {})) << "nor a range inside a cached one";
 }
 
+TEST(FetchCache, RangesWhoseEndWrapsPast2To64AreNotFound) {
+  // offset + length wraps to a small end: the old containment test (ends compared) took these for hits and
+  // answered with memory before the cached range, or crashed copying 256 MiB of it (issue 28).
+  FetchCache cache(1 << 20);
+  ASSERT_TRUE(cache.Insert({3, 1000, 100}, Filled(cache, 100, 'a'), {}));
+  FetchCache::Tag t;
+  for (uint64_t len : {uint64_t{200}, uint64_t{1} << 20, uint64_t{256} << 20, ~uint64_t{0}}) {
+    const ByteRange wrapped{3, 0 - len + 100, len};
+    EXPECT_EQ(cache.Find(wrapped, &t), nullptr) << len;
+    EXPECT_FALSE(cache.Contains(wrapped)) << len;
+  }
+  EXPECT_FALSE(cache.Contains({3, 1050, ~uint64_t{0} - 10})) << "inside at the start, wrapping past the end";
+  EXPECT_TRUE(cache.Contains({3, 1099, 1}));
+}
+
 TEST(FetchCache, EvictsLeastRecentlyUsedAndPrefetchedLast) {
   FetchCache cache(400);  // admits ranges up to 100 bytes
   EXPECT_FALSE(cache.Admits(101));

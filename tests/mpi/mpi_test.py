@@ -42,6 +42,7 @@ CASES = {
     "lock": cases_security.case_lock,
     "limits": cases_security.case_limits,
     "no_memory": cases_security.case_no_memory,
+    "hostile_range": cases_security.case_hostile_range,
     "prefetch": cases_prefetch.case_prefetch,
     "prefetch_limits": cases_prefetch.case_prefetch_limits,
     "netns": cases_netns.case_netns,

@@ -123,6 +123,11 @@ class Image {
   // to point past its file, to sizes above the chunk size or to overlapping ranges is kCorrupt here, before
   // anything is allocated or read.
   Result<Chunk> GetChunk(const Entry& e, uint64_t i) const;
+  // What every read of regular file `e` relies on, checked without reading a byte of it: a partition of this
+  // image, offsets and sizes whose sums cannot wrap, no stored bytes for an empty file, a first chunk that lies
+  // inside the file's stored range. kCorrupt naming the file otherwise. Client::Open (so that a layout `fanstore
+  // verify` rejects is EIO at open), CheckFile and the daemon's prefetch hints share it.
+  Status CheckLayout(const Entry& e) const;
   // Reads chunk `c` of `e` from its local partition, decodes it into `out` (c.raw_size bytes) and checks its
   // XXH3. kCorrupt (naming the file and partition) on a mismatch, a bad frame, or a partition that is shorter
   // than the index says (truncated since): `out` must then not be used. Reads with pread only, so a partition

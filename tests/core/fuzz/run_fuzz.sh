@@ -2,7 +2,7 @@
 # Runs one libFuzzer target for SECONDS from seeds made here (a small packed image), with the corpus in CORPUS
 # (kept between runs when given, else a temporary one). Exit 0: no finding; otherwise the crash input is saved
 # in FANSTORE_FUZZ_ARTIFACTS (default TMPDIR or /tmp) and named on stderr.
-# Usage: run_fuzz.sh index|image_read FUZZ_BINARY FANSTORE SECONDS [CORPUS]
+# Usage: run_fuzz.sh index|image_read|daemon_socket FUZZ_BINARY FANSTORE SECONDS [CORPUS]
 set -u
 TARGET=$1 BIN=$2 F=$3 SECS=$4 CORPUS=${5:-}
 ART=${FANSTORE_FUZZ_ARTIFACTS:-${TMPDIR:-/tmp}}
@@ -19,6 +19,24 @@ seq 1 40000 >"$T/src/d/chunks.txt"
 "$F" pack "$T/src" -o "$T/img" --chunk 64K --threads 1 >/dev/null || { echo "run_fuzz: pack failed" >&2; exit 1; }
 if [ "$TARGET" = index ]; then
   cp "$T/img/index.fsi" "$T/seeds/index"
+elif [ "$TARGET" = daemon_socket ]; then
+  # Operations of fuzz_daemon_socket.cpp (it makes its own image). Seed 1: fetch 16 known ranges (those of the
+  # remote partition land in the node cache), then ask each cached partition for offset 2^64 - L + 100, length L,
+  # L = 200 and 256 MiB: the requests that crashed `fanstore serve` (issue 28). Seed 2: hellos, a cache map, a hint
+  # of real paths, a raw header and a fetch on each connection.
+  /usr/bin/python3 - "$T/seeds" <<'PY'
+import struct, sys
+def fetch(conn, how, k, len_index, extra=b""):
+    return bytes([conn << 4 | 0, how, k]) + bytes(8) + bytes([len_index]) + extra
+crash = b"".join(fetch(k % 3, 0, k, 0) for k in range(16))
+crash += b"".join(fetch(k % 3, 2, k, li, bytes([100])) for li in (2, 5) for k in range(16))
+open(sys.argv[1] + "/overflow", "wb").write(crash)
+mixed = bytes([0x04 | 8, 0x14, 0x24 | 8])                              # hello, cache map, hello
+mixed += bytes([0x03, 4]) + b"".join(bytes([1, k]) for k in range(4)) + bytes([2, 0, 0])  # a hint, true length
+mixed += bytes([0x12]) + struct.pack("<IHHQIIQQQ", 0x51445346, 2, 2, 0, 1, 0, 0, 100, 0) + bytes([0])
+mixed += b"".join(fetch(c, 1, 3 + c, 0, bytes([10, 1])) for c in range(3))
+open(sys.argv[1] + "/mixed", "wb").write(mixed)
+PY
 else
   /usr/bin/python3 - "$T/img" "$T/seeds/image" <<'PY'
 import struct, sys
@@ -27,7 +45,10 @@ part = open(sys.argv[1] + "/part-00000.fsp", "rb").read()
 open(sys.argv[2], "wb").write(struct.pack("<I", len(idx)) + idx + part)
 PY
 fi
-"$BIN" "$CORPUS" "$T/seeds" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2048 -max_len=1048576 \
+# The daemon target's server logs a line per refused request: its stderr is closed (findings still print).
+MAXLEN=1048576 EXTRA=()
+[ "$TARGET" = daemon_socket ] && MAXLEN=16384 EXTRA=(-close_fd_mask=2)
+"$BIN" "$CORPUS" "$T/seeds" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2048 -max_len=$MAXLEN "${EXTRA[@]}" \
   -artifact_prefix="$ART/fanstore-fuzz-crash-$TARGET-" -print_final_stats=1 2>"$T/log"
 rc=$?
 tail -15 "$T/log"
