@@ -57,7 +57,8 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
   }
   Status s;
   bool fetched = false;
-  if (img.HasPartition(e.part)) {
+  // Without a daemon every partition is read here, so that one that cannot be read says why (as verify does).
+  if (img.HasPartition(e.part) || !remote) {
     if (c.codec == Codec::kZstd) {
       PooledBuffer scratch(buffers);  // the stored bytes; a temporary of ReadChunk's if none could be had
       s = img.ReadChunk(e, c, out, scratch.get());
@@ -65,13 +66,10 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
       s = img.ReadChunk(e, c, out);
     }
     stats.local_loads.fetch_add(1, std::memory_order_relaxed);
-  } else if (remote) {
+  } else {
     s = LoadRemoteChunk(e, c, out);
     stats.remote_loads.fetch_add(1, std::memory_order_relaxed);
     fetched = true;
-  } else {
-    s = Status(Code::kIoError, "partition " + std::to_string(e.part) + " holding " + std::string(e.path) +
-                                   " is not on this node and no daemon is configured");
   }
   if (s.ok() && node && WorthSharing(c, offer, fetched)) node->Offer(e, c, out, offer == Offer::kMust);
   return s;

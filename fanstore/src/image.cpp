@@ -208,15 +208,21 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   // held by another thread across fork() and deadlock a DataLoader worker.
   const std::string path = PartPath(p);
   const std::string name(PartName(p));
+  // The reasons are the same words for verify and every read path (missing, not a file, damaged, foreign).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    return Status(err == ENOENT ? Code::kIoError : Status::FromErrno(err, "").code(),
-                  "cannot open partition " + path + ": " + std::strerror(err));
+    if (err == ENOENT)
+      return Status(Code::kIoError, "partition " + path + " is missing: copy it next to the index (or, with its "
+                                    "partitions spread over nodes, read the image through `fanstore serve`)");
+    return Status(Status::FromErrno(err, "").code(), "cannot open partition " + path + ": " + std::strerror(err));
   }
   char h[kPartHeaderSize];
   struct stat st{};
-  Status s = PreadFull(fd, h, sizeof h, 0, name);
+  Status s;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    s = Status(Code::kCorrupt, "partition " + path + " is not a regular file: copy the image's partitions next to its index");
+  if (s.ok()) s = PreadFull(fd, h, sizeof h, 0, name);
   if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kVersion ||
                  Load32(h + phdr::kHeaderSize) != kPartHeaderSize ||
                  Xxh3(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3)))
@@ -226,7 +232,7 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   // A partition shorter than its header says (truncated, or still being copied) stays usable: every read is a
   // pread checked for length, so the files still there read and those cut off fail with kCorrupt.
   const uint64_t data_size = Load64(h + phdr::kDataSize);
-  if (s.ok() && (::fstat(fd, &st) != 0 || data_size > kMaxStoredOffset))
+  if (s.ok() && data_size > kMaxStoredOffset)
     s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (!s.ok()) {
     ::close(fd);

@@ -160,5 +160,30 @@ else
 fi
 alive "modified in place"
 
+# 5. A partition that cannot be read (missing, a damaged header, another image's, a directory in its place): EIO
+# with the reason `fanstore verify` gives (it used to be "not on this node and no daemon is configured" for all
+# four), through this front end and `fanstore cat`; files of the other partition still read.
+"$F" pack "$T/src/a" -o "$T/two" --parts 2 >/dev/null && "$F" pack "$T/src/b" -o "$T/other" --parts 2 >/dev/null ||
+  fail "pack of two partitions failed"
+in_part() { for f in x.txt y.txt z.txt; do [ "$(field "$T/two" $f part)" = "$1" ] && { echo $f; return; }; done; }
+bad=$(in_part 0) good=$(in_part 1)
+for how in missing header foreign directory; do
+  rm -rf "$T/p5"; cp -r "$T/two" "$T/p5"
+  case $how in
+    missing) rm "$T/p5/part-00000.fsp"; words="is missing: copy it next to the index" ;;
+    header) printf 'Z' | dd of="$T/p5/part-00000.fsp" bs=1 seek=3 conv=notrunc 2>/dev/null; words="has a damaged header" ;;
+    foreign) cp "$T/other/part-00000.fsp" "$T/p5/"; words="belongs to another image" ;;
+    directory) rm "$T/p5/part-00000.fsp"; mkdir "$T/p5/part-00000.fsp"; words="is not a regular file" ;;
+  esac
+  "$F" verify "$T/p5" 2>"$T/verify.err" >/dev/null
+  grep -q "BAD $bad: .*$words" "$T/verify.err" || fail "$how partition: verify says $(head -1 "$T/verify.err")"
+  start "$T/p5"
+  eio "$how partition" "${RUN[@]}" cat "$ROOT/$bad"
+  if [ "$MODE" = run ] && ! grep -q "^fanstore: .*$words" "$T/err"; then fail "$how partition: the reason is not verify's: $(cat "$T/err")"; fi
+  "$F" cat "$T/p5" "$bad" >/dev/null 2>"$T/err"
+  grep -q "^fanstore cat: .*$words" "$T/err" && pass "$how partition: fanstore cat says why" || fail "$how partition: fanstore cat says $(cat "$T/err")"
+  if "${RUN[@]}" cmp -s "$ROOT/$good" "$T/src/a/$good"; then pass "$how partition: the other partition reads"; else fail "$how partition: $good no longer reads"; fi
+done
+
 echo "corruption_frontends ($MODE): $fails failure(s)"
 [ $fails -eq 0 ]
