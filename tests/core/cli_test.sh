@@ -80,4 +80,30 @@ expect_rc 0 "$F" info "$T/c64"
 grep -q 'chunk size: 64.0 KiB' "$T/out" || fail "chunk size: $(cat "$T/out")"
 expect_rc 1 "$F" pack "$T/src" -o "$T/c3" --chunk 3000
 grep -q -- '--chunk must be a power of two' "$T/err" || fail "bad chunk: $(cat "$T/err")"
+# Usage errors: exit 1 and one line "fanstore <cmd>: ..." for every command (CLI11's own codes and two-line
+# messages never reach the user); --help and --version are not errors.
+one_line() { [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "^$1" "$T/err" || fail "not one line starting '$1': $(cat "$T/err")"; }
+expect_rc 1 "$F"
+one_line 'fanstore: give a command: pack, '
+cmds=$(sed -n 's/^fanstore: give a command: \(.*\) (.*/\1/p' "$T/err" | tr -d ,)
+[ "$(echo $cmds | wc -w)" -ge 11 ] || fail "command list: $cmds"
+for c in $cmds; do
+  expect_rc 1 "$F" "$c" --no-such-option
+  one_line "fanstore $c: "
+  expect_rc 0 "$F" "$c" --help
+done
+expect_rc 1 "$F" nosuch
+one_line 'fanstore: no command nosuch; the commands are pack, '
+expect_rc 1 "$F" pack -o "$T/x"
+one_line 'fanstore pack: SRC is required; `fanstore pack --help` shows its usage'
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --bogus
+one_line 'fanstore pack: the following argument was not expected: --bogus'
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --level 99
+[ "$(cat "$T/err")" = 'fanstore pack: --level 99 is outside 0-22; use 1-22, or 0 to store raw' ] || fail "level: $(cat "$T/err")"
+expect_rc 1 "$F" convert "$T/src" -o "$T/x" --level x
+one_line 'fanstore convert: --level x is not a whole number; use 1-22, or 0 to store raw'
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --parts 0
+one_line 'fanstore pack: --parts 0 is outside 1-100000'
+[ ! -e "$T/x" ] || fail "a refused command line made $T/x"
+expect_rc 0 "$F" --version
 echo "cli_test: all good"

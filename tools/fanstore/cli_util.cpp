@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
+#include <regex>
+#include <vector>
 
 namespace fanstore::cli {
 
@@ -13,6 +16,48 @@ int Fail(const std::string& cmd, const std::string& message) {
 }
 
 int Fail(const std::string& cmd, const Status& s) { return Fail(cmd, s.ToString()); }
+
+int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (dynamic_cast<const CLI::Success*>(&e)) return app.exit(e);  // --help, --version
+  // The subcommand being parsed, if any (its name goes in front, as for every other error of it).
+  std::vector<CLI::App*> parsed = app.get_subcommands();
+  if (parsed.empty()) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::string why = argc > 1 && argv[1][0] != '-' ? std::string("no command ") + argv[1] + "; the commands are "
+                                                    : "give a command: ";
+    std::fprintf(stderr, "fanstore: %s%s (`fanstore --help` says what each does)\n", why.c_str(), names.c_str());
+    return 1;
+  }
+  std::string cmd = parsed.back()->get_name(), why = e.what();
+  // InRange's refusal already says what to do: "--level: 99 is outside ..." reads "--level 99 is outside ...".
+  static const std::regex kOwnAdvice("^(-[-A-Za-z0-9]+): (\\S+ is (outside |not a whole number;).*)$");
+  std::smatch m;
+  if (std::regex_match(why, m, kOwnAdvice)) return Fail(cmd, m[1].str() + " " + m[2].str());
+  // CLI11 starts its sentences with a capital ("The following arguments..."); ours do not (SRC stays SRC).
+  if (why.size() > 1 && std::isupper(static_cast<unsigned char>(why[0])) && std::islower(static_cast<unsigned char>(why[1])))
+    why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
+  return Fail(cmd, why + "; `fanstore " + cmd + " --help` shows its usage");
+}
+
+CLI::Validator InRange(long lo, long hi, const std::string& advice) {
+  std::string range = std::to_string(lo) + "-" + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range, advice](std::string& value) -> std::string {
+        long v = 0;
+        size_t used = 0;
+        try {
+          v = std::stol(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != value.size() || used == 0) return value + " is not a whole number; " + advice;
+        if (v < lo || v > hi) return value + " is outside " + range + "; " + advice;
+        return std::string();
+      },
+      "INT in [" + range + "]");
+}
 
 std::string HumanBytes(uint64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

@@ -60,7 +60,7 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", opts->output, "Image directory to create (must not exist, or be empty)")->required();
   cmd->add_option("--level", opts->level, "zstd level 1-22; 0 stores every chunk raw")
       ->capture_default_str()
-      ->check(CLI::Range(0, 22));
+      ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
   cmd->add_option("--threads", opts->threads, "Threads compressing (0 = all cores)")->capture_default_str();
   cmd->add_option("--chunk", opts->chunk_size, "Chunk size (power of two, 64K..64M; K/M suffixes)")
       ->transform(CLI::AsSizeValue(false))
@@ -76,10 +76,10 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", opts->output, "Image directory to create (must not exist, or be empty)")->required();
   cmd->add_option("--parts", opts->parts, "Number of regular partitions, balanced by bytes")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+      ->check(InRange(1, 100000, "use 1-100000"));
   cmd->add_option("--level", opts->level, "zstd level 1-22; 0 stores every file raw")
       ->capture_default_str()
-      ->check(CLI::Range(0, 22));
+      ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
   cmd->add_option("--replicate", opts->replicate,
                   "Glob on relative paths (fnmatch, '*' also matches '/') whose files go to the partition every node "
                   "keeps; repeatable, e.g. --replicate 'val/*'");

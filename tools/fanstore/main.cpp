@@ -1,6 +1,7 @@
 // `fanstore`: parse the command line and dispatch to one subcommand; the logic lives in the libraries.
 #include <CLI/CLI.hpp>
 
+#include "cli_util.hpp"
 #include "commands.hpp"
 
 // The interposer leaves the fanstore binary itself alone (it looks this symbol up when it starts): a
@@ -19,6 +20,10 @@ int main(int argc, char** argv) {
 #ifdef FANSTORE_WITH_FUSE
   fanstore::cli::AddMountCommand(app, exit_code);
 #endif
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return fanstore::cli::ParseFailure(app, e, argc, argv);
+  }
   return exit_code;
 }
