@@ -288,7 +288,8 @@ Status BuildTree(const V1Image& img, PackTree* tree) {
 
 }  // namespace
 
-Result<PackReport> Convert(const PackOptions& opts_in, const std::function<void(const PackProgress&)>& progress) {
+Result<PackReport> Convert(const PackOptions& opts_in, const std::function<void(const PackProgress&)>& progress,
+                           const std::function<void(const std::string&)>& warn) {
   const auto start = std::chrono::steady_clock::now();
   PackOptions opts = opts_in;
   V1Image old;
@@ -300,7 +301,7 @@ Result<PackReport> Convert(const PackOptions& opts_in, const std::function<void(
   for (const PackNode& n : tree.nodes)
     if ((n.mode & S_IFMT) == S_IFREG && n.part > opts.parts) return Damaged(old.dir(), "partition of a file");
   V1Source source(&old);
-  auto rep = WriteImageKeepingPartitions(opts, &tree, &source, progress);
+  auto rep = WriteImageKeepingPartitions(opts, &tree, &source, progress, warn);
   if (rep.ok()) rep->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return rep;
 }

@@ -2,6 +2,7 @@
 #include "fanstore/pack.hpp"
 
 #include <dirent.h>
+#include <signal.h>
 #include <fnmatch.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -11,12 +12,14 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <queue>
+#include <string_view>
 #include <thread>
 
 #include "format.hpp"
@@ -28,7 +31,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Output must be absent or an empty directory, and must not lie inside the source (it would pack itself).
+// Names the temporary directories (OUTPUT.tmp-PID) earlier packs into `output` left: a pack removes its own on
+// any failure or signal, so one left means that pack was killed, or runs still (here, or on another node).
+void NameLeftovers(const std::string& output, const std::function<void(const std::string&)>& warn) {
+  const size_t slash = output.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : output.substr(0, slash);
+  const std::string prefix = output.substr(slash == std::string::npos ? 0 : slash + 1) + ".tmp-";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr || !warn) {
+    if (d) ::closedir(d);
+    return;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n.size() <= prefix.size() || n.substr(0, prefix.size()) != prefix) continue;
+    std::string_view pid = n.substr(prefix.size());
+    if (pid.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    const std::string path = (slash == std::string::npos ? "" : dir + "/") + std::string(n);
+    if (std::to_string(::getpid()) == pid) continue;
+    const bool live = ::kill(static_cast<pid_t>(std::stoll(std::string(pid))), 0) == 0 || errno == EPERM;
+    warn(path + (live ? " belongs to a pack (pid " + std::string(pid) + ") still running on this host, or to one on "
+                        "another host; once none runs, remove it: rm -r " + path
+                      : " is left from a pack that was killed (pid " + std::string(pid) + " is not running on this host);"
+                        " unless another host's pack writes it, remove it: rm -r " + path));
+  }
+  ::closedir(d);
+}
+
+// Output must be absent or an empty directory, and must be neither the source nor inside it (it would pack
+// itself, or become the image in place of the source).
 Status CheckOutput(const std::string& source, const std::string& output) {
   struct stat st;
   if (::lstat(output.c_str(), &st) == 0) {
@@ -55,9 +86,16 @@ Status CheckOutput(const std::string& source, const std::string& output) {
     return Status(e.code(), e.message() + " (create it first)");
   }
   if (::realpath(source.c_str(), rp_source) != nullptr) {
-    std::string p = std::string(rp_parent) + "/", s = std::string(rp_source) + "/";
-    if (p.compare(0, s.size(), s) == 0)
-      return Status(Code::kInvalidArgument, "output " + output + " is inside the source " + source + ": choose an -o outside it");
+    // The output resolved when it exists (an empty directory, perhaps the source itself), else its resolved
+    // parent plus its name.
+    char rp_output[PATH_MAX];
+    const std::string name = output.substr(output.find_last_of('/') == std::string::npos ? 0 : output.find_last_of('/') + 1);
+    std::string o = ::realpath(output.c_str(), rp_output) != nullptr ? std::string(rp_output) + "/"
+                                                                     : std::string(rp_parent) + "/" + name + "/";
+    std::string s = std::string(rp_source) + "/";
+    if (o.compare(0, s.size(), s) == 0 || (s == "//" && o[0] == '/'))
+      return Status(Code::kInvalidArgument, "output " + output + " is the source " + source +
+                                                " or inside it: choose an -o outside it");
   }
   return Status::Ok();
 }
@@ -140,7 +178,7 @@ Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, Wr
   std::stable_sort(tasks.begin(), tasks.end(),
                    [&](uint32_t a, uint32_t b) { return tree->nodes[a].part < tree->nodes[b].part; });
   Status s = WriteChunks(tasks, tree, source, opts.compress ? opts.level : 0, meta->chunk_shift, threads, &files,
-                         progress);
+                         progress, opts.stop);
   if (!s.ok()) return s;
 
   for (uint32_t id : tasks) {
@@ -200,6 +238,8 @@ Status CheckOptions(PackOptions* opts) {
 
 }  // namespace
 
+Status Interrupted() { return Status(Code::kIoError, "interrupted"); }
+
 Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSource* source, WriteEnv* env,
                               const std::function<void(const PackProgress&)>& progress, bool assign_partitions) {
   const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -238,9 +278,10 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   }
   if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + opts.source + " is not a directory");
   if (!(s = CheckOutput(opts.source, opts.output)).ok()) return s;
+  NameLeftovers(opts.output, warn);
 
   PackTree tree;
-  s = WalkSource(opts.source, &tree, warn);
+  s = WalkSource(opts.source, &tree, warn, opts.stop);
   if (!s.ok()) return WithAdvice(s, opts.output);
   auto source = NewDirectorySource(opts.source);
   auto rep = WriteImage(opts, &tree, source.get(), env, progress, true);
@@ -249,11 +290,13 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
 }
 
 Result<PackReport> WriteImageKeepingPartitions(const PackOptions& opts_in, PackTree* tree, PackSource* source,
-                                               const std::function<void(const PackProgress&)>& progress) {
+                                               const std::function<void(const PackProgress&)>& progress,
+                                               const std::function<void(const std::string&)>& warn) {
   PackOptions opts = opts_in;
   Status s = CheckOptions(&opts);
   if (!s.ok()) return s;
   if (!(s = CheckOutput(opts.source, opts.output)).ok()) return s;
+  NameLeftovers(opts.output, warn);
   return WriteImage(opts, tree, source, DefaultWriteEnv(), progress, false);
 }
 

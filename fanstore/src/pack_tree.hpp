@@ -55,7 +55,8 @@ struct PackTree {
 
 // Walks `source` (following symlinks, skipping special files, dangling links and directory loops with a
 // warning each) into `tree`. Fails on unreadable directories or files that cannot be stat'ed.
-Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn);
+Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn,
+                  const std::atomic<bool>* stop = nullptr);
 
 struct PartitionInfo {
   std::string file_name;
@@ -110,6 +111,11 @@ Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSourc
 
 // Convert's entry: checks opts and the output, then WriteImage keeping the tree's partitions.
 Result<PackReport> WriteImageKeepingPartitions(const PackOptions& opts, PackTree* tree, PackSource* source,
-                                               const std::function<void(const PackProgress&)>& progress);
+                                               const std::function<void(const PackProgress&)>& progress,
+                                               const std::function<void(const std::string&)>& warn);
+
+// What a pack stopped through PackOptions::stop fails with.
+Status Interrupted();
+inline bool Stopped(const std::atomic<bool>* stop) { return stop && stop->load(std::memory_order_relaxed); }
 
 }  // namespace fanstore

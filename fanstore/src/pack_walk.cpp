@@ -28,7 +28,8 @@ struct Child {
 
 class Walker {
  public:
-  Walker(PackTree* tree, const std::function<void(const std::string&)>& warn) : tree_(tree), warn_(warn) {}
+  Walker(PackTree* tree, const std::function<void(const std::string&)>& warn, const std::atomic<bool>* stop)
+      : tree_(tree), warn_(warn), stop_(stop) {}
 
   Status Run(const std::string& source) {
     struct stat st;
@@ -105,6 +106,7 @@ class Walker {
   }
 
   Status WalkDir(const std::string& abs, uint32_t dir_id, const struct stat& dir_st) {
+    if (Stopped(stop_)) return Interrupted();
     chain_.emplace_back(dir_st.st_dev, dir_st.st_ino);
     // Copy: the arena may grow (and move) while children are appended.
     std::string rel(tree_->Path(tree_->nodes[dir_id]));
@@ -150,13 +152,15 @@ class Walker {
 
   PackTree* tree_;
   const std::function<void(const std::string&)>& warn_;
+  const std::atomic<bool>* stop_;
   std::vector<std::pair<dev_t, ino_t>> chain_;  // (dev, ino) of the directories from the root down
 };
 
 }  // namespace
 
-Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn) {
-  return Walker(tree, warn).Run(source);
+Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn,
+                  const std::atomic<bool>* stop) {
+  return Walker(tree, warn, stop).Run(source);
 }
 
 }  // namespace fanstore

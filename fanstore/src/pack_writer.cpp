@@ -33,9 +33,9 @@ class ChunkPipeline {
  public:
   ChunkPipeline(const std::vector<uint32_t>& tasks, PackTree* tree, PackSource* source, int level, uint32_t shift,
                 int threads, std::vector<std::unique_ptr<WritableFile>>* files,
-                const std::function<void(const PackProgress&)>& progress)
+                const std::function<void(const PackProgress&)>& progress, const std::atomic<bool>* stop)
       : tasks_(tasks), tree_(tree), source_(source), level_(level), shift_(shift), threads_(threads),
-        files_(files), progress_(progress) {}
+        files_(files), progress_(progress), interrupt_(stop) {}
 
   Status Run() {
     // Sizes as the walk stat'ed them, copied: the writer fills node fields while workers still read these.
@@ -247,6 +247,7 @@ class ChunkPipeline {
         run.pop_front();
         ++seq;
         if (!r.status.ok()) return r.status;
+        if (Stopped(interrupt_)) return Interrupted();
         const StoredChunk& c = r.chunk;
         if (n > 1) {
           tree_->chunks.push_back({out_.Size() - node.offset, static_cast<uint32_t>(c.stored_size), c.codec, c.checksum});
@@ -311,6 +312,7 @@ class ChunkPipeline {
   int threads_;
   std::vector<std::unique_ptr<WritableFile>>* files_;
   const std::function<void(const PackProgress&)>& progress_;
+  const std::atomic<bool>* interrupt_;  // PackOptions::stop
   std::vector<uint64_t> size_;  // per task, fixed for the whole run
   uint64_t units_total_ = 0;
   uint64_t window_ = 0;
@@ -331,8 +333,8 @@ class ChunkPipeline {
 
 Status WriteChunks(const std::vector<uint32_t>& tasks, PackTree* tree, PackSource* source, int level,
                    uint32_t chunk_shift, int threads, std::vector<std::unique_ptr<WritableFile>>* files,
-                   const std::function<void(const PackProgress&)>& progress) {
-  return ChunkPipeline(tasks, tree, source, level, chunk_shift, threads, files, progress).Run();
+                   const std::function<void(const PackProgress&)>& progress, const std::atomic<bool>* stop) {
+  return ChunkPipeline(tasks, tree, source, level, chunk_shift, threads, files, progress, stop).Run();
 }
 
 }  // namespace fanstore

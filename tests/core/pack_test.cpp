@@ -309,6 +309,34 @@ TEST(PackFaultTest, DiskFullLeavesNoImage) {
   }
 }
 
+TEST(PackFaultTest, TheStopFlagEndsThePackAndLeavesNothing) {
+  // What `fanstore pack` sets on SIGINT/SIGTERM/SIGHUP: before the walk, and once the partitions are being written.
+  TempDir tmp;
+  MakeMixedTree(tmp / "src");
+  std::atomic<bool> stop{false};
+  PackOptions o;
+  o.source = tmp / "src";
+  o.output = tmp / "img";
+  o.parts = 2;
+  o.stop = &stop;
+  for (bool at_first_write : {false, true}) {
+    stop = !at_first_write;
+    WriteSyscalls c;
+    c.write = [&](int fd, const void* b, size_t n) {
+      stop = true;
+      return ::write(fd, b, n);
+    };
+    auto env = NewPosixWriteEnv(std::move(c));
+    auto r = PackWithEnv(o, env.get(), {}, {});
+    ASSERT_FALSE(r.ok()) << at_first_write;
+    EXPECT_EQ(r.status().message(), "interrupted");
+    EXPECT_EQ(ListDir(tmp.path()), (std::vector<std::string>{"src"})) << at_first_write;
+  }
+  stop = false;
+  o.stop = nullptr;
+  EXPECT_TRUE(PackWithEnv(o, DefaultWriteEnv(), {}, {}).ok());
+}
+
 TEST(PackFaultTest, ShortWritesStillProduceTheSameImage) {
   TempDir tmp;
   MakeMixedTree(tmp / "src");

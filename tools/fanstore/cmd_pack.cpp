@@ -1,5 +1,9 @@
 // `fanstore pack SRC -o IMAGE` and `fanstore convert OLD -o NEW`: options, a progress bar on a terminal, one summary
 // line; fanstore::Pack / fanstore::Convert do the work.
+#include <signal.h>
+#include <string.h>
+
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -21,11 +25,39 @@ void DrawProgress(const PackProgress& p) {
                static_cast<unsigned long long>(p.files_done), static_cast<unsigned long long>(p.files_total),
                HumanBytes(p.bytes_done).c_str(), HumanBytes(p.bytes_total).c_str());
 }
+// SIGINT, SIGTERM and SIGHUP stop a pack: the first one asks it to stop (it removes its temporary directory
+// and returns), and the signal is raised again once it has; a second one kills at once.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+std::atomic<bool> g_stop{false};
+volatile sig_atomic_t g_signal = 0;
 
+void OnStopSignal(int sig) {
+  if (g_signal != 0) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  g_signal = sig;
+  g_stop.store(true, std::memory_order_relaxed);
+}
 
-// Runs pack or convert with a progress bar on a terminal and prints the one summary line; the exit code.
+// Installs OnStopSignal, except for a signal ignored when we started (`nohup`, a shell's background job's
+// SIGINT): that one stays ignored.
+void CatchStopSignals() {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : kStopSignals)
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);
+}
+
+// Runs pack or convert with a progress bar on a terminal and prints the one summary line; the exit code. Ended
+// by a stop signal, it dies of that signal (after the cleanup), as a shell or a batch system expects.
 int RunPack(PackOptions opts, bool convert) {
   opts.compress = opts.level > 0;
+  opts.stop = &g_stop;
+  CatchStopSignals();
   const bool bar = StderrIsTerminal();
   bool drew = false;
   auto progress = [&](const PackProgress& p) {
@@ -37,8 +69,15 @@ int RunPack(PackOptions opts, bool convert) {
     std::fprintf(stderr, "%sfanstore pack: warning: %s\n", drew ? "\n" : "", line.c_str());
     drew = false;
   };
-  auto r = convert ? Convert(opts, progress) : Pack(opts, progress, warn);
+  auto r = convert ? Convert(opts, progress, warn) : Pack(opts, progress, warn);
   if (drew) std::fputc('\n', stderr);
+  if (!r.ok() && g_signal != 0) {
+    const int sig = g_signal;
+    Fail(convert ? "convert" : "pack", std::string("stopped by SIG") + sigabbrev_np(sig) + "; the partial image was "
+                                           "removed (" + opts.output + " was not made)");
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
   if (!r.ok()) return Fail(convert ? "convert" : "pack", r.status());
   const PackReport& rep = *r;
   double ratio = rep.bytes_stored ? static_cast<double>(rep.bytes_in) / static_cast<double>(rep.bytes_stored) : 1.0;

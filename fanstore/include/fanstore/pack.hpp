@@ -2,6 +2,7 @@
 // and converts images of an older format.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -20,6 +21,9 @@ struct PackOptions {
   int threads = 0;                      // 0 = all cores
   bool compress = true;                 // false: store everything raw (--level 0)
   uint32_t chunk_size = 1u << 20;       // bytes per chunk: a power of two, 64 KiB .. 64 MiB (--chunk)
+  // Set to true (by another thread, or a signal handler: a lock-free store) to stop: the pack ends at its next
+  // directory or chunk, removes its temporary directory and fails with "interrupted". Null: never.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct PackProgress {
@@ -34,8 +38,9 @@ struct PackReport {
 };
 
 // Packs opts.source into opts.output. `progress` (may be empty) is called from one thread now and then;
-// `warn` (may be empty) gets one line per skipped entry (special files, dangling links, loops).
-// On failure nothing that looks like a valid image is left behind.
+// `warn` (may be empty) gets one line per skipped entry (special files, dangling links, loops), and one per
+// temporary directory an earlier pack into the same output left behind (killed, so it could not remove it).
+// On failure nothing that looks like a valid image is left behind: the temporary directory is removed.
 Result<PackReport> Pack(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress = {},
                         const std::function<void(const std::string&)>& warn = {});
 
@@ -43,6 +48,7 @@ Result<PackReport> Pack(const PackOptions& opts, const std::function<void(const 
 // opts.output with the same tree, stat data and bytes (every old file checksum is verified on the way;
 // a damaged file fails the conversion naming it). parts/replicate are taken from the old image;
 // level/threads/chunk_size from opts. An image that is already current is kInvalidArgument.
-Result<PackReport> Convert(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress = {});
+Result<PackReport> Convert(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress = {},
+                           const std::function<void(const std::string&)>& warn = {});
 
 }  // namespace fanstore
