@@ -16,6 +16,7 @@ PACKAGES=(
   clang libclang-rt-dev
   python3 python3-numpy python3-h5py python3-pil python3-torch python3-torchvision
   coreutils findutils tar diffutils file
+  patchelf binutils  # scripts/bundle.sh: relocatable RPATHs, debug info kept aside
   fio busybox-static rsync libaio-dev liburing-dev util-linux
   gnuplot-nox
 )

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 twins of fanstore-train's models (ResNet-50, CosmoFlow, 3D U-Net) and a CPU samples/s benchmark.
+"""PyTorch twins of fanstore-train's models (ResNet-50, CosmoFlow, 3D U-Net) and a samples/s benchmark.
 
 Prints one line per (model, mode): `model,mode,batch,input_size,threads,samples_per_s`.
 Training = forward + loss + backward + SGD step; inference = forward under no_grad, eval mode.
+On a GPU (--device cuda, the GPU check's part d): --precision bf16 is autocast bf16 with channels-last
+activations and weights, as fanstore-train's bf16 runs them; timings synchronise the device.
 """
 import argparse
 import time
@@ -65,7 +67,7 @@ class UNet3D(nn.Module):
 
 
 def build(model, s, batch):
-    """Returns (module, input, target, loss_fn) at batch `batch` and spatial size `s`."""
+    """Returns (module, input, target, loss_fn) at batch `batch` and spatial size `s`, on the CPU."""
     if model == "resnet50":
         m = torchvision.models.resnet50()
         return m, torch.randn(batch, 3, s, s), torch.randint(0, 1000, (batch,)), F.cross_entropy
@@ -76,11 +78,20 @@ def build(model, s, batch):
     raise SystemExit(f"torch_models: unknown model {model}")
 
 
-def bench(model, mode, batch, s, iters, warmup):
+def bench(model, mode, batch, s, iters, warmup, device="cpu", precision="fp32"):
     m, x, y, loss_fn = build(model, s, batch)
+    m, x, y = m.to(device), x.to(device), y.to(device)
+    half = precision == "bf16"
+    if half:  # channels-last, as fanstore-train keeps bf16 activations
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        m, x = m.to(memory_format=fmt), x.contiguous(memory_format=fmt)
+    cast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=half)
     if mode == "infer":
         m.eval()
-        step = lambda: m(x)  # noqa: E731
+
+        def step():
+            with cast:
+                m(x)
         ctx = torch.no_grad()
     else:
         m.train()
@@ -88,15 +99,20 @@ def bench(model, mode, batch, s, iters, warmup):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss_fn(m(x), y).backward()
+            with cast:
+                loss = loss_fn(m(x).float(), y)
+            loss.backward()
             opt.step()
         ctx = torch.enable_grad()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with ctx:
         for _ in range(warmup):
             step()
+        sync()
         start = time.perf_counter()
         for _ in range(iters):
             step()
+        sync()
         seconds = time.perf_counter() - start
     return batch * iters / seconds
 
@@ -110,6 +126,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--precision", default="fp32", help="fp32, or bf16 (autocast, channels-last)")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
@@ -119,7 +137,7 @@ def main():
         batch = a.batch[i] if a.batch and i < len(a.batch) else defaults[model][0]
         s = a.input_size[i] if a.input_size and i < len(a.input_size) else defaults[model][1]
         for mode in modes:
-            rate = bench(model, mode, batch, s, a.iters, a.warmup)
+            rate = bench(model, mode, batch, s, a.iters, a.warmup, a.device, a.precision)
             print(f"{model},{mode},{batch},{s},{a.threads},{rate:.3f}", flush=True)
 
 

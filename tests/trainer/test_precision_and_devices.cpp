@@ -99,6 +99,8 @@ TEST(DeviceSelection, CpuAlwaysAutoFallsBackCudaRefusesInOneLine) {
   std::cout << "CUDA backend built: " << cuda.built << ", devices: " << cuda.devices
             << (cuda.reason.empty() ? "" : ", reason: " + cuda.reason) << "\n";
   EXPECT_FALSE(cuda.module_error) << "this test program cannot load the CUDA module: " << cuda.reason;
+  // (Without a driver a module that does not load is "no CUDA device", not module_error: look at the words too.)
+  EXPECT_EQ(cuda.reason.find("CUDA backend module"), std::string::npos) << cuda.reason;
   if (cuda.built) {
     EXPECT_NE(mapped("libfanstore-trainer-cuda.so"), "") << "cuda_availability() did not load the module";
   }

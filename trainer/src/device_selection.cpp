@@ -27,8 +27,10 @@ CudaAvailability cuda_availability(CudaProbe probe) {
     return a;
   }
   if (const std::string& error = cuda_module::load_error(); !error.empty()) {
-    a.module_error = true;
-    a.reason = error;
+    // Without a driver there is no device whatever the module does (a bundle unpacked on a CPU node, without the
+    // CUDA libraries): that is "no CUDA device", with the module's words; with a driver it is the module's fault.
+    a.module_error = cuda_module::nvidia_device_plausible();
+    a.reason = a.module_error ? error : "no NVIDIA driver on this machine, and " + error;
     return a;
   }
   a.devices = cuda_module::device_count(&a.reason);

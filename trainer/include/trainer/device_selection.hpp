@@ -27,8 +27,9 @@ struct BackendChoice {
 // (the text of cudaGetDeviceCount's error, e.g. no driver on this machine). The backend is a module,
 // libfanstore-trainer-cuda.so, that only this asks to be loaded (dlopen, once per process): CPU runs
 // never map cudart, cuDNN, cuBLAS or NCCL. `module_error`: it could not be loaded (not installed next
-// to the program, dlopen's error, another ABI version), which `reason` says with what to do: an
-// installation problem, not a machine without a GPU.
+// to the program, dlopen's error, another ABI version) on a machine with an NVIDIA driver, which `reason` says
+// with what to do: an installation problem, not a machine without a GPU. Without a driver there is no device
+// either way: `reason` then says both (a bundle unpacked on a CPU node, without the CUDA libraries).
 struct CudaAvailability {
   bool built = false;
   int devices = 0;
