@@ -3,7 +3,7 @@
 // with no daemon round-trip; a seqlock per index slot tells it whether the daemon changed the slot (evicted the
 // range, reused its memory) while it copied, and then it asks the daemon instead. The client checks everything it
 // reads (bounds; the bytes are checksummed after decoding anyway), so a corrupt cache is a miss, never wrong data.
-// MPI-free: the daemon writes it (fanstore/daemon/node_cache.cpp), clients read it (daemon_client.cpp).
+// MPI-free: the daemon writes it (fanstore/daemon/shared_arena.cpp), clients read it (daemon_client.cpp).
 #pragma once
 
 #include <atomic>

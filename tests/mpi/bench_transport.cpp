@@ -1,4 +1,4 @@
-// Benchmark of the ways a daemon can answer a peer's read (docs/daemon.md, "Transport choices"): 2 ranks, rank 1
+// Benchmark of the ways a daemon can answer a peer's read (docs/daemon.md, "Progress"): 2 ranks, rank 1
 // owns a file in the page cache, rank 0 asks for `size` bytes of it, one request at a time; prints the p50
 // round-trip and the owner's CPU use while idle. One mode per run (thread levels differ):
 //   spin     owner blocks in MPI_Recv (Open MPI spins inside): the ping-pong floor, a core burnt while idle

@@ -1,5 +1,5 @@
 // Test client for daemon mode: reads files through Client::FromEnv (FANSTORE_DAEMON) and compares them with
-// the source tree byte for byte; prints one summary line. Used by the MPI tests (tests/mpi/run_mpi_test.py).
+// the source tree byte for byte; prints one summary line. Used by the MPI tests (tests/mpi/mpi_test.py).
 #include <errno.h>
 #include <unistd.h>
 

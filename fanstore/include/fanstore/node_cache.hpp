@@ -1,7 +1,7 @@
 // The node-wide decoded-chunk cache: every process of a node that reads one image shares one decoded copy of
 // each chunk it caches, and kernel fds of large files (mmap, exec'd children) point at one shared file.
 // `fanstore run` joins it (JoinNodeCache) and hands its directory to children in FANSTORE_NODE_CACHE_DIR;
-// fanstore::Client attaches to it. Layout, budget and eviction: docs/architecture.md, "Node-wide cache".
+// fanstore::Client attaches to it. Layout, budget and eviction: docs/reading.md, "The node-wide cache".
 #pragma once
 
 #include <sys/types.h>

@@ -1,5 +1,5 @@
 // The tensor exchange file: named float32 tensors, used to swap weights, inputs, outputs and
-// gradients with PyTorch (format spec in docs/trainer.md, "Weight exchange format").
+// gradients with PyTorch (format spec in docs/trainer.md, "Tensor exchange format").
 #pragma once
 
 #include <string>
