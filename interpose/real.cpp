@@ -22,8 +22,6 @@ const char* const kNames[] = {
 char g_missing_marker;
 }  // namespace
 
-const char* SymName(Sym s) { return kNames[static_cast<int>(s)]; }
-
 void* ResolveReal(Sym s) {
   std::atomic<void*>& slot = g_real[static_cast<int>(s)];
   void* p = slot.load(std::memory_order_acquire);

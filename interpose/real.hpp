@@ -26,7 +26,6 @@ extern std::atomic<void*> g_real[static_cast<int>(Sym::kCount)];
 // Slow path: dlsym(RTLD_NEXT, name) and publish the result. A symbol libc lacks is reported once, by
 // name, on stderr; the wrapper then fails with ENOSYS instead of crashing.
 void* ResolveReal(Sym s);
-const char* SymName(Sym s);
 
 template <class Fn>
 inline Fn RealFn(Sym s) {

@@ -27,7 +27,6 @@ void Emit(FILE* f, const char* fmt, va_list ap) {
 }  // namespace
 
 void SetLogRank(int rank) { g_rank = rank; }
-int LogRank() { return g_rank; }
 
 void Info(const char* fmt, ...) {
   va_list ap;

@@ -4,7 +4,6 @@
 namespace fanstore::daemon {
 
 void SetLogRank(int rank);
-int LogRank();
 // One line on stdout (progress, ready, exit summary), flushed so launch scripts see it at once.
 void Info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // One line on stderr (errors). Preserves errno.

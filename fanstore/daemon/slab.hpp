@@ -30,11 +30,6 @@ class SlabBlock {
   char* data() const { return p_; }
   uint64_t capacity() const { return cap_; }
   explicit operator bool() const { return p_ != nullptr; }
-  // Gives up ownership: the memory is never returned (for receives MPI may still complete).
-  char* Leak() {
-    cap_ = 0;
-    return std::exchange(p_, nullptr);
-  }
 
  private:
   SlabBlock(char* p, uint64_t cap) : p_(p), cap_(cap) {}

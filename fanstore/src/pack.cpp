@@ -177,7 +177,7 @@ Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, Wr
     if (tree->nodes[id].part != kNoPartition) tasks.push_back(id);
   std::stable_sort(tasks.begin(), tasks.end(),
                    [&](uint32_t a, uint32_t b) { return tree->nodes[a].part < tree->nodes[b].part; });
-  Status s = WriteChunks(tasks, tree, source, opts.compress ? opts.level : 0, meta->chunk_shift, threads, &files,
+  Status s = WriteChunks(tasks, tree, source, opts.level, meta->chunk_shift, threads, &files,
                          progress, opts.stop);
   if (!s.ok()) return s;
 
@@ -218,7 +218,7 @@ Status WithAdvice(const Status& s, const std::string& output) {
   }
 }
 
-// Option checks shared by pack and convert; normalises trailing slashes and `compress`.
+// Option checks shared by pack and convert; normalises trailing slashes.
 Status CheckOptions(PackOptions* opts) {
   while (opts->output.size() > 1 && opts->output.back() == '/') opts->output.pop_back();
   while (opts->source.size() > 1 && opts->source.back() == '/') opts->source.pop_back();
@@ -226,8 +226,7 @@ Status CheckOptions(PackOptions* opts) {
   if (opts->output.empty()) return Status(Code::kInvalidArgument, "no output given: use -o IMAGE");
   if (opts->parts < 1 || opts->parts > 100000)
     return Status(Code::kInvalidArgument, "--parts must be between 1 and 100000, got " + std::to_string(opts->parts));
-  if (opts->level == 0) opts->compress = false;
-  if (opts->compress && (opts->level < 1 || opts->level > ZSTD_maxCLevel()))
+  if (opts->level < 0 || opts->level > ZSTD_maxCLevel())
     return Status(Code::kInvalidArgument, "--level must be between 0 (store raw) and " +
                                               std::to_string(ZSTD_maxCLevel()) + ", got " + std::to_string(opts->level));
   const uint32_t c = opts->chunk_size;

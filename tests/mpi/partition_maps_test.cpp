@@ -78,7 +78,7 @@ class PartitionMapsTest : public ::testing::Test {
     po.source = src;
     po.output = dir_ + "/img";
     po.parts = 2;
-    po.compress = false;
+    po.level = 0;
     po.threads = 1;
     ASSERT_TRUE(Pack(po).ok());
     auto img = Image::Open(po.output);

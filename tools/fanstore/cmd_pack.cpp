@@ -55,7 +55,6 @@ void CatchStopSignals() {
 // Runs pack or convert with a progress bar on a terminal and prints the one summary line; the exit code. Ended
 // by a stop signal, it dies of that signal (after the cleanup), as a shell or a batch system expects.
 int RunPack(PackOptions opts, bool convert) {
-  opts.compress = opts.level > 0;
   opts.stop = &g_stop;
   CatchStopSignals();
   const bool bar = StderrIsTerminal();

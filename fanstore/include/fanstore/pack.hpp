@@ -16,10 +16,9 @@ struct PackOptions {
   std::string source;                   // directory to pack
   std::string output;                   // image directory to create (must not exist or be empty)
   uint32_t parts = 1;                   // regular partitions, balanced by bytes
-  int level = 3;                        // zstd level; files that do not shrink are stored raw
+  int level = 3;                        // zstd level; files that do not shrink are stored raw; 0: all raw (--level 0)
   std::vector<std::string> replicate;   // globs on relative paths -> the replicated partition
   int threads = 0;                      // 0 = all cores
-  bool compress = true;                 // false: store everything raw (--level 0)
   uint32_t chunk_size = 1u << 20;       // bytes per chunk: a power of two, 64 KiB .. 64 MiB (--chunk)
   // Set to true (by another thread, or a signal handler: a lock-free store) to stop: the pack ends at its next
   // directory or chunk, removes its temporary directory and fails with "interrupted". Null: never.

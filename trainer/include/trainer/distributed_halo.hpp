@@ -28,9 +28,9 @@ struct AxisWindow {
   Range reads(const Range& out) const;
 };
 
-// One AxisWindow per spatial axis; the identity window (extent 1, stride 1) for element-wise layers.
+// One AxisWindow per spatial axis (default-constructed: the identity window, extent 1 and stride 1, of an
+// element-wise layer).
 using Window = std::vector<AxisWindow>;
-Window identity_window(int spatial_rank);
 Window window_of(const ConvolutionSpec& spec);
 Window window_of(const PoolingSpec& spec);
 

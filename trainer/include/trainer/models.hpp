@@ -37,6 +37,5 @@ std::unique_ptr<Model> build_cosmoflow(std::shared_ptr<Backend> backend, const M
 
 // By name: "resnet50", "unet3d" or "cosmoflow".
 std::unique_ptr<Model> build_model(const std::string& name, std::shared_ptr<Backend> backend, const ModelOptions& options);
-std::vector<std::string> model_names();
 
 }  // namespace fanstore::trainer

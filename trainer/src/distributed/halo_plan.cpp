@@ -56,8 +56,6 @@ Range AxisWindow::reads(const Range& out) const {
   return {ceil_div(out.lo + padding - extent + 1, stride), floor_div(out.hi - 1 + padding, stride) + 1};
 }
 
-Window identity_window(int spatial_rank) { return Window(static_cast<std::size_t>(spatial_rank)); }
-
 Window window_of(const ConvolutionSpec& spec) {
   Window w;
   for (std::size_t i = 0; i < spec.kernel.size(); ++i)

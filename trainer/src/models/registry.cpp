@@ -12,6 +12,5 @@ std::unique_ptr<Model> build_model(const std::string& name, std::shared_ptr<Back
   throw std::invalid_argument("unknown model '" + name + "' (choose resnet50, unet3d or cosmoflow)");
 }
 
-std::vector<std::string> model_names() { return {"resnet50", "unet3d", "cosmoflow"}; }
 
 }  // namespace fanstore::trainer
