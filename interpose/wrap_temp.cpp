@@ -40,7 +40,8 @@ void FillRandom(char* x) {
 char* Xs(char* tmpl, int suffixlen) {
   if (tmpl == nullptr || suffixlen < 0) return nullptr;
   size_t len = strlen(tmpl);
-  if (static_cast<size_t>(suffixlen) > len || len - static_cast<size_t>(suffixlen) < static_cast<size_t>(kXs)) return nullptr;
+  const size_t suffix = static_cast<size_t>(suffixlen);
+  if (suffix > len || len - suffix < static_cast<size_t>(kXs)) return nullptr;
   char* x = tmpl + len - kXs - suffixlen;
   for (int i = 0; i < kXs; ++i)
     if (x[i] != 'X') return nullptr;

@@ -62,7 +62,7 @@ if [ -d "$pmix_lib/pmix2/lib/pmix" ]; then
   for plugin in "$pmix_lib"/pmix2/lib/pmix/*.so; do
     ldd "$plugin" 2>/dev/null | grep -Eq "$unwanted|not found" || cp -L "$plugin" "$B/mpi/pmix/lib/pmix/"
   done
-  [ -d /usr/share/pmix ] && cp -rL /usr/share/pmix "$B/mpi/pmix/share-pmix" && mv "$B/mpi/pmix/share-pmix" "$B/mpi/pmix/share"
+  [ -d /usr/share/pmix ] && cp -rL /usr/share/pmix "$B/mpi/pmix/share"
 fi
 # mpirun: Open MPI's launcher with the bundle's prefix (the ranks it starts inherit it).
 cat >"$B/bin/mpirun" <<'EOF'
@@ -82,13 +82,13 @@ chmod 755 "$B/bin/mpirun"
 glibc='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnsl|libmvec|libBrokenLocale|libthread_db|libcrypt)\.so'
 cudalibs='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver|libnvidia-ml)\.so'
 elves() { find "$B" -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c 'head -c4 "$1" | grep -q "ELF"' _ {} \; -print; }
-for f in $(elves); do
-  ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
-done | sort -u | while read -r soname path; do
+# One ldd pass: it lists each file's whole closure, so the copied libraries' own needs are in it already.
+for f in $(elves); do ldd "$f" 2>/dev/null; done | sort -u >"$work/ldd"
+awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' "$work/ldd" | sort -u | while read -r soname path; do
   echo "$soname" | grep -Eq "$glibc|$cudalibs" && continue
   [ -e "$B/lib/$soname" ] || cp -L "$path" "$B/lib/$soname"
 done
-missing=$(for f in $(elves); do ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u | grep -Ev "$cudalibs" || true)
+missing=$(awk '/not found/ {print $1}' "$work/ldd" | sort -u | grep -Ev "$cudalibs" || true)
 [ -z "$missing" ] || { echo "bundle: libraries not found on this machine: $missing" >&2; exit 1; }
 
 # 4. Relocatable: every ELF finds lib/ relative to itself; debug info aside, then stripped.

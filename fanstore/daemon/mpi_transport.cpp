@@ -461,7 +461,8 @@ struct MpiTransport::Impl {
     }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
     uint64_t off = kReplyHeader + h.msg_len;
-    if (!RangeEndsAt(off, h.n, b.size()) || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    if (!RangeEndsAt(off, h.n, b.size()) || h.n != p->range.length)
+      return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     char* dst = Land(*p, h.n ? h.n : 1);
     if (!dst) return Fail(req_id, Status(Code::kNoMemory, "no memory for a reply"));
     std::memcpy(dst, b.data() + off, h.n);
@@ -476,7 +477,8 @@ struct MpiTransport::Impl {
       return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, std::string(dst + kReplyHeader, h.msg_len)));
     uint64_t off = kReplyHeader + h.msg_len;
-    if (!RangeEndsAt(off, h.n, count) || h.n != p->range.length) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    if (!RangeEndsAt(off, h.n, count) || h.n != p->range.length)
+      return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     Received(req_id, dst + off, h.n);
   }
 

@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "daemon_protocol.hpp"
-#include "shared_cache.hpp"
 #include "range_check.hpp"
+#include "shared_cache.hpp"
 
 namespace fanstore::daemon {
 namespace {

@@ -547,7 +547,9 @@ struct SocketServer::Impl {
     ev.data.u64 = id;
     c.events = EPOLLIN;
     if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      const int err = errno;  // for Adopt's message: close may change it
       close(fd);
+      errno = err;
       return false;
     }
     conns.emplace(id, std::move(c));
@@ -733,10 +735,11 @@ void SocketServer::Deliver(uint64_t conn, uint64_t req_id, const Status& s, cons
   auto it = impl_->conns.find(conn);
   if (it == impl_->conns.end() || !it->second.busy || it->second.busy_req != req_id) return;
   // A reply is never longer or shorter than what was asked for, whatever the path that produced it computed.
-  Status checked = s.ok() && n != it->second.busy_len
-                       ? Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) + " bytes to a fetch of " +
-                                                    std::to_string(it->second.busy_len) + " (not sent)")
-                       : s;
+  const uint64_t asked = it->second.busy_len;
+  Status checked = s.ok() && n != asked ? Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) +
+                                                                     " bytes to a fetch of " + std::to_string(asked) +
+                                                                     " (not sent)")
+                                        : s;
   if (!checked.ok()) impl_->stats->client_errors.fetch_add(1, std::memory_order_relaxed);
   impl_->Reply(conn, it->second, checked, data, n);
   // The next request may already wait in the connection's buffer. It is handled on the next Poll, not now: the

@@ -196,6 +196,11 @@ Status BadEntry(const Entry& e, const std::string& what) {
                                     "): re-pack or copy the image again");
 }
 
+// The entry's offset, stored size and size are below format::kMaxStoredOffset: sums of two cannot wrap.
+bool SizesBounded(const Entry& e) {
+  return e.offset <= kMaxStoredOffset && e.stored_size <= kMaxStoredOffset && e.size <= kMaxStoredOffset;
+}
+
 }  // namespace
 
 Result<const PartState*> Image::Impl::Part(uint32_t p) const {
@@ -424,8 +429,7 @@ Status FileChecks(const Image& img, uint32_t id, Entry* e) {
 
 Status Image::CheckLayout(const Entry& e) const {
   if (!e.is_reg() || e.part >= impl_->parts) return BadEntry(e, "type or partition");
-  if (e.offset > kMaxStoredOffset || e.stored_size > kMaxStoredOffset || e.size > kMaxStoredOffset)
-    return BadEntry(e, "offset or size");
+  if (!SizesBounded(e)) return BadEntry(e, "offset or size");
   if (e.size == 0 && e.stored_size != 0) return BadEntry(e, "stored bytes of an empty file");
   if (e.size == 0) return Status::Ok();
   auto first = GetChunk(e, 0);
@@ -433,8 +437,7 @@ Status Image::CheckLayout(const Entry& e) const {
 }
 
 Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
-  if (!e.is_reg() || e.part >= impl_->parts || e.offset > kMaxStoredOffset || e.stored_size > kMaxStoredOffset ||
-      e.size > kMaxStoredOffset)
+  if (!e.is_reg() || e.part >= impl_->parts || !SizesBounded(e))
     return BadEntry(e, "type, partition, offset or size");
   const uint64_t n = format::ChunkCount(e.size, impl_->chunk_shift);
   if (i >= n) return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + std::string(e.path));

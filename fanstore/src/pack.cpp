@@ -31,24 +31,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The folder holding `path` ("." for a bare name, "/" at the root), and `name` under a folder with one slash.
+std::string ParentOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+std::string NameOf(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }  // npos + 1 == 0
+std::string Join(const std::string& dir, std::string_view name) {
+  return dir + (dir.back() == '/' ? "" : "/") + std::string(name);
+}
+
 // Names the temporary directories (OUTPUT.tmp-PID) earlier packs into `output` left: a pack removes its own on
 // any failure or signal, so one left means that pack was killed, or runs still (here, or on another node).
 void NameLeftovers(const std::string& output, const std::function<void(const std::string&)>& warn) {
-  const size_t slash = output.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : output.substr(0, slash);
-  const std::string prefix = output.substr(slash == std::string::npos ? 0 : slash + 1) + ".tmp-";
+  if (!warn) return;
+  const std::string dir = ParentOf(output), prefix = NameOf(output) + ".tmp-", mine = std::to_string(::getpid());
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr || !warn) {
-    if (d) ::closedir(d);
-    return;
-  }
+  if (d == nullptr) return;
   while (dirent* e = ::readdir(d)) {
     std::string_view n = e->d_name;
     if (n.size() <= prefix.size() || n.substr(0, prefix.size()) != prefix) continue;
     std::string_view pid = n.substr(prefix.size());
-    if (pid.find_first_not_of("0123456789") != std::string_view::npos) continue;
-    const std::string path = (slash == std::string::npos ? "" : dir + "/") + std::string(n);
-    if (std::to_string(::getpid()) == pid) continue;
+    if (pid.find_first_not_of("0123456789") != std::string_view::npos || pid == mine) continue;
+    const std::string path = output.find('/') == std::string::npos ? std::string(n) : Join(dir, n);
     const bool live = ::kill(static_cast<pid_t>(std::stoll(std::string(pid))), 0) == 0 || errno == EPERM;
     warn(path + (live ? " belongs to a pack (pid " + std::string(pid) + ") still running on this host, or to one on "
                         "another host; once none runs, remove it: rm -r " + path
@@ -77,9 +82,7 @@ Status CheckOutput(const std::string& source, const std::string& output) {
     if (!empty_dir)
       return Status(Code::kExists, "output " + output + " already exists and is not empty: remove it or choose another -o");
   }
-  std::string parent = output.substr(0, output.find_last_of('/') == std::string::npos ? 0 : output.find_last_of('/'));
-  if (output.find('/') == std::string::npos) parent = ".";
-  if (parent.empty()) parent = "/";
+  const std::string parent = ParentOf(output);
   char rp_parent[PATH_MAX], rp_source[PATH_MAX];
   if (::realpath(parent.c_str(), rp_parent) == nullptr) {
     Status e = Status::FromErrno(errno, "cannot use output directory " + parent);
@@ -89,11 +92,9 @@ Status CheckOutput(const std::string& source, const std::string& output) {
     // The output resolved when it exists (an empty directory, perhaps the source itself), else its resolved
     // parent plus its name.
     char rp_output[PATH_MAX];
-    const std::string name = output.substr(output.find_last_of('/') == std::string::npos ? 0 : output.find_last_of('/') + 1);
-    std::string o = ::realpath(output.c_str(), rp_output) != nullptr ? std::string(rp_output) + "/"
-                                                                     : std::string(rp_parent) + "/" + name + "/";
-    std::string s = std::string(rp_source) + "/";
-    if (o.compare(0, s.size(), s) == 0 || (s == "//" && o[0] == '/'))
+    const std::string o = Join(::realpath(output.c_str(), rp_output) ? rp_output : Join(rp_parent, NameOf(output)), "");
+    const std::string s = Join(rp_source, "");
+    if (o.compare(0, s.size(), s) == 0)
       return Status(Code::kInvalidArgument, "output " + output + " is the source " + source +
                                                 " or inside it: choose an -o outside it");
   }
@@ -252,8 +253,7 @@ Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSourc
     env->RemoveDirAndFiles(tmp);
     return WithAdvice(s, opts.output);
   }
-  std::string parent = opts.output.find('/') == std::string::npos ? "." : opts.output.substr(0, opts.output.find_last_of('/'));
-  (void)env->SyncDir(parent.empty() ? "/" : parent);  // the image is complete either way; this only hardens the rename
+  (void)env->SyncDir(ParentOf(opts.output));  // the image is complete either way; this only hardens the rename
   PackReport rep;
   rep.files = tree->files;
   rep.dirs = tree->dirs;

@@ -54,7 +54,8 @@ class View {
         (h.nslots & (h.nslots - 1)) != 0)
       return false;
     if (!RangeWithin(h.slots_off, uint64_t{h.nslots} * sizeof(Slot), size) ||
-        !RangeWithin(h.hits_off, uint64_t{h.nslots} * 4, size) || !RangeWithin(h.data_off, h.data_len, size) || h.slots_off % 8 != 0 || h.hits_off % 4 != 0)
+        !RangeWithin(h.hits_off, uint64_t{h.nslots} * 4, size) || !RangeWithin(h.data_off, h.data_len, size) ||
+        h.slots_off % 8 != 0 || h.hits_off % 4 != 0)
       return false;
     slots_ = reinterpret_cast<Slot*>(base + h.slots_off);
     hits_ = reinterpret_cast<std::atomic<uint32_t>*>(hits ? hits : base + h.hits_off);

@@ -57,7 +57,7 @@ enum class Scope {
     "all cores (`build.sh`), 2 (`build_drivers.sh`)")                                                                       \
   X(kCtestJobs, "CTEST_JOBS", Scope::kScript, "`scripts/test.sh`", "tests run in parallel", "2")                            \
   X(kSlowTests, "FANSTORE_SLOW_TESTS", Scope::kScript, "`scripts/test.sh`",                                                 \
-    "`1`: also run the tests labelled `slow` (e.g. `mpi_kill_stress_25`, `bench.quick`)", "off")                             \
+    "`1`: also run the tests labelled `slow` (e.g. `mpi_kill_stress_25`, `bench.quick`)", "off")                       \
   X(kDemoDir, "DEMO_DIR", Scope::kScript, "`scripts/demo.sh`", "where the demo writes its data, images and runs",           \
     "a new `/tmp/fanstore-demo.*`")                                                                                         \
   X(kBenchTmpfs, "BENCH_TMPFS", Scope::kScript, "`scripts/bench.sh`", "tmpfs directory for the benchmark trees",            \
@@ -74,14 +74,14 @@ enum class Scope {
   X(kBenchSpatialParts, "SPATIAL_PARTS", Scope::kScript, "`scripts/bench/spatial.sh`",                                        \
     "which parts to run (rerun the timing parts alone at a quiet moment)", "`memory cap scaling model`")                      \
   X(kComputeSanitizer, "COMPUTE_SANITIZER", Scope::kScript, "`scripts/gpu-smoke.sh --sanitizer`, `scripts/gpu-check.sh`",   \
-    "the `compute-sanitizer` binary", "`compute-sanitizer` on `PATH`, else `/usr/local/cuda/bin/compute-sanitizer`")          \
-  X(kCudaHome, "CUDA_HOME", Scope::kScript, "the bundle's `bin/fanstore-env`",                                                 \
-    "a CUDA toolkit whose `lib64` (searched first) holds the CUDA libraries", "unset")                                         \
-  X(kEnvPythons, "FANSTORE_ENV_PYTHONS", Scope::kScript, "the bundle's `bin/fanstore-env`",                                   \
-    "the Python programs whose `nvidia/*/lib` folders are searched for the CUDA libraries", "`python3` on `PATH`")         \
-  X(kEnvSystemDirs, "FANSTORE_ENV_SYSTEM_DIRS", Scope::kScript, "the bundle's `bin/fanstore-env`",                            \
-    "the folders searched last for the CUDA libraries (space-separated)",                                                      \
-    "`/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/lib64`")                 \
+    "the `compute-sanitizer` binary", "`compute-sanitizer` on `PATH`, else `/usr/local/cuda/bin/compute-sanitizer`")   \
+  X(kCudaHome, "CUDA_HOME", Scope::kScript, "the bundle's `bin/fanstore-env`",                                         \
+    "a CUDA toolkit whose `lib64` (searched first) holds the CUDA libraries", "unset")                                 \
+  X(kEnvPythons, "FANSTORE_ENV_PYTHONS", Scope::kScript, "the bundle's `bin/fanstore-env`",                            \
+    "the Python programs whose `nvidia/*/lib` folders are searched for the CUDA libraries", "`python3` on `PATH`")     \
+  X(kEnvSystemDirs, "FANSTORE_ENV_SYSTEM_DIRS", Scope::kScript, "the bundle's `bin/fanstore-env`",                     \
+    "the folders searched last for the CUDA libraries (space-separated)",                                              \
+    "`/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/lib64`")           \
   X(kFanstoreBinary, "FANSTORE", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",            \
     "the `fanstore` binary to launch", "`fanstore` (on `PATH`; `mpirun-example.sh` falls back to `build/bin/fanstore`)")    \
   X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",      \
