@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Turns a fanstore-train metrics.jsonl into PNG curves (gnuplot): loss.png, metric.png,
-# throughput.png and stall.png next to each other in an output directory.
+# throughput.png and stall.png next to each other in an output directory. A tournament run
+# (--trainers K) gets one loss and metric curve per trainer, with a point where a trainer took
+# another's model.
 # Usage: scripts/plot-metrics.sh METRICS.jsonl [OUTDIR]   (OUTDIR defaults to the metrics file's folder)
 # Needs gnuplot (Debian: gnuplot-nox) and python3 (FANSTORE_PYTHON, default /usr/bin/python3).
 set -euo pipefail
@@ -23,6 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$python" - "$metrics" "$tmp" << 'EOF'
 import json, sys
 steps, vals, metric = {}, {}, None
+losses, tvals, exchanges = {}, {}, {}  # tournament runs: per trainer
 with open(sys.argv[1]) as f:
     for n, line in enumerate(f, 1):
         line = line.strip()
@@ -33,11 +36,17 @@ with open(sys.argv[1]) as f:
         except ValueError:
             sys.exit(f"plot-metrics: {sys.argv[1]}:{n}: not a JSON line")
         num = lambda k: "NaN" if e.get(k) is None else repr(float(e[k]))
+        t = e.get("trainer")
         if e.get("event") == "step":
-            steps[e["step"]] = (num("loss"), num("samples_per_s"), num("compute_samples_per_s"), num("input_stall_pct"), num("lr"))
+            if t is not None:
+                losses.setdefault(t, {})[e["step"]] = num("loss")
+            if t in (None, 0):  # a step's timing is the same record for every trainer
+                steps[e["step"]] = (num("loss"), num("samples_per_s"), num("compute_samples_per_s"), num("input_stall_pct"), num("lr"))
         elif e.get("event") == "validation":
-            metric = next((k for k in e if k not in ("event", "epoch", "step", "baseline_mae")), metric)
-            vals[e["step"]] = (e["epoch"] + 1, num(metric) if metric else "NaN")
+            metric = next((k for k in e if k not in ("event", "epoch", "step", "baseline_mae", "trainer")), metric)
+            (tvals.setdefault(t, {}) if t is not None else vals)[e["step"]] = (e["epoch"] + 1, num(metric) if metric else "NaN")
+        elif e.get("event") == "tournament" and e.get("kept") == "partner":
+            exchanges[(e["step"], t)] = True
         elif e.get("event") == "summary" and e.get("metric"):
             metric = e["metric"]
 if not steps:
@@ -48,6 +57,18 @@ with open(f"{sys.argv[2]}/steps.dat", "w") as out:
 with open(f"{sys.argv[2]}/validation.dat", "w") as out:
     for s in sorted(vals):
         out.write(f"{s} {vals[s][0]} {vals[s][1]}\n")
+for t in losses:
+    with open(f"{sys.argv[2]}/loss_{t}.dat", "w") as out:
+        for s in sorted(losses[t]):
+            out.write(f"{s} {losses[t][s]}\n")
+    with open(f"{sys.argv[2]}/validation_{t}.dat", "w") as out:
+        for s in sorted(tvals.get(t, {})):
+            out.write(f"{s} {tvals[t][s][0]} {tvals[t][s][1]}\n")
+with open(f"{sys.argv[2]}/exchanges.dat", "w") as out:  # the taker's loss at the step of the round
+    for (s, t) in sorted(exchanges):
+        out.write(f"{s} {losses.get(t, {}).get(s, 'NaN')}\n")
+with open(f"{sys.argv[2]}/trainers", "w") as out:
+    out.write(f"{len(losses)}\n")
 with open(f"{sys.argv[2]}/metric_name", "w") as out:
     out.write(metric or "validation metric")
 # Which step columns have any value (files of older fanstore-train versions lack the stall fields).
@@ -57,8 +78,11 @@ EOF
 read -r has_loss has_rate has_compute has_stall has_lr < "$tmp/columns"
 
 metric_name=$(cat "$tmp/metric_name")
+trainers=$(cat "$tmp/trainers")
 has_validation=0
-[[ -s $tmp/validation.dat ]] && has_validation=1
+[[ -s $tmp/validation.dat || -s $tmp/validation_0.dat ]] && has_validation=1
+has_exchanges=0
+[[ -s $tmp/exchanges.dat ]] && has_exchanges=1
 gnuplot << EOF
 set terminal pngcairo size 900,500 font ",10"
 set grid
@@ -67,9 +91,19 @@ set xlabel "step"
 set datafile missing "NaN"
 
 set output "$out/loss.png"
-set title "Training loss (mean over ranks)"
 set ylabel "loss"
-plot "$tmp/steps.dat" using 1:2 with lines lw 1 title "loss"
+if ($trainers > 0) {
+  set title "Training loss per trainer (mean over its ranks); points: a trainer took the winner's model"
+  if ($has_exchanges) {
+    plot for [t=0:$trainers-1] sprintf("$tmp/loss_%d.dat", t) using 1:2 with lines lw 1 title sprintf("trainer %d", t), \
+         "$tmp/exchanges.dat" using 1:2 with points pt 7 ps 1 lc rgb "black" title "took the winner's model"
+  } else {
+    plot for [t=0:$trainers-1] sprintf("$tmp/loss_%d.dat", t) using 1:2 with lines lw 1 title sprintf("trainer %d", t)
+  }
+} else {
+  set title "Training loss (mean over ranks)"
+  plot "$tmp/steps.dat" using 1:2 with lines lw 1 title "loss"
+}
 
 set output "$out/throughput.png"
 set title "Training throughput"
@@ -97,11 +131,16 @@ if ($has_stall) {
 set output "$out/metric.png"
 set title "Validation $metric_name"
 set ylabel "$metric_name"
-if ($has_validation) {
-  plot "$tmp/validation.dat" using 1:3 with linespoints lw 2 pt 7 title "$metric_name (after each epoch)"
+if ($has_validation && $trainers > 0) {
+  plot for [t=0:$trainers-1] sprintf("$tmp/validation_%d.dat", t) using 1:3 with linespoints lw 2 pt 7 \
+       title sprintf("trainer %d (after each epoch)", t)
 } else {
-  set label 1 "no validation records (train with --val DIR)" at graph 0.5, 0.5 center
-  plot [0:1] [0:1] NaN notitle
+  if ($has_validation) {
+    plot "$tmp/validation.dat" using 1:3 with linespoints lw 2 pt 7 title "$metric_name (after each epoch)"
+  } else {
+    set label 1 "no validation records (train with --val DIR)" at graph 0.5, 0.5 center
+    plot [0:1] [0:1] NaN notitle
+  }
 }
 EOF
 echo "plot-metrics: wrote $out/loss.png $out/metric.png $out/throughput.png $out/stall.png"

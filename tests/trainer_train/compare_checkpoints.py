@@ -8,6 +8,7 @@ import sys
 def read(path):
     data = open(path, "rb").read()
     assert data[:8] == b"FSTRCKPT", path + ": bad magic"
+    (version,) = struct.unpack_from("<I", data, 8)
     pos = 12  # magic + u32 version
 
     def u64():
@@ -32,6 +33,8 @@ def read(path):
 
     string(), u64(), string()  # model, table signature, optimizer
     position = [u64() for _ in range(6)]
+    if version >= 3:
+        u64()  # learning-rate scale (f64 bits)
     u64()  # optimizer steps
     return position, floats(), floats()
 

@@ -10,12 +10,42 @@ py=${FANSTORE_PYTHON:-/usr/bin/python3}
 rm -rf "$work" && mkdir -p "$work"
 cd "$work"
 
-mpirun_2() {
-  local mpirun=${FANSTORE_MPIRUN:-$(command -v mpirun || true)}
+mpirun_n() {  # mpirun_n RANKS PROGRAM ARGS...
+  local mpirun=${FANSTORE_MPIRUN:-$(command -v mpirun || true)} n=$1
+  shift
   if [[ -z "$mpirun" ]]; then echo "SKIP: no mpirun"; exit 77; fi
   local root_flag=()
   [[ $(id -u) == 0 ]] && root_flag=(--allow-run-as-root)
-  "$mpirun" "${root_flag[@]}" --oversubscribe -np 2 --bind-to none "$@"
+  "$mpirun" "${root_flag[@]}" --oversubscribe -np "$n" --bind-to none "$@"
+}
+mpirun_2() { mpirun_n 2 "$@"; }
+
+# check_rounds METRICS EXPECTED_ROUNDS: every tournament record is sane, partners agree, and two
+# trainers that kept the same winner hold bit-identical state (the hash of weights and optimizer state).
+check_rounds() {
+  $py - "$1" "$2" << 'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rounds = {}
+for e in lines:
+    if e["event"] == "tournament":
+        rounds.setdefault(e["round"], {})[e["trainer"]] = e
+assert len(rounds) == int(sys.argv[2]), "rounds: %d, expected %s" % (len(rounds), sys.argv[2])
+same = 0
+for n, r in sorted(rounds.items()):
+    for t, e in r.items():
+        p = e["partner"]
+        assert r[p]["partner"] == t, "round %d: trainer %d met %d, which met %d" % (n, t, p, r[p]["partner"])
+        if p == t:
+            continue
+        winner_same = e["winner"] == r[p]["winner"]
+        assert (e["state_hash"] == r[p]["state_hash"]) == winner_same, \
+            "round %d: trainers %d and %d kept winners %d and %d but hashes %s %s" % (
+                n, t, p, e["winner"], r[p]["winner"], e["state_hash"], r[p]["state_hash"])
+        same += winner_same
+print("ok   %d rounds, partners agree; %d time(s) a trainer kept the model that also won its partner's tournament, "
+      "with the partner's exact state" % (len(rounds), same // 2))
+PY
 }
 
 # summary FIELD METRICS_FILE: a field of the final {"event":"summary"} line.
@@ -197,6 +227,117 @@ benchmark_format)
   [[ "$line" =~ ^train:\ [0-9.]+\ samples/s,\ inference:\ [0-9.]+\ samples/s,\ device:\ cpu-onednn,\ 2\ threads$ ]] ||
     { echo "FAIL format"; exit 1; }
   echo "ok   benchmark line format (with the device)"
+  ;;
+ltfb_data_parallel)
+  # 4 ranks as 2 trainers x 2 ranks (data parallel), a round every 4 steps. Trainer 1's weights are
+  # poisoned right before round 1: it must lose that round on both sides, take trainer 0's model, state
+  # and all, bit for bit, and the run must finish without a rollback.
+  "$datagen" cosmoflow -o data --samples 96 --size 32 --seed 3 --val-fraction 0.2 > /dev/null
+  mpirun_n 4 "$train" --model cosmoflow --data data/train --val data/val --epochs 2 --batch 2 --optimizer adam --lr 0.001 \
+    --threads 1 --prefetch-threads 1 --trainers 2 --ltfb-interval 4 --inject-nan-at-step 4 --inject-nan-trainer 1 \
+    --checkpoint ck > out.txt
+  cat out.txt
+  check_rounds ck/metrics.jsonl 4
+  $py - ck/metrics.jsonl << 'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+r1 = {e["trainer"]: e for e in lines if e["event"] == "tournament" and e["round"] == 1}
+assert r1[1]["own_score"] is None and r1[1]["kept"] == "partner" and r1[0]["kept"] == "own", r1
+assert r1[0]["state_hash"] == r1[1]["state_hash"], "the poisoned trainer does not hold the winner's exact state"
+s = lines[-1]
+assert s["trainers"] == 2 and s["rollbacks"] == 0 and s["samples"] == 16 * 2 * 4 and len(s["trainer_scores"]) == 2, s
+steps = [e for e in lines if e["event"] == "step"]
+assert sorted({e["trainer"] for e in steps}) == [0, 1] and len(steps) == 32, "one step record per trainer and step"
+print("ok   poisoned trainer 1 lost round 1 on both sides and continued from trainer 0's model; best trainer %d" % s["best_trainer"])
+PY
+  best=$(summary best_trainer ck/metrics.jsonl)
+  cmp ck/checkpoint.bin "ck/checkpoint-t$best.bin"
+  echo "ok   checkpoint.bin is the best trainer's ($best)"
+  "$here/../../scripts/plot-metrics.sh" ck/metrics.jsonl plots > /dev/null
+  [[ $(head -c 8 plots/loss.png | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a && $(stat -c %s plots/loss.png) -gt 2000 ]]
+  echo "ok   plot-metrics.sh drew one curve per trainer"
+  ;;
+ltfb_grid)
+  # 4 ranks as 2 trainers, each on the spatial grid 1,2,1,1: the exchange goes rank to rank.
+  # 64^3: at 32^3 CosmoFlow's last pooling has D = 1, which 2 ranks cannot split (issue 25).
+  "$datagen" cosmoflow -o data --samples 16 --size 64 --seed 3 --val-fraction 0 > /dev/null
+  mpirun_n 4 "$train" --model cosmoflow --data data/train --epochs 1 --batch 1 --optimizer sgd --lr 0.01 --threads 1 \
+    --prefetch-threads 1 --trainers 2 --grid 1,2,1,1 --ltfb-interval 3 --max-steps 6 --inject-nan-at-step 3 \
+    --inject-nan-trainer 0 --checkpoint ck > out.txt
+  cat out.txt
+  grep -q "grid 1,2,1,1" out.txt || { echo "FAIL the trainers did not run on grid 1,2,1,1"; exit 1; }
+  check_rounds ck/metrics.jsonl 2
+  $py - ck/metrics.jsonl << 'PY'
+import json, sys
+r1 = {e["trainer"]: e for e in map(json.loads, open(sys.argv[1])) if e["event"] == "tournament" and e["round"] == 1}
+assert r1[0]["kept"] == "partner" and r1[1]["kept"] == "own" and r1[0]["state_hash"] == r1[1]["state_hash"], r1
+print("ok   on grid 1,2,1,1 the poisoned trainer 0 took trainer 1's model, bit for bit")
+PY
+  ;;
+ltfb_one_trainer)
+  # --trainers 1 is the plain run: the same checkpoint, byte for byte, and the same step losses.
+  "$datagen" cosmoflow -o data --samples 40 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --batch 4 --lr 0.001 --optimizer adam --threads 2 --seed 5)
+  "$train" "${common[@]}" --checkpoint plain > /dev/null
+  "$train" "${common[@]}" --checkpoint one --trainers 1 --ltfb-interval 2 > /dev/null
+  cmp plain/checkpoint.bin one/checkpoint.bin
+  losses() { $py -c 'import json,sys; print([e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"])' "$1"; }
+  [[ "$(losses plain/metrics.jsonl)" == "$(losses one/metrics.jsonl)" ]] || { echo "FAIL losses differ"; exit 1; }
+  echo "ok   --trainers 1 == the plain run (checkpoint and losses)"
+  ;;
+ltfb_resume)
+  # 2 trainers x 1 rank with lr mutation: 12 steps straight == 5 + --resume + 7, every trainer's
+  # checkpoint byte for byte and the same tournament records (rounds at steps 4, 8 and 12).
+  "$datagen" cosmoflow -o data --samples 72 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 2 --batch 4 --lr 0.001 --optimizer adam --threads 1
+          --prefetch-threads 1 --seed 2 --trainers 2 --ltfb-interval 4 --ltfb-mutate lr=0.5,2)
+  mpirun_2 "$train" "${common[@]}" --max-steps 12 --checkpoint straight > /dev/null
+  mpirun_2 "$train" "${common[@]}" --max-steps 5 --checkpoint split > /dev/null
+  mpirun_2 "$train" "${common[@]}" --max-steps 12 --checkpoint split --resume > /dev/null
+  for t in 0 1; do
+    cmp "straight/checkpoint-t$t.bin" "split/checkpoint-t$t.bin" || { echo "FAIL trainer $t differs after resume"; exit 1; }
+  done
+  rounds() { $py -c 'import json,sys; print([(e["round"], e["trainer"], e["partner"], e["kept"], e["lr_scale"], e["state_hash"]) for e in map(json.loads, open(sys.argv[1])) if e["event"] == "tournament"])' "$1"; }
+  [[ "$(rounds straight/metrics.jsonl)" == "$(rounds split/metrics.jsonl)" ]] || { echo "FAIL tournament records differ"; exit 1; }
+  echo "ok   resume continues the tournament: both trainers' checkpoints and every round's record identical"
+  echo "     $(rounds split/metrics.jsonl)"
+  rm split/checkpoint-t1.bin
+  if mpirun_2 "$train" "${common[@]}" --max-steps 14 --checkpoint split --resume > out.txt 2> err.txt; then
+    echo "FAIL resumed with one trainer's checkpoint missing"; exit 1
+  fi
+  grep -q "checkpoint-tT.bin files are missing or from different steps" err.txt || { echo "FAIL:"; cat err.txt; exit 1; }
+  echo "ok   a missing trainer checkpoint: $(grep -m1 missing err.txt)"
+  ;;
+ltfb_bad_options)
+  "$datagen" cosmoflow -o cosmo --samples 16 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  run_expect_fail() {  # run_expect_fail "what" "text the one line must hold" ARGS...
+    local what=$1 expect=$2; shift 2
+    if "$train" --model cosmoflow --data cosmo/train --batch 2 --threads 1 --checkpoint ck_fail "$@" > out.txt 2> err.txt; then
+      echo "FAIL $what: exit 0"; exit 1
+    fi
+    if [[ $(wc -l < err.txt) -ne 1 ]] || ! grep -qF -- "$expect" err.txt; then
+      echo "FAIL $what: expected one line with '$expect', got:"; cat err.txt; exit 1
+    fi
+    [[ ! -e ck_fail ]] || { echo "FAIL $what: created ck_fail before the error"; exit 1; }
+    echo "ok   $what: $(cat err.txt)"
+  }
+  run_expect_fail "K not dividing the ranks" "--trainers 2 does not divide the 1 ranks" --trainers 2
+  run_expect_fail "empty tournament set" "leaves no tournament set" --tournament-fraction 0
+  run_expect_fail "metric the model lacks" "--tournament-metric dice: this model does not produce it; pass loss or mae" \
+    --tournament-metric dice
+  run_expect_fail "bad strategy" "--ltfb-strategy best: pass pairwise or truncation[:K]" --ltfb-strategy best
+  run_expect_fail "bad mutation" "--ltfb-mutate lr=0: '0' is not a positive factor" --ltfb-mutate lr=0
+  # Several ranks: a grid that does not fit a trainer, and too few samples for a tournament set.
+  if mpirun_2 "$train" --model cosmoflow --data cosmo/train --batch 2 --threads 1 --trainers 2 --grid 1,2,1,1 \
+      --checkpoint ck_fail > out.txt 2> err.txt; then echo "FAIL grid: exit 0"; exit 1; fi
+  grep -qF -- "--grid 1,2,1,1 needs 2 ranks, but each of the 2 trainers has 1: pass a grid whose product is 1" err.txt ||
+    { echo "FAIL grid:"; cat err.txt; exit 1; }
+  echo "ok   grid too big for a trainer: $(grep -m1 -F -- '--grid' err.txt)"
+  if mpirun_2 "$train" --model cosmoflow --data cosmo/train --batch 4 --threads 1 --trainers 2 --tournament-fraction 0.6 \
+      --checkpoint ck_fail > out.txt 2> err.txt; then echo "FAIL tiny shares: exit 0"; exit 1; fi
+  grep -q "has 8 of the 16 training samples, too few for a tournament set of 8 and one step of 4" err.txt ||
+    { echo "FAIL tiny shares:"; cat err.txt; exit 1; }
+  echo "ok   too few samples per trainer: $(grep -m1 'too few' err.txt)"
   ;;
 *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -83,6 +83,31 @@ int main(int argc, char** argv) {
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
                "Compute the interior of split layers while their halos travel")
       ->capture_default_str();
+  app.add_option("--trainers", train.tournament.trainers,
+                 "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "
+                 "disjoint data, that meet every --ltfb-interval steps and keep the better model (1 = no tournament)")
+      ->capture_default_str();
+  app.add_option("--ltfb-interval", train.tournament.interval, "Steps between tournament rounds")->capture_default_str();
+  app.add_option("--tournament-fraction", train.tournament.fraction,
+                 "Fraction of each trainer's samples held out as its tournament set (rounded up to whole batches)")
+      ->capture_default_str();
+  app.add_option("--tournament-metric", train.tournament.metric,
+                 "Score of a model on a tournament set: loss (lower wins), or the model's metric: accuracy (resnet50), "
+                 "dice (unet3d), mae (cosmoflow)")
+      ->capture_default_str();
+  app.add_option("--ltfb-exchange", train.tournament.exchange,
+                 "What partners swap: weights (parameters and batch-norm statistics) or weights+optimizer")
+      ->capture_default_str();
+  app.add_option("--ltfb-strategy", train.tournament.strategy,
+                 "pairwise (random pairs, each keeps the better on its own set) or truncation[:K] (the worst K trainers "
+                 "take the best K's models; K defaults to 1)")
+      ->capture_default_str();
+  app.add_option("--ltfb-mutate", train.tournament.mutate,
+                 "lr or lr=F1,F2,...: a trainer that takes the winner's model also takes its learning rate times one "
+                 "of the factors, drawn at random (lr alone = lr=0.8,1.25); default: no mutation");
+  app.add_option("--inject-nan-trainer", train.inject_nan_trainer,
+                 "Testing: --inject-nan-at-step poisons only this trainer (-1 = every trainer)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (describe) {

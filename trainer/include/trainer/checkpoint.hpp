@@ -12,9 +12,10 @@
 namespace fanstore::trainer {
 
 inline constexpr char kCheckpointMagic[8] = {'F', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
-// Version 2: the shuffle and the dropout masks come from Philox (fanstore/random.hpp); version 1 was
-// written while they came from xoshiro256**, whose data order a resumed run can no longer reproduce.
-inline constexpr std::uint32_t kCheckpointVersion = 2;
+// Version 3 adds the tournament's learning-rate scale; version 2 files still load (scale 1). Version 2:
+// the shuffle and the dropout masks come from Philox (fanstore/random.hpp); version 1 was written
+// while they came from xoshiro256**, whose data order a resumed run can no longer reproduce.
+inline constexpr std::uint32_t kCheckpointVersion = 3;
 
 // Where training stands; with the seed it fixes the data order (the shuffle and the augmentation
 // are pure functions of (seed, epoch, sample)), so this is the whole RNG/shuffle state.
@@ -25,6 +26,7 @@ struct TrainingPosition {
   std::uint64_t seed = 0;
   std::uint64_t world_size = 1;      // data-parallel ranks that produced it
   std::uint64_t batch_per_rank = 0;
+  double lr_scale = 1;               // tournament training: this trainer's learning-rate factor (--ltfb-mutate)
 };
 
 class CheckpointError : public std::runtime_error {

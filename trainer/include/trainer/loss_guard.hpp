@@ -20,6 +20,8 @@ class LossGuard {
 
   // True: the loss is fine and the current state was saved as the last good one.
   bool accept(double loss, Model& model, Optimizer& optimizer);
+  // Makes the current state the last good one (after a tournament replaced the model).
+  void rebase(Model& model, Optimizer& optimizer);
   // Puts the last good state back (parameters, buffers, optimizer state and step count).
   void roll_back(Model& model, Optimizer& optimizer);
   std::uint64_t rollbacks() const { return rollbacks_; }

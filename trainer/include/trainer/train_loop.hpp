@@ -10,6 +10,7 @@
 #include "trainer/distributed_grid.hpp"
 #include "trainer/models.hpp"
 #include "trainer/optim.hpp"
+#include "trainer/tournament.hpp"
 
 namespace fanstore::trainer {
 
@@ -39,8 +40,10 @@ struct TrainOptions {
   double bucket_mb = 25;             // gradient allreduce bucket size
   double spike_factor = 10;          // guard: a loss above factor * its running average is a spike (0 = NaN/Inf only)
   std::int64_t inject_nan_at_step = 0;  // testing the guard: poison a weight after this step
+  int inject_nan_trainer = -1;          // ... of this trainer only (-1: every trainer)
   bool zero_init_residual = true;    // resnet50: each bottleneck's last BN scale starts at 0 (Goyal et al. 5.1)
   GridOptions grid;                  // sample x spatial grid (docs/parallelism.md); empty = data parallelism
+  TournamentOptions tournament;      // --trainers K > 1: tournament training (docs/training.md)
 };
 
 // Trains, validates after every epoch, checkpoints, and prints a summary line. The first line on

@@ -108,6 +108,7 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
   w.u64(table_signature(t));
   w.str(optimizer.name());
   for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
+  w.u64(std::bit_cast<std::uint64_t>(p.lr_scale));
   w.u64(optimizer.steps_taken());
   const std::vector<float> values = t.read(Arena::Values), buffers = t.read(Arena::Buffers);
   w.floats(values.data(), values.size());
@@ -163,8 +164,8 @@ TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> d
   r.bytes(magic, sizeof magic);
   if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0) r.fail("not a fanstore-train checkpoint (bad magic)");
   const auto version = r.u32();
-  if (version != kCheckpointVersion)
-    r.fail("checkpoint version " + std::to_string(version) + " is not " + std::to_string(kCheckpointVersion) +
+  if (version != kCheckpointVersion && version != 2)
+    r.fail("checkpoint version " + std::to_string(version) + " is not 2 or " + std::to_string(kCheckpointVersion) +
            " (this fanstore-train): use the fanstore-train that wrote it, or start without --resume");
   if (fnv1a(data.data(), data.size() - 8) != stored_sum) r.fail("checksum mismatch; the file is damaged");
   const auto model_name = r.str();
@@ -177,6 +178,7 @@ TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> d
     r.fail("checkpoint was written with --optimizer " + optimizer_name + ", not " + optimizer.name());
   TrainingPosition p;
   for (auto* v : {&p.global_step, &p.epoch, &p.next_batch, &p.seed, &p.world_size, &p.batch_per_rank}) *v = r.u64();
+  if (version >= 3) p.lr_scale = std::bit_cast<double>(r.u64());
   optimizer.set_steps_taken(r.u64());
   std::vector<float> values(t.parameter_count()), buffers(t.buffer_count());
   r.floats(values.data(), values.size(), "parameters");

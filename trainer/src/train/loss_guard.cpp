@@ -32,6 +32,13 @@ bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
   consecutive_ = 0;
   average_ = good_steps_ == 0 ? loss : 0.9 * average_ + 0.1 * loss;
   ++good_steps_;
+  rebase(model, optimizer);
+  return true;
+}
+
+void LossGuard::rebase(Model& model, Optimizer& optimizer) {
+  ParameterTable& table = model.parameters();
+  Backend& backend = table.backend();
   snapshot(backend, table.arena(Arena::Values), values_);
   snapshot(backend, table.arena(Arena::Buffers), buffers_);
   auto state = optimizer.state();
@@ -39,7 +46,6 @@ bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
   for (std::size_t i = 0; i < state.size(); ++i) snapshot(backend, state[i].second, state_[i]);
   optimizer_steps_ = optimizer.steps_taken();
   have_snapshot_ = true;
-  return true;
 }
 
 void LossGuard::roll_back(Model& model, Optimizer& optimizer) {

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
+#include "trainer/data/subset_dataset.hpp"
 #include "trainer/device_selection.hpp"
 #include "trainer/distributed_commands.hpp"
 #include "trainer/distributed_perf_model.hpp"
@@ -30,6 +32,7 @@
 #include "trainer/schedule.hpp"
 #include "trainer/train_data.hpp"
 #include "trainer/train_loop.hpp"
+#include "tournament_round.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -40,15 +43,17 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 struct Validation {
   double metric = std::numeric_limits<double>::quiet_NaN();
+  double loss = std::numeric_limits<double>::quiet_NaN();     // with_loss: the mean of the batches' losses
   double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
   std::size_t samples = 0;
 };
 
 // Every sample group evaluates its strided share of the validation set (in order, padded to full
 // batches because the model has a fixed batch); padding positions are left out of the sums, and a
-// group's samples count once however many spatial ranks share them.
+// group's samples count once however many spatial ranks share them. `with_loss` also averages the
+// batches' losses, exact when the set is whole batches (a tournament set).
 Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
-                    std::int64_t batch, int prefetch_threads) {
+                    std::int64_t batch, int prefetch_threads, bool with_loss = false) {
   data::ShardSpec spec;
   spec.dataset_size = dataset.size();
   spec.batch_size = static_cast<std::size_t>(batch);
@@ -62,12 +67,18 @@ Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind t
   MetricSums sums;
   std::vector<float> targets;  // regression: kept for the predict-the-mean baseline
   std::size_t position = 0;
+  double losses[2] = {0, 0};  // sum over batches and ranks, count
   while (auto b = prefetcher.next()) {
     std::size_t valid = 0;
     for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
       if ((position + k) * spec.world_size + spec.rank < dataset.size()) ++valid;
     position += b->sample_indices.size();
-    run.accumulate_metric(task, run.forward(*b, Mode::Eval), *b, valid, sums);
+    const Tensor y = run.forward(*b, Mode::Eval);
+    if (with_loss) {
+      losses[0] += run.loss(task, y, *b).loss;
+      losses[1] += 1;
+    }
+    run.accumulate_metric(task, y, *b, valid, sums);
     if (task == TaskKind::Regression && run.counts_for_group()) {
       const std::size_t per = b->target_values.size() / b->sample_indices.size();
       targets.insert(targets.end(), b->target_values.begin(), b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
@@ -77,6 +88,10 @@ Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind t
   comm.sum(totals, 2);
   Validation v;
   v.metric = totals[1] > 0 ? totals[0] / totals[1] : v.metric;
+  if (with_loss) {
+    comm.sum(losses, 2);
+    v.loss = losses[1] > 0 ? losses[0] / losses[1] : v.loss;
+  }
   v.samples = dataset.size();
   if (task == TaskKind::Regression) {
     // Baseline: always predict the mean target (one mean over all target values).
@@ -99,10 +114,13 @@ struct StepTime {
   double stall_pct() const { return total() > 0 ? 100.0 * wait_s / total() : 0.0; }
 };
 
+// `trainer` < 0: a run without a tournament (no "trainer" field).
 std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples, const StepTime& t,
-                      double time_s) {
+                      double time_s, int trainer = -1) {
   std::ostringstream s;
-  s << "{\"event\":\"step\",\"step\":" << step << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss)
+  s << "{\"event\":\"step\",\"step\":" << step;
+  if (trainer >= 0) s << ",\"trainer\":" << trainer;
+  s << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss)
     << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples / t.total())
     << ",\"compute_samples_per_s\":" << json_number(samples / t.compute_s) << ",\"data_wait_s\":" << json_number(t.wait_s)
     << ",\"input_stall_pct\":" << json_number(t.stall_pct()) << ",\"time_s\":" << json_number(time_s) << "}";
@@ -123,23 +141,68 @@ std::string format_number(double v) {
   return s.str();
 }
 
-int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostream& err) {
-  const bool leader = comm.rank() == 0;
+// The tournament's JSON record of trainer t in round `round` (docs/training.md, "Tournament training").
+std::string round_json(std::uint64_t round, std::uint64_t step, int t, const RoundRecord& r, double lr_scale_after,
+                       TournamentMetric metric) {
+  std::ostringstream s;
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(r.hash));
+  s << "{\"event\":\"tournament\",\"round\":" << round << ",\"step\":" << step << ",\"trainer\":" << t
+    << ",\"partner\":" << r.partner << ",\"metric\":\"" << metric_label(metric) << "\",\"own_score\":"
+    << json_number(r.own_score) << ",\"partner_score\":" << json_number(r.partner_score)
+    << ",\"winner\":" << (r.kept_own ? t : r.partner) << ",\"kept\":\"" << (r.kept_own ? "own" : "partner")
+    << "\",\"lr_scale\":" << json_number(lr_scale_after) << ",\"state_hash\":\"" << hash
+    << "\",\"state_bytes\":" << json_number(r.state_bytes) << ",\"transfer_s\":" << json_number(r.transfer_s)
+    << ",\"score_s\":" << json_number(r.score_s) << ",\"round_s\":" << json_number(r.round_s) << "}";
+  return s.str();
+}
+
+// The tournament metric that ranks validation scores (accuracy, Dice or MAE).
+TournamentMetric validation_metric(TaskKind task) {
+  return task == TaskKind::Classification ? TournamentMetric::Accuracy
+         : task == TaskKind::Segmentation ? TournamentMetric::Dice
+                                          : TournamentMetric::Mae;
+}
+
+int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostream& err) {
+  const bool leader = world.rank() == 0;  // talks and writes the metrics
   const TaskKind task = task_for_model(o.model);
   if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
   if (o.lr && *o.lr < 0) throw std::invalid_argument("--lr must not be negative");
   if (o.warmup_epochs && *o.warmup_epochs < 0) throw std::invalid_argument("--warmup-epochs must not be negative");
   if (o.checkpoint_dir.empty() && o.resume)
     throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
-  const std::size_t world = static_cast<std::size_t>(comm.size());
+  const TournamentPlan plan = parse_tournament(o.tournament, task, world.size());
+  if (o.inject_nan_trainer >= plan.trainers)
+    throw std::invalid_argument("--inject-nan-trainer " + std::to_string(o.inject_nan_trainer) +
+                                ": pass a trainer below --trainers " + std::to_string(plan.trainers) + " (or -1 for all)");
+  const int trainer = plan.trainer_of(world.rank());
+  // Each trainer is a contiguous block of ranks with a communicator of its own (one trainer: the world).
+  const std::unique_ptr<Communicator> trainer_comm = plan.enabled() ? world.split(trainer, world.rank()) : nullptr;
+  Communicator& comm = plan.enabled() ? *trainer_comm : world;
+  const bool trainer_leader = comm.rank() == 0;  // writes its trainer's checkpoint
+  std::ostream quiet(nullptr);                   // what other trainers would repeat
+  const std::size_t ranks = static_cast<std::size_t>(world.size());
   const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
   const DecayKind decay = parse_decay_kind(o.schedule);
-  // Only rank 0 writes into the directory, so only its choice of a default name matters.
-  const std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
+  // Rank 0 chooses a default name; every trainer's first rank writes into the directory.
+  std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
+  if (plan.enabled() && o.checkpoint_dir.empty()) {
+    std::uint64_t n = checkpoint_dir.size();
+    world.broadcast(&n, sizeof n, 0);
+    checkpoint_dir.resize(n);
+    world.broadcast(checkpoint_dir.data(), n, 0);
+  }
 
   // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
-  if (!o.grid.grid.empty() && o.grid.grid != "auto")
-    check_grid_ranks(parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3), comm.size());
+  if (!o.grid.grid.empty() && o.grid.grid != "auto") {
+    const GridShape shape = parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3);
+    if (plan.enabled() && shape.ranks() != comm.size())
+      throw GridError("--grid " + shape.to_string() + " needs " + std::to_string(shape.ranks()) + " ranks, but each of the " +
+                      std::to_string(plan.trainers) + " trainers has " + std::to_string(comm.size()) +
+                      ": pass a grid whose product is " + std::to_string(comm.size()) + " (ranks / --trainers)");
+    check_grid_ranks(shape, comm.size());
+  }
 
   auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
   std::unique_ptr<data::SampleDataset> val_set;
@@ -147,14 +210,17 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     val_set = open_dataset(o.model, o.val_dir, false, o.input_size);
     require_same_layout(*train_set, *val_set, o.val_dir);
   }
-  ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed);
+  // Trainers start from different initial weights (trainer 0 from the plain run's).
+  ModelOptions model_options =
+      model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed + static_cast<std::uint64_t>(trainer));
   model_options.zero_init_residual = o.zero_init_residual;
   const Precision precision = parse_precision(o.precision);
   auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
   // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
   // data parallelism. The batch is per sample group.
   const ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads,
-                                             o.optimizer.kind == "adam" ? 2 : 1, backend_of_run->device(), comm, out, err);
+                                             o.optimizer.kind == "adam" ? 2 : 1, backend_of_run->device(), comm,
+                                             trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
   if (o.grid.explain) return 0;
   model_options.batch = resolved.batch_per_group;
   auto model = build_model(o.model, std::move(backend_of_run), model_options);
@@ -173,7 +239,15 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
 
   const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
   const std::int64_t group_batch = resolved.batch_per_group;
-  const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);  // the global batch
+  const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);  // the trainer's global batch
+  // Tournament: each trainer trains on its own share of the samples, minus its tournament set.
+  std::unique_ptr<data::SampleDataset> tournament_set;
+  if (plan.enabled()) {
+    std::shared_ptr<const data::SampleDataset> all(std::move(train_set));
+    auto samples = trainer_samples(all->size(), plan.trainers, trainer, plan.fraction, per_step, o.seed);
+    tournament_set = std::make_unique<data::SubsetDataset>(all, std::move(samples.tournament));
+    train_set = std::make_unique<data::SubsetDataset>(all, std::move(samples.train));
+  }
   const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
@@ -187,12 +261,18 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   schedule.total_steps = static_cast<std::int64_t>(steps_per_epoch) * o.epochs;
   schedule.warmup_steps = static_cast<std::int64_t>(std::llround(warmup_epochs * static_cast<double>(steps_per_epoch)));
 
-  if (leader) std::filesystem::create_directories(checkpoint_dir);
-  const std::string checkpoint_path = checkpoint_dir + "/checkpoint.bin";
+  if (trainer_leader) std::filesystem::create_directories(checkpoint_dir);
+  // With a tournament every trainer has its file; checkpoint.bin is then the best trainer's at the end.
+  const std::string checkpoint_path =
+      checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(trainer) + ".bin" : "/checkpoint.bin");
   const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   if (leader) {
     // The first line: what this run does, with every default it chose, and where its output goes.
-    out << "fanstore-train: " << o.model << " on " << world << " rank" << (world == 1 ? "" : "s");
+    out << "fanstore-train: " << o.model << " on " << ranks << " rank" << (ranks == 1 ? "" : "s");
+    if (plan.enabled())
+      out << " as " << plan.trainers << " trainers x " << plan.ranks_per_trainer << " (tournament every " << plan.interval
+          << " steps on " << format_number(plan.fraction) << " of each trainer's samples by "
+          << metric_label(plan.metric) << ")";
     if (resolved.spatial() || o.grid.sync_bn)
       out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s")
           << ")";
@@ -212,9 +292,11 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   bool resumed = false;
   if (o.resume) {
     // Only rank 0 writes checkpoints, so only its file counts: with node-local checkpoint directories
-    // another rank may hold an older file or none. Rank 0 decides and sends the bytes to every rank.
-    std::vector<char> bytes = leader && std::filesystem::exists(checkpoint_path) ? read_checkpoint_file(checkpoint_path)
-                                                                                  : std::vector<char>();
+    // another rank may hold an older file or none. Rank 0 decides and sends the bytes to every rank
+    // (of its trainer: each trainer's first rank reads that trainer's file).
+    std::vector<char> bytes = trainer_leader && std::filesystem::exists(checkpoint_path)
+                                  ? read_checkpoint_file(checkpoint_path)
+                                  : std::vector<char>();
     std::uint64_t size = bytes.size();
     comm.broadcast(&size, sizeof size, 0);
     bytes.resize(size);
@@ -233,6 +315,18 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
             << position.epoch << ", batch " << position.next_batch << ")\n";
     } else if (leader) {
       err << "fanstore-train: --resume: no " << checkpoint_path << " yet, starting from scratch\n";
+    }
+    if (plan.enabled()) {
+      // The trainers continue one tournament: all from checkpoints of the same step, or all from scratch.
+      double hi[2] = {resumed ? 1.0 : 0.0, static_cast<double>(position.global_step)};
+      double lo[2] = {-hi[0], -hi[1]};
+      world.max(hi, 2);
+      world.max(lo, 2);
+      if (hi[0] != -lo[0] || hi[1] != -lo[1])
+        throw CheckpointError(checkpoint_dir + ": the trainers' checkpoint-tT.bin files are missing or from different "
+                              "steps (" + std::to_string(static_cast<long long>(-lo[1])) + " to " +
+                              std::to_string(static_cast<long long>(hi[1])) +
+                              "); resume needs every trainer's file of one run, or start without --resume");
     }
   }
 
@@ -253,9 +347,20 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
   std::uint64_t samples_trained = 0;
   Validation last_val;
   bool stopped = false, validated_at_end = false;
+  std::uint64_t rounds = 0;
+  double tournament_s = 0, exchange_s = 0, state_bytes = 0;  // this rank's, over the run
+  std::vector<double> trainer_losses(static_cast<std::size_t>(plan.trainers), last_loss);
 
   auto save = [&] {
-    if (leader) save_checkpoint(checkpoint_path, *model, *optimizer, position);
+    if (trainer_leader) save_checkpoint(checkpoint_path, *model, *optimizer, position);
+  };
+  // The tournament score of the model as it stands: its metric on this trainer's tournament set; a
+  // model with a NaN/Inf weight has diverged and scores NaN (max pooling can hide it from the loss).
+  const auto tournament_score = [&] {
+    if (!backend.all_finite(table.arena(Arena::Values))) return std::numeric_limits<double>::quiet_NaN();
+    const bool by_loss = plan.metric == TournamentMetric::Loss;
+    const Validation v = validate(grid_run, *tournament_set, task, comm, group_batch, o.prefetch_threads, by_loss);
+    return by_loss ? v.loss : v.metric;
   };
 
   for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
@@ -269,7 +374,7 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
     const std::size_t first = epoch == position.epoch ? position.next_batch : 0;  // mid-epoch resume
     std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first), batches.end());
-    data::hint_epoch_order(*train_set, remaining, comm.rank());  // FanStore daemon prefetch; no-op without one
+    data::hint_epoch_order(*train_set, remaining, world.rank());  // FanStore daemon prefetch; no-op without one
     data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
     validated_at_end = false;
 
@@ -284,8 +389,8 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       LossResult loss = grid_run.loss(task, y, *batch);
       double sums[2] = {loss.loss, wait};
       comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
-      const double mean_loss = sums[0] / static_cast<double>(world);
-      const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step));
+      const double mean_loss = sums[0] / static_cast<double>(comm.size());
+      const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step)) * position.lr_scale;
 
       if (!guard.accept(mean_loss, *model, *optimizer)) {
         guard.roll_back(*model, *optimizer);
@@ -322,21 +427,57 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
       }
       last_loss = mean_loss;
       backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
-      const StepTime step{sums[1] / static_cast<double>(world), seconds_since(step_start)};
+      const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start)};
       run_time.wait_s += step.wait_s;
       run_time.compute_s += step.compute_s;
       samples_trained += per_step;
       ++position.global_step;
       position.epoch = epoch;
       position.next_batch = j + 1;
-      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step)) {
+      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step) &&
+          (o.inject_nan_trainer < 0 || o.inject_nan_trainer == trainer)) {
         Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
         backend.fill(first, std::numeric_limits<float>::quiet_NaN());
       }
+      // Every trainer's loss and learning rate, for one curve per trainer.
+      std::vector<double> per_trainer;
+      if (plan.enabled()) per_trainer = gather_per_trainer(plan, world, {mean_loss, lr});
+      for (int t = 0; t < plan.trainers && leader; ++t) {
+        const auto i = 2 * static_cast<std::size_t>(t);
+        metrics.write(step_json(position.global_step, epoch, plan.enabled() ? per_trainer[i] : mean_loss,
+                                plan.enabled() ? per_trainer[i + 1] : lr, static_cast<double>(per_step), step,
+                                seconds_since(start), plan.enabled() ? t : -1));
+      }
+      if (plan.enabled()) {
+        for (int t = 0; t < plan.trainers; ++t) trainer_losses[static_cast<std::size_t>(t)] = per_trainer[2 * static_cast<std::size_t>(t)];
+      }
+
+      if (plan.enabled() && position.global_step % static_cast<std::uint64_t>(plan.interval) == 0) {
+        const std::uint64_t round = position.global_step / static_cast<std::uint64_t>(plan.interval);
+        RoundRecord mine = play_round(plan, o.seed, round, world, *model, *optimizer, tournament_score);
+        mine.lr_scale = position.lr_scale;
+        const auto records = gather_records(plan, world, mine);
+        ++rounds;
+        tournament_s += mine.round_s;
+        exchange_s += mine.round_s - mine.score_s;
+        state_bytes += mine.state_bytes;
+        // A trainer that took the winner's model takes its learning rate too (times a mutation).
+        const auto lr_scale_after = [&](int t) {
+          const RoundRecord& r = records[static_cast<std::size_t>(t)];
+          return r.kept_own ? r.lr_scale
+                            : records[static_cast<std::size_t>(r.partner)].lr_scale *
+                                  mutation_factor(plan.lr_factors, o.seed, round, t);
+        };
+        if (!mine.kept_own) {
+          position.lr_scale = lr_scale_after(trainer);
+          guard.rebase(*model, *optimizer);
+        }
+        for (int t = 0; t < plan.trainers && leader; ++t)
+          metrics.write(round_json(round, position.global_step, t, records[static_cast<std::size_t>(t)], lr_scale_after(t),
+                                   plan.metric));
+      }
 
       if (leader) {
-        metrics.write(step_json(position.global_step, epoch, mean_loss, lr, static_cast<double>(per_step), step,
-                                seconds_since(start)));
         char rates[96];
         std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%", static_cast<double>(per_step) / step.total(),
                       step.stall_pct());
@@ -359,19 +500,50 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     if (val_set && (!stopped || position.next_batch == 0)) {
       last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
       validated_at_end = true;
-      if (leader) {
+      // Every trainer validates its own model on the whole validation set.
+      const std::vector<double> vals =
+          plan.enabled() ? gather_per_trainer(plan, world, {last_val.metric}) : std::vector<double>{last_val.metric};
+      for (int t = 0; t < plan.trainers && leader; ++t) {
+        const double metric = vals[static_cast<std::size_t>(t)];
         std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
-                           std::to_string(position.global_step) + ",\"" + metric_name(task) + "\":" + json_number(last_val.metric);
+                           std::to_string(position.global_step) + (plan.enabled() ? ",\"trainer\":" + std::to_string(t) : "") +
+                           ",\"" + metric_name(task) + "\":" + json_number(metric);
         if (task == TaskKind::Regression) line += ",\"baseline_mae\":" + json_number(last_val.baseline);
         metrics.write(line + "}");
-        err << "fanstore-train: epoch " << epoch + 1 << " validation " << metric_name(task) << " " << last_val.metric << "\n";
+        err << "fanstore-train: epoch " << epoch + 1 << (plan.enabled() ? " trainer " + std::to_string(t) : "")
+            << " validation " << metric_name(task) << " " << metric << "\n";
       }
     }
     save();
   }
   if (val_set && !validated_at_end) last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+  // The run's output model is the best trainer's: by validation score, or without --val by the
+  // tournament score; its first rank writes it as checkpoint.bin.
+  int best = 0;
+  std::vector<double> finals{last_val.metric};
+  if (plan.enabled()) {
+    finals = gather_per_trainer(plan, world, {val_set ? last_val.metric : tournament_score()});
+    const TournamentMetric by = val_set ? validation_metric(task) : plan.metric;
+    for (int t = 1; t < plan.trainers; ++t)
+      if (score_beats(finals[static_cast<std::size_t>(t)], finals[static_cast<std::size_t>(best)], by)) best = t;
+    if (trainer == best && trainer_leader) save_checkpoint(checkpoint_dir + "/checkpoint.bin", *model, *optimizer, position);
+    last_loss = trainer_losses[static_cast<std::size_t>(best)];
+    last_val.metric = val_set ? finals[static_cast<std::size_t>(best)] : last_val.metric;
+    double totals[3] = {tournament_s, exchange_s, state_bytes};
+    world.max(totals, 2);  // the slowest rank's rounds
+    world.sum(totals + 2, 1);
+    tournament_s = totals[0];
+    exchange_s = totals[1];
+    state_bytes = totals[2];
+  }
+  double rollbacks = static_cast<double>(guard.rollbacks());
+  if (plan.enabled()) {
+    const auto all = gather_per_trainer(plan, world, {rollbacks});
+    rollbacks = std::accumulate(all.begin(), all.end(), 0.0);
+    samples_trained *= static_cast<std::uint64_t>(plan.trainers);  // every trainer's samples
+  }
   double peak_rss[1] = {peak_rss_bytes()};
-  comm.max(peak_rss, 1);  // the busiest rank
+  world.max(peak_rss, 1);  // the busiest rank
 
   // The summary: one line for people and scripts, and the same as the last JSON line.
   const double total = seconds_since(start);
@@ -381,28 +553,47 @@ int run(const TrainOptions& o, Communicator& comm, std::ostream& out, std::ostre
     std::ostringstream s;
     char stall[32];
     std::snprintf(stall, sizeof stall, "%.1f%%", run_time.stall_pct());
-    s << "summary: model " << o.model << "  ranks " << world << "  grid " << grid_run.grid().to_string() << "  steps "
+    s << "summary: model " << o.model << "  ranks " << ranks << "  grid " << grid_run.grid().to_string() << "  steps "
       << position.global_step << "  time " << total << " s  train " << rate << " samples/s (input stall " << stall << ", "
       << compute_rate << " samples/s without the waits)  final loss " << last_loss;
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
-    s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << guard.rollbacks();
+    if (plan.enabled()) {
+      s << "  trainers " << plan.trainers << " (best " << best << " by " << (val_set ? metric_name(task) : metric_label(plan.metric))
+        << ":";
+      for (double f : finals) s << " " << f;
+      s << ")  tournament rounds " << rounds << " (" << tournament_s << " s, "
+        << format_number(total > 0 ? std::round(1000 * tournament_s / total) / 10 : 0) << "% of the run; exchange "
+        << exchange_s << " s, the rest scoring)";
+    }
+    s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << rollbacks;
     if (scaler.enabled()) s << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
     s << "  peak RSS " << static_cast<long long>(peak_rss[0] / (1 << 20)) << " MiB";
-    if (world > 1)
+    if (ranks > 1)
       s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
         << " started during backward)";
     out << s.str() << "\n";
-    out << "outputs: " << checkpoint_path << "  " << metrics_path << "\n";
+    out << "outputs: " << (plan.enabled() ? checkpoint_dir + "/checkpoint.bin (trainer " + std::to_string(best) +
+                                                 "'s; every trainer's in checkpoint-tT.bin)"
+                                           : checkpoint_path)
+        << "  " << metrics_path << "\n";
     std::ostringstream j;
-    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << world << ",\"grid\":\""
+    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << ranks << ",\"grid\":\""
       << grid_run.grid().to_string() << "\",\"steps\":" << position.global_step
       << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
       << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(run_time.wait_s)
       << ",\"input_stall_pct\":" << json_number(run_time.stall_pct())
       << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
       << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
-      << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << guard.rollbacks()
+      << ",\"samples\":" << samples_trained;
+    if (plan.enabled()) {
+      j << ",\"trainers\":" << plan.trainers << ",\"best_trainer\":" << best << ",\"trainer_scores\":[";
+      for (std::size_t t = 0; t < finals.size(); ++t) j << (t ? "," : "") << json_number(finals[t]);
+      j << "],\"tournament_rounds\":" << rounds << ",\"tournament_s\":" << json_number(tournament_s)
+        << ",\"tournament_exchange_s\":" << json_number(exchange_s)
+        << ",\"tournament_state_bytes\":" << json_number(state_bytes);
+    }
+    j << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << rollbacks
       << ",\"allreduce_buckets\":" << allreduce.bucket_count()
       << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
       << ",\"peak_rss_bytes\":" << static_cast<long long>(peak_rss[0]) << "}";
