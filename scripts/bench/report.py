@@ -58,6 +58,9 @@ SECTIONS = [
      ["spatial", "one-rank", "data-parallel", "predicted", "model-choice", "measured-best"],
      [("spatial", "one-rank"), ("spatial", "data-parallel"), ("spatial", "predicted"),
       ("model-choice", "measured-best")]),
+    ("ltfb", "Tournament training (LTFB): samples and wall time to a target score, K trainers vs one",
+     ["ltfb-k", "one-trainer"],
+     [("ltfb-k", "one-trainer")]),
 ]
 
 HEADINGS = {
@@ -74,6 +77,7 @@ HEADINGS = {
     "fanstore-train-gpu": "fanstore-train (GPU)", "goal": "goal",
     "spatial": "grid", "one-rank": "one rank", "data-parallel": "data parallel",
     "predicted": "model's prediction", "model-choice": "model's choice", "measured-best": "measured best",
+    "ltfb-k": "K trainers", "one-trainer": "one trainer",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
@@ -83,6 +87,7 @@ SUBJECT = {
     "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
     "microbench-fanstore": "FanStore",
     "fanstore-train-gpu": "fanstore-train (GPU)", "spatial": "grid", "model-choice": "model's choice",
+    "ltfb-k": "K trainers",
 }
 
 
@@ -122,6 +127,8 @@ def verdict(row, contender, baseline):
     good, bad = ("higher", "lower") if row["unit"].startswith("%") else ("faster", "slower")
     if row["unit"] in ("MiB", "bytes"):
         good, bad = "smaller", "larger"
+    if row["unit"] == "samples":
+        good, bad = "fewer", "more"
     who = SUBJECT.get(contender, contender)
     # Utilisation is a percentage already: say the gap in points as well as the ratio.
     pts = f" ({xa - xb:+.1f} pts)" if row["unit"].startswith("%") else ""

@@ -75,7 +75,7 @@ TEST(Tournament, TruncationReplacesTheWorstByTheBest) {
   EXPECT_EQ(s, (std::vector<int>{0, 1, 2, 0})) << "ties go to the lower trainer index";
 }
 
-TEST(Tournament, TrainerSamplesAreDisjointWholeBatchesAndCoverTheSet) {
+TEST(Tournament, TrainerSamplesAreDisjointEqualAndWholeBatches) {
   const std::size_t n = 103;
   std::vector<int> owner(n, -1);
   for (int t = 0; t < 3; ++t) {
@@ -89,7 +89,9 @@ TEST(Tournament, TrainerSamplesAreDisjointWholeBatchesAndCoverTheSet) {
         owner[i] = t;
       }
   }
-  EXPECT_TRUE(std::all_of(owner.begin(), owner.end(), [](int o) { return o >= 0; })) << "every sample is somebody's";
+  EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 1) << "103 = 3 x 34 + 1: all but the remainder are somebody's";
+  EXPECT_EQ(trainer_samples(n, 3, 0, 0.1, 4, 5).train.size(), trainer_samples(n, 3, 2, 0.1, 4, 5).train.size())
+      << "equal shares: every trainer runs the same number of steps";
   EXPECT_EQ(trainer_samples(n, 3, 1, 0.1, 4, 5).train, trainer_samples(n, 3, 1, 0.1, 4, 5).train);
   // The split is a shuffle: an image folder's samples are sorted by class.
   const auto s0 = trainer_samples(n, 3, 0, 0.1, 4, 5);

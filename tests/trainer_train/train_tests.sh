@@ -308,6 +308,38 @@ ltfb_resume)
   grep -q "checkpoint-tT.bin files are missing or from different steps" err.txt || { echo "FAIL:"; cat err.txt; exit 1; }
   echo "ok   a missing trainer checkpoint: $(grep -m1 missing err.txt)"
   ;;
+ltfb_odd_truncation)
+  # 3 trainers of one rank: pairwise leaves one trainer out of every round (it keeps its state, sends
+  # nothing); truncation:1 gives the worst trainer the best one's exact state.
+  "$datagen" cosmoflow -o data --samples 96 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --batch 2 --optimizer adam --lr 0.001 --threads 1
+          --prefetch-threads 1 --trainers 3 --ltfb-interval 3 --max-steps 9)
+  mpirun_n 3 "$train" "${common[@]}" --checkpoint pairwise > /dev/null
+  check_rounds pairwise/metrics.jsonl 3
+  mpirun_n 3 "$train" "${common[@]}" --ltfb-strategy truncation --checkpoint truncation > /dev/null
+  $py - pairwise/metrics.jsonl truncation/metrics.jsonl << 'PY'
+import json, sys
+def rounds(path):
+    r = {}
+    for e in map(json.loads, open(path)):
+        if e["event"] == "tournament":
+            r.setdefault(e["round"], {})[e["trainer"]] = e
+    return r
+for n, r in rounds(sys.argv[1]).items():
+    alone = [t for t, e in r.items() if e["partner"] == t]
+    assert len(alone) == 1, "round %d: %d trainers alone" % (n, len(alone))
+    e = r[alone[0]]
+    assert e["kept"] == "own" and e["state_bytes"] == 0, e
+print("ok   pairwise with 3 trainers: one trainer per round plays itself, keeps its state and moves no bytes")
+for n, r in rounds(sys.argv[2]).items():
+    scores = {t: e["own_score"] for t, e in r.items()}
+    best, worst = min(scores, key=lambda t: (scores[t], t)), max(scores, key=lambda t: (scores[t], t))
+    assert r[worst]["kept"] == "partner" and r[worst]["partner"] == best, (n, r)
+    assert r[worst]["state_hash"] == r[best]["state_hash"], "round %d: the worst does not hold the best's state" % n
+    assert all(r[t]["kept"] == "own" for t in r if t != worst), (n, r)
+print("ok   truncation: in every round the worst trainer took the best one's exact state, the others kept theirs")
+PY
+  ;;
 ltfb_bad_options)
   "$datagen" cosmoflow -o cosmo --samples 16 --size 32 --seed 2 --val-fraction 0 > /dev/null
   run_expect_fail() {  # run_expect_fail "what" "text the one line must hold" ARGS...

@@ -63,7 +63,8 @@ std::vector<int> pairwise_partners(int trainers, std::uint64_t seed, std::uint64
 // i-th worst of `scores` takes the i-th best's model, for i < k; ties go to the lower trainer index.
 std::vector<int> truncation_sources(const std::vector<double>& scores, TournamentMetric metric, int k);
 
-// A trainer's samples: the dataset permuted once with `seed`, cut into `trainers` contiguous parts; the
+// A trainer's samples: the dataset permuted once with `seed`, cut into `trainers` contiguous parts of
+// floor(N / trainers) (equal, so that every trainer runs the same number of steps); the
 // first part of trainer t's share is its tournament set, `fraction` of it rounded up to whole `unit`s
 // (its sample groups x batch, so that scoring needs no padded batch), the rest its training set.
 // Throws std::invalid_argument when the tournament set or the training set would be empty.

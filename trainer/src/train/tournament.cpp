@@ -150,8 +150,9 @@ std::vector<int> truncation_sources(const std::vector<double>& scores, Tournamen
 TrainerSamples trainer_samples(std::size_t dataset_size, int trainers, int trainer, double fraction, std::size_t unit,
                                std::uint64_t seed) {
   const auto order = data::epoch_permutation(dataset_size, seed, kSplitEpoch);
-  const std::size_t k = static_cast<std::size_t>(trainers), t = static_cast<std::size_t>(trainer);
-  const std::size_t begin = dataset_size * t / k, end = dataset_size * (t + 1) / k, n = end - begin;
+  // Equal shares (the remainder of N / K is left out): trainers must run the same number of steps.
+  const std::size_t n = dataset_size / static_cast<std::size_t>(trainers);
+  const std::size_t begin = n * static_cast<std::size_t>(trainer), end = begin + n;
   std::size_t units = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n) / static_cast<double>(unit)));
   if (units == 0) units = 1;
   const std::size_t m = units * unit;

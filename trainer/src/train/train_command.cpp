@@ -218,10 +218,19 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
   // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
   // data parallelism. The batch is per sample group.
-  const ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads,
-                                             o.optimizer.kind == "adam" ? 2 : 1, backend_of_run->device(), comm,
-                                             trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
+  ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer.kind == "adam" ? 2 : 1,
+                                       backend_of_run->device(), comm, trainer == 0 ? out : quiet,
+                                       trainer == 0 ? err : quiet);
   if (o.grid.explain) return 0;
+  if (plan.enabled() && o.grid.grid == "auto") {
+    // Trainers step together and swap whole models: all take trainer 0's measured choice.
+    std::int64_t shape[5] = {resolved.batch_per_group, resolved.shape.samples, 1, 1, 1};
+    for (std::size_t i = 0; i < resolved.shape.spatial.size(); ++i) shape[2 + i] = resolved.shape.spatial[i];
+    world.broadcast(shape, sizeof shape, 0);
+    resolved.batch_per_group = shape[0];
+    resolved.shape.samples = static_cast<int>(shape[1]);
+    for (std::size_t i = 0; i < resolved.shape.spatial.size(); ++i) resolved.shape.spatial[i] = static_cast<int>(shape[2 + i]);
+  }
   model_options.batch = resolved.batch_per_group;
   auto model = build_model(o.model, std::move(backend_of_run), model_options);
   ParameterTable& table = model->parameters();
