@@ -21,7 +21,6 @@
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/data/shard.hpp"
-#include "trainer/data/subset_dataset.hpp"
 #include "trainer/device_selection.hpp"
 #include "trainer/distributed_commands.hpp"
 #include "trainer/distributed_perf_model.hpp"
@@ -32,7 +31,7 @@
 #include "trainer/schedule.hpp"
 #include "trainer/train_data.hpp"
 #include "trainer/train_loop.hpp"
-#include "tournament_round.hpp"
+#include "tournament_run.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -141,27 +140,55 @@ std::string format_number(double v) {
   return s.str();
 }
 
-// The tournament's JSON record of trainer t in round `round` (docs/training.md, "Tournament training").
-std::string round_json(std::uint64_t round, std::uint64_t step, int t, const RoundRecord& r, double lr_scale_after,
-                       TournamentMetric metric) {
-  std::ostringstream s;
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(r.hash));
-  s << "{\"event\":\"tournament\",\"round\":" << round << ",\"step\":" << step << ",\"trainer\":" << t
-    << ",\"partner\":" << r.partner << ",\"metric\":\"" << metric_label(metric) << "\",\"own_score\":"
-    << json_number(r.own_score) << ",\"partner_score\":" << json_number(r.partner_score)
-    << ",\"winner\":" << (r.kept_own ? t : r.partner) << ",\"kept\":\"" << (r.kept_own ? "own" : "partner")
-    << "\",\"lr_scale\":" << json_number(lr_scale_after) << ",\"state_hash\":\"" << hash
-    << "\",\"state_bytes\":" << json_number(r.state_bytes) << ",\"transfer_s\":" << json_number(r.transfer_s)
-    << ",\"score_s\":" << json_number(r.score_s) << ",\"round_s\":" << json_number(r.round_s) << "}";
-  return s.str();
-}
-
 // The tournament metric that ranks validation scores (accuracy, Dice or MAE).
 TournamentMetric validation_metric(TaskKind task) {
   return task == TaskKind::Classification ? TournamentMetric::Accuracy
          : task == TaskKind::Segmentation ? TournamentMetric::Dice
                                           : TournamentMetric::Mae;
+}
+
+// --resume. Only rank 0 of a trainer writes its checkpoints, so only its file counts: with node-local
+// checkpoint directories another rank may hold an older file or none. That rank decides and sends
+// the bytes to the trainer's other ranks. `position` holds this run's grid (sample groups, batch).
+// Returns whether a checkpoint was restored; trainers of a tournament all resume from the same step
+// or all start afresh.
+bool resume(const std::string& path, const std::string& dir, Communicator& comm, Communicator& world, bool tournament,
+            Model& model, Optimizer& optimizer, TrainingPosition& position, std::ostream& err) {
+  const bool leader = world.rank() == 0;
+  const std::uint64_t groups = position.world_size, group_batch = position.batch_per_rank;
+  std::vector<char> bytes =
+      comm.rank() == 0 && std::filesystem::exists(path) ? read_checkpoint_file(path) : std::vector<char>();
+  std::uint64_t size = bytes.size();
+  comm.broadcast(&size, sizeof size, 0);
+  bytes.resize(size);
+  comm.broadcast(bytes.data(), bytes.size(), 0);
+  const bool resumed = size > 0;
+  if (resumed) {
+    position = restore_checkpoint(path, std::move(bytes), model, optimizer);
+    if (leader && (position.world_size != groups || position.batch_per_rank != group_batch))
+      err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
+          << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
+          << " (the data order changes, the run is not bit-identical)\n";
+    position.world_size = groups;
+    position.batch_per_rank = group_batch;
+    if (leader)
+      err << "fanstore-train: resumed from " << path << " at step " << position.global_step << " (epoch "
+          << position.epoch << ", batch " << position.next_batch << ")\n";
+  } else if (leader) {
+    err << "fanstore-train: --resume: no " << path << " yet, starting from scratch\n";
+  }
+  if (tournament) {
+    double hi[2] = {resumed ? 1.0 : 0.0, static_cast<double>(position.global_step)};
+    double lo[2] = {-hi[0], -hi[1]};
+    world.max(hi, 2);
+    world.max(lo, 2);
+    if (hi[0] != -lo[0] || hi[1] != -lo[1])
+      throw CheckpointError(dir + ": the trainers' checkpoint-tT.bin files are missing or from different steps (" +
+                            std::to_string(static_cast<long long>(-lo[1])) + " to " +
+                            std::to_string(static_cast<long long>(hi[1])) +
+                            "); resume needs every trainer's file of one run, or start without --resume");
+  }
+  return resumed;
 }
 
 int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostream& err) {
@@ -176,10 +203,10 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   if (o.inject_nan_trainer >= plan.trainers)
     throw std::invalid_argument("--inject-nan-trainer " + std::to_string(o.inject_nan_trainer) +
                                 ": pass a trainer below --trainers " + std::to_string(plan.trainers) + " (or -1 for all)");
-  const int trainer = plan.trainer_of(world.rank());
   // Each trainer is a contiguous block of ranks with a communicator of its own (one trainer: the world).
-  const std::unique_ptr<Communicator> trainer_comm = plan.enabled() ? world.split(trainer, world.rank()) : nullptr;
-  Communicator& comm = plan.enabled() ? *trainer_comm : world;
+  Tournament tournament(plan, world, o.seed);
+  const int trainer = tournament.trainer();
+  Communicator& comm = tournament.trainer_comm();
   const bool trainer_leader = comm.rank() == 0;  // writes its trainer's checkpoint
   std::ostream quiet(nullptr);                   // what other trainers would repeat
   const std::size_t ranks = static_cast<std::size_t>(world.size());
@@ -249,14 +276,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
   const std::int64_t group_batch = resolved.batch_per_group;
   const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);  // the trainer's global batch
-  // Tournament: each trainer trains on its own share of the samples, minus its tournament set.
-  std::unique_ptr<data::SampleDataset> tournament_set;
-  if (plan.enabled()) {
-    std::shared_ptr<const data::SampleDataset> all(std::move(train_set));
-    auto samples = trainer_samples(all->size(), plan.trainers, trainer, plan.fraction, per_step, o.seed);
-    tournament_set = std::make_unique<data::SubsetDataset>(all, std::move(samples.tournament));
-    train_set = std::make_unique<data::SubsetDataset>(all, std::move(samples.train));
-  }
+  tournament.split_samples(train_set, per_step);  // each trainer's share, less its tournament set
   const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
@@ -298,46 +318,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   position.seed = o.seed;
   position.world_size = groups;
   position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
-  bool resumed = false;
-  if (o.resume) {
-    // Only rank 0 writes checkpoints, so only its file counts: with node-local checkpoint directories
-    // another rank may hold an older file or none. Rank 0 decides and sends the bytes to every rank
-    // (of its trainer: each trainer's first rank reads that trainer's file).
-    std::vector<char> bytes = trainer_leader && std::filesystem::exists(checkpoint_path)
-                                  ? read_checkpoint_file(checkpoint_path)
-                                  : std::vector<char>();
-    std::uint64_t size = bytes.size();
-    comm.broadcast(&size, sizeof size, 0);
-    bytes.resize(size);
-    comm.broadcast(bytes.data(), bytes.size(), 0);
-    if (size > 0) {
-      position = restore_checkpoint(checkpoint_path, std::move(bytes), *model, *optimizer);
-      resumed = true;
-      if (leader && (position.world_size != groups || position.batch_per_rank != static_cast<std::uint64_t>(group_batch)))
-        err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
-            << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
-            << " (the data order changes, the run is not bit-identical)\n";
-      position.world_size = groups;
-      position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
-      if (leader)
-        err << "fanstore-train: resumed from " << checkpoint_path << " at step " << position.global_step << " (epoch "
-            << position.epoch << ", batch " << position.next_batch << ")\n";
-    } else if (leader) {
-      err << "fanstore-train: --resume: no " << checkpoint_path << " yet, starting from scratch\n";
-    }
-    if (plan.enabled()) {
-      // The trainers continue one tournament: all from checkpoints of the same step, or all from scratch.
-      double hi[2] = {resumed ? 1.0 : 0.0, static_cast<double>(position.global_step)};
-      double lo[2] = {-hi[0], -hi[1]};
-      world.max(hi, 2);
-      world.max(lo, 2);
-      if (hi[0] != -lo[0] || hi[1] != -lo[1])
-        throw CheckpointError(checkpoint_dir + ": the trainers' checkpoint-tT.bin files are missing or from different "
-                              "steps (" + std::to_string(static_cast<long long>(-lo[1])) + " to " +
-                              std::to_string(static_cast<long long>(hi[1])) +
-                              "); resume needs every trainer's file of one run, or start without --resume");
-    }
-  }
+  const bool resumed = o.resume && resume(checkpoint_path, checkpoint_dir, comm, world, plan.enabled(), *model,
+                                          *optimizer, position, err);
 
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   ProgressLine progress(leader);  // only rank 0 talks
@@ -356,8 +338,6 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   std::uint64_t samples_trained = 0;
   Validation last_val;
   bool stopped = false, validated_at_end = false;
-  std::uint64_t rounds = 0;
-  double tournament_s = 0, exchange_s = 0, state_bytes = 0;  // this rank's, over the run
   std::vector<double> trainer_losses(static_cast<std::size_t>(plan.trainers), last_loss);
 
   auto save = [&] {
@@ -368,7 +348,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const auto tournament_score = [&] {
     if (!backend.all_finite(table.arena(Arena::Values))) return std::numeric_limits<double>::quiet_NaN();
     const bool by_loss = plan.metric == TournamentMetric::Loss;
-    const Validation v = validate(grid_run, *tournament_set, task, comm, group_batch, o.prefetch_threads, by_loss);
+    const Validation v = validate(grid_run, tournament.tournament_set(), task, comm, group_batch, o.prefetch_threads, by_loss);
     return by_loss ? v.loss : v.metric;
   };
 
@@ -448,43 +428,23 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
         Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
         backend.fill(first, std::numeric_limits<float>::quiet_NaN());
       }
-      // Every trainer's loss and learning rate, for one curve per trainer.
-      std::vector<double> per_trainer;
-      if (plan.enabled()) per_trainer = gather_per_trainer(plan, world, {mean_loss, lr});
-      for (int t = 0; t < plan.trainers && leader; ++t) {
+      // Every trainer's loss and learning rate (one curve per trainer).
+      const std::vector<double> values = tournament.per_trainer({mean_loss, lr});
+      for (int t = 0; t < plan.trainers; ++t) {
         const auto i = 2 * static_cast<std::size_t>(t);
-        metrics.write(step_json(position.global_step, epoch, plan.enabled() ? per_trainer[i] : mean_loss,
-                                plan.enabled() ? per_trainer[i + 1] : lr, static_cast<double>(per_step), step,
-                                seconds_since(start), plan.enabled() ? t : -1));
+        trainer_losses[static_cast<std::size_t>(t)] = values[i];
+        if (leader)
+          metrics.write(step_json(position.global_step, epoch, values[i], values[i + 1], static_cast<double>(per_step),
+                                  step, seconds_since(start), tournament.enabled() ? t : -1));
       }
-      if (plan.enabled()) {
-        for (int t = 0; t < plan.trainers; ++t) trainer_losses[static_cast<std::size_t>(t)] = per_trainer[2 * static_cast<std::size_t>(t)];
+      const auto round = tournament.play_if_due(position.global_step, position.lr_scale, *model, *optimizer,
+                                                tournament_score);
+      if (round.took_other) {
+        position.lr_scale = round.lr_scale;
+        guard.rebase(*model, *optimizer);
       }
-
-      if (plan.enabled() && position.global_step % static_cast<std::uint64_t>(plan.interval) == 0) {
-        const std::uint64_t round = position.global_step / static_cast<std::uint64_t>(plan.interval);
-        RoundRecord mine = play_round(plan, o.seed, round, world, *model, *optimizer, tournament_score);
-        mine.lr_scale = position.lr_scale;
-        const auto records = gather_records(plan, world, mine);
-        ++rounds;
-        tournament_s += mine.round_s;
-        exchange_s += mine.round_s - mine.score_s;
-        state_bytes += mine.state_bytes;
-        // A trainer that took the winner's model takes its learning rate too (times a mutation).
-        const auto lr_scale_after = [&](int t) {
-          const RoundRecord& r = records[static_cast<std::size_t>(t)];
-          return r.kept_own ? r.lr_scale
-                            : records[static_cast<std::size_t>(r.partner)].lr_scale *
-                                  mutation_factor(plan.lr_factors, o.seed, round, t);
-        };
-        if (!mine.kept_own) {
-          position.lr_scale = lr_scale_after(trainer);
-          guard.rebase(*model, *optimizer);
-        }
-        for (int t = 0; t < plan.trainers && leader; ++t)
-          metrics.write(round_json(round, position.global_step, t, records[static_cast<std::size_t>(t)], lr_scale_after(t),
-                                   plan.metric));
-      }
+      for (const auto& record : round.records)
+        if (leader) metrics.write(record);
 
       if (leader) {
         char rates[96];
@@ -510,8 +470,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
       last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
       validated_at_end = true;
       // Every trainer validates its own model on the whole validation set.
-      const std::vector<double> vals =
-          plan.enabled() ? gather_per_trainer(plan, world, {last_val.metric}) : std::vector<double>{last_val.metric};
+      const std::vector<double> vals = tournament.per_trainer({last_val.metric});
       for (int t = 0; t < plan.trainers && leader; ++t) {
         const double metric = vals[static_cast<std::size_t>(t)];
         std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
@@ -529,28 +488,16 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   // The run's output model is the best trainer's: by validation score, or without --val by the
   // tournament score; its first rank writes it as checkpoint.bin.
   int best = 0;
-  std::vector<double> finals{last_val.metric};
   if (plan.enabled()) {
-    finals = gather_per_trainer(plan, world, {val_set ? last_val.metric : tournament_score()});
-    const TournamentMetric by = val_set ? validation_metric(task) : plan.metric;
-    for (int t = 1; t < plan.trainers; ++t)
-      if (score_beats(finals[static_cast<std::size_t>(t)], finals[static_cast<std::size_t>(best)], by)) best = t;
+    best = tournament.choose_best(val_set ? last_val.metric : tournament_score(),
+                                  val_set ? validation_metric(task) : plan.metric);
     if (trainer == best && trainer_leader) save_checkpoint(checkpoint_dir + "/checkpoint.bin", *model, *optimizer, position);
     last_loss = trainer_losses[static_cast<std::size_t>(best)];
-    last_val.metric = val_set ? finals[static_cast<std::size_t>(best)] : last_val.metric;
-    double totals[3] = {tournament_s, exchange_s, state_bytes};
-    world.max(totals, 2);  // the slowest rank's rounds
-    world.sum(totals + 2, 1);
-    tournament_s = totals[0];
-    exchange_s = totals[1];
-    state_bytes = totals[2];
+    if (val_set) last_val.metric = tournament.final_scores()[static_cast<std::size_t>(best)];
   }
-  double rollbacks = static_cast<double>(guard.rollbacks());
-  if (plan.enabled()) {
-    const auto all = gather_per_trainer(plan, world, {rollbacks});
-    rollbacks = std::accumulate(all.begin(), all.end(), 0.0);
-    samples_trained *= static_cast<std::uint64_t>(plan.trainers);  // every trainer's samples
-  }
+  const auto all_rollbacks = tournament.per_trainer({static_cast<double>(guard.rollbacks())});
+  const double rollbacks = std::accumulate(all_rollbacks.begin(), all_rollbacks.end(), 0.0);
+  samples_trained *= static_cast<std::uint64_t>(plan.trainers);  // every trainer's samples
   double peak_rss[1] = {peak_rss_bytes()};
   world.max(peak_rss, 1);  // the busiest rank
 
@@ -567,14 +514,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
       << compute_rate << " samples/s without the waits)  final loss " << last_loss;
     if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
     if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
-    if (plan.enabled()) {
-      s << "  trainers " << plan.trainers << " (best " << best << " by " << (val_set ? metric_name(task) : metric_label(plan.metric))
-        << ":";
-      for (double f : finals) s << " " << f;
-      s << ")  tournament rounds " << rounds << " (" << tournament_s << " s, "
-        << format_number(total > 0 ? std::round(1000 * tournament_s / total) / 10 : 0) << "% of the run; exchange "
-        << exchange_s << " s, the rest scoring)";
-    }
+    if (plan.enabled())
+      s << "  " << tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric), total);
     s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << rollbacks;
     if (scaler.enabled()) s << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
     s << "  peak RSS " << static_cast<long long>(peak_rss[0] / (1 << 20)) << " MiB";
@@ -595,13 +536,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
       << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
       << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
       << ",\"samples\":" << samples_trained;
-    if (plan.enabled()) {
-      j << ",\"trainers\":" << plan.trainers << ",\"best_trainer\":" << best << ",\"trainer_scores\":[";
-      for (std::size_t t = 0; t < finals.size(); ++t) j << (t ? "," : "") << json_number(finals[t]);
-      j << "],\"tournament_rounds\":" << rounds << ",\"tournament_s\":" << json_number(tournament_s)
-        << ",\"tournament_exchange_s\":" << json_number(exchange_s)
-        << ",\"tournament_state_bytes\":" << json_number(state_bytes);
-    }
+    if (plan.enabled()) j << "," << tournament.summary_json();
     j << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << rollbacks
       << ",\"allreduce_buckets\":" << allreduce.bucket_count()
       << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
