@@ -1,4 +1,4 @@
-// Encoding of the client<->daemon socket messages and deadline-bounded socket I/O with fd passing.
+// Deadline-bounded socket I/O with fd passing, and payload memfds, for the client<->daemon protocol.
 #include "daemon_protocol.hpp"
 
 #include <fcntl.h>
@@ -12,22 +12,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "format.hpp"
 
 namespace fanstore::daemon_proto {
 
-using format::Load32;
-using format::Load64;
-using format::Store32;
-using format::Store64;
-
 namespace {
-
-uint16_t Load16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-void Store16(unsigned char* p, uint16_t v) {
-  p[0] = static_cast<unsigned char>(v & 0xff);
-  p[1] = static_cast<unsigned char>(v >> 8);
-}
 
 // Waits until fd is ready for `events` or the deadline passes. kTimeout / kIoError (peer hung up) / ok.
 Status WaitReady(int fd, short events, int64_t deadline_ms, const char* what) {
@@ -59,125 +47,6 @@ int64_t NowMs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
-void EncodeRequest(const Request& r, unsigned char out[kRequestSize]) {
-  std::memset(out, 0, kRequestSize);
-  Store32(out + 0, kRequestMagic);
-  Store16(out + 4, kVersion);
-  Store16(out + 6, static_cast<uint16_t>(r.type));
-  Store64(out + 8, r.req_id);
-  if (r.type == MsgType::kPrefetch) {
-    Store64(out + 16, r.stream);
-    Store32(out + 24, r.flags);
-  } else {
-    Store32(out + 16, r.part);
-    Store64(out + 24, r.offset);
-    Store64(out + 32, r.length);
-  }
-  Store64(out + 40, r.body_len);
-}
-
-bool DecodeRequest(const unsigned char in[kRequestSize], Request* r) {
-  if (Load32(in) != kRequestMagic || Load16(in + 4) != kVersion) return false;
-  r->type = static_cast<MsgType>(Load16(in + 6));
-  r->req_id = Load64(in + 8);
-  r->body_len = Load64(in + 40);
-  if (r->type == MsgType::kPrefetch) {
-    r->stream = Load64(in + 16);
-    r->flags = Load32(in + 24);
-  } else {
-    r->part = Load32(in + 16);
-    r->offset = Load64(in + 24);
-    r->length = Load64(in + 32);
-  }
-  // Only a prefetch carries a body: anything else with one is a stream we cannot resynchronise.
-  if (r->type != MsgType::kPrefetch && r->body_len != 0) return false;
-  return r->type == MsgType::kHello || r->type == MsgType::kFetch || r->type == MsgType::kPrefetch ||
-         r->type == MsgType::kCacheMap;
-}
-
-void EncodeReplyHeader(const ReplyHeader& h, unsigned char out[kReplyHeaderSize]) {
-  std::memset(out, 0, kReplyHeaderSize);
-  Store32(out + 0, kReplyMagic);
-  Store16(out + 4, kVersion);
-  Store16(out + 6, static_cast<uint16_t>(h.type));
-  Store64(out + 8, h.req_id);
-  Store32(out + 16, static_cast<uint32_t>(h.code));
-  Store32(out + 20, h.msg_len);
-  Store64(out + 24, h.payload_size);
-  Store32(out + 32, h.flags);
-  Store64(out + 40, h.shm_offset);
-}
-
-bool DecodeReplyHeader(const unsigned char in[kReplyHeaderSize], ReplyHeader* h) {
-  if (Load32(in) != kReplyMagic || Load16(in + 4) != kVersion) return false;
-  h->type = static_cast<MsgType>(Load16(in + 6));
-  h->req_id = Load64(in + 8);
-  uint32_t code = Load32(in + 16);
-  if (code > static_cast<uint32_t>(Code::kNoMemory)) return false;  // (a narrowing cast could turn 256 into kOk)
-  h->code = static_cast<Code>(code);
-  h->msg_len = Load32(in + 20);
-  h->payload_size = Load64(in + 24);
-  h->flags = Load32(in + 32);
-  h->shm_offset = Load64(in + 40);
-  return true;
-}
-
-std::string EncodeHello(const HelloInfo& h) {
-  std::string s(24, '\0');
-  auto* p = reinterpret_cast<unsigned char*>(s.data());
-  Store32(p + 0, h.rank);
-  Store32(p + 4, h.nranks);
-  Store32(p + 8, h.timeout_ms);
-  Store32(p + 16, static_cast<uint32_t>(h.index_dir.size()));
-  Store32(p + 20, static_cast<uint32_t>(h.partition_dir.size()));
-  return s + h.index_dir + h.partition_dir;
-}
-
-bool DecodeHello(const std::string& s, HelloInfo* h) {
-  if (s.size() < 24) return false;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  h->rank = Load32(p + 0);
-  h->nranks = Load32(p + 4);
-  h->timeout_ms = Load32(p + 8);
-  uint64_t il = Load32(p + 16), pl = Load32(p + 20);
-  if (24 + il + pl != s.size()) return false;
-  h->index_dir = s.substr(24, il);
-  h->partition_dir = s.substr(24 + il, pl);
-  return true;
-}
-
-std::string EncodePrefetchCounts(const PrefetchCounts& c) {
-  std::string s(kPrefetchReplySize, '\0');
-  auto* p = reinterpret_cast<unsigned char*>(s.data());
-  Store64(p + 0, c.remote);
-  Store64(p + 8, c.local);
-  Store64(p + 16, c.missing);
-  Store64(p + 24, c.remote_bytes);
-  return s;
-}
-
-bool DecodePrefetchCounts(const std::string& s, PrefetchCounts* c) {
-  if (s.size() != kPrefetchReplySize) return false;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  c->remote = Load64(p + 0);
-  c->local = Load64(p + 8);
-  c->missing = Load64(p + 16);
-  c->remote_bytes = Load64(p + 24);
-  return true;
-}
-
-std::vector<std::string_view> SplitPaths(std::string_view body) {
-  std::vector<std::string_view> out;
-  while (!body.empty()) {
-    size_t nl = body.find('\n');
-    std::string_view line = body.substr(0, nl);
-    if (!line.empty()) out.push_back(line);
-    if (nl == std::string_view::npos) break;
-    body.remove_prefix(nl + 1);
-  }
-  return out;
 }
 
 Status SendAll(int fd, const void* p, size_t n, int64_t deadline_ms) {

@@ -7,29 +7,15 @@
 #include <cstring>
 #include <string>
 
+#include "fanstore/protocol/little_endian.hpp"
+
 namespace fanstore::format {
 
 // ---- little-endian scalar access: the format is little-endian on every host ----
-inline uint32_t Load32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
-  return v;
-}
-inline uint64_t Load64(const void* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof v);
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
-  return v;
-}
-inline void Store32(void* p, uint32_t v) {
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
-  std::memcpy(p, &v, sizeof v);
-}
-inline void Store64(void* p, uint64_t v) {
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
-  std::memcpy(p, &v, sizeof v);
-}
+using le::Load32;
+using le::Load64;
+using le::Store32;
+using le::Store64;
 
 // Version 2: files are split into fixed-size chunks, each compressed and checksummed on its own.
 // Version 1 (one zstd frame per file) is read only by `fanstore convert` (legacy_v1.cpp).

@@ -106,7 +106,8 @@ def case_prefetch(ctx):
         log(f"rank 0 daemon: {c}")
         check(c["peer fetches"] == hint["remote"], "over two epochs each remote file must cross MPI once")
         check(c["prefetch hits"] > 0, "the DataLoader must have found files fetched ahead")
-    # 3. fanstore-train hints its own shuffled order (per rank).
+    # 3. fanstore-train hints its own shuffled order (per rank), reaching its daemon through a "{node}" socket
+    #    template in FANSTORE_DAEMON (set by hand, as a job script with LD_PRELOAD would) like every client.
     if ctx.args.train and os.path.exists(ctx.args.train):
         datagen = os.path.join(os.path.dirname(ctx.args.train), "fanstore-datagen")
         tree = os.path.join(ctx.work, "imgs")
@@ -120,7 +121,9 @@ def case_prefetch(ctx):
         job = Job(ctx, 2, image=img, local=os.path.join(ctx.work, "tnode{rank}"))
         sock = os.path.join(ctx.work, "tnode0", "fanstore.sock")
         job.wait_ready(socks=[sock, os.path.join(ctx.work, "tnode1", "fanstore.sock")])
-        r = subprocess.run([ctx.args.fanstore, "run", "--daemon", sock, "--", ctx.args.train, "--model", "resnet50",
+        template = os.path.join(ctx.work, "{node}", "fanstore.sock")
+        r = subprocess.run([ctx.args.fanstore, "run", "--daemon", sock, "--", "env", "FANSTORE_DAEMON=" + template,
+                            "SLURMD_NODENAME=tnode0", ctx.args.train, "--model", "resnet50",
                             "--data", "/fanstore/train", "--input-size", "32", "--batch", "2", "--max-steps", "1",
                             "--threads", "1", "--checkpoint", os.path.join(ctx.work, "ck")],
                            capture_output=True, text=True, env=ctx.env, timeout=300)

@@ -21,10 +21,26 @@ import struct
 import sys
 import zlib
 
+# The wire constants of fanstore/protocol/include/fanstore/protocol/daemon_wire.hpp (test meta.prefetch_py_wire
+# checks them against it).
 _REQ = struct.Struct("<IHHQQIIQQ")   # magic, version, type, req_id, stream, flags, 0, 0, body_len
 _REP = struct.Struct("<IHHQIIQIIQ")  # magic, version, type, req_id, code, msg_len, payload_size, flags, 0, offset
 _REQUEST_MAGIC, _REPLY_MAGIC, _VERSION, _PREFETCH, _APPEND = 0x51445346, 0x52445346, 2, 3, 1
 _MAX_BODY = 64 << 20
+_PREFETCH_REPLY_SIZE = 32
+_PERMISSION = 11  # fanstore::Code::kPermission
+_NODE_KEY = "{node}"
+
+
+def expand_node(path):
+    """`path` with "{node}" replaced by this node's name (SLURMD_NODENAME, else the host name), as every FanStore
+    client expands FANSTORE_DAEMON; ValueError when that name cannot be one path component."""
+    if _NODE_KEY not in path:
+        return path
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if not node or node in (".", "..") or "/" in node or "\0" in node:
+        raise ValueError(f"node name {node!r} cannot replace {{node}} in {path!r} (set SLURMD_NODENAME)")
+    return path.replace(_NODE_KEY, node)
 
 
 def _mount():
@@ -63,6 +79,7 @@ def send_hint(paths, socket_path=None, stream=0, mount=None, timeout=10.0):
     socket_path = socket_path or os.environ.get("FANSTORE_DAEMON")
     if not socket_path:
         raise FileNotFoundError("no fanstore daemon: FANSTORE_DAEMON is not set (run under `fanstore run --daemon`)")
+    socket_path = expand_node(socket_path)
     rels, outside = [], 0
     for p in paths:
         r = image_relative(p, mount)
@@ -89,7 +106,9 @@ def send_hint(paths, socket_path=None, stream=0, mount=None, timeout=10.0):
             msg = _recv_exact(s, msg_len).decode(errors="replace") if msg_len else ""
             payload = _recv_exact(s, size) if size else b""
             if code != 0:
-                raise PermissionError(msg) if code == 11 else OSError(msg or f"fanstore daemon error {code}")
+                raise PermissionError(msg) if code == _PERMISSION else OSError(msg or f"fanstore daemon error {code}")
+            if len(payload) != _PREFETCH_REPLY_SIZE:
+                raise OSError(f"fanstore daemon: a prefetch reply of {len(payload)} bytes, not {_PREFETCH_REPLY_SIZE}")
             remote, local, missing, nbytes = struct.unpack("<QQQQ", payload)
             totals["remote"] += remote
             totals["local"] += local

@@ -69,8 +69,8 @@ enum class Scope {
     "`/var/tmp/fanstore-bench-drivers`")                                                                                    \
   X(kBenchStepTimeout, "BENCH_STEP_TIMEOUT", Scope::kScript, "`scripts/bench.sh`",                                          \
     "seconds one benchmark step may run before it is reported as timed out", "300")                                         \
-  X(kBenchMpirun, "MPIRUN", Scope::kScript, "`scripts/bench/spatial.sh`",                                                     \
-    "the `mpirun` that launches the grid runs", "`mpirun` on `PATH`")                                                         \
+  X(kBenchMpirun, "MPIRUN", Scope::kScript, "`scripts/bench/spatial.sh`, `ltfb.sh`",                                        \
+    "the `mpirun` that launches the grid and tournament runs", "`mpirun` on `PATH`")                                        \
   X(kBenchSpatialParts, "SPATIAL_PARTS", Scope::kScript, "`scripts/bench/spatial.sh`",                                        \
     "which parts to run (rerun the timing parts alone at a quiet moment)", "`memory cap scaling model`")                      \
   X(kComputeSanitizer, "COMPUTE_SANITIZER", Scope::kScript, "`scripts/gpu-smoke.sh --sanitizer`, `scripts/gpu-check.sh`",   \
