@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every FanStore benchmark against baselines measured in the same run; writes bench-results/ and prints the table.
 # Usage: scripts/bench.sh [--quick] [--keep] [--update-doc] [--gpu] [--out DIR]
-#   --quick       small sizes (~7 minutes on 2 cores); the full run takes ~45 minutes
+#   --quick       small sizes (~8 minutes on 2 cores); the full run takes ~24 minutes
 #   --gpu         also the trainer on one CUDA device (bf16) against issue 14's goals; "no CUDA device" skips it
 #   --keep        keep the generated tree and images (in BENCH_TMPFS and BENCH_DISK) after the run
 #   --update-doc  put the table and machine description into docs/performance.md
@@ -598,7 +598,7 @@ log "spatial: CosmoFlow on sample x spatial grids"
 BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
 
 # --- ltfb: tournament training, samples and time to a target for 1, 2 and 4 trainers ----------------------------------
-# Its own script (scripts/bench/ltfb.sh, runnable alone); about 15 minutes on 2 cores, ~3 with --quick (CosmoFlow only).
+# Its own script (scripts/bench/ltfb.sh, runnable alone); about 12 minutes on 2 cores, ~4 with --quick (CosmoFlow only).
 log "ltfb: tournament training to a target score"
 BUILD_DIR=$BUILD_DIR bash "$HELPERS/ltfb.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "ltfb: failed (see $LOGS/ltfb-*.log)"
 
