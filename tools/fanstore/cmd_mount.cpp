@@ -17,19 +17,26 @@ void AddMountCommand(CLI::App& app, int& exit_code) {
       "mount", "Mount an image read-only through FUSE (for static binaries, Go, raw syscalls); "
                "unmount with `fusermount3 -u MOUNTPOINT`");
   cmd->add_option("-i,--image", opts->image,
-                  "Image directory (index + partitions); required unless --daemon names it");
-  cmd->add_option("mountpoint", opts->mountpoint, "Existing empty directory to mount at")->required();
+                  "image directory made by `fanstore pack`; required unless --daemon names it")
+      ->type_name("IMAGE");
+  cmd->add_option("MOUNTPOINT", opts->mountpoint, "an existing, empty directory to mount at")->required();
   cmd->add_flag("-f,--foreground", opts->foreground,
-                "Stay in the foreground; SIGINT/SIGTERM unmount (default: detach once mounted)");
+                "stay attached; SIGINT/SIGTERM unmount and exit 0 (otherwise: detach once mounted)");
   cmd->add_option("--daemon", opts->daemon_socket,
-                  "Unix socket of this node's `fanstore serve` (multi-node; {node} expands to this node's name); the daemon names the image it serves");
+                  "multi-node: this node's `fanstore serve` socket, which names the image; {node} expands to this "
+                  "node's name")
+      ->type_name("SOCKET");
   cmd->add_option("-o", *raw_o,
-                  "Mount options, comma separated: nonempty, allow_other, clone_fd, debug, readdirplus=yes|no|auto, "
-                  "max_readahead=N, and other libfuse options; repeatable")
+                  "repeatable mount options, comma separated: nonempty, allow_other, clone_fd, debug, "
+                  "readdirplus=yes|no|auto, max_readahead=N, and other libfuse options")
+      ->type_name("OPTS")
       ->allow_extra_args(false);  // one value per -o, so `-o ro MOUNTPOINT` leaves the mount point alone
-  cmd->add_option("--threads", opts->threads, "Most FUSE worker threads (0 = libfuse default)")
+  cmd->add_option("--threads", opts->threads, "most FUSE worker threads (0: libfuse's default)")
+      ->type_name("N")
       ->capture_default_str();
-  cmd->add_option("--cache-mib", *cache_mib, "Decoded-file cache budget in MiB")->capture_default_str();
+  cmd->add_option("--cache-mib", *cache_mib, "the server's decoded-chunk cache budget, in MiB")
+      ->type_name("N")
+      ->capture_default_str();
   // Testing aid: the device checked before mounting (libfuse itself always uses /dev/fuse).
   cmd->add_option("--fuse-device", opts->fuse_device, "FUSE device to check before mounting")
       ->capture_default_str()

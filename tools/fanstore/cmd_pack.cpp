@@ -94,13 +94,17 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "convert", "Rewrite an image made by an older fanstore (format 1) as a current one: same files, stat data and "
                  "partitions; every old checksum is verified on the way");
-  cmd->add_option("OLD", opts->source, "Image directory of format 1")->required();
-  cmd->add_option("-o,--output", opts->output, "Image directory to create (must not exist, or be empty)")->required();
-  cmd->add_option("--level", opts->level, "zstd level 1-22; 0 stores every chunk raw")
+  cmd->add_option("OLD", opts->source, "image directory of format 1")->required();
+  cmd->add_option("-o,--output", opts->output, "image directory to create; it must not exist, or be an empty directory")
+      ->type_name("IMAGE")
+      ->required();
+  cmd->add_option("--level", opts->level, "zstd level 1..22; 0 stores every chunk raw")
+      ->type_name("L")
       ->capture_default_str()
       ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
-  cmd->add_option("--threads", opts->threads, "Threads compressing (0 = all cores)")->capture_default_str();
-  cmd->add_option("--chunk", opts->chunk_size, "Chunk size (power of two, 64K..64M; K/M suffixes)")
+  cmd->add_option("--threads", opts->threads, "threads compressing chunks (0: all cores)")->type_name("T")->capture_default_str();
+  cmd->add_option("--chunk", opts->chunk_size, "chunk size: a power of two from 64K to 64M (K/M suffixes)")
+      ->type_name("SIZE")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("1M");
   cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, true); });
@@ -110,21 +114,39 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
 void AddPackCommand(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<PackOptions>();
   CLI::App* cmd = app.add_subcommand("pack", "Pack a directory tree into an image (index + partitions)");
-  cmd->add_option("SRC", opts->source, "Directory to pack (symlinks are followed)")->required();
-  cmd->add_option("-o,--output", opts->output, "Image directory to create (must not exist, or be empty)")->required();
-  cmd->add_option("--parts", opts->parts, "Number of regular partitions, balanced by bytes")
+  cmd->add_option("SRC", opts->source, "directory to pack (symbolic links are followed)")->required();
+  cmd->add_option("-o,--output", opts->output,
+                  "image directory to create; it must not exist, or be an empty directory, and must be neither SRC "
+                  "nor inside it")
+      ->type_name("IMAGE")
+      ->required();
+  cmd->add_option("--parts", opts->parts,
+                  "number of regular partitions (1..100000), balanced by bytes: largest file first into the "
+                  "least-loaded partition, ties to the lower id; in a multi-node run partition i goes to rank i mod "
+                  "nranks")
+      ->type_name("N")
       ->capture_default_str()
       ->check(InRange(1, 100000, "use 1-100000"));
-  cmd->add_option("--level", opts->level, "zstd level 1-22; 0 stores every file raw")
+  cmd->add_option("--level", opts->level,
+                  "zstd level 1..22; 0 stores everything raw. Each chunk is kept compressed only when that saves "
+                  "more than 3% (JPEGs and other compressed data end up raw)")
+      ->type_name("L")
       ->capture_default_str()
       ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
   cmd->add_option("--replicate", opts->replicate,
-                  "Glob on relative paths (fnmatch, '*' also matches '/') whose files go to the partition every node "
-                  "keeps; repeatable, e.g. --replicate 'val/*'");
-  cmd->add_option("--threads", opts->threads, "Threads reading and compressing (0 = all cores)")->capture_default_str();
+                  "repeatable: files whose relative path matches GLOB go to the replicated partition part-rep.fsp, "
+                  "which every node keeps (e.g. --replicate 'val/*' for the validation set); fnmatch(3) without "
+                  "FNM_PATHNAME and FNM_PERIOD, so '*' also matches '/' and leading dots")
+      ->type_name("GLOB")
+      ->default_str("none");
+  cmd->add_option("--threads", opts->threads, "threads reading and compressing chunks (0: all cores)")
+      ->type_name("T")
+      ->capture_default_str();
   cmd->add_option("--chunk", opts->chunk_size,
-                  "Chunk size: files are split into chunks of this many bytes, each compressed and checksummed on "
-                  "its own, so a read decodes only the chunks it touches (power of two, 64K..64M; K/M suffixes)")
+                  "chunk size: files are cut into chunks of SIZE bytes, each compressed and checksummed on its own, "
+                  "so a read decodes only the chunks it touches; a power of two from 64K to 64M (K/M suffixes). "
+                  "Smaller chunks make small random reads of large files cheaper, larger ones compress a little better")
+      ->type_name("SIZE")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("1M");
   cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, false); });

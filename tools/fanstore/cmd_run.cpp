@@ -152,17 +152,29 @@ int Run(const RunArgs& a) {
 void AddRunCommand(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* sub = app.add_subcommand("run", "Run a command with the image served under --mount (--image: one node; --daemon: through the node's daemon)");
-  sub->add_option("--image", args->image, "Image directory written by `fanstore pack` (one node)");
-  sub->add_option("--daemon", args->daemon, "Unix socket of this node's `fanstore serve` (multi-node; sets FANSTORE_DAEMON; {node} expands)");
-  sub->add_option("--mount", args->mount, "Path prefix the image appears under (need not exist)")->capture_default_str();
-  sub->add_flag("--stats", args->stats, "Print one summary line per process at exit (FANSTORE_STATS=1)");
-  sub->add_option("--log", args->log, "Trace level (debug traces every call on the image: FANSTORE_LOG)");
+  sub->add_option("--image", args->image, "image directory (one node: every partition is read locally, no daemon)")
+      ->type_name("IMAGE");
+  sub->add_option("--daemon", args->daemon,
+                  "multi-node: the Unix socket of this node's `fanstore serve`, which names the image; sets "
+                  "FANSTORE_DAEMON; {node} expands to this node's name")
+      ->type_name("SOCKET");
+  sub->add_option("--mount", args->mount, "absolute path the image appears under; it need not exist")
+      ->type_name("PREFIX")
+      ->capture_default_str();
+  sub->add_flag("--stats", args->stats, "FANSTORE_STATS=1: one summary line per process (workers too) at exit");
+  sub->add_option("--log", args->log, "debug: FANSTORE_LOG=debug, one stderr line per call on the image")
+      ->type_name("LEVEL")
+      ->default_str("off");
   sub->add_option("--fuse", args->fuse,
-                  "auto: serve programs LD_PRELOAD cannot reach (static, set-ID, 32-bit) through a FUSE mount in a "
-                  "private mount namespace; always: do that for every program; never: refuse them")
+                  "auto: a program LD_PRELOAD cannot reach (statically linked, set-user/group-ID, 32-bit, or stored "
+                  "in the image itself) gets the image through a FUSE mount at PREFIX in a private mount namespace "
+                  "(as root; a user namespace otherwise), except a set-ID program run by a user, which keeps its "
+                  "privileges and runs without the image after one line; always: every program does; never: such "
+                  "a program is refused with one line")
+      ->type_name("MODE")
       ->capture_default_str();
   sub->add_option("--argv0", args->argv0, "argv[0] for the program")->group("");
-  sub->add_option("command", args->command, "The command and its arguments, after --")->required()->expected(-1);
+  sub->add_option("CMD", args->command, "the command and its arguments, after --")->required()->expected(-1);
   sub->callback([args, &exit_code] { exit_code = Run(*args); });
 }
 

@@ -27,45 +27,68 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   CLI::App* serve = app.add_subcommand(
       "serve", "Per-node MPI daemon: stage this rank's partitions to local storage, then serve the node's clients "
                "(run one rank per node under mpirun/srun)");
-  serve->add_option("--image", so->image, "Image directory on the shared file system")->required();
-  serve->add_option("--local", so->local, "Node-local staging directory ({rank} expands to the MPI rank, {node} to Slurm's node name, else the host name)")->required();
-  serve->add_option("--socket", so->socket, "Unix socket clients connect to ({rank} and {node} expand); default <local>/fanstore.sock");
-  serve->add_option("--replicas", so->replicas, "Copies of each partition, on distinct ranks")->capture_default_str();
-  serve->add_option("--timeout", so->timeout_s, "Seconds after which a remote read fails with EIO")->capture_default_str();
-  serve->add_flag("--cleanup", so->cleanup, "Remove the staged data when the daemon stops");
-  serve->add_option("--reserve", so->reserve_bytes, "Bytes to leave free on the local file system")->capture_default_str()
+  serve->add_option("--image", so->image, "image directory on the shared file system")->type_name("IMAGE")->required();
+  serve->add_option("--local", so->local,
+                    "node-local staging directory; {rank} expands to the MPI rank, {node} to Slurm's node name, else "
+                    "the host name")
+      ->type_name("DIR")
+      ->required();
+  serve->add_option("--socket", so->socket, "Unix socket for this node's clients; {rank} and {node} expand")
+      ->type_name("PATH")
+      ->default_str("DIR/fanstore.sock");
+  serve->add_option("--replicas", so->replicas, "copies of each partition, on distinct ranks")
+      ->type_name("K")
+      ->capture_default_str();
+  serve->add_option("--timeout", so->timeout_s, "a remote read fails with EIO after this long, never hangs")
+      ->type_name("SECONDS")
+      ->capture_default_str();
+  serve->add_flag("--cleanup", so->cleanup,
+                  "remove what the daemon staged when it stops (and --local if it created it)");
+  serve->add_option("--reserve", so->reserve_bytes, "bytes to leave free on the local file system when staging")
+      ->type_name("BYTES")
+      ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   serve->add_option("--cache-bytes", so->cache_bytes,
-                    "Node RAM cache of fetched remote files, shared by every client of the node (0: off)")
+                    "node RAM cache of fetched remote files, shared by every client of the node (0: off)")
+      ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   serve->add_flag("--cache-prefault", so->cache_prefault,
-                  "Fault the node cache's memory in while staging, so that the first epoch does not pay for it "
+                  "fault the node cache's memory in while staging, so that the first epoch does not pay for it "
                   "(ready waits for it; at most half of the available memory)");
   serve->add_option("--prefetch-window", so->prefetch_window,
-                    "Bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
+                    "bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
+      ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   serve->add_option("--prefetch-idle", so->prefetch_idle_s,
-                    "Seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
+                    "seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
+      ->type_name("S")
       ->capture_default_str();
   serve->add_option("--socket-mode", so->socket_mode,
-                    "Octal permission bits of the socket (default 0600: only this user; 0660 with --group)");
-  serve->add_option("--group", so->group, "Group (name or gid) whose members may use the daemon too");
+                    "permission bits of the socket, in octal, whatever the umask (0600: only this user)")
+      ->type_name("OCTAL")
+      ->default_str("0600 (0660 with --group)");
+  serve->add_option("--group", so->group, "group (name or gid) whose members may use the daemon too")
+      ->type_name("GROUP")
+      ->default_str("none");
   serve->add_option("--conn-memory", so->conn_memory,
-                    "Shared memory one client connection may pin (its reply area; bigger files go one at a time)")
+                    "shared memory one client connection may pin (its reply area; bigger files go one at a time)")
+      ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   serve->add_flag("--progress", so->progress_spin,
-                  "Poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
+                  "poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
   serve->add_flag("!--no-doorbell", so->doorbell,
-                  "Do not wake peers with a UDP datagram per message (they then see requests at their next look "
+                  "do not wake peers with a UDP datagram per message (they then see requests at their next look "
                   "at MPI, 0.05-2 ms later; for networks that drop UDP between nodes)");
-  serve->add_option("--hot-us", so->hot_us, "After activity, poll without sleeping this many microseconds")
+  serve->add_option("--hot-us", so->hot_us, "after activity, poll without sleeping this many microseconds")
+      ->type_name("US")
       ->capture_default_str();
   serve->add_option("--mapped-send-min", so->mapped_send_min,
-                    "Send peers' ranges of at least this size straight from a read-only mapping of the staged "
+                    "send peers' ranges of at least this size straight from a read-only mapping of the staged "
                     "partition (0: never; for an MPI transport that cannot send from such memory)")
+      ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).
@@ -82,8 +105,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   auto socket = std::make_shared<std::string>();
   auto timeout = std::make_shared<double>(60.0);
   CLI::App* wait = app.add_subcommand("wait", "Wait until the daemon at SOCKET accepts connections (exit 0) or time out (exit 1)");
-  wait->add_option("socket", *socket, "The daemon's Unix socket ({node} expands to this node's name)")->required();
-  wait->add_option("--timeout", *timeout, "Seconds to wait")->capture_default_str();
+  wait->add_option("SOCKET", *socket, "the daemon's Unix socket ({node} expands to this node's name)")->required();
+  wait->add_option("--timeout", *timeout, "seconds to wait")->type_name("SECONDS")->capture_default_str();
   wait->callback([socket, timeout, &exit_code] {
     auto path = ExpandNodeTemplate(*socket);
     Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000)) : path.status();
@@ -98,12 +121,19 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   CLI::App* prefetch = app.add_subcommand(
       "prefetch", "Tell the node's daemon the files that will be read, in order: it fetches the remote ones ahead "
                   "into its node cache (a new list replaces the previous one of the same --stream)");
-  prefetch->add_option("list", pa->list, "File with one path per line ('-': standard input); absolute paths under "
+  prefetch->add_option("LIST", pa->list, "file with one path per line ('-': standard input); absolute paths under "
                                          "--mount or image-relative ones")
       ->required();
-  prefetch->add_option("--daemon", pa->daemon, "The daemon's Unix socket (default: $FANSTORE_DAEMON; {node} expands)");
-  prefetch->add_option("--mount", pa->mount, "Mount prefix of absolute paths (default: $FANSTORE_MOUNT or /fanstore)");
-  prefetch->add_option("--stream", pa->stream, "Hint stream: one per reader (e.g. per rank)")->capture_default_str();
+  prefetch->add_option("--daemon", pa->daemon, "the daemon's Unix socket ({node} expands)")
+      ->type_name("SOCKET")
+      ->default_str("$FANSTORE_DAEMON");
+  prefetch->add_option("--mount", pa->mount, "mount prefix of absolute paths")
+      ->type_name("PREFIX")
+      ->default_str("$FANSTORE_MOUNT, else /fanstore");
+  prefetch->add_option("--stream", pa->stream, "hint stream: one per reader (e.g. per rank); a new list replaces the "
+                                               "previous one of the same stream")
+      ->type_name("N")
+      ->capture_default_str();
   prefetch->callback([pa, &exit_code] {
     std::string sock = pa->daemon;
     if (sock.empty()) {

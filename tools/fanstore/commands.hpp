@@ -5,6 +5,9 @@
 
 namespace fanstore::cli {
 
+// All of them, with the version flag: what `fanstore` parses and fanstore_option_tables prints.
+void AddAllCommands(CLI::App& app, int& exit_code);
+
 // Each Add*Command registers its subcommand(s) on `app` with a callback that sets `exit_code`.
 void AddPackCommand(CLI::App& app, int& exit_code);  // pack, convert
 void AddInspectCommands(CLI::App& app, int& exit_code);  // ls, cat, stat, info, verify

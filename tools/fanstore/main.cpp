@@ -10,16 +10,8 @@ extern "C" __attribute__((visibility("default"), used)) const int fanstore_cli_n
 
 int main(int argc, char** argv) {
   CLI::App app{"FanStore: pack a dataset into an image and serve it to unmodified training jobs"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "fanstore 0.1.0");
   int exit_code = 0;
-  fanstore::cli::AddPackCommand(app, exit_code);
-  fanstore::cli::AddInspectCommands(app, exit_code);
-  fanstore::cli::AddRunCommand(app, exit_code);
-  fanstore::cli::AddServeCommands(app, exit_code);
-#ifdef FANSTORE_WITH_FUSE
-  fanstore::cli::AddMountCommand(app, exit_code);
-#endif
+  fanstore::cli::AddAllCommands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
