@@ -299,7 +299,9 @@ ltfb_resume)
   done
   rounds() { $py -c 'import json,sys; print([(e["round"], e["trainer"], e["partner"], e["kept"], e["lr_scale"], e["state_hash"]) for e in map(json.loads, open(sys.argv[1])) if e["event"] == "tournament"])' "$1"; }
   [[ "$(rounds straight/metrics.jsonl)" == "$(rounds split/metrics.jsonl)" ]] || { echo "FAIL tournament records differ"; exit 1; }
-  echo "ok   resume continues the tournament: both trainers' checkpoints and every round's record identical"
+  losses() { $py -c 'import json,sys; print(sorted((e["step"], e["trainer"], e["loss"], e["lr"]) for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"))' "$1"; }
+  [[ "$(losses straight/metrics.jsonl)" == "$(losses split/metrics.jsonl)" ]] || { echo "FAIL step losses differ"; exit 1; }
+  echo "ok   resume continues the tournament: both trainers' checkpoints, every step's loss and every round's record identical"
   echo "     $(rounds split/metrics.jsonl)"
   rm split/checkpoint-t1.bin
   if mpirun_2 "$train" "${common[@]}" --max-steps 14 --checkpoint split --resume > out.txt 2> err.txt; then
