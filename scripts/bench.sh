@@ -2,7 +2,7 @@
 # Runs every FanStore benchmark against baselines measured in the same run; writes bench-results/ and prints the table.
 # Usage: scripts/bench.sh [--quick] [--keep] [--update-doc] [--gpu] [--out DIR]
 #   --quick       small sizes (~8 minutes on 2 cores); the full run takes ~24 minutes
-#   --gpu         also the trainer on one CUDA device (bf16) against issue 14's goals; "no CUDA device" skips it
+#   --gpu         also the trainer on one CUDA device (bf16) against its goals per H100; "no CUDA device" skips it
 #   --keep        keep the generated tree and images (in BENCH_TMPFS and BENCH_DISK) after the run
 #   --update-doc  put the table and machine description into docs/performance.md
 # Environment: BUILD_DIR (default build/), BENCH_TMPFS (default /dev/shm/fanstore-bench),
@@ -456,7 +456,7 @@ asyncio_section() {
 }
 asyncio_section
 
-# --- largefile: issue 12's goals for large files and big indexes (owner: image format v2) ------------------------
+# --- largefile: large files and big indexes (reads decode only the chunks they touch; one decoded copy per node) --
 # Own data, kept apart from the shared tree so the other sections' rows do not move: a compressible file (base64 of
 # random bytes, ~1.33:1) and an incompressible one, a 128 MiB file to map, and a synthetic index of many files.
 # Every value is the median of 3 interleaved runs; each FanStore run gets a fresh node cache (its own root).
@@ -558,12 +558,12 @@ bench_largefile() {
 log "largefile: head, preads, sequential, mapping, index start-up"
 bench_largefile
 
-# --- gpu: fanstore-train on one CUDA device (bf16, channels-last) vs issue 14's goals ------------------------------
+# --- gpu: fanstore-train on one CUDA device (bf16, channels-last) vs its goals per H100 ----------------------------
 gpu_section() {
   # model|batch|input size|goal samples/s (ResNet-50 above the PyTorch A100 AMP reference of 2,470 img/s; CosmoFlow at
   # the MLPerf HPC v3.0 level per H100; 3D U-Net at 128^3).
   local cases=("resnet50|256|224|3000" "cosmoflow|8|128|185" "unet3d|2|128|50") iters=20 probe
-  note gpu "One CUDA device, --precision bf16 (fp32 master weights), synthetic inputs, $iters timed training steps after 1 warm-up (cuDNN's algorithm search happens there). Goals from issue 14."
+  note gpu "One CUDA device, --precision bf16 (fp32 master weights), synthetic inputs, $iters timed training steps after 1 warm-up (cuDNN's algorithm search happens there). Goals per H100: docs/gpu.md."
   probe=$("$TRAIN" --model cosmoflow --benchmark 1 --batch 1 --input-size 32 --device cuda 2>&1 >/dev/null | tail -1) || true
   if [ $HAVE_TRAIN = 0 ] || echo "$probe" | grep -q "no CUDA device\|without the CUDA backend"; then
     # The goals, and one row saying why nothing was measured (the probe's own line is in the log).

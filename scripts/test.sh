@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test (unit, real-program integration, FUSE, MPI, trainer).
-# Tests labelled `slow` (e.g. the >4 GiB pack) run only with FANSTORE_SLOW_TESTS=1; ctest ends with the time
+# Tests labelled `slow` (mpi_kill_stress_25, bench.quick) run only with FANSTORE_SLOW_TESTS=1; ctest ends with the time
 # spent per label (its Label Time Summary), and meta.labels fails on a test without one of the agreed labels.
 set -euo pipefail
 cd "$(dirname "$0")/.."

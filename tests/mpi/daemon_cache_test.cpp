@@ -42,7 +42,7 @@ TEST(FetchCache, FindsContainedRangesOnly) {
 
 TEST(FetchCache, RangesWhoseEndWrapsPast2To64AreNotFound) {
   // offset + length wraps to a small end: the old containment test (ends compared) took these for hits and
-  // answered with memory before the cached range, or crashed copying 256 MiB of it (issue 28).
+  // answered with memory before the cached range, or crashed copying 256 MiB of it (a range that wrapped past 2^64).
   FetchCache cache(1 << 20);
   ASSERT_TRUE(cache.Insert({3, 1000, 100}, Filled(cache, 100, 'a'), {}));
   FetchCache::Tag t;

@@ -1,4 +1,4 @@
-// fanstore-largefile: the large-file cases of issue 12 with plain POSIX calls (so it runs through the interposer
+// fanstore-largefile: the large-file cases (head read, random preads, sequential read, N mappers) with plain POSIX calls (so it runs through the interposer
 // unchanged): a short head read, random preads, a sequential read, N processes mapping one file, and a fresh
 // process's first stat (the index open). One CSV
 // line per run: label,mode,value,unit[,extra].
