@@ -133,6 +133,25 @@ Tournament::Tournament(const TournamentPlan& plan, Communicator& world, std::uin
 
 Tournament::~Tournament() = default;
 
+void Tournament::agree_on_grid(ResolvedGrid& resolved) {
+  if (!enabled()) return;
+  std::int64_t shape[5] = {resolved.batch_per_group, resolved.shape.samples, 1, 1, 1};
+  for (std::size_t i = 0; i < resolved.shape.spatial.size() && i < 3; ++i) shape[2 + i] = resolved.shape.spatial[i];
+  world_.broadcast(shape, sizeof shape, 0);
+  resolved.batch_per_group = shape[0];
+  resolved.shape.samples = static_cast<int>(shape[1]);
+  for (std::size_t i = 0; i < resolved.shape.spatial.size() && i < 3; ++i)
+    resolved.shape.spatial[i] = static_cast<int>(shape[2 + i]);
+}
+
+void Tournament::agree_on_directory(std::string& directory) {
+  if (!enabled()) return;
+  std::uint64_t n = directory.size();
+  world_.broadcast(&n, sizeof n, 0);
+  directory.resize(n);
+  world_.broadcast(directory.data(), n, 0);
+}
+
 void Tournament::split_samples(std::unique_ptr<data::SampleDataset>& train_set, std::size_t per_step) {
   if (!enabled()) return;
   std::shared_ptr<const data::SampleDataset> all(std::move(train_set));

@@ -13,6 +13,7 @@
 
 #include "trainer/data/sample_dataset.hpp"
 #include "trainer/distributed.hpp"
+#include "trainer/distributed_commands.hpp"
 #include "trainer/model.hpp"
 #include "trainer/optim.hpp"
 #include "trainer/tournament.hpp"
@@ -55,6 +56,11 @@ class Tournament {
   const TournamentPlan& plan() const { return plan_; }
   int trainer() const { return trainer_; }
   Communicator& trainer_comm() { return comm_ ? *comm_ : world_; }
+
+  // Trainers step together and swap whole models: with --grid auto every trainer takes trainer 0's
+  // measured choice, and every trainer's first rank writes into rank 0's default directory.
+  void agree_on_grid(ResolvedGrid& resolved);
+  void agree_on_directory(std::string& directory);
 
   // Replaces `train_set` by this trainer's training share and keeps its tournament set, whole
   // batches of `per_step` (the trainer's global batch).

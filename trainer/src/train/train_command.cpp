@@ -147,6 +147,74 @@ TournamentMetric validation_metric(TaskKind task) {
                                           : TournamentMetric::Mae;
 }
 
+// The first line: what this run does, with every default it chose, and where its output goes.
+std::string first_line(const TrainOptions& o, const TournamentPlan& plan, std::size_t ranks, const ResolvedGrid& resolved,
+                       std::size_t groups, const std::string& device, double base_lr, double warmup_epochs,
+                       const std::string& checkpoint_dir) {
+  const std::int64_t group_batch = resolved.batch_per_group;
+  std::ostringstream out;
+  out << "fanstore-train: " << o.model << " on " << ranks << " rank" << (ranks == 1 ? "" : "s");
+  if (plan.enabled())
+    out << " as " << plan.trainers << " trainers x " << plan.ranks_per_trainer << " (tournament every " << plan.interval
+        << " steps on " << format_number(plan.fraction) << " of each trainer's samples by " << metric_label(plan.metric)
+        << ")";
+  if (resolved.spatial() || o.grid.sync_bn)
+    out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s") << ")";
+  out << " x batch " << group_batch << " (" << device << "), " << o.optimizer.kind << " lr " << base_lr;
+  if (!o.lr && o.optimizer.kind == "sgd") out << " (default 0.1 x " << groups * static_cast<std::size_t>(group_batch) << "/256)";
+  else if (!o.lr) out << " (default)";
+  out << ", " << format_number(warmup_epochs) << " warm-up epoch" << (warmup_epochs == 1 ? "" : "s")
+      << (o.warmup_epochs ? "" : " (default)") << ", then " << o.schedule
+      << (o.model == "resnet50" && o.zero_init_residual ? ", residual BN scales start at 0" : "")
+      << "; checkpoint and metrics in " << checkpoint_dir
+      << (o.checkpoint_dir.empty() ? " (default; --checkpoint DIR to choose)" : "");
+  return out.str();
+}
+
+// Everything the last lines of a run report.
+struct RunSummary {
+  std::string grid, scaler, tournament_text, tournament_json, outputs;
+  std::uint64_t steps = 0, samples = 0, bad_samples = 0;
+  double total_s = 0, last_loss = std::numeric_limits<double>::quiet_NaN(), rollbacks = 0, peak_rss = 0;
+  StepTime time;  // summed over the run's steps
+  Validation val;
+  bool has_val = false;
+  std::size_t buckets = 0, buckets_in_backward = 0;
+};
+
+// The summary: one line for people and scripts, and the same as the last JSON line.
+void write_summary(const TrainOptions& o, TaskKind task, std::size_t ranks, const RunSummary& r,
+                   const std::string& metrics_path, std::ostream& out, MetricsLog& metrics) {
+  const double rate = r.time.total() > 0 ? static_cast<double>(r.samples) / r.time.total() : 0;
+  const double compute_rate = r.time.compute_s > 0 ? static_cast<double>(r.samples) / r.time.compute_s : 0;
+  std::ostringstream s;
+  char stall[32];
+  std::snprintf(stall, sizeof stall, "%.1f%%", r.time.stall_pct());
+  s << "summary: model " << o.model << "  ranks " << ranks << "  grid " << r.grid << "  steps " << r.steps << "  time "
+    << r.total_s << " s  train " << rate << " samples/s (input stall " << stall << ", " << compute_rate
+    << " samples/s without the waits)  final loss " << r.last_loss;
+  if (r.has_val) s << "  val " << metric_name(task) << " " << r.val.metric;
+  if (task == TaskKind::Regression && r.has_val) s << " (predict-the-mean " << r.val.baseline << ")";
+  if (!r.tournament_text.empty()) s << "  " << r.tournament_text;
+  s << "  bad samples " << r.bad_samples << "  rollbacks " << r.rollbacks << r.scaler;
+  s << "  peak RSS " << static_cast<long long>(r.peak_rss / (1 << 20)) << " MiB";
+  if (ranks > 1) s << "  allreduce buckets " << r.buckets << " (" << r.buckets_in_backward << " started during backward)";
+  out << s.str() << "\n";
+  out << "outputs: " << r.outputs << "  " << metrics_path << "\n";
+  std::ostringstream j;
+  j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << ranks << ",\"grid\":\"" << r.grid
+    << "\",\"steps\":" << r.steps << ",\"time_s\":" << json_number(r.total_s) << ",\"samples_per_s\":" << json_number(rate)
+    << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(r.time.wait_s)
+    << ",\"input_stall_pct\":" << json_number(r.time.stall_pct()) << ",\"final_loss\":" << json_number(r.last_loss)
+    << ",\"metric\":\"" << metric_name(task) << "\",\"val_metric\":" << json_number(r.val.metric)
+    << ",\"baseline_mae\":" << json_number(r.val.baseline) << ",\"samples\":" << r.samples;
+  if (!r.tournament_json.empty()) j << "," << r.tournament_json;
+  j << ",\"bad_samples\":" << r.bad_samples << ",\"rollbacks\":" << r.rollbacks << ",\"allreduce_buckets\":" << r.buckets
+    << ",\"buckets_started_in_backward\":" << r.buckets_in_backward
+    << ",\"peak_rss_bytes\":" << static_cast<long long>(r.peak_rss) << "}";
+  metrics.write(j.str());
+}
+
 // --resume. Only rank 0 of a trainer writes its checkpoints, so only its file counts: with node-local
 // checkpoint directories another rank may hold an older file or none. That rank decides and sends
 // the bytes to the trainer's other ranks. `position` holds this run's grid (sample groups, batch).
@@ -214,12 +282,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const DecayKind decay = parse_decay_kind(o.schedule);
   // Rank 0 chooses a default name; every trainer's first rank writes into the directory.
   std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
-  if (plan.enabled() && o.checkpoint_dir.empty()) {
-    std::uint64_t n = checkpoint_dir.size();
-    world.broadcast(&n, sizeof n, 0);
-    checkpoint_dir.resize(n);
-    world.broadcast(checkpoint_dir.data(), n, 0);
-  }
+  if (o.checkpoint_dir.empty()) tournament.agree_on_directory(checkpoint_dir);
 
   // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
   if (!o.grid.grid.empty() && o.grid.grid != "auto") {
@@ -249,15 +312,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                                        backend_of_run->device(), comm, trainer == 0 ? out : quiet,
                                        trainer == 0 ? err : quiet);
   if (o.grid.explain) return 0;
-  if (plan.enabled() && o.grid.grid == "auto") {
-    // Trainers step together and swap whole models: all take trainer 0's measured choice.
-    std::int64_t shape[5] = {resolved.batch_per_group, resolved.shape.samples, 1, 1, 1};
-    for (std::size_t i = 0; i < resolved.shape.spatial.size(); ++i) shape[2 + i] = resolved.shape.spatial[i];
-    world.broadcast(shape, sizeof shape, 0);
-    resolved.batch_per_group = shape[0];
-    resolved.shape.samples = static_cast<int>(shape[1]);
-    for (std::size_t i = 0; i < resolved.shape.spatial.size(); ++i) resolved.shape.spatial[i] = static_cast<int>(shape[2 + i]);
-  }
+  if (o.grid.grid == "auto") tournament.agree_on_grid(resolved);
   model_options.batch = resolved.batch_per_group;
   auto model = build_model(o.model, std::move(backend_of_run), model_options);
   ParameterTable& table = model->parameters();
@@ -295,25 +350,9 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const std::string checkpoint_path =
       checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(trainer) + ".bin" : "/checkpoint.bin");
   const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
-  if (leader) {
-    // The first line: what this run does, with every default it chose, and where its output goes.
-    out << "fanstore-train: " << o.model << " on " << ranks << " rank" << (ranks == 1 ? "" : "s");
-    if (plan.enabled())
-      out << " as " << plan.trainers << " trainers x " << plan.ranks_per_trainer << " (tournament every " << plan.interval
-          << " steps on " << format_number(plan.fraction) << " of each trainer's samples by "
-          << metric_label(plan.metric) << ")";
-    if (resolved.spatial() || o.grid.sync_bn)
-      out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s")
-          << ")";
-    out << " x batch " << group_batch << " (" << model->backend().describe() << "), " << o.optimizer.kind << " lr " << base_lr;
-    if (!o.lr && o.optimizer.kind == "sgd") out << " (default 0.1 x " << per_step << "/256)";
-    else if (!o.lr) out << " (default)";
-    out << ", " << format_number(warmup_epochs) << " warm-up epoch" << (warmup_epochs == 1 ? "" : "s")
-        << (o.warmup_epochs ? "" : " (default)") << ", then " << o.schedule
-        << (o.model == "resnet50" && o.zero_init_residual ? ", residual BN scales start at 0" : "")
-        << "; checkpoint and metrics in "
-        << checkpoint_dir << (o.checkpoint_dir.empty() ? " (default; --checkpoint DIR to choose)" : "") << std::endl;
-  }
+  if (leader)
+    out << first_line(o, plan, ranks, resolved, groups, model->backend().describe(), base_lr, warmup_epochs, checkpoint_dir)
+        << std::endl;
   TrainingPosition position;
   position.seed = o.seed;
   position.world_size = groups;
@@ -501,48 +540,34 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   double peak_rss[1] = {peak_rss_bytes()};
   world.max(peak_rss, 1);  // the busiest rank
 
-  // The summary: one line for people and scripts, and the same as the last JSON line.
-  const double total = seconds_since(start);
-  const double rate = run_time.total() > 0 ? static_cast<double>(samples_trained) / run_time.total() : 0;
-  const double compute_rate = run_time.compute_s > 0 ? static_cast<double>(samples_trained) / run_time.compute_s : 0;
-  if (leader) {
-    std::ostringstream s;
-    char stall[32];
-    std::snprintf(stall, sizeof stall, "%.1f%%", run_time.stall_pct());
-    s << "summary: model " << o.model << "  ranks " << ranks << "  grid " << grid_run.grid().to_string() << "  steps "
-      << position.global_step << "  time " << total << " s  train " << rate << " samples/s (input stall " << stall << ", "
-      << compute_rate << " samples/s without the waits)  final loss " << last_loss;
-    if (val_set) s << "  val " << metric_name(task) << " " << last_val.metric;
-    if (task == TaskKind::Regression && val_set) s << " (predict-the-mean " << last_val.baseline << ")";
-    if (plan.enabled())
-      s << "  " << tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric), total);
-    s << "  bad samples " << loader.bad_sample_count() << "  rollbacks " << rollbacks;
-    if (scaler.enabled()) s << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
-    s << "  peak RSS " << static_cast<long long>(peak_rss[0] / (1 << 20)) << " MiB";
-    if (ranks > 1)
-      s << "  allreduce buckets " << allreduce.bucket_count() << " (" << allreduce.started_during_backward()
-        << " started during backward)";
-    out << s.str() << "\n";
-    out << "outputs: " << (plan.enabled() ? checkpoint_dir + "/checkpoint.bin (trainer " + std::to_string(best) +
-                                                 "'s; every trainer's in checkpoint-tT.bin)"
-                                           : checkpoint_path)
-        << "  " << metrics_path << "\n";
-    std::ostringstream j;
-    j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << ranks << ",\"grid\":\""
-      << grid_run.grid().to_string() << "\",\"steps\":" << position.global_step
-      << ",\"time_s\":" << json_number(total) << ",\"samples_per_s\":" << json_number(rate)
-      << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(run_time.wait_s)
-      << ",\"input_stall_pct\":" << json_number(run_time.stall_pct())
-      << ",\"final_loss\":" << json_number(last_loss) << ",\"metric\":\"" << metric_name(task)
-      << "\",\"val_metric\":" << json_number(last_val.metric) << ",\"baseline_mae\":" << json_number(last_val.baseline)
-      << ",\"samples\":" << samples_trained;
-    if (plan.enabled()) j << "," << tournament.summary_json();
-    j << ",\"bad_samples\":" << loader.bad_sample_count() << ",\"rollbacks\":" << rollbacks
-      << ",\"allreduce_buckets\":" << allreduce.bucket_count()
-      << ",\"buckets_started_in_backward\":" << allreduce.started_during_backward()
-      << ",\"peak_rss_bytes\":" << static_cast<long long>(peak_rss[0]) << "}";
-    metrics.write(j.str());
+  RunSummary summary;
+  summary.grid = grid_run.grid().to_string();
+  summary.steps = position.global_step;
+  summary.samples = samples_trained;
+  summary.total_s = seconds_since(start);
+  summary.time = run_time;
+  summary.last_loss = last_loss;
+  summary.val = last_val;
+  summary.has_val = val_set != nullptr;
+  summary.bad_samples = loader.bad_sample_count();
+  summary.rollbacks = rollbacks;
+  summary.peak_rss = peak_rss[0];
+  summary.buckets = allreduce.bucket_count();
+  summary.buckets_in_backward = allreduce.started_during_backward();
+  if (scaler.enabled()) {
+    std::ostringstream f;
+    f << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
+    summary.scaler = f.str();
   }
+  if (plan.enabled()) {
+    summary.tournament_text = tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric),
+                                                      summary.total_s);
+    summary.tournament_json = tournament.summary_json();
+  }
+  summary.outputs = plan.enabled() ? checkpoint_dir + "/checkpoint.bin (trainer " + std::to_string(best) +
+                                         "'s; every trainer's in checkpoint-tT.bin)"
+                                   : checkpoint_path;
+  if (leader) write_summary(o, task, ranks, summary, metrics_path, out, metrics);
   return 0;
 }
 
