@@ -15,6 +15,7 @@
 
 #include "decode_internal.hpp"
 #include "owned_bytes.hpp"
+#include "owned_fd.hpp"
 #include "range_check.hpp"
 
 namespace fanstore {
@@ -30,11 +31,6 @@ size_t MemfdCap() {
   return std::min<size_t>(64, rl.rlim_cur / 8);
 }
 
-bool SameFile(int fd, dev_t dev, ino_t ino) {
-  struct stat st;
-  return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
-}
-
 }  // namespace
 
 ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
@@ -47,7 +43,7 @@ ClientCore::~ClientCore() {
   // First: decode tasks use the node cache and the chunk cache, which are destroyed after this body.
   pool.Shutdown();
   for (const Memfd& m : memfds_)
-    if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
+    if (NamesFile(m.fd, m.dev, m.ino)) close(m.fd);
 }
 
 Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer) {
@@ -261,7 +257,7 @@ int ClientCore::CachedMemfd(uint32_t id, int flags) {
     std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", it->fd);
     int fd = open(proc, O_RDONLY | (flags & O_CLOEXEC));
     // The program may have closed or dup2'ed over our number: then it names another file.
-    if (fd >= 0 && !SameFile(fd, it->dev, it->ino)) {
+    if (fd >= 0 && !NamesFile(fd, it->dev, it->ino)) {
       close(fd);
       fd = -1;
     }
@@ -286,7 +282,7 @@ void ClientCore::KeepMemfd(uint32_t id, int fd) {
   memfds_.push_front({id, fd, st.st_dev, st.st_ino});
   while (memfds_.size() > memfd_cap_) {
     const Memfd& m = memfds_.back();
-    if (SameFile(m.fd, m.dev, m.ino)) close(m.fd);
+    if (NamesFile(m.fd, m.dev, m.ino)) close(m.fd);
     memfds_.pop_back();
   }
 }

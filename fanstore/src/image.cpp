@@ -17,6 +17,7 @@
 #include "format.hpp"
 #include "hash.hpp"
 #include "index_trust.hpp"
+#include "owned_fd.hpp"
 #include "range_check.hpp"
 
 namespace fanstore {
@@ -36,10 +37,7 @@ struct PartState {
   // and get the number again for another file, which must never be read (or closed) as a partition.
   dev_t dev = 0;
   ino_t ino = 0;
-  bool StillOurs() const {
-    struct stat st;
-    return ::fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
-  }
+  bool StillOurs() const { return NamesFile(fd, dev, ino); }
 };
 }  // namespace
 

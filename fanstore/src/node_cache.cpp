@@ -19,6 +19,7 @@
 
 #include "decode_internal.hpp"
 #include "format.hpp"
+#include "owned_fd.hpp"
 #include "range_check.hpp"
 
 namespace fanstore {
@@ -62,9 +63,7 @@ struct NodeCache::Region {
   ~Region() {
     if (bits) ::munmap(bits, bits_len);
     // Close only what is still our file: the program may have closed the number and reused it.
-    struct stat st;
-    if (data_fd >= 0 && ::fstat(data_fd, &st) == 0 && st.st_ino == data_st.st_ino && st.st_dev == data_st.st_dev)
-      ::close(data_fd);
+    if (NamesFile(data_fd, data_st.st_dev, data_st.st_ino)) ::close(data_fd);
   }
   std::atomic_ref<uint64_t> Word(uint64_t i) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bits + kBitsHeader + (i / 64) * 8));
@@ -364,8 +363,7 @@ Result<int> NodeCache::OpenComplete(const Entry& e, int flags) {
   char proc[64];
   std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", r->data_fd);
   int fd = ::open(proc, O_RDONLY | (flags & O_CLOEXEC));
-  struct stat st;
-  if (fd >= 0 && (::fstat(fd, &st) != 0 || st.st_ino != r->data_st.st_ino || st.st_dev != r->data_st.st_dev)) {
+  if (fd >= 0 && !NamesFile(fd, r->data_st.st_dev, r->data_st.st_ino)) {
     ::close(fd);
     fd = -1;
   }
