@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "daemon_protocol.hpp"
+#include "owned_fd.hpp"
 #include "fanstore/path_template.hpp"
 #include "shared_cache.hpp"
 #include "range_check.hpp"
@@ -52,34 +53,6 @@ using FdHook = void (*)(int fd);
 // daemon answers within microseconds, a sleeping thread takes tens of them to wake.
 constexpr int kReplySpinUs = 50;
 
-// An fd number together with the identity of the open file it named when we got it. Before we reuse or close
-// a number, we check it still names that file: the program may have closed it behind our back (a close-all
-// loop the interposer could not see, a raw syscall) and reused the number for its own file or socket.
-struct OwnedFd {
-  int fd = -1;
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
-
-bool Identify(int fd, OwnedFd* o) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) return false;
-  o->fd = fd;
-  o->dev = st.st_dev;
-  o->ino = st.st_ino;
-  return true;
-}
-
-bool StillOurs(const OwnedFd& o) {
-  struct stat st;
-  return o.fd >= 0 && fstat(o.fd, &st) == 0 && st.st_dev == o.dev && st.st_ino == o.ino;
-}
-
-// Closes o.fd only when it still names our file; otherwise the number is someone else's now: forget it.
-void CloseIfOurs(const OwnedFd& o) {
-  if (StillOurs(o)) close(o.fd);
-}
-
 // Who keeps the fds a reply passes to us (memfds): marks them internal while held, so a fork or a close-all
 // loop in the meantime is handled. Null: the fd is just closed after use.
 class FdKeeper {
@@ -102,7 +75,7 @@ Result<int> Connect(const std::string& path, int64_t deadline_ms, FdHook hook, O
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::FromErrno(errno, "socket for the daemon connection");
     OwnedFd o;
-    if (!Identify(fd, &o)) {
+    if (!o.Identify(fd)) {
       int err = errno;
       return Status::FromErrno(err, "fstat of a new daemon socket (closed behind our back?)");
     }
@@ -112,7 +85,7 @@ Result<int> Connect(const std::string& path, int64_t deadline_ms, FdHook hook, O
       return fd;
     }
     int err = errno;
-    CloseIfOurs(o);
+    o.CloseIfOurs();
     if ((err == EAGAIN || err == EINTR) && dp::NowMs() < deadline_ms) {
       timespec ts{0, 2 * 1000 * 1000};
       nanosleep(&ts, nullptr);
@@ -165,34 +138,45 @@ struct ReplyExpect {
   uint64_t payload = 0;     // otherwise the most it may be
 };
 
+// How a reply is waited for, and what becomes of an fd it passes.
+struct ReplyIo {
+  int64_t deadline_ms = 0;
+  int spin_us = 0;             // retry the non-blocking receive this long before the first blocking poll
+  FdKeeper* keeper = nullptr;  // holds passed memfds; null: `hook` marks them and they are closed after use
+  FdHook hook;
+  std::function<Status(int fd)> on_cache_fd;  // a passed node-cache memfd (kCacheMap replies only)
+};
+
 // Reads one reply (header, message, payload) for `ex` on `c` and hands the payload to `use` (a view valid during
 // the call). *consumed says whether the whole reply was read and was well-formed (the connection can carry the
 // next request); a daemon-reported error is returned with its message. A reply that breaks the protocol's limits
 // is kIoError and leaves *consumed false.
-Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const RemoteFetcher::StoredUse& use,
-                 bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us,
-                 const std::function<Status(int fd)>& on_cache_fd = nullptr) {
+Status ReadReply(Conn* c, const ReplyExpect& ex, const ReplyIo& io, const RemoteFetcher::StoredUse& use,
+                 bool* consumed) {
   *consumed = false;
+  const int64_t deadline_ms = io.deadline_ms;
+  FdKeeper* const keeper = io.keeper;
+  const auto& on_cache_fd = io.on_cache_fd;
   const int fd = c->sock.fd;
   unsigned char hb[dp::kReplyHeaderSize];
   int passed = -1;
-  Status s = dp::RecvAll(fd, hb, sizeof hb, deadline_ms, &passed, spin_us);
+  Status s = dp::RecvAll(fd, hb, sizeof hb, deadline_ms, &passed, io.spin_us);
   OwnedFd held;
   if (passed >= 0) {
-    if (!Identify(passed, &held)) {
+    if (!held.Identify(passed)) {
       // Only possible when another thread closed it in between; the number is not ours to touch any more.
       passed = -1;
       if (s.ok()) s = Status(Code::kIoError, "the daemon's payload fd vanished before it could be read");
     } else if (keeper) {
       keeper->Hold(held);
-    } else if (hook) {
-      hook(passed);
+    } else if (io.hook) {
+      io.hook(passed);
     }
   }
   auto release = [&] {
     if (passed < 0) return;
     if (keeper) keeper->Release(held);
-    else CloseIfOurs(held);
+    else held.CloseIfOurs();
     passed = -1;
   };
   dp::ReplyHeader h;
@@ -277,16 +261,15 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, int64_t deadline_ms, const Remo
 }
 
 // Sends `r` (and `body`) and reads the reply whose payload goes to `use`.
-Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyExpect& ex, int64_t deadline,
-                const RemoteFetcher::StoredUse& use, bool* consumed, FdKeeper* keeper, FdHook hook, int spin_us,
-                const std::function<Status(int fd)>& on_cache_fd = nullptr) {
+Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyExpect& ex, const ReplyIo& io,
+                const RemoteFetcher::StoredUse& use, bool* consumed) {
   *consumed = false;
   unsigned char rb[dp::kRequestSize];
   dp::EncodeRequest(r, rb);
-  Status s = dp::SendAll(c->sock.fd, rb, sizeof rb, deadline);
-  if (s.ok() && !body.empty()) s = dp::SendAll(c->sock.fd, body.data(), body.size(), deadline);
+  Status s = dp::SendAll(c->sock.fd, rb, sizeof rb, io.deadline_ms);
+  if (s.ok() && !body.empty()) s = dp::SendAll(c->sock.fd, body.data(), body.size(), io.deadline_ms);
   if (!s.ok()) return s;
-  return ReadReply(c, ex, deadline, use, consumed, keeper, hook, spin_us, on_cache_fd);
+  return ReadReply(c, ex, io, use, consumed);
 }
 
 // Maps the node cache's shared memfd: read-only, but for its hit counters.
@@ -320,12 +303,12 @@ Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keepe
   ex.payload = dp::kMaxHelloPayload;
   std::string payload;
   bool consumed = false;
-  Status s = Exchange(c, r, {}, ex, deadline_ms,
+  Status s = Exchange(c, r, {}, ex, {deadline_ms, 0, keeper, hook, nullptr},
                       [&](const char* d, size_t n) {
                         payload.assign(d, n);
                         return Status::Ok();
                       },
-                      &consumed, keeper, hook, 0);
+                      &consumed);
   if (!s.ok()) return s;
   dp::HelloInfo h;
   if (!dp::DecodeHello(payload, &h)) return Status(Code::kIoError, "daemon sent a malformed hello");
@@ -342,8 +325,8 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   DaemonFetcher(std::string path, int timeout_ms) : path_(std::move(path)), timeout_ms_(timeout_ms) {}
   ~DaemonFetcher() override {
     for (auto& c : all_) Destroy(c.get());
-    for (const OwnedFd& m : held_) CloseIfOurs(m);
-    if (cache_fd_.load(std::memory_order_acquire) >= 0) CloseIfOurs(cache_fd_id_);
+    for (const OwnedFd& m : held_) m.CloseIfOurs();
+    if (cache_fd_.load(std::memory_order_acquire) >= 0) cache_fd_id_.CloseIfOurs();
   }
 
   Status FetchStored(const Entry& e, std::string* out) override {
@@ -390,12 +373,12 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     bool consumed = false;
     bool got = false;
     // `use` runs while we hold the connection: the area's bytes stay put until our next request on it.
-    Status s = Exchange(c, r, {}, ex, deadline,
+    Status s = Exchange(c, r, {}, ex, {deadline, kReplySpinUs, this, hook_.load(std::memory_order_acquire), nullptr},
                         [&](const char* d, size_t n) {
                           got = true;
                           return use(d, n);
                         },
-                        &consumed, this, hook_.load(std::memory_order_acquire), kReplySpinUs);
+                        &consumed);
     // A socket failure, a timeout or a malformed reply leaves the stream at an unknown position (a late reply
     // may still arrive), so that connection is dropped; a daemon-reported error was read completely and the
     // connection is reused.
@@ -418,7 +401,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // from another file; the caller's checksum would catch that too.
   bool CopyFromCache(const shared_cache::View& v, uint32_t part, uint64_t offset, uint64_t length, char* dst) {
     const int fd = cache_fd_.load(std::memory_order_acquire);
-    if (fd >= 0 && StillOurs(cache_fd_id_)) {
+    if (fd >= 0 && cache_fd_id_.StillOurs()) {
       int err = 0;
       bool ok = v.CopyWith(part, offset, length, [&](uint64_t d) {
         ssize_t n = pread(fd, dst, static_cast<size_t>(length), static_cast<off_t>(v.data_offset() + d));
@@ -438,7 +421,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     int fd = fcntl(passed, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return;
     OwnedFd id;
-    if (!Identify(fd, &id)) {
+    if (!id.Identify(fd)) {
       close(fd);
       return;
     }
@@ -466,13 +449,13 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     ex.type = dp::MsgType::kCacheMap;
     ex.req_id = r.req_id;
     bool consumed = false;
-    Status s = Exchange(*taken, r, {}, ex, deadline, [](const char*, size_t) { return Status::Ok(); }, &consumed,
-                        this, hook_.load(std::memory_order_acquire), 0,
-                        [this](int fd) {
-                          Status ms = MapSharedCache(fd, &view_);
-                          if (ms.ok()) KeepCacheFd(fd);
-                          return ms;
-                        });
+    const auto map_cache = [this](int fd) {
+      Status ms = MapSharedCache(fd, &view_);
+      if (ms.ok()) KeepCacheFd(fd);
+      return ms;
+    };
+    Status s = Exchange(*taken, r, {}, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), map_cache},
+                        [](const char*, size_t) { return Status::Ok(); }, &consumed);
     Give(*taken, consumed);
     cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
     return s.ok() && view_.attached() ? &view_ : nullptr;
@@ -494,12 +477,12 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     ex.payload = dp::kPrefetchReplySize;
     std::string payload;
     bool consumed = false;
-    Status s = Exchange(*taken, r, body, ex, deadline,
+    Status s = Exchange(*taken, r, body, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), nullptr},
                         [&](const char* d, size_t n) {
                           payload.assign(d, n);
                           return Status::Ok();
                         },
-                        &consumed, this, hook_.load(std::memory_order_acquire), 0);
+                        &consumed);
     Give(*taken, consumed);
     if (!s.ok()) return s;
     dp::PrefetchCounts counts;
@@ -513,10 +496,10 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     hook_.store(hook, std::memory_order_release);
     if (hook == nullptr) return;
     for (auto& c : all_)
-      if (StillOurs(c->sock)) hook(c->sock.fd);
+      if (c->sock.StillOurs()) hook(c->sock.fd);
     for (const OwnedFd& m : held_)
-      if (StillOurs(m)) hook(m.fd);
-    if (cache_fd_.load(std::memory_order_acquire) >= 0 && StillOurs(cache_fd_id_)) hook(cache_fd_id_.fd);
+      if (m.StillOurs()) hook(m.fd);
+    if (cache_fd_.load(std::memory_order_acquire) >= 0 && cache_fd_id_.StillOurs()) hook(cache_fd_id_.fd);
   }
 
   // The forking thread holds mu_ across fork(), so the child never inherits a half-updated pool.
@@ -576,7 +559,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   static void Destroy(Conn* c) {
-    CloseIfOurs(c->sock);
+    c->sock.CloseIfOurs();
     c->UnmapArea();
   }
 
@@ -587,7 +570,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // thread was using at fork time is not in idle_ but is in all_: it is dropped too. New ones come lazily.
   void DropInheritedLocked() {
     for (auto& c : all_) Destroy(c.get());
-    for (const OwnedFd& m : held_) CloseIfOurs(m);
+    for (const OwnedFd& m : held_) m.CloseIfOurs();
     all_.clear();
     idle_.clear();
     held_.clear();
@@ -607,7 +590,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       if (held_[i].fd == o.fd && held_[i].ino == o.ino && held_[i].dev == o.dev) {
         held_[i] = held_.back();
         held_.pop_back();
-        CloseIfOurs(o);
+        o.CloseIfOurs();
         return;
       }
     // Not found: dropped by a fork-without-hooks cleanup; nothing of ours to close.
@@ -636,7 +619,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       while (!idle_.empty()) {
         Conn* c = idle_.back();
         idle_.pop_back();
-        if (StillOurs(c->sock)) return c;
+        if (c->sock.StillOurs()) return c;
         // The number was closed behind our back and may now be the program's file or socket: never send on
         // it, never close it; just forget it.
         c->sock.fd = -1;
@@ -707,7 +690,7 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
   if (!fd.ok()) return fd.status();
   DaemonInfo info;
   Status s = Handshake(&c, deadline, &info, nullptr, nullptr);
-  CloseIfOurs(c.sock);
+  c.sock.CloseIfOurs();
   c.UnmapArea();
   if (!s.ok()) return Status(s.code(), "fanstore daemon at " + socket_path + ": " + s.message());
   return info;
