@@ -109,6 +109,63 @@ void RaiseFdLimit() {
   }
 }
 
+// The options' own limits (the socket's access is SocketAccess's).
+Status CheckOptions(const ServeOptions& o) {
+  if (o.replicas < 1) return Status(Code::kInvalidArgument, "--replicas must be >= 1");
+  if (!(o.timeout_s > 0)) return Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
+  if (!(o.prefetch_idle_s > 0)) return Status(Code::kInvalidArgument, "--prefetch-idle must be > 0 seconds");
+  if (o.conn_memory < (1u << 20)) return Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
+  if (o.max_message < 4096 || o.max_message > (1ull << 30))
+    return Status(Code::kInvalidArgument, "--max-message must be between 4096 and 1073741824 bytes");
+  return Status::Ok();
+}
+
+// Waits for --cache-prefault's faulting to end (a termination signal meanwhile stops it at its next step: a big
+// cache takes seconds) and says how far it got.
+void FinishPrefault(CachePrefault& prefault, StartupSignals& startup, int rank) {
+  while (!prefault.Finished()) {
+    if (startup.signalled()) prefault.Stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  uint64_t done = 0;
+  double sec = 0;
+  Status why = prefault.Wait(&done, &sec);
+  if (!why.ok())
+    Error("node cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
+          static_cast<double>(done) / (1 << 20));
+  else if (rank == 0)
+    Info("node cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
+}
+
+// This rank's doorbell (unless --no-doorbell) and every peer's address. Collective: every rank takes part, with
+// or without a doorbell of its own (all zero: never rung).
+std::unique_ptr<Doorbell> OpenDoorbells(bool wanted, int nranks) {
+  std::unique_ptr<Doorbell> doorbell;
+  if (wanted) {
+    Status why;
+    doorbell = Doorbell::Open(&why);
+    if (!doorbell)
+      Error("no doorbell (peers then see this rank's requests at its next look at MPI): %s", why.ToString().c_str());
+  }
+  Doorbell::Address self = doorbell ? doorbell->address() : Doorbell::Address{};
+  std::vector<Doorbell::Address> all(static_cast<size_t>(nranks));
+  static_assert(sizeof(Doorbell::Address) == 8);
+  MPI_Allgather(&self, 8, MPI_BYTE, all.data(), 8, MPI_BYTE, MPI_COMM_WORLD);
+  if (doorbell) doorbell->SetPeers(std::move(all));
+  return doorbell;
+}
+
+// Rank 0's "ready" line, which scripts wait for.
+void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, unsigned long long staged_bytes,
+                double seconds) {
+  std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %.1f MiB staged in %.1f s, "
+              "socket %s\n",
+              nranks, plan.regular_parts, plan.replicated_part != kNoPartition ? "1 replicated" : "no replicated one",
+              o.replicas, o.replicas == 1 ? "" : "s", static_cast<double>(staged_bytes) / (1 << 20), seconds,
+              o.socket.empty() ? (o.local + "/fanstore.sock").c_str() : o.socket.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int Serve(const ServeOptions& o) {
@@ -150,12 +207,7 @@ int Serve(const ServeOptions& o) {
   Status st;
   mode_t socket_mode = 0600;
   gid_t group = static_cast<gid_t>(-1);
-  if (o.replicas < 1) st = Status(Code::kInvalidArgument, "--replicas must be >= 1");
-  if (st.ok() && !(o.timeout_s > 0)) st = Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
-  if (st.ok() && !(o.prefetch_idle_s > 0)) st = Status(Code::kInvalidArgument, "--prefetch-idle must be > 0 seconds");
-  if (st.ok() && o.conn_memory < (1u << 20)) st = Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
-  if (st.ok() && (o.max_message < 4096 || o.max_message > (1ull << 30)))
-    st = Status(Code::kInvalidArgument, "--max-message must be between 4096 and 1073741824 bytes");
+  st = CheckOptions(o);
   if (st.ok()) st = SocketAccess(o, &socket_mode, &group);
   // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
   auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
@@ -214,22 +266,8 @@ int Serve(const ServeOptions& o) {
   st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled, &staged_files);
   if (!st.ok() && prefault) prefault->Stop();
   if (failed("staging")) return 1;
-  if (prefault) {
-    // A termination signal meanwhile stops the faulting at its next step (a big cache takes seconds).
-    while (!prefault->Finished()) {
-      if (startup.signalled()) prefault->Stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    uint64_t done = 0;
-    double sec = 0;
-    Status why = prefault->Wait(&done, &sec);
-    prefault.reset();
-    if (!why.ok())
-      Error("node cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
-            static_cast<double>(done) / (1 << 20));
-    else if (rank == 0)
-      Info("node cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
-  }
+  if (prefault) FinishPrefault(*prefault, startup, rank);
+  prefault.reset();
 
   local = Absolute(local);
   std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
@@ -240,21 +278,7 @@ int Serve(const ServeOptions& o) {
   if (opened.ok()) img = std::move(opened).value();
   else st = opened.status();
 
-  // Every rank takes part in the exchange, with or without a doorbell of its own (all zero: never rung).
-  std::unique_ptr<Doorbell> doorbell;
-  if (o.doorbell) {
-    Status why;
-    doorbell = Doorbell::Open(&why);
-    if (!doorbell) Error("no doorbell (peers then see this rank's requests at its next look at MPI): %s",
-                         why.ToString().c_str());
-  }
-  {
-    Doorbell::Address self = doorbell ? doorbell->address() : Doorbell::Address{};
-    std::vector<Doorbell::Address> all(static_cast<size_t>(nranks));
-    static_assert(sizeof(Doorbell::Address) == 8);
-    MPI_Allgather(&self, 8, MPI_BYTE, all.data(), 8, MPI_BYTE, MPI_COMM_WORLD);
-    if (doorbell) doorbell->SetPeers(std::move(all));
-  }
+  std::unique_ptr<Doorbell> doorbell = OpenDoorbells(o.doorbell, nranks);
 
   DaemonStats stats;
   std::unique_ptr<StagedReader> staged;
@@ -315,16 +339,8 @@ int Serve(const ServeOptions& o) {
   lo.hot_us = o.hot_us;
   ProgressLoop loop(server.get(), transport.get(), router.get(), lo);
   loop.Start();  // from here on only the progress thread calls MPI
-  if (rank == 0 && sig == 0) {
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %.1f MiB staged in %.1f s, "
-                "socket %s\n",
-                nranks, plan.regular_parts,
-                plan.replicated_part != kNoPartition ? "1 replicated" : "no replicated one", o.replicas,
-                o.replicas == 1 ? "" : "s", static_cast<double>(total) / (1 << 20), sec,
-                o.socket.empty() ? (o.local + "/fanstore.sock").c_str() : o.socket.c_str());
-    std::fflush(stdout);
-  }
+  if (rank == 0 && sig == 0)
+    PrintReady(o, plan, nranks, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   if (sig == 0) sigwait(&sigs, &sig);
 
