@@ -9,17 +9,10 @@
 
 #include "trainer/checkpoint.hpp"
 #include "trainer/models.hpp"
+#include "small_models.hpp"
 
 namespace fanstore::trainer {
 namespace {
-
-std::unique_ptr<Model> small_cosmoflow(std::uint64_t seed) {
-  ModelOptions o;
-  o.batch = 1;
-  o.input_size = 32;
-  o.seed = seed;
-  return build_model("cosmoflow", make_cpu_backend({1}), o);
-}
 
 std::string temp_dir() {
   auto dir = std::filesystem::temp_directory_path() / ("fanstore_ckpt_" + std::to_string(::getpid()));

@@ -15,6 +15,7 @@
 #include "trainer/checkpoint.hpp"
 #include "trainer/model_exchange.hpp"
 #include "trainer/models.hpp"
+#include "small_models.hpp"
 #include "trainer/tournament.hpp"
 
 namespace fanstore::trainer {
@@ -169,14 +170,6 @@ TEST(Tournament, OptionsParseAndBadOnesSayWhatToPass) {
   o = {};
   o.interval = 0;
   EXPECT_NE(parse_error(o).find("--ltfb-interval 0"), std::string::npos);
-}
-
-std::unique_ptr<Model> small_cosmoflow(std::uint64_t seed) {
-  ModelOptions o;
-  o.batch = 1;
-  o.input_size = 32;
-  o.seed = seed;
-  return build_model("cosmoflow", make_cpu_backend({1}), o);
 }
 
 std::unique_ptr<Optimizer> adam_after_steps(Model& m, int steps) {
