@@ -1,5 +1,5 @@
 // Lazy fds: open() of an image file hands out a cheap placeholder fd and serves reads in user space through
-// the client's range reads (only the chunks read are decoded); a real kernel fd (the node cache's shared copy
+// the client's range reads (only the chunks read are decoded); a real kernel fd (the node chunk cache's shared copy
 // of a large file, or a memfd) is put under the same fd number only when the kernel must see it.
 #pragma once
 

@@ -459,7 +459,7 @@ asyncio_section
 # --- largefile: large files and big indexes (reads decode only the chunks they touch; one decoded copy per node) --
 # Own data, kept apart from the shared tree so the other sections' rows do not move: a compressible file (base64 of
 # random bytes, ~1.33:1) and an incompressible one, a 128 MiB file to map, and a synthetic index of many files.
-# Every value is the median of 3 interleaved runs; each FanStore run gets a fresh node cache (its own root).
+# Every value is the median of 3 interleaved runs; each FanStore run gets a fresh node chunk cache (its own root).
 bench_largefile() {
   local LSRC=$TMPFS/large-src LDISK=$DISK/large LF=$BIN/fanstore-largefile
   local SEQ_MIB=1024 HEAD_MIB=4096 NFILES=10000000
@@ -492,7 +492,7 @@ bench_largefile() {
   [ -x "$SYNTH" ] && "$SYNTH" "$NFILES" "$LDISK/img-index" >"$LOGS/large-synth.log" 2>&1
   cat "$LDISK"/img-*/* "$LDISK/seq.txt.zst" >/dev/null 2>&1
   local n=0
-  # fs IMAGE CMD...: CMD under fanstore run with a node cache of its own (no run shares it: cold each time).
+  # fs IMAGE CMD...: CMD under fanstore run with a node chunk cache of its own (no run shares it: cold each time).
   fs() {
     local img=$1; shift
     n=$((n + 1)); mkdir -p "$TMPFS/nc-$n"
@@ -552,7 +552,7 @@ bench_largefile() {
   fi
   rec "$c6" fanstore-raw ms/GiB lower "${v_ver[@]}"; rec "$c6" tmpfs ms/GiB lower "${v_plain[@]}"
   rec "$c6" mapped-v1 ms/GiB lower "${v_map[@]}"
-  note largefile "Own data: a ${SEQ_MIB} MiB compressible file (base64 of random bytes, zstd ~1.33:1) and a ${SEQ_MIB} MiB incompressible one on tmpfs, images on the local disk, chunks of 1 MiB; the head file is ${HEAD_MIB} MiB. Median of 3 interleaved runs; every FanStore run starts with an empty node cache of its own. 'head': open + read(16) + close in the reading process, and its peak RSS. 'preads': random 4 KiB preads of one open file, second pass timed (the first decodes; the second reads this process's chunks or the node cache's). 'sequential': one process, read(2) of 1 MiB; zstd -d -T0 decodes the same data (zstd -3) to /dev/null. 'mapping': 4 processes each mmap and touch the whole file; total PSS minus that of 4 identical processes mapping nothing (FanStore: the node cache holds one shared copy; tmpfs: the page cache). 'fresh process': exec of a process whose first call is stat(), ms until it answers: with the trust token fanstore run hands down, with the index re-hashed (FANSTORE_INDEX_TRUST unset), and a stat on tmpfs; synthetic index of $NFILES empty files. 'serving a raw file': the per-pass cost of the safe way (pread into the reader's buffer + XXH3 of every chunk, every time: 'FanStore raw'), of a plain pread ('tmpfs' column) and of format 1's way (map the partition range, verify once, then memcpy from the mapping: SIGBUS when truncated, unverified bytes after an in-place change), over the same page-cached file."
+  note largefile "Own data: a ${SEQ_MIB} MiB compressible file (base64 of random bytes, zstd ~1.33:1) and a ${SEQ_MIB} MiB incompressible one on tmpfs, images on the local disk, chunks of 1 MiB; the head file is ${HEAD_MIB} MiB. Median of 3 interleaved runs; every FanStore run starts with an empty node chunk cache of its own. 'head': open + read(16) + close in the reading process, and its peak RSS. 'preads': random 4 KiB preads of one open file, second pass timed (the first decodes; the second reads this process's chunks or the node chunk cache's). 'sequential': one process, read(2) of 1 MiB; zstd -d -T0 decodes the same data (zstd -3) to /dev/null. 'mapping': 4 processes each mmap and touch the whole file; total PSS minus that of 4 identical processes mapping nothing (FanStore: the node chunk cache holds one shared copy; tmpfs: the page cache). 'fresh process': exec of a process whose first call is stat(), ms until it answers: with the trust token fanstore run hands down, with the index re-hashed (FANSTORE_INDEX_TRUST unset), and a stat on tmpfs; synthetic index of $NFILES empty files. 'serving a raw file': the per-pass cost of the safe way (pread into the reader's buffer + XXH3 of every chunk, every time: 'FanStore raw'), of a plain pread ('tmpfs' column) and of format 1's way (map the partition range, verify once, then memcpy from the mapping: SIGBUS when truncated, unverified bytes after an in-place change), over the same page-cached file."
   rm -rf "$LSRC" "$LDISK"
 }
 log "largefile: head, preads, sequential, mapping, index start-up"

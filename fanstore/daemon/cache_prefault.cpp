@@ -1,4 +1,4 @@
-// CachePrefault: the node cache's pages faulted in, 2 MiB at a time, on a thread of its own.
+// CachePrefault: the fetch cache's pages faulted in, 2 MiB at a time, on a thread of its own.
 #include "cache_prefault.hpp"
 
 #include <chrono>

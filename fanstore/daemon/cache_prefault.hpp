@@ -1,4 +1,4 @@
-// Faulting the node cache's memory in before the job reads (`fanstore serve --cache-prefault`). A cache that fills
+// Faulting the fetch cache's memory in before the job reads (`fanstore serve --cache-prefault`). A cache that fills
 // during the first epoch pays a page fault and the zeroing of a fresh page for every 4 KiB it receives, on the
 // daemon's one progress thread, while the readers wait for those very bytes. With --cache-prefault a thread of its
 // own does that work while the partitions are staged, and the daemon is ready once both are done: on a node whose

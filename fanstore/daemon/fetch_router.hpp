@@ -1,7 +1,7 @@
-// Where a client's fetch is answered from: this node's staged partitions, the node cache, a fetch of the same
+// Where a client's fetch is answered from: this node's staged partitions, the fetch cache, a fetch of the same
 // range already in flight (joined: N readers of one file cost one transfer), or a new fetch from a peer -- whose
 // reply lands directly in the asking client's reply area. Also runs the prefetch hints: ranges fetched ahead
-// into the node cache, within a bounded window. Single-threaded (the daemon's progress thread).
+// into the fetch cache, within a bounded window. Single-threaded (the daemon's progress thread).
 #pragma once
 
 #include <cstdint>

@@ -131,10 +131,10 @@ void FinishPrefault(CachePrefault& prefault, StartupSignals& startup, int rank) 
   double sec = 0;
   Status why = prefault.Wait(&done, &sec);
   if (!why.ok())
-    Error("node cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
+    Error("fetch cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
           static_cast<double>(done) / (1 << 20));
   else if (rank == 0)
-    Info("node cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
+    Info("fetch cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
 }
 
 // This rank's doorbell (unless --no-doorbell) and every peer's address. Collective: every rank takes part, with
@@ -252,14 +252,14 @@ int Serve(const ServeOptions& o) {
     FinalizeWithin(5, 1);
     return true;
   };
-  // The node cache exists before staging: with --cache-prefault its memory is faulted in on a thread of its own
+  // The fetch cache exists before staging: with --cache-prefault its memory is faulted in on a thread of its own
   // while the partitions are copied, and the daemon is ready once both are done (cache_prefault.hpp).
   std::unique_ptr<FetchCache> cache;
   std::unique_ptr<CachePrefault> prefault;
   {
     Status why;
     cache = std::make_unique<FetchCache>(o.cache_bytes, &why);
-    if (!why.ok()) Error("no node cache: %s", why.ToString().c_str());
+    if (!why.ok()) Error("no fetch cache: %s", why.ToString().c_str());
     uint64_t want = o.cache_prefault && cache->arena() ? PrefaultBudget(o.cache_bytes) : 0;
     if (want > 0) prefault = std::make_unique<CachePrefault>(cache->arena(), want);
   }

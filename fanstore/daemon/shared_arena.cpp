@@ -81,10 +81,10 @@ Status SharedArena::Prefault(uint64_t off, uint64_t len) const {
   if (!RangeWithin(off, len, data_len_)) return Status(Code::kInvalidArgument, "prefault past the cache's end");
   // Writable in this process's page tables too, as a write fault would leave them (no byte is written).
   if (madvise(data_ + off, len, MADV_POPULATE_WRITE) == 0) return Status::Ok();
-  if (errno != EINVAL) return Status::FromErrno(errno, "faulting in the node cache (madvise)");
+  if (errno != EINVAL) return Status::FromErrno(errno, "faulting in the fetch cache (madvise)");
   // A kernel older than 5.14: allocate the memfd's pages (existing ones are left as they are).
   if (fallocate(fd_, 0, static_cast<off_t>(data_ - base_ + off), static_cast<off_t>(len)) == 0) return Status::Ok();
-  return Status::FromErrno(errno, "faulting in the node cache (fallocate)");
+  return Status::FromErrno(errno, "faulting in the fetch cache (fallocate)");
 }
 
 ArenaBlock SharedArena::Allocate(uint64_t n) {

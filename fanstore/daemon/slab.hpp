@@ -1,4 +1,4 @@
-// Memory for the node cache and the fetches that land in it: power-of-two blocks carved from 2 MiB chunks that
+// Memory for the fetch cache and the fetches that land in it: power-of-two blocks carved from 2 MiB chunks that
 // ask for transparent huge pages, kept for reuse. A fetched range then costs no page faults once the cache is
 // warm, and one fault per 2 MiB while it fills (4 KiB pages cost one per 4 KiB: ~70 us per 128 KiB on a VM).
 // Single-threaded (the daemon's progress thread).

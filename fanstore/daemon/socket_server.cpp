@@ -369,7 +369,7 @@ struct SocketServer::Impl {
         Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(o.hello));
       } else if (r.type == dp::MsgType::kCacheMap) {
         if (o.cache_fd < 0) {
-          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no node cache (--cache-bytes 0)"), {});
+          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"), {});
         } else {
           // A dup rides on the reply (OutMsg owns and closes it once sent).
           auto pass = std::make_shared<ReplyArea>();

@@ -54,7 +54,7 @@ struct ServerOptions {
   mode_t socket_mode = 0600;          // permission bits of the socket file
   gid_t group = static_cast<gid_t>(-1);  // --group: the socket's group; its members may connect
   uint64_t max_hint_paths = 1u << 24;    // a hint longer than this is refused
-  int cache_fd = -1;                     // the node cache's shared memfd (passed on kCacheMap); -1: none
+  int cache_fd = -1;                     // the fetch cache's shared memfd (passed on kCacheMap); -1: none
 };
 
 class SocketServer {

@@ -22,8 +22,8 @@ class DaemonStats {
   std::atomic<uint64_t> timeouts{0};         // attempts that waited their whole deadline
   std::atomic<uint64_t> fast_fails{0};       // attempts skipped or cut short because the peer was known down
   std::atomic<uint64_t> peers_down{0};       // times a peer was declared down
-  std::atomic<uint64_t> cache_hits{0};       // client fetches answered from the node cache
-  std::atomic<uint64_t> shared_hits{0};      // reads clients made straight from the shared node cache
+  std::atomic<uint64_t> cache_hits{0};       // client fetches answered from the fetch cache
+  std::atomic<uint64_t> shared_hits{0};      // reads clients made straight from the shared fetch cache
   std::atomic<uint64_t> coalesced{0};        // client fetches that joined one already in flight
   std::atomic<uint64_t> prefetched{0};       // ranges fetched ahead because of a hint
   std::atomic<uint64_t> prefetch_hits{0};    // client fetches answered by a prefetched range

@@ -62,7 +62,7 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
     auto node = NodeCache::Attach(c->opts_.node_cache_dir, *c->image_);
     // Without it every process decodes for itself: slower and bigger, never wrong. Say so once.
     if (node.ok()) c->core_->node = std::move(node).value();
-    else std::fprintf(stderr, "fanstore: node cache unavailable, decoding per process: %s\n", node.status().ToString().c_str());
+    else std::fprintf(stderr, "fanstore: node chunk cache unavailable, decoding per process: %s\n", node.status().ToString().c_str());
   }
   return c;
 }

@@ -40,7 +40,7 @@ ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& 
       pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
 
 ClientCore::~ClientCore() {
-  // First: decode tasks use the node cache and the chunk cache, which are destroyed after this body.
+  // First: decode tasks use the node chunk cache and the chunk cache, which are destroyed after this body.
   pool.Shutdown();
   for (const Memfd& m : memfds_)
     if (NamesFile(m.fd, m.dev, m.ino)) close(m.fd);
@@ -84,7 +84,7 @@ bool ClientCore::WorthSharing(const Chunk& c, Offer offer, bool fetched) {
       break;
   }
   // What was expensive to get. A raw chunk read whole is already in its partition's page cache and costs one pread
-  // plus a checksum; one the daemon keeps node-wide (its node RAM cache) is not copied here a second time: another
+  // plus a checksum; one the daemon keeps node-wide (its fetch cache) is not copied here a second time: another
   // process gets it from there for the same copy and checksum, and the node's memory holds it once.
   if (fetched) return c.codec != Codec::kRaw || !remote->CachesNodeWide();
   return c.codec == Codec::kZstd;

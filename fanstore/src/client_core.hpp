@@ -22,14 +22,14 @@ struct ClientCore {
   ClientCore(const Image& image, ClientStats& stats, const ClientOptions& opts);
   ~ClientCore();
 
-  // How a chunk being loaded is offered to the node cache.
+  // How a chunk being loaded is offered to the node chunk cache.
   enum class Offer {
     kShare,  // worth sharing (a random or partial read, a small file, a large file read again)
     kNone,   // the first stream through a large file on this node: not copied (see ClientFile::ShareStream)
     kMust,   // a kernel fd is being assembled: kept even over budget
     kPart,   // a part of a chunk was read: shared even when raw (see WorthSharing)
   };
-  // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node cache, or decoded now.
+  // Chunk `c` of `e`, verified: this process's cache, a load in flight, the node chunk cache, or decoded now.
   // `wanted`: see ChunkCache::Get (null bytes when it says no).
   Result<std::shared_ptr<const FileBytes>> GetChunk(const Entry& e, const Chunk& c, Offer offer = Offer::kShare,
                                                     const std::function<bool()>& wanted = nullptr);
@@ -70,7 +70,7 @@ struct ClientCore {
   size_t memfd_cap_;
   std::mutex report_mu_;
   std::unordered_set<uint32_t> reported_;
-  // Whether chunk `c`, just loaded (`fetched`: from another node), goes to the node cache.
+  // Whether chunk `c`, just loaded (`fetched`: from another node), goes to the node chunk cache.
   bool WorthSharing(const Chunk& c, Offer offer, bool fetched);
   // A remote chunk, decoded and verified into `out`.
   Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out);

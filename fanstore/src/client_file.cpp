@@ -172,7 +172,7 @@ Result<size_t> ClientFile::ReadAt(uint64_t off, void* buf, size_t n) {
       continue;
     }
     if (from == 0 && len == c->raw_size) {
-      // The whole chunk, not cached: decoded (or read from the node cache) straight into the caller's buffer.
+      // The whole chunk, not cached: decoded (or read from the node chunk cache) straight into the caller's buffer.
       // Whole chunks of a large file are what streams read: shared only if others read this file too.
       Status s = core_.LoadChunkInto(e_, *c, dst, chunks_ > 1 ? StreamOffer() : ClientCore::Offer::kShare);
       if (!s.ok()) {
@@ -207,7 +207,7 @@ void ClientFile::KeepDecoded(const Chunk& c, const char* bytes, bool streaming) 
 }
 
 Result<int> ClientFile::KernelFd(int flags) {
-  // Large files, with a node cache: one shared file per node holds every chunk; fill what is missing.
+  // Large files, with a node chunk cache: one shared file per node holds every chunk; fill what is missing.
   if (core_.node && chunks_ > 1) {
     Status s = core_.node->WithFileLock(e_, [this] {
       return core_.ParallelFor(chunks_, [this](uint64_t i) -> Status {

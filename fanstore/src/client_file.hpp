@@ -32,12 +32,12 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   // The chunks of a read spanning several of a remote file that it covers whole and the chunk cache does not
   // hold, when there are two or more: ReadAt loads them in parallel straight into the caller's buffer.
   std::vector<uint64_t> DirectChunks(const Range& r) const;
-  // After a whole chunk was decoded into a caller's buffer: without a node cache, a compressed one is also kept in
+  // After a whole chunk was decoded into a caller's buffer: without a node chunk cache, a compressed one is also kept in
   // this process's chunk cache for its next read (unless it is streamed).
   void KeepDecoded(const Chunk& c, const char* bytes, bool streaming);
   // Queues chunks [first, last] for the decode threads, unless the reader has passed them by their turn.
   void Prefetch(uint64_t first, uint64_t last);
-  // How whole chunks this open file decodes go to the node cache: the first stream through a large file on the
+  // How whole chunks this open file decodes go to the node chunk cache: the first stream through a large file on the
   // node is not copied (one reader alone would pay an extra copy for nothing); every later read of the file,
   // by any process, fills the node's copy or reads it.
   ClientCore::Offer StreamOffer();

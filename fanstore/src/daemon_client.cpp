@@ -144,7 +144,7 @@ struct ReplyIo {
   int spin_us = 0;             // retry the non-blocking receive this long before the first blocking poll
   FdKeeper* keeper = nullptr;  // holds passed memfds; null: `hook` marks them and they are closed after use
   FdHook hook;
-  std::function<Status(int fd)> on_cache_fd;  // a passed node-cache memfd (kCacheMap replies only)
+  std::function<Status(int fd)> on_cache_fd;  // a passed fetch-cache memfd (kCacheMap replies only)
 };
 
 // Reads one reply (header, message, payload) for `ex` on `c` and hands the payload to `use` (a view valid during
@@ -272,13 +272,13 @@ Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const Repl
   return ReadReply(c, ex, io, use, consumed);
 }
 
-// Maps the node cache's shared memfd: read-only, but for its hit counters.
+// Maps the fetch cache's shared memfd: read-only, but for its hit counters.
 Status MapSharedCache(int fd, shared_cache::View* view) {
   uint64_t size = 0;
   Status s = CheckPassedMemfd(fd, 0, 0, &size);
   if (!s.ok()) return s;
   void* ro = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
-  if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the node cache");
+  if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the fetch cache");
   uint64_t hoff = 0, hlen = 0;
   void* hits = MAP_FAILED;
   if (shared_cache::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
@@ -286,7 +286,7 @@ Status MapSharedCache(int fd, shared_cache::View* view) {
   if (hits == MAP_FAILED || !view->Attach(static_cast<char*>(ro), size, static_cast<char*>(hits))) {
     munmap(ro, static_cast<size_t>(size));
     if (hits != MAP_FAILED) munmap(hits, static_cast<size_t>(hlen));
-    return Status(Code::kIoError, "the daemon's node cache has an unknown layout (fanstore version mismatch?)");
+    return Status(Code::kIoError, "the daemon's fetch cache has an unknown layout (fanstore version mismatch?)");
   }
   // Mapped for the life of the process (forked children share it): never unmapped.
   return Status::Ok();
@@ -348,7 +348,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
-    // The node cache first: a range cached there is copied out here, without a daemon round-trip (into a buffer
+    // The fetch cache first: a range cached there is copied out here, without a daemon round-trip (into a buffer
     // of ours: `use` must only see bytes that did not change while being copied).
     if (const shared_cache::View* v = SharedCache()) {
       thread_local std::vector<char> copy;
@@ -431,7 +431,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     cache_fd_.store(fd, std::memory_order_release);
   }
 
-  // The node cache's shared view, asked for once per process (null: the daemon has none, or it failed).
+  // The fetch cache's shared view, asked for once per process (null: the daemon has none, or it failed).
   const shared_cache::View* SharedCache() {
     int st = cache_state_.load(std::memory_order_acquire);
     if (st == 1) return &view_;
@@ -665,10 +665,10 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   std::vector<Conn*> idle_;                 // connected, handshaken, no request in flight
   std::vector<OwnedFd> held_;               // memfds passed by the daemon, held while read
   std::atomic<FdHook> hook_{nullptr};       // marks our fds internal (the interposer's close-all protection)
-  std::mutex cache_mu_;                     // asking for the node cache (not mu_: Take takes that)
+  std::mutex cache_mu_;                     // asking for the fetch cache (not mu_: Take takes that)
   std::atomic<int> cache_state_{0};         // 0 not asked yet, 1 view_ attached, 2 none
   shared_cache::View view_;
-  // A descriptor of the node cache's memfd, kept for pread (-1: none, or it stopped working). Copying a cached
+  // A descriptor of the fetch cache's memfd, kept for pread (-1: none, or it stopped working). Copying a cached
   // range with pread is a copy in the kernel, as a local file's read is; through the mapping, each process would
   // first fault in the page-table entries of every page it touches (a DataLoader's fresh workers, every epoch).
   // Measured here (8 epochs, 20,000 files, the remote part all in the cache): 0.445 and 0.467 s per epoch

@@ -22,7 +22,7 @@ using le::Store64;
 inline constexpr uint32_t kVersion = 2;
 inline constexpr const char* kIndexName = "index.fsi";
 
-// Chunk size limits: a power of two, 64 KiB .. 64 MiB. Chunks start page-aligned in the node cache, and
+// Chunk size limits: a power of two, 64 KiB .. 64 MiB. Chunks start page-aligned in the node chunk cache, and
 // the upper bound caps what one chunk read may allocate, whatever an index says.
 inline constexpr uint32_t kMinChunkShift = 16;
 inline constexpr uint32_t kMaxChunkShift = 26;

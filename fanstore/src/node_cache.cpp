@@ -105,12 +105,12 @@ std::atomic<uint64_t>& NodeCache::Used() {
 Result<std::unique_ptr<NodeCache>> NodeCache::Attach(const std::string& dir, const Image& img) {
   const std::string path = dir + "/state";
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return Status::FromErrno(errno, "node cache " + path);
+  if (fd < 0) return Status::FromErrno(errno, "node chunk cache " + path);
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::getuid() ||
       static_cast<size_t>(st.st_size) != kStateSize) {
     ::close(fd);
-    return Status(Code::kCorrupt, "node cache " + path + " is not ours or damaged");
+    return Status(Code::kCorrupt, "node chunk cache " + path + " is not ours or damaged");
   }
   void* p = ::mmap(nullptr, kStateSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -124,12 +124,12 @@ Result<std::unique_ptr<NodeCache>> NodeCache::Attach(const std::string& dir, con
       Load64(s + kStEntries) != img.size()) {
     ::munmap(p, kStateSize);
     ::close(fd);
-    return Status(Code::kCorrupt, "node cache " + dir + " belongs to another image");
+    return Status(Code::kCorrupt, "node chunk cache " + dir + " belongs to another image");
   }
   ::close(fd);  // the mapping is all we need
   std::unique_ptr<NodeCache> c(new NodeCache(dir, img, -1, s));
   c->small_ = c->OpenRegion("small", img.size() << c->shift_, img.size(), true);
-  if (!c->small_) return Status(Code::kIoError, "node cache " + dir + ": cannot open its files");
+  if (!c->small_) return Status(Code::kIoError, "node chunk cache " + dir + ": cannot open its files");
   return c;
 }
 
@@ -354,10 +354,10 @@ Status NodeCache::WithFileLock(const Entry& e, const std::function<Status()>& fi
 
 Result<int> NodeCache::OpenComplete(const Entry& e, int flags) {
   auto r = RegionFor(e, true);
-  if (!r) return Status(Code::kUnsupported, "no node-cache file for " + std::string(e.path));
+  if (!r) return Status(Code::kUnsupported, "no node-chunk-cache file for " + std::string(e.path));
   const uint64_t n = img_.ChunkCount(e);
   for (uint64_t i = 0; i < n; ++i)
-    if (!r->Test(i)) return Status(Code::kUnsupported, "not every chunk is in the node cache");
+    if (!r->Test(i)) return Status(Code::kUnsupported, "not every chunk is in the node chunk cache");
   ::futimens(r->data_fd, nullptr);  // most recently used: the last to be evicted
   // A new open file description of exactly this inode (even if evicted since), read-only, at offset 0.
   char proc[64];
@@ -367,7 +367,7 @@ Result<int> NodeCache::OpenComplete(const Entry& e, int flags) {
     ::close(fd);
     fd = -1;
   }
-  if (fd < 0) return Status(Code::kUnsupported, "cannot reopen the node-cache file of " + std::string(e.path));
+  if (fd < 0) return Status(Code::kUnsupported, "cannot reopen the node-chunk-cache file of " + std::string(e.path));
   return fd;
 }
 

@@ -82,12 +82,12 @@ Status EnsureState(const std::string& dir, const Image& img, uint64_t budget) {
   format::Store64(s + kStBudget, budget);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::FromErrno(errno, "node cache: create " + tmp);
+  if (fd < 0) return Status::FromErrno(errno, "node chunk cache: create " + tmp);
   bool ok = ::write(fd, s, sizeof s) == static_cast<ssize_t>(sizeof s);
   ::close(fd);
   if (ok && ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) ok = false;
   ::unlink(tmp.c_str());
-  if (!ok) return Status::FromErrno(errno, "node cache: publish " + path);
+  if (!ok) return Status::FromErrno(errno, "node chunk cache: publish " + path);
   return Status::Ok();
 }
 
@@ -134,13 +134,13 @@ Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts
   RemoveStale(opts.root, dir);
   int lock_fd = -1;
   for (int attempt = 0;; ++attempt) {
-    if (attempt == 5) return Status(Code::kIoError, "node cache " + dir + " keeps disappearing under us");
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "node cache: mkdir " + dir);
+    if (attempt == 5) return Status(Code::kIoError, "node chunk cache " + dir + " keeps disappearing under us");
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "node chunk cache: mkdir " + dir);
     struct stat st;
     if (::lstat(dir.c_str(), &st) != 0) continue;
     // Only a private directory of ours: never follow a link or share one another user could plant.
     if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
-      return Status(Code::kPermission, "node cache " + dir + " exists but is not a private directory of this user: remove it");
+      return Status(Code::kPermission, "node chunk cache " + dir + " exists but is not a private directory of this user: remove it");
     lock_fd = ::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lock_fd < 0) continue;
     while (::flock(lock_fd, LOCK_SH) != 0 && errno == EINTR) {
@@ -166,7 +166,7 @@ Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts
     int err = errno;
     ::close(lock_fd);
     if (pidfd >= 0) ::close(pidfd);
-    return Status::FromErrno(err, "node cache: fork");
+    return Status::FromErrno(err, "node chunk cache: fork");
   }
   if (a == 0) {
     if (::fork() == 0) Reap(dir, lock_fd, pidfd, owner);

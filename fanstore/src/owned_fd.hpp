@@ -1,7 +1,7 @@
 // An fd number together with the identity of the open file it named when we got it. The host program may close
 // our fd behind our back (a close-all loop the interposer could not see, a raw close_range syscall) and get the
 // number again for its own file or socket: before reusing, reading or closing a number, check it still names
-// that file. One helper for the client's memfds, the daemon connection, partitions and the node cache.
+// that file. One helper for the client's memfds, the daemon connection, partitions and the node chunk cache.
 #pragma once
 
 #include <sys/stat.h>

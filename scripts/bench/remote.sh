@@ -154,7 +154,7 @@ prefetch_rows() {
   local n
   n=$(find "$SRC/imagenet/train" -type f | wc -l)
   log "prefetch: DataLoader epoch over $n files, local image vs 4 daemons with and without hints"
-  note prefetch "$n files of 100-120 KB (the loader table's tree) packed raw in 4 partitions; torchvision ImageFolder + DataLoader (batch 64, shuffle, num_workers=2, bytes mode: each worker reads the whole file), $PY under \`fanstore run\`. Local image: \`--image\`, every file on this node. Daemons: 4 ranks on this machine, the reader on rank 0's socket, so 3/4 of the files are remote; two epochs in one process on freshly started daemons (default --cache-bytes, 1 GiB): 'epoch 1' starts with a cold node cache whose memory the kernel must first hand out and zero, 'epoch 2' is the steady state of a training run (a new shuffle; the cache's memory is reused, and part of the data is still in it). With hints: tools/python/fanstore_prefetch.py's HintingSampler sends each epoch's order when the epoch starts; the daemon fetches ahead into its node cache. '+ --cache-prefault': the same with the daemons started with --cache-prefault (each rank's 1 GiB cache faulted in while staging; ready waits for it, so it is not in the epoch's time; on this machine that is 4 GiB for the one node that reads). Worker start-up is timed. Everything shares 2 cores: the daemons' prefetching competes with the loader for CPU."
+  note prefetch "$n files of 100-120 KB (the loader table's tree) packed raw in 4 partitions; torchvision ImageFolder + DataLoader (batch 64, shuffle, num_workers=2, bytes mode: each worker reads the whole file), $PY under \`fanstore run\`. Local image: \`--image\`, every file on this node. Daemons: 4 ranks on this machine, the reader on rank 0's socket, so 3/4 of the files are remote; two epochs in one process on freshly started daemons (default --cache-bytes, 1 GiB): 'epoch 1' starts with a cold fetch cache whose memory the kernel must first hand out and zero, 'epoch 2' is the steady state of a training run (a new shuffle; the cache's memory is reused, and part of the data is still in it). With hints: tools/python/fanstore_prefetch.py's HintingSampler sends each epoch's order when the epoch starts; the daemon fetches ahead into its fetch cache. '+ --cache-prefault': the same with the daemons started with --cache-prefault (each rank's 1 GiB cache faulted in while staging; ready waits for it, so it is not in the epoch's time; on this machine that is 4 GiB for the one node that reads). Worker start-up is timed. Everything shares 2 cores: the daemons' prefetching competes with the loader for CPU."
   local img=$DISK/img-imagenet4 why="" line
   if [ $HAVE_SERVE = 0 ]; then why=$NA_SERVE
   elif ! timed pack-imagenet4 "$FANSTORE" pack "$SRC/imagenet" -o "$img" --parts 4 --level 0 --threads 2 >/dev/null; then
@@ -191,10 +191,10 @@ prefetch_rows() {
 record_epochs() {
   local sys=$1 line=$2
   if is_error "$line" || [[ $line == n/a* ]]; then
-    record prefetch "epoch 1 (cold node cache), bytes" "$sys" files/s higher "$line"
+    record prefetch "epoch 1 (cold fetch cache), bytes" "$sys" files/s higher "$line"
     record prefetch "epoch 2 (steady state), bytes" "$sys" files/s higher "$line"
   else
-    record prefetch "epoch 1 (cold node cache), bytes" "$sys" files/s higher "$(field "$line" 5)"
+    record prefetch "epoch 1 (cold fetch cache), bytes" "$sys" files/s higher "$(field "$line" 5)"
     record prefetch "epoch 2 (steady state), bytes" "$sys" files/s higher "$(field "$line" 7)"
   fi
 }

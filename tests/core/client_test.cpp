@@ -331,7 +331,7 @@ TEST(RemoteChunksTest, RawChunksInTheNodeCacheAreCopiedAndCheckedAndABadCopyIsFe
       ASSERT_TRUE(n.ok()) << name << ": " << n.status().ToString();
       EXPECT_EQ(out, want) << name;
     }
-    EXPECT_EQ(fetcher->cached, 6) << "each of raw.bin's 6 chunks is looked up in the node cache once";
+    EXPECT_EQ(fetcher->cached, 6) << "each of raw.bin's 6 chunks is looked up in the fetch cache once";
     if (cache == FakeFetcher::kGood)
       EXPECT_EQ(fetcher->ranged, 3) << "only text.txt's 3 compressed chunks are fetched";
     else

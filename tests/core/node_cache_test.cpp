@@ -29,7 +29,7 @@ namespace {
 using test::TempDir;
 constexpr uint32_t kChunk = 64 * 1024;
 
-// A scratch directory on tmpfs when there is one (what the node cache is made for), else under TMPDIR.
+// A scratch directory on tmpfs when there is one (what the node chunk cache is made for), else under TMPDIR.
 class ShmDir {
  public:
   ShmDir() {
@@ -68,7 +68,7 @@ class NodeCacheTest : public ::testing::Test {
     ASSERT_TRUE(test::PackTree(src_ / "src", src_ / "img", 1, {}, 2, nullptr, kChunk).ok());
     ASSERT_FALSE(root_.path().empty());
   }
-  // Joins the node cache of `image` (the fixture's unless given) for `owner` (the test process unless given).
+  // Joins the node chunk cache of `image` (the fixture's unless given) for `owner` (the test process unless given).
   std::string Join(uint64_t budget = 0, pid_t owner = ::getpid(), const std::string& image = "") {
     NodeCacheOptions o;
     o.root = root_.path();
@@ -118,7 +118,7 @@ TEST_F(NodeCacheTest, AProcessReadsWhatAnotherDecoded) {
   auto c = NewClient(dir);
   EXPECT_EQ(ReadAll(*c, "big/0"), files_[0]);
   EXPECT_EQ(ReadAll(*c, "small/3"), test::TextBytes(3003, 103));
-  EXPECT_EQ(c->stats().local_loads.load(), 0u) << "every chunk should have come from the node cache";
+  EXPECT_EQ(c->stats().local_loads.load(), 0u) << "every chunk should have come from the node chunk cache";
   // At least one hit per chunk: a read-ahead that is still copying a chunk when the reader reaches it makes both
   // copy it from the node (two hits for one chunk), so the count is a floor, not an exact figure.
   EXPECT_GE(c->stats().node_hits.load(), 5u + 1u);
@@ -150,11 +150,11 @@ class PartitionFetcher : public RemoteFetcher {
   bool node_wide_;
 };
 
-// Whole raw chunks fetched through a daemon that keeps them node-wide are not copied into the node cache a second
+// Whole raw chunks fetched through a daemon that keeps them node-wide are not copied into the node chunk cache a second
 // time (another process gets them from the daemon's cache); through one that does not, they are shared here.
 TEST_F(NodeCacheTest, RawChunksTheDaemonKeepsAreNotCopiedAgain) {
   for (bool node_wide : {false, true}) {
-    // An image of its own per case, different in content: the node cache is named after the image's index.
+    // An image of its own per case, different in content: the node chunk cache is named after the image's index.
     const std::string tree = src_ / (node_wide ? "rawsmall1" : "rawsmall0");
     const std::string image = src_ / (node_wide ? "rawsmallimg1" : "rawsmallimg0");
     test::WriteFile(tree + "/a", test::RandomBytes(5000, 1));
@@ -184,7 +184,7 @@ TEST_F(NodeCacheTest, RawChunksTheDaemonKeepsAreNotCopiedAgain) {
       EXPECT_EQ(second->stats().node_hits.load(), 0u) << "the daemon keeps them: no second node-wide copy";
       EXPECT_GE(second->stats().remote_loads.load(), 4u);
     } else {
-      EXPECT_GE(second->stats().node_hits.load(), 1u) << "no daemon cache: the node cache shares them";
+      EXPECT_GE(second->stats().node_hits.load(), 1u) << "no daemon cache: the node chunk cache shares them";
     }
   }
 }
@@ -198,7 +198,7 @@ TEST_F(NodeCacheTest, PartsOfARawFileAreVerifiedOncePerNode) {
   const std::string dir = Join(0, ::getpid(), src_ / "rawimg");
   ASSERT_FALSE(dir.empty());
   auto reader = [&](uint64_t* local_loads, uint64_t* node_hits) {
-    // No process cache: every part goes to the node cache or the partition.
+    // No process cache: every part goes to the node chunk cache or the partition.
     auto c = NewClient(dir, /*cache_bytes=*/0, src_ / "rawimg");
     ASSERT_TRUE(c);
     auto f = c->Open(*c->Lookup("r.bin"));
@@ -252,7 +252,7 @@ TEST_F(NodeCacheTest, KernelFdsOfALargeFileAreOneSharedCopy) {
   for (int p = 0; p < kProcs; ++p) ASSERT_EQ(::read(pipefd[0], &inos[p], 8), 8);
   ::close(pipefd[0]);
   for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
-  for (int p = 1; p < kProcs; ++p) EXPECT_EQ(inos[p], inos[0]) << "every process must map the same node-cache file";
+  for (int p = 1; p < kProcs; ++p) EXPECT_EQ(inos[p], inos[0]) << "every process must map the same node-chunk-cache file";
 }
 
 TEST_F(NodeCacheTest, ProcessesKilledMidReadLeaveNoWrongBytes) {
@@ -261,7 +261,7 @@ TEST_F(NodeCacheTest, ProcessesKilledMidReadLeaveNoWrongBytes) {
   for (int round = 0; round < 12; ++round) {
     pid_t pid = ::fork();
     if (pid == 0) {
-      auto c = NewClient(dir, 0);  // no process cache: every chunk goes through the node cache
+      auto c = NewClient(dir, 0);  // no process cache: every chunk goes through the node chunk cache
       for (int k = 0;; ++k) {
         const int i = k % 6;
         auto f = c->Open(*c->Lookup("big/" + std::to_string(i)));
@@ -387,7 +387,7 @@ TEST_F(NodeCacheTest, ReadsStopFillingAtTheBudget) {
     struct stat st;
     if (::stat((dir + "/f" + std::to_string(i) + ".data").c_str(), &st) == 0) used += static_cast<uint64_t>(st.st_blocks) * 512;
   }
-  EXPECT_LE(used, budget) << "plain reads must not fill the node cache past its budget";
+  EXPECT_LE(used, budget) << "plain reads must not fill the node chunk cache past its budget";
   EXPECT_GT(used, 0u);
 }
 
@@ -436,7 +436,7 @@ TEST_F(NodeCacheTest, AttachRefusesTheCacheOfAnotherImage) {
   ClientOptions o;
   o.image = other / "img";
   o.node_cache_dir = dir;
-  auto c = Client::Create(o);  // works, without the node cache (one warning line)
+  auto c = Client::Create(o);  // works, without the node chunk cache (one warning line)
   ASSERT_TRUE(c.ok());
   auto f = (*c)->Open(*(*c)->Lookup("x"));
   ASSERT_TRUE(f.ok());
@@ -451,7 +451,7 @@ TEST_F(NodeCacheTest, AttachRefusesTheCacheOfAnotherImage) {
 namespace fanstore {
 namespace {
 
-// An index edited in place keeps its stored image id; it must still get a node cache of its own, or one image's
+// An index edited in place keeps its stored image id; it must still get a node chunk cache of its own, or one image's
 // verified chunks would be served as the other's (entry ids and checksums differ).
 TEST_F(NodeCacheTest, AnEditedIndexGetsACacheOfItsOwn) {
   const std::string original = Join();

@@ -1,4 +1,4 @@
-// Unit tests of `fanstore serve --cache-prefault`: the node cache's pages are allocated ahead of use, its bytes stay
+// Unit tests of `fanstore serve --cache-prefault`: the fetch cache's pages are allocated ahead of use, its bytes stay
 // as they were (also through the fallocate fallback of kernels before 5.14), a stop is honoured, and the memory
 // taken is bounded by what the kernel reports available.
 #include <gtest/gtest.h>

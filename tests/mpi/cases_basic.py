@@ -1,5 +1,5 @@
 """Basic daemon cases: staging layout and reads from every rank, replicas and failover, staging errors, a PyTorch
-DataLoader through `fanstore run --daemon`, and one transfer for many readers of one file (the node cache)."""
+DataLoader through `fanstore run --daemon`, and one transfer for many readers of one file (the fetch cache)."""
 import json
 import hashlib
 import os
@@ -213,7 +213,7 @@ def case_python(ctx):
 
 def case_coalesce(ctx):
     """Eight processes on one node read the same remote files at once: each range crosses MPI once (joined while
-    in flight, then read from the node cache, through the daemon or straight from its shared index), and every
+    in flight, then read from the fetch cache, through the daemon or straight from its shared index), and every
     reader gets the right bytes."""
     os.makedirs(os.path.join(ctx.src, "big"))
     import random
@@ -237,10 +237,10 @@ def case_coalesce(ctx):
     c = counters(job.output(), 0)
     log(f"rank 0 daemon: {c}")
     shared = c["shared cache hits"]
-    check(c["client requests"] + shared == 8 * remote, "every read went to the daemon or the shared node cache")
+    check(c["client requests"] + shared == 8 * remote, "every read went to the daemon or the shared fetch cache")
     check(c["peer fetches"] == remote, f"each of the {remote} remote files must cross MPI exactly once")
     check(c["cache hits"] + c["coalesced"] + shared == 7 * remote,
-          "the other readers joined a fetch or read the node cache")
+          "the other readers joined a fetch or read the fetch cache")
 
 
 def case_chunked(ctx):

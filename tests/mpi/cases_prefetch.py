@@ -52,7 +52,7 @@ def case_prefetch(ctx):
     # below then lands in memory that already holds pages.
     job = Job(ctx, 2, "--cache-bytes", str(256 << 20), "--cache-prefault")
     job.wait_ready()
-    check(re.search(r"rank 0\]: node cache: 256 MiB faulted in", job.output()), "rank 0 did not fault its cache in")
+    check(re.search(r"rank 0\]: fetch cache: 256 MiB faulted in", job.output()), "rank 0 did not fault its cache in")
     # 1. The CLI: every file of the tree, a replicated (local) one, one not in the image, one outside the mount.
     paths = []
     for d, _, files in os.walk(os.path.join(ctx.src, "train")):

@@ -2,7 +2,7 @@
 even when its mode is widened behind the daemon's back; --group lets a group in), staged files keep the image's
 permissions, a second `fanstore serve` on a --local in use is refused before it writes anything, and a client
 that pipelines fetches without reading or opens thousands of idle connections pins bounded memory and fds, and a
-fetch whose offset + length wraps past 2^64 is an error reply, with or without the node cache.
+fetch whose offset + length wraps past 2^64 is an error reply, with or without the fetch cache.
 
 The other-user checks run a client as uid 65534 with setpriv (root only: skipped with a message otherwise)."""
 import hashlib
@@ -281,7 +281,7 @@ def case_no_memory(ctx):
 
 
 def case_hostile_range(ctx):
-    """A client on the socket asks for offset 2^64 - L + 100, length L (the sum wraps): with the node cache holding
+    """A client on the socket asks for offset 2^64 - L + 100, length L (the sum wraps): with the fetch cache holding
     every remote partition's bytes and with no cache, each such fetch gets an error reply (never success, never a
     crash: `fanstore serve` answered L = 200 with bytes from outside the cached range and died with SIGSEGV at
     L = 256 MiB), and the daemons go on serving."""

@@ -1,4 +1,4 @@
-// Unit tests of the daemon's bookkeeping, no MPI: the node cache (containment, eviction order, tags), the
+// Unit tests of the daemon's bookkeeping, no MPI: the fetch cache (containment, eviction order, tags), the
 // prefetch cursor (order, look-ahead bound, replaced hints, passed-by ranges), peer liveness, slab blocks.
 #include <gtest/gtest.h>
 #include <sys/stat.h>

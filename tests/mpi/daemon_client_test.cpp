@@ -1,7 +1,7 @@
 // Unit tests of the daemon client (fanstore/src/daemon_client.cpp) against a fake daemon in this process: no MPI.
 // Regressions: replies that lie about their sizes are errors (never SIGBUS / huge allocations), an idle
 // connection whose fd number was replaced is neither used nor closed, and fork while another thread fetches
-// leaves the child a working fetcher that talks only on its own connections, and the node cache is copied with pread
+// leaves the child a working fetcher that talks only on its own connections, and the fetch cache is copied with pread
 // on a kept descriptor, through the mapping once that descriptor's number is the program's.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -746,7 +746,7 @@ long long ThreadReadBytes() {
   return v;
 }
 
-// The node cache, as the real daemon lays it out (SharedArena): a cached range is copied by pread on the memfd
+// The fetch cache, as the real daemon lays it out (SharedArena): a cached range is copied by pread on the memfd
 // descriptor the fetcher keeps. Once the program closed that number and opened a file of its own on it, the range
 // comes through the mapping: the right bytes, the program's file neither read nor closed.
 TEST(DaemonClient, NodeCacheHitsUsePreadThenTheMappingOnceTheFdIsNotOurs) {
@@ -768,7 +768,7 @@ TEST(DaemonClient, NodeCacheHitsUsePreadThenTheMappingOnceTheFdIsNotOurs) {
       return;
     }
     fetches.fetch_add(1);
-    SendError(c, r, Code::kIoError, "not expected: the range is in the node cache");
+    SendError(c, r, Code::kIoError, "not expected: the range is in the fetch cache");
   });
   auto f = MustConnect(d);
   ASSERT_TRUE(f);

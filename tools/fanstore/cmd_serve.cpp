@@ -29,33 +29,38 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                "(run one rank per node under mpirun/srun)");
   serve->add_option("--image", so->image, "image directory on the shared file system")->type_name("IMAGE")->required();
   serve->add_option("--local", so->local,
-                    "node-local staging directory; {rank} expands to the MPI rank, {node} to Slurm's node name, else "
-                    "the host name")
+                    "node-local staging directory, locked while the daemon runs; {rank} expands to the MPI rank, "
+                    "{node} to Slurm's node name, else the host name")
       ->type_name("DIR")
       ->required();
-  serve->add_option("--socket", so->socket, "Unix socket for this node's clients; {rank} and {node} expand")
+  serve->add_option("--socket", so->socket,
+                    "Unix socket for this node's clients, shorter than 108 bytes; {rank} and {node} expand")
       ->type_name("PATH")
       ->default_str("DIR/fanstore.sock");
-  serve->add_option("--replicas", so->replicas, "copies of each partition, on distinct ranks")
+  serve->add_option("--replicas", so->replicas,
+                    "copies of each regular partition, on K distinct ranks (capped at the rank count)")
       ->type_name("K")
       ->capture_default_str();
   serve->add_option("--timeout", so->timeout_s, "a remote read fails with EIO after this long, never hangs")
       ->type_name("SECONDS")
       ->capture_default_str();
   serve->add_flag("--cleanup", so->cleanup,
-                  "remove what the daemon staged when it stops (and --local if it created it)");
+                  "remove what this daemon staged when it stops: the partitions and index it copied (not files of "
+                  "the same name it did not write), and --local if it created it");
   serve->add_option("--reserve", so->reserve_bytes, "bytes to leave free on the local file system when staging")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   serve->add_option("--cache-bytes", so->cache_bytes,
-                    "node RAM cache of fetched remote files, shared by every client of the node (0: off)")
+                    "the fetch cache: RAM for fetched remote ranges, shared by every client of the node (0: off, "
+                    "and no prefetch)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
   serve->add_flag("--cache-prefault", so->cache_prefault,
-                  "fault the node cache's memory in while staging, so that the first epoch does not pay for it "
-                  "(ready waits for it; at most half of the available memory)");
+                  "fault the fetch cache's memory in while staging, so that the first epoch does not pay for it; "
+                  "ready waits for it (a termination signal stops it); each daemon takes at most half of the "
+                  "MemAvailable it sees at start (several daemons on one host each take their half)");
   serve->add_option("--prefetch-window", so->prefetch_window,
                     "bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
       ->type_name("BYTES")
@@ -120,7 +125,7 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   auto pa = std::make_shared<PrefetchArgs>();
   CLI::App* prefetch = app.add_subcommand(
       "prefetch", "Tell the node's daemon the files that will be read, in order: it fetches the remote ones ahead "
-                  "into its node cache (a new list replaces the previous one of the same --stream)");
+                  "into its fetch cache (a new list replaces the previous one of the same --stream)");
   prefetch->add_option("LIST", pa->list, "file with one path per line ('-': standard input); absolute paths under "
                                          "--mount or image-relative ones")
       ->required();
@@ -180,7 +185,7 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       exit_code = Fail("prefetch", r.status());
       return;
     }
-    std::printf("fanstore prefetch: %llu remote files (%.1f MiB) queued for the node cache, %llu on this node, "
+    std::printf("fanstore prefetch: %llu remote files (%.1f MiB) queued for the fetch cache, %llu on this node, "
                 "%llu not in the image, %llu outside %s\n",
                 static_cast<unsigned long long>(r->remote), static_cast<double>(r->remote_bytes) / (1 << 20),
                 static_cast<unsigned long long>(r->local), static_cast<unsigned long long>(r->missing),

@@ -1,4 +1,4 @@
-// PrepareRunEnvironment: the index trust token and the node cache for `fanstore run`'s children.
+// PrepareRunEnvironment: the index trust token and the node chunk cache for `fanstore run`'s children.
 #include "run_env.hpp"
 
 #include <stdlib.h>

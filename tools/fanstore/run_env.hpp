@@ -1,4 +1,4 @@
-// What `fanstore run` sets up for its children besides LD_PRELOAD: the index trust token and the node cache.
+// What `fanstore run` sets up for its children besides LD_PRELOAD: the index trust token and the node chunk cache.
 #pragma once
 
 #include "fanstore/image.hpp"
@@ -7,7 +7,7 @@ namespace fanstore::cli {
 
 // After `img` was opened (and so fully checked) here: exports FANSTORE_INDEX_TRUST, so children skip re-hashing
 // the index, and joins the node-wide decoded-chunk cache (FANSTORE_NODE_CACHE: where, default /dev/shm, "off"
-// disables it; FANSTORE_NODE_CACHE_BYTES: budget), exporting FANSTORE_NODE_CACHE_DIR. A node cache that cannot
+// disables it; FANSTORE_NODE_CACHE_BYTES: budget), exporting FANSTORE_NODE_CACHE_DIR. A node chunk cache that cannot
 // be had is one warning line, not a failure: the children then decode per process.
 void PrepareRunEnvironment(const Image& img);
 

@@ -38,7 +38,7 @@ class RemoteFetcher {
   // reading a file chunk by chunk does not fetch it once per chunk.
   virtual bool FetchesRanges() const { return false; }
   // Whether what it fetches is kept node-wide already (the daemon's node RAM cache, which every client process of
-  // the node reads): the client then does not copy whole raw chunks into its own node cache a second time.
+  // the node reads): the client then does not copy whole raw chunks into its own node chunk cache a second time.
   virtual bool CachesNodeWide() { return false; }
   // Calls `use` once with the stored bytes [offset, offset + length) of partition `part`, valid only during the
   // call (the daemon fetcher passes a view of its shared reply area: no copy; the client decodes from it into
@@ -134,7 +134,7 @@ class Client {
   // Open + KernelFd in one call. `flags` may carry O_CLOEXEC; write access is kReadOnly.
   Result<int> OpenFd(uint32_t id, int flags);
 
-  // Called with every fd the client keeps open for itself (cached memfds, node-cache files), so a front end
+  // Called with every fd the client keeps open for itself (cached memfds, node-chunk-cache files), so a front end
   // can protect them from the program's close loops (the interposer marks them internal).
   // The hook is forwarded to the RemoteFetcher (its daemon connections are the client's fds too).
   void SetInternalFdHook(void (*hook)(int fd));

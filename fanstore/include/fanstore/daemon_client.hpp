@@ -36,14 +36,14 @@ Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& s
 
 // What a daemon did with a prefetch hint.
 struct PrefetchResult {
-  uint64_t remote = 0;        // files on other nodes, queued for prefetch into the node cache, in order
+  uint64_t remote = 0;        // files on other nodes, queued for prefetch into the fetch cache, in order
   uint64_t local = 0;         // files staged on this node (read directly: nothing to fetch)
   uint64_t missing = 0;       // paths that are not files of the image
   uint64_t remote_bytes = 0;  // stored bytes of the queued files
 };
 
 // Tells the daemon at `socket_path` which files this node will read next, in order (image-relative paths, e.g.
-// "train/n01/x.jpg"). It fetches the remote ones ahead into its node cache (fanstore serve --cache-bytes), where
+// "train/n01/x.jpg"). It fetches the remote ones ahead into its fetch cache (fanstore serve --cache-bytes), where
 // every client process of the node finds them. A hint replaces the previous one with the same `stream` id
 // (one stream per reader, e.g. per rank: each epoch's order replaces the last). Usable from any language: the
 // request is documented in docs/daemon.md.

@@ -35,7 +35,7 @@ enum class Scope {
   X(kNodeCacheBytes, "FANSTORE_NODE_CACHE_BYTES", Scope::kRuntime, "`fanstore run`",                                    \
     "budget of the node-wide decoded-chunk cache, in bytes", "a quarter of RAM, at most half of the tmpfs's free space")                   \
   X(kNodeCacheDir, "FANSTORE_NODE_CACHE_DIR", Scope::kRuntime, "interposer, `Client::FromEnv`",                             \
-    "the node cache directory handed to children (set by `fanstore run`, not by users)", "unset: no node cache")            \
+    "the node chunk cache directory handed to children (set by `fanstore run`, not by users)", "unset: no node chunk cache")            \
   X(kIndexTrust, "FANSTORE_INDEX_TRUST", Scope::kRuntime, "interposer, `Client::FromEnv`",                                  \
     "token of an index `fanstore run` checked once, so children skip re-hashing it (internal)", "unset: hash the index")    \
   X(kLazy, "FANSTORE_LAZY", Scope::kRuntime, "interposer",                                                                  \

@@ -56,7 +56,7 @@ struct Chunk {
   uint32_t stored_size = 0;
   Codec codec = Codec::kRaw;  // kRaw or kZstd
   uint64_t checksum = 0;      // XXH3-64 of the decoded bytes
-  uint64_t key = 0;           // unique per chunk of the image (node-cache slot): entry id for a one-chunk
+  uint64_t key = 0;           // unique per chunk of the image (node-chunk-cache slot): entry id for a one-chunk
                               // file, else entry count + chunk table index
 };
 

@@ -21,7 +21,7 @@ if [ "$TARGET" = index ]; then
   cp "$T/img/index.fsi" "$T/seeds/index"
 elif [ "$TARGET" = daemon_socket ]; then
   # Operations of fuzz_daemon_socket.cpp (it makes its own image). Seed 1: fetch 16 known ranges (those of the
-  # remote partition land in the node cache), then ask each cached partition for offset 2^64 - L + 100, length L,
+  # remote partition land in the fetch cache), then ask each cached partition for offset 2^64 - L + 100, length L,
   # L = 200 and 256 MiB: the requests that crashed `fanstore serve` (ranges wrapping past 2^64). Seed 2: hellos, a cache map, a hint
   # of real paths, a raw header and a fetch on each connection.
   /usr/bin/python3 - "$T/seeds" <<'PY'

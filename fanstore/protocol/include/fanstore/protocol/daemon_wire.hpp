@@ -31,7 +31,7 @@ inline constexpr uint32_t kRequestMagic = 0x51445346;  // "FSDQ" little-endian
 inline constexpr uint32_t kReplyMagic = 0x52445346;    // "FSDR"
 inline constexpr uint16_t kVersion = 2;
 
-// kCacheMap: the reply passes the node cache's shared memfd (kCacheMemfd), or kUnsupported when the daemon has none.
+// kCacheMap: the reply passes the fetch cache's shared memfd (kCacheMemfd), or kUnsupported when the daemon has none.
 enum class MsgType : uint16_t { kHello = 1, kFetch = 2, kPrefetch = 3, kCacheMap = 4 };
 
 // Client -> daemon, a fixed 48-byte header, then body_len bytes of body (prefetch only):
@@ -66,7 +66,7 @@ inline constexpr uint64_t kMaxPrefetchBody = 64ull << 20;
 //   client sends its next request on this connection. With kNewArea, exactly one fd (a memfd whose size is sealed)
 //   rides on the header's first byte and replaces the connection's area from this reply on.
 // kPayloadInMemfd: exactly one fd (a size-sealed memfd) rides on the header, the payload at shm_offset of it.
-// kCacheMemfd: exactly one fd rides on the header: the node cache's shared memfd (fanstore/src/shared_cache.hpp).
+// kCacheMemfd: exactly one fd rides on the header: the fetch cache's shared memfd (fanstore/src/shared_cache.hpp).
 inline constexpr size_t kReplyHeaderSize = 48;
 inline constexpr uint32_t kPayloadInArea = 1u << 0;
 inline constexpr uint32_t kNewArea = 1u << 1;
