@@ -119,12 +119,13 @@ void Client::FillStat(uint32_t id, struct stat* st) const {
   st->st_ino = e.ino;
   st->st_mode = e.mode;
   st->st_nlink = e.nlink;
-  st->st_uid = getuid();
-  st->st_gid = getgid();
+  st->st_uid = e.uid != kNoOwner ? e.uid : getuid();  // a version-2 image stores no owner
+  st->st_gid = e.gid != kNoOwner ? e.gid : getgid();
   st->st_size = static_cast<off_t>(std::min<uint64_t>(e.size, INT64_MAX));  // a crafted size stays positive
   st->st_blksize = 4096;
   // As a local file system with 4 KiB blocks would report it, so `du` and `ls -s` agree with the source.
-  st->st_blocks = static_cast<blkcnt_t>(e.size / 4096 * 8 + (e.size % 4096 ? 8 : 0));  // (no rounding up: it could wrap)
+  // (no rounding up: it could wrap). A symlink's target lives in its inode, as ext4's short ones do.
+  st->st_blocks = e.is_link() ? 0 : static_cast<blkcnt_t>(e.size / 4096 * 8 + (e.size % 4096 ? 8 : 0));
   st->st_mtim.tv_sec = e.mtime_sec;
   st->st_mtim.tv_nsec = e.mtime_nsec;
   st->st_atim = st->st_mtim;
@@ -135,6 +136,7 @@ Result<std::shared_ptr<OpenFile>> Client::Open(uint32_t id) {
   if (id >= image_->size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
   Entry e = image_->Get(id);
   if (e.is_dir()) return Status(Code::kIsDirectory, std::string(e.path) + " is a directory");
+  if (e.is_link()) return Status(Code::kLoop, std::string(e.path) + " is a symlink");  // as open(O_NOFOLLOW)
   stats_.opens.fetch_add(1, std::memory_order_relaxed);
   // Nothing is read here (an open of a 4 GiB file costs what a stat does): only the entry's layout is checked,
   // so an impossible one is EIO at open. A damaged chunk is EIO at the first read that touches it.

@@ -17,9 +17,12 @@ using le::Load64;
 using le::Store32;
 using le::Store64;
 
-// Version 2: files are split into fixed-size chunks, each compressed and checksummed on its own.
-// Version 1 (one zstd frame per file) is read only by `fanstore convert` (legacy_v1.cpp).
-inline constexpr uint32_t kVersion = 2;
+// Version 3: symlinks, hard links and owners are kept (104-byte entries). Version 2 (96-byte entries, no links,
+// no owners) is still served. Version 1 (one zstd frame per file) is read only by `fanstore convert`.
+inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kOldestServedVersion = 2;
+// Partition files did not change with version 3: their header keeps saying 2.
+inline constexpr uint32_t kPartVersion = 2;
 inline constexpr const char* kIndexName = "index.fsi";
 
 // Chunk size limits: a power of two, 64 KiB .. 64 MiB. Chunks start page-aligned in the node chunk cache, and
@@ -42,18 +45,25 @@ inline constexpr size_t kMagic = 0, kVersion = 8, kHeaderSize = 12, kFlags = 16,
                         kChunkShift = 88, kReserved0 = 92, kChunkCount = 96, kEntriesOff = 104, kEntriesSize = 112,
                         kChildrenOff = 120, kChildrenSize = 128, kHashOff = 136, kHashSize = 144, kPartsOff = 152,
                         kPartsSize = 160, kChunksOff = 168, kChunksSize = 176, kStringsOff = 184,
-                        kStringsSize = 192, kBodyXxh3 = 200, kReserved1 = 208, kHeaderXxh3 = 248;
+                        kStringsSize = 192, kBodyXxh3 = 200,
+                        kLinkCount = 208,  // version 3: symlink entries (reserved, 0, in version 2)
+                        kReserved1 = 216, kHeaderXxh3 = 248;
 }  // namespace hdr
 
-// ---- entry record (entry table), 96 bytes each, id order ----
-inline constexpr uint32_t kEntrySize = 96;
+// ---- entry record (entry table), 104 bytes each (version 2: 96, without owner), id order ----
+inline constexpr uint32_t kEntrySize = 104;
+inline constexpr uint32_t kEntrySizeV2 = 96;
+inline constexpr uint32_t EntrySize(uint32_t version) { return version == 2 ? kEntrySizeV2 : kEntrySize; }
 namespace ent {
 inline constexpr size_t kPathOff = 0, kPathLen = 8, kNameOff = 12, kParent = 16, kMode = 20, kSize = 24,
                         kMtimeSec = 32, kMtimeNsec = 40, kNlink = 44, kIno = 48, kPart = 56, kCodec = 60,
                         kOffset = 64, kStoredSize = 72, kChecksum = 80,
                         kChildFirst = 88, kChildCount = 92,  // directories
-                        kChunkFirst = 88;                    // files of more than one chunk (u64)
+                        kChunkFirst = 88,                    // files of more than one chunk (u64)
+                        kUid = 96, kGid = 100;               // version 3
 }  // namespace ent
+// A symlink's target is `size` bytes of the string table at `offset`; it has no partition and no chunks.
+inline constexpr uint32_t kMaxLinkTarget = 4095;  // PATH_MAX - 1, as symlink(2) allows
 
 // Entry codec values. A file of one chunk names that chunk's codec; a longer file is kCodecChunked and its
 // chunks are described by the chunk table.

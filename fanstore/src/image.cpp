@@ -26,7 +26,8 @@ using namespace format;
 
 bool Entry::is_dir() const { return (mode & S_IFMT) == S_IFDIR; }
 bool Entry::is_reg() const { return (mode & S_IFMT) == S_IFREG; }
-unsigned char Entry::d_type() const { return is_dir() ? DT_DIR : DT_REG; }
+bool Entry::is_link() const { return (mode & S_IFMT) == S_IFLNK; }
+unsigned char Entry::d_type() const { return is_dir() ? DT_DIR : is_link() ? DT_LNK : DT_REG; }
 
 namespace {
 // An opened, header-checked partition: published once through an atomic pointer, never changed after.
@@ -46,6 +47,8 @@ struct Image::Impl {
   std::string part_dir;
   const char* base = nullptr;  // the mmap'd index
   size_t len = 0;
+  uint32_t version = kVersion;
+  uint32_t entry_size = kEntrySize;  // by version
   uint64_t entries = 0;
   const char* entry_table = nullptr;
   const char* child_table = nullptr;
@@ -76,7 +79,7 @@ struct Image::Impl {
       }
   }
 
-  const char* Record(uint32_t id) const { return entry_table + uint64_t{id} * kEntrySize; }
+  const char* Record(uint32_t id) const { return entry_table + uint64_t{id} * entry_size; }
   std::string_view PartName(uint32_t p) const {
     const char* r = part_table + uint64_t{p} * kPartRecordSize;
     return std::string_view(strings + Load64(r + prec::kNameOff), Load32(r + prec::kNameLen));
@@ -115,7 +118,9 @@ Status ValidateLayout(Image::Impl* m) {
   uint64_t so = Load64(h + hdr::kStringsOff), ss = Load64(h + hdr::kStringsSize);
   for (auto [o, s] : {std::pair{eo, es}, {co, cs}, {ho, hs}, {po, ps}, {ko, ks}, {so, ss}})
     if (!SectionOk(o, s, kHeaderSize, len)) return BadIndex("a section lies outside the file");
-  if (entries == 0 || entries >= kEmptyBucket || es != entries * kEntrySize) return BadIndex("entry table size");
+  m->version = Load32(h + hdr::kVersion);
+  m->entry_size = EntrySize(m->version);
+  if (entries == 0 || entries >= kEmptyBucket || es != entries * m->entry_size) return BadIndex("entry table size");
   if (cs % 4 != 0) return BadIndex("child table size");
   uint64_t buckets = hs / kBucketSize;
   if (hs % kBucketSize != 0 || buckets <= entries || (buckets & (buckets - 1)) != 0) return BadIndex("hash table size");
@@ -175,6 +180,7 @@ Status ValidateHeader(const char* h, uint64_t len, bool trusted) {
                   "image version 1 was made by an older fanstore and is not served any more: convert it once with "
                   "`fanstore convert IMAGE -o NEW_IMAGE` (or re-pack the source)");
   if (version == 0) return BadIndex("version 0");
+  static_assert(kOldestServedVersion == 2, "the checks above name version 1 as the one not served");
   if (len < kHeaderSize) {
     uint64_t want = len >= hdr::kIndexSize + 8 ? Load64(h + hdr::kIndexSize) : kHeaderSize;
     return Truncated(len, want > len ? want : kHeaderSize);
@@ -226,7 +232,7 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     s = Status(Code::kCorrupt, "partition " + path + " is not a regular file: copy the image's partitions next to its index");
   if (s.ok()) s = PreadFull(fd, h, sizeof h, 0, name);
-  if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kVersion ||
+  if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kPartVersion ||
                  Load32(h + phdr::kHeaderSize) != kPartHeaderSize ||
                  Xxh3(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3)))
     s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
@@ -323,6 +329,10 @@ Entry Image::Get(uint32_t id) const {
   e.name = e.path.substr(std::min<size_t>(no, e.path.size()));
   e.mode = Load32(r + ent::kMode);
   e.size = Load64(r + ent::kSize);
+  if (impl_->version >= 3) {
+    e.uid = Load32(r + ent::kUid);
+    e.gid = Load32(r + ent::kGid);
+  }
   e.mtime_sec = static_cast<int64_t>(Load64(r + ent::kMtimeSec));
   e.mtime_nsec = Load32(r + ent::kMtimeNsec);
   e.ino = Load64(r + ent::kIno);
@@ -372,6 +382,14 @@ Result<uint32_t> Image::Lookup(std::string_view rel) const {
   return Status(Code::kNotFound, "no such file in the image: " + std::string(rel));
 }
 
+Result<std::string_view> Image::LinkTarget(const Entry& e) const {
+  if (!e.is_link() || e.size == 0 || e.size > kMaxLinkTarget || !SectionOk(e.offset, e.size, 0, impl_->strings_size))
+    return BadEntry(e, "symlink target");
+  std::string_view t(impl_->strings + e.offset, e.size);
+  if (t.find('\0') != std::string_view::npos) return BadEntry(e, "symlink target");
+  return t;
+}
+
 uint32_t Image::ChildCount(uint32_t dir_id) const {
   if (dir_id >= impl_->entries) return 0;
   const char* r = impl_->Record(dir_id);
@@ -393,6 +411,7 @@ ImageSummary Image::Summary() const {
   s.version = Load32(h + hdr::kVersion);
   s.files = Load64(h + hdr::kFileCount);
   s.dirs = Load64(h + hdr::kDirCount);
+  s.links = impl_->version >= 3 ? Load64(h + hdr::kLinkCount) : 0;
   s.bytes_in = Load64(h + hdr::kBytesIn);
   s.bytes_stored = Load64(h + hdr::kBytesStored);
   s.chunk_size = ChunkSize();
@@ -421,6 +440,7 @@ Status FileChecks(const Image& img, uint32_t id, Entry* e) {
   if (id >= img.size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
   *e = img.Get(id);
   if (e->is_dir()) return Status(Code::kIsDirectory, "is a directory: " + std::string(e->path));
+  if (e->is_link()) return Status(Code::kLoop, "is a symlink: " + std::string(e->path));  // as open(O_NOFOLLOW)
   return img.CheckLayout(*e);
 }
 }  // namespace

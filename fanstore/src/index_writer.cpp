@@ -15,20 +15,23 @@ namespace {
 
 using namespace format;
 
-void EncodeEntry(const PackNode& n, char* r) {
+void EncodeEntry(const PackTree& tree, const PackNode& n, char* r) {
   Store64(r + ent::kPathOff, n.path_off);  // the paths arena is the start of the string table
   Store32(r + ent::kPathLen, n.path_len);
   Store32(r + ent::kNameOff, n.name_off);
   Store32(r + ent::kParent, n.parent);
   Store32(r + ent::kMode, n.mode);
   Store64(r + ent::kSize, n.size);
+  Store32(r + ent::kUid, n.uid);
+  Store32(r + ent::kGid, n.gid);
   Store64(r + ent::kMtimeSec, static_cast<uint64_t>(n.mtime_sec));
   Store32(r + ent::kMtimeNsec, n.mtime_nsec);
   Store32(r + ent::kNlink, n.nlink);
   Store64(r + ent::kIno, 0);  // filled by the caller: it depends on the id only
   Store32(r + ent::kPart, n.part);
   Store32(r + ent::kCodec, static_cast<uint32_t>(n.codec));
-  Store64(r + ent::kOffset, n.offset);
+  // A symlink's target sits in the string table after the paths.
+  Store64(r + ent::kOffset, (n.mode & S_IFMT) == S_IFLNK ? tree.paths.size() + n.offset : n.offset);
   Store64(r + ent::kStoredSize, n.stored_size);
   Store64(r + ent::kChecksum, n.checksum);
   if ((n.mode & S_IFMT) == S_IFDIR) {
@@ -52,12 +55,14 @@ void EncodeInPieces(size_t count, size_t size, size_t piece, Encode&& encode, Si
   }
 }
 
-// The entry table: each record, with its stable inode id + 1 (never 0: same image, same numbers).
+// The entry table: each record, with its stable inode id + 1 (never 0: same image, same numbers); the names of
+// a hard-linked file share the inode of the first.
 template <class Sink>
 void ForEachEntryChunk(const PackTree& tree, Sink&& sink) {
   EncodeInPieces(tree.nodes.size(), kEntrySize, 4096, [&](size_t id, char* r) {
-    EncodeEntry(tree.nodes[id], r);
-    Store64(r + ent::kIno, id + 1);
+    const PackNode& n = tree.nodes[id];
+    EncodeEntry(tree, n, r);
+    Store64(r + ent::kIno, (n.is_alias() ? n.link_of : id) + 1);
   }, sink);
 }
 
@@ -120,7 +125,8 @@ uint64_t ComputeImageId(const PackTree& tree, const IndexMeta& meta) {
   ForEachEntryChunk(tree, [&](const char* p, size_t n) { XXH3_64bits_update(st, p, n); });
   ForEachChunkTablePiece(tree, [&](const char* p, size_t n) { XXH3_64bits_update(st, p, n); });
   XXH3_64bits_update(st, tree.paths.data(), tree.paths.size());
-  std::string parts = PartitionTable(meta, tree.paths.size()) + PartitionNames(meta);
+  XXH3_64bits_update(st, tree.targets.data(), tree.targets.size());
+  std::string parts = PartitionTable(meta, tree.paths.size() + tree.targets.size()) + PartitionNames(meta);
   XXH3_64bits_update(st, parts.data(), parts.size());
   char counts[12];
   Store32(counts, meta.regular_parts);
@@ -174,7 +180,7 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
 
   uint64_t parts_off = pos;
   {
-    std::string p = PartitionTable(meta, tree.paths.size());
+    std::string p = PartitionTable(meta, tree.paths.size() + tree.targets.size());
     append(p.data(), p.size());
   }
   uint64_t parts_size = pos - parts_off;
@@ -186,6 +192,7 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
 
   uint64_t strings_off = pos;
   append(tree.paths.data(), tree.paths.size());
+  append(tree.targets.data(), tree.targets.size());
   {
     std::string names = PartitionNames(meta);
     append(names.data(), names.size());
@@ -207,6 +214,7 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
   Store64(h + hdr::kEntryCount, tree.nodes.size());
   Store64(h + hdr::kFileCount, tree.files);
   Store64(h + hdr::kDirCount, tree.dirs);
+  Store64(h + hdr::kLinkCount, tree.links);
   Store64(h + hdr::kBytesIn, meta.bytes_in);
   Store64(h + hdr::kBytesStored, meta.bytes_stored);
   Store64(h + hdr::kImageId, image_id);

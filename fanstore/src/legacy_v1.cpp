@@ -74,8 +74,9 @@ class V1Image {
     const uint64_t eo = Load64(h + v1::kEntriesOff), co = Load64(h + v1::kChildrenOff), cs = Load64(h + v1::kChildrenSize);
     const uint64_t po = Load64(h + v1::kPartsOff), so = Load64(h + v1::kStringsOff), ss = Load64(h + v1::kStringsSize);
     parts_ = Load32(h + v1::kPartitionCount);
-    if (entries_ == 0 || entries_ >= 0xFFFFFFFFu || Load64(h + v1::kEntriesSize) != entries_ * format::kEntrySize ||
-        !RangeWithin(eo, entries_ * format::kEntrySize, len_) || !RangeWithin(co, cs, len_) || cs % 4 ||
+    // Version 1 entries have the layout of version 2's.
+    if (entries_ == 0 || entries_ >= 0xFFFFFFFFu || Load64(h + v1::kEntriesSize) != entries_ * format::kEntrySizeV2 ||
+        !RangeWithin(eo, entries_ * format::kEntrySizeV2, len_) || !RangeWithin(co, cs, len_) || cs % 4 ||
         Load64(h + v1::kPartsSize) != uint64_t{parts_} * format::kPartRecordSize ||
         !RangeWithin(po, uint64_t{parts_} * format::kPartRecordSize, len_) || !RangeWithin(so, ss, len_))
       return Damaged(dir, "section layout");
@@ -102,7 +103,7 @@ class V1Image {
   uint64_t entries() const { return entries_; }
   uint32_t regular_parts() const { return regular_; }
   uint32_t replicated_part() const { return replicated_; }
-  const char* Record(uint64_t id) const { return entry_table_ + id * format::kEntrySize; }
+  const char* Record(uint64_t id) const { return entry_table_ + id * format::kEntrySizeV2; }
   bool Path(uint64_t id, std::string_view* out) const {
     const char* r = Record(id);
     uint64_t po = Load64(r), pl = Load32(r + 8);
@@ -265,7 +266,10 @@ Status BuildTree(const V1Image& img, PackTree* tree) {
     n.mtime_sec = static_cast<int64_t>(Load64(r + format::ent::kMtimeSec));
     n.mtime_nsec = Load32(r + format::ent::kMtimeNsec);
     n.nlink = Load32(r + format::ent::kNlink);
+    n.uid = static_cast<uint32_t>(::getuid());  // version 1 stored no owner: the converting user's
+    n.gid = static_cast<uint32_t>(::getgid());
     if (n.parent >= img.entries()) return Damaged(img.dir(), "parent of " + std::string(path));
+    if ((n.mode & S_IFMT) != S_IFDIR && (n.mode & S_IFMT) != S_IFREG) return Damaged(img.dir(), "type of " + std::string(path));
     if ((n.mode & S_IFMT) == S_IFDIR) {
       ++tree->dirs;
       const uint64_t first = Load32(r + format::ent::kChildFirst), count = Load32(r + format::ent::kChildCount);

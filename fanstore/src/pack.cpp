@@ -115,7 +115,7 @@ void AssignPartitions(PackTree* tree, const PackOptions& opts, uint32_t rep_part
   std::vector<uint32_t> files;
   for (uint32_t id = 0; id < tree->nodes.size(); ++id) {
     PackNode& n = tree->nodes[id];
-    if ((n.mode & S_IFMT) != S_IFREG) continue;
+    if ((n.mode & S_IFMT) != S_IFREG || n.is_alias()) continue;  // a hard link's bytes are its first name's
     if (Replicated(tree->Path(n), opts.replicate))
       n.part = rep_part;
     else
@@ -141,7 +141,7 @@ std::string PartHeader(uint32_t part_id, uint64_t image_id, uint64_t data_size) 
   using namespace format;
   std::string h(kPartHeaderSize, '\0');
   std::memcpy(h.data() + phdr::kMagic, kPartMagic, sizeof kPartMagic);
-  Store32(h.data() + phdr::kVersion, kVersion);
+  Store32(h.data() + phdr::kVersion, kPartVersion);
   Store32(h.data() + phdr::kHeaderSize, kPartHeaderSize);
   Store32(h.data() + phdr::kPartId, part_id);
   Store64(h.data() + phdr::kImageId, image_id);
@@ -182,6 +182,18 @@ Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, Wr
                          progress, opts.stop);
   if (!s.ok()) return s;
 
+  // The other names of a hard-linked file point at the bytes stored for the first.
+  for (PackNode& n : tree->nodes) {
+    if (!n.is_alias()) continue;
+    const PackNode& first = tree->nodes[n.link_of];
+    n.part = first.part;
+    n.codec = first.codec;
+    n.offset = first.offset;
+    n.stored_size = first.stored_size;
+    n.checksum = first.checksum;
+    n.chunk_first = first.chunk_first;
+    n.size = first.size;
+  }
   for (uint32_t id : tasks) {
     const PackNode& n = tree->nodes[id];
     meta->parts[n.part].stored_bytes += n.stored_size;
@@ -257,6 +269,7 @@ Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSourc
   PackReport rep;
   rep.files = tree->files;
   rep.dirs = tree->dirs;
+  rep.links = tree->links;
   rep.skipped = tree->skipped;
   rep.bytes_in = meta.bytes_in;
   rep.bytes_stored = meta.bytes_stored;
@@ -280,7 +293,7 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   NameLeftovers(opts.output, warn);
 
   PackTree tree;
-  s = WalkSource(opts.source, &tree, warn, opts.stop);
+  s = WalkSource(opts, &tree, warn);
   if (!s.ok()) return WithAdvice(s, opts.output);
   auto source = NewDirectorySource(opts.source);
   auto rep = WriteImage(opts, &tree, source.get(), env, progress, true);

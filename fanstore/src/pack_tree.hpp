@@ -22,18 +22,22 @@ struct PackNode {
   uint32_t name_off = 0;  // offset of the last component inside the path
   uint32_t parent = 0;
   uint32_t mode = 0;
-  uint64_t size = 0;
+  uint64_t size = 0;  // symlinks: the target's length
+  uint32_t uid = 0, gid = 0;
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
   uint32_t nlink = 1;
   uint32_t part = kNoPartition;
   Codec codec = Codec::kRaw;
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // symlinks: of the target in PackTree::targets
   uint64_t stored_size = 0;
   uint64_t checksum = 0;
   uint32_t child_first = 0;  // into PackTree::children
   uint32_t child_count = 0;
   uint64_t chunk_first = 0;  // files of more than one chunk: into PackTree::chunks
+  uint32_t link_of = kNoLink;  // a hard link to an earlier file: that file's id (its bytes are stored once)
+  static constexpr uint32_t kNoLink = 0xFFFFFFFFu;
+  bool is_alias() const { return link_of != kNoLink; }
 };
 
 // One row of the chunk table (docs/format.md), for files of more than one chunk.
@@ -46,17 +50,18 @@ struct ChunkRecord {
 
 struct PackTree {
   std::string paths;                // every relative path, concatenated (no separators)
+  std::string targets;              // every symlink target, concatenated; follows `paths` in the string table
   std::vector<PackNode> nodes;      // id order: pre-order walk, siblings sorted bytewise by name
   std::vector<uint32_t> children;   // per directory, contiguous, sorted by name
   std::vector<ChunkRecord> chunks;  // multi-chunk files, in file (partition, id) order
-  uint64_t files = 0, dirs = 0, skipped = 0;
+  uint64_t files = 0, dirs = 0, links = 0, skipped = 0;  // files: regular, hard links included; links: symlinks
   std::string_view Path(const PackNode& n) const { return std::string_view(paths).substr(n.path_off, n.path_len); }
 };
 
-// Walks `source` (following symlinks, skipping special files, dangling links and directory loops with a
-// warning each) into `tree`. Fails on unreadable directories or files that cannot be stat'ed.
-Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn,
-                  const std::atomic<bool>* stop = nullptr);
+// Walks `source` into `tree` as docs/format.md "How pack builds the tree" says: symlinks kept (or followed with
+// opts.follow_symlinks), hard links found, special files counted in one warning (refused with opts.strict).
+// Fails on unreadable directories or files that cannot be stat'ed.
+Status WalkSource(const PackOptions& opts, PackTree* tree, const std::function<void(const std::string&)>& warn);
 
 struct PartitionInfo {
   std::string file_name;

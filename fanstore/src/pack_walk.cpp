@@ -1,4 +1,4 @@
-// Walks the source tree for pack: follows symlinks, skips special files, dangling links and loops.
+// Walks the source tree for pack: keeps symlinks (or follows them), finds hard links, counts special files.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <map>
+#include <unordered_map>
 #include <utility>
 
+#include "format.hpp"
 #include "pack_tree.hpp"
 
 namespace fanstore {
@@ -24,14 +27,36 @@ const char* KindName(mode_t m) {
 struct Child {
   std::string name;
   struct stat st;
+  std::string target;  // a symlink kept as one: its target
+  bool hard_link = false;  // a regular file (not reached through a symlink) with more than one name
+};
+
+struct DevIno {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const DevIno& o) const { return dev == o.dev && ino == o.ino; }
+};
+struct DevInoHash {
+  size_t operator()(const DevIno& k) const { return std::hash<uint64_t>()(uint64_t(k.dev) * 0x9E3779B97F4A7C15ull ^ k.ino); }
 };
 
 class Walker {
  public:
-  Walker(PackTree* tree, const std::function<void(const std::string&)>& warn, const std::atomic<bool>* stop)
-      : tree_(tree), warn_(warn), stop_(stop) {}
+  Walker(const PackOptions& opts, PackTree* tree, const std::function<void(const std::string&)>& warn)
+      : opts_(opts), tree_(tree), warn_(warn), stop_(opts.stop) {}
 
   Status Run(const std::string& source) {
+    Status s = Walk(source);
+    if (!s.ok()) return s;
+    // Every name of a hard-linked file reports how many names it has in the image.
+    for (PackNode& n : tree_->nodes)
+      if (n.is_alias()) n.nlink = tree_->nodes[n.link_of].nlink;
+    WarnSpecial();
+    return Status::Ok();
+  }
+
+ private:
+  Status Walk(const std::string& source) {
     struct stat st;
     if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot read source " + source);
     if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + source + " is not a directory");
@@ -50,6 +75,8 @@ class Walker {
     n.parent = parent;
     n.mode = static_cast<uint32_t>(st.st_mode & (S_IFMT | 07777));
     n.size = static_cast<uint64_t>(st.st_size);
+    n.uid = static_cast<uint32_t>(st.st_uid);
+    n.gid = static_cast<uint32_t>(st.st_gid);
     n.mtime_sec = st.st_mtim.tv_sec;
     n.mtime_nsec = static_cast<uint32_t>(st.st_mtim.tv_nsec);
     n.nlink = S_ISDIR(st.st_mode) ? 2 : 1;
@@ -59,6 +86,44 @@ class Walker {
   void Warn(const std::string& line) {
     ++tree_->skipped;
     if (warn_) warn_(line);
+  }
+
+  // One line for all the special files skipped: a tree of sockets would otherwise flood the terminal.
+  void WarnSpecial() {
+    uint64_t total = 0;
+    std::string kinds;
+    for (const auto& [kind, n] : special_) {
+      total += n;
+      kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + kind + (n > 1 ? "s" : "");
+    }
+    if (total == 0) return;
+    tree_->skipped += total;
+    if (warn_)
+      warn_("skipped " + std::to_string(total) + " special file" + (total > 1 ? "s" : "") + " (" + kinds +
+            "), e.g. " + first_special_ + ": an image holds files, directories and symlinks (--strict refuses them)");
+  }
+
+  // A special file: counted, or the pack's end with --strict.
+  Status Special(const struct stat& st, const std::string& rel) {
+    if (opts_.strict)
+      return Status(Code::kInvalidArgument, "source " + opts_.source + "/" + rel + " is a " + KindName(st.st_mode) +
+                                                ": an image holds files, directories and symlinks; remove it or "
+                                                "pack without --strict to skip it");
+    if (special_.empty()) first_special_ = rel;
+    ++special_[KindName(st.st_mode)];
+    return Status::Ok();
+  }
+
+  // The target of symlink `name` in directory `dfd`, verbatim.
+  Status ReadTarget(int dfd, const std::string& name, const std::string& abs, std::string* out) {
+    char buf[PATH_MAX];
+    ssize_t n = ::readlinkat(dfd, name.c_str(), buf, sizeof buf);
+    if (n < 0) return Status::FromErrno(errno, "cannot read symlink " + abs + "/" + name);
+    if (n == 0 || static_cast<size_t>(n) > format::kMaxLinkTarget)
+      return Status(Code::kNameTooLong, "symlink " + abs + "/" + name + " has a target of " + std::to_string(n) +
+                                            " bytes; symlinks hold 1 to " + std::to_string(format::kMaxLinkTarget));
+    out->assign(buf, static_cast<size_t>(n));
+    return Status::Ok();
   }
 
   // Reads and stats every entry of `abs` (rel path `rel`), sorted bytewise by name, skipping what pack
@@ -78,14 +143,26 @@ class Walker {
       std::string name = e->d_name;
       if (name == "." || name == "..") continue;
       std::string child_rel = rel.empty() ? name : rel + "/" + name;
-      Child c{std::move(name), {}};
+      Child c;
+      c.name = std::move(name);
       struct stat lst;
       if (::fstatat(dfd, c.name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) continue;  // removed while we walk: it is simply not in the image
         s = Status::FromErrno(errno, "cannot stat " + abs + "/" + c.name);
         break;
       }
-      if (S_ISLNK(lst.st_mode)) {
+      if (S_ISLNK(lst.st_mode) && !opts_.follow_symlinks) {
+        c.st = lst;
+        s = ReadTarget(dfd, c.name, abs, &c.target);
+        if (!s.ok()) {
+          if (s.code() == Code::kNotFound) {  // removed while we walk
+            s = Status::Ok();
+            continue;
+          }
+          break;
+        }
+        c.st.st_size = static_cast<off_t>(c.target.size());
+      } else if (S_ISLNK(lst.st_mode)) {
         if (::fstatat(dfd, c.name.c_str(), &c.st, 0) != 0) {
           Warn("skipping dangling symlink " + child_rel);
           continue;
@@ -93,10 +170,12 @@ class Walker {
       } else {
         c.st = lst;
       }
-      if (!S_ISREG(c.st.st_mode) && !S_ISDIR(c.st.st_mode)) {
-        Warn(std::string("skipping ") + KindName(c.st.st_mode) + " " + child_rel);
+      if (!S_ISREG(c.st.st_mode) && !S_ISDIR(c.st.st_mode) && !S_ISLNK(c.st.st_mode)) {
+        s = Special(c.st, child_rel);
+        if (!s.ok()) break;
         continue;
       }
+      c.hard_link = S_ISREG(lst.st_mode) && lst.st_nlink > 1;
       out->push_back(std::move(c));
     }
     ::closedir(d);
@@ -137,8 +216,19 @@ class Walker {
         ++tree_->dirs;
         s = WalkDir(child_abs, id, c.st);
         if (!s.ok()) return s;
+      } else if (S_ISLNK(c.st.st_mode)) {
+        ++tree_->links;
+        tree_->nodes[id].offset = tree_->targets.size();
+        tree_->targets += c.target;
       } else {
         ++tree_->files;
+        if (c.hard_link) {
+          auto [it, first] = inodes_.try_emplace(DevIno{c.st.st_dev, c.st.st_ino}, id);
+          if (!first) {
+            tree_->nodes[id].link_of = it->second;
+            ++tree_->nodes[it->second].nlink;
+          }
+        }
       }
     }
     PackNode& self = tree_->nodes[dir_id];
@@ -150,17 +240,20 @@ class Walker {
     return Status::Ok();
   }
 
+  const PackOptions& opts_;
   PackTree* tree_;
   const std::function<void(const std::string&)>& warn_;
   const std::atomic<bool>* stop_;
   std::vector<std::pair<dev_t, ino_t>> chain_;  // (dev, ino) of the directories from the root down
+  std::unordered_map<DevIno, uint32_t, DevInoHash> inodes_;  // hard-linked files seen: the first name's id
+  std::map<std::string, uint64_t> special_;  // special files skipped, by kind
+  std::string first_special_;
 };
 
 }  // namespace
 
-Status WalkSource(const std::string& source, PackTree* tree, const std::function<void(const std::string&)>& warn,
-                  const std::atomic<bool>* stop) {
-  return Walker(tree, warn, stop).Run(source);
+Status WalkSource(const PackOptions& opts, PackTree* tree, const std::function<void(const std::string&)>& warn) {
+  return Walker(opts, tree, warn).Run(opts.source);
 }
 
 }  // namespace fanstore

@@ -20,6 +20,7 @@ Status Status::FromErrno(int err, const std::string& what) {
     case ENAMETOOLONG: c = Code::kNameTooLong; break;
     case ENOMEM: c = Code::kNoMemory; break;
     case ETIMEDOUT: c = Code::kTimeout; break;
+    case ELOOP: c = Code::kLoop; break;
     case ENOTSUP: c = Code::kUnsupported; break;
     default: break;
   }
@@ -43,6 +44,7 @@ int ToErrno(const Status& s) {
     case Code::kTimeout: return EIO;
     case Code::kNameTooLong: return ENAMETOOLONG;
     case Code::kNoMemory: return ENOMEM;
+    case Code::kLoop: return ELOOP;
   }
   return EIO;
 }
@@ -64,6 +66,7 @@ const char* CodeName(Code c) {
     case Code::kTimeout: return "timeout";
     case Code::kNameTooLong: return "name too long";
     case Code::kNoMemory: return "out of memory";
+    case Code::kLoop: return "too many levels of symbolic links";
   }
   return "unknown";
 }

@@ -17,7 +17,7 @@ uint64_t VerifyImage(const Image& img, int threads, const std::function<void(con
     for (uint64_t id; (id = next.fetch_add(1)) < img.size();) {
       Entry e = img.Get(static_cast<uint32_t>(id));
       if (e.is_dir()) continue;
-      Status s = img.CheckFile(static_cast<uint32_t>(id));
+      Status s = e.is_link() ? img.LinkTarget(e).status() : img.CheckFile(static_cast<uint32_t>(id));
       if (s.ok()) continue;
       nbad.fetch_add(1);
       if (bad) {

@@ -12,14 +12,26 @@ echo hello >"$T/src/a/x.txt"
 seq 1 20000 >"$T/src/a/b/nums.txt"
 printf 'v' >"$T/src/val/v1"
 ln -s nowhere "$T/src/dangling"
+mkfifo "$T/src/fifo"
 
 expect_rc 0 "$F" pack "$T/src" -o "$T/img" --parts 2 --replicate 'val/*' --threads 2
-grep -q '^packed 3 files, 5 dirs: .* stored (ratio .*) in .* s, skipped 1' "$T/out" || fail "summary: $(cat "$T/out")"
-grep -q 'warning: skipping dangling symlink dangling' "$T/err" || fail "warning: $(cat "$T/err")"
+grep -q '^packed 3 files, 5 dirs: .* stored (ratio .*) in .* s, 1 symlink, skipped 1' "$T/out" || fail "summary: $(cat "$T/out")"
+grep -q 'warning: skipped 1 special file (1 FIFO), e.g. fifo' "$T/err" || fail "warning: $(cat "$T/err")"
 [ -e "$T/img/part-rep.fsp" ] || fail "no replicated partition"
+# --follow-symlinks: what links point at; a dangling one is skipped with its own line. --strict refuses the FIFO.
+expect_rc 0 "$F" pack "$T/src" -o "$T/img-follow" --follow-symlinks --threads 2
+grep -q 'warning: skipping dangling symlink dangling' "$T/err" || fail "follow warning: $(cat "$T/err")"
+grep -q ', skipped 2' "$T/out" || fail "follow summary: $(cat "$T/out")"
+expect_rc 1 "$F" pack "$T/src" -o "$T/img-strict" --strict
+grep -q 'fifo is a FIFO: .*pack without --strict' "$T/err" || fail "strict: $(cat "$T/err")"
+[ ! -e "$T/img-strict" ] || fail "--strict left an image"
+rm "$T/src/fifo"
 
 expect_rc 0 "$F" ls "$T/img"
-[ "$(cat "$T/out")" = "$(printf 'a\nempty\nval')" ] || fail "ls: $(cat "$T/out")"
+[ "$(cat "$T/out")" = "$(printf 'a\ndangling\nempty\nval')" ] || fail "ls: $(cat "$T/out")"
+expect_rc 0 "$F" stat "$T/img" dangling
+grep -q 'type: symlink' "$T/out" && grep -q 'target: nowhere' "$T/out" && grep -q "owner: $(id -u):$(id -g)" "$T/out" ||
+  fail "stat of a symlink: $(cat "$T/out")"
 expect_rc 0 "$F" ls "$T/img" /a/ -l
 grep -q '^drwx' "$T/out" || fail "ls -l: $(cat "$T/out")"
 expect_rc 0 "$F" cat "$T/img" a/b/nums.txt
@@ -37,9 +49,9 @@ expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 [ ! -e "$T/img2" ] || fail "img2 left behind"
 
 cp -r "$T/img" "$T/newer"
-printf '\x03' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
+printf '\x04' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
 expect_rc 1 "$F" info "$T/newer"
-grep -q 'image version 3 is newer than this fanstore (2): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
+grep -q 'image version 4 is newer than this fanstore (3): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
 cp -r "$T/img" "$T/short"
 truncate -s 300 "$T/short/index.fsi"
 expect_rc 1 "$F" ls "$T/short"
@@ -50,6 +62,15 @@ off=$("$F" stat "$T/img" a/b/nums.txt | sed -n 's/^offset: //p')
 printf 'Z' | dd of="$T/bad/$part" bs=1 seek=$((off + 20)) conv=notrunc 2>/dev/null
 expect_rc 1 "$F" verify "$T/bad"
 grep -q 'BAD a/b/nums.txt' "$T/err" || fail "verify: $(cat "$T/err")"
+# A format-2 image (tests/core/data/v2-image, made before symlinks and owners were kept) is still served as it is.
+V2=$(cd "$(dirname "$0")" && pwd)/data/v2-image
+expect_rc 0 "$F" verify "$V2"
+expect_rc 0 "$F" info "$V2"
+grep -q 'format version: 2' "$T/out" || fail "v2 info: $(cat "$T/out")"
+expect_rc 0 "$F" cat "$V2" docs/long.txt
+[ "$(md5sum <"$T/out" | cut -c1-32)" = 81e50e0ec04232ed930bb4e2e7d951c1 ] || fail "v2 content"
+expect_rc 0 "$F" stat "$V2" one
+grep -q 'mode: 0640' "$T/out" && ! grep -q 'owner:' "$T/out" || fail "v2 stat: $(cat "$T/out")"
 # A format-1 image (tests/core/data/v1-image, made by fanstore 0.1 before chunking) is refused with the command
 # that converts it; convert keeps every file, checksum, mode, mtime and partition, and refuses a current image.
 V1=$(cd "$(dirname "$0")" && pwd)/data/v1-image

@@ -50,11 +50,11 @@ TEST_F(FormatTest, BadMagic) {
 
 TEST_F(FormatTest, NewerVersionSaysUpgrade) {
   std::string b = index_;
-  format::Store32(b.data() + format::hdr::kVersion, 3);
+  format::Store32(b.data() + format::hdr::kVersion, 4);
   auto r = OpenIndex(b);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
-  EXPECT_EQ(r.status().message(), "image version 3 is newer than this fanstore (2): upgrade fanstore or re-pack");
+  EXPECT_EQ(r.status().message(), "image version 4 is newer than this fanstore (3): upgrade fanstore or re-pack");
 }
 
 TEST_F(FormatTest, VersionOneNamesTheConversionCommand) {

@@ -156,16 +156,20 @@ void AddStat(CLI::App& app, int& exit_code) {
     if (!img || !LookupOrFail("stat", *img, a->path, &id, exit_code)) return;
     Entry e = img->Get(id);
     std::printf("  path: /%.*s\n", static_cast<int>(e.path.size()), e.path.data());
-    std::printf("  type: %s\n", e.is_dir() ? "directory" : "regular file");
+    std::printf("  type: %s\n", e.is_dir() ? "directory" : e.is_link() ? "symlink" : "regular file");
     std::printf("  mode: %04o (%s)\n", e.mode & 07777, ModeString(e.mode).c_str());
     std::printf("  size: %" PRIu64 "\n", e.size);
     std::printf(" mtime: %s (%" PRId64 ".%09u)\n", TimeString(e.mtime_sec, e.mtime_nsec, true).c_str(), e.mtime_sec,
                 e.mtime_nsec);
     std::printf(" inode: %" PRIu64 "\n", e.ino);
     std::printf(" links: %u\n", e.nlink);
+    if (e.uid != kNoOwner) std::printf(" owner: %u:%u\n", e.uid, e.gid);
     std::printf("    id: %u (parent %u)\n", e.id, e.parent);
     if (e.is_dir()) {
       std::printf("  kids: %u\n", img->ChildCount(id));
+    } else if (e.is_link()) {
+      auto t = img->LinkTarget(e);
+      std::printf("target: %s\n", t.ok() ? std::string(*t).c_str() : t.status().ToString().c_str());
     } else {
       std::string part = img->PartitionPath(e.part);
       std::printf("  part: %u (%s)\n", e.part, part.substr(part.find_last_of('/') + 1).c_str());
@@ -192,7 +196,7 @@ void AddInfo(CLI::App& app, int& exit_code) {
     ImageSummary s = img->Summary();
     double ratio = s.bytes_stored ? static_cast<double>(s.bytes_in) / static_cast<double>(s.bytes_stored) : 1.0;
     std::printf("image: %s\nformat version: %u\nimage id: %016" PRIx64 "\n", a->image.c_str(), s.version, img->ImageId());
-    std::printf("files: %" PRIu64 ", directories: %" PRIu64 "\n", s.files, s.dirs);
+    std::printf("files: %" PRIu64 ", directories: %" PRIu64 ", symlinks: %" PRIu64 "\n", s.files, s.dirs, s.links);
     std::printf("chunk size: %s (%" PRIu64 " chunks of multi-chunk files)\n", HumanBytes(s.chunk_size).c_str(), s.chunks);
     std::printf("bytes: %s in -> %s stored (ratio %.2f)\n", HumanBytes(s.bytes_in).c_str(),
                 HumanBytes(s.bytes_stored).c_str(), ratio);

@@ -84,6 +84,7 @@ int RunPack(PackOptions opts, bool convert) {
               convert ? "converted" : "packed", static_cast<unsigned long long>(rep.files),
               static_cast<unsigned long long>(rep.dirs),
               HumanBytes(rep.bytes_in).c_str(), HumanBytes(rep.bytes_stored).c_str(), ratio, rep.seconds);
+  if (rep.links) std::printf(", %llu symlink%s", static_cast<unsigned long long>(rep.links), rep.links > 1 ? "s" : "");
   if (rep.skipped) std::printf(", skipped %llu (see warnings)", static_cast<unsigned long long>(rep.skipped));
   std::printf("\n");
   return 0;
@@ -114,7 +115,10 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
 void AddPackCommand(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<PackOptions>();
   CLI::App* cmd = app.add_subcommand("pack", "Pack a directory tree into an image (index + partitions)");
-  cmd->add_option("SRC", opts->source, "directory to pack (symbolic links are followed)")->required();
+  cmd->add_option("SRC", opts->source,
+                  "directory to pack: files, directories and symlinks as they are (links not followed, hard links "
+                  "stored once), with modes, owners and mtimes")
+      ->required();
   cmd->add_option("-o,--output", opts->output,
                   "image directory to create; it must not exist, or be an empty directory, and must be neither SRC "
                   "nor inside it")
@@ -149,6 +153,12 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
       ->type_name("SIZE")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("1M");
+  cmd->add_flag("--follow-symlinks", opts->follow_symlinks,
+                "store what symlinks point at instead of the links: a link to a file becomes a copy of the file, a "
+                "link to a directory a copy of the directory; dangling links and loops are skipped with a warning "
+                "each (for datasets made of links)");
+  cmd->add_flag("--strict", opts->strict,
+                "refuse FIFOs, sockets and device nodes instead of skipping them with one warning line");
   cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, false); });
   AddConvertCommand(app, exit_code);
 }

@@ -122,8 +122,20 @@ class Client {
   const std::string& mount() const { return opts_.mount; }
   ClientStats& stats() { return stats_; }
 
-  // Image-relative, normalised path -> entry id. kNotFound / kNotDirectory as POSIX would say.
+  // Image-relative, normalised path -> entry id. kNotFound / kNotDirectory as POSIX would say. Symlinks are not
+  // followed: a path through one is kNotDirectory (Resolve follows them).
   Result<uint32_t> Lookup(std::string_view rel);
+  // Where a path leads once the symlinks in it are followed as the kernel follows them: every one on the way, and
+  // the last component's too when `follow_last` (stat, open) but not otherwise (lstat, readlink). kLoop after 40
+  // links (ELOOP), kNameTooLong when a substituted path reaches PATH_MAX, else Lookup's errors.
+  struct Target {
+    uint32_t id = 0;       // the entry reached, when `outside` is empty
+    std::string outside;   // the path left the image (an absolute target outside mount(), or ".." above the
+                           // root): the absolute, lexically normalised path for the real file system
+  };
+  // On a miss (kNotFound, kNotDirectory), `missing` (if given) gets the link-free path that was not there: a front
+  // end that creates names creates that one, as the kernel creates a dangling link's target.
+  Result<Target> Resolve(std::string_view rel, bool follow_last = true, std::string* missing = nullptr);
   // stat(2) data of an entry: stable st_ino, st_dev of the image, uid/gid of this process.
   void FillStat(uint32_t id, struct stat* st) const;
   // Opens file `id` (counted in stats().opens): kIsDirectory for a directory, kCorrupt for an entry whose

@@ -20,6 +20,7 @@ enum class Codec : uint32_t { kRaw = 0, kZstd = 1, kChunked = 2 };
 
 inline constexpr uint32_t kNoPartition = 0xFFFFFFFFu;  // directories hold no data
 inline constexpr uint32_t kRootId = 0;                  // the image root is always entry 0
+inline constexpr uint32_t kNoOwner = 0xFFFFFFFFu;       // uid/gid of a version-2 image, which stores none
 
 // A view of one index entry. Strings point into the mmap'd index and live as long as the Image. Nothing in
 // it is trusted: every read path checks the fields it uses (Image::GetChunk) before using them.
@@ -28,21 +29,26 @@ struct Entry {
   uint32_t parent = 0;        // id of the containing directory (root's parent is root)
   std::string_view path;      // image-relative, e.g. "train/cat/0001.jpg"; "" for the root
   std::string_view name;      // last component; "" for the root
-  uint32_t mode = 0;          // S_IFREG|0644 or S_IFDIR|0755 style, as packed (permission bits kept)
-  uint64_t size = 0;          // file size in bytes (directories: the source directory's st_size, e.g. 4096)
+  uint32_t mode = 0;          // S_IFREG, S_IFDIR or S_IFLNK plus the permission bits, as packed
+  uint64_t size = 0;          // file size in bytes (directories: the source's st_size, e.g. 4096; symlinks: the
+                              // target's length)
+  uint32_t uid = kNoOwner;    // owner as packed; kNoOwner in a version-2 image
+  uint32_t gid = kNoOwner;
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
-  uint64_t ino = 0;           // stable inode number (same image -> same number), never 0
-  uint32_t nlink = 1;         // files 1, directories 2 + number of subdirectories
+  uint64_t ino = 0;           // stable inode number (same image -> same number), never 0; shared by hard links
+  uint32_t nlink = 1;         // files: their hard links in the image; directories 2 + number of subdirectories
   uint32_t part = kNoPartition;
   Codec codec = Codec::kRaw;  // of the one chunk, or kChunked
   uint64_t offset = 0;        // byte offset of the file's stored bytes (all its chunks) inside the partition file
+                              // (symlinks: of the target in the string table; Image::LinkTarget reads it)
   uint64_t stored_size = 0;   // bytes stored for the whole file
   uint64_t checksum = 0;      // XXH3-64 of the file's whole (uncompressed) content
   uint64_t chunk_first = 0;   // kChunked files: index of the first chunk record
   bool is_dir() const;
   bool is_reg() const;
-  unsigned char d_type() const;  // DT_DIR / DT_REG
+  bool is_link() const;
+  unsigned char d_type() const;  // DT_DIR / DT_REG / DT_LNK
 };
 
 // One chunk of a file: its decoded bytes are [raw_offset, raw_offset + raw_size) of the file; its stored bytes
@@ -62,7 +68,7 @@ struct Chunk {
 
 struct ImageSummary {
   uint32_t version = 0;
-  uint64_t files = 0, dirs = 0;
+  uint64_t files = 0, dirs = 0, links = 0;  // links: symlinks (hard links count as files)
   uint64_t bytes_in = 0;      // sum of file sizes
   uint64_t bytes_stored = 0;  // sum of stored sizes
   uint32_t chunk_size = 0;
@@ -96,7 +102,12 @@ class Image {
   const std::string& dir() const;
   uint64_t size() const;  // number of entries (files + directories, root included)
   Entry Get(uint32_t id) const;                         // id < size()
-  Result<uint32_t> Lookup(std::string_view rel) const;  // normalised rel path ("" = root); O(1)
+  // Normalised rel path ("" = root) -> its entry, in O(1). Symlinks are entries like any other: nothing is
+  // followed here (Client::Resolve follows them): a path through a symlink is kNotDirectory.
+  Result<uint32_t> Lookup(std::string_view rel) const;
+  // The target of symlink `e`, verbatim (relative or absolute). kCorrupt if `e` is not a symlink or the index
+  // places its target outside the string table.
+  Result<std::string_view> LinkTarget(const Entry& e) const;
   // Children of a directory, sorted by name (bytewise). Empty for files.
   uint32_t ChildCount(uint32_t dir_id) const;
   uint32_t Child(uint32_t dir_id, uint32_t i) const;  // i < ChildCount

@@ -20,6 +20,8 @@ struct PackOptions {
   std::vector<std::string> replicate;   // globs on relative paths -> the replicated partition
   int threads = 0;                      // 0 = all cores
   uint32_t chunk_size = 1u << 20;       // bytes per chunk: a power of two, 64 KiB .. 64 MiB (--chunk)
+  bool follow_symlinks = false;         // store what links point at instead of the links (--follow-symlinks)
+  bool strict = false;                  // refuse FIFOs, sockets and device nodes instead of skipping them
   // Set to true (by another thread, or a signal handler: a lock-free store) to stop: the pack ends at its next
   // directory or chunk, removes its temporary directory and fails with "interrupted". Null: never.
   const std::atomic<bool>* stop = nullptr;
@@ -31,13 +33,14 @@ struct PackProgress {
 };
 
 struct PackReport {
-  uint64_t files = 0, dirs = 0, skipped = 0;
+  uint64_t files = 0, dirs = 0, links = 0, skipped = 0;  // links: symlinks kept as symlinks
   uint64_t bytes_in = 0, bytes_stored = 0;
   double seconds = 0;
 };
 
 // Packs opts.source into opts.output. `progress` (may be empty) is called from one thread now and then;
-// `warn` (may be empty) gets one line per skipped entry (special files, dangling links, loops), and one per
+// `warn` (may be empty) gets one line counting the special files skipped, one per dangling link and loop skipped
+// with follow_symlinks, and one per
 // temporary directory an earlier pack into the same output left behind (killed, so it could not remove it).
 // On failure nothing that looks like a valid image is left behind: the temporary directory is removed.
 Result<PackReport> Pack(const PackOptions& opts, const std::function<void(const PackProgress&)>& progress = {},

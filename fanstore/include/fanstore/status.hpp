@@ -24,6 +24,7 @@ enum class Code : uint8_t {
   kTimeout,          // a remote peer did not answer in time           -> EIO
   kNameTooLong,      // path longer than PATH_MAX                      -> ENAMETOOLONG
   kNoMemory,         // allocation failed                              -> ENOMEM
+  kLoop,             // too many symlinks, or O_NOFOLLOW on a symlink   -> ELOOP
 };
 
 class [[nodiscard]] Status {
