@@ -106,7 +106,44 @@ bool MapFdLink(const char* path, std::string* out, bool* bare) {
 
 }  // namespace
 
-Resolved Classify(int dirfd, const char* path) {
+namespace {
+
+// Follows the image's symlinks on a classified path (kOurs): rel becomes link-free, or the path leaves the image.
+void FollowLinks(Resolved* r, bool follow_last) {
+  std::string missing;
+  auto t = g_client->Resolve(r->rel, follow_last || r->want_dir, &missing);  // "link/" names what it points at
+  if (!t.ok()) {
+    Code c = t.status().code();
+    if (c == Code::kNotFound || c == Code::kNotDirectory) {
+      r->rel = std::move(missing);  // LookUp says ENOENT/ENOTDIR; a create creates this name (a dangling target)
+    } else {  // ELOOP, ENAMETOOLONG, EIO
+      r->kind = Resolved::kFail;
+      r->err = ToErrno(t.status());
+    }
+    return;
+  }
+  if (!t->outside.empty()) {
+    r->kind = Resolved::kPass;
+    r->rewritten = std::move(t->outside);
+    r->rel.clear();
+    return;
+  }
+  r->rel = std::string(g_client->image().Get(t->id).path);
+}
+
+Resolved ClassifyLexically(int dirfd, const char* path);
+
+}  // namespace
+
+Resolved Classify(int dirfd, const char* path, bool follow_last) {
+  Resolved r = ClassifyLexically(dirfd, path);
+  if (r.kind == Resolved::kOurs && g_has_links && Ready()) FollowLinks(&r, follow_last);
+  return r;
+}
+
+namespace {
+
+Resolved ClassifyLexically(int dirfd, const char* path) {
   Resolved r;
   if (path == nullptr || path[0] == '\0') return r;  // libc reports EFAULT/ENOENT (AT_EMPTY_PATH: caller's job)
   std::string_view mount(g_mount, g_mount_len);
@@ -168,6 +205,8 @@ Resolved Classify(int dirfd, const char* path) {
   return r;
 }
 
+}  // namespace
+
 void LookUp(Resolved* r) {
   if (r->kind != Resolved::kOurs) return;
   if (!Ready()) {
@@ -221,8 +260,8 @@ bool EmptyPathTarget(int dirfd, const char* path, int flags, bool* ours, uint32_
   return true;
 }
 
-Resolved Resolve(int dirfd, const char* path) {
-  Resolved r = Classify(dirfd, path);
+Resolved Resolve(int dirfd, const char* path, bool follow_last) {
+  Resolved r = Classify(dirfd, path, follow_last);
   LookUp(&r);
   return r;
 }

@@ -27,13 +27,15 @@ struct Resolved {
   int PassDirfd(int dirfd) const { return rewritten.empty() ? dirfd : AT_FDCWD; }
 };
 
-// Is (dirfd, path) under the mount? No image lookup: enough for writes (EROFS) and the fast pass.
-// dirfd is AT_FDCWD for the non-*at calls.
-Resolved Classify(int dirfd, const char* path);
+// Is (dirfd, path) under the mount? dirfd is AT_FDCWD for the non-*at calls. When the image holds symlinks, the
+// ones on the path are followed here (the last component's too when `follow_last`, as stat and open do; not
+// for lstat, readlink, O_NOFOLLOW or calls on the name itself): `rel` becomes the path they lead to, or the result
+// is kPass with `rewritten` when they lead out of the image. Otherwise no image lookup: the fast pass.
+Resolved Classify(int dirfd, const char* path, bool follow_last = true);
 
 // Classify, then look the path up: kOurs with `id`, or kFail with the errno POSIX would give
 // (EIO for every path under the mount when the image could not be opened).
-Resolved Resolve(int dirfd, const char* path);
+Resolved Resolve(int dirfd, const char* path, bool follow_last = true);
 
 // Looks up an already classified kOurs result in place.
 void LookUp(Resolved* r);

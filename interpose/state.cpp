@@ -27,6 +27,7 @@ namespace fanstore::interpose {
 thread_local bool t_inside __attribute__((tls_model("initial-exec"))) = false;
 std::atomic<int> g_mode{static_cast<int>(Mode::kOff)};
 Client* g_client = nullptr;
+bool g_has_links = false;
 char g_mount[PATH_MAX] = "/fanstore";
 size_t g_mount_len = 9;
 bool g_log_debug = false;
@@ -111,6 +112,7 @@ void InitOnce() {
       return;
     }
     g_client = c->release();  // never deleted: atexit handlers and other destructors may still call us
+    g_has_links = g_client->image().Summary().links > 0;
     // Cached memfds are ours: the program's close loops (closefrom, close_range) must spare them.
     g_client->SetInternalFdHook(&FdTable::MarkInternal);
   } catch (...) {

@@ -51,6 +51,7 @@ class ErrnoKeeper {
 
 extern std::atomic<int> g_mode;
 extern Client* g_client;            // set before g_mode becomes kReady, never freed (exit-time calls still use it)
+extern bool g_has_links;            // the image holds symlinks: paths under the mount are resolved through them
 extern char g_mount[];              // normalised mount prefix, e.g. "/fanstore"
 extern size_t g_mount_len;
 extern bool g_log_debug;            // FANSTORE_LOG=debug

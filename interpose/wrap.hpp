@@ -28,10 +28,10 @@ inline R Serve(F&& f, R on_error) noexcept {
 }
 
 // Classify with the exception boundary; an allocation failure is reported as kFail/ENOMEM.
-inline Resolved SafeClassify(int dirfd, const char* path) noexcept {
+inline Resolved SafeClassify(int dirfd, const char* path, bool follow_last = true) noexcept {
   ReentrancyGuard guard;
   try {
-    return Classify(dirfd, path);
+    return Classify(dirfd, path, follow_last);
   } catch (...) {
     Resolved r;
     r.kind = Resolved::kFail;

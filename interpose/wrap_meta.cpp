@@ -32,17 +32,17 @@ int AccessCommon(const char* call, int dirfd, const char* path, int mode, bool e
     errno = err ? err : saved;
     return err ? -1 : 0;
   }
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW));
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   return ServePath(call, r, path, [&](uint32_t id) { return AccessEntry(id, mode, effective); });
 }
 
-// The image stores no symlinks (pack follows them), so readlink of an existing entry is EINVAL. The one
-// link that leads into the image is /proc/self/fd/N of one of our fds: it says the entry's path.
+// A symlink of the image says its target verbatim; any other entry is EINVAL. /proc/self/fd/N of one of our fds
+// is a link too: it says the entry's path.
 template <class Pass>
 ssize_t ReadlinkCommon(const char* call, int dirfd, const char* path, char* buf, size_t len, Pass pass) noexcept {
   if (!Active()) return pass(dirfd, path);
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, /*follow_last=*/false);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   if (r.fd_link && r.kind == Resolved::kOurs) {
     int saved = errno;
@@ -56,10 +56,22 @@ ssize_t ReadlinkCommon(const char* call, int dirfd, const char* path, char* buf,
         static_cast<ssize_t>(-1));
     return Finish(call, path, n, errno, saved);
   }
-  return ServePath(call, r, path, [](uint32_t) { return EINVAL; });
+  ssize_t n = -1;
+  int rc = ServePath(call, r, path, [&](uint32_t id) {
+    const fanstore::Entry e = g_client->image().Get(id);
+    if (!e.is_link()) return EINVAL;
+    auto target = g_client->image().LinkTarget(e);
+    if (!target.ok()) return EIO;
+    size_t k = target->size() < len ? target->size() : len;  // truncated, no NUL: as readlink(2)
+    memcpy(buf, target->data(), k);
+    n = static_cast<ssize_t>(k);
+    return 0;
+  });
+  return rc == 0 ? n : -1;
 }
 
-// realpath of ours: the lexically normalised absolute path when it exists (no symlinks to follow).
+// realpath of ours: the path Classify reached through the image's symlinks, when it exists (one leading out of the
+// image is the real realpath's).
 template <class Pass>
 char* RealpathCommon(const char* call, const char* path, char* resolved, Pass pass) noexcept {
   if (!Active()) return pass(path);
@@ -85,7 +97,7 @@ char* RealpathCommon(const char* call, const char* path, char* resolved, Pass pa
 template <class Pass>
 ssize_t XattrPath(const char* call, const char* path, int result_err, Pass pass) noexcept {
   if (!Active()) return pass(path);
-  Resolved r = SafeClassify(AT_FDCWD, path);
+  Resolved r = SafeClassify(AT_FDCWD, path, call[0] != 'l');  // lgetxattr & co. act on a symlink itself
   if (r.pass()) return pass(r.PassPath(path));
   // Writes (EROFS) look the path up first too: a missing path is ENOENT, as on a read-only mount.
   return ServePath(call, r, path, [&](uint32_t) { return result_err; });

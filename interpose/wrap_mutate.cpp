@@ -22,7 +22,7 @@ int Refuse(const char* call, const char* path) {
 template <class Pass>
 int MutatePath(const char* call, int dirfd, const char* path, Pass pass) noexcept {
   if (!Active()) return pass(dirfd, path);
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, /*follow_last=*/false);  // unlink of a link removes the link
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   if (r.kind == Resolved::kFail) {
     TraceCall(call, path, -1, r.err);
@@ -34,10 +34,12 @@ int MutatePath(const char* call, int dirfd, const char* path, Pass pass) noexcep
 
 // Calls that look the path up before they would write (chmod, chown, truncate, utime*): a missing
 // path is ENOENT/ENOTDIR as on a read-only mount, an existing one EROFS (truncate of a directory EISDIR).
+// A symlink is followed (into the real file system too, as the kernel would) unless `follow` is false.
 template <class Pass>
-int MutateExisting(const char* call, int dirfd, const char* path, Pass pass, bool truncates = false) noexcept {
+int MutateExisting(const char* call, int dirfd, const char* path, Pass pass, bool truncates = false,
+                   bool follow = true) noexcept {
   if (!Active()) return pass(dirfd, path);
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, follow);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   return ServePath(call, r, path, [&](uint32_t id) {
     return truncates && g_client->image().Get(id).is_dir() ? EISDIR : EROFS;
@@ -49,7 +51,7 @@ int MutateExisting(const char* call, int dirfd, const char* path, Pass pass, boo
 template <class Pass>
 int MutateCreate(const char* call, int dirfd, const char* path, Pass pass) noexcept {
   if (!Active()) return pass(dirfd, path);
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, /*follow_last=*/false);  // an existing link is EEXIST
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   int saved = errno;
   int err = r.kind == Resolved::kFail ? r.err : Serve([&] { return CreateErrno(r); }, ENOMEM);
@@ -62,8 +64,8 @@ int MutateCreate(const char* call, int dirfd, const char* path, Pass pass) noexc
 template <class Pass>
 int MutateTwo(const char* call, int d1, const char* p1, int d2, const char* p2, Pass pass) noexcept {
   if (!Active()) return pass(d1, p1, d2, p2);
-  Resolved a = SafeClassify(d1, p1);
-  Resolved b = SafeClassify(d2, p2);
+  Resolved a = SafeClassify(d1, p1, false);  // rename moves names, links included
+  Resolved b = SafeClassify(d2, p2, false);
   if (a.pass() && b.pass()) return pass(a.PassDirfd(d1), a.PassPath(p1), b.PassDirfd(d2), b.PassPath(p2));
   return Refuse(call, a.pass() ? p2 : p1);
 }
@@ -75,10 +77,10 @@ template <class Pass>
 int LinkCommon(const char* call, int d1, const char* p1, int d2, const char* p2, bool src_ours_fd,
                Pass pass) noexcept {
   if (!Active()) return pass(d1, p1, d2, p2);
-  Resolved b = SafeClassify(d2, p2);
+  Resolved b = SafeClassify(d2, p2, false);
   Resolved a;
   if (!src_ours_fd) {
-    a = SafeClassify(d1, p1);
+    a = SafeClassify(d1, p1, false);  // link(2) does not follow its source (linkat without AT_SYMLINK_FOLLOW)
     if (a.pass() && b.pass()) return pass(a.PassDirfd(d1), a.PassPath(p1), b.PassDirfd(d2), b.PassPath(p2));
   }
   int saved = errno;
@@ -152,7 +154,7 @@ FS_WRAPPER(int, linkat, (int d1, const char* from, int d2, const char* to, int f
   bool ours = false;
   uint32_t id;
   if (Active() && SafeEmptyPath(d1, from, flags, &ours, &id) && !ours) {
-    Resolved b = SafeClassify(d2, to);
+    Resolved b = SafeClassify(d2, to, false);
     if (b.pass()) return FS_REAL(linkat, d1, from, b.PassDirfd(d2), b.PassPath(to), flags);
   }
   return LinkCommon("linkat", d1, from, d2, to, ours, [&](int a1, const char* a, int b1, const char* b) {
@@ -194,7 +196,8 @@ FS_WRAPPER(int, fchmodat, (int dirfd, const char* path, mode_t mode, int flags))
   uint32_t id;
   if (Active() && SafeEmptyPath(dirfd, path, flags, &ours, &id) && ours) return RefuseFd("fchmodat", dirfd);
   return MutateExisting("fchmodat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(fchmodat, d, p, mode, flags); });
+                    [&](int d, const char* p) { return FS_REAL(fchmodat, d, p, mode, flags); }, false,
+                    !(flags & AT_SYMLINK_NOFOLLOW));
 }
 FS_WRAPPER(int, chown, (const char* path, uid_t uid, gid_t gid)) {
   return MutateExisting("chown", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(chown, p, uid, gid); });
@@ -203,14 +206,16 @@ FS_WRAPPER(int, fchown, (int fd, uid_t uid, gid_t gid)) {
   return MutateFd("fchown", fd, [&] { return FS_REAL(fchown, fd, uid, gid); });
 }
 FS_WRAPPER(int, lchown, (const char* path, uid_t uid, gid_t gid)) {
-  return MutateExisting("lchown", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lchown, p, uid, gid); });
+  return MutateExisting("lchown", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lchown, p, uid, gid); },
+                        false, false);
 }
 FS_WRAPPER(int, fchownat, (int dirfd, const char* path, uid_t uid, gid_t gid, int flags)) {
   bool ours;
   uint32_t id;
   if (Active() && SafeEmptyPath(dirfd, path, flags, &ours, &id) && ours) return RefuseFd("fchownat", dirfd);
   return MutateExisting("fchownat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(fchownat, d, p, uid, gid, flags); });
+                    [&](int d, const char* p) { return FS_REAL(fchownat, d, p, uid, gid, flags); }, false,
+                    !(flags & AT_SYMLINK_NOFOLLOW));
 }
 FS_WRAPPER(int, utime, (const char* path, const struct utimbuf* times)) {
   return MutateExisting("utime", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(utime, p, times); });
@@ -219,7 +224,8 @@ FS_WRAPPER(int, utimes, (const char* path, const struct timeval times[2])) {
   return MutateExisting("utimes", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(utimes, p, times); });
 }
 FS_WRAPPER(int, lutimes, (const char* path, const struct timeval times[2])) {
-  return MutateExisting("lutimes", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lutimes, p, times); });
+  return MutateExisting("lutimes", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lutimes, p, times); },
+                        false, false);
 }
 FS_WRAPPER(int, futimesat, (int dirfd, const char* path, const struct timeval times[2])) {
   if (path == nullptr) return MutateFd("futimesat", dirfd, [&] { return FS_REAL(futimesat, dirfd, path, times); });
@@ -231,7 +237,8 @@ FS_WRAPPER(int, utimensat, (int dirfd, const char* path, const struct timespec t
   if (path == nullptr || ((flags & AT_EMPTY_PATH) && path[0] == '\0'))
     return MutateFd("utimensat", dirfd, [&] { return FS_REAL(utimensat, dirfd, path, times, flags); });
   return MutateExisting("utimensat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(utimensat, d, p, times, flags); });
+                    [&](int d, const char* p) { return FS_REAL(utimensat, d, p, times, flags); }, false,
+                    !(flags & AT_SYMLINK_NOFOLLOW));
 }
 FS_WRAPPER(int, futimens, (int fd, const struct timespec times[2])) {
   return MutateFd("futimens", fd, [&] { return FS_REAL(futimens, fd, times); });

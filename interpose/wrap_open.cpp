@@ -46,7 +46,9 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
     if (fd >= 0 && t_inside) FdTable::MarkInternal(fd);
     return fd;
   }
-  Resolved r = SafeClassify(dirfd, path);
+  // O_NOFOLLOW, and O_CREAT|O_EXCL (which never follows), act on a symlink itself.
+  const bool follow = !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
+  Resolved r = SafeClassify(dirfd, path, follow);
   if (r.pass()) {
     lazy::BeforeReopen(path);
     int fd = pass(r.PassDirfd(dirfd), r.PassPath(path));

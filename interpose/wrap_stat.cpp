@@ -14,13 +14,13 @@ static_assert(sizeof(struct stat) == sizeof(struct stat64), "stat and stat64 mus
 
 namespace {
 
-// stat/lstat on a path (the image holds no symlinks, so both follow the same rules). The one link that
-// leads into the image, /proc/self/fd/N of one of our fds, is a link to lstat (`nofollow`) as on any file
-// system: realpath implementations walk paths with lstat and readlink.
+// stat/lstat on a path: lstat (`nofollow`) reports a symlink of the image itself, stat what it leads to. So does
+// /proc/self/fd/N of one of our fds, a link as on any file system: realpath implementations walk paths with
+// lstat and readlink.
 template <class Pass>
 int StatPath(const char* call, int dirfd, const char* path, void* st, Pass pass, bool nofollow = false) noexcept {
   if (!Active()) return pass(dirfd, path);
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, !nofollow);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
   if (nofollow && r.fd_link) return pass(dirfd, path);
   return ServePath(call, r, path, [&](uint32_t id) {
@@ -145,7 +145,7 @@ FS_WRAPPER(int, statx, (int dirfd, const char* path, int flags, unsigned int mas
     errno = saved;
     return 0;
   }
-  Resolved r = SafeClassify(dirfd, path);
+  Resolved r = SafeClassify(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW));
   if (r.pass()) return FS_REAL(statx, r.PassDirfd(dirfd), r.PassPath(path), flags, mask, stx);
   if (r.fd_link && (flags & AT_SYMLINK_NOFOLLOW)) return FS_REAL(statx, dirfd, path, flags, mask, stx);
   return ServePath("statx", r, path, [&](uint32_t id) {

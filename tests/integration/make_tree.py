@@ -78,6 +78,28 @@ def main():
     Image.fromarray(nrng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(os.path.join(sci, "picture.png"))
     Image.fromarray(nrng.integers(0, 255, (40, 50), dtype=np.uint8)).save(os.path.join(sci, "gray.jpg"), quality=90)
 
+    # A software environment: symlinks of every kind (relative, to a directory, chained, dangling, absolute out of the
+    # tree, a loop), a hard link, odd modes. Pack keeps them as they are; both front ends resolve them as the kernel.
+    env = os.path.join(root, "env")
+    write(os.path.join(env, "lib", "libfoo.so.1.2"), b"\x7fELF not really\n" * 100)
+    os.symlink("libfoo.so.1.2", os.path.join(env, "lib", "libfoo.so.1"))
+    os.symlink("libfoo.so.1", os.path.join(env, "lib", "libfoo.so"))
+    os.symlink("lib", os.path.join(env, "lib64"))
+    write(os.path.join(env, "bin", "python3"), b"#!/bin/sh\necho python \"$@\"\n")
+    os.chmod(os.path.join(env, "bin", "python3"), 0o755)
+    os.symlink("python3", os.path.join(env, "bin", "python"))
+    os.link(os.path.join(env, "bin", "python3"), os.path.join(env, "bin", "python3-hard"))
+    os.symlink("nowhere", os.path.join(env, "dangling"))
+    os.symlink("../text", os.path.join(env, "up"))
+    os.symlink("/etc/hostname", os.path.join(env, "abs_out"))
+    os.symlink("/etc/shadow", os.path.join(env, "shadow"))
+    os.symlink("loop2", os.path.join(env, "loop1"))
+    os.symlink("loop1", os.path.join(env, "loop2"))
+    write(os.path.join(env, "setuid"), b"s\n")
+    os.chmod(os.path.join(env, "setuid"), 0o4755)
+    os.makedirs(os.path.join(env, "sticky"), exist_ok=True)
+    os.chmod(os.path.join(env, "sticky"), 0o1777)
+
     # An ImageFolder tree: 3 classes of small JPEGs.
     for c in ["bird", "cat", "dog"]:
         d = os.path.join(root, "imagefolder", c)

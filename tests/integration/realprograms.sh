@@ -88,7 +88,7 @@ check ls-lR          'ls -lR --time-style=+%s.%N "$ROOT"'
 check ls-las        'ls -las "$ROOT/text" "$ROOT/text/many" "$ROOT/emptydir"'
 check find           'find "$ROOT" -printf "%P|%y|%s|%m|%n|%T@|%U\n" | sort'
 check find-type      'find "$ROOT" -type f -name "*.jpg" | sort; find "$ROOT" -type d -empty | sort'
-check du-ab          'du -ab "$ROOT" | sort -k2'
+check du-ab          'du -abl "$ROOT" | sort -k2'  # -l: which name of a hard link du counts depends on readdir order
 check du-sh          'du -s --apparent-size "$ROOT"/*'
 check stat           'cd "$ROOT" && find . -print0 | sort -z | xargs -0 stat -c "%n %s %f %h %Y %y %U %G"'
 check tar-bytes      'tar -C "$ROOT" --sort=name --numeric-owner -cf - . | md5sum'
@@ -98,6 +98,25 @@ check head-tail      'head -c 100 "$ROOT/text/lorem.txt"; tail -c 77 "$ROOT/bin/
 check grep-r         'grep -rc "lorem" "$ROOT/text" | sort'
 check cmp            'cmp "$ROOT/bin/random5.bin" "$ROOT/bin/random5.bin" && echo same'
 check sh-cd          'cd "$ROOT/deep/d00/d01" && pwd && ls && cd ../../.. && pwd && cat names/.hidden'
+check links          'cd "$ROOT/env" && for l in lib/libfoo.so lib64 bin/python dangling up abs_out loop1; do readlink "$l"; done
+                      cat lib64/libfoo.so bin/python up/lorem.txt | md5sum; cat loop1 dangling lib64/x 2>&1; cat abs_out
+                      stat -L -c "%n %F %s %a" bin/python lib64/libfoo.so up; stat -c "%n %F %s %h" lib64 bin/python3-hard
+                      realpath --relative-to="$ROOT" lib64/libfoo.so up/many bin/python; head -c 4 shadow | od -c
+                      ls -l --time-style=+ lib | sed "s/ [0-9]* root root//"; cd lib64 && pwd -P | sed "s|$ROOT|@|"
+                      [ "$(stat -c %i ../bin/python3)" = "$(stat -c %i ../bin/python3-hard)" ] && echo one-inode'
+check links-py       '"'"$py"'" - "$ROOT/env" <<"PY"
+import os, stat, sys
+e = sys.argv[1]
+print(sorted((d.name, d.is_symlink(), d.is_dir(follow_symlinks=False)) for d in os.scandir(e)))
+print(os.readlink(e + "/lib64"), os.path.realpath(e + "/lib64/libfoo.so")[len(e):], stat.S_ISLNK(os.lstat(e + "/bin/python").st_mode))
+for flags in (os.O_RDONLY | os.O_NOFOLLOW, os.O_RDONLY):
+    try:
+        os.close(os.open(e + "/lib/libfoo.so", flags)); print("opened")
+    except OSError as x:
+        print(x.errno)
+print(os.stat(e + "/bin/python3").st_ino == os.stat(e + "/bin/python3-hard").st_ino, os.stat(e + "/bin/python3").st_nlink)
+print(open(e + "/up/many/f001.txt").read(), sorted(os.listdir(e + "/lib64")))
+PY'
 check python         "$py '$here/pyread.py' \"\$ROOT\""
 check exec-image     "bash '$here/exec_from_image.sh' \"\$ROOT\" '$py'"
 if [ "${SKIP_TORCH:-0}" != 1 ]; then

@@ -95,7 +95,16 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   fuse_reply_attr(req, &st, ctx.attr_timeout);
 }
 
-void OpReadlink(fuse_req_t req, fuse_ino_t) { fuse_reply_err(req, EINVAL); }  // images hold no symlinks
+// The target verbatim; the kernel follows it (an absolute one leaves the mount unless it names it).
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  FsContext& ctx = Ctx(req);
+  if (!ValidNode(ctx, ino)) return (void)fuse_reply_err(req, ESTALE);
+  const Entry e = ctx.client->image().Get(ImageId(ino));
+  if (!e.is_link()) return (void)fuse_reply_err(req, EINVAL);
+  auto target = ctx.client->image().LinkTarget(e);
+  if (!target.ok()) return (void)fuse_reply_err(req, ToErrno(target.status()));
+  fuse_reply_readlink(req, std::string(*target).c_str());
+}
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   FsContext& ctx = Ctx(req);
