@@ -34,19 +34,19 @@ endif()
 # Installed binaries keep the RPATH of libraries found outside the system directories (an MPI or oneDNN from an HPC
 # module, say), so they run without LD_LIBRARY_PATH; system libraries need none and get none. (A property, not the
 # CMAKE_ variable: the targets exist already.)
-set(FANSTORE_INSTALLED_MODULES fanstore_preload)
+set(FANSTORE_INSTALLED_MODULES fanstore_preload fanstore_audit)
 if(TARGET fanstore_trainer_cuda)
   list(APPEND FANSTORE_INSTALLED_MODULES fanstore_trainer_cuda)  # libfanstore-trainer-cuda.so, the trainer's CUDA backend
 endif()
 set_target_properties(${FANSTORE_INSTALLED_PROGRAMS} ${FANSTORE_INSTALLED_MODULES} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS ${FANSTORE_INSTALLED_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
-set(_fs_modules "libfanstore_preload.so")
+set(_fs_modules "libfanstore_preload.so, libfanstore_audit.so")
 if(TARGET fanstore_trainer_cuda)
   string(APPEND _fs_modules ", libfanstore-trainer-cuda.so")
 endif()
 message(STATUS "FanStore: installs ${FANSTORE_INSTALLED_PROGRAMS}, ${_fs_modules}, the client library and its headers")
 
-# The preload library and the trainer's CUDA module sit in LIBDIR; `fanstore run` and fanstore-train find them
+# The preload library, the loader's audit module (next to it) and the trainer's CUDA module sit in LIBDIR; `fanstore run` and fanstore-train find them
 # relative to their own executable (BINDIR), so an installed prefix can be moved or copied anywhere. The build tree
 # has the same bin/ + lib/ shape.
 install(TARGETS ${FANSTORE_INSTALLED_MODULES} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
@@ -98,6 +98,6 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libzstd-dev, libxxhash-dev, pkg-config")
 include(CPack)
 cpack_add_component(runtime DISPLAY_NAME "FanStore programs and preload library" REQUIRED
-                    DESCRIPTION "fanstore (pack, run, serve, mount, ...), fanstore-train, fanstore-datagen, the benchmark drivers, libfanstore_preload.so and (in a CUDA build) the trainer's CUDA module libfanstore-trainer-cuda.so")
+                    DESCRIPTION "fanstore (pack, run, serve, mount, ...), fanstore-train, fanstore-datagen, the benchmark drivers, libfanstore_preload.so, libfanstore_audit.so and (in a CUDA build) the trainer's CUDA module libfanstore-trainer-cuda.so")
 cpack_add_component(dev DISPLAY_NAME "FanStore client library, headers and CMake package" DEPENDS runtime
                     DESCRIPTION "libfanstore_core.a, fanstore/*.hpp and find_package(FanStore) -> FanStore::client")

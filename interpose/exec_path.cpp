@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sendfile.h>
 #include <unistd.h>
 
 #include <string>
@@ -15,6 +16,7 @@
 #include "cwd.hpp"
 #include "exec_handover.hpp"
 #include "fd_table.hpp"
+#include "mirror.hpp"
 #include "ops.hpp"
 #include "wrap.hpp"
 
@@ -100,10 +102,11 @@ std::vector<char*> ScriptArgv(const Shebang& sb, const char* path, char* const a
 int SpawnFile(pid_t* pid, const char* file, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
               char* const argv[], char* const envp[], int depth);
 
-// posix_spawn of image entry `r` (looked up), named `path` by the caller. An ELF program runs from a memfd of
-// its bytes, exec'd by the path /proc/<our pid>/fd/N, which the child resolves in our fd table: its file
-// actions (dup2 onto N, closefrom) cannot touch it, and the fd stays close-on-exec. A "#!" script is spawned
-// as the kernel would run it: its interpreter (from the image or not) with the script's own path.
+// posix_spawn of image entry `r` (looked up), named `path` by the caller. An ELF program runs from its copy
+// (ExecCopy), else from a memfd of its bytes, exec'd by the path /proc/<our pid>/fd/N, which the child resolves
+// in our fd table: its file actions (dup2 onto N, closefrom) cannot touch it, and the fd stays close-on-exec. A
+// "#!" script is spawned as the kernel would run it: its interpreter (from the image or not) with the script's own
+// path.
 int SpawnEntry(pid_t* pid, const Resolved& r, const char* path, const posix_spawn_file_actions_t* fa,
                const posix_spawnattr_t* attr, char* const argv[], char* const envp[], int depth) {
   std::string why, image_path, exec_path;
@@ -119,7 +122,7 @@ int SpawnEntry(pid_t* pid, const Resolved& r, const char* path, const posix_spaw
         int script = ReadShebang(fd, &sb);
         if (script != 0) return script < 0 ? ENOEXEC : -2;
         if (handover::NeededForFd(fd, image_path.c_str(), &why)) return -1;
-        exec_path = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+        if (!ExecCopy(r.id, fd, &exec_path)) exec_path = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
         return 0;
       },
       ENOMEM);
@@ -169,6 +172,27 @@ int SpawnFile(pid_t* pid, const char* file, const posix_spawn_file_actions_t* fa
 }
 
 }  // namespace
+
+// The loader derives $ORIGIN from /proc/self/exe: from the copy, RUNPATH $ORIGIN/../lib finds the libraries next
+// to it (through the audit module). The copy is made from `fd`, the file's kernel fd.
+bool ExecCopy(uint32_t id, int fd, std::string* path) {
+  static const std::string* root = [] {
+    std::string why;
+    return new std::string(mirror::Root(g_client->image(), &why));
+  }();
+  if (root->empty()) return false;
+  const Entry e = g_client->image().Get(id);
+  Status s = mirror::Install(*root, e, [&](int out) {
+    off_t off = 0;
+    while (static_cast<uint64_t>(off) < e.size) {
+      ssize_t n = FS_REAL(sendfile, out, fd, &off, e.size - static_cast<uint64_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot copy " + std::string(e.path));
+    }
+    return Status::Ok();
+  }, path);
+  return s.ok();
+}
 
 int ReadShebang(int fd, Shebang* out) {
   // fs/binfmt_script.c, step by step: 256 bytes (NUL-padded past the end of a short file); the line ends at

@@ -239,9 +239,11 @@ FS_WRAPPER(void, _exit, (int status)) {
 // A real fork is always correct for programs that use vfork correctly; it only costs a page-table copy.
 FS_WRAPPER(pid_t, vfork, ()) { return FS_REAL(fork); }
 
-// execve hands the virtual cwd to the child (FANSTORE_CWD); a program inside the image is executed
-// from its memfd (fexecve), since the kernel cannot see the path; a "#!" script inside the image, or a real
-// one whose interpreter is inside it, is run as the kernel runs scripts (exec_path::ExecScript).
+
+// execve hands the virtual cwd to the child (FANSTORE_CWD); a program inside the image is executed from a copy
+// with a real path (ExecCopy), else from its memfd (fexecve), since the kernel cannot see the path; a "#!" script
+// inside the image, or a real one whose interpreter is inside it, is run as the kernel runs scripts
+// (exec_path::ExecScript).
 FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(true);  // the new program must find real files under the fds it inherits
   if (!Active()) return FS_REAL(execve, path, argv, envp);
@@ -280,6 +282,12 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
           return -1;  // run it from the FUSE mount instead (below)
         }
         TraceCall("execve", path, 0, 0);
+        if (std::string copy; exec_path::ExecCopy(r.id, fd, &copy)) {
+          FdTable::Clear(fd);
+          FS_REAL(close, fd);
+          FS_REAL(execve, copy.c_str(), argv, use_env);
+          return errno;
+        }
         fexecve(fd, argv, use_env);
         int e = errno;
         FdTable::Clear(fd);

@@ -5,6 +5,7 @@
 // removes everything. A joiner that got its shared lock on a lock file unlinked meanwhile starts over.
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -36,14 +37,17 @@ std::string DirName(const std::string& root, uint64_t content_key) {
   return root + buf;
 }
 
-// Removes the files of a cache directory (flat) and the directory. The lock file goes last but one, so a
-// joiner that still finds the directory recreates what it needs.
+// Removes the files of a cache directory and the directory, with the copies the loader's audit module keeps in
+// its libs/ tree (interpose/mirror.hpp). The lock file goes last but one, so a joiner that still finds the
+// directory recreates what it needs.
 void RemoveCacheDir(const std::string& dir) {
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
       if (n == "." || n == ".." || n == "lock") continue;
-      ::unlinkat(dirfd(d), e->d_name, 0);
+      if (::unlinkat(dirfd(d), e->d_name, 0) != 0 && errno == EISDIR)
+        ::nftw((dir + "/" + n).c_str(), [](const char* p, const struct stat*, int, FTW*) { return ::remove(p); }, 16,
+               FTW_DEPTH | FTW_PHYS);
     }
     ::closedir(d);
   }

@@ -28,7 +28,8 @@ ln -s usr/lib "$R/lib"
 ln -s usr/lib64 "$R/lib64"
 dpkg -L libc6 | grep -E '\.so(\.[0-9.]+)?$' | while read -r f; do
   [ -e "$f" ] || continue
-  case "$f" in */ld-linux-x86-64.so.2) dest=$R/usr/lib64/ld-linux-x86-64.so.2 ;; *) dest=$R/usr/lib/x86_64-linux-gnu/$(basename "$f") ;; esac
+  # As libc6 lays them out: the loader in the multiarch folder and at /lib64 (whose entry is a link to it).
+  case "$f" in /lib64/ld-linux-x86-64.so.2) dest=$R/usr/lib64/ld-linux-x86-64.so.2 ;; *) dest=$R/usr/lib/x86_64-linux-gnu/$(basename "$f") ;; esac
   cp -L "$f" "$dest"
 done
 cp "$(command -v busybox)" "$R/bin/busybox"

@@ -15,7 +15,7 @@ END = "<!-- END env-table -->"
 
 # Defined by the OS, the shell, the C library, MPI or Slurm, not by FanStore: reading them needs no entry (a FanStore
 # program that reads one on purpose, like SLURMD_NODENAME, still lists it).
-FOREIGN = {"TMPDIR", "HOME", "PATH", "USER", "BASHPID", "LD_PRELOAD", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "PYTHONPATH"}
+FOREIGN = {"TMPDIR", "HOME", "PATH", "USER", "BASHPID", "LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "PYTHONPATH"}
 FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
 
 C_SUFFIXES = (".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".inc")

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases_basic  # noqa: E402
 import cases_cleanup  # noqa: E402
+import cases_env  # noqa: E402
 import cases_faults  # noqa: E402
 import cases_mount  # noqa: E402
 import cases_netns  # noqa: E402
@@ -33,6 +34,7 @@ CASES = {
     "python": cases_basic.case_python,
     "coalesce": cases_basic.case_coalesce,
     "chunked": cases_basic.case_chunked,
+    "environment": cases_env.case_environment,
     "mount": cases_mount.case_mount,
     "fault": cases_faults.case_fault,
     "dead_peer": cases_faults.case_dead_peer,

@@ -88,6 +88,12 @@ int Run(const RunArgs& a) {
   std::string preload = lib;
   if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
+  // The loader maps shared libraries with system calls of its own: its audit interface hands it those of the
+  // image (interpose/audit.cpp). Without the module, libraries in the image do not load; everything else works.
+  if (std::string audit = lib.substr(0, lib.rfind('/') + 1) + "libfanstore_audit.so"; access(audit.c_str(), R_OK) == 0) {
+    if (const char* old = getenv("LD_AUDIT"); old && *old) audit += std::string(":") + old;
+    setenv("LD_AUDIT", audit.c_str(), 1);
+  }
   if (abs_socket[0]) {
     setenv(env::kDaemon, abs_socket, 1);
     unsetenv(env::kImage);

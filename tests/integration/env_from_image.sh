@@ -1,0 +1,108 @@
+#!/bin/bash
+# A software environment served from an image: copies of the system's numpy and torch packages, a C library pair
+# (soname symlinks, DT_NEEDED through RUNPATH $ORIGIN) and a program linked against it, packed and used through
+# `fanstore run --image` (lazy fds and FANSTORE_LAZY=0) and the FUSE mount; every front end must print what the
+# source tree prints (env_probe.py: imports, results, multiprocessing fork/spawn/forkserver, DataLoader workers,
+# python -m, ctypes dlopen, LD_LIBRARY_PATH). Usage: env_from_image.sh BUILD_DIR. Exit 77 without a C compiler.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+fanstore=$build/bin/fanstore
+py=${FANSTORE_PYTHON:-/usr/bin/python3}
+cc=$(command -v cc || command -v gcc) || { echo "skip: no C compiler"; exit 77; }
+tmp=$(mktemp -d /tmp/fanstore-env.XXXXXX)
+mnt=""
+cleanup() {
+  [ -n "$mnt" ] && fusermount3 -u "$mnt" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failed=0
+fail() { echo "FAIL  $*"; failed=$((failed + 1)); }
+
+src=$tmp/src
+mkdir -p "$src/py" "$src/env/lib" "$src/env/plugins" "$src/env/bin"
+dist=$("$py" -c 'import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))')
+cp -a "$dist/numpy" "$src/py/"
+if "$py" -c 'import torch' 2>/dev/null; then
+  cp -a "$dist/torch" "$src/py/"
+  # Debian's torch/lib links climb out of the package to /usr/lib ("../../../../x86_64-linux-gnu/..."): in a copy
+  # they would dangle. Point them at the system's files, absolute: links that lead out of the image.
+  for l in "$src"/py/torch/lib/*; do
+    [ -L "$l" ] && ln -sfn "$(readlink -f "$dist/torch/lib/${l##*/}")" "$l"
+  done
+fi
+mkdir -p "$src/py/probe_pkg"
+printf 'import sys\nprint("python -m from", __file__.split("/py/")[1], sys.argv[1:])\n' > "$src/py/probe_pkg/tool.py"
+: > "$src/py/probe_pkg/__init__.py"
+cp "$here/env_probe.py" "$src/py/env_probe.py"
+printf 'int foo(void) { return 42; }\n' > "$tmp/foo.c"
+printf 'int foo(void);\nint bar(void) { return foo() + 1; }\n' > "$tmp/bar.c"
+printf '#include <stdio.h>\nint foo(void);\nint main(void) { printf("foo() = %%d\\n", foo()); return 0; }\n' > "$tmp/main.c"
+"$cc" -shared -fPIC -Wl,-soname,libfoo.so.1 -o "$src/env/lib/libfoo.so.1.2" "$tmp/foo.c" &&
+  ln -s libfoo.so.1.2 "$src/env/lib/libfoo.so.1" && ln -s libfoo.so.1 "$src/env/lib/libfoo.so" &&
+  ln -s lib "$src/env/lib64" &&
+  "$cc" -shared -fPIC -o "$src/env/plugins/libbar.so" "$tmp/bar.c" -L"$src/env/lib" -lfoo \
+    -Wl,-rpath,'$ORIGIN/../lib64' -Wl,--enable-new-dtags &&
+  "$cc" -o "$src/env/bin/foo-rpath" "$tmp/main.c" -L"$src/env/lib" -lfoo -Wl,-rpath,'$ORIGIN/../lib' &&
+  "$cc" -o "$tmp/foo-llp" "$tmp/main.c" -L"$src/env/lib" -lfoo || { echo "FAIL: cannot build the test libraries"; exit 1; }
+"$fanstore" pack "$src" -o "$tmp/img" --parts 2 > /dev/null || { echo "FAIL: pack"; exit 1; }
+
+# probe ROOT: everything the environment is used for, with ROOT as its location.
+probe() {
+  local root=$1
+  (cd "$tmp" && PYTHONPATH=$root/py "$py" "$root/py/env_probe.py" "$root" 2>&1
+   PYTHONPATH=$root/py "$py" -m probe_pkg.tool arg 2>&1
+   LD_LIBRARY_PATH=$root/env/lib "$tmp/foo-llp" 2>&1) | sed "s|$root|@|g"
+}
+export -f probe
+export tmp py
+
+probe "$src" > "$tmp/want"
+grep -q "torch" "$tmp/want" || echo "note: torch is not installed for $py; numpy only"
+check() {
+  local name=$1 got=$2
+  if cmp -s "$tmp/want" "$got"; then
+    echo "ok    $name ($(wc -l < "$got") lines)"
+  else
+    fail "$name differs from the source tree:"
+    diff "$tmp/want" "$got" | head -20 | sed 's/^/      /'
+  fi
+}
+"$fanstore" run --image "$tmp/img" -- bash -c 'probe /fanstore' > "$tmp/run"
+check "fanstore run --image" "$tmp/run"
+FANSTORE_LAZY=0 "$fanstore" run --image "$tmp/img" -- bash -c 'probe /fanstore' > "$tmp/eager"
+check "fanstore run --image, FANSTORE_LAZY=0" "$tmp/eager"
+# Where no copy can be made (no space; nowhere to write), one line says why and the loader reports the library
+# missing: never a crash, never another library.
+nocopy() {
+  local name=$1 want=$2
+  shift 2
+  env "$@" FANSTORE_NODE_CACHE=off "$fanstore" run --image "$tmp/img" -- \
+    "$py" -c 'import ctypes; ctypes.CDLL("/fanstore/env/plugins/libbar.so")' > "$tmp/nocopy" 2>&1
+  if grep -q "$want" "$tmp/nocopy" && grep -q 'cannot open shared object file' "$tmp/nocopy" &&
+     ! grep -q 'Traceback.*Segmentation' "$tmp/nocopy"; then
+    echo "ok    $name: one line, then the loader's error"
+  else
+    fail "$name: $(head -3 "$tmp/nocopy")"
+  fi
+}
+nocopy "nowhere to write" "fanstore: cannot make loadable copies of the image's shared libraries: .*/nonexistent" \
+  TMPDIR=/nonexistent
+if [ "$(id -u)" = 0 ] && mkdir "$tmp/tiny" && mount -t tmpfs -o size=12k tmpfs "$tmp/tiny" 2>/dev/null; then
+  nocopy "no space" "fanstore: cannot make a loadable copy of /fanstore/env/plugins/libbar.so: no space" \
+    TMPDIR="$tmp/tiny"
+  umount "$tmp/tiny"
+fi
+if [ -e /dev/fuse ] && command -v fusermount3 > /dev/null; then
+  mnt=$tmp/mnt
+  mkdir "$mnt"
+  if "$fanstore" mount -i "$tmp/img" "$mnt" 2> "$tmp/mount.err"; then
+    probe "$mnt" > "$tmp/fuse"
+    check "fanstore mount" "$tmp/fuse"
+  else
+    echo "skip  fanstore mount: $(head -1 "$tmp/mount.err")"
+  fi
+fi
+[ $failed -eq 0 ] && echo "env_from_image: all front ends agree with the source tree"
+exit $((failed > 0))
