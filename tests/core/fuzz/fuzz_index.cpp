@@ -1,6 +1,6 @@
 // libFuzzer target: the index parser. Every input is written as index.fsi and opened; most get their checksums
 // fixed up first (so mutations reach the structural checks), a few do not (the checksum paths). An accepted index
-// is then used the way a front end does: every entry, lookup, listing and chunk record.
+// is then used the way a front end does: every entry, lookup, listing, symlink target and chunk record.
 #include <cstdint>
 #include <string>
 
@@ -25,6 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       uint32_t child = m.Child(id, i);
       if (child >= m.size()) __builtin_trap();
       (void)m.Get(child).name;
+    }
+    if (e.is_link()) {  // a target inside the string table, never a NUL in it
+      auto t = m.LinkTarget(e);
+      if (t.ok() && (t->empty() || t->find('\0') != std::string_view::npos)) __builtin_trap();
+      continue;
     }
     if (!e.is_reg()) continue;
     const uint64_t chunks = m.ChunkCount(e);

@@ -10,15 +10,18 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/fanstore-fuzzrun-XXXXXX")
 trap 'rm -rf "$T"' EXIT
 [ -n "$CORPUS" ] || CORPUS=$T/corpus
 mkdir -p "$CORPUS" "$T/src/d" "$T/seeds"
-# Seeds: one of each file kind (empty, one byte, raw, zstd, several chunks of 64 KiB, nested directories).
+# Seeds: one of each entry kind (empty, one byte, raw, zstd, several chunks of 64 KiB, nested directories, symlinks
+# relative, absolute and dangling, a hard link).
 : >"$T/src/empty"
 printf x >"$T/src/one"
 head -c 5000 /dev/urandom >"$T/src/d/raw.bin"
 seq 1 3000 >"$T/src/d/text.txt"
 seq 1 40000 >"$T/src/d/chunks.txt"
+ln -s text.txt "$T/src/d/link" && ln -s /etc "$T/src/abs" && ln -s nowhere "$T/src/dangling" && ln "$T/src/one" "$T/src/d/hard"
 "$F" pack "$T/src" -o "$T/img" --chunk 64K --threads 1 >/dev/null || { echo "run_fuzz: pack failed" >&2; exit 1; }
 if [ "$TARGET" = index ]; then
   cp "$T/img/index.fsi" "$T/seeds/index"
+  cp "$(dirname "$0")/../data/v2-image/index.fsi" "$T/seeds/index-v2"  # the older format, still served
 elif [ "$TARGET" = daemon_socket ]; then
   # Operations of fuzz_daemon_socket.cpp (it makes its own image). Seed 1: fetch 16 known ranges (those of the
   # remote partition land in the fetch cache), then ask each cached partition for offset 2^64 - L + 100, length L,
