@@ -597,6 +597,11 @@ gpu_section() {
 log "spatial: CosmoFlow on sample x spatial grids"
 BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
 
+# --- env: a Python environment from an image (16 x import torch; pack time and size vs mksquashfs) ------------------
+# Its own script (scripts/bench/env.sh, runnable alone); about 5 minutes on 2 cores, ~2 with --quick.
+log "env: a Python environment from an image"
+BUILD_DIR=$BUILD_DIR bash "$HELPERS/env.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "env: failed"
+
 # --- ltfb: tournament training, samples and time to a target for 1, 2 and 4 trainers ----------------------------------
 # Its own script (scripts/bench/ltfb.sh, runnable alone); about 12 minutes on 2 cores, ~4 with --quick (CosmoFlow only).
 log "ltfb: tournament training to a target score"

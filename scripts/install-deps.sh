@@ -19,6 +19,7 @@ PACKAGES=(
   patchelf binutils  # scripts/bundle.sh: relocatable RPATHs, debug info kept aside
   fio busybox-static rsync libaio-dev liburing-dev util-linux
   gnuplot-nox
+  squashfs-tools squashfuse strace  # scripts/bench/env.sh: the mksquashfs + squashfuse columns, metadata calls counted
 )
 
 missing=()

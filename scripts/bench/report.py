@@ -61,6 +61,10 @@ SECTIONS = [
     ("ltfb", "Tournament training (LTFB): samples and wall time to a target score, K trainers vs one",
      ["ltfb-k", "one-trainer"],
      [("ltfb-k", "one-trainer")]),
+    ("env", "A Python environment from an image: 16 processes importing torch, pack time and size vs SquashFS",
+     ["fanstore-run", "fuse", "squashfuse", "squashfs", "disk", "fanstore-pack", "mksquashfs"],
+     [("fanstore-run", "disk"), ("fanstore-run", "squashfuse"), ("fanstore-run", "squashfs"), ("fuse", "disk"),
+      ("fanstore-pack", "mksquashfs")]),
 ]
 
 HEADINGS = {
@@ -78,6 +82,8 @@ HEADINGS = {
     "spatial": "grid", "one-rank": "one rank", "data-parallel": "data parallel",
     "predicted": "model's prediction", "model-choice": "model's choice", "measured-best": "measured best",
     "ltfb-k": "K trainers", "one-trainer": "one trainer",
+    "fanstore-run": "fanstore run", "squashfuse": "squashfuse", "squashfs": "kernel squashfs",
+    "mksquashfs": "mksquashfs",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
@@ -87,7 +93,7 @@ SUBJECT = {
     "fanstore-pack": "fanstore pack", "fanstore-train": "fanstore-train",
     "microbench-fanstore": "FanStore",
     "fanstore-train-gpu": "fanstore-train (GPU)", "spatial": "grid", "model-choice": "model's choice",
-    "ltfb-k": "K trainers",
+    "ltfb-k": "K trainers", "fanstore-run": "fanstore run",
 }
 
 
