@@ -116,7 +116,7 @@ Status WriteFile(State* s, const Entry& e, int fd) {
     auto c = img.GetChunk(e, i);
     if (!c.ok()) return c.status();
     Status r;
-    if (local) {
+    if (local || c->codec == Codec::kZero) {  // a zero chunk needs no partition
       r = img.ReadChunk(e, *c, buf.get());
     } else if (s->remote) {
       r = s->remote->WithStored(e.part, c->offset, c->stored_size,

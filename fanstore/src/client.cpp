@@ -124,8 +124,9 @@ void Client::FillStat(uint32_t id, struct stat* st) const {
   st->st_size = static_cast<off_t>(std::min<uint64_t>(e.size, INT64_MAX));  // a crafted size stays positive
   st->st_blksize = 4096;
   // As a local file system with 4 KiB blocks would report it, so `du` and `ls -s` agree with the source.
-  // (no rounding up: it could wrap). A symlink's target lives in its inode, as ext4's short ones do.
-  st->st_blocks = e.is_link() ? 0 : static_cast<blkcnt_t>(e.size / 4096 * 8 + (e.size % 4096 ? 8 : 0));
+  // (no rounding up: it could wrap). Version 3 keeps the source's own count (holes of a sparse file take none).
+  st->st_blocks = e.blocks != kNoBlocks ? static_cast<blkcnt_t>(std::min<uint64_t>(e.blocks, INT64_MAX))
+                                        : static_cast<blkcnt_t>(e.size / 4096 * 8 + (e.size % 4096 ? 8 : 0));
   st->st_mtim.tv_sec = e.mtime_sec;
   st->st_mtim.tv_nsec = e.mtime_nsec;
   st->st_atim = st->st_mtim;

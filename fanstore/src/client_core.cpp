@@ -47,6 +47,7 @@ ClientCore::~ClientCore() {
 }
 
 Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer) {
+  if (c.codec == Codec::kZero) return DecodeChunk(e, c, nullptr, 0, out);  // a hole: no partition, no daemon
   if (node && node->Read(e, c, out)) {
     stats.node_hits.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();

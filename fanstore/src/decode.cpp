@@ -63,6 +63,8 @@ Status DecodeChunkAt(const Entry& e, const Chunk& c, const void* stored, size_t 
   if (c.codec == Codec::kRaw) {
     if (stored_size != c.raw_size) return corrupt("stored size mismatch");
     if (out != stored && c.raw_size > 0) std::memcpy(out, stored, c.raw_size);
+  } else if (c.codec == Codec::kZero) {
+    std::memset(out, 0, c.raw_size);
   } else if (c.codec == Codec::kZstd) {
     // The frame header may claim any size: the output buffer is exactly raw_size, so zstd stops there.
     size_t r = ZSTD_decompressDCtx(ThreadDCtx(), out, c.raw_size, stored, stored_size);

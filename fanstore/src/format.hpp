@@ -50,8 +50,8 @@ inline constexpr size_t kMagic = 0, kVersion = 8, kHeaderSize = 12, kFlags = 16,
                         kReserved1 = 216, kHeaderXxh3 = 248;
 }  // namespace hdr
 
-// ---- entry record (entry table), 104 bytes each (version 2: 96, without owner), id order ----
-inline constexpr uint32_t kEntrySize = 104;
+// ---- entry record (entry table), 112 bytes each (version 2: 96, without owner and blocks), id order ----
+inline constexpr uint32_t kEntrySize = 112;
 inline constexpr uint32_t kEntrySizeV2 = 96;
 inline constexpr uint32_t EntrySize(uint32_t version) { return version == 2 ? kEntrySizeV2 : kEntrySize; }
 namespace ent {
@@ -60,14 +60,15 @@ inline constexpr size_t kPathOff = 0, kPathLen = 8, kNameOff = 12, kParent = 16,
                         kOffset = 64, kStoredSize = 72, kChecksum = 80,
                         kChildFirst = 88, kChildCount = 92,  // directories
                         kChunkFirst = 88,                    // files of more than one chunk (u64)
-                        kUid = 96, kGid = 100;               // version 3
+                        kUid = 96, kGid = 100, kBlocks = 104;  // version 3
 }  // namespace ent
 // A symlink's target is `size` bytes of the string table at `offset`; it has no partition and no chunks.
 inline constexpr uint32_t kMaxLinkTarget = 4095;  // PATH_MAX - 1, as symlink(2) allows
 
 // Entry codec values. A file of one chunk names that chunk's codec; a longer file is kCodecChunked and its
 // chunks are described by the chunk table.
-inline constexpr uint32_t kCodecRaw = 0, kCodecZstd = 1, kCodecChunked = 2;
+// kCodecZero (version 3): a chunk of zero bytes, stored as nothing (the holes of sparse files).
+inline constexpr uint32_t kCodecRaw = 0, kCodecZstd = 1, kCodecChunked = 2, kCodecZero = 3;
 
 // ---- chunk record (chunk table), 24 bytes each ----
 inline constexpr uint32_t kChunkRecordSize = 24;

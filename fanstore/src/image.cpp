@@ -332,6 +332,7 @@ Entry Image::Get(uint32_t id) const {
   if (impl_->version >= 3) {
     e.uid = Load32(r + ent::kUid);
     e.gid = Load32(r + ent::kGid);
+    e.blocks = Load64(r + ent::kBlocks);
   }
   e.mtime_sec = static_cast<int64_t>(Load64(r + ent::kMtimeSec));
   e.mtime_nsec = Load32(r + ent::kMtimeNsec);
@@ -485,6 +486,8 @@ Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
     if (stored_size != c.raw_size) return BadEntry(e, "stored size of a raw chunk");
   } else if (codec == kCodecZstd) {
     if (stored_size == 0 || stored_size > MaxStoredSize(c.raw_size)) return BadEntry(e, "stored size of a zstd chunk");
+  } else if (codec == kCodecZero) {
+    if (stored_size != 0) return BadEntry(e, "stored size of a zero chunk");
   } else {
     return BadEntry(e, "codec " + std::to_string(codec));
   }
@@ -496,6 +499,7 @@ Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
 }
 
 Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch) const {
+  if (c.codec == Codec::kZero) return DecodeChunk(e, c, nullptr, 0, out);  // nothing stored, nothing to read
   auto part = impl_->Part(e.part);
   if (!part.ok()) return part.status();
   const std::string_view name = impl_->PartName(e.part);

@@ -24,6 +24,7 @@ void EncodeEntry(const PackTree& tree, const PackNode& n, char* r) {
   Store64(r + ent::kSize, n.size);
   Store32(r + ent::kUid, n.uid);
   Store32(r + ent::kGid, n.gid);
+  Store64(r + ent::kBlocks, n.blocks);
   Store64(r + ent::kMtimeSec, static_cast<uint64_t>(n.mtime_sec));
   Store32(r + ent::kMtimeNsec, n.mtime_nsec);
   Store32(r + ent::kNlink, n.nlink);

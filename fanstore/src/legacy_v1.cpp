@@ -268,6 +268,7 @@ Status BuildTree(const V1Image& img, PackTree* tree) {
     n.nlink = Load32(r + format::ent::kNlink);
     n.uid = static_cast<uint32_t>(::getuid());  // version 1 stored no owner: the converting user's
     n.gid = static_cast<uint32_t>(::getgid());
+    n.blocks = n.size / 4096 * 8 + (n.size % 4096 ? 8 : 0);  // as a 4 KiB-block file system stores it
     if (n.parent >= img.entries()) return Damaged(img.dir(), "parent of " + std::string(path));
     if ((n.mode & S_IFMT) != S_IFDIR && (n.mode & S_IFMT) != S_IFREG) return Damaged(img.dir(), "type of " + std::string(path));
     if ((n.mode & S_IFMT) == S_IFDIR) {

@@ -28,7 +28,7 @@ struct StoredChunk {
 };
 
 // Fills codec/stored_size/checksum of `c` from c.raw: compressed with `cctx` at `level` when that makes the
-// chunk smaller than kKeepCompressedPercent of it (level 0: raw). Reuses c.zbuf when it is large enough.
+// chunk smaller than kKeepCompressedPercent of it (level 0: raw); a chunk of zeros is kZero, stored as nothing. Reuses c.zbuf when it is large enough.
 void CompressChunk(int level, ZSTD_CCtx* cctx, StoredChunk* c);
 
 }  // namespace fanstore

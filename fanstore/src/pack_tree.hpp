@@ -24,6 +24,7 @@ struct PackNode {
   uint32_t mode = 0;
   uint64_t size = 0;  // symlinks: the target's length
   uint32_t uid = 0, gid = 0;
+  uint64_t blocks = 0;  // st_blocks of the source
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
   uint32_t nlink = 1;

@@ -75,6 +75,7 @@ class Walker {
     n.parent = parent;
     n.mode = static_cast<uint32_t>(st.st_mode & (S_IFMT | 07777));
     n.size = static_cast<uint64_t>(st.st_size);
+    n.blocks = static_cast<uint64_t>(st.st_blocks);
     n.uid = static_cast<uint32_t>(st.st_uid);
     n.gid = static_cast<uint32_t>(st.st_gid);
     n.mtime_sec = st.st_mtim.tv_sec;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,36 @@ TEST_F(LinksTest, PackKeepsLinksHardLinksAndOwners) {
   EXPECT_EQ(lib.mode & 07777, 04751u);
   EXPECT_EQ(lib.uid, static_cast<uint32_t>(::getuid()));
   EXPECT_EQ(lib.gid, static_cast<uint32_t>(::getgid()));
+  EXPECT_EQ(VerifyImage(*img, 2, {}), 0u);
+}
+
+TEST(SparseTest, HolesAreStoredAsNothing) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  test::WriteFile(src + "/sparse", "");
+  ASSERT_EQ(::truncate((src + "/sparse").c_str(), 5 << 20), 0);  // 5 chunks of 1 MiB, one with data in its middle
+  {
+    FILE* f = std::fopen((src + "/sparse").c_str(), "r+");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 2500000, SEEK_SET);
+    std::fputs("middle", f);
+    std::fclose(f);
+  }
+  test::WriteFile(src + "/zeros", std::string(100000, '\0'));  // one chunk, all zeros
+  auto r = test::PackTree(src, tmp / "img", 1, {}, 2, nullptr, 1u << 20, 0);  // --level 0 too
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto img = test::OpenOrDie(tmp / "img");
+  const Entry sparse = img->Get(*img->Lookup("sparse")), zeros = img->Get(*img->Lookup("zeros"));
+  EXPECT_EQ(zeros.codec, Codec::kZero);
+  EXPECT_EQ(zeros.stored_size, 0u);
+  EXPECT_EQ(sparse.stored_size, 1u << 20);  // only the chunk with data, raw at level 0
+  int zero_chunks = 0;
+  for (uint64_t i = 0; i < img->ChunkCount(sparse); ++i) zero_chunks += img->GetChunk(sparse, i)->codec == Codec::kZero;
+  EXPECT_EQ(zero_chunks, 4);
+  std::string want(5 << 20, '\0');
+  want.replace(2500000, 6, "middle");
+  EXPECT_EQ(test::ReadImageFile(*img, "sparse"), want);
+  EXPECT_EQ(test::ReadImageFile(*img, "zeros"), std::string(100000, '\0'));
   EXPECT_EQ(VerifyImage(*img, 2, {}), 0u);
 }
 

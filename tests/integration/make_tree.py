@@ -99,6 +99,10 @@ def main():
     os.chmod(os.path.join(env, "setuid"), 0o4755)
     os.makedirs(os.path.join(env, "sticky"), exist_ok=True)
     os.chmod(os.path.join(env, "sticky"), 0o1777)
+    with open(os.path.join(env, "sparse.img"), "wb") as f:  # holes: chunks of zeros, stored as nothing, no blocks
+        f.truncate(3 << 20)
+        f.seek(1 << 20)
+        f.write(rng.randbytes(1 << 20))  # a whole chunk of data between two holes: the same blocks as the source
 
     # An ImageFolder tree: 3 classes of small JPEGs.
     for c in ["bird", "cat", "dog"]:

@@ -43,6 +43,10 @@ def build_env(ctx):
     os.symlink("lib", os.path.join(env, "lib64"))
     for c in cmds:
         subprocess.run(c, check=True, capture_output=True)
+    with open(os.path.join(env, "sparse.img"), "wb") as f:  # zero chunks: nothing stored, nothing fetched
+        f.truncate(3 << 20)
+        f.seek(1500000)
+        f.write(b"data between two holes")
     return True
 
 
@@ -69,6 +73,11 @@ def case_environment(ctx):
     check(got.returncode == 0, f"the probe fails through the daemon:\n{got.stderr[-3000:]}")
     check(got.stdout.replace("/fanstore", "@") == want.stdout.replace(ctx.src, "@"),
           f"through the daemon:\n{got.stdout}\nfrom the source tree:\n{want.stdout}")
+    md5 = subprocess.run([ctx.args.fanstore, "run", "--daemon", ctx.sock(0), "--mount", "/fanstore", "--", "md5sum",
+                          "/fanstore/env/sparse.img"], capture_output=True, text=True, timeout=60, env=ctx.env)
+    want_md5 = subprocess.run(["md5sum", os.path.join(ctx.src, "env", "sparse.img")], capture_output=True, text=True)
+    check(md5.returncode == 0 and md5.stdout.split()[0] == want_md5.stdout.split()[0],
+          f"a sparse file through the daemon: {md5.stdout} {md5.stderr} (want {want_md5.stdout})")
     job.stop()
     c = counters(job.output(), 0)
     log(f"rank 0 daemon: {c}")

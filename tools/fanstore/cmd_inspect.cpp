@@ -174,10 +174,10 @@ void AddStat(CLI::App& app, int& exit_code) {
       std::string part = img->PartitionPath(e.part);
       std::printf("  part: %u (%s)\n", e.part, part.substr(part.find_last_of('/') + 1).c_str());
       if (e.codec == Codec::kChunked)
-        std::printf(" codec: chunked (%" PRIu64 " chunks of %u bytes, each zstd or raw)\n", img->ChunkCount(e),
+        std::printf(" codec: chunked (%" PRIu64 " chunks of %u bytes, each zstd, raw or zero)\n", img->ChunkCount(e),
                     img->ChunkSize());
       else
-        std::printf(" codec: %s\n", e.codec == Codec::kZstd ? "zstd" : "raw");
+        std::printf(" codec: %s\n", e.codec == Codec::kZstd ? "zstd" : e.codec == Codec::kZero ? "zero (nothing stored)" : "raw");
       std::printf("offset: %" PRIu64 "\n", e.offset);
       std::printf("stored: %" PRIu64 "\n", e.stored_size);
       std::printf("  xxh3: %016" PRIx64 "\n", e.checksum);

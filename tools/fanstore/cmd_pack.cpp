@@ -133,7 +133,8 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
       ->check(InRange(1, 100000, "use 1-100000"));
   cmd->add_option("--level", opts->level,
                   "zstd level 1..22; 0 stores everything raw. Each chunk is kept compressed only when that saves "
-                  "more than 3% (JPEGs and other compressed data end up raw)")
+                  "more than 3% (JPEGs and other compressed data end up raw); a chunk of zeros (a hole of a sparse "
+                  "file) is stored as nothing, at every level")
       ->type_name("L")
       ->capture_default_str()
       ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));

@@ -15,12 +15,14 @@
 
 namespace fanstore {
 
-// kChunked: the file has more than one chunk; each chunk names its own codec (raw or zstd).
-enum class Codec : uint32_t { kRaw = 0, kZstd = 1, kChunked = 2 };
+// kChunked: the file has more than one chunk; each chunk names its own codec. kZero: a chunk of zero bytes, stored
+// as nothing (holes of sparse files, and any chunk that is all zeros).
+enum class Codec : uint32_t { kRaw = 0, kZstd = 1, kChunked = 2, kZero = 3 };
 
 inline constexpr uint32_t kNoPartition = 0xFFFFFFFFu;  // directories hold no data
 inline constexpr uint32_t kRootId = 0;                  // the image root is always entry 0
 inline constexpr uint32_t kNoOwner = 0xFFFFFFFFu;       // uid/gid of a version-2 image, which stores none
+inline constexpr uint64_t kNoBlocks = ~uint64_t{0};     // st_blocks of a version-2 image, which stores none
 
 // A view of one index entry. Strings point into the mmap'd index and live as long as the Image. Nothing in
 // it is trusted: every read path checks the fields it uses (Image::GetChunk) before using them.
@@ -34,6 +36,7 @@ struct Entry {
                               // target's length)
   uint32_t uid = kNoOwner;    // owner as packed; kNoOwner in a version-2 image
   uint32_t gid = kNoOwner;
+  uint64_t blocks = kNoBlocks;  // the source's st_blocks (512-byte units: holes take none); kNoBlocks in version 2
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
   uint64_t ino = 0;           // stable inode number (same image -> same number), never 0; shared by hard links
@@ -60,7 +63,7 @@ struct Chunk {
   uint32_t raw_size = 0;
   uint64_t offset = 0;        // absolute, in the partition file
   uint32_t stored_size = 0;
-  Codec codec = Codec::kRaw;  // kRaw or kZstd
+  Codec codec = Codec::kRaw;  // kRaw, kZstd or kZero
   uint64_t checksum = 0;      // XXH3-64 of the decoded bytes
   uint64_t key = 0;           // unique per chunk of the image (node-chunk-cache slot): entry id for a one-chunk
                               // file, else entry count + chunk table index
