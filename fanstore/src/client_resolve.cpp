@@ -30,10 +30,13 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
       link = *r;
     } else {
       // A miss: the deepest prefix that exists decides. A symlink is followed with the rest appended; a file
-      // makes the path ENOTDIR; a directory means the next component is missing.
+      // makes the path ENOTDIR; a directory means the next component is missing (ENAMETOOLONG if it is longer
+      // than NAME_MAX, as a kernel file system says).
+      size_t next = 0;  // where the first component past the deepest existing prefix starts
       for (size_t cut = rel.rfind('/'); cut != std::string::npos && cut > 0; cut = rel.rfind('/', cut - 1)) {
         auto p = img.Lookup(std::string_view(rel).substr(0, cut));
         if (!p.ok()) continue;
+        next = cut + 1;
         if (img.Get(*p).is_link()) {
           link = *p;
           rest = rel.substr(cut + 1);
@@ -42,6 +45,9 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
       }
       if (link == kEmptyId) {
         stats_.lookups_missing.fetch_add(1, std::memory_order_relaxed);
+        const size_t end = rel.find('/', next);
+        if (r.status().code() == Code::kNotFound && (end == std::string::npos ? rel.size() : end) - next > NAME_MAX)
+          return Status(Code::kNameTooLong, "file name longer than NAME_MAX in the image: " + std::string(rel_in));
         if (missing != nullptr) *missing = std::move(rel);
         return r.status();
       }

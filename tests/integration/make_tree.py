@@ -95,6 +95,8 @@ def main():
     os.symlink("/etc/shadow", os.path.join(env, "shadow"))
     os.symlink("loop2", os.path.join(env, "loop1"))
     os.symlink("loop1", os.path.join(env, "loop2"))
+    os.makedirs(os.path.join(env, "x"), exist_ok=True)
+    os.symlink("x/" + "a" * 4090, os.path.join(env, "too_long"))  # ENAMETOOLONG once followed (x exists)
     write(os.path.join(env, "setuid"), b"s\n")
     os.chmod(os.path.join(env, "setuid"), 0o4755)
     os.makedirs(os.path.join(env, "sticky"), exist_ok=True)

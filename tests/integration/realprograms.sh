@@ -98,8 +98,10 @@ check head-tail      'head -c 100 "$ROOT/text/lorem.txt"; tail -c 77 "$ROOT/bin/
 check grep-r         'grep -rc "lorem" "$ROOT/text" | sort'
 check cmp            'cmp "$ROOT/bin/random5.bin" "$ROOT/bin/random5.bin" && echo same'
 check sh-cd          'cd "$ROOT/deep/d00/d01" && pwd && ls && cd ../../.. && pwd && cat names/.hidden'
+check find-links     'find "$ROOT" -printf "%P %y %m %s %l %n %U %G %T@\n" | sort'
 check links          'cd "$ROOT/env" && for l in lib/libfoo.so lib64 bin/python dangling up abs_out loop1; do readlink "$l"; done
-                      cat lib64/libfoo.so bin/python up/lorem.txt | md5sum; cat loop1 dangling lib64/x 2>&1; cat abs_out
+                      cat lib64/libfoo.so bin/python up/lorem.txt | md5sum; cat loop1 dangling lib64/x too_long 2>&1; cat abs_out
+                      bin/python through-a-link; "$ROOT/env/bin/python" absolute; (cd bin && ./python relative)
                       stat -L -c "%n %F %s %a" bin/python lib64/libfoo.so up; stat -c "%n %F %s %h" lib64 bin/python3-hard
                       realpath --relative-to="$ROOT" lib64/libfoo.so up/many bin/python; head -c 4 shadow | od -c
                       ls -l --time-style=+ lib | sed "s/ [0-9]* root root//"; cd lib64 && pwd -P | sed "s|$ROOT|@|"

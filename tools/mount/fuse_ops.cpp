@@ -65,6 +65,7 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (!ValidNode(ctx, parent)) return (void)fuse_reply_err(req, ESTALE);
   const Entry dir = ctx.client->image().Get(ImageId(parent));
   if (!dir.is_dir()) return (void)fuse_reply_err(req, ENOTDIR);
+  if (std::strlen(name) > NAME_MAX) return (void)fuse_reply_err(req, ENAMETOOLONG);  // as ext4 says
   Result<uint32_t> id = ctx.client->Lookup(JoinRel(dir.path, name));
   if (!id.ok()) {
     if (id.status().code() == Code::kNotFound) {
