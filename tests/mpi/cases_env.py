@@ -1,4 +1,4 @@
-"""A software environment through the daemons: numpy and a C library pair packed into an image spread over 4 ranks,
+"""A software environment through the daemons: numpy, torch and a C library pair packed into an image spread over 4 ranks,
 imported and loaded (the loader's audit module) through `fanstore run --daemon` on one rank, where most files are
 remote: the same output as from the source tree."""
 import os
@@ -22,6 +22,15 @@ def build_env(ctx):
     dist = subprocess.run([ctx.args.python, "-c", "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     shutil.copytree(os.path.join(dist, "numpy"), os.path.join(src, "py", "numpy"), symlinks=True)
+    if subprocess.run([ctx.args.python, "-c", "import torch"], capture_output=True).returncode == 0:
+        shutil.copytree(os.path.join(dist, "torch"), os.path.join(src, "py", "torch"), symlinks=True)
+        # Debian's torch/lib links climb out of the package: point them at the system's files (out of the image).
+        lib = os.path.join(src, "py", "torch", "lib")
+        for name in os.listdir(lib):
+            p = os.path.join(lib, name)
+            if os.path.islink(p):
+                os.unlink(p)
+                os.symlink(os.path.realpath(os.path.join(dist, "torch", "lib", name)), p)
     shutil.copy(PROBE, os.path.join(src, "py", "env_probe.py"))
     env, tmp = os.path.join(src, "env"), os.path.join(ctx.work, "c")
     for d in ("lib", "plugins", "bin"):
@@ -60,7 +69,7 @@ def case_environment(ctx):
     r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", ctx.img, "--parts", "8"], capture_output=True,
                        text=True, timeout=120)
     check(r.returncode == 0, f"pack failed: {r.stderr}")
-    probe = [ctx.args.python, "py/env_probe.py", "ROOT", "--no-torch"]
+    probe = [ctx.args.python, "py/env_probe.py", "ROOT"]
     want = subprocess.run([a.replace("py/", ctx.src + "/py/").replace("ROOT", ctx.src) for a in probe],
                           capture_output=True, text=True, timeout=300, env=dict(ctx.env, PYTHONPATH=ctx.src + "/py"))
     check(want.returncode == 0, f"the probe fails on the source tree: {want.stderr[-2000:]}")
