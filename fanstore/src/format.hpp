@@ -50,6 +50,10 @@ inline constexpr size_t kMagic = 0, kVersion = 8, kHeaderSize = 12, kFlags = 16,
                         kReserved1 = 216, kHeaderXxh3 = 248;
 }  // namespace hdr
 
+// Header flags (version 3). kFlagSharedLibraries: some file's name ends in ".so" or holds ".so." (a shared library),
+// so `fanstore run` loads the loader's audit module, which costs every exec about half a millisecond.
+inline constexpr uint32_t kFlagSharedLibraries = 1;
+
 // ---- entry record (entry table), 112 bytes each (version 2: 96, without owner and blocks), id order ----
 inline constexpr uint32_t kEntrySize = 112;
 inline constexpr uint32_t kEntrySizeV2 = 96;

@@ -427,6 +427,10 @@ ImageSummary Image::Summary() const {
   return s;
 }
 
+bool Image::HoldsSharedLibraries() const {
+  return impl_->version >= 3 && (Load32(impl_->base + hdr::kFlags) & kFlagSharedLibraries) != 0;
+}
+
 std::string Image::PartitionPath(uint32_t part) const {
   return part < impl_->parts ? impl_->PartPath(part) : std::string();
 }

@@ -208,7 +208,7 @@ Status WriteIndex(const PackTree& tree, const IndexMeta& meta, uint64_t image_id
   std::memcpy(h + hdr::kMagic, kIndexMagic, sizeof kIndexMagic);
   Store32(h + hdr::kVersion, kVersion);
   Store32(h + hdr::kHeaderSize, kHeaderSize);
-  Store32(h + hdr::kFlags, 0);
+  Store32(h + hdr::kFlags, tree.shared_libraries ? kFlagSharedLibraries : 0);
   Store32(h + hdr::kRegularParts, meta.regular_parts);
   Store32(h + hdr::kReplicatedPart, meta.replicated_part);
   Store32(h + hdr::kPartitionCount, static_cast<uint32_t>(meta.parts.size()));

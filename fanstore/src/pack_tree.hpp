@@ -56,6 +56,7 @@ struct PackTree {
   std::vector<uint32_t> children;   // per directory, contiguous, sorted by name
   std::vector<ChunkRecord> chunks;  // multi-chunk files, in file (partition, id) order
   uint64_t files = 0, dirs = 0, links = 0, skipped = 0;  // files: regular, hard links included; links: symlinks
+  bool shared_libraries = false;  // a file named like one (*.so, *.so.*): the header's kFlagSharedLibraries
   std::string_view Path(const PackNode& n) const { return std::string_view(paths).substr(n.path_off, n.path_len); }
 };
 

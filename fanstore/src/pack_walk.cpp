@@ -223,6 +223,9 @@ class Walker {
         tree_->targets += c.target;
       } else {
         ++tree_->files;
+        const std::string_view n = c.name;
+        if (n.size() > 3 && (n.substr(n.size() - 3) == ".so" || n.find(".so.") != std::string_view::npos))
+          tree_->shared_libraries = true;
         if (c.hard_link) {
           auto [it, first] = inodes_.try_emplace(DevIno{c.st.st_dev, c.st.st_ino}, id);
           if (!first) {

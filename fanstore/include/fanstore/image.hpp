@@ -115,6 +115,9 @@ class Image {
   uint32_t ChildCount(uint32_t dir_id) const;
   uint32_t Child(uint32_t dir_id, uint32_t i) const;  // i < ChildCount
   ImageSummary Summary() const;
+  // Whether pack saw a file named like a shared library (*.so, *.so.*): `fanstore run` then loads the loader's
+  // audit module (interpose/audit.cpp). False for a version-2 image.
+  bool HoldsSharedLibraries() const;
   // The 64-bit content hash every partition of this image carries in its header.
   uint64_t ImageId() const;
   // Identifies this index file and its verified body checksum (see ImageOpenOptions::trust_token).
