@@ -20,7 +20,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -54,6 +53,8 @@ constexpr uint32_t kKindFetch = 0, kKindProbe = 1;
 // Replies up to this size are received into scratch memory first (they are errors, probe answers, tiny files,
 // or the header of a chunked reply); bigger ones straight into the fetch's memory.
 constexpr int kSmallReply = 1024;
+// What a reply may carry besides the range asked for: its header and an error message.
+constexpr uint64_t kReplySlack = kReplyHeader + (64 << 10);
 // Chunks probed before their reply could take them (its header not received yet, or its previous chunk still
 // arriving), kept as matched messages at most this many; beyond, the oldest are received and dropped (a peer
 // sending chunks no header claims).
@@ -357,6 +358,17 @@ struct MpiTransport::Impl {
         OnScratchReply(req_id, gen, src, tag, *scratch);
       });
       return;
+    }
+    if (static_cast<uint64_t>(count) > kReplySlack + p->range.length) {
+      // More than the range asked for (a broken or hostile peer): setting that much aside in the sink would make
+      // the fetch cache evict for nothing. Received into scratch and dropped instead (a receive into less than
+      // the message, truncated, corrupted the heap under Open MPI 4.1's shared-memory transport); chunks it may
+      // announce cannot be told apart, so its slot is not used again.
+      Drop(m, static_cast<uint64_t>(count), nullptr);
+      Poison(tag);
+      return Fail(p->req_id, Status(Code::kIoError, "malformed reply: " + std::to_string(count) + " bytes from rank " +
+                                                        std::to_string(src) + " for " +
+                                                        std::to_string(p->range.length) + " asked"));
     }
     char* dst = Land(*p, static_cast<uint64_t>(count));
     if (!dst) {

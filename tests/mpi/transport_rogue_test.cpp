@@ -78,6 +78,7 @@ enum class Rogue {
   kError,             // an error reply with a message
   kExtraChunk,        // a good chunked reply, then one chunk more than announced (1,000 bytes of junk)
   kChunkedAtOnce,     // a good chunked reply in chunks of rank 0's size, every message started at once (MPI_Isend)
+  kHugeDirect,        // one message of 32 MiB for the 10,000 bytes asked for (no chunks)
 };
 
 struct Step {
@@ -103,6 +104,8 @@ const Scenario kScenarios[] = {
     {"a header announcing 2^40 bytes", {{Rogue::kHugeAnnounced, false}}, uint64_t{1} << 30},
     {"a stray chunked reply, then the good one", {{Rogue::kStrayThenGood, true}}},
     {"an error reply", {{Rogue::kError, false}}},
+    // The sink (the fetch cache) must not be asked to set 32 MiB aside for it.
+    {"one message of 32 MiB for 10,000 bytes, then a good fetch", {{Rogue::kHugeDirect, false}, {Rogue::kGood, true}}},
     // 4 slots (3 for fetches): they wrap around, so a slot left with junk in it would be given to a later fetch.
     {"a chunk more than announced, then good chunked fetches",
      {{Rogue::kExtraChunk, true}, {Rogue::kGoodChunked, true}, {Rogue::kGoodChunked, true},
@@ -125,6 +128,7 @@ const Scenario kScenarios[] = {
 class Sink final : public fd::FetchSink {
  public:
   char* Land(uint64_t n) override {
+    largest_land = std::max(largest_land, n);
     mem_ = std::make_shared<std::vector<char>>(n);
     return mem_->data();
   }
@@ -137,6 +141,7 @@ class Sink final : public fd::FetchSink {
   bool done = false;
   Status status;
   std::string bytes;
+  uint64_t largest_land = 0;  // the most a reply made this sink (the fetch cache, in the daemon) set aside
 
  private:
   std::shared_ptr<std::vector<char>> mem_;
@@ -214,6 +219,11 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
     case Rogue::kChunkedAtOnce:
       chunked(req_id, len, max_message, false, true);
       break;
+    case Rogue::kHugeDirect: {
+      const uint64_t n = uint64_t{32} << 20;
+      SendBytes(Header(req_id, 0, "", n, 0) + std::string(n, 'x'), tag, MPI_COMM_WORLD);
+      break;
+    }
     case Rogue::kError:
       SendBytes(Header(req_id, static_cast<uint32_t>(Code::kNotFound), "no such range here", 0, 0), tag,
                 MPI_COMM_WORLD);
@@ -258,6 +268,11 @@ bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
         got = sink.bytes == Payload(kOffset, sc.length) ? "succeeded" : "succeeded with wrong bytes";
       } else {
         got = sink.status.ok() ? "the right bytes" : sink.status.ToString();
+      }
+      // A header, an error message and the range: nothing a peer announces may make the sink set aside more.
+      if (sink.largest_land > sc.length + 32 + (64 << 10)) {
+        ok = false;
+        got += ", but " + std::to_string(sink.largest_land) + " bytes were set aside for it";
       }
       pass = pass && ok;
       why += (i ? "; " : "") + got;
