@@ -63,8 +63,9 @@ add_library(FanStore::client ALIAS fanstore_core)
 install(TARGETS fanstore_core EXPORT FanStoreTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# env_tooling.hpp (the scripts' and the tests' variables) stays out: the public API lists what the library reads.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/fanstore/include/fanstore DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        COMPONENT dev FILES_MATCHING PATTERN "*.hpp")
+        COMPONENT dev FILES_MATCHING PATTERN "*.hpp" PATTERN "env_tooling.hpp" EXCLUDE)
 set(FANSTORE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/FanStore)
 install(EXPORT FanStoreTargets NAMESPACE FanStore:: DESTINATION ${FANSTORE_CMAKE_DIR} COMPONENT dev)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/FanStoreConfig.cmake.in

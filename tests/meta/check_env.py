@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# meta.env_table: README.md's environment tables match fanstore/include/fanstore/env.hpp, every variable that a file
+# meta.env_table: README.md's environment tables match fanstore/include/fanstore/env.hpp and env_tooling.hpp, every variable that a file
 # in the tree reads is listed there, every listed variable is still read somewhere, and a shell or Python default
 # (${NAME:-x}, os.environ.get("NAME") or "x") agrees with the table's default where that is one `literal`.
 # Usage: check_env.py --root SRC --table ENV_TABLE_BINARY [--build BUILD_DIR] [--write]   (--write regenerates README.md's block)
@@ -9,7 +9,8 @@ import re
 import subprocess
 import sys
 
-ENV_HPP = "fanstore/include/fanstore/env.hpp"
+ENV_HPP = "fanstore/include/fanstore/env.hpp"  # the run-time variables (installed)
+TOOLING_HPP = "fanstore/include/fanstore/env_tooling.hpp"  # the scripts' and the tests' (not installed)
 BEGIN = "<!-- BEGIN env-table"
 END = "<!-- END env-table -->"
 
@@ -64,7 +65,7 @@ def reads(root, ids):
     """(file, line, NAME, default or None) for every environment read found in the tree."""
     found, defaults = [], []
     for rel in tree_files(root):
-        if rel == ENV_HPP:
+        if rel in (ENV_HPP, TOOLING_HPP):
             continue
         try:
             with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
@@ -150,18 +151,19 @@ def main():
     for rel, line, name in found:
         seen.add(name)
         if name not in listed and name not in FOREIGN and not name.startswith(FOREIGN_PREFIXES):
-            problems.append(f"{rel}:{line}: reads environment variable {name}, which {ENV_HPP} does not list: add "
-                            f"one X(kIdentifier, \"{name}\", Scope::k..., \"read by\", \"meaning\", \"default\") line "
-                            f"to FANSTORE_ENV_VARIABLES, then run: {regenerate}")
+            problems.append(f"{rel}:{line}: reads environment variable {name}, which neither {ENV_HPP} nor "
+                            f"{TOOLING_HPP} lists: add one X(kIdentifier, \"{name}\", Scope::k..., \"read by\", "
+                            f"\"meaning\", \"default\") line to FANSTORE_ENV_VARIABLES (read at run time) or "
+                            f"FANSTORE_TOOLING_ENV_VARIABLES (scripts, tests), then run: {regenerate}")
     for name in sorted(listed - seen):
-        problems.append(f"{ENV_HPP}: lists {name}, but no file in the tree reads it any more: remove its line "
+        problems.append(f"{ENV_HPP} or {TOOLING_HPP}: lists {name}, but no file in the tree reads it any more: remove its line "
                         f"(or read it through env::), then run: {regenerate}")
 
     for p in problems:
         print("FAIL " + p)
     if problems:
         return 1
-    print(f"check_env: {len(listed)} variables listed in {ENV_HPP}; README.md matches; "
+    print(f"check_env: {len(listed)} variables listed in {ENV_HPP} and {TOOLING_HPP}; README.md matches; "
           f"every variable read in the tree is listed")
     return 0
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "fanstore/env.hpp"
+#include "fanstore/env_tooling.hpp"
 #include "trainer/models.hpp"
 #include "trainer/tensor_file.hpp"
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "fanstore/env.hpp"
+#include "fanstore/env_tooling.hpp"
 #include "test_support.hpp"
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/jpeg_decoder.hpp"

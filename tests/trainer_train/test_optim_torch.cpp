@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "fanstore/env.hpp"
+#include "fanstore/env_tooling.hpp"
 #include "trainer/backend.hpp"
 #include "trainer/optim.hpp"
 
