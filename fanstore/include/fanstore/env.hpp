@@ -48,10 +48,10 @@ enum class Scope {
   X(kRunBinary, "FANSTORE_RUN", Scope::kRuntime, "interposer",                                                              \
     "the `fanstore` binary, to which the interposer hands static programs (set by `fanstore run`, not by users)", "unset")
 
-// The name of each variable as a constant: env::kImage is "FANSTORE_IMAGE".
+// The name of each variable as a constant: env::kImage is "FANSTORE_IMAGE". (The two row macros stay defined:
+// env_tooling.hpp expands its table with them too.)
 #define FANSTORE_ENV_NAME_CONSTANT(id, name, scope, readers, meaning, fallback) inline constexpr const char* id = name;
 FANSTORE_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)
-#undef FANSTORE_ENV_NAME_CONSTANT
 
 struct Variable {
   const char* name;
@@ -64,7 +64,6 @@ struct Variable {
 // The whole table, in the order above (README.md's order of the run-time table).
 #define FANSTORE_ENV_TABLE_ROW(id, name, scope, readers, meaning, fallback) Variable{name, scope, readers, meaning, fallback},
 inline constexpr Variable kVariables[] = {FANSTORE_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};
-#undef FANSTORE_ENV_TABLE_ROW
 
 inline constexpr const char* kDefaultMount = "/fanstore";
 }  // namespace fanstore::env

@@ -92,13 +92,8 @@ namespace fanstore::env {
   X(kTestLazyExpect, "LAZY_EXPECT", Scope::kTest, "`lazy_fd_test`",                                                         \
     "`0`: the run has `FANSTORE_LAZY=0`, so fds are memfds at open", "lazy")
 
-#define FANSTORE_ENV_NAME_CONSTANT(id, name, scope, readers, meaning, fallback) inline constexpr const char* id = name;
-FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)
-#undef FANSTORE_ENV_NAME_CONSTANT
-
-#define FANSTORE_ENV_TABLE_ROW(id, name, scope, readers, meaning, fallback) Variable{name, scope, readers, meaning, fallback},
+FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)  // the row macros of env.hpp
 inline constexpr Variable kToolingVariables[] = {FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};
-#undef FANSTORE_ENV_TABLE_ROW
 
 inline constexpr const char* kDefaultPython = "/usr/bin/python3";
 
