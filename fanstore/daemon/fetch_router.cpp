@@ -57,8 +57,10 @@ class FetchRouter::Fetch final : public FetchSink {
     return std::make_shared<SlabBlock>(std::move(buf_));
   }
 
-  void Done(const Status& s, const char* data, uint64_t len) override {
+  void Done(const Status& status, const char* data, uint64_t len) override {
     FetchRouter* r = router_;
+    Status s = status;
+    if (!s.ok()) FromImageDir(&s, &data, &len);
     r->inflight_.erase(range_);
     if (prefetch) {
       --r->prefetch_inflight_;
@@ -95,6 +97,21 @@ class FetchRouter::Fetch final : public FetchSink {
   }
 
  private:
+  // No rank could send the range (its holders are gone, or have not staged it and cannot read it): the image
+  // directory still has it (counted, and paced with staging). A range outside the partition stays an error.
+  void FromImageDir(Status* s, const char** data, uint64_t* len) {
+    FetchRouter* r = router_;
+    if (!r->image_dir_ || s->code() == Code::kInvalidArgument) return;
+    char* dst = Land(range_.length ? range_.length : 1);
+    if (!dst || !r->image_dir_->ReadNow(range_.part, range_.offset, range_.length, dst).ok()) return;
+    if (r->from_image_dir_.insert(range_.part).second)
+      Error("no rank could send a range of partition %u (%s); such ranges are read from the image directory",
+            range_.part, s->ToString().c_str());
+    *s = Status::Ok();
+    *data = dst;
+    *len = range_.length;
+  }
+
   FetchRouter* router_;
   ByteRange range_;
   std::shared_ptr<ReplyArea> area_;
@@ -103,7 +120,8 @@ class FetchRouter::Fetch final : public FetchSink {
 };
 
 FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, PeerFetcher* transport,
-                         FetchCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o)
+                         FetchCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o,
+                         ImageDirReader* image_dir)
     : img_(std::move(img)),
       local_(local),
       transport_(transport),
@@ -111,6 +129,7 @@ FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* l
       clients_(clients),
       stats_(stats),
       o_(o),
+      image_dir_(image_dir),
       prefetcher_(4096, 64, o.max_hinted) {}
 
 FetchRouter::~FetchRouter() = default;  // fetches still in flight are finished (and deleted) by the transport

@@ -1,4 +1,5 @@
-// Where a client's fetch is answered from: this node's staged partitions, the fetch cache, a fetch of the same
+// Where a client's fetch is answered from: this node's staged partitions (or, not staged yet, the image directory),
+// the fetch cache, a fetch of the same
 // range already in flight (joined: N readers of one file cost one transfer), or a new fetch from a peer -- whose
 // reply lands directly in the asking client's reply area. Also runs the prefetch hints: ranges fetched ahead
 // into the fetch cache, within a bounded window. Single-threaded (the daemon's progress thread).
@@ -13,6 +14,7 @@
 #include "byte_range.hpp"
 #include "fanstore/image.hpp"
 #include "fetch_cache.hpp"
+#include "image_dir_reader.hpp"
 #include "peer_fetcher.hpp"
 #include "prefetcher.hpp"
 #include "socket_server.hpp"
@@ -30,8 +32,9 @@ struct RouterOptions {
 
 class FetchRouter final : public RequestHandler {
  public:
+  // `image_dir` (may be null) reads what no rank can send.
   FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, PeerFetcher* transport, FetchCache* cache,
-              SocketServer* clients, DaemonStats* stats, RouterOptions o);
+              SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReader* image_dir = nullptr);
   ~FetchRouter() override;
 
   void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
@@ -56,6 +59,8 @@ class FetchRouter final : public RequestHandler {
   SocketServer* clients_;
   DaemonStats* stats_;
   RouterOptions o_;
+  ImageDirReader* image_dir_;
+  std::set<uint32_t> from_image_dir_;  // partitions a line said are read from the image directory
   Prefetcher prefetcher_;
   std::unordered_map<ByteRange, Fetch*, ByteRangeHash> inflight_;
   int prefetch_inflight_ = 0;

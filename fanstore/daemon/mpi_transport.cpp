@@ -1,5 +1,6 @@
 // The daemon's MPI side. Messages (docs/daemon.md), all on MPI_COMM_WORLD:
-//   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe) | u64 offset | u64 length
+//   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe, 2 staged bytes only)
+//                                        | u64 offset | u64 length
 //   reply    tag kTagReplyBase + slot:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
 //                                        | message | payload (when chunks == 0)
 //   chunks   tag kTagReplyBase + slot on the chunk communicator: payloads sent from the owner's mapping, and
@@ -49,7 +50,9 @@ constexpr int kTagRequest = 0x4653;
 constexpr int kTagReplyBase = 0x5000;
 constexpr size_t kRequestBytes = 32;
 constexpr size_t kReplyHeader = 32;
-constexpr uint32_t kKindFetch = 0, kKindProbe = 1;
+// kKindStaged: staging's request for a piece; answered from the staged copy only (StagedReader::kNotStagedYet
+// while it is not there yet), never from the image directory. A zero-length one is a ping.
+constexpr uint32_t kKindFetch = 0, kKindProbe = 1, kKindStaged = 2;
 // Replies up to this size are received into scratch memory first (they are errors, probe answers, tiny files,
 // or the header of a chunked reply); bigger ones straight into the fetch's memory.
 constexpr int kSmallReply = 1024;
@@ -116,6 +119,7 @@ enum class Phase { kSent, kReceiving, kChunks };
 struct Pending {
   uint64_t req_id = 0;
   ByteRange range;
+  uint32_t kind = 0;
   FetchSink* sink = nullptr;
   std::vector<int> order;  // holders to try, in order
   size_t attempt = 0;
@@ -293,7 +297,7 @@ struct MpiTransport::Impl {
     auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
     Store64(buf->data(), req_id);
     Store32(buf->data() + 8, p.range.part);
-    Store32(buf->data() + 12, kKindFetch);
+    Store32(buf->data() + 12, p.kind);
     Store64(buf->data() + 16, p.range.offset);
     Store64(buf->data() + 24, p.range.length);
     stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
@@ -313,7 +317,7 @@ struct MpiTransport::Impl {
     NextAttempt(req_id);
   }
 
-  void Fetch(const ByteRange& r, FetchSink* sink) {
+  void Fetch(const ByteRange& r, FetchSink* sink, std::vector<int> order, uint32_t kind) {
     if (shut) {
       sink->Done(Status(Code::kIoError, "daemon is shutting down"), nullptr, 0);
       return;
@@ -322,8 +326,9 @@ struct MpiTransport::Impl {
     Pending p;
     p.req_id = req_id;
     p.range = r;
+    p.kind = kind;
     p.sink = sink;
-    p.order = ReadOrder(RangeKey(r.part, r.offset), r.part, o.replicated_part, o.nranks, o.replicas, o.rank);
+    p.order = std::move(order);
     // 90% of the client's timeout: our "timeout" reply must reach the client before it gives up itself.
     p.final_deadline = dp::NowUs() + static_cast<int64_t>(o.timeout_ms) * 900;
     slot_req[static_cast<size_t>(SlotOf(req_id))] = req_id;
@@ -677,8 +682,8 @@ struct MpiTransport::Impl {
   // `r` let a request time out without a word: from now on its reads fail over (or fail) at once.
   void PeerDown(int r, int64_t waited_ms) {
     stats->peers_down.fetch_add(1, std::memory_order_relaxed);
-    Error("rank %d did not answer within %lld ms: treating it as down (its partitions fail over to replicas, or "
-          "fail at once) until it answers again",
+    Error("rank %d did not answer within %lld ms: treating it as down (its partitions are read from the other "
+          "replicas or the image directory) until it answers again",
           r, static_cast<long long>(waited_ms));
     std::vector<uint64_t> waiting;
     for (auto& [id, p] : pending)
@@ -718,11 +723,13 @@ struct MpiTransport::Impl {
     Status s;
     if (count != static_cast<int>(kRequestBytes)) s = Status(Code::kInvalidArgument, "malformed request");
     else if (kind == kKindProbe) len = 0;
-    else if (kind != kKindFetch) s = Status(Code::kInvalidArgument, "unknown request kind");
+    else if (kind != kKindFetch && kind != kKindStaged) s = Status(Code::kInvalidArgument, "unknown request kind");
+    else if (kind == kKindStaged && len == 0) s = Status::Ok();  // a ping: alive
     else s = local->Check(part, off, len);
-    if (kind == kKindFetch) stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
+    if (kind == kKindFetch || (kind == kKindStaged && len > 0))
+      stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
     uint64_t n = s.ok() ? len : 0;
-    if (o.maps && n >= o.mapped_send_min) {
+    if (o.maps && n >= o.mapped_send_min && local->Staged(part, off, n)) {
       if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
     }
     std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
@@ -738,7 +745,7 @@ struct MpiTransport::Impl {
     }
     char* b = buf->mem.get();
     if (n > 0) {
-      s = local->Read(part, off, n, b + kReplyHeader + msg.size());
+      s = local->Read(part, off, n, b + kReplyHeader + msg.size(), kind == kKindStaged);
       if (!s.ok()) {
         msg = s.message().substr(0, dp::kMaxReplyMessage);
         n = 0;
@@ -917,7 +924,15 @@ MpiTransport::MpiTransport(const StagedReader* local, TransportOptions opts, Dae
 
 MpiTransport::~MpiTransport() = default;
 
-void MpiTransport::Fetch(const ByteRange& r, FetchSink* sink) { impl_->Fetch(r, sink); }
+void MpiTransport::Fetch(const ByteRange& r, FetchSink* sink) {
+  const TransportOptions& o = impl_->o;
+  impl_->Fetch(r, sink, ReadOrder(RangeKey(r.part, r.offset), r.part, o.replicated_part, o.nranks, o.replicas, o.rank),
+               kKindFetch);
+}
+
+void MpiTransport::FetchStaged(int rank, const ByteRange& r, FetchSink* sink) {
+  impl_->Fetch(r, sink, {rank}, kKindStaged);
+}
 
 bool MpiTransport::Progress() { return impl_->Progress(); }
 

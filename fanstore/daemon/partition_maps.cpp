@@ -83,32 +83,37 @@ int64_t BreakGraceMs() {
 PartitionMaps::PartitionMaps(const Image& img, int64_t break_grace_ms)
     : break_grace_ms_(break_grace_ms >= 0 ? break_grace_ms : BreakGraceMs()) {
   parts_.resize(img.PartitionCount());
+  paths_.resize(img.PartitionCount());
   polled_ms_ = NowMs();
-  int sig = LeaseSignal();
-  if (sig < 0) return;
   for (uint32_t i = 0; i < parts_.size(); ++i) {
-    if (!img.HasPartition(i)) continue;
-    int fd = open(img.PartitionPath(i).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st;
-    // The lease first: from then on nobody changes the file without our saying so; the size is read after it.
-    if (!NodeLocal(fd) || fcntl(fd, F_SETSIG, sig) != 0 || fcntl(fd, F_SETLEASE, F_RDLCK) != 0 ||
-        fstat(fd, &st) != 0 || st.st_size <= 0) {
-      close(fd);
-      continue;
-    }
-    void* m = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-      fcntl(fd, F_SETLEASE, F_UNLCK);
-      close(fd);
-      continue;
-    }
-    Part& p = parts_[i];
-    p.fd = fd;
-    p.base = static_cast<char*>(m);
-    p.size = static_cast<uint64_t>(st.st_size);
-    p.usable = p.leased = true;
+    paths_[i] = img.PartitionPath(i);
+    if (img.HasPartition(i)) Map(i);
   }
+}
+
+void PartitionMaps::Map(uint32_t i) {
+  int sig = LeaseSignal();
+  if (sig < 0 || i >= parts_.size() || parts_[i].fd >= 0) return;
+  int fd = open(paths_[i].c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  // The lease first: from then on nobody changes the file without our saying so; the size is read after it.
+  if (!NodeLocal(fd) || fcntl(fd, F_SETSIG, sig) != 0 || fcntl(fd, F_SETLEASE, F_RDLCK) != 0 ||
+      fstat(fd, &st) != 0 || st.st_size <= 0) {
+    close(fd);
+    return;
+  }
+  void* m = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    fcntl(fd, F_SETLEASE, F_UNLCK);
+    close(fd);
+    return;
+  }
+  Part& p = parts_[i];
+  p.fd = fd;
+  p.base = static_cast<char*>(m);
+  p.size = static_cast<uint64_t>(st.st_size);
+  p.usable = p.leased = true;
 }
 
 PartitionMaps::~PartitionMaps() {

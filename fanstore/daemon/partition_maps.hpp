@@ -38,6 +38,9 @@ class PartitionMaps {
   PartitionMaps(const PartitionMaps&) = delete;
   PartitionMaps& operator=(const PartitionMaps&) = delete;
 
+  // Maps partition `part` (under the image's partition_dir), if it qualifies and is not mapped yet: staging calls
+  // it when a partition is complete under its final name (and no fd of ours writes it any more). Progress thread.
+  void Map(uint32_t part);
   // Bytes [offset, offset + n) of partition `part` in its mapping, held for a send until Unpin(part); null when the
   // partition is not mapped (or no longer: its lease was broken, or mapped sends were turned off) or the range is
   // not inside the file as mapped.
@@ -64,6 +67,7 @@ class PartitionMaps {
   void Retire(uint32_t i, const char* why);
   void GiveBackIfIdle(Part& p, int64_t now_ms);
   std::vector<Part> parts_;
+  std::vector<std::string> paths_;  // by partition id
   uint64_t seen_breaks_ = 0;   // lease-break signals already looked into
   int64_t polled_ms_ = 0;      // when every lease was last asked about
   int64_t break_grace_ms_;     // sends from a retired mapping in flight longer than this read zeros

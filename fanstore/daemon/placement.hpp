@@ -27,6 +27,18 @@ inline bool Holds(int rank, uint32_t part, uint32_t replicated_part, int nranks,
   return false;
 }
 
+// The one rank that reads piece `piece` of partition `part` from the image directory during staging; the other
+// holders receive it from that rank. Pieces go round the holders, so a partition's K holders read a K-th of it
+// each, and the replicated partition is read a rank's share by every rank; each round of nranks partitions starts
+// one holder further on, so that partitions of one piece spread over every rank too (part i's first holder is
+// rank i mod nranks: rotating by i itself would pick the same ranks for every partition).
+inline int PieceReader(uint32_t part, uint64_t piece, uint32_t replicated_part, int nranks, int replicas) {
+  std::vector<int> h = Holders(part, replicated_part, nranks, replicas);
+  if (h.empty()) return 0;
+  uint64_t round = nranks > 0 ? part / static_cast<uint32_t>(nranks) : 0;
+  return h[static_cast<size_t>((piece + round) % h.size())];
+}
+
 // The order in which rank `self` asks for a range of `part`: the holders rotated by `key` (a hash of the range:
 // deterministic, and spreads one partition's readers over its replicas), without `self`.
 inline std::vector<int> ReadOrder(uint64_t key, uint32_t part, uint32_t replicated_part, int nranks, int replicas,

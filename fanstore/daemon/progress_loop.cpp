@@ -85,6 +85,7 @@ void ProgressLoop::Run() {
     bool did = server_->Poll(0);
     did |= transport_->Progress();
     did |= router_->Pump();
+    if (stager_) did |= stager_->Poll();
     int64_t now = dp::NowUs();
     if (did) {
       last = now;

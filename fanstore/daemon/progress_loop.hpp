@@ -14,6 +14,7 @@
 #include "fetch_router.hpp"
 #include "mpi_transport.hpp"
 #include "socket_server.hpp"
+#include "stager.hpp"
 
 namespace fanstore::daemon {
 
@@ -24,8 +25,9 @@ struct LoopOptions {
 
 class ProgressLoop {
  public:
-  ProgressLoop(SocketServer* server, MpiTransport* transport, FetchRouter* router, LoopOptions o)
-      : server_(server), transport_(transport), router_(router), o_(o) {}
+  // `stager` may be null.
+  ProgressLoop(SocketServer* server, MpiTransport* transport, FetchRouter* router, Stager* stager, LoopOptions o)
+      : server_(server), transport_(transport), router_(router), stager_(stager), o_(o) {}
   ~ProgressLoop();
   void Start();
   // Asks the thread to stop and waits up to `wait_ms` for it. False when it did not stop (the caller then exits
@@ -37,6 +39,7 @@ class ProgressLoop {
   SocketServer* server_;
   MpiTransport* transport_;
   FetchRouter* router_;
+  Stager* stager_;
   LoopOptions o_;
   std::thread th_;
   std::atomic<bool> stop_{false};

@@ -1,6 +1,7 @@
-// `fanstore serve` orchestration: MPI start-up, the --local lock, staging with an all-ranks verdict, the socket
-// published on every rank before "ready", serving until a termination signal, then a clean stop (socket, staged
-// data with --cleanup) that cannot hang on a dead peer.
+// `fanstore serve` orchestration: MPI start-up, the --local lock, the index staged with an all-ranks verdict, the
+// socket published on every rank before "ready", the partitions staged behind it (with --strict-staging: before
+// it), serving until a termination signal, then a clean stop (socket, staged data with --cleanup) that cannot hang
+// on a dead peer.
 #include "fanstore/serve.hpp"
 
 #include <grp.h>
@@ -21,6 +22,7 @@
 #include "cache_prefault.hpp"
 #include "daemon_protocol.hpp"
 #include "doorbell.hpp"
+#include "fanstore/env_tooling.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path_template.hpp"
 #include "fetch_router.hpp"
@@ -32,6 +34,8 @@
 #include "socket_server.hpp"
 #include "staged_files.hpp"
 #include "staged_reader.hpp"
+#include "image_dir_reader.hpp"
+#include "stager.hpp"
 #include "staging.hpp"
 #include "startup_signals.hpp"
 #include "stats.hpp"
@@ -155,13 +159,12 @@ std::unique_ptr<Doorbell> OpenDoorbells(bool wanted, int nranks) {
   return doorbell;
 }
 
-// Rank 0's "ready" line, which scripts wait for.
-void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, unsigned long long staged_bytes,
-                double seconds) {
-  std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %.1f MiB staged in %.1f s, "
-              "socket %s\n",
-              nranks, plan.regular_parts, plan.replicated_part != kNoPartition ? "1 replicated" : "no replicated one",
-              o.replicas, o.replicas == 1 ? "" : "s", static_cast<double>(staged_bytes) / (1 << 20), seconds,
+// Rank 0's "ready" line, which scripts wait for: the sockets are in place. Without --strict-staging staging goes on
+// behind it, and a "staged:" line follows (`fanstore wait --staged` waits for that).
+void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, bool staged, double seconds) {
+  std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %s in %.1f s, socket %s\n", nranks,
+              plan.regular_parts, plan.replicated_part != kNoPartition ? "1 replicated" : "no replicated one",
+              o.replicas, o.replicas == 1 ? "" : "s", staged ? "staged" : "serving while staging", seconds,
               o.socket.empty() ? (o.local + "/fanstore.sock").c_str() : o.socket.c_str());
   std::fflush(stdout);
 }
@@ -237,9 +240,6 @@ int Serve(const ServeOptions& o) {
   if (rank == 0)
     Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o.image.c_str(),
          o.local.c_str(), nranks, o.replicas, o.replicas == 1 ? "" : "s", plan.parts.size());
-  std::function<void(const char*)> progress;
-  if (rank == 0) progress = [](const char* l) { Info("%s", l); };
-  auto cancelled = [&startup] { return startup.signalled(); };
   std::unique_ptr<SocketServer> server;
   // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
   auto failed = [&](const char* phase) {
@@ -253,7 +253,7 @@ int Serve(const ServeOptions& o) {
     return true;
   };
   // The fetch cache exists before staging: with --cache-prefault its memory is faulted in on a thread of its own
-  // while the partitions are copied, and the daemon is ready once both are done (cache_prefault.hpp).
+  // while the daemon sets up, and the daemon is ready once that is done (cache_prefault.hpp).
   std::unique_ptr<FetchCache> cache;
   std::unique_ptr<CachePrefault> prefault;
   {
@@ -263,31 +263,50 @@ int Serve(const ServeOptions& o) {
     uint64_t want = o.cache_prefault && cache->arena() ? PrefaultBudget(o.cache_bytes) : 0;
     if (want > 0) prefault = std::make_unique<CachePrefault>(cache->arena(), want);
   }
-  st = Stage(o.image, local, plan, o.reserve_bytes, progress, cancelled, &staged_files);
+  // The index first: the daemon serves from it while the partitions are staged behind it.
+  st = CheckSpace(o.image, local, plan, o.reserve_bytes);
+  if (st.ok()) st = StageIndex(o.image, local, &staged_files);
+  local = Absolute(local);
+  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
+  std::shared_ptr<const Image> img;
+  std::unique_ptr<ImageDirReader> image_dir;
+  std::unique_ptr<StagedReader> staged;
+  std::vector<StagedPart> parts;
+  if (st.ok()) {
+    ImageOpenOptions io;
+    io.partition_dir = local;
+    auto opened = Image::Open(local, io);
+    if (opened.ok()) img = std::move(opened).value();
+    else st = opened.status();
+  }
+  if (st.ok()) {
+    std::vector<std::string> sources;
+    for (uint32_t p = 0; p < img->PartitionCount(); ++p) {
+      std::string name = img->PartitionPath(p);
+      sources.push_back(o.image + "/" + name.substr(name.rfind('/') + 1));
+    }
+    image_dir = std::make_unique<ImageDirReader>(std::move(sources), o.stage_bandwidth);
+    staged = std::make_unique<StagedReader>(img->PartitionCount(), image_dir.get());
+    auto made = PrepareParts(o.image, local, *img, plan, o.piece_bytes, &staged_files, staged.get());
+    if (made.ok()) parts = std::move(made).value();
+    else st = made.status();
+  }
   if (!st.ok() && prefault) prefault->Stop();
   if (failed("staging")) return 1;
   if (prefault) FinishPrefault(*prefault, startup, rank);
   prefault.reset();
 
-  local = Absolute(local);
-  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
-  std::shared_ptr<const Image> img;
-  ImageOpenOptions io;
-  io.partition_dir = local;
-  auto opened = Image::Open(local, io);
-  if (opened.ok()) img = std::move(opened).value();
-  else st = opened.status();
-
   std::unique_ptr<Doorbell> doorbell = OpenDoorbells(o.doorbell, nranks);
+  MPI_Comm stage_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &stage_comm);
 
   DaemonStats stats;
-  std::unique_ptr<StagedReader> staged;
   // Destroyed after MPI_Finalize (declared before the transport): a send from a mapping may be in flight until then.
   std::unique_ptr<PartitionMaps> maps;
   std::unique_ptr<MpiTransport> transport;
   std::unique_ptr<FetchRouter> router;
-  if (st.ok()) {
-    staged = std::make_unique<StagedReader>(*img);
+  std::unique_ptr<Stager> stager;
+  {
     if (o.mapped_send_min > 0) maps = std::make_unique<PartitionMaps>(*img);
     TransportOptions to;
     to.rank = rank;
@@ -318,8 +337,42 @@ int Serve(const ServeOptions& o) {
     ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
     ro.max_hinted = so.max_hint_paths;
     ro.prefetch_idle_us = static_cast<int64_t>(o.prefetch_idle_s * 1e6);
-    router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro);
+    router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro,
+                                           image_dir.get());
     server->SetHandler(router.get());
+    StagerOptions sto;
+    sto.rank = rank;
+    sto.nranks = nranks;
+    sto.replicas = o.replicas;
+    sto.replicated_part = plan.replicated_part;
+    sto.readers = o.stage_readers;
+    sto.comm = stage_comm;
+    if (const char* c = getenv(env::kTestCorruptPiece)) sto.corrupt_piece = std::atoll(c);
+    stager = std::make_unique<Stager>(sto, img, std::move(parts), staged.get(), image_dir.get(), transport.get(),
+                                      &staged_files);
+    SocketServer* srv = server.get();
+    PartitionMaps* mp = maps.get();
+    stager->on_complete = [mp](uint32_t part) {
+      if (mp) mp->Map(part);
+    };
+    auto t_start = t0;
+    stager->on_tally = [srv, rank, nranks, t_start](const Stager::Tally& t) {
+      srv->SetStaged();
+      if (rank != 0) return;
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+      if (t.failed_ranks)
+        std::printf("fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they "
+                    "have and read the rest from the image directory\n",
+                    static_cast<unsigned long long>(t.failed_ranks), nranks);
+      else
+        std::printf("fanstore serve: staged: %d ranks, %.1f MiB in %.1f s; %.1f MiB read from the image directory, "
+                    "%.1f MiB sent between ranks, %llu piece%s refetched\n",
+                    nranks, static_cast<double>(t.staged_bytes) / (1 << 20), sec,
+                    static_cast<double>(t.read_bytes) / (1 << 20), static_cast<double>(t.received_bytes) / (1 << 20),
+                    static_cast<unsigned long long>(t.refetched), t.refetched == 1 ? "" : "s");
+      std::fflush(stdout);
+    };
+    if (rank == 0) stager->progress = [](const char* l) { Info("%s", l); };
     startup.SetSocket(server.get());
     st = server->Bind(socket_path);
     if (st.ok() && doorbell) server->Watch(doorbell->fd(), [&doorbell, &stats] {
@@ -327,41 +380,79 @@ int Serve(const ServeOptions& o) {
       });
   }
   if (failed("start-up")) return 1;
-  // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
-  st = server->Publish();
-  if (failed("publishing the socket")) return 1;
-  unsigned long long staged_bytes = plan.bytes, total = 0;
-  MPI_Reduce(&staged_bytes, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-  // Start-up is over (no collective until MPI_Finalize, which is bounded): signals are the main thread's again.
-  int sig = startup.Handover();
   LoopOptions lo;
   lo.spin = o.progress_spin;
   lo.hot_us = o.hot_us;
-  ProgressLoop loop(server.get(), transport.get(), router.get(), lo);
-  loop.Start();  // from here on only the progress thread calls MPI
+  auto loop = std::make_unique<ProgressLoop>(server.get(), transport.get(), router.get(), stager.get(), lo);
+  int sig = 0;
+  if (o.strict_staging) {
+    // Today's all-or-nothing rule: the socket appears once every rank has staged and verified everything, and a
+    // failure anywhere stops every rank. The progress thread stages (it alone calls MPI meanwhile).
+    stager->Start();
+    loop->Start();
+    while (!stager->done_everywhere() && !startup.signalled())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!loop->Stop(5000)) {
+      Error("progress thread did not stop within 5 s; exiting");
+      if (o.cleanup) staged_files.RemoveAll();
+      _exit(1);
+    }
+    if (startup.signalled()) {
+      sig = startup.Handover();
+    } else if (stager->tally().failed_ranks > 0) {
+      st = stager->status();
+      if (!st.ok()) Error("%s", st.ToString().c_str());
+      if (rank == 0)
+        Error("staging failed on %llu rank(s) (their lines say why); every rank stops (--strict-staging)",
+              static_cast<unsigned long long>(stager->tally().failed_ranks));
+      stager->Stop();
+      transport->Shutdown();
+      startup.SetSocket(nullptr);
+      server.reset();
+      if (o.cleanup) staged_files.RemoveAll();
+      close(lock_fd);
+      FinalizeWithin(5, 1);
+      return 1;
+    }
+    loop = std::make_unique<ProgressLoop>(server.get(), transport.get(), router.get(), stager.get(), lo);
+  }
+  if (sig == 0) {
+    // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
+    st = server->Publish();
+    if (failed("publishing the socket")) return 1;
+    // Start-up is over (no collective until MPI_Finalize, which is bounded): signals are the main thread's again.
+    sig = startup.Handover();
+  }
+  if (!o.strict_staging) stager->Start();
+  loop->Start();  // from here on only the progress thread calls MPI
   if (rank == 0 && sig == 0)
-    PrintReady(o, plan, nranks, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    PrintReady(o, plan, nranks, o.strict_staging,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   if (sig == 0) sigwait(&sigs, &sig);
 
   // The socket goes first, so no client connects to a daemon on its way out and nothing stale is left even if the
   // rest were to hang; then the progress thread stops (it never blocks in MPI, but if it ever did, exit anyway),
-  // every client connection is closed (clients see EIO at once).
+  // staging stops, every client connection is closed (clients see EIO at once).
   server->Unpublish();
-  if (!loop.Stop(5000)) {
+  if (!loop->Stop(5000)) {
     Error("progress thread did not stop within 5 s on %s; exiting", strsignal(sig));
     if (o.cleanup) staged_files.RemoveAll();
     _exit(1);
   }
+  stager->Stop();
   transport->Shutdown();
   server->Stop();
   router->Settle();
   if (doorbell) stats.doorbells_rung = doorbell->rung();
-  Info("stopping on %s: %s", strsignal(sig), stats.Line().c_str());
+  Info("stopping on %s: %s; %llu bytes read from the image directory by staging, %llu for readers", strsignal(sig),
+       stats.Line().c_str(), static_cast<unsigned long long>(image_dir->staging_bytes()),
+       static_cast<unsigned long long>(image_dir->reader_bytes()));
   if (o.cleanup) staged_files.RemoveAll();
   router.reset();
   server.reset();
   transport.reset();
+  stager.reset();
   close(lock_fd);
   FinalizeWithin(3, 0);
   return 0;

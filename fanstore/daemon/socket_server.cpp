@@ -611,6 +611,8 @@ struct SocketServer::Impl {
   }
 };
 
+void SocketServer::SetStaged() { impl_->o.hello.flags |= dp::kHelloStaged; }
+
 SocketServer::SocketServer(ServerOptions o, DaemonStats* stats) : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(o);
   impl_->stats = stats;

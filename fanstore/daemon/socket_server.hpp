@@ -62,6 +62,8 @@ class SocketServer {
   SocketServer(ServerOptions o, DaemonStats* stats);
   ~SocketServer();
   void SetHandler(RequestHandler* h) { handler_ = h; }
+  // Every rank has staged: hellos say so from now on (kHelloStaged). The progress thread's call.
+  void SetStaged();
 
   // Listens under a temporary name next to `path` (so clients cannot connect before Publish), with the
   // socket's mode and group set before anyone could connect. Refuses a path where a live daemon answers (or one

@@ -1,5 +1,5 @@
-// StagedReader: pread over the staged partition files, with the size checks that keep a bad request or a
-// damaged staged copy an error reply.
+// StagedReader: pread over the partition files being staged or staged, with the size checks that keep a bad
+// request or a damaged staged copy an error reply, and the image directory for what is not staged yet.
 #include "staged_reader.hpp"
 #include "range_check.hpp"
 
@@ -7,53 +7,91 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace fanstore::daemon {
 
-StagedReader::StagedReader(const Image& img) {
-  uint32_t n = img.PartitionCount();
-  fds_.assign(n, -1);
-  sizes_.assign(n, 0);
-  names_.resize(n);
-  for (uint32_t p = 0; p < n; ++p) {
+StagedReader::StagedReader(const Image& img) : parts_(img.PartitionCount()) {
+  for (uint32_t p = 0; p < parts_.size(); ++p) {
     if (!img.HasPartition(p)) continue;
-    names_[p] = img.PartitionPath(p);
-    int fd = open(names_[p].c_str(), O_RDONLY | O_CLOEXEC);
+    std::string name = img.PartitionPath(p);
+    int fd = open(name.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0) continue;
     if (fstat(fd, &st) != 0) {
       close(fd);
       continue;
     }
-    fds_[p] = fd;
-    sizes_[p] = static_cast<uint64_t>(st.st_size);
+    parts_[p].fd = fd;
+    parts_[p].size = static_cast<uint64_t>(st.st_size);
+    parts_[p].name = std::move(name);
   }
 }
 
+StagedReader::StagedReader(uint32_t partitions, ImageDirReader* image_dir)
+    : parts_(partitions), image_dir_(image_dir) {}
+
 StagedReader::~StagedReader() {
-  for (int fd : fds_)
-    if (fd >= 0) close(fd);
+  for (const Part& p : parts_)
+    if (p.fd >= 0) close(p.fd);
+}
+
+void StagedReader::Begin(uint32_t part, int fd, const std::string& name, uint64_t size,
+                         std::vector<uint64_t> piece_ends) {
+  Part& p = parts_.at(part);
+  p.fd = fd;
+  p.size = size;
+  p.name = name;
+  p.piece_done.reset(new std::atomic<bool>[piece_ends.size()]);
+  for (size_t k = 0; k < piece_ends.size(); ++k) p.piece_done[k].store(false, std::memory_order_relaxed);
+  p.piece_ends = std::move(piece_ends);
+}
+
+void StagedReader::MarkPiece(uint32_t part, size_t k) {
+  parts_.at(part).piece_done[k].store(true, std::memory_order_release);
+}
+
+bool StagedReader::Staged(uint32_t part, uint64_t offset, uint64_t n) const {
+  const Part& p = parts_[part];
+  if (p.piece_ends.empty()) return true;
+  // The first piece ending past `offset`, up to the one holding the range's last byte.
+  size_t k = static_cast<size_t>(std::upper_bound(p.piece_ends.begin(), p.piece_ends.end(), offset) -
+                                 p.piece_ends.begin());
+  for (; k < p.piece_ends.size(); ++k) {
+    if (!p.piece_done[k].load(std::memory_order_acquire)) return false;
+    if (p.piece_ends[k] >= offset + n) break;
+  }
+  return true;
 }
 
 Status StagedReader::Check(uint32_t part, uint64_t offset, uint64_t n) const {
   if (!Has(part)) return Status(Code::kIoError, "partition " + std::to_string(part) + " is not staged on this rank");
-  if (!RangeWithin(offset, n, sizes_[part]))
+  if (!RangeWithin(offset, n, parts_[part].size))
     return Status(Code::kInvalidArgument, "bytes " + std::to_string(offset) + "+" + std::to_string(n) +
-                                              " are outside " + names_[part] + " (" + std::to_string(sizes_[part]) +
-                                              " bytes)");
+                                              " are outside " + parts_[part].name + " (" +
+                                              std::to_string(parts_[part].size) + " bytes)");
   return Status::Ok();
 }
 
-Status StagedReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst) const {
+Status StagedReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, bool staged_only) const {
   Status s = Check(part, offset, n);
   if (!s.ok()) return s;
+  const Part& p = parts_[part];
+  if (!Staged(part, offset, n)) {
+    bool failed = failed_.load(std::memory_order_acquire);
+    if (staged_only)
+      return failed ? Status(Code::kIoError, "staging of " + p.name + " failed on this rank")
+                    : Status(kNotStagedYet, "not staged yet");
+    if (!image_dir_) return Status(Code::kIoError, p.name + " is not staged yet");
+    return image_dir_->ReadNow(part, offset, n, dst);
+  }
   while (n > 0) {
-    ssize_t r = pread(fds_[part], dst, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
+    ssize_t r = pread(p.fd, dst, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::FromErrno(errno, "read " + names_[part]);
+    if (r < 0) return Status::FromErrno(errno, "read " + p.name);
     if (r == 0)
-      return Status(Code::kIoError, names_[part] + " is shorter than when staged (" + std::to_string(offset) +
+      return Status(Code::kIoError, p.name + " is shorter than when staged (" + std::to_string(offset) +
                                         " bytes): was the staged copy truncated?");
     dst += r;
     offset += static_cast<uint64_t>(r);

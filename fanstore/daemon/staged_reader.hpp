@@ -1,35 +1,64 @@
-// Reads byte ranges of the partitions staged on this node (for peers' requests, and for local clients whose view
-// is older than ours). The files are opened once; every read is bounds-checked and a short read (a staged copy
-// deleted or truncated under us) is an error, never a fault.
+// Reads byte ranges of the partitions this rank holds (for peers' requests, and for local clients whose view is
+// older than ours), while they are being staged and after. A partition being staged is a file filled piece by
+// piece (stage_layout.hpp): a range whose pieces are all in place is read from it; one that is not yet is read
+// from the image directory (counted there), unless the caller asks for staged bytes only. Every read is
+// bounds-checked and a short read (a staged copy deleted or truncated under us) is an error, never a fault.
+// Pieces are marked from staging's threads; reads come from the progress thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fanstore/image.hpp"
 #include "fanstore/status.hpp"
+#include "image_dir_reader.hpp"
 
 namespace fanstore::daemon {
 
 class StagedReader {
  public:
-  // Opens every partition `img` has here (Image::HasPartition, i.e. staged under its partition_dir).
+  // Every partition `img` has here (Image::HasPartition), complete.
   explicit StagedReader(const Image& img);
+  // None yet: Begin adds them. `image_dir` (may be null) reads what is not staged yet.
+  StagedReader(uint32_t partitions, ImageDirReader* image_dir);
   ~StagedReader();
   StagedReader(const StagedReader&) = delete;
   StagedReader& operator=(const StagedReader&) = delete;
 
-  bool Has(uint32_t part) const { return part < fds_.size() && fds_[part] >= 0; }
-  // kInvalidArgument when [offset, offset + n) is not inside the staged file; kIoError when it cannot be read
-  // (or a read comes back short) or the partition is not staged here.
+  // Before serving starts: partition `part` is being staged into the file open (read-only) as `fd`, `size` bytes,
+  // in pieces ending at `piece_ends` (ascending, the last == size). Takes the fd.
+  void Begin(uint32_t part, int fd, const std::string& name, uint64_t size, std::vector<uint64_t> piece_ends);
+  // Piece `k` of `part` is written and verified. Any thread.
+  void MarkPiece(uint32_t part, size_t k);
+  // Staging on this rank has stopped for good: ranges not staged are read from the image directory, and staged-
+  // only reads of them fail with kIoError instead of "not yet".
+  void StagingFailed() { failed_.store(true, std::memory_order_release); }
+
+  bool Has(uint32_t part) const { return part < parts_.size() && parts_[part].fd >= 0; }
+  // Every byte of [offset, offset + n) is staged here.
+  bool Staged(uint32_t part, uint64_t offset, uint64_t n) const;
+  // kInvalidArgument when [offset, offset + n) is not inside the file; kIoError when the partition is not held.
   Status Check(uint32_t part, uint64_t offset, uint64_t n) const;
-  Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst) const;
+  // Reads the range from the staged file, or from the image directory. `staged_only`: a range not staged yet is
+  // kNotStagedYet (kIoError once staging failed) instead.
+  Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, bool staged_only = false) const;
+  // What a staged-only read of a range not staged yet answers (while staging goes on): ask again later.
+  static constexpr Code kNotStagedYet = Code::kUnsupported;
 
  private:
-  std::vector<int> fds_;         // by partition id; -1: not staged here
-  std::vector<uint64_t> sizes_;  // file size when opened
-  std::vector<std::string> names_;
+  struct Part {
+    int fd = -1;
+    uint64_t size = 0;
+    std::string name;
+    std::vector<uint64_t> piece_ends;                // empty: complete from the start
+    std::unique_ptr<std::atomic<bool>[]> piece_done;
+  };
+  std::vector<Part> parts_;
+  ImageDirReader* image_dir_ = nullptr;
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace fanstore::daemon

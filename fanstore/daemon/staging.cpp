@@ -1,4 +1,4 @@
-// Staging of partitions to node-local storage: plan, space check, copy (temp name + rename), verify.
+// Staging's set-up: plan, lock, space check, the index copy (temp name + rename), the partitions' files.
 #include "staging.hpp"
 
 #include <fcntl.h>
@@ -7,14 +7,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "fanstore/image.hpp"
 #include "format.hpp"
@@ -111,53 +107,6 @@ Status CopyFile(const std::string& src, const std::string& dst, const std::funct
   return staged->Commit(tmp, dst);
 }
 
-// Decodes and checksums every file of the staged partitions `parts` (threads share the work by entry id).
-Status VerifyStaged(const std::string& local_dir, const StagePlan& plan, const std::function<bool()>& cancelled) {
-  ImageOpenOptions io;
-  io.partition_dir = local_dir;
-  auto img = Image::Open(local_dir, io);
-  if (!img.ok()) return img.status();
-  const Image& im = **img;
-  std::vector<bool> mine(im.PartitionCount(), false);
-  for (uint32_t p : plan.parts) {
-    if (p >= mine.size()) return Status(Code::kCorrupt, "staged index has no partition " + std::to_string(p));
-    if (!im.HasPartition(p)) return Status(Code::kIoError, "staged partition " + im.PartitionPath(p) + " is unreadable");
-    mine[p] = true;
-  }
-  std::atomic<uint64_t> next{0};
-  std::mutex mu;
-  Status first_bad;
-  auto work = [&] {
-    std::vector<char> buf;
-    for (uint64_t id; (id = next.fetch_add(1)) < im.size();) {
-      {
-        std::lock_guard<std::mutex> g(mu);
-        if (!first_bad.ok()) return;
-        if (cancelled && cancelled()) {
-          first_bad = Interrupted();
-          return;
-        }
-      }
-      Entry e = im.Get(static_cast<uint32_t>(id));
-      if (!e.is_reg() || e.part >= mine.size() || !mine[e.part]) continue;
-      buf.resize(e.size ? e.size : 1);
-      Status s = im.ReadFile(e.id, buf.data());
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> g(mu);
-        if (first_bad.ok()) first_bad = Status(s.code(), "verifying staged copy: " + s.message());
-        return;
-      }
-    }
-  };
-  unsigned n = std::thread::hardware_concurrency();
-  n = n == 0 ? 1 : (n > 8 ? 8 : n);
-  std::vector<std::thread> ts;
-  for (unsigned i = 1; i < n; ++i) ts.emplace_back(work);
-  work();
-  for (auto& t : ts) t.join();
-  return first_bad;
-}
-
 }  // namespace
 
 Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks, int replicas) {
@@ -172,6 +121,7 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
     auto sz = FileSize((*img)->PartitionPath(p));
     if (!sz.ok()) return sz.status();
     plan.parts.push_back(p);
+    plan.sizes.push_back(*sz);
     plan.bytes += *sz;
   }
   auto isz = FileSize(image_dir + "/" + format::kIndexName);
@@ -222,17 +172,13 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
   return fd;
 }
 
-Status Stage(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes,
-             const std::function<void(const char* line)>& progress, const std::function<bool()>& cancelled,
-             StagedFiles* staged) {
+Status CheckSpace(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan,
+                  uint64_t reserve_bytes) {
   struct stat dst;
   if (stat(local_dir.c_str(), &dst) != 0) return Status::FromErrno(errno, "stat " + local_dir);
-  if (!S_ISDIR(dst.st_mode)) return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");
-  auto img = Image::Open(image_dir);
-  if (!img.ok()) return img.status();
-  const Image& src = **img;
-
-  // Space first: a node that cannot hold its share must fail before copying anything, with the numbers.
+  if (!S_ISDIR(dst.st_mode))
+    return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");
+  // A node that cannot hold its share must fail before copying anything, with the numbers.
   struct statvfs vfs;
   if (statvfs(local_dir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs " + local_dir);
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
@@ -240,46 +186,67 @@ Status Stage(const std::string& image_dir, const std::string& local_dir, const S
   auto isz = FileSize(image_dir + "/" + format::kIndexName);
   if (!isz.ok()) return isz.status();
   uint64_t need = *isz;
-  for (uint32_t p : plan.parts) {
-    auto sz = FileSize(src.PartitionPath(p));
-    if (!sz.ok()) return sz.status();
-    need += *sz;
+  for (size_t i = 0; i < plan.parts.size(); ++i) {
+    need += plan.sizes[i];
     if (need > avail)
-      return Status(Code::kNoSpace, "not enough space in " + local_dir + " for partition " + Base(src.PartitionPath(p)) +
+      return Status(Code::kNoSpace, "not enough space in " + local_dir + " for partition " +
+                                        format::PartitionFileName(plan.parts[i], plan.regular_parts) +
                                         ": this rank needs " + std::to_string(plan.bytes) + " bytes (" +
                                         HumanBytes(plan.bytes) + ") for " + std::to_string(plan.parts.size()) +
                                         " partitions + index, " + std::to_string(free_bytes) + " bytes free" +
                                         (reserve_bytes ? " of which --reserve keeps " + std::to_string(reserve_bytes)
                                                        : std::string()));
   }
+  return Status::Ok();
+}
 
-  auto t0 = std::chrono::steady_clock::now();
-  uint64_t done = 0;
-  char line[512];
-  Status s = CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, cancelled, staged);
-  if (!s.ok()) return s;
-  done += *isz;
+Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged) {
+  return CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, nullptr, staged);
+}
+
+Result<std::vector<StagedPart>> PrepareParts(const std::string& image_dir, const std::string& local_dir,
+                                             const Image& index, const StagePlan& plan, uint64_t piece_bytes,
+                                             StagedFiles* staged, StagedReader* reader) {
+  auto layouts = CutPartitions(index, plan.parts, plan.sizes, piece_bytes);
+  if (!layouts.ok()) return layouts.status();
+  std::vector<StagedPart> out;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
-    if (cancelled && cancelled()) return Interrupted();
-    std::string from = src.PartitionPath(plan.parts[i]);
-    s = CopyFile(from, local_dir + "/" + Base(from), cancelled, staged);
-    if (!s.ok()) return s;
-    auto sz = FileSize(from);
-    done += sz.ok() ? *sz : 0;
-    if (progress) {
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::snprintf(line, sizeof line, "staged %zu/%zu partitions, %s of %s (%.0f MiB/s)", i + 1, plan.parts.size(),
-                    HumanBytes(done).c_str(), HumanBytes(plan.bytes).c_str(),
-                    sec > 0 ? done / sec / (1 << 20) : 0.0);
-      progress(line);
+    const uint32_t p = plan.parts[i];
+    const std::string name = Base(index.PartitionPath(p));
+    struct stat sst;
+    const std::string src = image_dir + "/" + name;
+    if (stat(src.c_str(), &sst) != 0) return Status::FromErrno(errno, "stat " + src);
+    StagedPart sp;
+    sp.layout = std::move((*layouts)[i]);
+    sp.final_path = local_dir + "/" + name;
+    sp.tmp = sp.final_path + ".tmp." + std::to_string(getpid());
+    staged->BeginTemp(sp.tmp);
+    sp.wfd = open(sp.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (sp.wfd < 0) {
+      int err = errno;
+      staged->AbortTemp(sp.tmp);
+      return Status::FromErrno(err, "create " + sp.tmp);
     }
+    Status s;
+    // The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask; its
+    // space is taken now, so a node that runs out does so here and not halfway.
+    if (fchmod(sp.wfd, sst.st_mode & 07777) != 0) s = Status::FromErrno(errno, "chmod " + sp.tmp);
+    if (s.ok() && sp.layout.size > 0) {
+      int rc = posix_fallocate(sp.wfd, 0, static_cast<off_t>(sp.layout.size));
+      if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(sp.wfd, static_cast<off_t>(sp.layout.size)) ? errno : 0;
+      if (rc != 0) s = Status::FromErrno(rc, "allocate " + std::to_string(sp.layout.size) + " bytes for " + sp.tmp);
+    }
+    int rfd = s.ok() ? open(sp.tmp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    if (s.ok() && rfd < 0) s = Status::FromErrno(errno, "open " + sp.tmp);
+    if (!s.ok()) {
+      close(sp.wfd);
+      staged->AbortTemp(sp.tmp);
+      return s;
+    }
+    reader->Begin(p, rfd, sp.final_path, sp.layout.size, sp.layout.piece_ends);
+    out.push_back(std::move(sp));
   }
-  s = VerifyStaged(local_dir, plan, cancelled);
-  if (s.ok() && progress) {
-    std::snprintf(line, sizeof line, "verified every file of %zu staged partitions", plan.parts.size());
-    progress(line);
-  }
-  return s;
+  return out;
 }
 
 }  // namespace fanstore::daemon

@@ -1,5 +1,5 @@
-// Staging: copy this rank's partitions (+ the replicated one + the index) from the shared image to local
-// storage, after checking the space, and verify every staged file's checksum.
+// Staging's set-up: what this rank keeps of the image, the lock on its --local directory, the space check, the
+// index copy and the files the partitions are staged into (the Stager fills them: stager.hpp).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "fanstore/status.hpp"
+#include "stage_layout.hpp"
 #include "staged_files.hpp"
+#include "staged_reader.hpp"
+#include "stager.hpp"
 
 namespace fanstore::daemon {
 
@@ -16,6 +19,7 @@ struct StagePlan {
   std::vector<uint32_t> parts;  // partition ids this rank keeps (regular ones it holds + the replicated one)
   uint32_t regular_parts = 0;
   uint32_t replicated_part = 0xFFFFFFFFu;
+  std::vector<uint64_t> sizes;  // their file sizes
   uint64_t bytes = 0;  // bytes to copy (partition files + index)
 };
 
@@ -28,13 +32,20 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
 // (by any path) is refused too: staging would copy each partition over itself, and --cleanup delete the image.
 Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
 
-// Copies the plan's files into `local_dir` (which LockLocal made; files appear under their final name only
-// when complete, and are recorded in `staged`), then verifies them. Refuses up front, naming the partition and the bytes needed, when
-// statvfs says they will not fit while leaving `reserve_bytes` free. `progress` gets one human line now and
-// then (may be empty); `cancelled` (may be empty) is asked every 64 MiB copied and every file verified, so a
-// Ctrl-C during a long staging does not wait for it to finish.
-Status Stage(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes,
-             const std::function<void(const char* line)>& progress, const std::function<bool()>& cancelled,
-             StagedFiles* staged);
+// Refuses up front, naming the partition and the bytes needed, when statvfs says the plan's files will not fit
+// in `local_dir` while leaving `reserve_bytes` free.
+Status CheckSpace(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan,
+                  uint64_t reserve_bytes);
+
+// Copies the image's index into `local_dir` (which LockLocal made; the copy appears under its final name only
+// when complete, and is recorded in `staged`).
+Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
+
+// Creates the file each partition of the plan is staged into (a temporary name in `local_dir`, recorded in
+// `staged`, with the source's permission bits and its space allocated), cuts it into pieces of about
+// `piece_bytes`, and hands it to `reader` (StagedReader::Begin). `index` is the staged copy of the index.
+Result<std::vector<StagedPart>> PrepareParts(const std::string& image_dir, const std::string& local_dir,
+                                             const Image& index, const StagePlan& plan, uint64_t piece_bytes,
+                                             StagedFiles* staged, StagedReader* reader);
 
 }  // namespace fanstore::daemon

@@ -315,6 +315,7 @@ Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keepe
   info->rank = h.rank;
   info->nranks = h.nranks;
   info->timeout_ms = h.timeout_ms;
+  info->staged = (h.flags & dp::kHelloStaged) != 0;
   info->index_dir = h.index_dir;
   info->partition_dir = h.partition_dir;
   return Status::Ok();
@@ -696,7 +697,7 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
   return info;
 }
 
-Status WaitForDaemon(const std::string& socket_path, int timeout_ms) {
+Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged) {
   const int64_t deadline = dp::NowMs() + timeout_ms;
   // What to report when time runs out: the last answer that said something (a refusal, a wrong image), not a
   // probe that merely ran out of time because it started just before the deadline.
@@ -704,11 +705,12 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms) {
   for (;;) {
     const int64_t left = deadline - dp::NowMs();
     if (left <= 0)
-      return Status(Code::kTimeout, "daemon at " + socket_path + " not ready after " + std::to_string(timeout_ms) +
-                                        " ms: " + why.message());
+      return Status(Code::kTimeout, "daemon at " + socket_path + " not " + (staged ? "staged" : "ready") + " after " +
+                                        std::to_string(timeout_ms) + " ms: " + why.message());
     auto r = ProbeDaemon(socket_path, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (r.ok()) return Status::Ok();
-    if (r.status().code() != Code::kTimeout || why.code() == Code::kTimeout) why = r.status();
+    if (r.ok() && (!staged || r->staged)) return Status::Ok();
+    if (r.ok()) why = Status(Code::kTimeout, "serving, still staging");
+    else if (r.status().code() != Code::kTimeout || why.code() == Code::kTimeout) why = r.status();
     const int64_t nap_ms = std::min<int64_t>(100, std::max<int64_t>(deadline - dp::NowMs(), 0));
     timespec ts{0, static_cast<long>(nap_ms) * 1000 * 1000};
     nanosleep(&ts, nullptr);

@@ -205,7 +205,22 @@ bool SizesBounded(const Entry& e) {
   return e.offset <= kMaxStoredOffset && e.stored_size <= kMaxStoredOffset && e.size <= kMaxStoredOffset;
 }
 
+Status CheckPartHeader(const char* h, uint32_t p, uint64_t image_id, const std::string& path) {
+  const std::string name = path.substr(path.rfind('/') + 1);
+  if (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kPartVersion ||
+      Load32(h + phdr::kHeaderSize) != kPartHeaderSize || Xxh3(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3) ||
+      Load64(h + phdr::kDataSize) > kMaxStoredOffset)
+    return Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
+  if (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p)
+    return Status(Code::kCorrupt, path + " belongs to another image: copy the partitions of this image next to its index");
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status Image::CheckPartitionHeader(uint32_t part, const char* header) const {
+  return CheckPartHeader(header, part, impl_->image_id, PartitionPath(part));
+}
 
 Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (p >= parts) return Status(Code::kCorrupt, "partition " + std::to_string(p) + " is not in the index");
@@ -232,17 +247,10 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     s = Status(Code::kCorrupt, "partition " + path + " is not a regular file: copy the image's partitions next to its index");
   if (s.ok()) s = PreadFull(fd, h, sizeof h, 0, name);
-  if (s.ok() && (std::memcmp(h, kPartMagic, sizeof kPartMagic) != 0 || Load32(h + phdr::kVersion) != kPartVersion ||
-                 Load32(h + phdr::kHeaderSize) != kPartHeaderSize ||
-                 Xxh3(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3)))
-    s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
-  if (s.ok() && (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p))
-    s = Status(Code::kCorrupt, path + " belongs to another image: copy the partitions of this image next to its index");
+  if (s.ok()) s = CheckPartHeader(h, p, image_id, path);
   // A partition shorter than its header says (truncated, or still being copied) stays usable: every read is a
   // pread checked for length, so the files still there read and those cut off fail with kCorrupt.
   const uint64_t data_size = Load64(h + phdr::kDataSize);
-  if (s.ok() && data_size > kMaxStoredOffset)
-    s = Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (!s.ok()) {
     ::close(fd);
     return s;

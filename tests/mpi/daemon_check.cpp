@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   bool remote_fail = false;
   double max_seconds = 0;
-  int owner_rank = -1, nranks = 0, dead_owner = -1, repeat = 1;
+  int owner_rank = -1, nranks = 0, repeat = 1;
   bool tolerate_eio = false;
   std::string wait_file;
   app.add_option("--src", src, "Source tree the image was packed from")->required();
@@ -45,9 +45,6 @@ int main(int argc, char** argv) {
   app.add_option("--wait-file", wait_file,
                  "Read one selected remote file, then wait until this file exists before reading the rest");
   app.add_option("--max-seconds", max_seconds, "Fail when one read takes longer than this (0: no limit)");
-  app.add_option("--dead-owner", dead_owner,
-                 "Files of regular partitions p with p % nranks == this (held by a dead rank, no replica) must fail "
-                 "with EIO; every other file must read correctly");
   app.add_option("--repeat", repeat, "Read the selection this many times (load for fault tests)")->capture_default_str();
   app.add_flag("--tolerate-eio", tolerate_eio, "EIO on a remote read is not a failure (load while a peer dies)");
   CLI11_PARSE(app, argc, argv);
@@ -85,9 +82,6 @@ int main(int argc, char** argv) {
   std::atomic<uint64_t> ok{0}, mismatch{0}, eio{0}, other{0}, slow{0}, local_n{0}, remote_n{0};
   std::atomic<uint64_t> worst_us{0};
   std::mutex out_mu;
-  auto dead = [&](const fanstore::Entry& e) {
-    return dead_owner >= 0 && nranks > 0 && e.part != rep && static_cast<int>(e.part % nranks) == dead_owner;
-  };
   const size_t total = ids.size() * static_cast<size_t>(repeat > 0 ? repeat : 1);
   auto work = [&] {
     for (size_t k; (k = next.fetch_add(1)) < total;) {
@@ -104,7 +98,7 @@ int main(int argc, char** argv) {
       if (!r.ok()) {
         bool local = img.HasPartition(e.part);
         (fanstore::ToErrno(r.status()) == EIO && !local ? eio : other).fetch_add(1);
-        if (!remote_fail && !tolerate_eio && !dead(e)) {
+        if (!remote_fail && !tolerate_eio) {
           std::lock_guard<std::mutex> g(out_mu);
           std::fprintf(stderr, "daemon_check: %s: %s\n", std::string(e.path).c_str(), r.status().ToString().c_str());
         }
@@ -136,17 +130,5 @@ int main(int argc, char** argv) {
   if (ids.empty() || slow > 0 || mismatch > 0 || other > 0) return 1;
   if (remote_fail) return eio == remote_n && ok == local_n ? 0 : 1;
   if (tolerate_eio) return 0;
-  if (dead_owner >= 0) {
-    uint64_t want_eio = 0;
-    for (uint32_t id : ids) want_eio += dead(img.Get(id)) ? 1 : 0;
-    want_eio *= static_cast<uint64_t>(repeat);
-    if (eio != want_eio || ok != total - want_eio) {
-      std::fprintf(stderr, "daemon_check: expected %llu EIO (files of rank %d) and %llu ok\n",
-                   static_cast<unsigned long long>(want_eio), dead_owner,
-                   static_cast<unsigned long long>(total - want_eio));
-      return 1;
-    }
-    return 0;
-  }
   return ok == total ? 0 : 1;
 }

@@ -99,10 +99,11 @@ TEST(Protocol, ReplyHeaderAndHelloRoundTrip) {
   EXPECT_EQ(g.code, Code::kTimeout);
   EXPECT_EQ(g.payload_size, 1ull << 33);
   EXPECT_EQ(g.shm_offset, 48u);
-  daemon_proto::HelloInfo hi{2, 4, 5000, "/nvme/x", "/nvme/x"};
+  daemon_proto::HelloInfo hi{2, 4, 5000, daemon_proto::kHelloStaged, "/nvme/x", "/nvme/x"};
   daemon_proto::HelloInfo ho;
   ASSERT_TRUE(daemon_proto::DecodeHello(daemon_proto::EncodeHello(hi), &ho));
   EXPECT_EQ(ho.rank, 2u);
+  EXPECT_EQ(ho.flags, daemon_proto::kHelloStaged);
   EXPECT_EQ(ho.index_dir, "/nvme/x");
   EXPECT_FALSE(daemon_proto::DecodeHello("short", &ho));
 }

@@ -165,14 +165,21 @@ class Job:
             out = self.output()
         return self.output()
 
-    def wait_ready(self, timeout=90, socks=None):
+    def wait_ready(self, timeout=90, socks=None, staged=True):
+        """Every socket answers and rank 0 said "ready"; with `staged` (what most cases need: every partition
+        where placement puts it) also every rank has staged, as `fanstore wait --staged` and the "staged:" line
+        say."""
+        more = ["--staged"] if staged else []
         for s in socks or [self.ctx.sock(r) for r in range(self.np)]:
-            w = subprocess.run([self.ctx.args.fanstore, "wait", s, "--timeout", str(timeout)],
+            w = subprocess.run([self.ctx.args.fanstore, "wait", s, "--timeout", str(timeout)] + more,
                                capture_output=True, text=True)
             check(w.returncode == 0, f"{s} never became ready: {w.stderr.strip()}\n{self.output()}")
         # Rank 0 prints "ready" right after the barrier that follows every rank's socket rename.
         out = self.wait_output(lambda o: "ready:" in o, 30)
         check("fanstore serve: ready:" in out, "no ready line from rank 0:\n" + out)
+        if staged:
+            out = self.wait_output(lambda o: "fanstore serve: staged:" in o, 30)
+            check("fanstore serve: staged:" in out, "no staged line from rank 0:\n" + out)
 
     def pids(self):
         """rank -> pid of this job's `fanstore serve` processes (descendants of its mpirun)."""

@@ -24,6 +24,7 @@ import cases_mount  # noqa: E402
 import cases_netns  # noqa: E402
 import cases_prefetch  # noqa: E402
 import cases_security  # noqa: E402
+import cases_staging  # noqa: E402
 from mpi_harness import SKIP, Ctx, Fail, Skip, log  # noqa: E402
 
 CASES = {
@@ -50,6 +51,12 @@ CASES = {
     "netns": cases_netns.case_netns,
     "cleanup": cases_cleanup.case_cleanup,
     "startup_signal": cases_cleanup.case_startup_signal,
+    "staging_once": cases_staging.case_staging_once,
+    "staging_serve_early": cases_staging.case_staging_serve_early,
+    "staging_kill": cases_staging.case_staging_kill,
+    "staging_corrupt": cases_staging.case_staging_corrupt,
+    "staging_failure": cases_staging.case_staging_failure,
+    "staging_readers": cases_staging.case_staging_readers,
 }
 
 

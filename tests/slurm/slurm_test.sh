@@ -149,7 +149,12 @@ check "exactly one fanstore serve per node (4 in all, on n1 n2 n3 n4)" \
   test "$(awk '{print $2}' <<<"$daemons" | tr '\n' ' ')" = "n1 n2 n3 n4 "
 
 # Each node staged into its own {node} directory: the index, the replicated partition, its socket, and its own
-# regular partitions; together the four hold each of the 8 regular partitions exactly once.
+# regular partitions; together the four hold each of the 8 regular partitions exactly once. The job's command
+# starts while staging may still go on (the daemons serve meanwhile): give it a moment to end.
+for _ in $(seq 300); do
+  [ -z "$(find "$work/local" -name '*.tmp.*' 2>/dev/null)" ] && [ "$(find "$work/local" -name 'part-rep.fsp' | wc -l)" = 4 ] && break
+  sleep 0.1
+done
 check "one local directory per node, named by {node}" \
   test "$(find "$work/local" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' ')" = "n1 n2 n3 n4 "
 for n in n1 n2 n3 n4; do
@@ -198,15 +203,16 @@ else
 fi
 
 echo "== job 3: node n4's daemon is killed (SIGKILL) mid-job; the other nodes' daemons keep serving"
-# FANSTORE_TIMEOUT=4 (serve --timeout): a read of n4's files fails (EIO) within 4 s instead of hanging on the dead peer
-# (not less: a live daemon that a loaded machine stalls for most of the timeout would be declared down too).
+# FANSTORE_TIMEOUT=4 (serve --timeout): a read of n4's files turns to the image directory within 4 s instead of hanging
+# on the dead peer (not less: a live daemon that a loaded machine stalls for most of the timeout would be declared
+# down too).
 rm -f "$work/job-running"
 t0=$(date +%s)
 job=$(FANSTORE_TIMEOUT=4 submit 1 survive "$work" "$work/src")
 echo "submitted job $job"
 await_command "$job" || true
 victim=$(serve_processes "$job" | awk '$2 == "n4" { print $1 }')
-# n4's regular partitions, read before its daemon dies: exactly its files must fail, every other file must read.
+# n4's regular partitions, read before its daemon dies.
 n4_parts=$( (find "$work/local/n4" -name 'part-0*.fsp' -printf '%f\n' 2>/dev/null || true) | sort | tr '\n' ' ')
 if [ -e "$work/job-running" ] && [ -n "$victim" ] && [ -n "$n4_parts" ]; then
   kill -KILL "$victim"
@@ -216,18 +222,15 @@ if [ -e "$work/job-running" ] && [ -n "$victim" ] && [ -n "$n4_parts" ]; then
   finish_job "$job" 120
   check "after the kill, the daemons of n1 n2 n3 still ran (--kill-on-bad-exit=0)" test "$survivors" = "n1 n2 n3 "
   check "job 3 completed with exit code 0" grep -q 'JobState=COMPLETED ExitCode=0:0' <<<"$state"
-  expect_failed="" expect_ok=""
-  while read -r f; do
-    part=$("$fanstore" stat "$work/image" "$f" | sed -n 's/.*part: [0-9]* (\(.*\))$/\1/p')
-    if [[ " $n4_parts" == *" $part "* ]]; then expect_failed+="$f "; else expect_ok+="$f "; fi
-  done < <(cd "$work/src" && find . -type f | sed 's|^\./||' | sort)
-  got_failed=$(grep ' failed: ' "$work/survive.txt" | awk '{print $1}' | tr '\n' ' ')
-  got_ok=$(grep ' ok$' "$work/survive.txt" | awk '{print $1}' | tr '\n' ' ')
-  echo "n4 held $n4_parts-> expected to fail: ${expect_failed:-none}"
-  check "from n1, every file outside n4's partitions read identical to the source ($(wc -w <<<"$expect_ok") files)" \
+  # n4's files come from the image directory now (no rank can send them): every file must read right.
+  expect_ok=$(cd "$work/src" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' ')
+  got_ok=$(grep ' ok$' "$work/survive.txt" | awk '{print $1}' | tr '\n' ' ' || true)
+  echo "n4 held $n4_parts-> its files are read from the image directory"
+  check "from n1, every file read identical to the source ($(wc -w <<<"$expect_ok") files), n4's included" \
     test "$got_ok" = "$expect_ok"
-  check "exactly n4's files failed ($(wc -w <<<"$expect_failed")), each with EIO" \
-    test "$got_failed" = "$expect_failed" -a "$(grep -c 'failed: .*Input/output error' "$work/survive.txt")" = "$(wc -w <<<"$expect_failed")"
+  check "no read failed" test "$(grep -c ' failed: ' "$work/survive.txt" || true)" = 0
+  check "a survivor says n4's ranges are read from the image directory" \
+    grep -q 'such ranges are read from the image directory' <<<"$out"
   check "the three surviving daemons stopped on SIGTERM" \
     test "$(grep -c 'fanstore serve\[rank [0-2]\]: stopping on Terminated' <<<"$out")" = 3
   check "the batch script names the killed daemon's leftover staged data" \

@@ -25,8 +25,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   // Byte counts take a unit (--cache-bytes 4G, 512MiB; k, m, g... are powers of 1024), as the docs' examples do.
   auto so = std::make_shared<daemon::ServeOptions>();
   CLI::App* serve = app.add_subcommand(
-      "serve", "Per-node MPI daemon: stage this rank's partitions to local storage, then serve the node's clients "
-               "(run one rank per node under mpirun/srun)");
+      "serve", "Per-node MPI daemon: serve the node's clients while staging this rank's partitions to local "
+               "storage (run one rank per node under mpirun/srun)");
   serve->add_option("--image", so->image, "image directory on the shared file system")->type_name("IMAGE")->required();
   serve->add_option("--local", so->local,
                     "node-local staging directory, locked while the daemon runs; {rank} expands to the MPI rank, "
@@ -57,8 +57,23 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
+  serve->add_option("--stage-bandwidth", so->stage_bandwidth,
+                    "bytes per second this daemon reads from the image directory, staging and readers' misses "
+                    "together (0: no cap)")
+      ->type_name("BYTES")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  serve->add_option("--stage-readers", so->stage_readers,
+                    "ranks reading the image directory at a time; rank r reads once rank r-N is done (0: all at once)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  serve->add_flag("--strict-staging", so->strict_staging,
+                  "ready only once every rank has staged and verified everything, and every rank stops if one "
+                  "fails (by default the daemons serve while staging, and a node whose staging fails reads the rest "
+                  "from the image directory)");
   serve->add_flag("--cache-prefault", so->cache_prefault,
-                  "fault the fetch cache's memory in while staging, so that the first epoch does not pay for it; "
+                  "fault the fetch cache's memory in at start, so that the first epoch does not pay for it; "
                   "ready waits for it (a termination signal stops it); each daemon takes at most half of the "
                   "MemAvailable it sees at start (several daemons on one host each take their half)");
   serve->add_option("--prefetch-window", so->prefetch_window,
@@ -98,6 +113,10 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       ->transform(CLI::AsSizeValue(false));
   // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).
   serve->add_option("--max-message", so->max_message, "Largest message between daemons (tests)")->group("");
+  // For tests: staging's pieces this size (4 MiB in production), so that a small image still has many.
+  serve->add_option("--stage-piece", so->piece_bytes, "Staging's piece size (tests)")
+      ->group("")
+      ->transform(CLI::AsSizeValue(false));
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
 #else
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");
@@ -109,12 +128,15 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
 
   auto socket = std::make_shared<std::string>();
   auto timeout = std::make_shared<double>(60.0);
+  auto staged = std::make_shared<bool>(false);
   CLI::App* wait = app.add_subcommand("wait", "Wait until the daemon at SOCKET accepts connections (exit 0) or time out (exit 1)");
   wait->add_option("SOCKET", *socket, "the daemon's Unix socket ({node} expands to this node's name)")->required();
   wait->add_option("--timeout", *timeout, "seconds to wait")->type_name("SECONDS")->capture_default_str();
-  wait->callback([socket, timeout, &exit_code] {
+  wait->add_flag("--staged", *staged,
+                 "wait until every rank has staged its partitions too (the daemons serve before that)");
+  wait->callback([socket, timeout, staged, &exit_code] {
     auto path = ExpandNodeTemplate(*socket);
-    Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000)) : path.status();
+    Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000), *staged) : path.status();
     exit_code = s.ok() ? 0 : Fail("wait", s);
   });
 

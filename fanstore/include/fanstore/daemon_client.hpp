@@ -18,14 +18,16 @@ struct DaemonInfo {
   uint32_t timeout_ms = 0;    // the daemon's --timeout: a remote read fails within it
   std::string index_dir;      // open the image here (a copy of index.fsi)
   std::string partition_dir;  // this node's staged partitions (read directly, no round-trip)
+  bool staged = false;        // every rank of the job has staged its partitions (the daemon serves before that)
 };
 
 // Connects to the daemon at `socket_path` and handshakes, giving up after `timeout_ms`.
 // kIoError with the reason (no such socket, refused, closed) or kTimeout.
 Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms);
 
-// Retries ProbeDaemon until it succeeds (OK) or `timeout_ms` passes (kTimeout naming the last failure).
-Status WaitForDaemon(const std::string& socket_path, int timeout_ms);
+// Retries ProbeDaemon until it succeeds (OK) -- with `staged`, until the daemon says every rank has staged -- or
+// `timeout_ms` passes (kTimeout naming the last failure).
+Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged = false);
 
 // A RemoteFetcher over the daemon socket. Thread-safe: a small pool of connections, one request in flight
 // on each (its payload is read in place from the connection's shared reply area: WithStored copies nothing);

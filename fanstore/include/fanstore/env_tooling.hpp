@@ -90,7 +90,10 @@ namespace fanstore::env {
   X(kTestSkipTorchRaw, "SKIP_TORCH_RAW", Scope::kTest, "`tests/integration/run_preload.sh`",                                \
     "`1`: skip the torchvision check on the raw image", "off")                                                              \
   X(kTestLazyExpect, "LAZY_EXPECT", Scope::kTest, "`lazy_fd_test`",                                                         \
-    "`0`: the run has `FANSTORE_LAZY=0`, so fds are memfds at open", "lazy")
+    "`0`: the run has `FANSTORE_LAZY=0`, so fds are memfds at open", "lazy")                                               \
+  X(kTestCorruptPiece, "FANSTORE_TEST_CORRUPT_PIECE", Scope::kTest, "`fanstore serve`",                                     \
+    "N: damage the N-th staging piece each daemon receives (0-based), to test that it is refused and fetched again",      \
+    "unset")
 
 FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)  // the row macros of env.hpp
 inline constexpr Variable kToolingVariables[] = {FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};

@@ -132,6 +132,9 @@ class Image {
   std::string PartitionPath(uint32_t part) const;
   bool HasPartition(uint32_t part) const;
   uint32_t PartitionCount() const;  // regular + replicated
+  // The first 64 bytes of partition `part`'s file (e.g. received from another node) are its valid header for this
+  // image: the same words as a read of a damaged or foreign partition otherwise.
+  Status CheckPartitionHeader(uint32_t part, const char* header) const;
 
   uint32_t ChunkSize() const;
   uint64_t ChunkTableSize() const;                 // records in the chunk table

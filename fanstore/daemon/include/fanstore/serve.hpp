@@ -26,10 +26,14 @@ struct ServeOptions {
   int hot_us = 2000;                       // after activity, poll without sleeping this long (microseconds)
   uint64_t mapped_send_min = 64u << 10;    // peers' ranges of this size or more go straight from the mapping (0: never)
   uint64_t max_message = 1ull << 30;       // (tests) bigger replies between daemons travel in chunks of this size
+  uint64_t stage_bandwidth = 0;            // bytes/s this daemon reads from the image directory, at most (0: no cap)
+  int stage_readers = 0;                   // ranks reading the image directory at a time (0: all)
+  bool strict_staging = false;             // "ready" only once every rank has staged; a failure anywhere stops all
+  uint64_t piece_bytes = 4ull << 20;       // staging's unit: read once, sent to the other holders, verified
 };
 
-// Runs the daemon until SIGTERM/SIGINT/SIGHUP. Calls MPI_Init/MPI_Finalize itself. Every rank returns
-// non-zero when any rank fails to stage. Messages are one line each, prefixed "fanstore serve[rank N]: ".
+// Runs the daemon until SIGTERM/SIGINT/SIGHUP. Calls MPI_Init/MPI_Finalize itself. Every rank returns non-zero
+// when any rank fails to set up (with --strict-staging: to stage). Messages are one line each, prefixed "fanstore serve[rank N]: ".
 int Serve(const ServeOptions& opts);
 
 }  // namespace fanstore::daemon

@@ -90,10 +90,13 @@ inline constexpr uint64_t kMaxHelloPayload = 64 * 1024;
 // Payloads up to this size may travel inline on the socket (when no reply area can be had).
 inline constexpr uint64_t kInlineMax = 64 * 1024;
 
-// Hello reply payload: u32 rank | u32 nranks | u32 timeout_ms | u32 reserved | u32 index_len | u32 pdir_len |
-// index dir bytes | partition dir bytes.
+// Hello reply payload: u32 rank | u32 nranks | u32 timeout_ms | u32 flags | u32 index_len | u32 pdir_len |
+// index dir bytes | partition dir bytes. Flags: kHelloStaged, every rank of the job has staged its partitions
+// (the daemon serves before that; `fanstore wait --staged` waits for it).
+inline constexpr uint32_t kHelloStaged = 1;
 struct HelloInfo {
   uint32_t rank = 0, nranks = 0, timeout_ms = 0;
+  uint32_t flags = 0;
   std::string index_dir;      // directory holding the staged index.fsi copy
   std::string partition_dir;  // directory holding this node's staged partitions
 };
@@ -174,6 +177,7 @@ inline std::string EncodeHello(const HelloInfo& h) {
   Store32(p + 0, h.rank);
   Store32(p + 4, h.nranks);
   Store32(p + 8, h.timeout_ms);
+  Store32(p + 12, h.flags);
   Store32(p + 16, static_cast<uint32_t>(h.index_dir.size()));
   Store32(p + 20, static_cast<uint32_t>(h.partition_dir.size()));
   return s + h.index_dir + h.partition_dir;
@@ -185,6 +189,7 @@ inline bool DecodeHello(const std::string& s, HelloInfo* h) {
   h->rank = Load32(p + 0);
   h->nranks = Load32(p + 4);
   h->timeout_ms = Load32(p + 8);
+  h->flags = Load32(p + 12);
   uint64_t il = Load32(p + 16), pl = Load32(p + 20);
   if (24 + il + pl != s.size()) return false;
   h->index_dir = s.substr(24, il);

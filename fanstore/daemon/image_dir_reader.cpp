@@ -1,0 +1,82 @@
+// ImageDirReader: pread of the image directory's partition files, paced by a virtual clock at the cap.
+#include "image_dir_reader.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+namespace fanstore::daemon {
+namespace {
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+ImageDirReader::ImageDirReader(std::vector<std::string> paths, uint64_t bytes_per_s)
+    : paths_(std::move(paths)), fds_(paths_.size(), -1), rate_(bytes_per_s) {}
+
+ImageDirReader::~ImageDirReader() {
+  for (int fd : fds_)
+    if (fd >= 0) close(fd);
+}
+
+int64_t ImageDirReader::Book(uint64_t n) {
+  if (rate_ == 0) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  // A budget unused for a while is not saved up beyond a tenth of a second's worth.
+  next_free_us_ = std::max(next_free_us_, NowUs() - 100000);
+  next_free_us_ += static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
+  return next_free_us_;
+}
+
+Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst) {
+  if (part >= paths_.size()) return Status(Code::kInvalidArgument, "no partition " + std::to_string(part));
+  int fd;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (fds_[part] < 0) {
+      fds_[part] = open(paths_[part].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fds_[part] < 0) return Status::FromErrno(errno, "open " + paths_[part]);
+    }
+    fd = fds_[part];
+  }
+  while (n > 0) {
+    ssize_t r = pread(fd, dst, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::FromErrno(errno, "read " + paths_[part]);
+    if (r == 0) return Status(Code::kIoError, paths_[part] + " is shorter than its index says: was it changed?");
+    dst += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+  return Status::Ok();
+}
+
+Status ImageDirReader::ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst,
+                                      const std::function<bool()>& cancelled) {
+  // Paced before the read: the bytes are due when the budget has room for them.
+  int64_t due = Book(n) - static_cast<int64_t>(n * 1e6 / std::max<double>(static_cast<double>(rate_), 1.0));
+  for (int64_t now; rate_ && (now = NowUs()) < due;) {
+    if (cancelled && cancelled()) return Status(Code::kIoError, "staging interrupted");
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(due - now, 20000)));
+  }
+  Status s = Read(part, offset, n, dst);
+  if (s.ok()) staging_bytes_.fetch_add(n, std::memory_order_relaxed);
+  return s;
+}
+
+Status ImageDirReader::ReadNow(uint32_t part, uint64_t offset, uint64_t n, char* dst) {
+  Book(n);
+  Status s = Read(part, offset, n, dst);
+  if (s.ok()) reader_bytes_.fetch_add(n, std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace fanstore::daemon

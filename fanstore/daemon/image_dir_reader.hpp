@@ -1,0 +1,49 @@
+// Reads of the image directory on the shared file system, the one place the daemon reads it after start-up:
+// staging's pieces, and ranges a client or a peer needs before they are staged anywhere. Every byte is counted,
+// and --stage-bandwidth paces them: staging's reads wait for their turn, a reader's go at once and push staging's
+// next turn back by what they took (a client waiting for bytes is served first; staging still gets what is left).
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fanstore/status.hpp"
+
+namespace fanstore::daemon {
+
+class ImageDirReader {
+ public:
+  // `paths`: each partition's file in the image directory, by id. `bytes_per_s` 0: no cap.
+  ImageDirReader(std::vector<std::string> paths, uint64_t bytes_per_s);
+  ~ImageDirReader();
+  ImageDirReader(const ImageDirReader&) = delete;
+  ImageDirReader& operator=(const ImageDirReader&) = delete;
+
+  // Staging's read: waits for the bandwidth budget (kIoError "interrupted" once `cancelled` says so), then reads
+  // exactly n bytes.
+  Status ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst, const std::function<bool()>& cancelled);
+  // A reader's read: now, charged to the budget.
+  Status ReadNow(uint32_t part, uint64_t offset, uint64_t n, char* dst);
+
+  uint64_t staging_bytes() const { return staging_bytes_.load(std::memory_order_relaxed); }
+  uint64_t reader_bytes() const { return reader_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst);
+  // Books n bytes at the cap; returns the time (steady clock, us) they are due by.
+  int64_t Book(uint64_t n);
+
+  std::vector<std::string> paths_;
+  std::vector<int> fds_;  // opened on first use
+  uint64_t rate_;
+  std::mutex mu_;
+  int64_t next_free_us_ = 0;
+  std::atomic<uint64_t> staging_bytes_{0}, reader_bytes_{0};
+};
+
+}  // namespace fanstore::daemon

@@ -1,0 +1,415 @@
+// Stager: background staging, one read of the image directory per byte (see stager.hpp).
+#include "stager.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+
+#include "daemon_protocol.hpp"
+#include "log.hpp"
+#include "placement.hpp"
+
+namespace fanstore::daemon {
+namespace {
+
+namespace dp = daemon_proto;
+constexpr int kTagTurn = 1;
+constexpr size_t kMaxQueued = 16;   // pieces read and waiting to be verified, at most (the reader waits)
+constexpr int kVerifiers = 2;
+constexpr int kMaxRefetch = 2;      // a piece refused this often more is read here instead
+constexpr int64_t kPingUs = 1000000;
+
+Status WriteAt(int fd, const char* data, uint64_t n, uint64_t off, const std::string& name) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, data, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return Status::FromErrno(errno, "write " + name);
+    data += w;
+    off += static_cast<uint64_t>(w);
+    n -= static_cast<uint64_t>(w);
+  }
+  return Status::Ok();
+}
+
+std::string Mib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+// Where a piece (or a ping) fetched from another rank lands; deletes itself when done.
+class Stager::PieceSink final : public FetchSink {
+ public:
+  PieceSink(Stager* st, Job j, int from, bool ping) : st_(st), job_(j), from_(from), ping_(ping) {}
+  char* Land(uint64_t n) override {
+    mem_.reset(new (std::nothrow) char[n ? n : 1]);
+    return mem_.get();
+  }
+  std::shared_ptr<void> Abandon() override { return std::shared_ptr<char[]>(mem_.release()); }
+  void Done(const Status& s, const char* data, uint64_t len) override {
+    if (ping_) st_->OnPing(s);
+    else st_->OnPiece(job_, from_, std::move(mem_), s, data, len);
+    delete this;
+  }
+
+ private:
+  Stager* st_;
+  Job job_;
+  int from_;
+  bool ping_;
+  std::unique_ptr<char[]> mem_;
+};
+
+Stager::Stager(StagerOptions o, std::shared_ptr<const Image> index, std::vector<StagedPart> parts,
+               StagedReader* reader, ImageDirReader* image_dir, MpiTransport* transport, StagedFiles* files)
+    : o_(o),
+      index_(std::move(index)),
+      parts_(std::move(parts)),
+      remaining_(new std::atomic<size_t>[parts_.size()]),
+      reader_(reader),
+      image_dir_(image_dir),
+      transport_(transport),
+      files_(files),
+      said_down_(static_cast<size_t>(std::max(o.nranks, 1)), false) {
+  for (uint32_t i = 0; i < parts_.size(); ++i) {
+    const PartLayout& l = parts_[i].layout;
+    remaining_[i].store(l.pieces(), std::memory_order_relaxed);
+    total_bytes_ += l.size;
+    for (uint32_t k = 0; k < l.pieces(); ++k) {
+      Job j;
+      j.idx = i;
+      j.piece = k;
+      if (PieceReader(l.part, k, o_.replicated_part, o_.nranks, o_.replicas) == o_.rank) {
+        j.own = true;
+        own_reads_.push_back(j);
+      } else {
+        fetch_q_.push_back(j);
+      }
+    }
+  }
+}
+
+Stager::~Stager() {
+  Stop();
+  for (StagedPart& p : parts_)
+    if (p.wfd >= 0) close(p.wfd);
+}
+
+void Stager::Start() {
+  threads_.emplace_back([this] { ReaderLoop(); });
+  for (int i = 0; i < kVerifiers; ++i) threads_.emplace_back([this] { VerifyLoop(); });
+}
+
+void Stager::Stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+Status Stager::status() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return status_;
+}
+
+Stager::Tally Stager::tally() const {
+  Tally t;
+  t.failed_ranks = tally_out_[0];
+  t.read_bytes = tally_out_[1];
+  t.received_bytes = tally_out_[2];
+  t.refetched = tally_out_[3];
+  t.staged_bytes = tally_out_[4];
+  return t;
+}
+
+void Stager::Post(Event e) {
+  std::lock_guard<std::mutex> g(mu_);
+  events_.push_back(e);
+}
+
+void Stager::Fail(const Status& s) {
+  reader_->StagingFailed();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (status_.ok()) status_ = s;
+    stop_ = true;
+    events_.push_back({EventKind::kFailed, {}, -1});
+  }
+  cv_.notify_all();
+}
+
+void Stager::AddRead(Job j) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    read_q_.push_back(j);
+  }
+  cv_.notify_all();
+}
+
+// ---- threads ---------------------------------------------------------------------------------------------------
+
+void Stager::ReaderLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || (!read_q_.empty() && verify_q_.size() < kMaxQueued); });
+    if (stop_) return;
+    Job j = read_q_.front();
+    read_q_.pop_front();
+    lk.unlock();
+    const PartLayout& l = parts_[j.idx].layout;
+    const uint64_t len = l.length(j.piece);
+    std::unique_ptr<char[]> mem(new (std::nothrow) char[len ? len : 1]);
+    auto stopped = [this] { return stop_.load(); };
+    Status s = mem ? image_dir_->ReadForStaging(l.part, l.begin(j.piece), len, mem.get(), stopped)
+                   : Status(Code::kNoMemory, "no memory for a " + std::to_string(len) + "-byte piece");
+    if (!s.ok()) {
+      if (!stop_) Fail(s);
+      return;
+    }
+    lk.lock();
+    Work w;
+    w.job = j;
+    w.data = mem.get();
+    w.mem = std::move(mem);
+    verify_q_.push_back(std::move(w));
+    if (j.own && --own_left_ == 0) events_.push_back({EventKind::kReadsDone, j, -1});
+    cv_.notify_all();
+  }
+}
+
+void Stager::VerifyLoop() {
+  std::vector<char> scratch;
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !verify_q_.empty(); });
+    if (stop_) return;
+    Work w = std::move(verify_q_.front());
+    verify_q_.pop_front();
+    cv_.notify_all();  // the reader may be waiting for room
+    lk.unlock();
+    StagedPart& p = parts_[w.job.idx];
+    const PartLayout& l = p.layout;
+    const uint64_t len = l.length(w.job.piece);
+    Status s = VerifyPiece(*index_, l, w.job.piece, w.data, &scratch);
+    if (!s.ok() && w.from >= 0) {
+      Error("staging: a piece of partition %u from rank %d was damaged in transit (%s); fetching it again", l.part,
+            w.from, s.ToString().c_str());
+      Post({EventKind::kRefetch, w.job, w.from});
+      lk.lock();
+      continue;
+    }
+    if (s.ok()) s = WriteAt(p.wfd, w.data, len, l.begin(w.job.piece), p.tmp);
+    if (!s.ok()) return Fail(s);
+    reader_->MarkPiece(l.part, w.job.piece);
+    written_bytes_.fetch_add(len, std::memory_order_relaxed);
+    if (remaining_[w.job.idx].fetch_sub(1) == 1) {
+      // The last piece: nothing writes this file any more.
+      close(p.wfd);
+      p.wfd = -1;
+      s = files_->Commit(p.tmp, p.final_path);
+      if (!s.ok()) return Fail(s);
+      Post({EventKind::kComplete, w.job, -1});
+    }
+    lk.lock();
+  }
+}
+
+// ---- progress thread -------------------------------------------------------------------------------------------
+
+void Stager::StartReads() {
+  have_turn_ = true;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    own_left_ = own_reads_.size();
+    for (const Job& j : own_reads_) read_q_.push_back(j);
+  }
+  cv_.notify_all();
+  if (own_reads_.empty()) Post({EventKind::kReadsDone, {}, -1});
+}
+
+void Stager::OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const Status& s, const char* data,
+                     uint64_t len) {
+  --inflight_;
+  if (stop_) return;
+  const PartLayout& l = parts_[j.idx].layout;
+  if (s.ok() && len == l.length(j.piece)) {
+    received_bytes_.fetch_add(len, std::memory_order_relaxed);
+    if (received_pieces_++ == o_.corrupt_piece && len > 0) mem[static_cast<size_t>(data - mem.get()) + len / 2] ^= 0x5A;
+    Work w;
+    w.job = j;
+    w.data = data;
+    w.mem = std::move(mem);
+    w.from = from;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      verify_q_.push_back(std::move(w));
+    }
+    cv_.notify_all();
+    return;
+  }
+  if (s.code() == StagedReader::kNotStagedYet) {
+    // Its reader has not got there yet: ask again, backing off to 100 ms.
+    Job r = j;
+    r.wait_us = std::clamp<int64_t>(r.wait_us * 2, 1000, 100000);
+    r.not_before_us = dp::NowUs() + r.wait_us;
+    retry_.push(r);
+    return;
+  }
+  // Gone, or given up staging: read it here.
+  if (from >= 0 && from < static_cast<int>(said_down_.size()) && !said_down_[static_cast<size_t>(from)]) {
+    said_down_[static_cast<size_t>(from)] = true;
+    Error("staging: rank %d did not send a piece of partition %u (%s); this rank reads such pieces from the image "
+          "directory itself",
+          from, l.part, s.ok() ? "wrong length" : s.ToString().c_str());
+  }
+  Job r = j;
+  r.own = false;
+  AddRead(r);
+}
+
+void Stager::OnPing(const Status& s) {
+  ping_inflight_ = false;
+  if (s.ok() || have_turn_ || stop_) return;
+  Error("staging: rank %d, whose turn to read the image directory comes before this rank's (--stage-readers), is "
+        "not answering (%s); reading now",
+        o_.rank - o_.readers, s.ToString().c_str());
+  StartReads();
+}
+
+void Stager::StartTally() {
+  tally_in_[0] = status().ok() ? 0 : 1;
+  tally_in_[1] = image_dir_->staging_bytes();
+  tally_in_[2] = received_bytes_.load();
+  tally_in_[3] = refetched_;
+  tally_in_[4] = written_bytes_.load();
+  int rc = MPI_Iallreduce(tally_in_, tally_out_, 5, MPI_UINT64_T, MPI_SUM, o_.comm, &tally_req_);
+  if (rc != MPI_SUCCESS) {
+    Error("staging: the tally of every rank's staging could not start (MPI error %d)", rc);
+    tally_req_ = MPI_REQUEST_NULL;
+  }
+}
+
+void Stager::Report(int64_t now) {
+  if (!progress || done_here() || now - last_report_us_ < 1000000) return;
+  last_report_us_ = now;
+  char line[256];
+  double sec = static_cast<double>(now - start_us_) / 1e6;
+  uint64_t w = written_bytes_.load();
+  std::snprintf(line, sizeof line, "staging: %zu/%zu partitions, %s of %s (%.0f MiB/s)", complete_, parts_.size(),
+                Mib(w).c_str(), Mib(total_bytes_).c_str(), sec > 0 ? static_cast<double>(w) / sec / (1 << 20) : 0.0);
+  progress(line);
+}
+
+bool Stager::Poll() {
+  bool did = false;
+  const int64_t now = dp::NowUs();
+  const bool turns = o_.readers > 0 && o_.readers < o_.nranks;
+  if (!started_mpi_) {
+    started_mpi_ = true;
+    start_us_ = last_report_us_ = now;
+    if (!turns || o_.rank < o_.readers) StartReads();
+    else MPI_Irecv(&turn_in_, 1, MPI_BYTE, o_.rank - o_.readers, kTagTurn, o_.comm, &turn_recv_);
+    if (parts_.empty()) done_here_.store(true, std::memory_order_release);
+    did = true;
+  }
+  std::vector<Event> ev;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    ev.swap(events_);
+  }
+  bool send_turn = false;
+  for (const Event& e : ev) {
+    did = true;
+    switch (e.kind) {
+      case EventKind::kRefetch: {
+        ++refetched_;
+        Job j = e.job;
+        j.wait_us = j.not_before_us = 0;
+        if (++j.tries > kMaxRefetch) {
+          j.own = false;
+          AddRead(j);
+        } else {
+          fetch_q_.push_front(j);
+        }
+        break;
+      }
+      case EventKind::kComplete:
+        ++complete_;
+        if (on_complete) on_complete(parts_[e.job.idx].layout.part);
+        if (complete_ == parts_.size()) done_here_.store(true, std::memory_order_release);
+        break;
+      case EventKind::kReadsDone:
+        send_turn = true;
+        break;
+      case EventKind::kFailed:
+        // Whoever waits for our turn must not wait for reads that will never happen.
+        send_turn = true;
+        done_here_.store(true, std::memory_order_release);
+        break;
+    }
+  }
+  if (send_turn && turns && !turn_sent_ && o_.rank + o_.readers < o_.nranks) {
+    turn_sent_ = true;
+    MPI_Isend(&turn_out_, 1, MPI_BYTE, o_.rank + o_.readers, kTagTurn, o_.comm, &turn_send_);
+  }
+  if (!have_turn_ && turn_recv_ != MPI_REQUEST_NULL) {
+    int flag = 0;
+    MPI_Test(&turn_recv_, &flag, MPI_STATUS_IGNORE);
+    if (flag) {
+      StartReads();
+      did = true;
+    } else if (!ping_inflight_ && now - last_ping_us_ >= kPingUs) {
+      last_ping_us_ = now;
+      ping_inflight_ = true;
+      transport_->FetchStaged(o_.rank - o_.readers, ByteRange{0, 0, 0}, new PieceSink(this, Job{}, -1, true));
+    }
+  }
+  if (turn_send_ != MPI_REQUEST_NULL) {
+    int flag = 0;
+    MPI_Test(&turn_send_, &flag, MPI_STATUS_IGNORE);
+  }
+  while (!stop_ && inflight_ < o_.fetch_window) {
+    Job j;
+    if (!retry_.empty() && retry_.top().not_before_us <= now) {
+      j = retry_.top();
+      retry_.pop();
+    } else if (!fetch_q_.empty()) {
+      j = fetch_q_.front();
+      fetch_q_.pop_front();
+    } else {
+      break;
+    }
+    const PartLayout& l = parts_[j.idx].layout;
+    int from = PieceReader(l.part, j.piece, o_.replicated_part, o_.nranks, o_.replicas);
+    ++inflight_;
+    did = true;
+    transport_->FetchStaged(from, ByteRange{l.part, l.begin(j.piece), l.length(j.piece)},
+                            new PieceSink(this, j, from, false));
+  }
+  Report(now);
+  if (done_here() && !tally_started_) {
+    tally_started_ = true;
+    StartTally();
+    did = true;
+  }
+  if (tally_req_ != MPI_REQUEST_NULL && !done_everywhere()) {
+    int flag = 0;
+    MPI_Test(&tally_req_, &flag, MPI_STATUS_IGNORE);
+    if (flag) {
+      done_all_.store(true, std::memory_order_release);
+      if (on_tally) on_tally(tally());
+      did = true;
+    }
+  }
+  return did;
+}
+
+}  // namespace fanstore::daemon

@@ -1,0 +1,173 @@
+// Staging in the background, while the daemon serves: each piece of a partition (stage_layout.hpp) is read from
+// the image directory by exactly one of its holders (placement.hpp, PieceReader) and sent to the others over MPI,
+// compressed as stored, so the shared file system is read once per byte whatever --replicas and the replicated
+// partition ask for. Every piece is verified by its chunks' checksums on arrival (a bad one is fetched again),
+// written in place into a temporary file, and served from there at once (StagedReader); a partition takes its
+// final name, where clients open it themselves, when its last piece is in.
+//
+// A piece whose reader is gone (its fetch times out) or has given up staging is read from the image directory
+// by the rank that needed it. --stage-readers N lets N ranks read the image directory at a time: rank r starts
+// reading once rank r - N has finished its reads (or stopped answering). When every rank is done, one tally
+// (a nonblocking all-reduce) says how it went everywhere.
+//
+// Threads: one reads the image directory (paced by --stage-bandwidth, in ImageDirReader), two verify and write;
+// everything else (fetches, turns, the tally: every MPI call) happens in Poll, on the daemon's progress thread.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fanstore/image.hpp"
+#include "image_dir_reader.hpp"
+#include "mpi_transport.hpp"
+#include "stage_layout.hpp"
+#include "staged_files.hpp"
+#include "staged_reader.hpp"
+
+namespace fanstore::daemon {
+
+struct StagerOptions {
+  int rank = 0, nranks = 1, replicas = 1;
+  uint32_t replicated_part = 0xFFFFFFFFu;
+  int readers = 0;         // --stage-readers: ranks reading the image directory at a time (0: all)
+  int fetch_window = 8;    // pieces being fetched from other ranks at once
+  MPI_Comm comm = MPI_COMM_NULL;  // a duplicate of the world's: the readers' turns and the tally
+  int64_t corrupt_piece = -1;     // (tests: FANSTORE_TEST_CORRUPT_PIECE) damage the n-th piece received (0-based)
+};
+
+// One partition this rank stages: its pieces, and the file they are written into.
+struct StagedPart {
+  PartLayout layout;
+  std::string tmp;         // being written here (StagedFiles knows it)
+  std::string final_path;  // renamed to this when every piece is in
+  int wfd = -1;            // tmp, open for writing; the Stager closes it
+};
+
+class Stager {
+ public:
+  struct Tally {
+    uint64_t failed_ranks = 0;
+    uint64_t read_bytes = 0;      // read from the image directory, by staging
+    uint64_t received_bytes = 0;  // received from other ranks
+    uint64_t refetched = 0;       // pieces refused by their checksums and fetched again
+    uint64_t staged_bytes = 0;    // partition bytes staged, over all ranks
+  };
+
+  Stager(StagerOptions o, std::shared_ptr<const Image> index, std::vector<StagedPart> parts, StagedReader* reader,
+         ImageDirReader* image_dir, MpiTransport* transport, StagedFiles* files);
+  ~Stager();
+  Stager(const Stager&) = delete;
+  Stager& operator=(const Stager&) = delete;
+
+  // Called on the progress thread: each partition once it has its final name; once, when the tally is in.
+  std::function<void(uint32_t part)> on_complete;
+  std::function<void(const Tally&)> on_tally;
+  // Rank 0's progress lines (may be empty), about once a second.
+  std::function<void(const char* line)> progress;
+
+  // Starts the threads (before the progress thread calls Poll).
+  void Start();
+  // The progress thread's step; true when it did anything.
+  bool Poll();
+  // Stops the threads (staging is cut short; what is in flight is dropped). Idempotent.
+  void Stop();
+
+  // This rank is done (every partition staged, or failed: status() says which); any thread.
+  bool done_here() const { return done_here_.load(std::memory_order_acquire); }
+  // The tally is in: every rank is done.
+  bool done_everywhere() const { return done_all_.load(std::memory_order_acquire); }
+  Status status() const;
+  Tally tally() const;
+
+  class PieceSink;
+
+ private:
+  struct Job {
+    uint32_t idx = 0;    // into parts_
+    uint32_t piece = 0;
+    bool own = false;    // one of this rank's own reads (counts for its turn)
+    int tries = 0;       // times refused by its checksum
+    int64_t wait_us = 0, not_before_us = 0;
+  };
+  struct Work {
+    Job job;
+    std::unique_ptr<char[]> mem;
+    const char* data = nullptr;
+    int from = -1;  // the rank it came from; -1: read here
+  };
+  enum class EventKind { kRefetch, kComplete, kReadsDone, kFailed };
+  struct Event {
+    EventKind kind;
+    Job job;
+    int from;
+  };
+
+  void ReaderLoop();
+  void VerifyLoop();
+  void Post(Event e);
+  void Fail(const Status& s);
+  void AddRead(Job j);
+  void StartReads();
+  void OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const Status& s, const char* data, uint64_t len);
+  void OnPing(const Status& s);
+  void StartTally();
+  void Report(int64_t now_us);
+
+  StagerOptions o_;
+  std::shared_ptr<const Image> index_;
+  std::vector<StagedPart> parts_;
+  std::unique_ptr<std::atomic<size_t>[]> remaining_;  // pieces still to write, per part
+  StagedReader* reader_;
+  ImageDirReader* image_dir_;
+  MpiTransport* transport_;
+  StagedFiles* files_;
+
+  // Threads' side.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> read_q_;
+  std::deque<Work> verify_q_;
+  std::vector<Event> events_;
+  Status status_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  std::atomic<uint64_t> received_bytes_{0}, written_bytes_{0};
+
+  // Progress thread's side.
+  bool started_mpi_ = false;
+  std::vector<Job> own_reads_;
+  size_t own_left_ = 0;  // (mu_) own reads not done yet
+  bool have_turn_ = false, turn_sent_ = false, tally_started_ = false;
+  MPI_Request turn_recv_ = MPI_REQUEST_NULL, turn_send_ = MPI_REQUEST_NULL;
+  char turn_in_ = 0, turn_out_ = 1;
+  int64_t last_ping_us_ = 0;
+  bool ping_inflight_ = false;
+  std::deque<Job> fetch_q_;  // pieces not asked for yet, in their readers' order
+  struct Later {
+    bool operator()(const Job& a, const Job& b) const { return a.not_before_us > b.not_before_us; }
+  };
+  std::priority_queue<Job, std::vector<Job>, Later> retry_;  // "not yet": asked again from not_before_us
+  int inflight_ = 0;
+  int64_t received_pieces_ = 0;
+  uint64_t refetched_ = 0;
+  size_t complete_ = 0;
+  std::vector<bool> said_down_;  // a line said once per rank whose pieces we read ourselves
+  std::atomic<bool> done_here_{false}, done_all_{false};
+  MPI_Request tally_req_ = MPI_REQUEST_NULL;
+  uint64_t tally_in_[5] = {}, tally_out_[5] = {};
+  int64_t last_report_us_ = 0, start_us_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+}  // namespace fanstore::daemon

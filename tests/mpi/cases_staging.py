@@ -1,0 +1,203 @@
+"""Staging cases (docs/daemon.md, "Staging"): each byte of the image directory read once whatever --replicas and
+the replicated partition ask for; clients served right while staging is still going (slowed on purpose with
+--stage-bandwidth); a rank killed mid-staging; a piece damaged in transit; a damaged partition with and without
+--strict-staging; --stage-readers."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+from mpi_harness import Job, check, counters, log, wait_gone
+
+HANG_S = 60
+ABORT_OFF = ("--mca", "orte_abort_on_non_zero_status", "0")
+
+
+def image_parts(ctx):
+    """Partition file name -> bytes, from the image directory."""
+    out = {}
+    for f in sorted(os.listdir(ctx.img)):
+        if f.endswith(".fsp"):
+            with open(os.path.join(ctx.img, f), "rb") as fh:
+                out[f] = fh.read()
+    return out
+
+
+def expected_on(rank, nranks, replicas, names):
+    """The partition files rank `rank` keeps (placement.hpp: partition i on ranks i..i+K-1 mod N; the replicated
+    one everywhere)."""
+    keep = []
+    for f in names:
+        if f == "part-rep.fsp":
+            keep.append(f)
+            continue
+        i = int(f[5:10])
+        if any((i + j) % nranks == rank for j in range(min(replicas, nranks))):
+            keep.append(f)
+    return sorted(keep)
+
+
+def check_staged_copies(ctx, nranks, replicas, ranks=None):
+    parts = image_parts(ctx)
+    for r in ranks if ranks is not None else range(nranks):
+        node = ctx.node(r)
+        have = sorted(f for f in os.listdir(node) if f.endswith(".fsp"))
+        want = expected_on(r, nranks, replicas, parts)
+        check(have == want, f"rank {r} staged {have}, placement says {want}")
+        for f in have:
+            with open(os.path.join(node, f), "rb") as fh:
+                check(fh.read() == parts[f], f"rank {r}'s staged {f} differs from the image's")
+        temps = [f for f in os.listdir(node) if ".tmp." in f]
+        check(not temps, f"rank {r} left temporary files {temps}")
+
+
+def staging_bytes(out, nranks):
+    got = {}
+    for r in range(nranks):
+        c = counters(out, r)
+        check(c is not None, f"no exit line from rank {r}:\n{out}")
+        got[r] = c["bytes read from the image directory by staging"]
+    return got
+
+
+def case_staging_once(ctx):
+    """--replicas 2 and a replicated partition on 4 ranks: the image directory is read once per byte, by every
+    rank a share of it, and every rank ends with exactly its partitions, byte for byte."""
+    ctx.pack(parts=8, nfiles=160)
+    total = sum(len(b) for b in image_parts(ctx).values())
+    job = Job(ctx, 4, "--replicas", "2", "--stage-piece", "64K", "--cleanup")
+    job.wait_ready()
+    check_staged_copies(ctx, 4, 2)
+    r = ctx.run_check(1, "--threads", "2")
+    check(r.returncode == 0, "reading the tree after staging failed")
+    job.stop()
+    out = job.output()
+    got = staging_bytes(out, 4)
+    log(f"image partitions {total} bytes; read by staging per rank: {got}")
+    check(sum(got.values()) == total, f"staging read {sum(got.values())} bytes of the image directory, "
+                                      f"the partitions hold {total}: each byte must be read exactly once")
+    check(max(got.values()) < total // 2, "one rank read half the image or more: the reads must be spread")
+    m = re.search(r"staged: 4 ranks, .*?; ([\d.]+) MiB read from the image directory", out)
+    check(m is not None, "no staged line:\n" + out)
+
+
+def case_staging_serve_early(ctx):
+    """Staging slowed to 256 KiB/s per node: every socket answers within 2 s of the start, and every client reads
+    every file right while staging is still going (no "staged:" line yet); then staging ends."""
+    ctx.pack(parts=8, nfiles=120)
+    t0 = time.time()
+    job = Job(ctx, 4, "--replicas", "2", "--stage-bandwidth", "256K", "--stage-piece", "64K", "--cleanup")
+    job.wait_ready(staged=False)
+    ready_s = time.time() - t0
+    log(f"every socket answered {ready_s:.2f} s after mpirun started")
+    procs = [ctx.start_check(r, "--threads", "2", "--max-seconds", str(HANG_S)) for r in range(4)]
+    for r, p in enumerate(procs):
+        text, _ = p.communicate(timeout=240)
+        log(f"client@rank{r} -> rc {p.returncode}: {text.strip()}")
+        check(p.returncode == 0, f"a client on rank {r} read wrong bytes or failed while staging")
+    out = job.output()
+    check("fanstore serve: staged:" not in out, "staging ended before the clients did: slow it down further")
+    check(any(".tmp." in f for r in range(4) for f in os.listdir(ctx.node(r))),
+          "no partition was still being staged while the clients read")
+    job.wait_ready(timeout=240)
+    check_staged_copies(ctx, 4, 2)
+    job.stop()
+    out = job.output()
+    readers = sum(counters(out, r)["for readers"] for r in range(4))
+    log(f"bytes the readers' misses took from the image directory: {readers}")
+
+
+def case_staging_kill(ctx):
+    """SIGKILL of one rank while staging runs (slowed, --replicas 2): the others stage its pieces from the image
+    directory themselves, every client on a survivor reads every file right within the hang bound, and the
+    survivors stop cleanly."""
+    ctx.pack(parts=8, nfiles=120)
+    job = Job(ctx, 4, "--replicas", "2", "--stage-bandwidth", "512K", "--stage-piece", "64K", "--timeout", "2",
+              mpirun_extra=ABORT_OFF)
+    job.wait_ready(staged=False)
+    pids = job.pids()
+    os.kill(pids[2], signal.SIGKILL)
+    wait_gone(pids[2])
+    log(f"SIGKILLed rank 2 (pid {pids[2]}) mid-staging")
+    for r in (0, 1, 3):
+        res = ctx.run_check(r, "--threads", "2", "--max-seconds", str(HANG_S), timeout=240)
+        check(res.returncode == 0, f"a client on rank {r} failed after rank 2 died")
+    # The survivors finish their own staging (no "staged:" line: rank 2 never reports).
+    deadline = time.time() + 120
+    while any(".tmp." in f for r in (0, 1, 3) for f in os.listdir(ctx.node(r))):
+        check(time.time() < deadline, "the survivors did not finish staging after rank 2 died:\n" + job.output())
+        time.sleep(0.2)
+    check_staged_copies(ctx, 4, 2, ranks=(0, 1, 3))
+    job.stop()
+    out = job.output()
+    check(len(re.findall(r"stopping on", out)) == 3, "the three survivors must stop cleanly:\n" + out)
+    check("rank 2 did not send a piece" in out, "a survivor must say it read rank 2's pieces itself:\n" + out)
+
+
+def case_staging_corrupt(ctx):
+    """The first piece each daemon receives is damaged on arrival (FANSTORE_TEST_CORRUPT_PIECE=0): its checksums
+    refuse it, it is fetched again, and the staged copies are the image's bytes."""
+    ctx.pack(parts=8)
+    env = dict(ctx.env, FANSTORE_TEST_CORRUPT_PIECE="0")
+    saved, ctx.env = ctx.env, env
+    try:
+        job = Job(ctx, 4, "--replicas", "2", "--stage-piece", "64K", "--cleanup")
+    finally:
+        ctx.env = saved
+    job.wait_ready()
+    check_staged_copies(ctx, 4, 2)
+    out = job.output()
+    m = re.search(r"(\d+) pieces? refetched", out)
+    check(m and int(m.group(1)) == 4, "each of the 4 ranks must have refetched one piece:\n" + out)
+    check(out.count("damaged in transit") == 4, "each refusal must be said once:\n" + out)
+    check(ctx.run_check(0).returncode == 0, "reading the tree after the refetches failed")
+    job.stop()
+
+
+def damage_partition(ctx, name):
+    path = os.path.join(ctx.img, name)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def case_staging_failure(ctx):
+    """A partition damaged in the image directory. By default the rank that reads it gives up staging with one
+    line, the job keeps serving, and only the damaged file fails (EIO, never wrong bytes). With --strict-staging
+    every rank stops before "ready"."""
+    ctx.pack(parts=4)
+    damage_partition(ctx, "part-00001.fsp")
+    job = Job(ctx, 4, "--cleanup")
+    job.wait_ready(staged=False)
+    out = job.wait_output(lambda o: "staging failed on" in o, 60)
+    check("fanstore serve: staging failed on 1 of 4 ranks" in out, "no line saying staging failed:\n" + out)
+    r = ctx.run_check(0, "--threads", "2", "--tolerate-eio")
+    m = re.search(r"(\d+) ok, (\d+) mismatched, (\d+) EIO", r.stdout)
+    check(m is not None, "no summary from the client")
+    ok, bad, eio = map(int, m.groups())
+    check(bad == 0 and 1 <= eio <= 2, f"the damaged file (and no other) must fail with EIO: {r.stdout}")
+    job.stop()
+
+    job = Job(ctx, 4, "--cleanup", "--strict-staging", wrap_exit=True)
+    rc = job.wait(timeout=120)
+    out = job.output()
+    log(f"--strict-staging: mpirun exit {rc}")
+    check("ready:" not in out, "--strict-staging must not become ready after a failed staging:\n" + out)
+    check("every rank stops (--strict-staging)" in out, "no line saying every rank stops:\n" + out)
+    check(len(re.findall(r"rank \d exit 1", out)) == 4, "every rank must exit 1:\n" + out)
+
+
+def case_staging_readers(ctx):
+    """--stage-readers 1 on 4 ranks: one rank reads the image directory at a time, in rank order; the bytes read
+    still add up to the image once, and the copies are right."""
+    ctx.pack(parts=8)
+    total = sum(len(b) for b in image_parts(ctx).values())
+    job = Job(ctx, 4, "--replicas", "2", "--stage-readers", "1", "--stage-piece", "64K", "--cleanup")
+    job.wait_ready()
+    check_staged_copies(ctx, 4, 2)
+    job.stop()
+    got = staging_bytes(job.output(), 4)
+    check(sum(got.values()) == total, f"staging read {got}, the partitions hold {total}")
