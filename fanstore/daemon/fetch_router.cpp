@@ -145,6 +145,22 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
       clients_->Deliver(conn, req_id, s, nullptr, 0);
       return;
     }
+    // Not staged here yet: the rank that reads that piece may have it; if not, the image directory (Fetch::Done).
+    size_t piece = 0;
+    int from = -1;
+    if (o_.piece_reader && !local_->Staged(r.part, r.offset, r.length) &&
+        local_->InOnePiece(r.part, r.offset, r.length, &piece) && (from = o_.piece_reader(r.part, piece)) >= 0) {
+      if (auto it = inflight_.find(r); it != inflight_.end()) {
+        stats_->coalesced.fetch_add(1, std::memory_order_relaxed);
+        it->second->waiters.push_back({conn, req_id, t0});
+        return;
+      }
+      auto* f = new Fetch(this, r);
+      f->waiters.push_back({conn, req_id, t0});
+      inflight_[r] = f;
+      transport_->FetchStaged(from, r, f);
+      return;
+    }
     std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
     if (!a) {
       // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than

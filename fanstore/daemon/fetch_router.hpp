@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -28,6 +29,9 @@ struct RouterOptions {
   int prefetch_inflight = 16;               // prefetch fetches in flight, at most
   size_t max_hinted = SIZE_MAX;             // hinted ranges kept over all streams
   int64_t prefetch_idle_us = 10000000;      // a stream not read for this long yields the window to active ones
+  // While a partition of ours is staged: the rank that reads piece k of `part` from the image directory (it may
+  // have it already), or -1 when that is this rank. Empty: ask nobody (the image directory serves).
+  std::function<int(uint32_t part, size_t piece)> piece_reader;
 };
 
 class FetchRouter final : public RequestHandler {

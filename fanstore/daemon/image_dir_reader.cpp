@@ -44,6 +44,9 @@ Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* ds
     if (fds_[part] < 0) {
       fds_[part] = open(paths_[part].c_str(), O_RDONLY | O_CLOEXEC);
       if (fds_[part] < 0) return Status::FromErrno(errno, "open " + paths_[part]);
+      // No read-ahead: each piece is read whole by one rank, and the next one by another, so whatever the kernel
+      // read past a piece's end would be read from the shared file system for nothing.
+      posix_fadvise(fds_[part], 0, 0, POSIX_FADV_RANDOM);
     }
     fd = fds_[part];
   }

@@ -50,9 +50,7 @@ class MpiTransport final : public PeerFetcher {
 
   // Fetches `r` from the holders of r.part other than this rank, skipping peers known to be down.
   void Fetch(const ByteRange& r, FetchSink* sink) override;
-  // Staging's fetch of `r` from `rank` alone, answered from its staged copy only: StagedReader::kNotStagedYet
-  // while that rank has not staged it yet (ask again later); a zero-length range is a ping.
-  void FetchStaged(int rank, const ByteRange& r, FetchSink* sink);
+  void FetchStaged(int rank, const ByteRange& r, FetchSink* sink) override;
   // One step: answers peers, receives replies, completes sends, enforces deadlines, probes down peers.
   // True when it did anything.
   bool Progress();

@@ -30,6 +30,7 @@
 #include "mpi_transport.hpp"
 #include "fetch_cache.hpp"
 #include "partition_maps.hpp"
+#include "placement.hpp"
 #include "progress_loop.hpp"
 #include "socket_server.hpp"
 #include "staged_files.hpp"
@@ -337,6 +338,10 @@ int Serve(const ServeOptions& o) {
     ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
     ro.max_hinted = so.max_hint_paths;
     ro.prefetch_idle_us = static_cast<int64_t>(o.prefetch_idle_s * 1e6);
+    ro.piece_reader = [rank, nranks, &o, rep = plan.replicated_part](uint32_t part, size_t piece) {
+      int r = PieceReader(part, piece, rep, nranks, o.replicas);
+      return r == rank ? -1 : r;
+    };
     router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro,
                                            image_dir.get());
     server->SetHandler(router.get());

@@ -65,6 +65,15 @@ bool StagedReader::Staged(uint32_t part, uint64_t offset, uint64_t n) const {
   return true;
 }
 
+bool StagedReader::InOnePiece(uint32_t part, uint64_t offset, uint64_t n, size_t* piece) const {
+  if (!Has(part)) return false;
+  const Part& p = parts_[part];
+  auto it = std::upper_bound(p.piece_ends.begin(), p.piece_ends.end(), offset);
+  if (it == p.piece_ends.end() || offset + n > *it) return false;
+  *piece = static_cast<size_t>(it - p.piece_ends.begin());
+  return true;
+}
+
 Status StagedReader::Check(uint32_t part, uint64_t offset, uint64_t n) const {
   if (!Has(part)) return Status(Code::kIoError, "partition " + std::to_string(part) + " is not staged on this rank");
   if (!RangeWithin(offset, n, parts_[part].size))

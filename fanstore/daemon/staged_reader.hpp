@@ -40,6 +40,8 @@ class StagedReader {
   bool Has(uint32_t part) const { return part < parts_.size() && parts_[part].fd >= 0; }
   // Every byte of [offset, offset + n) is staged here.
   bool Staged(uint32_t part, uint64_t offset, uint64_t n) const;
+  // The range lies inside one piece of a partition being staged: true, and which one in *piece.
+  bool InOnePiece(uint32_t part, uint64_t offset, uint64_t n, size_t* piece) const;
   // kInvalidArgument when [offset, offset + n) is not inside the file; kIoError when the partition is not held.
   Status Check(uint32_t part, uint64_t offset, uint64_t n) const;
   // Reads the range from the staged file, or from the image directory. `staged_only`: a range not staged yet is
