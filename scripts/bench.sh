@@ -597,6 +597,11 @@ gpu_section() {
 log "spatial: CosmoFlow on sample x spatial grids"
 BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
 
+# --- staging: 4 namespace nodes, an sshfs shared file system, tc-capped links -------------------------------------
+# Its own script (scripts/bench/staging.sh, runnable alone; needs root); about 2 minutes on 2 cores.
+log "staging: 4 nodes staging from an sshfs image directory"
+BUILD_DIR=$BUILD_DIR bash "$HELPERS/staging.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "staging: failed"
+
 # --- env: a Python environment from an image (16 x import torch; pack time and size vs mksquashfs) ------------------
 # Its own script (scripts/bench/env.sh, runnable alone); about 5 minutes on 2 cores, ~2 with --quick.
 log "env: a Python environment from an image"

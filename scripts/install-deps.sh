@@ -20,6 +20,7 @@ PACKAGES=(
   fio busybox-static rsync libaio-dev liburing-dev util-linux
   gnuplot-nox
   squashfs-tools squashfuse strace  # scripts/bench/env.sh: the mksquashfs + squashfuse columns, metadata calls counted
+  sshfs openssh-server openssh-client  # scripts/bench/staging.sh: the shared file system, served from its own namespace
 )
 
 missing=()
