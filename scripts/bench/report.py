@@ -139,6 +139,8 @@ def verdict(row, contender, baseline):
         good, bad = "smaller", "larger"
     if row["unit"] == "samples":
         good, bad = "fewer", "more"
+    if row["unit"] == "x image":
+        good, bad = "fewer bytes", "more bytes"
     who = SUBJECT.get(contender, contender)
     # Utilisation is a percentage already: say the gap in points as well as the ratio.
     pts = f" ({xa - xb:+.1f} pts)" if row["unit"].startswith("%") else ""

@@ -1,7 +1,9 @@
 """Multi-host for real: four network namespaces joined by veths on a bridge (scripts/netns-hosts.sh), one
 `fanstore serve` per namespace, Open MPI over TCP between them (mpirun starts an orted in each namespace). Every
-file read through one node's daemon matches the source (replies over 64 KiB travel as 64 KiB chunks); then one
-"host" is SIGKILLed: its files fail with EIO after one timeout, the other hosts keep serving and stop cleanly.
+file read through one node's daemon matches the source (replies over 64 KiB travel as 64 KiB chunks), and staging
+read each byte of the image directory once (--replicas 2, pieces sent between the hosts over TCP); then one "host"
+is SIGKILLed: its files are read from the image directory after one timeout, the other hosts keep serving and stop
+cleanly.
 Skipped, with the reason, where network namespaces cannot be made (not root, no iproute2, a container without
 CAP_SYS_ADMIN)."""
 import os
@@ -35,6 +37,7 @@ def case_netns(ctx):
     # --max-message 65536: replies over 64 KiB travel as several chunks over TCP, where MPI may complete receives out
     # of order (the transport takes a reply's chunks one at a time so that it is whole when the last one is in).
     job = Job(ctx, HOSTS, "--timeout", str(timeout), "--cache-bytes", "0", "--max-message", "65536",
+              "--replicas", "2", "--stage-piece", "64K",
               launcher=prefix + ["-np", str(HOSTS)], mpirun_extra=("--mca", "orte_abort_on_non_zero_status", "0"))
     job.wait_ready()
     out = job.output()
@@ -61,6 +64,11 @@ def case_netns(ctx):
     c = counters(out, 0)
     log(f"rank 0 daemon: {c}")
     check(c["peers down"] == 1 and c["timeouts"] <= 4, "host 1 must be declared down once")
+    # Host 1 has no exit line: the tally (rounded to 0.1 MiB) stands for the four.
+    total = sum(os.path.getsize(os.path.join(ctx.img, f)) for f in os.listdir(ctx.img) if f.endswith(".fsp"))
+    m = re.search(r"staged: 4 ranks, .*?; ([\d.]+) MiB read from the image directory", out)
+    check(m and abs(float(m.group(1)) - total / 2**20) < 0.06,
+          f"staging must read the image's {total} partition bytes once over the hosts:\n{out}")
     # Doorbells cross the namespaces: each rank advertised its veth address, and the hosts that served rank 0's
     # and rank 2's reads heard them.
     for rank in (0, 2, 3):

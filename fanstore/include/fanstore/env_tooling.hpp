@@ -26,6 +26,10 @@ namespace fanstore::env {
     "`/dev/shm/fanstore-bench`")                                                                                            \
   X(kBenchDisk, "BENCH_DISK", Scope::kScript, "`scripts/bench.sh`",                                                         \
     "directory on a real disk (not tmpfs) for the disk baselines", "`/var/tmp/fanstore-bench`")                             \
+  X(kBenchStageNodeRate, "STAGE_NODE_RATE", Scope::kScript, "`scripts/bench/staging.sh`",                                   \
+    "`tc` rate of each namespace node's link", "`1gbit`")                                                                   \
+  X(kBenchStageFsRate, "STAGE_FS_RATE", Scope::kScript, "`scripts/bench/staging.sh`",                                       \
+    "`tc` rate of the sshfs file server's link", "`400mbit`")                                                               \
   X(kBenchDrivers, "BENCH_DRIVERS", Scope::kScript, "`scripts/bench.sh`",                                                   \
     "where the benchmark drivers are built when the build directory lacks them (kept between runs)",                        \
     "`/var/tmp/fanstore-bench-drivers`")                                                                                    \
@@ -90,9 +94,9 @@ namespace fanstore::env {
   X(kTestSkipTorchRaw, "SKIP_TORCH_RAW", Scope::kTest, "`tests/integration/run_preload.sh`",                                \
     "`1`: skip the torchvision check on the raw image", "off")                                                              \
   X(kTestLazyExpect, "LAZY_EXPECT", Scope::kTest, "`lazy_fd_test`",                                                         \
-    "`0`: the run has `FANSTORE_LAZY=0`, so fds are memfds at open", "lazy")                                               \
+    "`0`: the run has `FANSTORE_LAZY=0`, so fds are memfds at open", "lazy")                                                \
   X(kTestCorruptPiece, "FANSTORE_TEST_CORRUPT_PIECE", Scope::kTest, "`fanstore serve`",                                     \
-    "N: damage the N-th staging piece each daemon receives (0-based), to test that it is refused and fetched again",      \
+    "N: damage the N-th staging piece each daemon receives (0-based), to test that it is refused and fetched again",        \
     "unset")
 
 FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)  // the row macros of env.hpp
