@@ -119,7 +119,7 @@ class FetchRouter::Fetch final : public FetchSink {
   SlabBlock buf_;
 };
 
-FetchRouter::FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, PeerFetcher* transport,
+FetchRouter::FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, PeerFetcher* transport,
                          FetchCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o,
                          ImageDirReader* image_dir)
     : img_(std::move(img)),
@@ -145,7 +145,13 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
       clients_->Deliver(conn, req_id, s, nullptr, 0);
       return;
     }
-    // Not staged here yet: the rank that reads that piece may have it; if not, the image directory (Fetch::Done).
+    // Not staged here yet: when staging here reads that piece, it reads it next and the reply waits for it (the
+    // shared file system is read once); when another rank does, that rank is asked (it serves it the same way);
+    // should it fail, the image directory (Fetch::Done).
+    if (local_->Await(r.part, r.offset, r.length, [this, conn, req_id, r, t0] {
+          if (!ServeLocal(conn, req_id, r, t0)) OnFetch(conn, req_id, r);
+        }))
+      return;
     size_t piece = 0;
     int from = -1;
     if (o_.piece_reader && !local_->Staged(r.part, r.offset, r.length) &&
@@ -158,28 +164,10 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
       auto* f = new Fetch(this, r);
       f->waiters.push_back({conn, req_id, t0});
       inflight_[r] = f;
-      transport_->FetchStaged(from, r, f);
+      transport_->FetchFrom(from, r, false, f);
       return;
     }
-    std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
-    if (!a) {
-      // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than
-      // leave the client waiting out its timeout.
-      clients_->Deliver(conn, req_id, Status(Code::kNoMemory, "daemon has no memory for a " +
-                                                                  std::to_string(r.length) + "-byte reply"),
-                        nullptr, 0);
-      return;
-    }
-    s = local_->Read(r.part, r.offset, r.length, a->base);
-    if (s.ok() || s.code() == Code::kInvalidArgument) {
-      clients_->Deliver(conn, req_id, s, a->base, s.ok() ? r.length : 0);
-      stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
-      return;
-    }
-    // Our copy is unreadable (deleted, truncated): the other replicas may still have it. Said once per partition.
-    if (bad_local_.insert(r.part).second)
-      Error("reading staged partition %u failed (%s); it is served by the other replicas from now on", r.part,
-            s.ToString().c_str());
+    if (ServeLocal(conn, req_id, r, t0)) return;
   }
   FetchCache::Tag tag;
   if (const char* hit = cache_->Find(r, &tag)) {
@@ -202,6 +190,29 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   f->waiters.push_back({conn, req_id, t0});
   inflight_[r] = f;
   transport_->Fetch(r, f);
+}
+
+bool FetchRouter::ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0) {
+  std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
+  if (!a) {
+    // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than
+    // leave the client waiting out its timeout.
+    clients_->Deliver(conn, req_id, Status(Code::kNoMemory, "daemon has no memory for a " +
+                                                                std::to_string(r.length) + "-byte reply"),
+                      nullptr, 0);
+    return true;
+  }
+  Status s = local_->Read(r.part, r.offset, r.length, a->base);
+  if (s.ok() || s.code() == Code::kInvalidArgument) {
+    clients_->Deliver(conn, req_id, s, a->base, s.ok() ? r.length : 0);
+    stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
+    return true;
+  }
+  // Our copy is unreadable (deleted, truncated): the other replicas may still have it. Said once per partition.
+  if (bad_local_.insert(r.part).second)
+    Error("reading staged partition %u failed (%s); it is served by the other replicas from now on", r.part,
+          s.ToString().c_str());
+  return false;
 }
 
 RequestHandler::PathKind FetchRouter::Resolve(std::string_view path, ByteRange* r) {

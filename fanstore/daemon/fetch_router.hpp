@@ -37,7 +37,7 @@ struct RouterOptions {
 class FetchRouter final : public RequestHandler {
  public:
   // `image_dir` (may be null) reads what no rank can send.
-  FetchRouter(std::shared_ptr<const Image> img, const StagedReader* local, PeerFetcher* transport, FetchCache* cache,
+  FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, PeerFetcher* transport, FetchCache* cache,
               SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReader* image_dir = nullptr);
   ~FetchRouter() override;
 
@@ -54,10 +54,13 @@ class FetchRouter final : public RequestHandler {
  private:
   friend class Fetch;
   void Consumed(const FetchCache::Tag& tag);
+  // Answers a range of a partition held here from the staged copy (or, not staged yet, the image directory);
+  // false when that copy is unreadable (the caller goes to the other replicas).
+  bool ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0);
   void Untag(const std::vector<ByteRange>& ranges);
 
   std::shared_ptr<const Image> img_;
-  const StagedReader* local_;
+  StagedReader* local_;
   PeerFetcher* transport_;
   FetchCache* cache_;
   SocketServer* clients_;

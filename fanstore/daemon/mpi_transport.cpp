@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -140,7 +141,7 @@ struct Pending {
 }  // namespace
 
 struct MpiTransport::Impl {
-  const StagedReader* local;
+  StagedReader* local;
   TransportOptions o;
   DaemonStats* stats;
   PeerTable peers;
@@ -187,7 +188,7 @@ struct MpiTransport::Impl {
   std::unordered_map<int, int> slot_traffic;
   BufferPool pool;
 
-  Impl(const StagedReader* l, TransportOptions opts, DaemonStats* s) : local(l), o(opts), stats(s), peers(opts.nranks) {
+  Impl(StagedReader* l, TransportOptions opts, DaemonStats* s) : local(l), o(opts), stats(s), peers(opts.nranks) {
     void* ub = nullptr;
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
@@ -715,7 +716,7 @@ struct MpiTransport::Impl {
 
   // A peer asks for a range of ours (or probes us): read it behind the reply header and send (errors are
   // replied, never dropped).
-  void ServePeer(int src, const char* req, int count) {
+  void ServePeer(int src, const char* req, int count, bool waited = false) {
     uint64_t req_id = count >= static_cast<int>(kRequestBytes) ? Load64(req) : 0;
     uint32_t part = Load32(req + 8), kind = Load32(req + 12);
     uint64_t off = Load64(req + 16), len = Load64(req + 24);
@@ -726,6 +727,13 @@ struct MpiTransport::Impl {
     else if (kind != kKindFetch && kind != kKindStaged) s = Status(Code::kInvalidArgument, "unknown request kind");
     else if (kind == kKindStaged && len == 0) s = Status::Ok();  // a ping: alive
     else s = local->Check(part, off, len);
+    // A range this rank stages next and has not yet: the reply waits for it (StagedReader::Await) rather than
+    // read the image directory a second time.
+    if (s.ok() && kind == kKindFetch && !waited) {
+      std::array<char, kRequestBytes> copy;
+      std::memcpy(copy.data(), req, kRequestBytes);
+      if (local->Await(part, off, len, [this, src, copy] { ServePeer(src, copy.data(), kRequestBytes, true); })) return;
+    }
     if (kind == kKindFetch || (kind == kKindStaged && len > 0))
       stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
     uint64_t n = s.ok() ? len : 0;
@@ -919,7 +927,7 @@ struct MpiTransport::Impl {
   }
 };
 
-MpiTransport::MpiTransport(const StagedReader* local, TransportOptions opts, DaemonStats* stats)
+MpiTransport::MpiTransport(StagedReader* local, TransportOptions opts, DaemonStats* stats)
     : impl_(std::make_unique<Impl>(local, opts, stats)) {}
 
 MpiTransport::~MpiTransport() = default;
@@ -930,8 +938,8 @@ void MpiTransport::Fetch(const ByteRange& r, FetchSink* sink) {
                kKindFetch);
 }
 
-void MpiTransport::FetchStaged(int rank, const ByteRange& r, FetchSink* sink) {
-  impl_->Fetch(r, sink, {rank}, kKindStaged);
+void MpiTransport::FetchFrom(int rank, const ByteRange& r, bool staged_only, FetchSink* sink) {
+  impl_->Fetch(r, sink, {rank}, staged_only ? kKindStaged : kKindFetch);
 }
 
 bool MpiTransport::Progress() { return impl_->Progress(); }

@@ -45,12 +45,12 @@ struct TransportOptions {
 class MpiTransport final : public PeerFetcher {
  public:
   // `local` serves the other ranks' requests (a rank with nothing staged answers each with an error).
-  MpiTransport(const StagedReader* local, TransportOptions opts, DaemonStats* stats);
+  MpiTransport(StagedReader* local, TransportOptions opts, DaemonStats* stats);
   ~MpiTransport();
 
   // Fetches `r` from the holders of r.part other than this rank, skipping peers known to be down.
   void Fetch(const ByteRange& r, FetchSink* sink) override;
-  void FetchStaged(int rank, const ByteRange& r, FetchSink* sink) override;
+  void FetchFrom(int rank, const ByteRange& r, bool staged_only, FetchSink* sink) override;
   // One step: answers peers, receives replies, completes sends, enforces deadlines, probes down peers.
   // True when it did anything.
   bool Progress();

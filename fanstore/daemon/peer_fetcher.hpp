@@ -31,12 +31,14 @@ class PeerFetcher {
   virtual ~PeerFetcher() = default;
   // Starts fetching `r`; sink->Done is called exactly once, later or before this returns.
   virtual void Fetch(const ByteRange& r, FetchSink* sink) = 0;
-  // Fetches `r` from `rank` alone, from its staged copy only (StagedReader::kNotStagedYet while it has not staged
-  // it yet); a zero-length range is a ping. Without it (a fake): kUnsupported at once.
-  virtual void FetchStaged(int rank, const ByteRange& r, FetchSink* sink) {
+  // Fetches `r` from `rank` alone. `staged_only`: from its staged copy only (StagedReader::kNotStagedYet while it
+  // has not staged it yet; a zero-length range is a ping); else as Fetch asks each holder. Without it (a fake):
+  // kUnsupported at once.
+  virtual void FetchFrom(int rank, const ByteRange& r, bool staged_only, FetchSink* sink) {
     (void)rank;
     (void)r;
-    sink->Done(Status(Code::kUnsupported, "no staged fetches here"), nullptr, 0);
+    (void)staged_only;
+    sink->Done(Status(Code::kUnsupported, "no fetches from one rank here"), nullptr, 0);
   }
 };
 

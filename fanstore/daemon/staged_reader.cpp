@@ -1,6 +1,7 @@
 // StagedReader: pread over the partition files being staged or staged, with the size checks that keep a bad
 // request or a damaged staged copy an error reply, and the image directory for what is not staged yet.
 #include "staged_reader.hpp"
+#include "daemon_protocol.hpp"
 #include "range_check.hpp"
 
 #include <fcntl.h>
@@ -72,6 +73,41 @@ bool StagedReader::InOnePiece(uint32_t part, uint64_t offset, uint64_t n, size_t
   if (it == p.piece_ends.end() || offset + n > *it) return false;
   *piece = static_cast<size_t>(it - p.piece_ends.begin());
   return true;
+}
+
+void StagedReader::SetWaits(int64_t wait_us, std::function<bool(uint32_t, size_t)> can_wait,
+                            std::function<void(uint32_t, size_t)> hurry) {
+  wait_us_ = wait_us;
+  can_wait_ = std::move(can_wait);
+  hurry_ = std::move(hurry);
+}
+
+bool StagedReader::Await(uint32_t part, uint64_t offset, uint64_t n, std::function<void()> done) {
+  size_t piece = 0;
+  if (wait_us_ <= 0 || !can_wait_ || failed_.load(std::memory_order_acquire) || Staged(part, offset, n) ||
+      !InOnePiece(part, offset, n, &piece) || !can_wait_(part, piece))
+    return false;
+  if (hurry_) hurry_(part, piece);
+  waits_.push_back({part, piece, daemon_proto::NowUs() + wait_us_, std::move(done)});
+  return true;
+}
+
+bool StagedReader::PollWaits(int64_t now_us) {
+  if (waits_.empty()) return false;
+  bool failed = failed_.load(std::memory_order_acquire);
+  std::vector<std::function<void()>> due;
+  for (size_t i = 0; i < waits_.size();) {
+    Wait& w = waits_[i];
+    if (failed || now_us >= w.deadline_us || parts_[w.part].piece_done[w.piece].load(std::memory_order_acquire)) {
+      due.push_back(std::move(w.done));
+      w = std::move(waits_.back());
+      waits_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  for (auto& d : due) d();
+  return !due.empty();
 }
 
 Status StagedReader::Check(uint32_t part, uint64_t offset, uint64_t n) const {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,18 @@ class StagedReader {
   // What a staged-only read of a range not staged yet answers (while staging goes on): ask again later.
   static constexpr Code kNotStagedYet = Code::kUnsupported;
 
+  // Waiting for a piece instead of reading the image directory a second time. `can_wait(part, piece)` says whether
+  // staging here will read that piece itself soon (this rank is its reader and staging goes on); `hurry(part,
+  // piece)` moves it to the front of staging's reads; a wait lasts at most `wait_us`. Before serving starts.
+  void SetWaits(int64_t wait_us, std::function<bool(uint32_t, size_t)> can_wait,
+                std::function<void(uint32_t, size_t)> hurry);
+  // (progress thread) When the range lies in one piece that staging here reads next: hurries it and calls
+  // `done()` once the piece is staged or the wait is up (the caller then reads as usual: Read serves it from the
+  // staged copy, or from the image directory); true. False, and no call, when there is nothing to wait for.
+  bool Await(uint32_t part, uint64_t offset, uint64_t n, std::function<void()> done);
+  // (progress thread) Calls the waits whose piece is in or whose time is up; true when it called any.
+  bool PollWaits(int64_t now_us);
+
  private:
   struct Part {
     int fd = -1;
@@ -61,6 +74,16 @@ class StagedReader {
   std::vector<Part> parts_;
   ImageDirReader* image_dir_ = nullptr;
   std::atomic<bool> failed_{false};
+  struct Wait {
+    uint32_t part;
+    size_t piece;
+    int64_t deadline_us;
+    std::function<void()> done;
+  };
+  int64_t wait_us_ = 0;
+  std::function<bool(uint32_t, size_t)> can_wait_;
+  std::function<void(uint32_t, size_t)> hurry_;
+  std::vector<Wait> waits_;
 };
 
 }  // namespace fanstore::daemon

@@ -78,6 +78,7 @@ Stager::Stager(StagerOptions o, std::shared_ptr<const Image> index, std::vector<
       said_down_(static_cast<size_t>(std::max(o.nranks, 1)), false) {
   for (uint32_t i = 0; i < parts_.size(); ++i) {
     const PartLayout& l = parts_[i].layout;
+    idx_of_[l.part] = i;
     remaining_[i].store(l.pieces(), std::memory_order_relaxed);
     total_bytes_ += l.size;
     for (uint32_t k = 0; k < l.pieces(); ++k) {
@@ -224,6 +225,25 @@ void Stager::VerifyLoop() {
 
 // ---- progress thread -------------------------------------------------------------------------------------------
 
+bool Stager::WillRead(uint32_t part, size_t piece) const {
+  return have_turn_ && !stop_ && idx_of_.count(part) &&
+         PieceReader(part, piece, o_.replicated_part, o_.nranks, o_.replicas) == o_.rank;
+}
+
+void Stager::Hurry(uint32_t part, size_t piece) {
+  auto it = idx_of_.find(part);
+  if (it == idx_of_.end()) return;
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto j = read_q_.begin(); j != read_q_.end(); ++j) {
+    if (j->idx == it->second && j->piece == piece) {
+      Job hurried = *j;
+      read_q_.erase(j);
+      read_q_.push_front(hurried);
+      return;
+    }
+  }
+}
+
 void Stager::StartReads() {
   have_turn_ = true;
   {
@@ -309,8 +329,8 @@ void Stager::Report(int64_t now) {
 }
 
 bool Stager::Poll() {
-  bool did = false;
   const int64_t now = dp::NowUs();
+  bool did = reader_->PollWaits(now);
   const bool turns = o_.readers > 0 && o_.readers < o_.nranks;
   if (!started_mpi_) {
     started_mpi_ = true;
@@ -369,14 +389,20 @@ bool Stager::Poll() {
     } else if (!ping_inflight_ && now - last_ping_us_ >= kPingUs) {
       last_ping_us_ = now;
       ping_inflight_ = true;
-      transport_->FetchStaged(o_.rank - o_.readers, ByteRange{0, 0, 0}, new PieceSink(this, Job{}, -1, true));
+      transport_->FetchFrom(o_.rank - o_.readers, ByteRange{0, 0, 0}, true, new PieceSink(this, Job{}, -1, true));
     }
   }
   if (turn_send_ != MPI_REQUEST_NULL) {
     int flag = 0;
     MPI_Test(&turn_send_, &flag, MPI_STATUS_IGNORE);
   }
-  while (!stop_ && inflight_ < o_.fetch_window) {
+  size_t queued;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queued = verify_q_.size();
+  }
+  // Received pieces wait for the verifiers: no more fetches while they are behind (memory stays bounded).
+  while (!stop_ && inflight_ < o_.fetch_window && queued + static_cast<size_t>(inflight_) < 2 * kMaxQueued) {
     Job j;
     if (!retry_.empty() && retry_.top().not_before_us <= now) {
       j = retry_.top();
@@ -391,8 +417,8 @@ bool Stager::Poll() {
     int from = PieceReader(l.part, j.piece, o_.replicated_part, o_.nranks, o_.replicas);
     ++inflight_;
     did = true;
-    transport_->FetchStaged(from, ByteRange{l.part, l.begin(j.piece), l.length(j.piece)},
-                            new PieceSink(this, j, from, false));
+    transport_->FetchFrom(from, ByteRange{l.part, l.begin(j.piece), l.length(j.piece)}, true,
+                          new PieceSink(this, j, from, false));
   }
   Report(now);
   if (done_here() && !tally_started_) {

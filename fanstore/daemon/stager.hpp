@@ -26,6 +26,7 @@
 #include <queue>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "fanstore/image.hpp"
@@ -83,6 +84,11 @@ class Stager {
   // Stops the threads (staging is cut short; what is in flight is dropped). Idempotent.
   void Stop();
 
+  // (progress thread) Staging here reads piece `piece` of `part` itself, soon: this rank is its reader, has its
+  // turn and goes on. Then Hurry moves it to the front of the reads (a reader waits for it).
+  bool WillRead(uint32_t part, size_t piece) const;
+  void Hurry(uint32_t part, size_t piece);
+
   // This rank is done (every partition staged, or failed: status() says which); any thread.
   bool done_here() const { return done_here_.load(std::memory_order_acquire); }
   // The tally is in: every rank is done.
@@ -127,6 +133,7 @@ class Stager {
   StagerOptions o_;
   std::shared_ptr<const Image> index_;
   std::vector<StagedPart> parts_;
+  std::unordered_map<uint32_t, uint32_t> idx_of_;  // partition id -> index into parts_
   std::unique_ptr<std::atomic<size_t>[]> remaining_;  // pieces still to write, per part
   StagedReader* reader_;
   ImageDirReader* image_dir_;

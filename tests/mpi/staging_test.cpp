@@ -14,6 +14,7 @@
 
 #include "fanstore/image.hpp"
 #include "fanstore/pack.hpp"
+#include "daemon_protocol.hpp"
 #include "image_dir_reader.hpp"
 #include "placement.hpp"
 #include "stage_layout.hpp"
@@ -166,6 +167,35 @@ TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndTheImageDirectoryMea
   EXPECT_EQ(reader.Read(0, l.size - 1, 2, got.data()).code(), Code::kInvalidArgument);
   reader.StagingFailed();
   EXPECT_EQ(reader.Read(0, 0, 10, got.data(), true).code(), Code::kIoError);
+}
+
+TEST_F(StagingTest, AReaderWaitsForThePieceStagingReadsNextUntilItIsInOrTheWaitIsUp) {
+  auto layouts = CutPartitions(*img_, parts_, sizes_, 100 << 10);
+  ASSERT_TRUE(layouts.ok());
+  const PartLayout& l = (*layouts)[0];
+  std::string staging = dir_ + "/staging";
+  std::ofstream(staging, std::ios::binary) << bytes_[0];
+  StagedReader reader(img_->PartitionCount(), nullptr);
+  reader.Begin(0, open(staging.c_str(), O_RDONLY | O_CLOEXEC), staging, l.size, l.piece_ends);
+  int called = 0;
+  auto done = [&] { ++called; };
+  EXPECT_FALSE(reader.Await(0, l.begin(1), 10, done)) << "no waits set up";
+  std::vector<size_t> hurried;
+  reader.SetWaits(60000000, [](uint32_t, size_t piece) { return piece != 2; },
+                  [&](uint32_t, size_t piece) { hurried.push_back(piece); });
+  EXPECT_FALSE(reader.Await(0, l.begin(2), 10, done)) << "piece 2 is read elsewhere";
+  EXPECT_FALSE(reader.Await(0, l.begin(1), l.length(1) + 1, done)) << "spans two pieces";
+  ASSERT_TRUE(reader.Await(0, l.begin(1), 10, done));
+  EXPECT_EQ(hurried, std::vector<size_t>{1});
+  EXPECT_FALSE(reader.PollWaits(daemon_proto::NowUs()));
+  reader.MarkPiece(0, 1);
+  EXPECT_FALSE(reader.Await(0, l.begin(1), 10, done)) << "staged: nothing to wait for";
+  EXPECT_TRUE(reader.PollWaits(daemon_proto::NowUs()));
+  EXPECT_EQ(called, 1);
+  // The wait is up: called all the same (the caller then reads as usual).
+  ASSERT_TRUE(reader.Await(0, l.begin(3), 10, done));
+  EXPECT_TRUE(reader.PollWaits(daemon_proto::NowUs() + 60000001));
+  EXPECT_EQ(called, 2);
 }
 
 TEST_F(StagingTest, StagingReadsArePacedAtTheCap) {
