@@ -53,7 +53,7 @@ namespace fanstore::env {
   X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",      \
     "`fanstore serve --timeout`: seconds before a remote read fails with EIO", "5")                                         \
   X(kStageTimeout, "FANSTORE_STAGE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`",                                 \
-    "seconds to wait for every node's daemon to finish staging", "3600")                                                    \
+    "seconds to wait for every node's daemon to serve (with `--strict-staging` in the options: to stage)", "3600")          \
   X(kProcessesPerNode, "FANSTORE_PPN", Scope::kScript, "`scripts/mpirun-example.sh`", "job processes per node", "1")        \
   X(kAbortOnDeath, "FANSTORE_ABORT_ON_DEATH", Scope::kScript, "`scripts/mpirun-example.sh`",                                \
     "`1`: mpirun ends every daemon when one dies (default: the survivors keep serving)", "0")                               \
@@ -71,7 +71,7 @@ namespace fanstore::env {
   X(kSlurmSrunMpi, "SRUN_MPI", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                           \
     "`srun --mpi=` for the daemons and the command; empty: the site's MpiDefault", "`pmix`")                                \
   X(kSlurmStageTimeout, "STAGE_TIMEOUT", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                 \
-    "seconds allowed for staging on every node", "3600")                                                                    \
+    "seconds allowed until every node serves (with `--strict-staging`: has staged)", "3600")                                \
   X(kSlurmServeOptions, "SERVE_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                 \
     "more `fanstore serve` options, e.g. `--replicas 2`", "none")                                                           \
   X(kSlurmRunOptions, "RUN_OPTIONS", Scope::kScript, "`scripts/slurm/fanstore.sbatch`",                                     \
