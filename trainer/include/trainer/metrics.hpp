@@ -21,8 +21,6 @@ enum class TaskKind {
 TaskKind task_for_model(const std::string& model);
 // "top1_accuracy", "mae" or "mean_dice".
 std::string metric_name(TaskKind task);
-// Higher is better for accuracy and Dice, lower for MAE.
-bool metric_higher_is_better(TaskKind task);
 
 // The training loss of a model output (on the backend's device) against the batch's targets, by the
 // backend's loss op; the gradient stays on the device.

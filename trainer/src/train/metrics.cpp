@@ -22,8 +22,6 @@ std::string metric_name(TaskKind task) {
   return "";
 }
 
-bool metric_higher_is_better(TaskKind task) { return task != TaskKind::Regression; }
-
 LossResult task_loss(Backend& backend, TaskKind task, const Tensor& output, const data::Batch& batch) {
   switch (task) {
     case TaskKind::Classification: return backend.softmax_cross_entropy(output, batch.target_labels, 0.f);
