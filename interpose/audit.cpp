@@ -21,6 +21,7 @@
 #include "fanstore/env.hpp"
 #include "fanstore/path.hpp"
 #include "mirror.hpp"
+#include "remote_fetcher.hpp"
 
 namespace fanstore::interpose::audit {
 namespace {

@@ -15,6 +15,7 @@
 #include "fanstore/client.hpp"
 #include "node_cache.hpp"
 #include "owned_bytes.hpp"
+#include "remote_fetcher.hpp"
 
 namespace fanstore::detail {
 

@@ -28,6 +28,7 @@
 #include "fanstore/path_template.hpp"
 #include "shared_cache.hpp"
 #include "range_check.hpp"
+#include "remote_fetcher.hpp"
 
 namespace fanstore {
 

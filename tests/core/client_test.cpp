@@ -19,6 +19,7 @@
 
 #include "fanstore/client.hpp"
 #include "test_util.hpp"
+#include "remote_fetcher.hpp"
 
 namespace fanstore {
 namespace {

@@ -22,6 +22,7 @@
 #include "fanstore/node_cache.hpp"
 #include "format.hpp"
 #include "test_util.hpp"
+#include "remote_fetcher.hpp"
 
 namespace fanstore {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "fanstore/client.hpp"
 #include "fanstore/daemon_client.hpp"
+#include "remote_fetcher.hpp"
 
 namespace {
 

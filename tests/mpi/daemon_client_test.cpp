@@ -30,6 +30,7 @@
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
 #include "shared_arena.hpp"
+#include "remote_fetcher.hpp"
 
 namespace fanstore {
 namespace {
