@@ -1,4 +1,5 @@
-// Ancestors of the mount: the lexical walk that recognises them, and the fd-table marks of real directory fds naming one.
+// Ancestors of the mount: the lexical walk that recognises them, and the fd-table marks of real directory fds naming
+// one.
 #include "ancestors.hpp"
 
 #include <fcntl.h>
@@ -9,9 +10,9 @@
 #include <unistd.h>
 
 #include "cwd.hpp"
-#include "mount_walk.hpp"
 #include "fd_identity.hpp"
 #include "fd_table.hpp"
+#include "mount_walk.hpp"
 #include "real.hpp"
 #include "state.hpp"
 

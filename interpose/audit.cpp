@@ -174,7 +174,8 @@ const char* Search(const char* name) {
   const Entry e = s->client->image().Get(t->id);
   if (!e.is_reg()) return name;
   std::string dst;
-  Status m = mirror::Install(s->mirror, e, [&](int fd) { return WriteFile(s, e, fd); }, &dst);
+  Status m = mirror::Install(
+      s->mirror, e, [&](int fd) { return WriteFile(s, e, fd); }, &dst);
   if (!m.ok()) {
     Say("cannot make a loadable copy of " + s->mount + "/" + std::string(e.path) + ": " + m.ToString());
     return nullptr;

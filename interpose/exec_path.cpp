@@ -6,8 +6,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -48,7 +48,7 @@ bool ForEachCandidate(const char* file, F&& f) {
   if (path == nullptr) path = kDefaultPath;
   const size_t file_len = strlen(file);
   char buf[PATH_MAX];
-  for (const char* p = path;; ) {
+  for (const char* p = path;;) {
     const char* end = strchrnul(p, ':');
     const size_t dir_len = static_cast<size_t>(end - p);
     if (dir_len + 1 + file_len < sizeof buf) {  // glibc skips entries too long for a path
@@ -69,7 +69,7 @@ bool SearchReachesImage() {
   const char* path = getenv("PATH");
   if (path == nullptr) path = kDefaultPath;
   char dir[PATH_MAX];
-  for (const char* p = path;; ) {
+  for (const char* p = path;;) {
     const char* end = strchrnul(p, ':');
     const size_t n = static_cast<size_t>(end - p);
     if (n == 0 || p[0] != '/') {
@@ -122,7 +122,8 @@ int SpawnEntry(pid_t* pid, const Resolved& r, const char* path, const posix_spaw
         int script = ReadShebang(fd, &sb);
         if (script != 0) return script < 0 ? ENOEXEC : -2;
         if (handover::NeededForFd(fd, image_path.c_str(), &why)) return -1;
-        if (!ExecCopy(r.id, fd, &exec_path)) exec_path = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+        if (!ExecCopy(r.id, fd, &exec_path))
+          exec_path = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
         return 0;
       },
       ENOMEM);
@@ -182,15 +183,18 @@ bool ExecCopy(uint32_t id, int fd, std::string* path) {
   }();
   if (root->empty()) return false;
   const Entry e = g_client->image().Get(id);
-  Status s = mirror::Install(*root, e, [&](int out) {
-    off_t off = 0;
-    while (static_cast<uint64_t>(off) < e.size) {
-      ssize_t n = FS_REAL(sendfile, out, fd, &off, e.size - static_cast<uint64_t>(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot copy " + std::string(e.path));
-    }
-    return Status::Ok();
-  }, path);
+  Status s = mirror::Install(
+      *root, e,
+      [&](int out) {
+        off_t off = 0;
+        while (static_cast<uint64_t>(off) < e.size) {
+          ssize_t n = FS_REAL(sendfile, out, fd, &off, e.size - static_cast<uint64_t>(off));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot copy " + std::string(e.path));
+        }
+        return Status::Ok();
+      },
+      path);
   return s.ok();
 }
 
@@ -285,17 +289,13 @@ int Execvpe(const char* file, char* const argv[], char* const envp[]) {
     if (errno == ENOEXEC) ScriptExecute(cand, argv, envp);
     last = errno;
     switch (errno) {
-      case EACCES:
-        eacces = true;
-        return false;
+      case EACCES: eacces = true; return false;
       case ENOENT:
       case ESTALE:
       case ENOTDIR:
       case ENODEV:
-      case ETIMEDOUT:
-        return false;
-      default:
-        return true;  // a real error: execvp reports it without trying further
+      case ETIMEDOUT: return false;
+      default: return true;  // a real error: execvp reports it without trying further
     }
   });
   errno = (!stop && eacces) ? EACCES : last;
@@ -328,13 +328,14 @@ bool Spawn(pid_t* pid, const char* file, bool search, const posix_spawn_file_act
       if (FS_REAL(stat, real, &st) != 0 || !S_ISREG(st.st_mode) || FS_REAL(access, real, X_OK) != 0) return false;
       std::string why;
       *rc = handover::Needed(real, false, &why) ? handover::Spawn(pid, real, fa, attr, argv, envp, why)
-                                                 : FS_REAL(posix_spawn, pid, real, fa, attr, argv, envp);
+                                                : FS_REAL(posix_spawn, pid, real, fa, attr, argv, envp);
       return true;
     }
     bool runnable = Serve(
         [&] {
           LookUp(&r);
-          return r.kind == Resolved::kOurs && g_client->image().Get(r.id).is_reg() && AccessEntry(r.id, X_OK, true) == 0;
+          return r.kind == Resolved::kOurs && g_client->image().Get(r.id).is_reg() &&
+                 AccessEntry(r.id, X_OK, true) == 0;
         },
         false);
     if (!runnable) return false;

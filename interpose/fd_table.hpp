@@ -18,9 +18,7 @@ class FdTable {
   static constexpr uint32_t kAncestorBase = 0xFFFFFF00u;
   static constexpr int kMaxAncestorDepth = 254;
 
-  static uint32_t Raw(int fd) {
-    return (fd >= 0 && fd < kCapacity) ? slots_[fd].load(std::memory_order_acquire) : 0;
-  }
+  static uint32_t Raw(int fd) { return (fd >= 0 && fd < kCapacity) ? slots_[fd].load(std::memory_order_acquire) : 0; }
   static bool IsOurs(uint32_t raw) { return raw != 0 && raw < kAncestorBase; }
   static bool IsAncestor(uint32_t raw) { return raw >= kAncestorBase && raw != kInternal; }
   static int AncestorDepth(uint32_t raw) { return static_cast<int>(raw - kAncestorBase); }

@@ -24,9 +24,9 @@ struct LazyFile {
   std::shared_ptr<OpenFile> file;
   uint32_t id = 0;
   std::atomic<int> refs{1};
-  std::mutex mu;            // guards everything below
+  std::mutex mu;  // guards everything below
   int64_t offset = 0;
-  int flags = 0;            // status flags reported by F_GETFL (besides O_RDONLY|O_LARGEFILE)
+  int flags = 0;  // status flags reported by F_GETFL (besides O_RDONLY|O_LARGEFILE)
   bool materialized = false;
 };
 
@@ -235,7 +235,8 @@ bool IsPlaceholderFile(int fd) {
   if (FS_REAL(fstat, fd, &st) != 0) return false;
   int n = g_ph_count.load(std::memory_order_acquire);
   for (int k = 0; k < n; ++k)
-    if (g_ph_ino[k].load(std::memory_order_relaxed) == st.st_ino && g_ph_dev[k].load(std::memory_order_relaxed) == st.st_dev)
+    if (g_ph_ino[k].load(std::memory_order_relaxed) == st.st_ino &&
+        g_ph_dev[k].load(std::memory_order_relaxed) == st.st_dev)
       return true;
   return false;
 }
@@ -261,7 +262,8 @@ bool Enabled() { return g_enabled.load(std::memory_order_acquire); }
 
 int Open(uint32_t id, std::shared_ptr<OpenFile> file, int flags) {
   ReadGate gate;
-  int fd = FS_REAL(fcntl, g_placeholder.load(std::memory_order_acquire), (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+  int fd =
+      FS_REAL(fcntl, g_placeholder.load(std::memory_order_acquire), (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
   if (fd < 0) return -1;
   if (fd >= FdTable::kCapacity || !FdTable::Track(fd, id)) {
     FS_REAL(close, fd);
@@ -453,8 +455,7 @@ bool ReadV(int fd, const struct iovec* iov, int iovcnt, off_t pos, bool position
   return true;
 }
 
-bool Transfer(int fd, int64_t* pos, size_t n, ssize_t (*sink)(void*, const char*, size_t), void* ctx,
-              ssize_t* out) {
+bool Transfer(int fd, int64_t* pos, size_t n, ssize_t (*sink)(void*, const char*, size_t), void* ctx, ssize_t* out) {
   LazyFile* p;
   uint64_t at;
   size_t len;
@@ -518,15 +519,9 @@ bool Seek(int fd, off_t off, int whence, off_t* out) {
   const int64_t size = static_cast<int64_t>(p->file->size());
   int64_t base;
   switch (whence) {
-    case SEEK_SET:
-      base = 0;
-      break;
-    case SEEK_CUR:
-      base = p->offset;
-      break;
-    case SEEK_END:
-      base = size;
-      break;
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = p->offset; break;
+    case SEEK_END: base = size; break;
     case SEEK_DATA:
     case SEEK_HOLE:
       // One data extent [0, size): as tmpfs answers.

@@ -51,8 +51,8 @@ bool Dup(int from, int (*dup_fn)(void* ctx), void* ctx, int* out);
 // After a successful dup of `from` onto `to`: `to` shares `from`'s lazy state, or stops being lazy.
 void CopyOnDup(int from, int to);
 
-// Puts a real kernel fd holding the bytes (OpenFile::KernelFd), at the shared offset, under fd and under every other fd number
-// sharing its state (FD_CLOEXEC of each kept). 0 when done or fd is not lazy; -1 + errno on failure.
+// Puts a real kernel fd holding the bytes (OpenFile::KernelFd), at the shared offset, under fd and under every other fd
+// number sharing its state (FD_CLOEXEC of each kept). 0 when done or fd is not lazy; -1 + errno on failure.
 int Materialize(int fd);
 // open("/dev/fd/N"), open("/proc/self/fd/N") (also /dev/stdin, /dev/stdout, /dev/stderr) reopen fd N
 // in the kernel: materialize N first when it is lazy. Cheap when no fd is lazy.

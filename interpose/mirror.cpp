@@ -48,8 +48,7 @@ std::string Root(const Image& img, std::string* error) {
   return base + key;
 }
 
-Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write,
-               std::string* path) {
+Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path) {
   *path = root + "/" + std::string(e.path);
   struct stat st;
   if (::lstat(path->c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid() &&

@@ -26,7 +26,6 @@ Status MakeDirs(const std::string& dir);
 
 // Makes `root`/`e.path` hold file `e` unless a complete copy is already there: `write(fd)` fills a temporary file,
 // which is renamed into place, so no process ever maps or executes a partial copy.
-Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write,
-               std::string* path);
+Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path);
 
 }  // namespace fanstore::interpose::mirror

@@ -23,7 +23,6 @@ int SplitComponents(std::string_view path, std::string_view* out, int cap) {
   return n;
 }
 
-
 MountWalk WalkPath(std::string_view mount, std::string_view base, std::string_view path) {
   std::string_view mc[kMaxDepth];
   int md = SplitComponents(mount, mc, kMaxDepth);

@@ -10,8 +10,8 @@ namespace fanstore::interpose {
 int SplitComponents(std::string_view path, std::string_view* out, int cap);
 
 struct MountWalk {
-  int depth = -1;        // >= 0: the result is the mount's proper ancestor at this depth ("/" = 0)
-  bool enters = false;   // some prefix of the walk was the mount itself (the path passes through it)
+  int depth = -1;       // >= 0: the result is the mount's proper ancestor at this depth ("/" = 0)
+  bool enters = false;  // some prefix of the walk was the mount itself (the path passes through it)
 };
 // Walks `base` (absolute, or empty) joined with `path` (an absolute `path` ignores `base`) component by
 // component as the kernel would, but lexically: "." is skipped, ".." goes up (never above "/"), symlinks are

@@ -121,7 +121,7 @@ void StatxEntry(uint32_t id, struct statx* stx) {
   stx->stx_size = static_cast<uint64_t>(st.st_size);
   stx->stx_blocks = static_cast<uint64_t>(st.st_blocks);
   auto ts = [](const struct timespec& t) {
-    struct statx_timestamp s{};
+    struct statx_timestamp s {};
     s.tv_sec = t.tv_sec;
     s.tv_nsec = static_cast<uint32_t>(t.tv_nsec);
     return s;

@@ -116,7 +116,7 @@ void FollowLinks(Resolved* r, bool follow_last) {
     Code c = t.status().code();
     if (c == Code::kNotFound || c == Code::kNotDirectory) {
       r->rel = std::move(missing);  // LookUp says ENOENT/ENOTDIR; a create creates this name (a dangling target)
-    } else {  // ELOOP, ENAMETOOLONG, EIO
+    } else {                        // ELOOP, ENAMETOOLONG, EIO
       r->kind = Resolved::kFail;
       r->err = ToErrno(t.status());
     }
@@ -190,14 +190,12 @@ Resolved ClassifyLexically(int dirfd, const char* path) {
     }
   }
   switch (c.cls) {
-    case PathClass::kNotOurs:
-      return r;
+    case PathClass::kNotOurs: return r;
     case PathClass::kTooLong:
       r.kind = Resolved::kFail;
       r.err = ENAMETOOLONG;
       return r;
-    case PathClass::kOurs:
-      break;
+    case PathClass::kOurs: break;
   }
   r.kind = Resolved::kOurs;
   r.rel = std::move(c.rel);

@@ -11,10 +11,10 @@ namespace fanstore::interpose {
 struct Resolved {
   enum Kind { kPass, kOurs, kFail };
   Kind kind = kPass;
-  int err = 0;         // kFail: the errno to report (ENOENT, ENOTDIR, ENAMETOOLONG, EIO)
-  uint32_t id = 0;     // kOurs after Resolve(): the entry
+  int err = 0;            // kFail: the errno to report (ENOENT, ENOTDIR, ENAMETOOLONG, EIO)
+  uint32_t id = 0;        // kOurs after Resolve(): the entry
   bool want_dir = false;  // the path ended in '/', '.' or '..': it must name a directory
-  std::string rel;     // kOurs/kFail under the mount: normalised image-relative path
+  std::string rel;        // kOurs/kFail under the mount: normalised image-relative path
   // kPass: when the caller's path was relative to a virtual cwd or to one of our directory fds, libc
   // cannot resolve it; this is the lexically resolved absolute path to hand over instead.
   std::string rewritten;

@@ -15,11 +15,11 @@
 #include "ancestors.hpp"
 #include "cwd.hpp"
 #include "dir_registry.hpp"
+#include "fanstore/env.hpp"
+#include "fanstore/path.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "parent_listing.hpp"
-#include "fanstore/env.hpp"
-#include "fanstore/path.hpp"
 #include "trace.hpp"
 
 namespace fanstore::interpose {

@@ -11,9 +11,9 @@
 namespace fanstore::interpose {
 
 enum class Mode : int {
-  kOff = 0,   // not initialised yet, or FANSTORE_IMAGE unset: every call goes to libc untouched
-  kBroken,    // the image failed to open: paths under the mount fail with EIO, the rest pass through
-  kReady,     // serving the image
+  kOff = 0,  // not initialised yet, or FANSTORE_IMAGE unset: every call goes to libc untouched
+  kBroken,   // the image failed to open: paths under the mount fail with EIO, the rest pass through
+  kReady,    // serving the image
 };
 
 // True while this thread runs interposer or Client code: calls it makes go straight to libc.
@@ -50,11 +50,11 @@ class ErrnoKeeper {
 };
 
 extern std::atomic<int> g_mode;
-extern Client* g_client;            // set before g_mode becomes kReady, never freed (exit-time calls still use it)
-extern bool g_has_links;            // the image holds symlinks: paths under the mount are resolved through them
-extern char g_mount[];              // normalised mount prefix, e.g. "/fanstore"
+extern Client* g_client;  // set before g_mode becomes kReady, never freed (exit-time calls still use it)
+extern bool g_has_links;  // the image holds symlinks: paths under the mount are resolved through them
+extern char g_mount[];    // normalised mount prefix, e.g. "/fanstore"
 extern size_t g_mount_len;
-extern bool g_log_debug;            // FANSTORE_LOG=debug
+extern bool g_log_debug;  // FANSTORE_LOG=debug
 
 inline Mode CurrentMode() { return static_cast<Mode>(g_mode.load(std::memory_order_acquire)); }
 // Should this call be looked at at all? False before init, when disabled, and for our own nested calls.

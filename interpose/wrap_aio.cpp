@@ -48,7 +48,8 @@ int AioOne(Cb* cb, Real real) {
 template <class Cb, class Real>
 int LioListio(Cb* const list[], int nent, Real real) {
   int err = 0;
-  long ok = PrepareBatch(nent < 0 ? 0 : nent, [&](long i) { return list[i] ? list[i]->aio_fildes : -1; }, &err);
+  long ok = PrepareBatch(
+      nent < 0 ? 0 : nent, [&](long i) { return list[i] ? list[i]->aio_fildes : -1; }, &err);
   if (ok < nent) {
     errno = err;
     return -1;
@@ -73,7 +74,10 @@ FS_WRAPPER(int, io_queue_init, (int maxevents, io_context_t* ctxp)) {
 FS_WRAPPER(int, io_submit, (io_context_t ctx, long nr, struct iocb* ios[])) {
   async_io::Enter();  // a context made with a raw syscall: later opens must be eager too
   int err = 0;
-  long ok = nr > 0 && ios != nullptr ? PrepareBatch(nr, [&](long i) { return ios[i] ? static_cast<int>(ios[i]->aio_fildes) : -1; }, &err) : nr;
+  long ok = nr > 0 && ios != nullptr
+                ? PrepareBatch(
+                      nr, [&](long i) { return ios[i] ? static_cast<int>(ios[i]->aio_fildes) : -1; }, &err)
+                : nr;
   if (ok == 0 && nr > 0) return -err;  // nothing submitted: what io_submit says when its first iocb fails
   return FS_REAL_NEG(io_submit, ctx, ok, ios);
 }
@@ -103,11 +107,21 @@ FS_WRAPPER(int, io_uring_queue_init_mem,
 
 // ---- POSIX AIO ----
 
-FS_WRAPPER(int, aio_read, (struct aiocb * cb)) { return AioOne(cb, [&] { return FS_REAL(aio_read, cb); }); }
-FS_WRAPPER(int, aio_read64, (struct aiocb64 * cb)) { return AioOne(cb, [&] { return FS_REAL(aio_read64, cb); }); }
-FS_WRAPPER(int, aio_write, (struct aiocb * cb)) { return AioOne(cb, [&] { return FS_REAL(aio_write, cb); }); }
-FS_WRAPPER(int, aio_write64, (struct aiocb64 * cb)) { return AioOne(cb, [&] { return FS_REAL(aio_write64, cb); }); }
-FS_WRAPPER(int, aio_fsync, (int op, struct aiocb* cb)) { return AioOne(cb, [&] { return FS_REAL(aio_fsync, op, cb); }); }
+FS_WRAPPER(int, aio_read, (struct aiocb * cb)) {
+  return AioOne(cb, [&] { return FS_REAL(aio_read, cb); });
+}
+FS_WRAPPER(int, aio_read64, (struct aiocb64 * cb)) {
+  return AioOne(cb, [&] { return FS_REAL(aio_read64, cb); });
+}
+FS_WRAPPER(int, aio_write, (struct aiocb * cb)) {
+  return AioOne(cb, [&] { return FS_REAL(aio_write, cb); });
+}
+FS_WRAPPER(int, aio_write64, (struct aiocb64 * cb)) {
+  return AioOne(cb, [&] { return FS_REAL(aio_write64, cb); });
+}
+FS_WRAPPER(int, aio_fsync, (int op, struct aiocb* cb)) {
+  return AioOne(cb, [&] { return FS_REAL(aio_fsync, op, cb); });
+}
 FS_WRAPPER(int, aio_fsync64, (int op, struct aiocb64* cb)) {
   return AioOne(cb, [&] { return FS_REAL(aio_fsync64, op, cb); });
 }

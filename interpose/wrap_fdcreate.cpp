@@ -39,23 +39,31 @@ FS_WRAPPER(int, socket, (int domain, int type, int protocol)) { return Fresh(FS_
 FS_WRAPPER(int, socketpair, (int domain, int type, int protocol, int sv[2])) {
   return FreshPair(FS_REAL(socketpair, domain, type, protocol, sv), sv);
 }
-FS_WRAPPER(int, accept, (int fd, struct sockaddr* addr, socklen_t* len)) { return Fresh(FS_REAL(accept, fd, addr, len)); }
+FS_WRAPPER(int, accept, (int fd, struct sockaddr* addr, socklen_t* len)) {
+  return Fresh(FS_REAL(accept, fd, addr, len));
+}
 FS_WRAPPER(int, accept4, (int fd, struct sockaddr* addr, socklen_t* len, int flags)) {
   return Fresh(FS_REAL(accept4, fd, addr, len, flags));
 }
-FS_WRAPPER(int, memfd_create, (const char* name, unsigned int flags)) { return Fresh(FS_REAL(memfd_create, name, flags)); }
+FS_WRAPPER(int, memfd_create, (const char* name, unsigned int flags)) {
+  return Fresh(FS_REAL(memfd_create, name, flags));
+}
 FS_WRAPPER(int, eventfd, (unsigned int count, int flags)) { return Fresh(FS_REAL(eventfd, count, flags)); }
 FS_WRAPPER(int, epoll_create, (int size)) { return Fresh(FS_REAL(epoll_create, size)); }
 FS_WRAPPER(int, epoll_create1, (int flags)) { return Fresh(FS_REAL(epoll_create1, flags)); }
 FS_WRAPPER(int, timerfd_create, (int clockid, int flags)) { return Fresh(FS_REAL(timerfd_create, clockid, flags)); }
-FS_WRAPPER(int, signalfd, (int fd, const sigset_t* mask, int flags)) { return Fresh(FS_REAL(signalfd, fd, mask, flags)); }
+FS_WRAPPER(int, signalfd, (int fd, const sigset_t* mask, int flags)) {
+  return Fresh(FS_REAL(signalfd, fd, mask, flags));
+}
 FS_WRAPPER(int, inotify_init, ()) { return Fresh(FS_REAL(inotify_init)); }
 FS_WRAPPER(int, inotify_init1, (int flags)) { return Fresh(FS_REAL(inotify_init1, flags)); }
 FS_WRAPPER(int, fanotify_init, (unsigned int flags, unsigned int event_flags)) {
   return Fresh(FS_REAL(fanotify_init, flags, event_flags));
 }
 FS_WRAPPER(int, posix_openpt, (int flags)) { return Fresh(FS_REAL(posix_openpt, flags)); }
-FS_WRAPPER(int, shm_open, (const char* name, int oflag, mode_t mode)) { return Fresh(FS_REAL(shm_open, name, oflag, mode)); }
+FS_WRAPPER(int, shm_open, (const char* name, int oflag, mode_t mode)) {
+  return Fresh(FS_REAL(shm_open, name, oflag, mode));
+}
 FS_WRAPPER(int, open_by_handle_at, (int mount_fd, struct file_handle* handle, int flags)) {
   return Fresh(FS_REAL(open_by_handle_at, mount_fd, handle, flags));
 }

@@ -38,7 +38,7 @@ struct Node {
 Node* NodeOf(FTSENT* e) { return reinterpret_cast<Node*>(reinterpret_cast<char*>(e) - offsetof(Node, ent)); }
 
 struct Walk {
-  FTS pub;               // what the caller may read (fts_cur, fts_path, fts_options)
+  FTS pub;  // what the caller may read (fts_cur, fts_path, fts_options)
   FTSENT* roots = nullptr;
   FTSENT* parent = nullptr;  // the dummy parent of the roots (level -1)
   FTSENT* cur = nullptr;     // null before the first fts_read
@@ -134,8 +134,7 @@ unsigned short StatInfo(const Walk& w, FTSENT* e, bool follow) {
   e->fts_ino = st->st_ino;
   e->fts_nlink = st->st_nlink;
   if (S_ISDIR(st->st_mode)) {
-    if (e->fts_level > FTS_ROOTLEVEL &&
-        (strcmp(e->fts_name, ".") == 0 || strcmp(e->fts_name, "..") == 0))
+    if (e->fts_level > FTS_ROOTLEVEL && (strcmp(e->fts_name, ".") == 0 || strcmp(e->fts_name, "..") == 0))
       return FTS_DOT;
     for (FTSENT* a = e->fts_parent; a != nullptr && a->fts_level >= FTS_ROOTLEVEL; a = a->fts_parent) {
       if (a->fts_ino == e->fts_ino && a->fts_dev == e->fts_dev) {
@@ -184,8 +183,7 @@ FTSENT* Build(Walk& w, FTSENT* dir, bool names_only, bool for_read) {
   FTSENT** tail = &head;
   int saved = errno;
   while (struct dirent64* de = readdir64(d)) {
-    if (!(w.pub.fts_options & FTS_SEEDOT) && (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0))
-      continue;
+    if (!(w.pub.fts_options & FTS_SEEDOT) && (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)) continue;
     FTSENT* e = NewEntry(de->d_name, strlen(de->d_name), dir, (w.pub.fts_options & FTS_NOSTAT) != 0);
     if (e == nullptr) {
       int err = errno;

@@ -171,8 +171,8 @@ FS_WRAPPER(int, lockf64, (int fd, int cmd, off64_t len)) {
 
 namespace {
 void* AnonymousMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
-  return reinterpret_cast<void*>(RawSyscallErrno(SYS_mmap, reinterpret_cast<long>(addr), static_cast<long>(len), prot,
-                                                 flags, fd, off));
+  return reinterpret_cast<void*>(
+      RawSyscallErrno(SYS_mmap, reinterpret_cast<long>(addr), static_cast<long>(len), prot, flags, fd, off));
 }
 }  // namespace
 
@@ -236,8 +236,8 @@ FS_WRAPPER(ssize_t, sendfile64, (int out, int in, off64_t* off, size_t count)) {
                       [&] { return FS_REAL(sendfile64, out, in, off, count); });
 }
 
-FS_WRAPPER(ssize_t, copy_file_range, (int in, off64_t* off_in, int out, off64_t* off_out, size_t len,
-                                      unsigned int flags)) {
+FS_WRAPPER(ssize_t, copy_file_range,
+           (int in, off64_t* off_in, int out, off64_t* off_out, size_t len, unsigned int flags)) {
   if (flags != 0 && LazyFd(in)) {
     errno = EINVAL;
     return -1;
@@ -251,9 +251,11 @@ FS_WRAPPER(ssize_t, copy_file_range, (int in, off64_t* off_in, int out, off64_t*
     if (pos < 0) return static_cast<ssize_t>(-1);
     ssize_t r = FS_REAL(pread64, in, buf, len < sizeof buf ? len : sizeof buf, pos);
     if (r <= 0) return r;
-    ssize_t w = off_out ? pwrite64(out, buf, static_cast<size_t>(r), *off_out) : write(out, buf, static_cast<size_t>(r));
+    ssize_t w =
+        off_out ? pwrite64(out, buf, static_cast<size_t>(r), *off_out) : write(out, buf, static_cast<size_t>(r));
     if (w <= 0) return w;
-    if (off_in) *off_in += w; else FS_REAL(lseek64, in, pos + w, SEEK_SET);
+    if (off_in) *off_in += w;
+    else FS_REAL(lseek64, in, pos + w, SEEK_SET);
     if (off_out) *off_out += w;
     return w;
   });
@@ -362,8 +364,9 @@ FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
 }
 
 // posix_spawn's file actions may dup2 any fd (close-on-exec or not) into the child: materialize all.
-FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa,
-                              const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
+FS_WRAPPER(int, posix_spawn,
+           (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
+            char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
   int rc;
   if (exec_path::Spawn(pid, path, false, fa, attr, argv, envp, &rc)) return rc;  // a program of the image
@@ -372,8 +375,9 @@ FS_WRAPPER(int, posix_spawn, (pid_t * pid, const char* path, const posix_spawn_f
   return FS_REAL(posix_spawn, pid, path, fa, attr, argv, envp);
 }
 
-FS_WRAPPER(int, posix_spawnp, (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa,
-                               const posix_spawnattr_t* attr, char* const argv[], char* const envp[])) {
+FS_WRAPPER(int, posix_spawnp,
+           (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
+            char* const argv[], char* const envp[])) {
   lazy::MaterializeAll(false);
   int rc;
   if (exec_path::Spawn(pid, file, true, fa, attr, argv, envp, &rc)) return rc;  // found in the image

@@ -200,7 +200,8 @@ FS_WRAPPER(int, eaccess, (const char* path, int mode)) {
 }
 
 FS_WRAPPER(ssize_t, readlink, (const char* path, char* buf, size_t len)) {
-  return ReadlinkCommon("readlink", AT_FDCWD, path, buf, len, [&](int, const char* p) { return FS_REAL(readlink, p, buf, len); });
+  return ReadlinkCommon("readlink", AT_FDCWD, path, buf, len,
+                        [&](int, const char* p) { return FS_REAL(readlink, p, buf, len); });
 }
 FS_WRAPPER(ssize_t, __readlink_chk, (const char* path, char* buf, size_t len, size_t buflen)) {
   return ReadlinkCommon("__readlink_chk", AT_FDCWD, path, buf, len,
@@ -231,8 +232,7 @@ FS_WRAPPER(ssize_t, getxattr, (const char* path, const char* name, void* value, 
   return XattrPath("getxattr", path, ENODATA, [&](const char* p) { return FS_REAL(getxattr, p, name, value, size); });
 }
 FS_WRAPPER(ssize_t, lgetxattr, (const char* path, const char* name, void* value, size_t size)) {
-  return XattrPath("lgetxattr", path, ENODATA,
-                   [&](const char* p) { return FS_REAL(lgetxattr, p, name, value, size); });
+  return XattrPath("lgetxattr", path, ENODATA, [&](const char* p) { return FS_REAL(lgetxattr, p, name, value, size); });
 }
 FS_WRAPPER(ssize_t, fgetxattr, (int fd, const char* name, void* value, size_t size)) {
   return XattrFd("fgetxattr", fd, ENODATA, [&] { return FS_REAL(fgetxattr, fd, name, value, size); });
@@ -257,14 +257,12 @@ FS_WRAPPER(int, lsetxattr, (const char* path, const char* name, const void* valu
   }));
 }
 FS_WRAPPER(int, fsetxattr, (int fd, const char* name, const void* value, size_t size, int flags)) {
-  return static_cast<int>(XattrFd("fsetxattr", fd, EROFS, [&] {
-    return static_cast<ssize_t>(FS_REAL(fsetxattr, fd, name, value, size, flags));
-  }));
+  return static_cast<int>(XattrFd(
+      "fsetxattr", fd, EROFS, [&] { return static_cast<ssize_t>(FS_REAL(fsetxattr, fd, name, value, size, flags)); }));
 }
 FS_WRAPPER(int, removexattr, (const char* path, const char* name)) {
-  return static_cast<int>(XattrPath("removexattr", path, EROFS, [&](const char* p) {
-    return static_cast<ssize_t>(FS_REAL(removexattr, p, name));
-  }));
+  return static_cast<int>(XattrPath(
+      "removexattr", path, EROFS, [&](const char* p) { return static_cast<ssize_t>(FS_REAL(removexattr, p, name)); }));
 }
 FS_WRAPPER(int, lremovexattr, (const char* path, const char* name)) {
   return static_cast<int>(XattrPath("lremovexattr", path, EROFS, [&](const char* p) {
@@ -272,9 +270,8 @@ FS_WRAPPER(int, lremovexattr, (const char* path, const char* name)) {
   }));
 }
 FS_WRAPPER(int, fremovexattr, (int fd, const char* name)) {
-  return static_cast<int>(XattrFd("fremovexattr", fd, EROFS, [&] {
-    return static_cast<ssize_t>(FS_REAL(fremovexattr, fd, name));
-  }));
+  return static_cast<int>(
+      XattrFd("fremovexattr", fd, EROFS, [&] { return static_cast<ssize_t>(FS_REAL(fremovexattr, fd, name)); }));
 }
 
 FS_WRAPPER(int, statfs, (const char* path, struct statfs* s)) {

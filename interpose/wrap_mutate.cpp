@@ -41,9 +41,8 @@ int MutateExisting(const char* call, int dirfd, const char* path, Pass pass, boo
   if (!Active()) return pass(dirfd, path);
   Resolved r = SafeClassify(dirfd, path, follow);
   if (r.pass()) return pass(r.PassDirfd(dirfd), r.PassPath(path));
-  return ServePath(call, r, path, [&](uint32_t id) {
-    return truncates && g_client->image().Get(id).is_dir() ? EISDIR : EROFS;
-  });
+  return ServePath(call, r, path,
+                   [&](uint32_t id) { return truncates && g_client->image().Get(id).is_dir() ? EISDIR : EROFS; });
 }
 
 // Calls that create a new name (mkdir, mknod, mkfifo, symlink): EEXIST when it exists, ENOENT/ENOTDIR
@@ -74,8 +73,7 @@ int MutateTwo(const char* call, int d1, const char* p1, int d2, const char* p2, 
 // from the mount to elsewhere is EXDEV (into the mount the read-only check comes first: EROFS).
 // `src_ours_fd` is set for linkat(ourfd, "", AT_EMPTY_PATH), whose source is the fd itself.
 template <class Pass>
-int LinkCommon(const char* call, int d1, const char* p1, int d2, const char* p2, bool src_ours_fd,
-               Pass pass) noexcept {
+int LinkCommon(const char* call, int d1, const char* p1, int d2, const char* p2, bool src_ours_fd, Pass pass) noexcept {
   if (!Active()) return pass(d1, p1, d2, p2);
   Resolved b = SafeClassify(d2, p2, false);
   Resolved a;
@@ -148,7 +146,7 @@ FS_WRAPPER(int, renameat2, (int d1, const char* from, int d2, const char* to, un
 }
 FS_WRAPPER(int, link, (const char* from, const char* to)) {
   return LinkCommon("link", AT_FDCWD, from, AT_FDCWD, to, false,
-                   [&](int, const char* a, int, const char* b) { return FS_REAL(link, a, b); });
+                    [&](int, const char* a, int, const char* b) { return FS_REAL(link, a, b); });
 }
 FS_WRAPPER(int, linkat, (int d1, const char* from, int d2, const char* to, int flags)) {
   bool ours = false;
@@ -157,17 +155,15 @@ FS_WRAPPER(int, linkat, (int d1, const char* from, int d2, const char* to, int f
     Resolved b = SafeClassify(d2, to, false);
     if (b.pass()) return FS_REAL(linkat, d1, from, b.PassDirfd(d2), b.PassPath(to), flags);
   }
-  return LinkCommon("linkat", d1, from, d2, to, ours, [&](int a1, const char* a, int b1, const char* b) {
-    return FS_REAL(linkat, a1, a, b1, b, flags);
-  });
+  return LinkCommon("linkat", d1, from, d2, to, ours,
+                    [&](int a1, const char* a, int b1, const char* b) { return FS_REAL(linkat, a1, a, b1, b, flags); });
 }
 // symlink's target is just text; only the new link's location matters.
 FS_WRAPPER(int, symlink, (const char* target, const char* path)) {
   return MutateCreate("symlink", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(symlink, target, p); });
 }
 FS_WRAPPER(int, symlinkat, (const char* target, int dirfd, const char* path)) {
-  return MutateCreate("symlinkat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(symlinkat, target, d, p); });
+  return MutateCreate("symlinkat", dirfd, path, [&](int d, const char* p) { return FS_REAL(symlinkat, target, d, p); });
 }
 FS_WRAPPER(int, truncate, (const char* path, off_t len)) {
   return MutateExisting(
@@ -195,9 +191,9 @@ FS_WRAPPER(int, fchmodat, (int dirfd, const char* path, mode_t mode, int flags))
   bool ours;
   uint32_t id;
   if (Active() && SafeEmptyPath(dirfd, path, flags, &ours, &id) && ours) return RefuseFd("fchmodat", dirfd);
-  return MutateExisting("fchmodat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(fchmodat, d, p, mode, flags); }, false,
-                    !(flags & AT_SYMLINK_NOFOLLOW));
+  return MutateExisting(
+      "fchmodat", dirfd, path, [&](int d, const char* p) { return FS_REAL(fchmodat, d, p, mode, flags); }, false,
+      !(flags & AT_SYMLINK_NOFOLLOW));
 }
 FS_WRAPPER(int, chown, (const char* path, uid_t uid, gid_t gid)) {
   return MutateExisting("chown", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(chown, p, uid, gid); });
@@ -206,16 +202,16 @@ FS_WRAPPER(int, fchown, (int fd, uid_t uid, gid_t gid)) {
   return MutateFd("fchown", fd, [&] { return FS_REAL(fchown, fd, uid, gid); });
 }
 FS_WRAPPER(int, lchown, (const char* path, uid_t uid, gid_t gid)) {
-  return MutateExisting("lchown", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lchown, p, uid, gid); },
-                        false, false);
+  return MutateExisting(
+      "lchown", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lchown, p, uid, gid); }, false, false);
 }
 FS_WRAPPER(int, fchownat, (int dirfd, const char* path, uid_t uid, gid_t gid, int flags)) {
   bool ours;
   uint32_t id;
   if (Active() && SafeEmptyPath(dirfd, path, flags, &ours, &id) && ours) return RefuseFd("fchownat", dirfd);
-  return MutateExisting("fchownat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(fchownat, d, p, uid, gid, flags); }, false,
-                    !(flags & AT_SYMLINK_NOFOLLOW));
+  return MutateExisting(
+      "fchownat", dirfd, path, [&](int d, const char* p) { return FS_REAL(fchownat, d, p, uid, gid, flags); }, false,
+      !(flags & AT_SYMLINK_NOFOLLOW));
 }
 FS_WRAPPER(int, utime, (const char* path, const struct utimbuf* times)) {
   return MutateExisting("utime", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(utime, p, times); });
@@ -224,21 +220,21 @@ FS_WRAPPER(int, utimes, (const char* path, const struct timeval times[2])) {
   return MutateExisting("utimes", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(utimes, p, times); });
 }
 FS_WRAPPER(int, lutimes, (const char* path, const struct timeval times[2])) {
-  return MutateExisting("lutimes", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lutimes, p, times); },
-                        false, false);
+  return MutateExisting(
+      "lutimes", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(lutimes, p, times); }, false, false);
 }
 FS_WRAPPER(int, futimesat, (int dirfd, const char* path, const struct timeval times[2])) {
   if (path == nullptr) return MutateFd("futimesat", dirfd, [&] { return FS_REAL(futimesat, dirfd, path, times); });
   return MutateExisting("futimesat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(futimesat, d, p, times); });
+                        [&](int d, const char* p) { return FS_REAL(futimesat, d, p, times); });
 }
 FS_WRAPPER(int, utimensat, (int dirfd, const char* path, const struct timespec times[2], int flags)) {
   // A NULL path (or "" with AT_EMPTY_PATH) means the dirfd itself, as futimens.
   if (path == nullptr || ((flags & AT_EMPTY_PATH) && path[0] == '\0'))
     return MutateFd("utimensat", dirfd, [&] { return FS_REAL(utimensat, dirfd, path, times, flags); });
-  return MutateExisting("utimensat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(utimensat, d, p, times, flags); }, false,
-                    !(flags & AT_SYMLINK_NOFOLLOW));
+  return MutateExisting(
+      "utimensat", dirfd, path, [&](int d, const char* p) { return FS_REAL(utimensat, d, p, times, flags); }, false,
+      !(flags & AT_SYMLINK_NOFOLLOW));
 }
 FS_WRAPPER(int, futimens, (int fd, const struct timespec times[2])) {
   return MutateFd("futimens", fd, [&] { return FS_REAL(futimens, fd, times); });
@@ -247,8 +243,7 @@ FS_WRAPPER(int, mknod, (const char* path, mode_t mode, dev_t dev)) {
   return MutateCreate("mknod", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(mknod, p, mode, dev); });
 }
 FS_WRAPPER(int, mknodat, (int dirfd, const char* path, mode_t mode, dev_t dev)) {
-  return MutateCreate("mknodat", dirfd, path,
-                    [&](int d, const char* p) { return FS_REAL(mknodat, d, p, mode, dev); });
+  return MutateCreate("mknodat", dirfd, path, [&](int d, const char* p) { return FS_REAL(mknodat, d, p, mode, dev); });
 }
 FS_WRAPPER(int, mkfifo, (const char* path, mode_t mode)) {
   return MutateCreate("mkfifo", AT_FDCWD, path, [&](int, const char* p) { return FS_REAL(mkfifo, p, mode); });

@@ -80,15 +80,9 @@ int ModeFlags(const char* mode) {
   int flags = 0;
   bool plus = strchr(mode, '+') != nullptr;
   switch (mode[0]) {
-    case 'w':
-      flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC;
-      break;
-    case 'a':
-      flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND;
-      break;
-    default:
-      flags = plus ? O_RDWR : O_RDONLY;
-      break;
+    case 'w': flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC; break;
+    case 'a': flags = (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND; break;
+    default: flags = plus ? O_RDWR : O_RDONLY; break;
   }
   if (strchr(mode, 'e')) flags |= O_CLOEXEC;
   if (strchr(mode, 'x')) flags |= O_EXCL;
@@ -266,8 +260,7 @@ FS_WRAPPER(FILE*, fopen64, (const char* path, const char* mode)) {
 }
 
 FS_WRAPPER(FILE*, freopen, (const char* path, const char* mode, FILE* stream)) {
-  return FreopenCommon("freopen", path, mode, stream,
-                       [&](const char* p) { return FS_REAL(freopen, p, mode, stream); });
+  return FreopenCommon("freopen", path, mode, stream, [&](const char* p) { return FS_REAL(freopen, p, mode, stream); });
 }
 
 FS_WRAPPER(FILE*, freopen64, (const char* path, const char* mode, FILE* stream)) {

@@ -46,7 +46,8 @@ int CloseRangeSparing(unsigned first, unsigned last, int flags) {
 char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
   const size_t key_len = strlen(env::kCwd);
   size_t n = 0;
-  if (envp) while (envp[n]) ++n;
+  if (envp)
+    while (envp[n]) ++n;
   char** out = static_cast<char**>(malloc((n + 2) * sizeof(char*)));
   if (out == nullptr) return nullptr;
   size_t k = 0;
@@ -88,19 +89,16 @@ bool LazyFcntl(int fd, int cmd, void* arg, int* rc) {
   if (__builtin_expect(!lazy::Is(fd), 1)) return false;
   switch (cmd) {
     case F_GETFD:
-    case F_SETFD:
-      return false;
+    case F_SETFD: return false;
     case F_DUPFD:
-    case F_DUPFD_CLOEXEC:
-      return false;
+    case F_DUPFD_CLOEXEC: return false;
     case F_GETFL:
       if (lazy::GetFl(fd, rc)) return true;
       return false;
     case F_SETFL:
       if (lazy::SetFl(fd, static_cast<int>(reinterpret_cast<intptr_t>(arg)), rc)) return true;
       break;
-    default:
-      break;
+    default: break;
   }
   if (lazy::Materialize(fd) != 0) {
     *rc = -1;
@@ -155,8 +153,7 @@ namespace {
 template <class Real>
 int DupCommon(int fd, int nfd_hint, Real real) {
   // (Only when the dup can succeed: a failed dup2 must leave nfd as it was.)
-  if (nfd_hint >= 0 && nfd_hint != fd && lazy::Is(nfd_hint) && FS_REAL(fcntl, fd, F_GETFD) >= 0)
-    lazy::Forget(nfd_hint);
+  if (nfd_hint >= 0 && nfd_hint != fd && lazy::Is(nfd_hint) && FS_REAL(fcntl, fd, F_GETFD) >= 0) lazy::Forget(nfd_hint);
   int rc;
   if (lazy::Is(fd)) {
     auto fn = [](void* ctx) { return (*static_cast<Real*>(ctx))(); };
@@ -239,7 +236,6 @@ FS_WRAPPER(void, _exit, (int status)) {
 // A real fork is always correct for programs that use vfork correctly; it only costs a page-table copy.
 FS_WRAPPER(pid_t, vfork, ()) { return FS_REAL(fork); }
 
-
 // execve hands the virtual cwd to the child (FANSTORE_CWD); a program inside the image is executed from a copy
 // with a real path (ExecCopy), else from its memfd (fexecve), since the kernel cannot see the path; a "#!" script
 // inside the image, or a real one whose interpreter is inside it, is run as the kernel runs scripts
@@ -279,7 +275,7 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
           FdTable::Clear(fd);
           FS_REAL(close, fd);
           if (script != 0) return script < 0 ? ENOEXEC : -2;  // -2: its interpreter runs it (below)
-          return -1;  // run it from the FUSE mount instead (below)
+          return -1;                                          // run it from the FUSE mount instead (below)
         }
         TraceCall("execve", path, 0, 0);
         if (std::string copy; exec_path::ExecCopy(r.id, fd, &copy)) {

@@ -76,10 +76,12 @@ FS_WRAPPER(int, stat64, (const char* path, struct stat64* st)) {
   return StatPath("stat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(stat64, p, st); });
 }
 FS_WRAPPER(int, lstat, (const char* path, struct stat* st)) {
-  return StatPath("lstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat, p, st); }, true);
+  return StatPath(
+      "lstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat, p, st); }, true);
 }
 FS_WRAPPER(int, lstat64, (const char* path, struct stat64* st)) {
-  return StatPath("lstat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat64, p, st); }, true);
+  return StatPath(
+      "lstat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(lstat64, p, st); }, true);
 }
 FS_WRAPPER(int, fstat, (int fd, struct stat* st)) {
   return StatFd("fstat", fd, st, [&] { return FS_REAL(fstat, fd, st); });
@@ -101,16 +103,15 @@ FS_WRAPPER(int, __xstat, (int ver, const char* path, struct stat* st)) {
   return StatPath("__xstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__xstat, ver, p, st); });
 }
 FS_WRAPPER(int, __xstat64, (int ver, const char* path, struct stat64* st)) {
-  return StatPath("__xstat64", AT_FDCWD, path, st,
-                  [&](int, const char* p) { return FS_REAL(__xstat64, ver, p, st); });
+  return StatPath("__xstat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__xstat64, ver, p, st); });
 }
 FS_WRAPPER(int, __lxstat, (int ver, const char* path, struct stat* st)) {
-  return StatPath("__lxstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__lxstat, ver, p, st); },
-                  true);
+  return StatPath(
+      "__lxstat", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__lxstat, ver, p, st); }, true);
 }
 FS_WRAPPER(int, __lxstat64, (int ver, const char* path, struct stat64* st)) {
-  return StatPath("__lxstat64", AT_FDCWD, path, st,
-                  [&](int, const char* p) { return FS_REAL(__lxstat64, ver, p, st); }, true);
+  return StatPath(
+      "__lxstat64", AT_FDCWD, path, st, [&](int, const char* p) { return FS_REAL(__lxstat64, ver, p, st); }, true);
 }
 FS_WRAPPER(int, __fxstat, (int ver, int fd, struct stat* st)) {
   return StatFd("__fxstat", fd, st, [&] { return FS_REAL(__fxstat, ver, fd, st); });

@@ -77,50 +77,32 @@ FS_WRAPPER(long, syscall, (long n, ...)) {
   const char* path2 = reinterpret_cast<const char*>(a2);
   switch (n) {
     // fds and paths: the libc names' wrappers
-    case SYS_open:
-      return open(path1, static_cast<int>(a2), static_cast<mode_t>(a3));
-    case SYS_openat:
-      return openat(fd, path2, static_cast<int>(a3), static_cast<mode_t>(a4));
-    case SYS_creat:
-      return creat(path1, static_cast<mode_t>(a2));
+    case SYS_open: return open(path1, static_cast<int>(a2), static_cast<mode_t>(a3));
+    case SYS_openat: return openat(fd, path2, static_cast<int>(a3), static_cast<mode_t>(a4));
+    case SYS_creat: return creat(path1, static_cast<mode_t>(a2));
 #ifdef SYS_openat2
-    case SYS_openat2:
-      return Openat2(a1, a2, a3, a4);
+    case SYS_openat2: return Openat2(a1, a2, a3, a4);
 #endif
-    case SYS_close:
-      return close(fd);
+    case SYS_close: return close(fd);
 #ifdef SYS_close_range
     case SYS_close_range:
       return close_range(static_cast<unsigned>(a1), static_cast<unsigned>(a2), static_cast<int>(a3));
 #endif
-    case SYS_dup:
-      return dup(fd);
-    case SYS_dup2:
-      return dup2(fd, static_cast<int>(a2));
-    case SYS_dup3:
-      return dup3(fd, static_cast<int>(a2), static_cast<int>(a3));
-    case SYS_fcntl:
-      return fcntl(fd, static_cast<int>(a2), a3);
-    case SYS_read:
-      return read(fd, reinterpret_cast<void*>(a2), static_cast<size_t>(a3));
-    case SYS_pread64:
-      return pread64(fd, reinterpret_cast<void*>(a2), static_cast<size_t>(a3), a4);
-    case SYS_readv:
-      return readv(fd, reinterpret_cast<const struct iovec*>(a2), static_cast<int>(a3));
-    case SYS_preadv:
-      return preadv64(fd, reinterpret_cast<const struct iovec*>(a2), static_cast<int>(a3), a4);
+    case SYS_dup: return dup(fd);
+    case SYS_dup2: return dup2(fd, static_cast<int>(a2));
+    case SYS_dup3: return dup3(fd, static_cast<int>(a2), static_cast<int>(a3));
+    case SYS_fcntl: return fcntl(fd, static_cast<int>(a2), a3);
+    case SYS_read: return read(fd, reinterpret_cast<void*>(a2), static_cast<size_t>(a3));
+    case SYS_pread64: return pread64(fd, reinterpret_cast<void*>(a2), static_cast<size_t>(a3), a4);
+    case SYS_readv: return readv(fd, reinterpret_cast<const struct iovec*>(a2), static_cast<int>(a3));
+    case SYS_preadv: return preadv64(fd, reinterpret_cast<const struct iovec*>(a2), static_cast<int>(a3), a4);
     case SYS_preadv2:
       return preadv64v2(fd, reinterpret_cast<const struct iovec*>(a2), static_cast<int>(a3), a4, static_cast<int>(a6));
-    case SYS_lseek:
-      return lseek64(fd, a2, static_cast<int>(a3));
-    case SYS_fstat:
-      return fstat64(fd, reinterpret_cast<struct stat64*>(a2));
-    case SYS_stat:
-      return stat64(path1, reinterpret_cast<struct stat64*>(a2));
-    case SYS_lstat:
-      return lstat64(path1, reinterpret_cast<struct stat64*>(a2));
-    case SYS_newfstatat:
-      return fstatat64(fd, path2, reinterpret_cast<struct stat64*>(a3), static_cast<int>(a4));
+    case SYS_lseek: return lseek64(fd, a2, static_cast<int>(a3));
+    case SYS_fstat: return fstat64(fd, reinterpret_cast<struct stat64*>(a2));
+    case SYS_stat: return stat64(path1, reinterpret_cast<struct stat64*>(a2));
+    case SYS_lstat: return lstat64(path1, reinterpret_cast<struct stat64*>(a2));
+    case SYS_newfstatat: return fstatat64(fd, path2, reinterpret_cast<struct stat64*>(a3), static_cast<int>(a4));
     case SYS_statx:
       return statx(fd, path2, static_cast<int>(a3), static_cast<unsigned>(a4), reinterpret_cast<struct statx*>(a5));
     case SYS_mmap:
@@ -130,29 +112,18 @@ FS_WRAPPER(long, syscall, (long n, ...)) {
         return reinterpret_cast<long>(p);
       }
       break;
-    case SYS_execve:
-      return execve(path1, reinterpret_cast<char* const*>(a2), reinterpret_cast<char* const*>(a3));
+    case SYS_execve: return execve(path1, reinterpret_cast<char* const*>(a2), reinterpret_cast<char* const*>(a3));
     // kernel async I/O: lazy fds must be real before the kernel reads them
-    case SYS_io_setup:
-      async_io::Enter();
-      break;
-    case SYS_io_submit:
-      return IoSubmit(a1, a2, a3);
+    case SYS_io_setup: async_io::Enter(); break;
+    case SYS_io_submit: return IoSubmit(a1, a2, a3);
 #ifdef SYS_io_uring_setup
-    case SYS_io_uring_setup:
-      async_io::Enter();
-      return FreshFd(RawSyscallErrno(n, a1, a2, a3, a4, a5, a6));
-    case SYS_io_uring_register:
-      async_io::Enter();
-      break;
+    case SYS_io_uring_setup: async_io::Enter(); return FreshFd(RawSyscallErrno(n, a1, a2, a3, a4, a5, a6));
+    case SYS_io_uring_register: async_io::Enter(); break;
 #endif
     // new fd numbers
-    case SYS_pipe:
-      return FreshPair(RawSyscallErrno(n, a1), a1);
-    case SYS_pipe2:
-      return FreshPair(RawSyscallErrno(n, a1, a2), a1);
-    case SYS_socketpair:
-      return FreshPair(RawSyscallErrno(n, a1, a2, a3, a4), a4);
+    case SYS_pipe: return FreshPair(RawSyscallErrno(n, a1), a1);
+    case SYS_pipe2: return FreshPair(RawSyscallErrno(n, a1, a2), a1);
+    case SYS_socketpair: return FreshPair(RawSyscallErrno(n, a1, a2, a3, a4), a4);
     case SYS_socket:
     case SYS_accept:
     case SYS_accept4:
@@ -183,8 +154,7 @@ FS_WRAPPER(long, syscall, (long n, ...)) {
     case SYS_fspick:
 #endif
       return FreshFd(RawSyscallErrno(n, a1, a2, a3, a4, a5, a6));
-    default:
-      break;
+    default: break;
   }
   return RawSyscallErrno(n, a1, a2, a3, a4, a5, a6);
 }

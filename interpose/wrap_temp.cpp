@@ -64,11 +64,15 @@ int RefuseTemplate(const char* call, char* tmpl, int suffixlen, bool* ours) {
   }
   FillRandom(x);
   int saved = errno;
-  int err = r.kind == Resolved::kFail ? r.err : Serve([&] {
-    Resolved named = SafeClassify(AT_FDCWD, tmpl);
-    int e = named.kind == Resolved::kFail ? named.err : CreateErrno(named);
-    return e == EEXIST ? EROFS : e;  // glibc would try another name; every name is refused alike
-  }, ENOMEM);
+  int err = r.kind == Resolved::kFail
+                ? r.err
+                : Serve(
+                      [&] {
+                        Resolved named = SafeClassify(AT_FDCWD, tmpl);
+                        int e = named.kind == Resolved::kFail ? named.err : CreateErrno(named);
+                        return e == EEXIST ? EROFS : e;  // glibc would try another name; every name is refused alike
+                      },
+                      ENOMEM);
   return static_cast<int>(Finish(call, tmpl, -1, err, saved));
 }
 
@@ -88,10 +92,12 @@ bool TmpdirIsOurs(int* err) {
   Resolved r = SafeClassify(AT_FDCWD, P_tmpdir);
   if (r.pass()) return false;
   int saved = errno;
-  *err = Serve([&] {
-    LookUp(&r);
-    return r.kind == Resolved::kFail ? r.err : EROFS;
-  }, ENOMEM);
+  *err = Serve(
+      [&] {
+        LookUp(&r);
+        return r.kind == Resolved::kFail ? r.err : EROFS;
+      },
+      ENOMEM);
   errno = saved;
   return true;
 }
@@ -138,8 +144,7 @@ FS_WRAPPER(int, mkostemps, (char* tmpl, int suffixlen, int flags)) {
   return MkstempCommon("mkostemps", tmpl, suffixlen, [&] { return FS_REAL(mkostemps, tmpl, suffixlen, flags); });
 }
 FS_WRAPPER(int, mkostemps64, (char* tmpl, int suffixlen, int flags)) {
-  return MkstempCommon("mkostemps64", tmpl, suffixlen,
-                       [&] { return FS_REAL(mkostemps64, tmpl, suffixlen, flags); });
+  return MkstempCommon("mkostemps64", tmpl, suffixlen, [&] { return FS_REAL(mkostemps64, tmpl, suffixlen, flags); });
 }
 
 FS_WRAPPER(char*, mkdtemp, (char* tmpl)) {

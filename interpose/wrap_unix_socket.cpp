@@ -67,7 +67,8 @@ FS_WRAPPER(int, connect, (int fd, const struct sockaddr* addr, socklen_t len)) {
   return FS_REAL(connect, fd, addr, len);
 }
 
-FS_WRAPPER(ssize_t, sendto, (int fd, const void* buf, size_t n, int flags, const struct sockaddr* addr, socklen_t len)) {
+FS_WRAPPER(ssize_t, sendto,
+           (int fd, const void* buf, size_t n, int flags, const struct sockaddr* addr, socklen_t len)) {
   if (addr != nullptr) {
     if (int err = LookupErrno("sendto", addr, len); err != 0) {
       errno = err;

@@ -24,12 +24,16 @@ namespace {
 
 void* GlOpendir(const char* p) { return opendir(p); }
 void GlClosedir(void* d) { closedir(static_cast<DIR*>(d)); }
-struct dirent* GlReaddir(void* d) { return readdir(static_cast<DIR*>(d)); }
-struct dirent64* GlReaddir64(void* d) { return readdir64(static_cast<DIR*>(d)); }
+struct dirent* GlReaddir(void* d) {
+  return readdir(static_cast<DIR*>(d));
+}
+struct dirent64* GlReaddir64(void* d) {
+  return readdir64(static_cast<DIR*>(d));
+}
 
 template <class G, class ReaddirFn, class StatFn, class Real>
-int GlobOurs(const char* pattern, int flags, int (*errfunc)(const char*, int), G* pglob, ReaddirFn rd,
-             StatFn st, StatFn lst, Real real) {
+int GlobOurs(const char* pattern, int flags, int (*errfunc)(const char*, int), G* pglob, ReaddirFn rd, StatFn st,
+             StatFn lst, Real real) {
   pglob->gl_opendir = GlOpendir;
   pglob->gl_closedir = GlClosedir;
   pglob->gl_readdir = rd;
@@ -66,16 +70,10 @@ int Call(Walk& w, const std::string& path, const struct stat* st, int type, int 
 int Verdict(const Walk& w, int rc, bool* skip_subtree, bool* skip_siblings) {
   if (!(w.flags & FTW_ACTIONRETVAL)) return rc;
   switch (rc) {
-    case FTW_CONTINUE:
-      return 0;
-    case FTW_SKIP_SUBTREE:
-      *skip_subtree = true;
-      return 0;
-    case FTW_SKIP_SIBLINGS:
-      *skip_siblings = true;
-      return 0;
-    default:
-      return rc;  // FTW_STOP and anything else ends the walk
+    case FTW_CONTINUE: return 0;
+    case FTW_SKIP_SUBTREE: *skip_subtree = true; return 0;
+    case FTW_SKIP_SIBLINGS: *skip_siblings = true; return 0;
+    default: return rc;  // FTW_STOP and anything else ends the walk
   }
 }
 
@@ -212,8 +210,7 @@ using GlobErr = int (*)(const char*, int);
 FS_WRAPPER(int, glob, (const char* pattern, int flags, GlobErr errfunc, glob_t* pglob)) {
   if ((flags & GLOB_ALTDIRFUNC) || !(ancestors::WalkReaches(pattern) || ancestors::PatternReaches(pattern)))
     return FS_REAL(glob, pattern, flags, errfunc, pglob);
-  return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir,
-                  static_cast<int (*)(const char*, struct stat*)>(stat),
+  return GlobOurs(pattern, flags, errfunc, pglob, GlReaddir, static_cast<int (*)(const char*, struct stat*)>(stat),
                   static_cast<int (*)(const char*, struct stat*)>(lstat),
                   [](const char* p, int f, GlobErr e, glob_t* g) { return FS_REAL(glob, p, f, e, g); });
 }

@@ -13,7 +13,7 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev
   libturbojpeg0-dev libjpeg62-turbo-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-dev
+  clang libclang-rt-dev clang-format  # clang-format: .clang-format (CONTRIBUTING.md)
   python3 python3-numpy python3-h5py python3-pil python3-torch python3-torchvision
   coreutils findutils tar diffutils file
   patchelf binutils  # scripts/bundle.sh: relocatable RPATHs, debug info kept aside

@@ -182,7 +182,8 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   }
   if (auto it = inflight_.find(r); it != inflight_.end()) {
     stats_->coalesced.fetch_add(1, std::memory_order_relaxed);
-    if (it->second->prefetch && it->second->waiters.empty()) stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+    if (it->second->prefetch && it->second->waiters.empty())
+      stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
     it->second->waiters.push_back({conn, req_id, t0});
     return;
   }
@@ -197,8 +198,8 @@ bool FetchRouter::ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r,
   if (!a) {
     // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than
     // leave the client waiting out its timeout.
-    clients_->Deliver(conn, req_id, Status(Code::kNoMemory, "daemon has no memory for a " +
-                                                                std::to_string(r.length) + "-byte reply"),
+    clients_->Deliver(conn, req_id,
+                      Status(Code::kNoMemory, "daemon has no memory for a " + std::to_string(r.length) + "-byte reply"),
                       nullptr, 0);
     return true;
   }

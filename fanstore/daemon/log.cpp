@@ -15,10 +15,8 @@ void Emit(FILE* f, const char* fmt, va_list ap) {
   char body[1024];
   std::vsnprintf(body, sizeof body, fmt, ap);
   char line[1100];
-  if (g_rank >= 0)
-    std::snprintf(line, sizeof line, "fanstore serve[rank %d]: %s\n", g_rank, body);
-  else
-    std::snprintf(line, sizeof line, "fanstore serve: %s\n", body);
+  if (g_rank >= 0) std::snprintf(line, sizeof line, "fanstore serve[rank %d]: %s\n", g_rank, body);
+  else std::snprintf(line, sizeof line, "fanstore serve: %s\n", body);
   std::fputs(line, f);
   std::fflush(f);
   errno = saved;

@@ -127,14 +127,14 @@ struct Pending {
   int64_t final_deadline = 0;  // us
   int64_t attempt_start = 0;
   int64_t attempt_deadline = 0;
-  uint64_t attempt_gen = 0;    // bumps per attempt: completions of an abandoned attempt are recognised
+  uint64_t attempt_gen = 0;  // bumps per attempt: completions of an abandoned attempt are recognised
   Phase phase = Phase::kSent;
-  bool landed = false;         // sink memory handed out for this attempt
+  bool landed = false;  // sink memory handed out for this attempt
   // Filled by AbandonLanding with the owner of that memory; the receive's completion callbacks hold the slot, so
   // the memory is freed when MPI completes them (never, for a receive from a dead peer).
   std::shared_ptr<std::shared_ptr<void>> keep;
-  Status last;                 // why the previous attempt failed
-  char* chunk_dst = nullptr;   // a chunked reply's landed memory
+  Status last;                // why the previous attempt failed
+  char* chunk_dst = nullptr;  // a chunked reply's landed memory
   int current() const { return order[attempt]; }
 };
 
@@ -156,8 +156,8 @@ struct MpiTransport::Impl {
   // Outstanding MPI requests and what to do when each completes (`ok`: MPI completed it without an error).
   std::vector<MPI_Request> active;
   std::vector<std::function<void(bool ok)>> on_complete;
-  std::vector<int> done_idx;              // Reap's scratch
-  std::vector<MPI_Status> done_status;    // Reap's scratch
+  std::vector<int> done_idx;            // Reap's scratch
+  std::vector<MPI_Status> done_status;  // Reap's scratch
   // Reply slots whose traffic can no longer be told apart (a reply that broke the protocol, a receive that failed):
   // no later fetch uses them (their tags).
   std::unordered_set<int> poisoned;
@@ -303,7 +303,8 @@ struct MpiTransport::Impl {
     Store64(buf->data() + 24, p.range.length);
     stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
     Status err;
-    Send(p.current(), kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &err);
+    Send(
+        p.current(), kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &err);
     if (!err.ok()) return Fail(req_id, err);
     Ring(p.current());
   }
@@ -626,9 +627,9 @@ struct MpiTransport::Impl {
       w->failed = true;
       Poison(tag);
       if (Current(w->req_id, w->gen))
-        Fail(w->req_id, Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " +
-                                                   std::to_string(count) + " bytes where " + std::to_string(due) +
-                                                   " were due"));
+        Fail(w->req_id,
+             Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " + std::to_string(count) +
+                                        " bytes where " + std::to_string(due) + " were due"));
     }
     uint64_t off = w->off;
     w->off += due;
@@ -683,9 +684,10 @@ struct MpiTransport::Impl {
   // `r` let a request time out without a word: from now on its reads fail over (or fail) at once.
   void PeerDown(int r, int64_t waited_ms) {
     stats->peers_down.fetch_add(1, std::memory_order_relaxed);
-    Error("rank %d did not answer within %lld ms: treating it as down (its partitions are read from the other "
-          "replicas or the image directory) until it answers again",
-          r, static_cast<long long>(waited_ms));
+    Error(
+        "rank %d did not answer within %lld ms: treating it as down (its partitions are read from the other "
+        "replicas or the image directory) until it answers again",
+        r, static_cast<long long>(waited_ms));
     std::vector<uint64_t> waiting;
     for (auto& [id, p] : pending)
       if (p.attempt < p.order.size() && p.current() == r) waiting.push_back(id);
@@ -707,7 +709,8 @@ struct MpiTransport::Impl {
       auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
       Store64(buf->data(), 0);
       Store32(buf->data() + 12, kKindProbe);
-      Send(r, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, nullptr);
+      Send(
+          r, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, nullptr);
       Ring(r);
     }
   }
@@ -741,7 +744,9 @@ struct MpiTransport::Impl {
       if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
     }
     std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
-    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message) : 0;
+    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message
+                          ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message)
+                          : 0;
     auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
     if (!buf->mem) {
       s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");
@@ -867,8 +872,8 @@ struct MpiTransport::Impl {
     int outcount = 0;
     done_idx.resize(active.size());
     done_status.resize(active.size());
-    int rc = MPI_Testsome(static_cast<int>(active.size()), active.data(), &outcount, done_idx.data(),
-                          done_status.data());
+    int rc =
+        MPI_Testsome(static_cast<int>(active.size()), active.data(), &outcount, done_idx.data(), done_status.data());
     if (outcount == MPI_UNDEFINED || outcount <= 0) return false;
     // A status says anything only when Testsome says to look (MPI_ERR_IN_STATUS); any other error: all failed.
     std::vector<std::pair<std::function<void(bool)>, bool>> done;

@@ -24,7 +24,7 @@ struct TransportOptions {
   int rank = 0, nranks = 1;
   int replicas = 1;
   uint32_t replicated_part = 0xFFFFFFFFu;
-  int timeout_ms = 5000;  // total budget of one fetch over all replicas
+  int timeout_ms = 5000;              // total budget of one fetch over all replicas
   uint64_t max_message = 1ull << 30;  // bigger replies travel in chunks of this size (MPI counts are ints)
   // A duplicate of MPI_COMM_WORLD (MPI_Comm_dup by every rank at start-up) that carries only the chunks, tagged
   // with their reply's tag: no probe of the world communicator ever sees one, and chunks of two replies from one

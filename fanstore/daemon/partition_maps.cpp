@@ -63,10 +63,8 @@ bool NodeLocal(int fd) {
     case EXT4_SUPER_MAGIC:  // also ext2 and ext3
     case XFS_SUPER_MAGIC:
     case BTRFS_SUPER_MAGIC:
-    case F2FS_SUPER_MAGIC:
-      return true;
-    default:
-      return false;
+    case F2FS_SUPER_MAGIC: return true;
+    default: return false;
   }
 }
 
@@ -98,8 +96,8 @@ void PartitionMaps::Map(uint32_t i) {
   if (fd < 0) return;
   struct stat st;
   // The lease first: from then on nobody changes the file without our saying so; the size is read after it.
-  if (!NodeLocal(fd) || fcntl(fd, F_SETSIG, sig) != 0 || fcntl(fd, F_SETLEASE, F_RDLCK) != 0 ||
-      fstat(fd, &st) != 0 || st.st_size <= 0) {
+  if (!NodeLocal(fd) || fcntl(fd, F_SETSIG, sig) != 0 || fcntl(fd, F_SETLEASE, F_RDLCK) != 0 || fstat(fd, &st) != 0 ||
+      st.st_size <= 0) {
     close(fd);
     return;
   }

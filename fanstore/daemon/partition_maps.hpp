@@ -59,8 +59,8 @@ class PartitionMaps {
     int fd = -1;
     char* base = nullptr;
     uint64_t size = 0;
-    bool usable = false;    // lease held and not broken
-    bool leased = false;    // lease still ours (given back once broken and no send is in flight)
+    bool usable = false;  // lease held and not broken
+    bool leased = false;  // lease still ours (given back once broken and no send is in flight)
     uint64_t in_flight = 0;
     int64_t broken_ms = 0;  // when the break was noticed (0: not broken)
   };
@@ -68,10 +68,10 @@ class PartitionMaps {
   void GiveBackIfIdle(Part& p, int64_t now_ms);
   std::vector<Part> parts_;
   std::vector<std::string> paths_;  // by partition id
-  uint64_t seen_breaks_ = 0;   // lease-break signals already looked into
-  int64_t polled_ms_ = 0;      // when every lease was last asked about
-  int64_t break_grace_ms_;     // sends from a retired mapping in flight longer than this read zeros
-  size_t retired_held_ = 0;    // partitions broken whose lease is still ours (their deadline is watched)
+  uint64_t seen_breaks_ = 0;        // lease-break signals already looked into
+  int64_t polled_ms_ = 0;           // when every lease was last asked about
+  int64_t break_grace_ms_;          // sends from a retired mapping in flight longer than this read zeros
+  size_t retired_held_ = 0;         // partitions broken whose lease is still ours (their deadline is watched)
 };
 
 }  // namespace fanstore::daemon

@@ -65,8 +65,8 @@ class Prefetcher {
     uint64_t id = 0;
     uint64_t gen = 0;
     std::vector<ByteRange> order;
-    size_t next = 0;      // next position to look at
-    size_t read_to = 0;   // one past the furthest position read
+    size_t next = 0;        // next position to look at
+    size_t read_to = 0;     // one past the furthest position read
     int64_t active_us = 0;  // the hint, or the latest read of it
     struct Ahead {
       uint64_t pos;

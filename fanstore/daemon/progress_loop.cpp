@@ -117,7 +117,8 @@ bool ProgressLoop::Stop(int wait_ms) {
   server_->Wake();
   if (!th_.joinable()) return true;
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  while (!exited_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (!exited_ && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (!exited_) return false;
   th_.join();
   return true;

@@ -25,17 +25,17 @@
 #include "fanstore/env_tooling.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/path_template.hpp"
+#include "fetch_cache.hpp"
 #include "fetch_router.hpp"
+#include "image_dir_reader.hpp"
 #include "log.hpp"
 #include "mpi_transport.hpp"
-#include "fetch_cache.hpp"
 #include "partition_maps.hpp"
 #include "placement.hpp"
 #include "progress_loop.hpp"
 #include "socket_server.hpp"
 #include "staged_files.hpp"
 #include "staged_reader.hpp"
-#include "image_dir_reader.hpp"
 #include "stager.hpp"
 #include "staging.hpp"
 #include "startup_signals.hpp"
@@ -60,7 +60,8 @@ std::string Absolute(const std::string& p) {
 bool AllOk(bool ok, int rank, const char* phase) {
   int bad = ok ? 0 : 1, nbad = 0;
   MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (nbad > 0 && ok && rank == 0) Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
+  if (nbad > 0 && ok && rank == 0)
+    Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
   return nbad == 0;
 }
 
@@ -366,27 +367,31 @@ int Serve(const ServeOptions& o) {
       if (rank != 0) return;
       double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
       if (t.failed_ranks)
-        std::printf("fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they "
-                    "have and read the rest from the image directory\n",
-                    static_cast<unsigned long long>(t.failed_ranks), nranks);
+        std::printf(
+            "fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they "
+            "have and read the rest from the image directory\n",
+            static_cast<unsigned long long>(t.failed_ranks), nranks);
       else
-        std::printf("fanstore serve: staged: %d ranks, %.1f MiB in %.1f s; %.1f MiB read from the image directory, "
-                    "%.1f MiB sent between ranks, %llu piece%s refetched\n",
-                    nranks, static_cast<double>(t.staged_bytes) / (1 << 20), sec,
-                    static_cast<double>(t.read_bytes) / (1 << 20), static_cast<double>(t.received_bytes) / (1 << 20),
-                    static_cast<unsigned long long>(t.refetched), t.refetched == 1 ? "" : "s");
+        std::printf(
+            "fanstore serve: staged: %d ranks, %.1f MiB in %.1f s; %.1f MiB read from the image directory, "
+            "%.1f MiB sent between ranks, %llu piece%s refetched\n",
+            nranks, static_cast<double>(t.staged_bytes) / (1 << 20), sec, static_cast<double>(t.read_bytes) / (1 << 20),
+            static_cast<double>(t.received_bytes) / (1 << 20), static_cast<unsigned long long>(t.refetched),
+            t.refetched == 1 ? "" : "s");
       std::fflush(stdout);
     };
     if (rank == 0) stager->progress = [](const char* l) { Info("%s", l); };
     // A reader of a piece this rank stages next waits for it, up to a fifth of --timeout (an asking daemon gives
     // each of up to 4 holders 22% of it), instead of reading the image directory twice.
     Stager* sg = stager.get();
-    staged->SetWaits(static_cast<int64_t>(o.timeout_s * 200000),
-                     [sg](uint32_t part, size_t piece) { return sg->WillRead(part, piece); },
-                     [sg](uint32_t part, size_t piece) { sg->Hurry(part, piece); });
+    staged->SetWaits(
+        static_cast<int64_t>(o.timeout_s * 200000),
+        [sg](uint32_t part, size_t piece) { return sg->WillRead(part, piece); },
+        [sg](uint32_t part, size_t piece) { sg->Hurry(part, piece); });
     startup.SetSocket(server.get());
     st = server->Bind(socket_path);
-    if (st.ok() && doorbell) server->Watch(doorbell->fd(), [&doorbell, &stats] {
+    if (st.ok() && doorbell)
+      server->Watch(doorbell->fd(), [&doorbell, &stats] {
         stats.doorbells_heard.fetch_add(static_cast<uint64_t>(doorbell->Drain()), std::memory_order_relaxed);
       });
   }

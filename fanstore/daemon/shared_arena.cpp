@@ -61,8 +61,8 @@ std::unique_ptr<SharedArena> SharedArena::Create(uint64_t data_bytes, Status* wh
   a->data_ = a->base_ + data_off;
   a->slots_ = a->base_ + slots_off;
   a->hits_ = a->base_ + hits_off;
-  sc::Header h{sc::kMagic, sc::kVersion, n, static_cast<uint32_t>(sizeof(sc::Slot)), slots_off, hits_off, data_off,
-               a->data_len_};
+  sc::Header h{sc::kMagic, sc::kVersion, n,        static_cast<uint32_t>(sizeof(sc::Slot)),
+               slots_off,  hits_off,     data_off, a->data_len_};
   std::memcpy(a->base_, &h, sizeof h);  // slots and hits start zeroed: empty
   a->chunks_.resize(a->data_len_ / kChunk);
   for (uint32_t c = 0; c < a->chunks_.size(); ++c) a->free_chunks_.insert(c);

@@ -77,7 +77,7 @@ class SharedArena {
   void Free(uint64_t off, uint64_t cap);
 
   struct Chunk {
-    int cls = -1;  // -1 free; 0..9: blocks of 4 KiB << cls; 10: part of a multi-chunk run
+    int cls = -1;      // -1 free; 0..9: blocks of 4 KiB << cls; 10: part of a multi-chunk run
     uint32_t run = 0;  // for the head of a run: chunks in it
     uint32_t used = 0;
     std::vector<uint16_t> free_slots;

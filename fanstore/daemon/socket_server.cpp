@@ -102,8 +102,8 @@ Status ClearStale(const std::string& path) {
                                      " (two ranks of one node with the same --socket? give each its own, e.g. "
                                      "--socket /tmp/fanstore-{rank}.sock)");
   if (err != ECONNREFUSED && err != ENOENT)
-    return Status(Code::kExists, path + " is a socket this daemon cannot check (" + std::strerror(err) +
-                                     "): give another --socket");
+    return Status(Code::kExists,
+                  path + " is a socket this daemon cannot check (" + std::strerror(err) + "): give another --socket");
   unlink(path.c_str());  // stale: left by a daemon that was killed
   return Status::Ok();
 }
@@ -295,7 +295,7 @@ struct SocketServer::Impl {
     size_t take = last ? avail : (chunk.rfind('\n') == std::string_view::npos ? 0 : chunk.rfind('\n') + 1);
     if (!last && take == 0 && avail > kMaxPathLine) c.hint_bad = true;
     if (!last && take == 0 && !c.hint_bad) return false;  // wait for the rest of the line
-    if (c.hint_bad) take = avail;                          // drain, answer with an error at the end
+    if (c.hint_bad) take = avail;                         // drain, answer with an error at the end
     if (!c.hint_bad) {
       for (std::string_view p : dp::SplitPaths(chunk.substr(0, take))) {
         ByteRange br;
@@ -309,12 +309,8 @@ struct SocketServer::Impl {
             ++c.hint_counts.remote;
             c.hint_counts.remote_bytes += br.length;
             break;
-          case RequestHandler::PathKind::kLocal:
-            ++c.hint_counts.local;
-            break;
-          case RequestHandler::PathKind::kMissing:
-            ++c.hint_counts.missing;
-            break;
+          case RequestHandler::PathKind::kLocal: ++c.hint_counts.local; break;
+          case RequestHandler::PathKind::kMissing: ++c.hint_counts.missing; break;
         }
       }
     }
@@ -369,7 +365,8 @@ struct SocketServer::Impl {
         Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(o.hello));
       } else if (r.type == dp::MsgType::kCacheMap) {
         if (o.cache_fd < 0) {
-          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"), {});
+          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"),
+                {});
         } else {
           // A dup rides on the reply (OutMsg owns and closes it once sent).
           auto pass = std::make_shared<ReplyArea>();
@@ -738,10 +735,10 @@ void SocketServer::Deliver(uint64_t conn, uint64_t req_id, const Status& s, cons
   if (it == impl_->conns.end() || !it->second.busy || it->second.busy_req != req_id) return;
   // A reply is never longer or shorter than what was asked for, whatever the path that produced it computed.
   const uint64_t asked = it->second.busy_len;
-  Status checked = s.ok() && n != asked ? Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) +
-                                                                     " bytes to a fetch of " + std::to_string(asked) +
-                                                                     " (not sent)")
-                                        : s;
+  Status checked = s.ok() && n != asked
+                       ? Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) +
+                                                    " bytes to a fetch of " + std::to_string(asked) + " (not sent)")
+                       : s;
   if (!checked.ok()) impl_->stats->client_errors.fetch_add(1, std::memory_order_relaxed);
   impl_->Reply(conn, it->second, checked, data, n);
   // The next request may already wait in the connection's buffer. It is handled on the next Poll, not now: the

@@ -49,9 +49,9 @@ class RequestHandler {
 
 struct ServerOptions {
   daemon_proto::HelloInfo hello;
-  uint32_t partitions = 0;            // fetches name a partition below this
-  uint64_t area_max = 64ull << 20;    // a reply area grows up to this; bigger payloads travel in a one-off memfd
-  mode_t socket_mode = 0600;          // permission bits of the socket file
+  uint32_t partitions = 0;               // fetches name a partition below this
+  uint64_t area_max = 64ull << 20;       // a reply area grows up to this; bigger payloads travel in a one-off memfd
+  mode_t socket_mode = 0600;             // permission bits of the socket file
   gid_t group = static_cast<gid_t>(-1);  // --group: the socket's group; its members may connect
   uint64_t max_hint_paths = 1u << 24;    // a hint longer than this is refused
   int cache_fd = -1;                     // the fetch cache's shared memfd (passed on kCacheMap); -1: none

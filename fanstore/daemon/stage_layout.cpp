@@ -38,9 +38,9 @@ Result<std::vector<PartLayout>> CutPartitions(const Image& img, const std::vecto
   for (PartLayout& l : out) {
     std::sort(l.units.begin(), l.units.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
     // Hard-linked names share their stored bytes: verify them once.
-    l.units.erase(std::unique(l.units.begin(), l.units.end(),
-                              [](const auto& a, const auto& b) { return a.offset == b.offset; }),
-                  l.units.end());
+    l.units.erase(
+        std::unique(l.units.begin(), l.units.end(), [](const auto& a, const auto& b) { return a.offset == b.offset; }),
+        l.units.end());
     // A piece ends where the first unit starting at or past piece_bytes from its start begins.
     uint64_t start = 0;
     for (uint32_t u = 0; u < l.units.size(); ++u) {

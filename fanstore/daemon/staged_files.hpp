@@ -1,7 +1,7 @@
 // What this daemon put on the node (the files it staged, the --local directory if it made it), so that --cleanup
 // removes exactly that: never a user's file that merely has a staged file's name (a failed staging removes nothing
-// it did not write), never a directory it was given (LockLocal refuses the image directory itself). Thread-safe: the start-up signal watcher may remove
-// everything while the main thread is stuck in a start-up collective.
+// it did not write), never a directory it was given (LockLocal refuses the image directory itself). Thread-safe: the
+// start-up signal watcher may remove everything while the main thread is stuck in a start-up collective.
 #pragma once
 
 #include <sys/types.h>

@@ -57,8 +57,8 @@ bool StagedReader::Staged(uint32_t part, uint64_t offset, uint64_t n) const {
   const Part& p = parts_[part];
   if (p.piece_ends.empty()) return true;
   // The first piece ending past `offset`, up to the one holding the range's last byte.
-  size_t k = static_cast<size_t>(std::upper_bound(p.piece_ends.begin(), p.piece_ends.end(), offset) -
-                                 p.piece_ends.begin());
+  size_t k =
+      static_cast<size_t>(std::upper_bound(p.piece_ends.begin(), p.piece_ends.end(), offset) - p.piece_ends.begin());
   for (; k < p.piece_ends.size(); ++k) {
     if (!p.piece_done[k].load(std::memory_order_acquire)) return false;
     if (p.piece_ends[k] >= offset + n) break;

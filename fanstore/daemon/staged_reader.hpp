@@ -68,7 +68,7 @@ class StagedReader {
     int fd = -1;
     uint64_t size = 0;
     std::string name;
-    std::vector<uint64_t> piece_ends;                // empty: complete from the start
+    std::vector<uint64_t> piece_ends;  // empty: complete from the start
     std::unique_ptr<std::atomic<bool>[]> piece_done;
   };
   std::vector<Part> parts_;

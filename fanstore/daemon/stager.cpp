@@ -17,9 +17,9 @@ namespace {
 
 namespace dp = daemon_proto;
 constexpr int kTagTurn = 1;
-constexpr size_t kMaxQueued = 16;   // pieces read and waiting to be verified, at most (the reader waits)
+constexpr size_t kMaxQueued = 16;  // pieces read and waiting to be verified, at most (the reader waits)
 constexpr int kVerifiers = 2;
-constexpr int kMaxRefetch = 2;      // a piece refused this often more is read here instead
+constexpr int kMaxRefetch = 2;  // a piece refused this often more is read here instead
 constexpr int64_t kPingUs = 1000000;
 
 Status WriteAt(int fd, const char* data, uint64_t n, uint64_t off, const std::string& name) {
@@ -65,8 +65,8 @@ class Stager::PieceSink final : public FetchSink {
   std::unique_ptr<char[]> mem_;
 };
 
-Stager::Stager(StagerOptions o, std::shared_ptr<const Image> index, std::vector<StagedPart> parts,
-               StagedReader* reader, ImageDirReader* image_dir, MpiTransport* transport, StagedFiles* files)
+Stager::Stager(StagerOptions o, std::shared_ptr<const Image> index, std::vector<StagedPart> parts, StagedReader* reader,
+               ImageDirReader* image_dir, MpiTransport* transport, StagedFiles* files)
     : o_(o),
       index_(std::move(index)),
       parts_(std::move(parts)),
@@ -286,9 +286,10 @@ void Stager::OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const 
   // Gone, or given up staging: read it here.
   if (from >= 0 && from < static_cast<int>(said_down_.size()) && !said_down_[static_cast<size_t>(from)]) {
     said_down_[static_cast<size_t>(from)] = true;
-    Error("staging: rank %d did not send a piece of partition %u (%s); this rank reads such pieces from the image "
-          "directory itself",
-          from, l.part, s.ok() ? "wrong length" : s.ToString().c_str());
+    Error(
+        "staging: rank %d did not send a piece of partition %u (%s); this rank reads such pieces from the image "
+        "directory itself",
+        from, l.part, s.ok() ? "wrong length" : s.ToString().c_str());
   }
   Job r = j;
   r.own = false;
@@ -298,9 +299,10 @@ void Stager::OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const 
 void Stager::OnPing(const Status& s) {
   ping_inflight_ = false;
   if (s.ok() || have_turn_ || stop_) return;
-  Error("staging: rank %d, whose turn to read the image directory comes before this rank's (--stage-readers), is "
-        "not answering (%s); reading now",
-        o_.rank - o_.readers, s.ToString().c_str());
+  Error(
+      "staging: rank %d, whose turn to read the image directory comes before this rank's (--stage-readers), is "
+      "not answering (%s); reading now",
+      o_.rank - o_.readers, s.ToString().c_str());
   StartReads();
 }
 
@@ -366,9 +368,7 @@ bool Stager::Poll() {
         if (on_complete) on_complete(parts_[e.job.idx].layout.part);
         if (complete_ == parts_.size()) done_here_.store(true, std::memory_order_release);
         break;
-      case EventKind::kReadsDone:
-        send_turn = true;
-        break;
+      case EventKind::kReadsDone: send_turn = true; break;
       case EventKind::kFailed:
         // Whoever waits for our turn must not wait for reads that will never happen.
         send_turn = true;

@@ -41,8 +41,8 @@ namespace fanstore::daemon {
 struct StagerOptions {
   int rank = 0, nranks = 1, replicas = 1;
   uint32_t replicated_part = 0xFFFFFFFFu;
-  int readers = 0;         // --stage-readers: ranks reading the image directory at a time (0: all)
-  int fetch_window = 8;    // pieces being fetched from other ranks at once
+  int readers = 0;                // --stage-readers: ranks reading the image directory at a time (0: all)
+  int fetch_window = 8;           // pieces being fetched from other ranks at once
   MPI_Comm comm = MPI_COMM_NULL;  // a duplicate of the world's: the readers' turns and the tally
   int64_t corrupt_piece = -1;     // (tests: FANSTORE_TEST_CORRUPT_PIECE) damage the n-th piece received (0-based)
 };
@@ -100,10 +100,10 @@ class Stager {
 
  private:
   struct Job {
-    uint32_t idx = 0;    // into parts_
+    uint32_t idx = 0;  // into parts_
     uint32_t piece = 0;
-    bool own = false;    // one of this rank's own reads (counts for its turn)
-    int tries = 0;       // times refused by its checksum
+    bool own = false;  // one of this rank's own reads (counts for its turn)
+    int tries = 0;     // times refused by its checksum
     int64_t wait_us = 0, not_before_us = 0;
   };
   struct Work {
@@ -133,7 +133,7 @@ class Stager {
   StagerOptions o_;
   std::shared_ptr<const Image> index_;
   std::vector<StagedPart> parts_;
-  std::unordered_map<uint32_t, uint32_t> idx_of_;  // partition id -> index into parts_
+  std::unordered_map<uint32_t, uint32_t> idx_of_;     // partition id -> index into parts_
   std::unique_ptr<std::atomic<size_t>[]> remaining_;  // pieces still to write, per part
   StagedReader* reader_;
   ImageDirReader* image_dir_;

@@ -165,8 +165,10 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
     int err = errno;
     close(fd);
     if (err == EWOULDBLOCK)
-      return Status(Code::kExists, "--local " + local_dir + " is in use by another `fanstore serve` (stop it, or give "
-                                   "each job and each rank of a node its own directory, e.g. --local /nvme/job{rank})");
+      return Status(Code::kExists,
+                    "--local " + local_dir +
+                        " is in use by another `fanstore serve` (stop it, or give "
+                        "each job and each rank of a node its own directory, e.g. --local /nvme/job{rank})");
     return Status::FromErrno(err, "lock " + local_dir);
   }
   return fd;
@@ -189,13 +191,13 @@ Status CheckSpace(const std::string& image_dir, const std::string& local_dir, co
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     need += plan.sizes[i];
     if (need > avail)
-      return Status(Code::kNoSpace, "not enough space in " + local_dir + " for partition " +
-                                        format::PartitionFileName(plan.parts[i], plan.regular_parts) +
-                                        ": this rank needs " + std::to_string(plan.bytes) + " bytes (" +
-                                        HumanBytes(plan.bytes) + ") for " + std::to_string(plan.parts.size()) +
-                                        " partitions + index, " + std::to_string(free_bytes) + " bytes free" +
-                                        (reserve_bytes ? " of which --reserve keeps " + std::to_string(reserve_bytes)
-                                                       : std::string()));
+      return Status(Code::kNoSpace,
+                    "not enough space in " + local_dir + " for partition " +
+                        format::PartitionFileName(plan.parts[i], plan.regular_parts) + ": this rank needs " +
+                        std::to_string(plan.bytes) + " bytes (" + HumanBytes(plan.bytes) + ") for " +
+                        std::to_string(plan.parts.size()) + " partitions + index, " + std::to_string(free_bytes) +
+                        " bytes free" +
+                        (reserve_bytes ? " of which --reserve keeps " + std::to_string(reserve_bytes) : std::string()));
   }
   return Status::Ok();
 }

@@ -20,7 +20,7 @@ struct StagePlan {
   uint32_t regular_parts = 0;
   uint32_t replicated_part = 0xFFFFFFFFu;
   std::vector<uint64_t> sizes;  // their file sizes
-  uint64_t bytes = 0;  // bytes to copy (partition files + index)
+  uint64_t bytes = 0;           // bytes to copy (partition files + index)
 };
 
 // Decides what `rank` of `nranks` keeps of the image at `image_dir` (see placement.hpp).

@@ -46,9 +46,10 @@ void StartupSignals::Run() {
   }
   if (done_.load()) return;  // start-up ended: the main thread handles the signal
   std::lock_guard<std::mutex> g(mu_);
-  Error("stopping on %s during start-up: still waiting for the other ranks after %d s (one of them died?); "
-        "exiting%s",
-        strsignal(sig_.load()), grace_ms_ / 1000, cleanup_ ? " and removing what this rank staged" : "");
+  Error(
+      "stopping on %s during start-up: still waiting for the other ranks after %d s (one of them died?); "
+      "exiting%s",
+      strsignal(sig_.load()), grace_ms_ / 1000, cleanup_ ? " and removing what this rank staged" : "");
   if (socket_) socket_->Unpublish();
   if (cleanup_) staged_->RemoveAll();
   _exit(1);

@@ -22,18 +22,16 @@ namespace fanstore {
 
 std::string ClientStats::Line() const {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "fanstore[pid %d]: opens=%llu stats=%llu readdirs=%llu missing=%llu bytes=%llu local=%llu "
-                "remote=%llu remote_bytes=%llu cache_hits=%llu node_hits=%llu errors=%llu",
-                static_cast<int>(getpid()), static_cast<unsigned long long>(opens.load()),
-                static_cast<unsigned long long>(stats.load()), static_cast<unsigned long long>(readdirs.load()),
-                static_cast<unsigned long long>(lookups_missing.load()),
-                static_cast<unsigned long long>(bytes_read.load()),
-                static_cast<unsigned long long>(local_loads.load()),
-                static_cast<unsigned long long>(remote_loads.load()),
-                static_cast<unsigned long long>(remote_bytes.load()),
-                static_cast<unsigned long long>(cache_hits.load()), static_cast<unsigned long long>(node_hits.load()),
-                static_cast<unsigned long long>(errors.load()));
+  std::snprintf(
+      buf, sizeof buf,
+      "fanstore[pid %d]: opens=%llu stats=%llu readdirs=%llu missing=%llu bytes=%llu local=%llu "
+      "remote=%llu remote_bytes=%llu cache_hits=%llu node_hits=%llu errors=%llu",
+      static_cast<int>(getpid()), static_cast<unsigned long long>(opens.load()),
+      static_cast<unsigned long long>(stats.load()), static_cast<unsigned long long>(readdirs.load()),
+      static_cast<unsigned long long>(lookups_missing.load()), static_cast<unsigned long long>(bytes_read.load()),
+      static_cast<unsigned long long>(local_loads.load()), static_cast<unsigned long long>(remote_loads.load()),
+      static_cast<unsigned long long>(remote_bytes.load()), static_cast<unsigned long long>(cache_hits.load()),
+      static_cast<unsigned long long>(node_hits.load()), static_cast<unsigned long long>(errors.load()));
   return buf;
 }
 
@@ -62,7 +60,9 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
     auto node = NodeCache::Attach(c->opts_.node_cache_dir, *c->image_);
     // Without it every process decodes for itself: slower and bigger, never wrong. Say so once.
     if (node.ok()) c->core_->node = std::move(node).value();
-    else std::fprintf(stderr, "fanstore: node chunk cache unavailable, decoding per process: %s\n", node.status().ToString().c_str());
+    else
+      std::fprintf(stderr, "fanstore: node chunk cache unavailable, decoding per process: %s\n",
+                   node.status().ToString().c_str());
   }
   return c;
 }

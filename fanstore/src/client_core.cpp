@@ -34,10 +34,14 @@ size_t MemfdCap() {
 }  // namespace
 
 ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
-    : img(image), stats(s), remote(opts.remote), cache(opts.cache_bytes),
+    : img(image),
+      stats(s),
+      remote(opts.remote),
+      cache(opts.cache_bytes),
       // A chunk, or the largest stored form of one; a few spares (each resident) for the read-ahead.
       buffers(std::make_shared<BufferPool>(MaxStoredSize(image.ChunkSize()), 4)),
-      pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))), memfd_cap_(MemfdCap()) {}
+      pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))),
+      memfd_cap_(MemfdCap()) {}
 
 ClientCore::~ClientCore() {
   // First: decode tasks use the node chunk cache and the chunk cache, which are destroyed after this body.
@@ -74,15 +78,13 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
 
 bool ClientCore::WorthSharing(const Chunk& c, Offer offer, bool fetched) {
   switch (offer) {
-    case Offer::kNone:
-      return false;
+    case Offer::kNone: return false;
     case Offer::kMust:  // a kernel fd is being assembled
     case Offer::kPart:
       // A raw chunk read in parts (random preads, fio psync): every part would pay the checksum of the whole chunk
       // (~0.25 ms per MiB) again, so the node keeps the verified copy and later parts are a copy from it.
       return true;
-    case Offer::kShare:
-      break;
+    case Offer::kShare: break;
   }
   // What was expensive to get. A raw chunk read whole is already in its partition's page cache and costs one pread
   // plus a checksum; one the daemon keeps node-wide (its fetch cache) is not copied here a second time: another
@@ -169,13 +171,18 @@ Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string*
 Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer,
                                                               const std::function<bool()>& wanted) {
   bool hit = false;
-  auto r = cache.Get(e.id, c.index, [&]() -> Result<ChunkCache::Bytes> {
-    auto b = OwnedBytes::Allocate(c.raw_size, buffers);
-    if (!b) return Status(Code::kNoMemory, "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
-    Status s = LoadChunkInto(e, c, b->writable(), offer);
-    if (!s.ok()) return s;
-    return ChunkCache::Bytes(std::move(b));
-  }, &hit, wanted);
+  auto r = cache.Get(
+      e.id, c.index,
+      [&]() -> Result<ChunkCache::Bytes> {
+        auto b = OwnedBytes::Allocate(c.raw_size, buffers);
+        if (!b)
+          return Status(Code::kNoMemory,
+                        "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
+        Status s = LoadChunkInto(e, c, b->writable(), offer);
+        if (!s.ok()) return s;
+        return ChunkCache::Bytes(std::move(b));
+      },
+      &hit, wanted);
   // (`wanted` marks a read-ahead: one finding its chunk already there is no reader's cache hit.)
   if (hit && !wanted) stats.cache_hits.fetch_add(1, std::memory_order_relaxed);
   return r;

@@ -82,7 +82,7 @@ struct ClientCore {
   std::mutex remote_mu_;
   std::list<std::pair<uint32_t, std::shared_ptr<const std::string>>> remote_files_;
   uint64_t remote_bytes_kept_ = 0;
-  std::condition_variable remote_cv_;            // a whole-range fetch finished
+  std::condition_variable remote_cv_;             // a whole-range fetch finished
   std::unordered_set<uint32_t> remote_fetching_;  // files whose whole range is being fetched: others wait
 
  public:

@@ -24,7 +24,10 @@ uint64_t AheadWindow(const ClientCore& core, uint32_t chunk_size) {
 }  // namespace
 
 ClientFile::ClientFile(ClientCore& core, const Entry& e)
-    : core_(core), e_(e), chunks_(core.img.ChunkCount(e)), shift_(static_cast<uint32_t>(std::countr_zero(core.img.ChunkSize()))) {}
+    : core_(core),
+      e_(e),
+      chunks_(core.img.ChunkCount(e)),
+      shift_(static_cast<uint32_t>(std::countr_zero(core.img.ChunkSize()))) {}
 
 bool ClientFile::NoteRead(uint64_t off, uint64_t end) {
   uint64_t ahead_from = 0, ahead_to = 0;
@@ -215,7 +218,8 @@ Result<int> ClientFile::KernelFd(int flags) {
         auto c = core_.img.GetChunk(e_, i);
         if (!c.ok()) return c.status();
         PooledBuffer buf(core_.buffers);
-        if (buf.get() == nullptr) return Status(Code::kNoMemory, "no memory to decode a chunk of " + std::string(e_.path));
+        if (buf.get() == nullptr)
+          return Status(Code::kNoMemory, "no memory to decode a chunk of " + std::string(e_.path));
         return core_.LoadChunkInto(e_, *c, buf.get(), ClientCore::Offer::kMust);
       });
     });
@@ -248,7 +252,8 @@ Result<int> ClientFile::KernelFd(int flags) {
     if (!s.ok()) return fail(core_.Report(e_, s));
   }
   // Sealed: no one (not even an open("/proc/self/fd/N", O_RDWR)) can change the bytes after they were verified.
-  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SEAL) != 0) return fail(Status::FromErrno(errno, "sealing a memfd"));
+  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return fail(Status::FromErrno(errno, "sealing a memfd"));
   // Handed out as read-only reopens (O_RDONLY in F_GETFL, their own offset); the memfd itself is kept for
   // the next open of the same file.
   char proc[64];

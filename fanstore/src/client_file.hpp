@@ -32,8 +32,8 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   // The chunks of a read spanning several of a remote file that it covers whole and the chunk cache does not
   // hold, when there are two or more: ReadAt loads them in parallel straight into the caller's buffer.
   std::vector<uint64_t> DirectChunks(const Range& r) const;
-  // After a whole chunk was decoded into a caller's buffer: without a node chunk cache, a compressed one is also kept in
-  // this process's chunk cache for its next read (unless it is streamed).
+  // After a whole chunk was decoded into a caller's buffer: without a node chunk cache, a compressed one is also kept
+  // in this process's chunk cache for its next read (unless it is streamed).
   void KeepDecoded(const Chunk& c, const char* bytes, bool streaming);
   // Queues chunks [first, last] for the decode threads, unless the reader has passed them by their turn.
   void Prefetch(uint64_t first, uint64_t last);
@@ -46,11 +46,11 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   const Entry e_;
   const uint64_t chunks_;
   const uint32_t shift_;
-  std::mutex mu_;          // guards the read-ahead state below
-  uint64_t seq_end_ = 0;   // where the last read ended
-  int streak_ = 0;         // sequential reads in a row
-  uint64_t ahead_ = 0;     // chunks below this were already queued for read-ahead
-  std::atomic<uint64_t> reading_{0};  // the chunk the last reader is taking: queued decodes below it are moot
+  std::mutex mu_;                      // guards the read-ahead state below
+  uint64_t seq_end_ = 0;               // where the last read ended
+  int streak_ = 0;                     // sequential reads in a row
+  uint64_t ahead_ = 0;                 // chunks below this were already queued for read-ahead
+  std::atomic<uint64_t> reading_{0};   // the chunk the last reader is taking: queued decodes below it are moot
   std::atomic<int> stream_offer_{-1};  // StreamOffer's answer once asked (-1: not yet)
 };
 

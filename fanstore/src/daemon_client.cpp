@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "daemon_protocol.hpp"
-#include "owned_fd.hpp"
 #include "fanstore/path_template.hpp"
-#include "shared_cache.hpp"
+#include "owned_fd.hpp"
 #include "range_check.hpp"
 #include "remote_fetcher.hpp"
+#include "shared_cache.hpp"
 
 namespace fanstore {
 
@@ -135,8 +135,8 @@ struct Conn {
 struct ReplyExpect {
   dp::MsgType type = dp::MsgType::kFetch;
   uint64_t req_id = 0;
-  bool exact = false;       // payload_size must be 0 or exactly `payload` (fetch: the requested length)
-  uint64_t payload = 0;     // otherwise the most it may be
+  bool exact = false;    // payload_size must be 0 or exactly `payload` (fetch: the requested length)
+  uint64_t payload = 0;  // otherwise the most it may be
 };
 
 // How a reply is waited for, and what becomes of an fd it passes.
@@ -230,8 +230,7 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, const ReplyIo& io, const Remote
     if (!RangeWithin(h.shm_offset, h.payload_size, c->area_len))
       s = Status(Code::kIoError, "daemon reply claims " + U64(h.payload_size) + " bytes at offset " +
                                      U64(h.shm_offset) + " of a " + U64(c->area_len) + "-byte reply area");
-    else if (h.code == Code::kOk)
-      used = use(c->area + h.shm_offset, static_cast<size_t>(h.payload_size));
+    else if (h.code == Code::kOk) used = use(c->area + h.shm_offset, static_cast<size_t>(h.payload_size));
   } else if (s.ok() && in_memfd) {
     uint64_t len = 0;
     s = CheckPassedMemfd(passed, h.shm_offset, h.payload_size, &len);
@@ -304,12 +303,13 @@ Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keepe
   ex.payload = dp::kMaxHelloPayload;
   std::string payload;
   bool consumed = false;
-  Status s = Exchange(c, r, {}, ex, {deadline_ms, 0, keeper, hook, nullptr},
-                      [&](const char* d, size_t n) {
-                        payload.assign(d, n);
-                        return Status::Ok();
-                      },
-                      &consumed);
+  Status s = Exchange(
+      c, r, {}, ex, {deadline_ms, 0, keeper, hook, nullptr},
+      [&](const char* d, size_t n) {
+        payload.assign(d, n);
+        return Status::Ok();
+      },
+      &consumed);
   if (!s.ok()) return s;
   dp::HelloInfo h;
   if (!dp::DecodeHello(payload, &h)) return Status(Code::kIoError, "daemon sent a malformed hello");
@@ -375,20 +375,21 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     bool consumed = false;
     bool got = false;
     // `use` runs while we hold the connection: the area's bytes stay put until our next request on it.
-    Status s = Exchange(c, r, {}, ex, {deadline, kReplySpinUs, this, hook_.load(std::memory_order_acquire), nullptr},
-                        [&](const char* d, size_t n) {
-                          got = true;
-                          return use(d, n);
-                        },
-                        &consumed);
+    Status s = Exchange(
+        c, r, {}, ex, {deadline, kReplySpinUs, this, hook_.load(std::memory_order_acquire), nullptr},
+        [&](const char* d, size_t n) {
+          got = true;
+          return use(d, n);
+        },
+        &consumed);
     // A socket failure, a timeout or a malformed reply leaves the stream at an unknown position (a late reply
     // may still arrive), so that connection is dropped; a daemon-reported error was read completely and the
     // connection is reused.
     Give(c, consumed);
     if (!s.ok()) {
       if (got) return s;  // use's own verdict (e.g. a checksum mismatch), not a transport error
-      return Status(s.code(), "partition " + U64(part) + " bytes " + U64(offset) + "+" + U64(length) + " via " +
-                                  path_ + ": " + s.message());
+      return Status(s.code(), "partition " + U64(part) + " bytes " + U64(offset) + "+" + U64(length) + " via " + path_ +
+                                  ": " + s.message());
     }
     if (!got && length != 0)
       return Status(Code::kIoError, "daemon answered a " + U64(length) + "-byte read with no payload");
@@ -456,8 +457,9 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       if (ms.ok()) KeepCacheFd(fd);
       return ms;
     };
-    Status s = Exchange(*taken, r, {}, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), map_cache},
-                        [](const char*, size_t) { return Status::Ok(); }, &consumed);
+    Status s = Exchange(
+        *taken, r, {}, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), map_cache},
+        [](const char*, size_t) { return Status::Ok(); }, &consumed);
     Give(*taken, consumed);
     cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
     return s.ok() && view_.attached() ? &view_ : nullptr;
@@ -479,16 +481,18 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     ex.payload = dp::kPrefetchReplySize;
     std::string payload;
     bool consumed = false;
-    Status s = Exchange(*taken, r, body, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), nullptr},
-                        [&](const char* d, size_t n) {
-                          payload.assign(d, n);
-                          return Status::Ok();
-                        },
-                        &consumed);
+    Status s = Exchange(
+        *taken, r, body, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), nullptr},
+        [&](const char* d, size_t n) {
+          payload.assign(d, n);
+          return Status::Ok();
+        },
+        &consumed);
     Give(*taken, consumed);
     if (!s.ok()) return s;
     dp::PrefetchCounts counts;
-    if (!dp::DecodePrefetchCounts(payload, &counts)) return Status(Code::kIoError, "daemon sent a malformed prefetch reply");
+    if (!dp::DecodePrefetchCounts(payload, &counts))
+      return Status(Code::kIoError, "daemon sent a malformed prefetch reply");
     return counts;
   }
 
@@ -534,10 +538,11 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
  private:
-  // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked without the AtFork hooks (a raw clone), either
-  // may have been held by a parent thread that does not exist here: one thread of the child re-creates them
-  // and drops the inherited connections; the others wait for it. owner_ is the owning pid, or minus the pid
-  // of a process adopting (a parent forked mid-adoption leaves the child a foreign negative pid: taken over).
+  // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked
+  // without the AtFork hooks (a raw clone), either may have been held by a parent thread that does not exist here: one
+  // thread of the child re-creates them and drops the inherited connections; the others wait for it. owner_ is the
+  // owning pid, or minus the pid of a process adopting (a parent forked mid-adoption leaves the child a foreign
+  // negative pid: taken over).
   void AdoptIfForked() {
     const pid_t me = getpid();
     for (;;) {
@@ -676,11 +681,11 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // Measured here (8 epochs, 20,000 files, the remote part all in the cache): 0.445 and 0.467 s per epoch
   // instead of 0.521 and 0.525 s.
   std::atomic<int> cache_fd_{-1};
-  OwnedFd cache_fd_id_;  // its identity (set before cache_fd_ is published)
-  bool fork_locked_ = false;                // AtForkPrepare holds mu_
+  OwnedFd cache_fd_id_;       // its identity (set before cache_fd_ is published)
+  bool fork_locked_ = false;  // AtForkPrepare holds mu_
   uint64_t generation_ = 0;
-  std::atomic<uint64_t> next_id_{2};        // 1 is the hello
-  std::atomic<pid_t> owner_{getpid()};      // the process the connections in all_ belong to (AdoptIfForked)
+  std::atomic<uint64_t> next_id_{2};    // 1 is the hello
+  std::atomic<pid_t> owner_{getpid()};  // the process the connections in all_ belong to (AdoptIfForked)
 };
 
 }  // namespace

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 
-
 namespace fanstore::daemon_proto {
 
 namespace {
@@ -100,7 +99,8 @@ Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out, int 
         int got;
         std::memcpy(&got, CMSG_DATA(cm), sizeof got);
         // Only one fd is ever expected; a second would leak, so close extras.
-        if (fd_out && *fd_out < 0) *fd_out = got; else close(got);
+        if (fd_out && *fd_out < 0) *fd_out = got;
+        else close(got);
       }
     }
     c += r;

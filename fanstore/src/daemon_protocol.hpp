@@ -1,5 +1,5 @@
-// Socket I/O for the client <-> daemon protocol (fanstore/protocol/include/fanstore/protocol/daemon_wire.hpp): deadline-bounded sends and
-// receives with fd passing, and the sealed memfds that carry payloads. MPI-free.
+// Socket I/O for the client <-> daemon protocol (fanstore/protocol/include/fanstore/protocol/daemon_wire.hpp):
+// deadline-bounded sends and receives with fd passing, and the sealed memfds that carry payloads. MPI-free.
 #pragma once
 
 #include <cstdint>

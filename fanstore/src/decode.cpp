@@ -56,8 +56,8 @@ Status PreadFull(int fd, void* buf, size_t n, uint64_t offset, const std::string
 Status DecodeChunkAt(const Entry& e, const Chunk& c, const void* stored, size_t stored_size, char* out,
                      const std::string& where) {
   auto corrupt = [&](const std::string& what) {
-    return Status(Code::kCorrupt, where + ": " + what + " in " + ChunkName(e, c) +
-                                      " (the image is damaged: copy it again or re-pack)");
+    return Status(Code::kCorrupt,
+                  where + ": " + what + " in " + ChunkName(e, c) + " (the image is damaged: copy it again or re-pack)");
   };
   if (stored_size != c.stored_size) return corrupt("stored size mismatch");
   if (c.codec == Codec::kRaw) {

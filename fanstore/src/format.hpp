@@ -40,14 +40,13 @@ inline constexpr char kIndexMagic[8] = {'F', 'A', 'N', 'S', 'T', 'I', 'D', 'X'};
 inline constexpr uint32_t kHeaderSize = 256;
 namespace hdr {
 inline constexpr size_t kMagic = 0, kVersion = 8, kHeaderSize = 12, kFlags = 16, kRegularParts = 20,
-                        kReplicatedPart = 24, kPartitionCount = 28, kEntryCount = 32, kFileCount = 40,
-                        kDirCount = 48, kBytesIn = 56, kBytesStored = 64, kImageId = 72, kIndexSize = 80,
-                        kChunkShift = 88, kReserved0 = 92, kChunkCount = 96, kEntriesOff = 104, kEntriesSize = 112,
-                        kChildrenOff = 120, kChildrenSize = 128, kHashOff = 136, kHashSize = 144, kPartsOff = 152,
-                        kPartsSize = 160, kChunksOff = 168, kChunksSize = 176, kStringsOff = 184,
-                        kStringsSize = 192, kBodyXxh3 = 200,
+                        kReplicatedPart = 24, kPartitionCount = 28, kEntryCount = 32, kFileCount = 40, kDirCount = 48,
+                        kBytesIn = 56, kBytesStored = 64, kImageId = 72, kIndexSize = 80, kChunkShift = 88,
+                        kReserved0 = 92, kChunkCount = 96, kEntriesOff = 104, kEntriesSize = 112, kChildrenOff = 120,
+                        kChildrenSize = 128, kHashOff = 136, kHashSize = 144, kPartsOff = 152, kPartsSize = 160,
+                        kChunksOff = 168, kChunksSize = 176, kStringsOff = 184, kStringsSize = 192, kBodyXxh3 = 200,
                         kLinkCount = 208,  // version 3: symlink entries (reserved, 0, in version 2)
-                        kReserved1 = 216, kHeaderXxh3 = 248;
+    kReserved1 = 216, kHeaderXxh3 = 248;
 }  // namespace hdr
 
 // Header flags (version 3). kFlagSharedLibraries: some file's name ends in ".so" or holds ".so." (a shared library),
@@ -59,12 +58,11 @@ inline constexpr uint32_t kEntrySize = 112;
 inline constexpr uint32_t kEntrySizeV2 = 96;
 inline constexpr uint32_t EntrySize(uint32_t version) { return version == 2 ? kEntrySizeV2 : kEntrySize; }
 namespace ent {
-inline constexpr size_t kPathOff = 0, kPathLen = 8, kNameOff = 12, kParent = 16, kMode = 20, kSize = 24,
-                        kMtimeSec = 32, kMtimeNsec = 40, kNlink = 44, kIno = 48, kPart = 56, kCodec = 60,
-                        kOffset = 64, kStoredSize = 72, kChecksum = 80,
-                        kChildFirst = 88, kChildCount = 92,  // directories
-                        kChunkFirst = 88,                    // files of more than one chunk (u64)
-                        kUid = 96, kGid = 100, kBlocks = 104;  // version 3
+inline constexpr size_t kPathOff = 0, kPathLen = 8, kNameOff = 12, kParent = 16, kMode = 20, kSize = 24, kMtimeSec = 32,
+                        kMtimeNsec = 40, kNlink = 44, kIno = 48, kPart = 56, kCodec = 60, kOffset = 64,
+                        kStoredSize = 72, kChecksum = 80, kChildFirst = 88, kChildCount = 92,  // directories
+    kChunkFirst = 88,                      // files of more than one chunk (u64)
+    kUid = 96, kGid = 100, kBlocks = 104;  // version 3
 }  // namespace ent
 // A symlink's target is `size` bytes of the string table at `offset`; it has no partition and no chunks.
 inline constexpr uint32_t kMaxLinkTarget = 4095;  // PATH_MAX - 1, as symlink(2) allows

@@ -169,7 +169,8 @@ Status ValidateLayout(Image::Impl* m) {
 Status ValidateHeader(const char* h, uint64_t len, bool trusted) {
   if (len < sizeof kIndexMagic && std::memcmp(h, kIndexMagic, len) == 0) return Truncated(len, kHeaderSize);
   if (len < sizeof kIndexMagic || std::memcmp(h, kIndexMagic, sizeof kIndexMagic) != 0)
-    return Status(Code::kCorrupt, "index.fsi is not a FanStore index (bad magic): pass an image made by `fanstore pack`");
+    return Status(Code::kCorrupt,
+                  "index.fsi is not a FanStore index (bad magic): pass an image made by `fanstore pack`");
   if (len < hdr::kVersion + 4) return Truncated(len, kHeaderSize);
   uint32_t version = Load32(h + hdr::kVersion);
   if (version > kVersion)
@@ -196,8 +197,8 @@ Status ValidateHeader(const char* h, uint64_t len, bool trusted) {
 }
 
 Status BadEntry(const Entry& e, const std::string& what) {
-  return Status(Code::kCorrupt, "index.fsi: bad entry for " + std::string(e.path) + " (" + what +
-                                    "): re-pack or copy the image again");
+  return Status(Code::kCorrupt,
+                "index.fsi: bad entry for " + std::string(e.path) + " (" + what + "): re-pack or copy the image again");
 }
 
 // The entry's offset, stored size and size are below format::kMaxStoredOffset: sums of two cannot wrap.
@@ -212,7 +213,8 @@ Status CheckPartHeader(const char* h, uint32_t p, uint64_t image_id, const std::
       Load64(h + phdr::kDataSize) > kMaxStoredOffset)
     return Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
   if (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p)
-    return Status(Code::kCorrupt, path + " belongs to another image: copy the partitions of this image next to its index");
+    return Status(Code::kCorrupt,
+                  path + " belongs to another image: copy the partitions of this image next to its index");
   return Status::Ok();
 }
 
@@ -237,15 +239,17 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT)
-      return Status(Code::kIoError, "partition " + path + " is missing: copy it next to the index (or, with its "
-                                    "partitions spread over nodes, read the image through `fanstore serve`)");
+      return Status(Code::kIoError, "partition " + path +
+                                        " is missing: copy it next to the index (or, with its "
+                                        "partitions spread over nodes, read the image through `fanstore serve`)");
     return Status(Status::FromErrno(err, "").code(), "cannot open partition " + path + ": " + std::strerror(err));
   }
   char h[kPartHeaderSize];
-  struct stat st{};
+  struct stat st {};
   Status s;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    s = Status(Code::kCorrupt, "partition " + path + " is not a regular file: copy the image's partitions next to its index");
+    s = Status(Code::kCorrupt,
+               "partition " + path + " is not a regular file: copy the image's partitions next to its index");
   if (s.ok()) s = PreadFull(fd, h, sizeof h, 0, name);
   if (s.ok()) s = CheckPartHeader(h, p, image_id, path);
   // A partition shorter than its header says (truncated, or still being copied) stays usable: every read is a
@@ -278,7 +282,8 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
     int err = errno;
     struct stat st;
     if (err == ENOENT && ::stat(dir.c_str(), &st) == 0)
-      return Status(Code::kNotFound, dir + " is not a FanStore image (no index.fsi): pass the directory `fanstore pack -o` made");
+      return Status(Code::kNotFound,
+                    dir + " is not a FanStore image (no index.fsi): pass the directory `fanstore pack -o` made");
     return Status::FromErrno(err, "cannot open image " + path);
   }
   struct stat st;
@@ -322,7 +327,9 @@ uint64_t Image::ContentKey() const {
 }
 uint32_t Image::ChunkSize() const { return uint32_t{1} << impl_->chunk_shift; }
 uint64_t Image::ChunkTableSize() const { return impl_->chunk_count; }
-uint64_t Image::ChunkCount(const Entry& e) const { return e.is_reg() ? format::ChunkCount(e.size, impl_->chunk_shift) : 0; }
+uint64_t Image::ChunkCount(const Entry& e) const {
+  return e.is_reg() ? format::ChunkCount(e.size, impl_->chunk_shift) : 0;
+}
 
 Entry Image::Get(uint32_t id) const {
   Entry e;
@@ -369,7 +376,8 @@ uint32_t FindExact(const Image::Impl& m, std::string_view rel) {
     const char* r = m.Record(id);
     uint64_t po = Load64(r + ent::kPathOff);
     uint32_t pl = Load32(r + ent::kPathLen);
-    if (pl == rel.size() && SectionOk(po, pl, 0, m.strings_size) && (pl == 0 || std::memcmp(m.strings + po, rel.data(), pl) == 0))
+    if (pl == rel.size() && SectionOk(po, pl, 0, m.strings_size) &&
+        (pl == 0 || std::memcmp(m.strings + po, rel.data(), pl) == 0))
       return id;
   }
   return kEmptyBucket;
@@ -468,10 +476,10 @@ Status Image::CheckLayout(const Entry& e) const {
 }
 
 Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
-  if (!e.is_reg() || e.part >= impl_->parts || !SizesBounded(e))
-    return BadEntry(e, "type, partition, offset or size");
+  if (!e.is_reg() || e.part >= impl_->parts || !SizesBounded(e)) return BadEntry(e, "type, partition, offset or size");
   const uint64_t n = format::ChunkCount(e.size, impl_->chunk_shift);
-  if (i >= n) return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + std::string(e.path));
+  if (i >= n)
+    return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + std::string(e.path));
   Chunk c;
   c.index = i;
   c.raw_offset = i << impl_->chunk_shift;
@@ -486,7 +494,8 @@ Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
     c.key = e.id;
   } else {
     if (e.codec != Codec::kChunked) return BadEntry(e, "codec of a multi-chunk file");
-    if (e.chunk_first > impl_->chunk_count || n > impl_->chunk_count - e.chunk_first) return BadEntry(e, "chunk table range");
+    if (e.chunk_first > impl_->chunk_count || n > impl_->chunk_count - e.chunk_first)
+      return BadEntry(e, "chunk table range");
     const char* r = impl_->chunk_table + (e.chunk_first + i) * kChunkRecordSize;
     stored_off = Load64(r + chk::kStoredOff);
     stored_size = Load32(r + chk::kStoredSize);

@@ -15,8 +15,8 @@ uint64_t Ns(const struct timespec& t) {
 std::string Make(const struct stat& st, uint64_t body_xxh3) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "fst2:%" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%" PRIu64 ":%016" PRIx64,
-                static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                static_cast<uint64_t>(st.st_size), Ns(st.st_mtim), Ns(st.st_ctim), body_xxh3);
+                static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                Ns(st.st_mtim), Ns(st.st_ctim), body_xxh3);
   return buf;
 }
 

@@ -60,23 +60,29 @@ void EncodeInPieces(size_t count, size_t size, size_t piece, Encode&& encode, Si
 // a hard-linked file share the inode of the first.
 template <class Sink>
 void ForEachEntryChunk(const PackTree& tree, Sink&& sink) {
-  EncodeInPieces(tree.nodes.size(), kEntrySize, 4096, [&](size_t id, char* r) {
-    const PackNode& n = tree.nodes[id];
-    EncodeEntry(tree, n, r);
-    Store64(r + ent::kIno, (n.is_alias() ? n.link_of : id) + 1);
-  }, sink);
+  EncodeInPieces(
+      tree.nodes.size(), kEntrySize, 4096,
+      [&](size_t id, char* r) {
+        const PackNode& n = tree.nodes[id];
+        EncodeEntry(tree, n, r);
+        Store64(r + ent::kIno, (n.is_alias() ? n.link_of : id) + 1);
+      },
+      sink);
 }
 
 // The chunk table.
 template <class Sink>
 void ForEachChunkTablePiece(const PackTree& tree, Sink&& sink) {
-  EncodeInPieces(tree.chunks.size(), kChunkRecordSize, 65536, [&](size_t i, char* r) {
-    const ChunkRecord& c = tree.chunks[i];
-    Store64(r + chk::kStoredOff, c.stored_off);
-    Store32(r + chk::kStoredSize, c.stored_size);
-    Store32(r + chk::kCodec, static_cast<uint32_t>(c.codec));
-    Store64(r + chk::kChecksum, c.checksum);
-  }, sink);
+  EncodeInPieces(
+      tree.chunks.size(), kChunkRecordSize, 65536,
+      [&](size_t i, char* r) {
+        const ChunkRecord& c = tree.chunks[i];
+        Store64(r + chk::kStoredOff, c.stored_off);
+        Store32(r + chk::kStoredSize, c.stored_size);
+        Store32(r + chk::kCodec, static_cast<uint32_t>(c.codec));
+        Store64(r + chk::kChecksum, c.checksum);
+      },
+      sink);
 }
 
 std::string PartitionTable(const IndexMeta& meta, uint64_t names_base) {

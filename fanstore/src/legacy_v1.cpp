@@ -36,7 +36,8 @@ constexpr size_t kRegularParts = 20, kReplicatedPart = 24, kPartitionCount = 28,
 }  // namespace v1
 
 Status Damaged(const std::string& dir, const std::string& what) {
-  return Status(Code::kCorrupt, dir + " (format 1) is damaged (" + what + "): it cannot be converted; re-pack the source");
+  return Status(Code::kCorrupt,
+                dir + " (format 1) is damaged (" + what + "): it cannot be converted; re-pack the source");
 }
 
 // A version-1 image, mapped and checked (checksums, sections, every entry's fields).
@@ -69,9 +70,11 @@ class V1Image {
     if (Load32(h + 12) != v1::kHeaderSize || Xxh3(h, v1::kHeaderXxh3) != Load64(h + v1::kHeaderXxh3))
       return Damaged(dir, "header checksum");
     if (Load64(h + v1::kIndexSize) != len_) return Damaged(dir, "index size");
-    if (Xxh3(h + v1::kHeaderSize, len_ - v1::kHeaderSize) != Load64(h + v1::kBodyXxh3)) return Damaged(dir, "body checksum");
+    if (Xxh3(h + v1::kHeaderSize, len_ - v1::kHeaderSize) != Load64(h + v1::kBodyXxh3))
+      return Damaged(dir, "body checksum");
     entries_ = Load64(h + v1::kEntryCount);
-    const uint64_t eo = Load64(h + v1::kEntriesOff), co = Load64(h + v1::kChildrenOff), cs = Load64(h + v1::kChildrenSize);
+    const uint64_t eo = Load64(h + v1::kEntriesOff), co = Load64(h + v1::kChildrenOff),
+                   cs = Load64(h + v1::kChildrenSize);
     const uint64_t po = Load64(h + v1::kPartsOff), so = Load64(h + v1::kStringsOff), ss = Load64(h + v1::kStringsSize);
     parts_ = Load32(h + v1::kPartitionCount);
     // Version 1 entries have the layout of version 2's.
@@ -156,8 +159,15 @@ class V1Image {
 class V1Stream final : public SourceStream {
  public:
   V1Stream(int fd, uint64_t offset, uint64_t stored, uint64_t size, uint32_t codec, uint64_t checksum, std::string name)
-      : fd_(fd), offset_(offset), stored_(stored), size_(size), codec_(codec), checksum_(checksum), name_(std::move(name)),
-        hash_(XXH3_createState(), &XXH3_freeState), in_(new char[kIn]) {
+      : fd_(fd),
+        offset_(offset),
+        stored_(stored),
+        size_(size),
+        codec_(codec),
+        checksum_(checksum),
+        name_(std::move(name)),
+        hash_(XXH3_createState(), &XXH3_freeState),
+        in_(new char[kIn]) {
     XXH3_64bits_reset(hash_.get());
     if (codec_ == format::kCodecZstd) dctx_.reset(ZSTD_createDStream());
   }
@@ -182,7 +192,8 @@ class V1Stream final : public SourceStream {
     if (got == 0 && !checked_) {  // the end: everything was produced, so the checksum must hold now
       checked_ = true;
       if (XXH3_64bits_digest(hash_.get()) != checksum_)
-        return Status(Code::kCorrupt, name_ + ": checksum mismatch in the old image: convert cannot copy it; re-pack the source");
+        return Status(Code::kCorrupt,
+                      name_ + ": checksum mismatch in the old image: convert cannot copy it; re-pack the source");
     }
     return got;
   }
@@ -198,7 +209,8 @@ class V1Stream final : public SourceStream {
     ZSTD_outBuffer ob{out, cap, 0};
     while (ob.pos == 0) {
       if (ib_.pos == ib_.size) {
-        if (consumed_ == stored_) return Status(Code::kCorrupt, name_ + ": compressed frame ends early in the old image");
+        if (consumed_ == stored_)
+          return Status(Code::kCorrupt, name_ + ": compressed frame ends early in the old image");
         size_t m = static_cast<size_t>(std::min<uint64_t>(kIn, stored_ - consumed_));
         Status s = PreadFull(fd_, in_.get(), m, offset_ + consumed_, name_);
         if (!s.ok()) return s;
@@ -206,7 +218,8 @@ class V1Stream final : public SourceStream {
         ib_ = {in_.get(), m, 0};
       }
       size_t r = ZSTD_decompressStream(dctx_.get(), &ob, &ib_);
-      if (ZSTD_isError(r)) return Status(Code::kCorrupt, name_ + ": zstd: " + ZSTD_getErrorName(r) + " in the old image");
+      if (ZSTD_isError(r))
+        return Status(Code::kCorrupt, name_ + ": zstd: " + ZSTD_getErrorName(r) + " in the old image");
     }
     return ob.pos;
   }
@@ -234,11 +247,12 @@ class V1Source final : public PackSource {
     const uint64_t size = Load64(r + format::ent::kSize);
     auto fd = img_->PartFd(part);
     if (!fd.ok()) return fd.status();
-    if (codec > format::kCodecZstd || (codec == format::kCodecRaw && stored != size) || offset < format::kPartHeaderSize ||
-        !RangeWithin(offset, stored, format::kMaxStoredOffset) || size > format::kMaxStoredOffset)
+    if (codec > format::kCodecZstd || (codec == format::kCodecRaw && stored != size) ||
+        offset < format::kPartHeaderSize || !RangeWithin(offset, stored, format::kMaxStoredOffset) ||
+        size > format::kMaxStoredOffset)
       return Damaged(img_->dir(), "entry of " + Describe(tree, id));
-    return std::unique_ptr<SourceStream>(new V1Stream(*fd, offset, stored, size, codec, Load64(r + format::ent::kChecksum),
-                                                      Describe(tree, id)));
+    return std::unique_ptr<SourceStream>(
+        new V1Stream(*fd, offset, stored, size, codec, Load64(r + format::ent::kChecksum), Describe(tree, id)));
   }
   std::string Describe(const PackTree& tree, uint32_t id) const override {
     return img_->dir() + ":" + std::string(tree.Path(tree.nodes[id]));
@@ -270,7 +284,8 @@ Status BuildTree(const V1Image& img, PackTree* tree) {
     n.gid = static_cast<uint32_t>(::getgid());
     n.blocks = n.size / 4096 * 8 + (n.size % 4096 ? 8 : 0);  // as a 4 KiB-block file system stores it
     if (n.parent >= img.entries()) return Damaged(img.dir(), "parent of " + std::string(path));
-    if ((n.mode & S_IFMT) != S_IFDIR && (n.mode & S_IFMT) != S_IFREG) return Damaged(img.dir(), "type of " + std::string(path));
+    if ((n.mode & S_IFMT) != S_IFDIR && (n.mode & S_IFMT) != S_IFREG)
+      return Damaged(img.dir(), "type of " + std::string(path));
     if ((n.mode & S_IFMT) == S_IFDIR) {
       ++tree->dirs;
       const uint64_t first = Load32(r + format::ent::kChildFirst), count = Load32(r + format::ent::kChildCount);

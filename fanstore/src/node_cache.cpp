@@ -54,9 +54,9 @@ uint64_t NowSeconds() {
 }  // namespace
 
 struct NodeCache::Region {
-  std::string name;      // "small" or "f<ID>"
+  std::string name;  // "small" or "f<ID>"
   int data_fd = -1;
-  struct stat data_st{};
+  struct stat data_st {};
   char* bits = nullptr;  // the mapped bits file
   size_t bits_len = 0;
   uint64_t nbits = 0;
@@ -68,9 +68,7 @@ struct NodeCache::Region {
   std::atomic_ref<uint64_t> Word(uint64_t i) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bits + kBitsHeader + (i / 64) * 8));
   }
-  bool Test(uint64_t i) const {
-    return i < nbits && (Word(i).load(std::memory_order_acquire) >> (i % 64)) & 1;
-  }
+  bool Test(uint64_t i) const { return i < nbits && (Word(i).load(std::memory_order_acquire) >> (i % 64)) & 1; }
   // Sets bit i; returns whether it was set before.
   bool Set(uint64_t i) const {
     const uint64_t m = uint64_t{1} << (i % 64);
@@ -79,8 +77,11 @@ struct NodeCache::Region {
 };
 
 NodeCache::NodeCache(std::string dir, const Image& img, int state_fd, char* state)
-    : dir_(std::move(dir)), img_(img), shift_(static_cast<uint32_t>(std::countr_zero(img.ChunkSize()))),
-      state_fd_(state_fd), state_(state) {}
+    : dir_(std::move(dir)),
+      img_(img),
+      shift_(static_cast<uint32_t>(std::countr_zero(img.ChunkSize()))),
+      state_fd_(state_fd),
+      state_(state) {}
 
 NodeCache::~NodeCache() {
   files_.clear();
@@ -195,9 +196,9 @@ std::shared_ptr<NodeCache::Region> NodeCache::RegionFor(const Entry& e, bool cre
     lru_.splice(lru_.begin(), lru_, it->second.second);
     return it->second.first;
   }
-  const uint64_t now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                   std::chrono::steady_clock::now().time_since_epoch())
-                                                   .count());
+  const uint64_t now_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
   if (!create) {
     auto a = absent_.find(e.id);
     if (a != absent_.end() && now_ms < a->second + 1000) return nullptr;
@@ -303,7 +304,8 @@ void NodeCache::Recount() {
     std::string n = de->d_name;
     if (n.size() < 5 || n.compare(n.size() - 5, 5, ".data") != 0) continue;
     struct stat st;
-    if (::fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+    if (::fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
   }
   ::closedir(d);
   Used().store(total);

@@ -38,8 +38,7 @@ inline constexpr size_t kStateSize = 4096;
 inline constexpr size_t kBitsHeader = 64;
 // state page
 inline constexpr size_t kStMagic = 0, kStVersion = 8, kStChunkShift = 12, kStImageId = 16 /* Image::ContentKey */,
-                        kStEntries = 24,
-                        kStBudget = 32, kStUsed = 40, kStLastRecount = 48;
+                        kStEntries = 24, kStBudget = 32, kStUsed = 40, kStLastRecount = 48;
 // bits header
 inline constexpr size_t kBtMagic = 0, kBtDataIno = 8, kBtDataDev = 16, kBtBits = 24, kBtStreams = 32;
 }  // namespace node_cache_format

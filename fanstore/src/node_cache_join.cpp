@@ -110,9 +110,12 @@ Status EnsureState(const std::string& dir, const Image& img, uint64_t budget) {
   pidfd = keep_pid >= 0 ? ::dup2(keep_pid, 4) : -1;
   if (::syscall(SYS_close_range, 5u, ~0u, 0u) != 0)
     for (int fd = 5; fd < 4096; ++fd) ::close(fd);
-  if (::chdir("/") != 0) {}
+  if (::chdir("/") != 0) {
+  }
   if (pidfd >= 0) {
-    struct pollfd p{pidfd, POLLIN, 0};
+    struct pollfd p {
+      pidfd, POLLIN, 0
+    };
     while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
     }
   } else {
@@ -125,7 +128,8 @@ Status EnsureState(const std::string& dir, const Image& img, uint64_t budget) {
 }  // namespace
 
 uint64_t DefaultNodeCacheBudget(const std::string& root) {
-  const uint64_t ram = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t ram =
+      static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   uint64_t budget = ram / 4;
   struct statvfs sv;
   if (::statvfs(root.c_str(), &sv) == 0) budget = std::min<uint64_t>(budget, uint64_t{sv.f_bavail} * sv.f_frsize / 2);
@@ -139,12 +143,14 @@ Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts
   int lock_fd = -1;
   for (int attempt = 0;; ++attempt) {
     if (attempt == 5) return Status(Code::kIoError, "node chunk cache " + dir + " keeps disappearing under us");
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "node chunk cache: mkdir " + dir);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, "node chunk cache: mkdir " + dir);
     struct stat st;
     if (::lstat(dir.c_str(), &st) != 0) continue;
     // Only a private directory of ours: never follow a link or share one another user could plant.
     if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
-      return Status(Code::kPermission, "node chunk cache " + dir + " exists but is not a private directory of this user: remove it");
+      return Status(Code::kPermission,
+                    "node chunk cache " + dir + " exists but is not a private directory of this user: remove it");
     lock_fd = ::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lock_fd < 0) continue;
     while (::flock(lock_fd, LOCK_SH) != 0 && errno == EINTR) {

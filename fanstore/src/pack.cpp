@@ -2,9 +2,9 @@
 #include "fanstore/pack.hpp"
 
 #include <dirent.h>
-#include <signal.h>
 #include <fnmatch.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -55,10 +55,14 @@ void NameLeftovers(const std::string& output, const std::function<void(const std
     if (pid.find_first_not_of("0123456789") != std::string_view::npos || pid == mine) continue;
     const std::string path = output.find('/') == std::string::npos ? std::string(n) : Join(dir, n);
     const bool live = ::kill(static_cast<pid_t>(std::stoll(std::string(pid))), 0) == 0 || errno == EPERM;
-    warn(path + (live ? " belongs to a pack (pid " + std::string(pid) + ") still running on this host, or to one on "
-                        "another host; once none runs, remove it: rm -r " + path
-                      : " is left from a pack that was killed (pid " + std::string(pid) + " is not running on this host);"
-                        " unless another host's pack writes it, remove it: rm -r " + path));
+    warn(path + (live ? " belongs to a pack (pid " + std::string(pid) +
+                            ") still running on this host, or to one on "
+                            "another host; once none runs, remove it: rm -r " +
+                            path
+                      : " is left from a pack that was killed (pid " + std::string(pid) +
+                            " is not running on this host);"
+                            " unless another host's pack writes it, remove it: rm -r " +
+                            path));
   }
   ::closedir(d);
 }
@@ -80,7 +84,8 @@ Status CheckOutput(const std::string& source, const std::string& output) {
       }
     }
     if (!empty_dir)
-      return Status(Code::kExists, "output " + output + " already exists and is not empty: remove it or choose another -o");
+      return Status(Code::kExists,
+                    "output " + output + " already exists and is not empty: remove it or choose another -o");
   }
   const std::string parent = ParentOf(output);
   char rp_parent[PATH_MAX], rp_source[PATH_MAX];
@@ -95,8 +100,8 @@ Status CheckOutput(const std::string& source, const std::string& output) {
     const std::string o = Join(::realpath(output.c_str(), rp_output) ? rp_output : Join(rp_parent, NameOf(output)), "");
     const std::string s = Join(rp_source, "");
     if (o.compare(0, s.size(), s) == 0)
-      return Status(Code::kInvalidArgument, "output " + output + " is the source " + source +
-                                                " or inside it: choose an -o outside it");
+      return Status(Code::kInvalidArgument,
+                    "output " + output + " is the source " + source + " or inside it: choose an -o outside it");
   }
   return Status::Ok();
 }
@@ -116,10 +121,8 @@ void AssignPartitions(PackTree* tree, const PackOptions& opts, uint32_t rep_part
   for (uint32_t id = 0; id < tree->nodes.size(); ++id) {
     PackNode& n = tree->nodes[id];
     if ((n.mode & S_IFMT) != S_IFREG || n.is_alias()) continue;  // a hard link's bytes are its first name's
-    if (Replicated(tree->Path(n), opts.replicate))
-      n.part = rep_part;
-    else
-      files.push_back(id);
+    if (Replicated(tree->Path(n), opts.replicate)) n.part = rep_part;
+    else files.push_back(id);
   }
   std::sort(files.begin(), files.end(), [&](uint32_t a, uint32_t b) {
     uint64_t sa = tree->nodes[a].size, sb = tree->nodes[b].size;
@@ -178,8 +181,7 @@ Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, Wr
     if (tree->nodes[id].part != kNoPartition) tasks.push_back(id);
   std::stable_sort(tasks.begin(), tasks.end(),
                    [&](uint32_t a, uint32_t b) { return tree->nodes[a].part < tree->nodes[b].part; });
-  Status s = WriteChunks(tasks, tree, source, opts.level, meta->chunk_shift, threads, &files,
-                         progress, opts.stop);
+  Status s = WriteChunks(tasks, tree, source, opts.level, meta->chunk_shift, threads, &files, progress, opts.stop);
   if (!s.ok()) return s;
 
   // The other names of a hard-linked file point at the bytes stored for the first.
@@ -224,10 +226,8 @@ Status WithAdvice(const Status& s, const std::string& output) {
       return Status(s.code(), s.message() + ": free space on the file system of " + output + " or choose another -o");
     case Code::kPermission:
       return Status(s.code(), s.message() + ": check the permissions of the source and of the output's parent");
-    case Code::kNameTooLong:
-      return Status(s.code(), s.message() + ": shorten the source path or the names inside it");
-    default:
-      return s;
+    case Code::kNameTooLong: return Status(s.code(), s.message() + ": shorten the source path or the names inside it");
+    default: return s;
   }
 }
 
@@ -241,10 +241,12 @@ Status CheckOptions(PackOptions* opts) {
     return Status(Code::kInvalidArgument, "--parts must be between 1 and 100000, got " + std::to_string(opts->parts));
   if (opts->level < 0 || opts->level > ZSTD_maxCLevel())
     return Status(Code::kInvalidArgument, "--level must be between 0 (store raw) and " +
-                                              std::to_string(ZSTD_maxCLevel()) + ", got " + std::to_string(opts->level));
+                                              std::to_string(ZSTD_maxCLevel()) + ", got " +
+                                              std::to_string(opts->level));
   const uint32_t c = opts->chunk_size;
   if (!std::has_single_bit(c) || c < (1u << format::kMinChunkShift) || c > (1u << format::kMaxChunkShift))
-    return Status(Code::kInvalidArgument, "--chunk must be a power of two between 64K and 64M, got " + std::to_string(c));
+    return Status(Code::kInvalidArgument,
+                  "--chunk must be a power of two between 64K and 64M, got " + std::to_string(c));
   return Status::Ok();
 }
 
@@ -254,7 +256,8 @@ Status Interrupted() { return Status(Code::kIoError, "interrupted"); }
 
 Result<PackReport> WriteImage(const PackOptions& opts, PackTree* tree, PackSource* source, WriteEnv* env,
                               const std::function<void(const PackProgress&)>& progress, bool assign_partitions) {
-  const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string tmp = opts.output + ".tmp-" + std::to_string(::getpid());
   Status s = env->CreateDir(tmp);
   if (!s.ok()) return WithAdvice(s, opts.output);

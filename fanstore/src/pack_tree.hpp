@@ -35,7 +35,7 @@ struct PackNode {
   uint64_t checksum = 0;
   uint32_t child_first = 0;  // into PackTree::children
   uint32_t child_count = 0;
-  uint64_t chunk_first = 0;  // files of more than one chunk: into PackTree::chunks
+  uint64_t chunk_first = 0;    // files of more than one chunk: into PackTree::chunks
   uint32_t link_of = kNoLink;  // a hard link to an earlier file: that file's id (its bytes are stored once)
   static constexpr uint32_t kNoLink = 0xFFFFFFFFu;
   bool is_alias() const { return link_of != kNoLink; }

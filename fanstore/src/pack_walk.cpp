@@ -27,7 +27,7 @@ const char* KindName(mode_t m) {
 struct Child {
   std::string name;
   struct stat st;
-  std::string target;  // a symlink kept as one: its target
+  std::string target;      // a symlink kept as one: its target
   bool hard_link = false;  // a regular file (not reached through a symlink) with more than one name
 };
 
@@ -37,7 +37,9 @@ struct DevIno {
   bool operator==(const DevIno& o) const { return dev == o.dev && ino == o.ino; }
 };
 struct DevInoHash {
-  size_t operator()(const DevIno& k) const { return std::hash<uint64_t>()(uint64_t(k.dev) * 0x9E3779B97F4A7C15ull ^ k.ino); }
+  size_t operator()(const DevIno& k) const {
+    return std::hash<uint64_t>()(uint64_t(k.dev) * 0x9E3779B97F4A7C15ull ^ k.ino);
+  }
 };
 
 class Walker {
@@ -100,8 +102,8 @@ class Walker {
     if (total == 0) return;
     tree_->skipped += total;
     if (warn_)
-      warn_("skipped " + std::to_string(total) + " special file" + (total > 1 ? "s" : "") + " (" + kinds +
-            "), e.g. " + first_special_ + ": an image holds files, directories and symlinks (--strict refuses them)");
+      warn_("skipped " + std::to_string(total) + " special file" + (total > 1 ? "s" : "") + " (" + kinds + "), e.g. " +
+            first_special_ + ": an image holds files, directories and symlinks (--strict refuses them)");
   }
 
   // A special file: counted, or the pack's end with --strict.
@@ -199,8 +201,7 @@ class Walker {
     for (const Child& c : kids) {
       std::string child_rel = rel.empty() ? c.name : rel + "/" + c.name;
       std::string child_abs = abs + "/" + c.name;
-      if (child_abs.size() >= PATH_MAX)
-        return Status(Code::kNameTooLong, "path longer than PATH_MAX: " + child_abs);
+      if (child_abs.size() >= PATH_MAX) return Status(Code::kNameTooLong, "path longer than PATH_MAX: " + child_abs);
       bool is_dir = S_ISDIR(c.st.st_mode);
       if (is_dir && std::find(chain_.begin(), chain_.end(), std::make_pair(c.st.st_dev, c.st.st_ino)) != chain_.end()) {
         Warn("skipping " + child_rel + ": directory loop (it leads back to one of its parents)");
@@ -248,9 +249,9 @@ class Walker {
   PackTree* tree_;
   const std::function<void(const std::string&)>& warn_;
   const std::atomic<bool>* stop_;
-  std::vector<std::pair<dev_t, ino_t>> chain_;  // (dev, ino) of the directories from the root down
+  std::vector<std::pair<dev_t, ino_t>> chain_;               // (dev, ino) of the directories from the root down
   std::unordered_map<DevIno, uint32_t, DevInoHash> inodes_;  // hard-linked files seen: the first name's id
-  std::map<std::string, uint64_t> special_;  // special files skipped, by kind
+  std::map<std::string, uint64_t> special_;                  // special files skipped, by kind
   std::string first_special_;
 };
 

@@ -34,8 +34,15 @@ class ChunkPipeline {
   ChunkPipeline(const std::vector<uint32_t>& tasks, PackTree* tree, PackSource* source, int level, uint32_t shift,
                 int threads, std::vector<std::unique_ptr<WritableFile>>* files,
                 const std::function<void(const PackProgress&)>& progress, const std::atomic<bool>* stop)
-      : tasks_(tasks), tree_(tree), source_(source), level_(level), shift_(shift), threads_(threads),
-        files_(files), progress_(progress), interrupt_(stop) {}
+      : tasks_(tasks),
+        tree_(tree),
+        source_(source),
+        level_(level),
+        shift_(shift),
+        threads_(threads),
+        files_(files),
+        progress_(progress),
+        interrupt_(stop) {}
 
   Status Run() {
     // Sizes as the walk stat'ed them, copied: the writer fills node fields while workers still read these.
@@ -206,7 +213,7 @@ class ChunkPipeline {
   Status Write() {
     auto last_report = Clock::now();
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> whole(XXH3_createState(), &XXH3_freeState);
-    std::deque<Slot> run;          // ready slots taken in one go, in sequence order
+    std::deque<Slot> run;           // ready slots taken in one go, in sequence order
     std::vector<StoredChunk> used;  // their buffers, returned to the workers in one go
     uint64_t seq = 0;
     auto give_back = [&] {
@@ -250,7 +257,8 @@ class ChunkPipeline {
         if (Stopped(interrupt_)) return Interrupted();
         const StoredChunk& c = r.chunk;
         if (n > 1) {
-          tree_->chunks.push_back({out_.Size() - node.offset, static_cast<uint32_t>(c.stored_size), c.codec, c.checksum});
+          tree_->chunks.push_back(
+              {out_.Size() - node.offset, static_cast<uint32_t>(c.stored_size), c.codec, c.checksum});
           Xxh3Update(whole.get(), c.raw.get(), c.raw_size);
         } else {
           node.codec = c.codec;
@@ -313,7 +321,7 @@ class ChunkPipeline {
   std::vector<std::unique_ptr<WritableFile>>* files_;
   const std::function<void(const PackProgress&)>& progress_;
   const std::atomic<bool>* interrupt_;  // PackOptions::stop
-  std::vector<uint64_t> size_;  // per task, fixed for the whole run
+  std::vector<uint64_t> size_;          // per task, fixed for the whole run
   uint64_t units_total_ = 0;
   uint64_t window_ = 0;
   std::mutex mu_;

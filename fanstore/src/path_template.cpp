@@ -1,4 +1,5 @@
-// "{node}" expansion as Status results; the rules themselves are fanstore/protocol/include/fanstore/protocol/node_name.hpp.
+// "{node}" expansion as Status results; the rules themselves are
+// fanstore/protocol/include/fanstore/protocol/node_name.hpp.
 #include "fanstore/path_template.hpp"
 
 #include "fanstore/protocol/node_name.hpp"
@@ -15,9 +16,8 @@ Result<std::string> NodeName() {
 
 Result<std::string> ExpandNode(std::string_view path, std::string_view node) {
   if (auto why = node_name::WhyNotAComponent(node); !why.empty())
-    return Status(Code::kInvalidArgument,
-                  "node name '" + std::string(node) + "' cannot replace {node} in '" + std::string(path) + "': " +
-                      std::string(why));
+    return Status(Code::kInvalidArgument, "node name '" + std::string(node) + "' cannot replace {node} in '" +
+                                              std::string(path) + "': " + std::string(why));
   return node_name::Substitute(path, node);
 }
 

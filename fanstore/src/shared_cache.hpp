@@ -18,7 +18,7 @@ namespace fanstore::shared_cache {
 //   0 Header (4 KiB page) | slots: nslots * 32 B | hits: nslots * 4 B (clients add 1 per hit) | data area
 inline constexpr uint32_t kMagic = 0x434E5346;  // "FSNC"
 inline constexpr uint32_t kVersion = 1;
-inline constexpr uint32_t kMaxProbe = 16;       // a range lives in one of the 16 slots after its hash
+inline constexpr uint32_t kMaxProbe = 16;  // a range lives in one of the 16 slots after its hash
 
 struct Header {
   uint32_t magic, version, nslots, slot_bytes;

@@ -14,9 +14,12 @@ Status Status::FromErrno(int err, const std::string& what) {
     case EISDIR: c = Code::kIsDirectory; break;
     case EROFS: c = Code::kReadOnly; break;
     case EINVAL: c = Code::kInvalidArgument; break;
-    case ENOSPC: case EDQUOT: c = Code::kNoSpace; break;
-    case EEXIST: case ENOTEMPTY: c = Code::kExists; break;
-    case EACCES: case EPERM: c = Code::kPermission; break;
+    case ENOSPC:
+    case EDQUOT: c = Code::kNoSpace; break;
+    case EEXIST:
+    case ENOTEMPTY: c = Code::kExists; break;
+    case EACCES:
+    case EPERM: c = Code::kPermission; break;
     case ENAMETOOLONG: c = Code::kNameTooLong; break;
     case ENOMEM: c = Code::kNoMemory; break;
     case ETIMEDOUT: c = Code::kTimeout; break;

@@ -85,8 +85,7 @@ class PosixWriteEnv final : public WriteEnv {
  public:
   explicit PosixWriteEnv(WriteSyscalls calls) : calls_(std::move(calls)) {
     if (!calls_.write) calls_.write = [](int fd, const void* b, size_t n) { return ::write(fd, b, n); };
-    if (!calls_.pwrite)
-      calls_.pwrite = [](int fd, const void* b, size_t n, off_t o) { return ::pwrite(fd, b, n, o); };
+    if (!calls_.pwrite) calls_.pwrite = [](int fd, const void* b, size_t n, off_t o) { return ::pwrite(fd, b, n, o); };
   }
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {

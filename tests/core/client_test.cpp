@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "fanstore/client.hpp"
-#include "test_util.hpp"
 #include "remote_fetcher.hpp"
+#include "test_util.hpp"
 
 namespace fanstore {
 namespace {
@@ -54,8 +54,8 @@ class ClientTest : public ::testing::Test {
   void SetUp() override {
     test::MakeDirs(src_.path() + "/d");
     small_ = test::TextBytes(1000, 1);
-    big_ = test::TextBytes(300 * 1024, 2);     // compressible: zstd
-    raw_ = test::RandomBytes(200 * 1024, 3);   // incompressible: stored raw
+    big_ = test::TextBytes(300 * 1024, 2);    // compressible: zstd
+    raw_ = test::RandomBytes(200 * 1024, 3);  // incompressible: stored raw
     test::WriteFile(src_.path() + "/d/small.txt", small_);
     test::WriteFile(src_.path() + "/d/big.bin", big_);
     test::WriteFile(src_.path() + "/d/raw.bin", raw_);
@@ -309,7 +309,6 @@ TEST(RemoteChunksTest, WholeRangeFetchersAreAskedOncePerFileRangeFetchersPerChun
   }
 }
 
-
 // Raw chunks the node-wide cache holds are copied straight into the reader's memory and checked there: no fetch.
 // A copy that fails its check is fetched instead (the right bytes, never an error); compressed chunks are always
 // decoded from a fetch's view.
@@ -333,10 +332,8 @@ TEST(RemoteChunksTest, RawChunksInTheNodeCacheAreCopiedAndCheckedAndABadCopyIsFe
       EXPECT_EQ(out, want) << name;
     }
     EXPECT_EQ(fetcher->cached, 6) << "each of raw.bin's 6 chunks is looked up in the fetch cache once";
-    if (cache == FakeFetcher::kGood)
-      EXPECT_EQ(fetcher->ranged, 3) << "only text.txt's 3 compressed chunks are fetched";
-    else
-      EXPECT_EQ(fetcher->ranged, 9) << "every raw chunk whose cached copy failed its check is fetched";
+    if (cache == FakeFetcher::kGood) EXPECT_EQ(fetcher->ranged, 3) << "only text.txt's 3 compressed chunks are fetched";
+    else EXPECT_EQ(fetcher->ranged, 9) << "every raw chunk whose cached copy failed its check is fetched";
     EXPECT_EQ((*c)->stats().errors.load(), 0u);
   }
 }
@@ -447,7 +444,8 @@ class GatedFetcher : public RemoteFetcher {
 // has loaded and consumed it (the reader loads what it reaches; the queued decode stands down).
 TEST(RemoteChunksTest, ReadAheadTheReaderOvertookFetchesNothing) {
   TempDir src, img;
-  for (const char* name : {"a.txt", "b.txt", "c.txt"}) test::WriteFile(src / name, test::TextBytes(6 * 65536 + 5, name[0]));
+  for (const char* name : {"a.txt", "b.txt", "c.txt"})
+    test::WriteFile(src / name, test::TextBytes(6 * 65536 + 5, name[0]));
   ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
   auto fetcher = std::make_shared<GatedFetcher>(test::OpenOrDie(img / "i"));
   auto c = AllRemoteClient(img / "i", fetcher);
@@ -464,7 +462,8 @@ TEST(RemoteChunksTest, ReadAheadTheReaderOvertookFetchesNothing) {
   auto b = (*c)->Open(entry("b.txt").id);
   ASSERT_TRUE(b.ok());
   start_stream(**b);
-  ASSERT_TRUE(fetcher->WaitFor([&](int blocked, auto&) { return blocked == threads; })) << "decode threads never fetched";
+  ASSERT_TRUE(fetcher->WaitFor([&](int blocked, auto&) { return blocked == threads; }))
+      << "decode threads never fetched";
   // a.txt read to its end: all its read-ahead is queued behind b's, so the reader loads every chunk itself.
   const Entry a_entry = entry("a.txt");
   auto a = (*c)->Open(a_entry.id);
@@ -479,7 +478,8 @@ TEST(RemoteChunksTest, ReadAheadTheReaderOvertookFetchesNothing) {
   fetcher->Hold(false);
   ASSERT_TRUE(fetcher->WaitFor([&](int, auto& fetched) {
     int n = 0;
-    for (auto& [off, reader] : fetched) n += !reader && off >= c_entry.offset && off < c_entry.offset + c_entry.stored_size;
+    for (auto& [off, reader] : fetched)
+      n += !reader && off >= c_entry.offset && off < c_entry.offset + c_entry.stored_size;
     return n >= std::min(6, 2 * threads);  // all of it: by then every decode queued before it has had its turn
   })) << "c.txt's read-ahead never ran";
   EXPECT_EQ(fetcher->Count(a_entry.offset, a_entry.offset + a_entry.stored_size), std::make_pair(7, 0))

@@ -98,7 +98,8 @@ TEST(PackCodecTest, StoredFormsAndChecksums) {
   Entry e = img->Get(*img->Lookup("empty"));
   EXPECT_EQ(e.size, 0u);
   EXPECT_EQ(e.stored_size, 0u);
-  for (auto [rel, want] : {std::pair{"text.txt", text}, {"noise.jpg", noise}, {"empty", std::string()}, {"one", std::string("1")}})
+  for (auto [rel, want] :
+       {std::pair{"text.txt", text}, {"noise.jpg", noise}, {"empty", std::string()}, {"one", std::string("1")}})
     EXPECT_EQ(test::ReadImageFile(*img, rel), want) << rel;
   EXPECT_EQ(VerifyImage(*img, 2, {}), 0u);
 }

@@ -24,10 +24,14 @@ int main(int argc, char** argv) {
   }
   auto id = (*img)->Lookup(argv[2]);
   if (!id.ok()) return 1;
-  size_t off = field == "offset" ? ent::kOffset : field == "size" ? ent::kSize : field == "stored_size" ? ent::kStoredSize : 0;
+  size_t off = field == "offset"        ? ent::kOffset
+               : field == "size"        ? ent::kSize
+               : field == "stored_size" ? ent::kStoredSize
+                                        : 0;
   if (off == 0) return 2;
   std::string b = fanstore::test::ReadAll(dir + "/index.fsi");
-  Store64(b.data() + Load64(b.data() + hdr::kEntriesOff) + uint64_t{*id} * kEntrySize + off, std::strtoull(argv[4], nullptr, 0));
+  Store64(b.data() + Load64(b.data() + hdr::kEntriesOff) + uint64_t{*id} * kEntrySize + off,
+          std::strtoull(argv[4], nullptr, 0));
   Store64(b.data() + hdr::kBodyXxh3, XXH3_64bits(b.data() + kHeaderSize, b.size() - kHeaderSize));
   Store64(b.data() + hdr::kHeaderXxh3, XXH3_64bits(b.data(), hdr::kHeaderXxh3));
   fanstore::test::Overwrite(dir + "/index.fsi", b);

@@ -74,8 +74,8 @@ TEST_F(FormatTest, TruncatedAtEveryLengthIsRefused) {
     EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << len << ": " << r.status().message();
   }
   auto r = OpenIndex(index_.substr(0, index_.size() - 1));
-  EXPECT_NE(r.status().message().find("(" + std::to_string(index_.size() - 1) + " of " +
-                                      std::to_string(index_.size()) + " bytes)"),
+  EXPECT_NE(r.status().message().find("(" + std::to_string(index_.size() - 1) + " of " + std::to_string(index_.size()) +
+                                      " bytes)"),
             std::string::npos)
       << r.status().message();
   EXPECT_FALSE(OpenIndex(index_ + "x").ok());  // trailing garbage

@@ -101,7 +101,7 @@ TEST(SparseTest, HolesAreStoredAsNothing) {
     std::fputs("middle", f);
     std::fclose(f);
   }
-  test::WriteFile(src + "/zeros", std::string(100000, '\0'));  // one chunk, all zeros
+  test::WriteFile(src + "/zeros", std::string(100000, '\0'));                 // one chunk, all zeros
   auto r = test::PackTree(src, tmp / "img", 1, {}, 2, nullptr, 1u << 20, 0);  // --level 0 too
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto img = test::OpenOrDie(tmp / "img");
@@ -160,14 +160,14 @@ TEST_F(LinksTest, ResolveFollowsLinksAsTheKernelDoes) {
   };
   EXPECT_EQ(path_of("lib/libfoo.so"), "lib/libfoo.so.1.2");
   EXPECT_EQ(path_of("lib/libfoo.so", false), "lib/libfoo.so");
-  EXPECT_EQ(path_of("lib64/libfoo.so"), "lib/libfoo.so.1.2");      // a link in the middle, then one at the end
-  EXPECT_EQ(path_of("lib64/libfoo.so", false), "lib/libfoo.so");    // only the last one is left alone
-  EXPECT_EQ(path_of("bin/via"), "lib/libfoo.so.1.2");               // ../lib64 from bin: two links deep
+  EXPECT_EQ(path_of("lib64/libfoo.so"), "lib/libfoo.so.1.2");     // a link in the middle, then one at the end
+  EXPECT_EQ(path_of("lib64/libfoo.so", false), "lib/libfoo.so");  // only the last one is left alone
+  EXPECT_EQ(path_of("bin/via"), "lib/libfoo.so.1.2");             // ../lib64 from bin: two links deep
   EXPECT_EQ(path_of("bin/python"), "bin/python3.11");
-  EXPECT_EQ(path_of("abs_in"), "lib/libfoo.so.1.2");                // absolute, inside the mount
-  EXPECT_EQ(path_of("abs_out"), "outside: /etc");                   // absolute, outside it
+  EXPECT_EQ(path_of("abs_in"), "lib/libfoo.so.1.2");  // absolute, inside the mount
+  EXPECT_EQ(path_of("abs_out"), "outside: /etc");     // absolute, outside it
   EXPECT_EQ(path_of("abs_out/passwd"), "outside: /etc/passwd");
-  EXPECT_EQ(path_of("bin/above"), "outside: /");                    // ".." above the image's root
+  EXPECT_EQ(path_of("bin/above"), "outside: /");  // ".." above the image's root
   EXPECT_EQ(path_of("bin/above/tmp", false), "outside: /tmp");
   EXPECT_EQ(path_of("dangling"), "error: not found");
   EXPECT_EQ(path_of("dangling", false), "dangling");

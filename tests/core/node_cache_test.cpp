@@ -21,8 +21,8 @@
 #include "fanstore/client.hpp"
 #include "fanstore/node_cache.hpp"
 #include "format.hpp"
-#include "test_util.hpp"
 #include "remote_fetcher.hpp"
+#include "test_util.hpp"
 
 namespace fanstore {
 namespace {
@@ -35,7 +35,8 @@ class ShmDir {
  public:
   ShmDir() {
     struct stat st;
-    std::string base = ::stat("/dev/shm", &st) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+    std::string base =
+        ::stat("/dev/shm", &st) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
     std::string t = base + "/fanstore-nctest-XXXXXX";
     if (::mkdtemp(t.data())) path_ = t;
   }
@@ -50,7 +51,8 @@ class ShmDir {
 int WaitExit(pid_t pid, int seconds = 120) {
   int status = 0;
   for (int i = 0; i < seconds * 20; ++i) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ::kill(pid, SIGKILL);
@@ -65,7 +67,8 @@ class NodeCacheTest : public ::testing::Test {
       files_.push_back(test::TextBytes(5 * kChunk + 1000 * i, 10 + i));  // multi-chunk, zstd
       test::WriteFile(src_ / ("src/big/" + std::to_string(i)), files_.back());
     }
-    for (int i = 0; i < 40; ++i) test::WriteFile(src_ / ("src/small/" + std::to_string(i)), test::TextBytes(3000 + i, 100 + i));
+    for (int i = 0; i < 40; ++i)
+      test::WriteFile(src_ / ("src/small/" + std::to_string(i)), test::TextBytes(3000 + i, 100 + i));
     ASSERT_TRUE(test::PackTree(src_ / "src", src_ / "img", 1, {}, 2, nullptr, kChunk).ok());
     ASSERT_FALSE(root_.path().empty());
   }
@@ -253,7 +256,8 @@ TEST_F(NodeCacheTest, KernelFdsOfALargeFileAreOneSharedCopy) {
   for (int p = 0; p < kProcs; ++p) ASSERT_EQ(::read(pipefd[0], &inos[p], 8), 8);
   ::close(pipefd[0]);
   for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
-  for (int p = 1; p < kProcs; ++p) EXPECT_EQ(inos[p], inos[0]) << "every process must map the same node-chunk-cache file";
+  for (int p = 1; p < kProcs; ++p)
+    EXPECT_EQ(inos[p], inos[0]) << "every process must map the same node-chunk-cache file";
 }
 
 TEST_F(NodeCacheTest, ProcessesKilledMidReadLeaveNoWrongBytes) {
@@ -386,7 +390,8 @@ TEST_F(NodeCacheTest, ReadsStopFillingAtTheBudget) {
   }
   for (int i = 0; i < 100; ++i) {
     struct stat st;
-    if (::stat((dir + "/f" + std::to_string(i) + ".data").c_str(), &st) == 0) used += static_cast<uint64_t>(st.st_blocks) * 512;
+    if (::stat((dir + "/f" + std::to_string(i) + ".data").c_str(), &st) == 0)
+      used += static_cast<uint64_t>(st.st_blocks) * 512;
   }
   EXPECT_LE(used, budget) << "plain reads must not fill the node chunk cache past its budget";
   EXPECT_GT(used, 0u);

@@ -66,8 +66,9 @@ TEST(PackTest, DeterministicAcrossRunsAndThreadCounts) {
 TEST(PackTest, EdgeCaseNames) {
   TempDir tmp;
   const std::string src = tmp / "src";
-  std::vector<std::string> rels = {"with space/a file", "unicode/日本語/é.txt", "new\nline/x\ny", "tab\tname",
-                                   std::string(NAME_MAX, 'n'), "-dash", ".hidden/.x"};
+  std::vector<std::string> rels = {"with space/a file", "unicode/日本語/é.txt",     "new\nline/x\ny",
+                                   "tab\tname",         std::string(NAME_MAX, 'n'), "-dash",
+                                   ".hidden/.x"};
   // A path whose absolute form is just under PATH_MAX: directories of 200 characters.
   std::string deep;
   while (src.size() + 1 + deep.size() + 201 + 20 < PATH_MAX) deep += std::string(200, 'd') + "/";
@@ -79,7 +80,8 @@ TEST(PackTest, EdgeCaseNames) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto img = test::OpenOrDie(tmp / "img");
   ASSERT_TRUE(img);
-  for (size_t i = 0; i < rels.size(); ++i) EXPECT_EQ(test::ReadImageFile(*img, rels[i]), "content " + std::to_string(i));
+  for (size_t i = 0; i < rels.size(); ++i)
+    EXPECT_EQ(test::ReadImageFile(*img, rels[i]), "content " + std::to_string(i));
 }
 
 // --follow-symlinks: links become what they point at (links_test.cpp covers the default, links kept).

@@ -41,34 +41,30 @@ TEST_P(ClassifyTest, Classifies) {
 INSTANTIATE_TEST_SUITE_P(
     Paths, ClassifyTest,
     ::testing::Values(
-        Case{"/fanstore", "/", PathClass::kOurs, ""},                       // the mount root itself
-        Case{"/fanstore/", "/", PathClass::kOurs, ""},                      // trailing '/'
+        Case{"/fanstore", "/", PathClass::kOurs, ""},   // the mount root itself
+        Case{"/fanstore/", "/", PathClass::kOurs, ""},  // trailing '/'
         Case{"/fanstore/train/a.jpg", "/", PathClass::kOurs, "train/a.jpg"},
-        Case{"/fanstore//train///a.jpg", "/", PathClass::kOurs, "train/a.jpg"},  // '//'
+        Case{"/fanstore//train///a.jpg", "/", PathClass::kOurs, "train/a.jpg"},   // '//'
         Case{"/fanstore/./train/./a.jpg", "/", PathClass::kOurs, "train/a.jpg"},  // '.'
-        Case{"/fanstore/train/../val/b", "/", PathClass::kOurs, "val/b"},        // '..' inside
+        Case{"/fanstore/train/../val/b", "/", PathClass::kOurs, "val/b"},         // '..' inside
         Case{"/fanstore/train/", "/", PathClass::kOurs, "train"},
-        Case{"/fanstore/..", "/", PathClass::kNotOurs, ""},                      // '..' escapes the mount
+        Case{"/fanstore/..", "/", PathClass::kNotOurs, ""},  // '..' escapes the mount
         Case{"/fanstore/../etc/passwd", "/", PathClass::kNotOurs, ""},
-        Case{"/fanstore/a/../../fanstore/b", "/", PathClass::kOurs, "b"},        // out and back in
-        Case{"/fanstorex", "/", PathClass::kNotOurs, ""},                        // a prefix is not ours
-        Case{"/fanstorex/a", "/", PathClass::kNotOurs, ""},
-        Case{"/fanstore.old/a", "/", PathClass::kNotOurs, ""},
-        Case{"/fanstorex/../fanstore/a", "/", PathClass::kOurs, "a"},           // a sibling, then back in
+        Case{"/fanstore/a/../../fanstore/b", "/", PathClass::kOurs, "b"},  // out and back in
+        Case{"/fanstorex", "/", PathClass::kNotOurs, ""},                  // a prefix is not ours
+        Case{"/fanstorex/a", "/", PathClass::kNotOurs, ""}, Case{"/fanstore.old/a", "/", PathClass::kNotOurs, ""},
+        Case{"/fanstorex/../fanstore/a", "/", PathClass::kOurs, "a"},  // a sibling, then back in
         Case{"/usr/lib/libc.so", "/", PathClass::kNotOurs, ""},
-        Case{"/usr/../fanstore/a", "/", PathClass::kOurs, "a"},                  // '..' into the mount
-        Case{"//fanstore/a", "/", PathClass::kOurs, "a"},
-        Case{"/./fanstore/a", "/", PathClass::kOurs, "a"},
-        Case{"a.jpg", "/fanstore/train", PathClass::kOurs, "train/a.jpg"},       // relative to cwd
+        Case{"/usr/../fanstore/a", "/", PathClass::kOurs, "a"},  // '..' into the mount
+        Case{"//fanstore/a", "/", PathClass::kOurs, "a"}, Case{"/./fanstore/a", "/", PathClass::kOurs, "a"},
+        Case{"a.jpg", "/fanstore/train", PathClass::kOurs, "train/a.jpg"},  // relative to cwd
         Case{"./a.jpg", "/fanstore/train", PathClass::kOurs, "train/a.jpg"},
         Case{"../val/b", "/fanstore/train", PathClass::kOurs, "val/b"},
         Case{"..", "/fanstore/train", PathClass::kOurs, ""},
-        Case{"../..", "/fanstore/train", PathClass::kNotOurs, ""},               // climbs out
-        Case{".", "/fanstore", PathClass::kOurs, ""},
-        Case{"fanstore/a", "/", PathClass::kOurs, "a"},
-        Case{"a", "/home/me", PathClass::kNotOurs, ""},
-        Case{"../fanstore/x", "/home", PathClass::kOurs, "x"},
-        Case{"", "/fanstore", PathClass::kNotOurs, ""}));                         // empty: libc says ENOENT
+        Case{"../..", "/fanstore/train", PathClass::kNotOurs, ""},  // climbs out
+        Case{".", "/fanstore", PathClass::kOurs, ""}, Case{"fanstore/a", "/", PathClass::kOurs, "a"},
+        Case{"a", "/home/me", PathClass::kNotOurs, ""}, Case{"../fanstore/x", "/home", PathClass::kOurs, "x"},
+        Case{"", "/fanstore", PathClass::kNotOurs, ""}));  // empty: libc says ENOENT
 
 TEST(ClassifyPathTest, PathMax) {
   std::string under = "/fanstore/" + std::string(PATH_MAX - 20, 'a');

@@ -80,9 +80,8 @@ class SafetyTest : public ::testing::Test {
 
 TEST_F(SafetyTest, EntryOffsetPastThePartitionIsCorrupt) {
   const uint32_t id = Id("a/small.txt");
-  CraftIndex(tmp_ / "img", [&](std::string& b) {
-    format::Store64(b.data() + EntryAt(b, id) + format::ent::kOffset, 1ull << 40);
-  });
+  CraftIndex(tmp_ / "img",
+             [&](std::string& b) { format::Store64(b.data() + EntryAt(b, id) + format::ent::kOffset, 1ull << 40); });
   auto c = NewClient();
   auto r = ReadRange(*c, "a/small.txt", 0, 100);
   ASSERT_FALSE(r.ok());
@@ -94,9 +93,8 @@ TEST_F(SafetyTest, EntryOffsetPastThePartitionIsCorrupt) {
 TEST_F(SafetyTest, HugeSizeOnACompressedFileAllocatesNothing) {
   // A one-chunk zstd file claiming 2^40 bytes: it would have 2^24 chunks but no chunk table rows.
   const uint32_t id = Id("a/small.txt");
-  CraftIndex(tmp_ / "img", [&](std::string& b) {
-    format::Store64(b.data() + EntryAt(b, id) + format::ent::kSize, 1ull << 40);
-  });
+  CraftIndex(tmp_ / "img",
+             [&](std::string& b) { format::Store64(b.data() + EntryAt(b, id) + format::ent::kSize, 1ull << 40); });
   // Capped address space: an attempt to allocate the claimed size would fail the test with bad_alloc/ENOMEM.
   struct rlimit old;
   getrlimit(RLIMIT_AS, &old);
@@ -133,9 +131,8 @@ TEST_F(SafetyTest, AnEmptyFileWithStoredBytesIsCorruptAtOpenAsVerifySays) {
 
 TEST_F(SafetyTest, MultiChunkFileGrownPastItsChunkTableIsCorrupt) {
   const uint32_t id = Id("a/big.txt");
-  CraftIndex(tmp_ / "img", [&](std::string& b) {
-    format::Store64(b.data() + EntryAt(b, id) + format::ent::kSize, 1ull << 50);
-  });
+  CraftIndex(tmp_ / "img",
+             [&](std::string& b) { format::Store64(b.data() + EntryAt(b, id) + format::ent::kSize, 1ull << 50); });
   auto c = NewClient();
   auto r = ReadRange(*c, "a/big.txt", 0, 10);
   ASSERT_FALSE(r.ok());
@@ -152,10 +149,10 @@ TEST_F(SafetyTest, ChunkRecordsPointingOutsideTheirFileAreCorrupt) {
       test::WriteFile(copy / n, test::ReadAll(tmp_ / ("img/" + std::string(n))));
     CraftIndex(copy.path(), [&](std::string& b) {
       char* rec = b.data() + Load64(b.data() + hdr::kChunksOff) + (e.chunk_first + 2) * kChunkRecordSize;
-      if (variant == 0) Store64(rec + chk::kStoredOff, e.stored_size);            // starts at the file's end
-      if (variant == 1) Store32(rec + chk::kStoredSize, 0xFFFFFFF0u);             // larger than any chunk
-      if (variant == 2) Store32(rec + chk::kCodec, 9);                            // unknown codec
-      if (variant == 3) Store64(rec + chk::kStoredOff, ~uint64_t{0} - 5);         // overflowing offset
+      if (variant == 0) Store64(rec + chk::kStoredOff, e.stored_size);     // starts at the file's end
+      if (variant == 1) Store32(rec + chk::kStoredSize, 0xFFFFFFF0u);      // larger than any chunk
+      if (variant == 2) Store32(rec + chk::kCodec, 9);                     // unknown codec
+      if (variant == 3) Store64(rec + chk::kStoredOff, ~uint64_t{0} - 5);  // overflowing offset
     });
     ClientOptions o;
     o.image = copy.path();

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   for (uint32_t did : dir_ids) {
     t.nodes[did].child_first = static_cast<uint32_t>(t.children.size());
     uint32_t count = 0;
-    for (uint32_t id = did + 1; id < t.nodes.size() && t.nodes[id].parent == did && (t.nodes[id].mode & S_IFMT) == S_IFREG; ++id, ++count)
+    for (uint32_t id = did + 1;
+         id < t.nodes.size() && t.nodes[id].parent == did && (t.nodes[id].mode & S_IFMT) == S_IFREG; ++id, ++count)
       t.children.push_back(id);
     t.nodes[did].child_count = count;
   }

@@ -71,8 +71,10 @@ inline void WriteFile(const std::string& path, const std::string& data) {
 inline void Overwrite(const std::string& path, const std::string& data) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  if (::pwrite(fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) {}
-  if (::ftruncate(fd, static_cast<off_t>(data.size())) != 0) {}
+  if (::pwrite(fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) {
+  }
+  if (::ftruncate(fd, static_cast<off_t>(data.size())) != 0) {
+  }
   ::close(fd);
 }
 

@@ -17,9 +17,7 @@
 
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int Read(const char* path, size_t block) {
   std::vector<char> buf(block);
@@ -71,10 +69,8 @@ int Walk(const std::string& root) {
       struct stat st;
       if (::stat(p.c_str(), &st) != 0) return std::perror(p.c_str()), 1;
       ++entries;
-      if (S_ISDIR(st.st_mode))
-        dirs.push_back(p);
-      else
-        bytes += static_cast<uint64_t>(st.st_size);
+      if (S_ISDIR(st.st_mode)) dirs.push_back(p);
+      else bytes += static_cast<uint64_t>(st.st_size);
     }
     ::closedir(d);
   }

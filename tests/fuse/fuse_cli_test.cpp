@@ -107,7 +107,7 @@ TEST(FuseCli, BusyMountPoint) {
 TEST(FuseCli, MissingFuseDevice) {
   // libfuse always opens /dev/fuse; the pre-check honours --fuse-device so the message can be tested.
   ExpectOneLineError(RunCommand({CliPath(), "mount", "--fuse-device", Env().root + "/no-fuse", "--image", Env().image,
-                          NewDir("nodev")}),
+                                 NewDir("nodev")}),
                      "FUSE is not available");
 }
 
@@ -134,9 +134,7 @@ TEST(FuseCli, MissingDaemonIsOneLineAndNoMount) {
   EXPECT_FALSE(IsMounted(mp));
 }
 
-TEST(FuseCli, NeedsImageOrDaemon) {
-  ExpectOneLineError(RunCommand({CliPath(), "mount", NewDir("noargs")}), "--image");
-}
+TEST(FuseCli, NeedsImageOrDaemon) { ExpectOneLineError(RunCommand({CliPath(), "mount", NewDir("noargs")}), "--image"); }
 
 }  // namespace
 }  // namespace fanstore::fusetest

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -224,7 +224,7 @@ TEST(FuseErrors, MissingIsEnoentAndThroughAFileIsEnotdir) {
 TEST(FuseErrors, CorruptFileIsEioNeverWrongBytes) {
   struct stat st;
   ASSERT_EQ(::stat(M("bad.bin").c_str(), &st), 0);  // metadata is fine; only the bytes are bad
-  for (int i = 0; i < 2; ++i) {  // and stays bad: nothing wrong gets cached
+  for (int i = 0; i < 2; ++i) {                     // and stays bad: nothing wrong gets cached
     // Opening reads nothing (as for any file of a large image); the first read of the damaged chunk is EIO.
     const int fd = ::open(M("bad.bin").c_str(), O_RDONLY);
     if (fd < 0) {

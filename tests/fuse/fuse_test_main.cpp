@@ -23,7 +23,9 @@ int Skip(const std::string& why) {
   std::cerr << "\n"
                "************************************************************************\n"
                "*** SKIPPED: the FUSE tests need a mountable FUSE and this machine has none.\n"
-               "*** " << why << "\n"
+               "*** "
+            << why
+            << "\n"
                "************************************************************************\n\n";
   return 77;
 }

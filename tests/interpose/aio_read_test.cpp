@@ -75,7 +75,8 @@ bool Mmap(int fd, size_t bs, const std::vector<off_t>& offs, std::string* err) {
     return false;
   }
   bool ok = true;
-  for (off_t off : offs) ok = ok && Same(static_cast<char*>(p) + off, off, static_cast<long>(std::min(bs, g_src.size() - off)), bs);
+  for (off_t off : offs)
+    ok = ok && Same(static_cast<char*>(p) + off, off, static_cast<long>(std::min(bs, g_src.size() - off)), bs);
   munmap(p, g_src.size());
   return ok;
 }
@@ -253,9 +254,12 @@ int main(int argc, char** argv) {
       {"posixaio", Posixaio},
       // The kernel-async engines last: once a process sets them up, its later opens are real at once.
       {"libaio", Libaio},
-      {"io_uring", [](int fd, size_t bs, const std::vector<off_t>& o, std::string* e) { return Uring(fd, bs, o, e, false); }},
-      {"io_uring-syscall", [](int fd, size_t bs, const std::vector<off_t>& o, std::string* e) { return Uring(fd, bs, o, e, true); }},
-      {"io_uring-fixed", [](int fd, size_t bs, const std::vector<off_t>& o, std::string* e) { return Uring(fd, bs, o, e, false, true); }},
+      {"io_uring",
+       [](int fd, size_t bs, const std::vector<off_t>& o, std::string* e) { return Uring(fd, bs, o, e, false); }},
+      {"io_uring-syscall",
+       [](int fd, size_t bs, const std::vector<off_t>& o, std::string* e) { return Uring(fd, bs, o, e, true); }},
+      {"io_uring-fixed",
+       [](int fd, size_t bs, const std::vector<off_t>& o, std::string* e) { return Uring(fd, bs, o, e, false, true); }},
   };
   int ran = 0;
   for (const auto& [name, engine] : engines) {

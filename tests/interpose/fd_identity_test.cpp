@@ -51,7 +51,9 @@ long InlineCloseRange(unsigned first) {
 }
 long InlineMemfd(const char* name) {
   long ret;
-  __asm__ volatile("syscall" : "=a"(ret) : "a"(static_cast<long>(SYS_memfd_create)), "D"(name), "S"(0L)
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(static_cast<long>(SYS_memfd_create)), "D"(name), "S"(0L)
                    : "rcx", "r11", "memory");
   return ret;
 }
@@ -81,13 +83,15 @@ void NewFilesBehaveAsThemselves(const std::string& tag, const std::vector<int>& 
   Check(h >= 0, tag + ": open a real file");
   struct stat st;
   Check(fstat(p[0], &st) == 0 && S_ISFIFO(st.st_mode), tag + ": fstat(pipe) is a FIFO, fd " + std::to_string(p[0]));
-  Check(fstat(sv[0], &st) == 0 && S_ISSOCK(st.st_mode), tag + ": fstat(socket) is a socket, fd " + std::to_string(sv[0]));
+  Check(fstat(sv[0], &st) == 0 && S_ISSOCK(st.st_mode),
+        tag + ": fstat(socket) is a socket, fd " + std::to_string(sv[0]));
   Check(fstat(m, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 5, tag + ": fstat(memfd) has size 5");
   struct stat exe;
   Check(fstat(h, &st) == 0 && stat("/proc/self/exe", &exe) == 0 && st.st_ino == exe.st_ino,
         tag + ": fstat(real file) is that file");
   char buf[32] = {0};
-  Check(read(p[0], buf, sizeof buf) == 9 && memcmp(buf, "pipe-data", 9) == 0, tag + ": read(pipe) gets the pipe's bytes");
+  Check(read(p[0], buf, sizeof buf) == 9 && memcmp(buf, "pipe-data", 9) == 0,
+        tag + ": read(pipe) gets the pipe's bytes");
   Check(pread(m, buf, 5, 0) == 5 && memcmp(buf, "memfd", 5) == 0, tag + ": pread(memfd) gets the memfd's bytes");
   Check(lseek(m, 0, SEEK_END) == 5, tag + ": lseek(memfd) is the memfd's");
   void* map = mmap(nullptr, 5, PROT_READ, MAP_SHARED, m, 0);
@@ -97,8 +101,8 @@ void NewFilesBehaveAsThemselves(const std::string& tag, const std::vector<int>& 
   for (int fd : old_numbers) {
     if (fd < 0) continue;
     if (fstat(fd, &st) == 0)
-      Check(!(S_ISREG(st.st_mode) && st.st_size == 4096 * 300), tag + ": old number " + std::to_string(fd) +
-                                                                     " does not report the image file's size");
+      Check(!(S_ISREG(st.st_mode) && st.st_size == 4096 * 300),
+            tag + ": old number " + std::to_string(fd) + " does not report the image file's size");
   }
   for (int fd : {p[0], p[1], sv[0], sv[1], m, h}) close(fd);
 }
@@ -152,7 +156,8 @@ int main(int argc, char** argv) {
   Check(map != MAP_FAILED && memcmp(map, "memfd", 5) == 0, "raw: mmap maps the new memfd, fd " + std::to_string(m));
   if (map != MAP_FAILED) munmap(map, 5);
   char buf[8] = {0};
-  Check(pread(static_cast<int>(m), buf, 5, 0) == 5 && memcmp(buf, "memfd", 5) == 0, "raw: the memfd still holds its bytes");
+  Check(pread(static_cast<int>(m), buf, 5, 0) == 5 && memcmp(buf, "memfd", 5) == 0,
+        "raw: the memfd still holds its bytes");
   ImageStillReads("raw", src, mnt, "/raw/fresh3.bin");
 
   printf("%d failed\n", g_failed);

@@ -60,16 +60,39 @@ std::string Unroot(const std::string& s) {
 }
 
 int Flags(const std::string& s) {
-  static const std::map<std::string, int> kFlags = {
-      {"O_RDONLY", O_RDONLY},     {"O_WRONLY", O_WRONLY},   {"O_RDWR", O_RDWR},         {"O_CREAT", O_CREAT},
-      {"O_TRUNC", O_TRUNC},       {"O_EXCL", O_EXCL},       {"O_APPEND", O_APPEND},     {"O_DIRECTORY", O_DIRECTORY},
-      {"O_CLOEXEC", O_CLOEXEC},   {"O_NOFOLLOW", O_NOFOLLOW}, {"O_PATH", O_PATH}, {"O_TMPFILE", O_TMPFILE},       {"AT_EMPTY_PATH", AT_EMPTY_PATH},
-      {"AT_SYMLINK_NOFOLLOW", AT_SYMLINK_NOFOLLOW}, {"AT_EACCESS", AT_EACCESS},
-      {"FTW_PHYS", FTW_PHYS}, {"FTW_DEPTH", FTW_DEPTH}, {"FTW_MOUNT", FTW_MOUNT}, {"FTW_CHDIR", FTW_CHDIR},
-      {"FTS_PHYSICAL", FTS_PHYSICAL}, {"FTS_LOGICAL", FTS_LOGICAL}, {"FTS_NOSTAT", FTS_NOSTAT},
-      {"FTS_SEEDOT", FTS_SEEDOT}, {"FTS_XDEV", FTS_XDEV}, {"FTS_NOCHDIR", FTS_NOCHDIR},
-      {"GLOB_MARK", GLOB_MARK}, {"GLOB_ONLYDIR", GLOB_ONLYDIR}, {"GLOB_NOCHECK", GLOB_NOCHECK}, {"F_OK", F_OK}, {"R_OK", R_OK}, {"W_OK", W_OK}, {"X_OK", X_OK},
-      {"0", 0}};
+  static const std::map<std::string, int> kFlags = {{"O_RDONLY", O_RDONLY},
+                                                    {"O_WRONLY", O_WRONLY},
+                                                    {"O_RDWR", O_RDWR},
+                                                    {"O_CREAT", O_CREAT},
+                                                    {"O_TRUNC", O_TRUNC},
+                                                    {"O_EXCL", O_EXCL},
+                                                    {"O_APPEND", O_APPEND},
+                                                    {"O_DIRECTORY", O_DIRECTORY},
+                                                    {"O_CLOEXEC", O_CLOEXEC},
+                                                    {"O_NOFOLLOW", O_NOFOLLOW},
+                                                    {"O_PATH", O_PATH},
+                                                    {"O_TMPFILE", O_TMPFILE},
+                                                    {"AT_EMPTY_PATH", AT_EMPTY_PATH},
+                                                    {"AT_SYMLINK_NOFOLLOW", AT_SYMLINK_NOFOLLOW},
+                                                    {"AT_EACCESS", AT_EACCESS},
+                                                    {"FTW_PHYS", FTW_PHYS},
+                                                    {"FTW_DEPTH", FTW_DEPTH},
+                                                    {"FTW_MOUNT", FTW_MOUNT},
+                                                    {"FTW_CHDIR", FTW_CHDIR},
+                                                    {"FTS_PHYSICAL", FTS_PHYSICAL},
+                                                    {"FTS_LOGICAL", FTS_LOGICAL},
+                                                    {"FTS_NOSTAT", FTS_NOSTAT},
+                                                    {"FTS_SEEDOT", FTS_SEEDOT},
+                                                    {"FTS_XDEV", FTS_XDEV},
+                                                    {"FTS_NOCHDIR", FTS_NOCHDIR},
+                                                    {"GLOB_MARK", GLOB_MARK},
+                                                    {"GLOB_ONLYDIR", GLOB_ONLYDIR},
+                                                    {"GLOB_NOCHECK", GLOB_NOCHECK},
+                                                    {"F_OK", F_OK},
+                                                    {"R_OK", R_OK},
+                                                    {"W_OK", W_OK},
+                                                    {"X_OK", X_OK},
+                                                    {"0", 0}};
   int f = 0;
   std::stringstream ss(s);
   std::string part;
@@ -167,7 +190,8 @@ int ScanFilter(const struct dirent* e) {
 }
 int ScanCompar(const struct dirent** a, const struct dirent** b) {
   // Sort by size (then name) through stat: compar's calls must be served too.
-  struct stat sa{}, sb{};
+  struct stat sa {
+  }, sb{};
   stat((g_scan_dir + "/" + (*a)->d_name).c_str(), &sa);
   stat((g_scan_dir + "/" + (*b)->d_name).c_str(), &sb);
   if (S_ISDIR(sa.st_mode)) sa.st_size = 0;
@@ -182,8 +206,12 @@ std::vector<std::string> g_walk;
 int g_walk_stop_at = 0;
 bool g_walk_cwd = false;
 int WalkCb(const char* p, const struct stat* s, int type, struct FTW* f) {
-  std::string t = type == FTW_F ? "F" : type == FTW_D ? "D" : type == FTW_DP ? "DP" : type == FTW_NS ? "NS"
-                : type == FTW_DNR ? "DNR" : "SL";
+  std::string t = type == FTW_F     ? "F"
+                  : type == FTW_D   ? "D"
+                  : type == FTW_DP  ? "DP"
+                  : type == FTW_NS  ? "NS"
+                  : type == FTW_DNR ? "DNR"
+                                    : "SL";
   std::string v = Unroot(p) + ":" + t + ":" + std::to_string(f->level) + ":" +
                   (f->level ? std::string(p + f->base) : "ROOT");  // the root's own name differs by tree
   if (type != FTW_NS) v += S_ISDIR(s->st_mode) ? ":dir" : ":size=" + std::to_string(s->st_size);
@@ -245,7 +273,7 @@ void ExecChild(const Args& a) {
 
 // bind_unix PATH / connect_unix PATH: a Unix socket name
 void UnixSocket(const Args& a) {
-  struct sockaddr_un addr{};
+  struct sockaddr_un addr {};
   addr.sun_family = AF_UNIX;
   std::string p = Path(a.arg(1));
   snprintf(addr.sun_path, sizeof addr.sun_path, "%s", p.c_str());
@@ -291,32 +319,38 @@ void MakeTemp(const Args& a) {
 // and the Report, it saves errno right after the call (into `e`, or through Call). Run sets errno to 0 first.
 const std::unordered_map<std::string_view, Op> kOps = {
     // --- opening and reading files
-    {"open", [](const Args& a) {  // open H PATH FLAGS
+    {"open",
+     [](const Args& a) {  // open H PATH FLAGS
        int fd = open(Path(a.arg(2)).c_str(), Flags(a.arg(3)), 0644);
        int e = errno;
        if (fd >= 0) g_fds[a.arg(1)] = fd;
        Report(a.line, fd < 0 ? -1 : 0, e);
      }},
-    {"openat", [](const Args& a) {  // openat H DIRH PATH FLAGS
+    {"openat",
+     [](const Args& a) {  // openat H DIRH PATH FLAGS
        int fd = openat(Fd(a.arg(2)), Path(a.arg(3)).c_str(), Flags(a.arg(4)), 0644);
        int e = errno;
        if (fd >= 0) g_fds[a.arg(1)] = fd;
        Report(a.line, fd < 0 ? -1 : 0, e);
      }},
-    {"creat", [](const Args& a) {  // creat PATH
+    {"creat",
+     [](const Args& a) {  // creat PATH
        int fd = creat(Path(a.arg(1)).c_str(), 0644);
        Report(a.line, fd < 0 ? -1 : 0, errno);
      }},
-    {"close", [](const Args& a) {  // close H
+    {"close",
+     [](const Args& a) {  // close H
        int rc = close(Fd(a.arg(1)));
        Report(a.line, rc, errno);
      }},
-    {"readall", [](const Args& a) {  // readall H
+    {"readall",
+     [](const Args& a) {  // readall H
        long total;
        std::string h = ReadAllHash(Fd(a.arg(1)), &total);
        Report(a.line, total, errno, h);
      }},
-    {"read", [](const Args& a) {  // read H N: prints the bytes when printable
+    {"read",
+     [](const Args& a) {  // read H N: prints the bytes when printable
        std::string buf(std::stoul(a.arg(2)), '\0');
        ssize_t n = read(Fd(a.arg(1)), buf.data(), buf.size());
        int e = errno;
@@ -324,7 +358,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        snprintf(h, sizeof h, "hash=%016llx", static_cast<unsigned long long>(Hash(buf.data(), n > 0 ? n : 0)));
        Report(a.line, n, e, h);
      }},
-    {"pread", [](const Args& a) {  // pread H N OFF
+    {"pread",
+     [](const Args& a) {  // pread H N OFF
        std::string buf(std::stoul(a.arg(2)), '\0');
        ssize_t n = pread(Fd(a.arg(1)), buf.data(), buf.size(), std::stol(a.arg(3)));
        int e = errno;
@@ -332,34 +367,40 @@ const std::unordered_map<std::string_view, Op> kOps = {
        snprintf(h, sizeof h, "hash=%016llx", static_cast<unsigned long long>(Hash(buf.data(), n > 0 ? n : 0)));
        Report(a.line, n, e, h);
      }},
-    {"lseek", [](const Args& a) {  // lseek H OFF SET|CUR|END
+    {"lseek",
+     [](const Args& a) {  // lseek H OFF SET|CUR|END
        int wh = a.arg(3) == "SET" ? SEEK_SET : a.arg(3) == "CUR" ? SEEK_CUR : SEEK_END;
        off_t r = lseek(Fd(a.arg(1)), std::stol(a.arg(2)), wh);
        Report(a.line, r, errno);
      }},
     // --- stat and access
-    {"stat", [](const Args& a) {  // stat PATH
+    {"stat",
+     [](const Args& a) {  // stat PATH
        struct stat st;
        int rc = stat(Path(a.arg(1)).c_str(), &st);
        Report(a.line, rc, errno, rc == 0 ? Stat(st) : "");
      }},
-    {"lstat", [](const Args& a) {  // lstat PATH
+    {"lstat",
+     [](const Args& a) {  // lstat PATH
        struct stat st;
        int rc = lstat(Path(a.arg(1)).c_str(), &st);
        Report(a.line, rc, errno, rc == 0 ? Stat(st) : "");
      }},
-    {"fstat", [](const Args& a) {  // fstat H
+    {"fstat",
+     [](const Args& a) {  // fstat H
        struct stat st;
        int rc = fstat(Fd(a.arg(1)), &st);
        Report(a.line, rc, errno, rc == 0 ? Stat(st) : "");
      }},
-    {"fstatat", [](const Args& a) {  // fstatat DIRH PATH FLAGS ("" path: write -)
+    {"fstatat",
+     [](const Args& a) {  // fstatat DIRH PATH FLAGS ("" path: write -)
        struct stat st;
        std::string p = a.arg(2) == "-" ? "" : Path(a.arg(2));
        int rc = fstatat(Fd(a.arg(1)), p.c_str(), &st, Flags(a.arg(3)));
        Report(a.line, rc, errno, rc == 0 ? Stat(st) : "");
      }},
-    {"statx", [](const Args& a) {  // statx DIRH PATH FLAGS
+    {"statx",
+     [](const Args& a) {  // statx DIRH PATH FLAGS
        std::string p = a.arg(2) == "-" ? "" : Path(a.arg(2));
        struct statx sx;
        int rc = statx(Fd(a.arg(1)), p.c_str(), Flags(a.arg(3)), STATX_BASIC_STATS, &sx);
@@ -370,28 +411,34 @@ const std::unordered_map<std::string_view, Op> kOps = {
                   static_cast<long long>(sx.stx_mtime.tv_sec));
        Report(a.line, rc, errno, b);
      }},
-    {"access", [](const Args& a) {  // access PATH MODE
+    {"access",
+     [](const Args& a) {  // access PATH MODE
        int rc = access(Path(a.arg(1)).c_str(), Flags(a.arg(2)));
        Report(a.line, rc, errno);
      }},
-    {"faccessat", [](const Args& a) {  // faccessat DIRH PATH MODE [FLAGS] ("" path: write -)
+    {"faccessat",
+     [](const Args& a) {  // faccessat DIRH PATH MODE [FLAGS] ("" path: write -)
        std::string p = a.arg(2) == "-" ? "" : Path(a.arg(2));
        int rc = faccessat(Fd(a.arg(1)), p.c_str(), Flags(a.arg(3)), a.size() > 4 ? Flags(a.arg(4)) : 0);
        Report(a.line, rc, errno);
      }},
-    {"fchownat", [](const Args& a) {  // fchownat DIRH PATH FLAGS: chown to the current owner (a no-op if it works)
+    {"fchownat",
+     [](const Args& a) {  // fchownat DIRH PATH FLAGS: chown to the current owner (a no-op if it works)
        std::string p = a.arg(2) == "-" ? "" : Path(a.arg(2));
        Call(a.line, fchownat(Fd(a.arg(1)), p.c_str(), getuid(), getgid(), Flags(a.arg(3))));
      }},
-    {"fchmodat", [](const Args& a) {  // fchmodat DIRH PATH FLAGS: chmod 0755
+    {"fchmodat",
+     [](const Args& a) {  // fchmodat DIRH PATH FLAGS: chmod 0755
        std::string p = a.arg(2) == "-" ? "" : Path(a.arg(2));
        Call(a.line, fchmodat(Fd(a.arg(1)), p.c_str(), 0755, Flags(a.arg(3))));
      }},
-    {"linkat", [](const Args& a) {  // linkat DIRH PATH NEWPATH FLAGS
+    {"linkat",
+     [](const Args& a) {  // linkat DIRH PATH NEWPATH FLAGS
        std::string p = a.arg(2) == "-" ? "" : Path(a.arg(2));
        Call(a.line, linkat(Fd(a.arg(1)), p.c_str(), AT_FDCWD, Path(a.arg(3)).c_str(), Flags(a.arg(4))));
      }},
-    {"statx_null", [](const Args& a) {  // statx_null DIRH: statx(fd, NULL, AT_EMPTY_PATH) (Linux 6.11+)
+    {"statx_null",
+     [](const Args& a) {  // statx_null DIRH: statx(fd, NULL, AT_EMPTY_PATH) (Linux 6.11+)
        struct statx sx;
        const char* volatile no_path = nullptr;  // volatile: glibc declares the path __nonnull
        int rc = statx(Fd(a.arg(1)), no_path, AT_EMPTY_PATH, STATX_BASIC_STATS, &sx);
@@ -400,7 +447,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        Report(a.line, rc == 0 || e == EFAULT ? 0 : rc, e,
               rc == 0 ? "type=" + std::to_string(sx.stx_mode & S_IFMT) : "");
      }},
-    {"fmode", [](const Args& a) {  // fmode H: fstat's mode only (no mtime: safe for checked-in outputs)
+    {"fmode",
+     [](const Args& a) {  // fmode H: fstat's mode only (no mtime: safe for checked-in outputs)
        struct stat st;
        int rc = fstat(Fd(a.arg(1)), &st);
        char b[32];
@@ -408,7 +456,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        Report(a.line, rc, errno, rc == 0 ? b : "");
      }},
     // --- tree walks
-    {"scandir_cb", [](const Args& a) {  // scandir_cb PATH: filter/compar that stat and open (see ScanFilter)
+    {"scandir_cb",
+     [](const Args& a) {  // scandir_cb PATH: filter/compar that stat and open (see ScanFilter)
        g_scan_dir = Path(a.arg(1));
        g_scan_stat_ok = 0;
        g_scan_fds.clear();
@@ -423,10 +472,12 @@ const std::unordered_map<std::string_view, Op> kOps = {
        free(list);
        int closed = 0;
        for (int fd : g_scan_fds) closed += close(fd) == 0;
-       Report(a.line, n, e, Joined(names, false) + " stat_ok=" + std::to_string(g_scan_stat_ok) +
-                                " opened=" + std::to_string(g_scan_fds.size()) + " closed=" + std::to_string(closed));
+       Report(a.line, n, e,
+              Joined(names, false) + " stat_ok=" + std::to_string(g_scan_stat_ok) +
+                  " opened=" + std::to_string(g_scan_fds.size()) + " closed=" + std::to_string(closed));
      }},
-    {"glob", [](const Args& a) {  // glob PATTERN [FLAGS]
+    {"glob",
+     [](const Args& a) {  // glob PATTERN [FLAGS]
        glob_t g;
        int rc = glob(Path(a.arg(1)).c_str(), a.size() > 2 ? Flags(a.arg(2)) : 0, nullptr, &g);
        std::vector<std::string> m;
@@ -435,7 +486,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        if (rc == 0) globfree(&g);
        Report(a.line, rc, 0, Joined(m, false));
      }},
-    {"nftw", [](const Args& a) {  // nftw PATH FLAGS [STOP_AT]
+    {"nftw",
+     [](const Args& a) {  // nftw PATH FLAGS [STOP_AT]
        g_walk.clear();
        g_walk_stop_at = a.size() > 3 ? std::stoi(a.arg(3)) : 0;
        int fl = Flags(a.arg(2));
@@ -450,33 +502,39 @@ const std::unordered_map<std::string_view, Op> kOps = {
        std::string out = g_walk_stop_at ? "visits=" + std::to_string(g_walk.size()) : Joined(g_walk, true);
        Report(a.line, rc, e, out + (strcmp(before, after) ? " cwd-changed" : ""));
      }},
-    {"ftw", [](const Args& a) {  // ftw PATH
+    {"ftw",
+     [](const Args& a) {  // ftw PATH
        g_walk.clear();
        int rc = ftw(Path(a.arg(1)).c_str(), FtwCb, 4);
        Report(a.line, rc, errno, Joined(g_walk, true));
      }},
     // --- fd semantics: duplicates, mappings, stdio, children
-    {"dup", [](const Args& a) {  // dup NEWH H
+    {"dup",
+     [](const Args& a) {  // dup NEWH H
        int fd = dup(Fd(a.arg(2)));
        if (fd >= 0) g_fds[a.arg(1)] = fd;
        Report(a.line, fd < 0 ? -1 : 0, errno);
      }},
-    {"dup2", [](const Args& a) {  // dup2 NEWH H NUMBER
+    {"dup2",
+     [](const Args& a) {  // dup2 NEWH H NUMBER
        int fd = dup2(Fd(a.arg(2)), std::stoi(a.arg(3)));
        if (fd >= 0) g_fds[a.arg(1)] = fd;
        Report(a.line, fd < 0 ? -1 : 0, errno);
      }},
-    {"dupfd_cloexec", [](const Args& a) {  // dupfd_cloexec NEWH H
+    {"dupfd_cloexec",
+     [](const Args& a) {  // dupfd_cloexec NEWH H
        int fd = fcntl(Fd(a.arg(2)), F_DUPFD_CLOEXEC, 0);
        if (fd >= 0) g_fds[a.arg(1)] = fd;
        Report(a.line, fd < 0 ? -1 : 0, errno,
               fd >= 0 ? "cloexec=" + std::to_string(fcntl(fd, F_GETFD) & FD_CLOEXEC) : "");
      }},
-    {"getfl", [](const Args& a) {  // getfl H: the access mode only
+    {"getfl",
+     [](const Args& a) {  // getfl H: the access mode only
        int fl = fcntl(Fd(a.arg(1)), F_GETFL);
        Report(a.line, fl < 0 ? -1 : (fl & O_ACCMODE), errno);
      }},
-    {"mmap", [](const Args& a) {  // mmap H LEN: hash of the mapping
+    {"mmap",
+     [](const Args& a) {  // mmap H LEN: hash of the mapping
        size_t len = std::stoul(a.arg(2));
        void* p = mmap(nullptr, len, PROT_READ, MAP_PRIVATE, Fd(a.arg(1)), 0);
        if (p == MAP_FAILED) {
@@ -488,7 +546,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
          Report(a.line, 0, 0, h);
        }
      }},
-    {"fdopen_read", [](const Args& a) {  // fdopen_read H: fdopen + fread to EOF + fclose (closes H)
+    {"fdopen_read",
+     [](const Args& a) {  // fdopen_read H: fdopen + fread to EOF + fclose (closes H)
        FILE* f = fdopen(Fd(a.arg(1)), "rb");
        if (!f) {
          Report(a.line, -1, errno);
@@ -508,7 +567,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
        Report(a.line, total, 0, o);
      }},
-    {"fopen", [](const Args& a) {  // fopen PATH MODE: fread to EOF
+    {"fopen",
+     [](const Args& a) {  // fopen PATH MODE: fread to EOF
        FILE* f = fopen(Path(a.arg(1)).c_str(), a.arg(2).c_str());
        if (!f) {
          Report(a.line, -1, errno);
@@ -527,7 +587,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
        Report(a.line, total, 0, o);
      }},
-    {"fork_read", [](const Args& a) {  // fork_read H: a forked child lseeks to 0 and reads the inherited fd
+    {"fork_read",
+     [](const Args& a) {  // fork_read H: a forked child lseeks to 0 and reads the inherited fd
        fflush(stdout);
        pid_t pid = fork();
        if (pid == 0) {
@@ -547,27 +608,32 @@ const std::unordered_map<std::string_view, Op> kOps = {
     {"exec_read", ExecChild},    // exec_read H
     {"exec_getcwd", ExecChild},  // exec_getcwd
     // --- directory streams
-    {"opendir", [](const Args& a) {  // opendir D PATH
+    {"opendir",
+     [](const Args& a) {  // opendir D PATH
        DIR* d = opendir(Path(a.arg(2)).c_str());
        int e = errno;
        if (d) g_dirs[a.arg(1)] = d;
        Report(a.line, d ? 0 : -1, e);
      }},
-    {"fdopendir", [](const Args& a) {  // fdopendir D H
+    {"fdopendir",
+     [](const Args& a) {  // fdopendir D H
        DIR* d = fdopendir(Fd(a.arg(2)));
        int e = errno;
        if (d) g_dirs[a.arg(1)] = d;
        Report(a.line, d ? 0 : -1, e);
      }},
-    {"readdir", [](const Args& a) {  // readdir D: the whole listing, sorted (file systems order differently)
+    {"readdir",
+     [](const Args& a) {  // readdir D: the whole listing, sorted (file systems order differently)
        std::string l = Listing(g_dirs.at(a.arg(1)));
        Report(a.line, errno ? -1 : 0, errno, l);
      }},
-    {"rewinddir", [](const Args& a) {  // rewinddir D
+    {"rewinddir",
+     [](const Args& a) {  // rewinddir D
        rewinddir(g_dirs.at(a.arg(1)));
        Report(a.line, 0, 0);
      }},
-    {"telldir_seekdir", [](const Args& a) {  // reads one entry, remembers, reads the rest, seeks back, reads again
+    {"telldir_seekdir",
+     [](const Args& a) {  // reads one entry, remembers, reads the rest, seeks back, reads again
        DIR* d = g_dirs.at(a.arg(1));
        rewinddir(d);
        readdir(d);
@@ -580,18 +646,21 @@ const std::unordered_map<std::string_view, Op> kOps = {
        struct dirent* e2 = readdir(d);
        Report(a.line, 0, 0, std::string("same=") + ((e2 ? e2->d_name : "") == first ? "1" : "0"));
      }},
-    {"dirfd_fstat", [](const Args& a) {  // dirfd_fstat D
+    {"dirfd_fstat",
+     [](const Args& a) {  // dirfd_fstat D
        struct stat st;
        int fd = dirfd(g_dirs.at(a.arg(1)));
        int rc = fstat(fd, &st);
        Report(a.line, rc, errno, rc == 0 ? Stat(st) : "");
      }},
-    {"closedir", [](const Args& a) {  // closedir D
+    {"closedir",
+     [](const Args& a) {  // closedir D
        int rc = closedir(g_dirs.at(a.arg(1)));
        g_dirs.erase(a.arg(1));
        Report(a.line, rc, errno);
      }},
-    {"scandir", [](const Args& a) {  // scandir PATH
+    {"scandir",
+     [](const Args& a) {  // scandir PATH
        struct dirent** list = nullptr;
        int n = scandir(Path(a.arg(1)).c_str(), &list, nullptr, alphasort);
        int e = errno;
@@ -604,74 +673,93 @@ const std::unordered_map<std::string_view, Op> kOps = {
        Report(a.line, n, e, "[" + names + "]");
      }},
     // --- cwd and names
-    {"chdir", [](const Args& a) {  // chdir PATH
+    {"chdir",
+     [](const Args& a) {  // chdir PATH
        int rc = chdir(Path(a.arg(1)).c_str());
        Report(a.line, rc, errno);
      }},
-    {"fchdir", [](const Args& a) {  // fchdir H
+    {"fchdir",
+     [](const Args& a) {  // fchdir H
        int rc = fchdir(Fd(a.arg(1)));
        Report(a.line, rc, errno);
      }},
-    {"getcwd", [](const Args& a) {  // getcwd
+    {"getcwd",
+     [](const Args& a) {  // getcwd
        char buf[PATH_MAX];
        char* p = getcwd(buf, sizeof buf);
        Report(a.line, p ? 0 : -1, errno, p ? Unroot(p) : "");
      }},
-    {"realpath", [](const Args& a) {  // realpath PATH
+    {"realpath",
+     [](const Args& a) {  // realpath PATH
        char buf[PATH_MAX];
        char* p = realpath(Path(a.arg(1)).c_str(), buf);
        Report(a.line, p ? 0 : -1, errno, p ? Unroot(p) : "");
      }},
-    {"readlink", [](const Args& a) {  // readlink PATH
+    {"readlink",
+     [](const Args& a) {  // readlink PATH
        char buf[PATH_MAX];
        ssize_t n = readlink(Path(a.arg(1)).c_str(), buf, sizeof buf);
        Report(a.line, n, errno);
      }},
-    {"getxattr", [](const Args& a) {  // getxattr PATH NAME
+    {"getxattr",
+     [](const Args& a) {  // getxattr PATH NAME
        char buf[256];
        ssize_t n = getxattr(Path(a.arg(1)).c_str(), a.arg(2).c_str(), buf, sizeof buf);
        Report(a.line, n, errno);
      }},
     // --- mutations
-    {"mkdir", [](const Args& a) {  // mkdir PATH (mode 0755)
+    {"mkdir",
+     [](const Args& a) {  // mkdir PATH (mode 0755)
        Call(a.line, mkdir(Path(a.arg(1)).c_str(), 0755));
      }},
-    {"rmdir", [](const Args& a) {  // rmdir PATH
+    {"rmdir",
+     [](const Args& a) {  // rmdir PATH
        Call(a.line, rmdir(Path(a.arg(1)).c_str()));
      }},
-    {"unlink", [](const Args& a) {  // unlink PATH
+    {"unlink",
+     [](const Args& a) {  // unlink PATH
        Call(a.line, unlink(Path(a.arg(1)).c_str()));
      }},
-    {"rename", [](const Args& a) {  // rename PATH NEWPATH
+    {"rename",
+     [](const Args& a) {  // rename PATH NEWPATH
        Call(a.line, rename(Path(a.arg(1)).c_str(), Path(a.arg(2)).c_str()));
      }},
-    {"link", [](const Args& a) {  // link PATH NEWPATH
+    {"link",
+     [](const Args& a) {  // link PATH NEWPATH
        Call(a.line, link(Path(a.arg(1)).c_str(), Path(a.arg(2)).c_str()));
      }},
-    {"symlink", [](const Args& a) {  // symlink TARGET PATH (TARGET taken as written)
+    {"symlink",
+     [](const Args& a) {  // symlink TARGET PATH (TARGET taken as written)
        Call(a.line, symlink(a.arg(1).c_str(), Path(a.arg(2)).c_str()));
      }},
-    {"truncate", [](const Args& a) {  // truncate PATH: to size 0
+    {"truncate",
+     [](const Args& a) {  // truncate PATH: to size 0
        Call(a.line, truncate(Path(a.arg(1)).c_str(), 0));
      }},
-    {"chmod", [](const Args& a) {  // chmod PATH: to 0600
+    {"chmod",
+     [](const Args& a) {  // chmod PATH: to 0600
        Call(a.line, chmod(Path(a.arg(1)).c_str(), 0600));
      }},
-    {"chown", [](const Args& a) {  // chown PATH: to uid 0, gid 0
+    {"chown",
+     [](const Args& a) {  // chown PATH: to uid 0, gid 0
        Call(a.line, chown(Path(a.arg(1)).c_str(), 0, 0));
      }},
-    {"utimensat", [](const Args& a) {  // utimensat PATH: times to now
+    {"utimensat",
+     [](const Args& a) {  // utimensat PATH: times to now
        Call(a.line, utimensat(AT_FDCWD, Path(a.arg(1)).c_str(), nullptr, 0));
      }},
-    {"setxattr", [](const Args& a) {  // setxattr PATH: user.x=1
+    {"setxattr",
+     [](const Args& a) {  // setxattr PATH: user.x=1
        Call(a.line, setxattr(Path(a.arg(1)).c_str(), "user.x", "1", 1, 0));
      }},
-    {"mkfifo", [](const Args& a) {  // mkfifo PATH (mode 0644)
+    {"mkfifo",
+     [](const Args& a) {  // mkfifo PATH (mode 0644)
        Call(a.line, mkfifo(Path(a.arg(1)).c_str(), 0644));
      }},
     {"bind_unix", UnixSocket},     // bind_unix PATH
     {"connect_unix", UnixSocket},  // connect_unix PATH
-    {"statvfs_ro", [](const Args& a) {  // statvfs_ro PATH: whether the file system is read-only
+    {"statvfs_ro",
+     [](const Args& a) {  // statvfs_ro PATH: whether the file system is read-only
        struct statvfs sv;
        int rc = statvfs(Path(a.arg(1)).c_str(), &sv);
        Report(a.line, rc, errno, rc == 0 ? "rdonly=" + std::to_string((sv.f_flag & ST_RDONLY) != 0) : "");
@@ -679,21 +767,24 @@ const std::unordered_map<std::string_view, Op> kOps = {
     {"stat_t", StatType},     // stat_t PATH
     {"fstatat_t", StatType},  // fstatat_t DIRH PATH FLAGS
     // --- /proc/self/fd links
-    {"reopen", [](const Args& a) {  // reopen NEWH H FLAGS: open("/proc/self/fd/<H>", FLAGS)
+    {"reopen",
+     [](const Args& a) {  // reopen NEWH H FLAGS: open("/proc/self/fd/<H>", FLAGS)
        std::string p = "/proc/self/fd/" + std::to_string(Fd(a.arg(2)));
        int fd = open(p.c_str(), Flags(a.arg(3)), 0644);
        int e = errno;
        if (fd >= 0) g_fds[a.arg(1)] = fd;
        Report(a.line, fd < 0 ? -1 : 0, e);
      }},
-    {"readlink_fd", [](const Args& a) {  // readlink_fd H: where /proc/self/fd/<H> leads
+    {"readlink_fd",
+     [](const Args& a) {  // readlink_fd H: where /proc/self/fd/<H> leads
        char buf[PATH_MAX];
        std::string p = "/proc/self/fd/" + std::to_string(Fd(a.arg(1)));
        ssize_t n = readlink(p.c_str(), buf, sizeof buf - 1);
        int e = errno;
        Report(a.line, n < 0 ? -1 : 0, e, n > 0 ? Unroot(std::string(buf, static_cast<size_t>(n))) : "");
      }},
-    {"lstat_fd", [](const Args& a) {  // lstat_fd H: /proc/self/fd/<H> is a link (lstat, fstatat and statx
+    {"lstat_fd",
+     [](const Args& a) {  // lstat_fd H: /proc/self/fd/<H> is a link (lstat, fstatat and statx
        // without following) to the file (stat): what realpath implementations walking with lstat rely on
        std::string p = "/proc/self/fd/" + std::to_string(Fd(a.arg(1)));
        struct stat l, f;
@@ -712,7 +803,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
     {"mkostemp", MakeTemp},  // mkostemp TEMPLATE [SUFFIXLEN]
     {"mkdtemp", MakeTemp},   // mkdtemp TEMPLATE
     // --- a name among a directory's entries, by each way of listing one
-    {"readdir_has", [](const Args& a) {  // readdir_has D NAME: whether the stream lists NAME, and its d_type
+    {"readdir_has",
+     [](const Args& a) {  // readdir_has D NAME: whether the stream lists NAME, and its d_type
        DIR* d = g_dirs.at(a.arg(1));
        rewinddir(d);
        std::string name = Path(a.arg(2)), found = "missing";
@@ -722,7 +814,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
            found = "found type=" + std::to_string(e->d_type) + " ino_set=" + std::to_string(e->d_ino != 0);
        Report(a.line, errno ? -1 : 0, errno, found);
      }},
-    {"scandir_has", [](const Args& a) {  // scandir_has PATH NAME
+    {"scandir_has",
+     [](const Args& a) {  // scandir_has PATH NAME
        struct dirent** list = nullptr;
        int n = scandir(Path(a.arg(1)).c_str(), &list, nullptr, alphasort);
        int e = errno;
@@ -734,7 +827,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        free(list);
        Report(a.line, n < 0 ? -1 : 0, e, found);
      }},
-    {"glob_under", [](const Args& a) {  // glob_under PATTERN: the matches under ROOT only (the parent holds more)
+    {"glob_under",
+     [](const Args& a) {  // glob_under PATTERN: the matches under ROOT only (the parent holds more)
        glob_t g;
        int rc = glob(Path(a.arg(1)).c_str(), 0, nullptr, &g);
        std::vector<std::string> m;
@@ -745,7 +839,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        }
        Report(a.line, rc == GLOB_NOMATCH ? 0 : rc, 0, Joined(m, true));
      }},
-    {"fts", [](const Args& a) {  // fts PATH FLAGS: every visit as "path:info:level" (sorted), and the end errno
+    {"fts",
+     [](const Args& a) {  // fts PATH FLAGS: every visit as "path:info:level" (sorted), and the end errno
        std::string root = Path(a.arg(1));
        char* roots[] = {root.data(), nullptr};
        FTS* f = fts_open(roots, Flags(a.arg(2)), nullptr);
@@ -766,7 +861,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        fts_close(f);
        Report(a.line, e ? -1 : 0, e, Joined(v, true));
      }},
-    {"fts_children_has", [](const Args& a) {  // fts_children_has PATH NAME: NAME among the root's children
+    {"fts_children_has",
+     [](const Args& a) {  // fts_children_has PATH NAME: NAME among the root's children
        std::string root = Path(a.arg(1));
        char* roots[] = {root.data(), nullptr};
        FTS* f = fts_open(roots, FTS_PHYSICAL, nullptr);
@@ -781,7 +877,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        fts_close(f);
        Report(a.line, r ? 0 : -1, r ? 0 : errno, found);
      }},
-    {"errno_kept", [](const Args& a) {  // errno_kept PATH: a successful stat must leave errno alone
+    {"errno_kept",
+     [](const Args& a) {  // errno_kept PATH: a successful stat must leave errno alone
        struct stat st;
        errno = EXDEV;
        int rc = stat(Path(a.arg(1)).c_str(), &st);

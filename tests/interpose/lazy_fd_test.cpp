@@ -15,15 +15,15 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <functional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -39,10 +39,8 @@ uint64_t Hash(const char* p, size_t n, uint64_t h = 1469598103934665603ull) {
 
 std::string Res(long rc, int err) {
   char b[64];
-  if (rc < 0)
-    snprintf(b, sizeof b, "-1(%s)", strerrorname_np(err) ? strerrorname_np(err) : "?");
-  else
-    snprintf(b, sizeof b, "%ld", rc);
+  if (rc < 0) snprintf(b, sizeof b, "-1(%s)", strerrorname_np(err) ? strerrorname_np(err) : "?");
+  else snprintf(b, sizeof b, "%ld", rc);
   return b;
 }
 
@@ -54,7 +52,11 @@ std::string ReadRes(ssize_t n, int err, const char* buf) {
 }
 
 // Evaluates the call before reading errno (argument evaluation order is unspecified).
-#define RES(expr) ([&] { long r_ = static_cast<long>(expr); return Res(r_, errno); }())
+#define RES(expr)                      \
+  ([&] {                               \
+    long r_ = static_cast<long>(expr); \
+    return Res(r_, errno);             \
+  }())
 
 struct T {
   std::string out;
@@ -467,10 +469,16 @@ int main(int argc, char** argv) {
   }
   if (g_self.find('/') == std::string::npos) g_self = "/proc/self/exe";
   std::vector<std::pair<const char*, std::function<void(const char*, T&)>>> scenarios = {
-      {"reads-and-seeks", ReadsAndSeeks}, {"flags", Flags},           {"dup-shares-offset", DupSharesOffset},
-      {"mmap-after-read", MmapAfterPartialRead}, {"fdopen-after-seek", FdopenAfterSeek},
-      {"sendfile-copy", SendfileCopy},   {"exec-child", ExecChild},   {"fork-shares-offset", ForkSharesOffset},
-      {"spawn-cat", SpawnCat},           {"reopen-and-stdin", ReopenAndStdin},
+      {"reads-and-seeks", ReadsAndSeeks},
+      {"flags", Flags},
+      {"dup-shares-offset", DupSharesOffset},
+      {"mmap-after-read", MmapAfterPartialRead},
+      {"fdopen-after-seek", FdopenAfterSeek},
+      {"sendfile-copy", SendfileCopy},
+      {"exec-child", ExecChild},
+      {"fork-shares-offset", ForkSharesOffset},
+      {"spawn-cat", SpawnCat},
+      {"reopen-and-stdin", ReopenAndStdin},
   };
   int failed = 0;
   // The mounted file must really be served lazily (the point of the exercise): its fd is no memfd.

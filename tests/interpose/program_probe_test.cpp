@@ -36,7 +36,10 @@ class ProbeTest : public ::testing::Test {
 // The smallest ELF header the probe reads: class, machine, type, and program headers with or without PT_INTERP.
 std::string Elf(unsigned char cls, uint16_t machine, bool interp) {
   std::string b(cls == 2 ? 64 + 56 : 52 + 32, '\0');
-  memcpy(b.data(), "\x7f" "ELF", 4);
+  memcpy(b.data(),
+         "\x7f"
+         "ELF",
+         4);
   b[4] = static_cast<char>(cls);
   b[5] = 1;  // little-endian
   b[6] = 1;
@@ -47,8 +50,8 @@ std::string Elf(unsigned char cls, uint16_t machine, bool interp) {
   if (cls == 2) {
     uint64_t phoff = 64;
     memcpy(b.data() + 32, &phoff, 8);
-    put16(54, 56);  // e_phentsize
-    put16(56, 1);   // e_phnum
+    put16(54, 56);              // e_phentsize
+    put16(56, 1);               // e_phnum
     put32(64, interp ? 3 : 1);  // PT_INTERP or PT_LOAD
   } else {
     put32(28, 52);
@@ -72,7 +75,11 @@ TEST_F(ProbeTest, ElfKinds) {
 TEST_F(ProbeTest, NotElfMissingOrUnreadableIsReached) {
   EXPECT_EQ(ProbeProgram(Write("text", "just text\n")).reach, PreloadReach::kReached);
   EXPECT_EQ(ProbeProgram(dir_ + "/missing").reach, PreloadReach::kReached);
-  EXPECT_EQ(ProbeProgram(Write("short", "\x7f" "EL")).reach, PreloadReach::kReached);
+  EXPECT_EQ(ProbeProgram(Write("short",
+                               "\x7f"
+                               "EL"))
+                .reach,
+            PreloadReach::kReached);
   EXPECT_EQ(ProbeProgram(dir_).reach, PreloadReach::kReached);  // a directory
 }
 

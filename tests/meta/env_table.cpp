@@ -34,14 +34,16 @@ void PrintTable(Scope scope, const char* heading) {
 }
 
 void PrintMarkdown() {
-  std::printf("<!-- BEGIN env-table: generated from fanstore/include/fanstore/env.hpp and env_tooling.hpp; do not "
-              "edit by hand -->\n");
+  std::printf(
+      "<!-- BEGIN env-table: generated from fanstore/include/fanstore/env.hpp and env_tooling.hpp; do not "
+      "edit by hand -->\n");
   PrintTable(Scope::kRuntime,
              "Read at run time by the library and the programs (the interposer, `Client::FromEnv`, the CLI):");
   std::printf("\n");
   PrintTable(Scope::kScript, "Read by the scripts:");
   std::printf("\n");
-  PrintTable(Scope::kTest, "Test plumbing (set by ctest or a test driver; listed so that nothing is read unannounced):");
+  PrintTable(Scope::kTest,
+             "Test plumbing (set by ctest or a test driver; listed so that nothing is read unannounced):");
   std::printf("<!-- END env-table -->\n");
 }
 
@@ -53,7 +55,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && std::strcmp(argv[1], "--names") == 0) {
-#define FANSTORE_PRINT_NAME(id, name, scope, readers, meaning, fallback) std::printf("%s\t%s\t%s\n", name, #id, fallback);
+#define FANSTORE_PRINT_NAME(id, name, scope, readers, meaning, fallback) \
+  std::printf("%s\t%s\t%s\n", name, #id, fallback);
     FANSTORE_ENV_VARIABLES(FANSTORE_PRINT_NAME)
     FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_PRINT_NAME)
 #undef FANSTORE_PRINT_NAME

@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
   g_start_wall = Now();
   if (rank == 0) {
     std::this_thread::sleep_for(std::chrono::seconds(1));  // the owner idles first: its CPU is measured
-    std::printf("mode %s%s\n", mode.c_str(), mode == "poll" ? (" (owner sleeps " + std::to_string(sleep_us) + " us)").c_str() : "");
+    std::printf("mode %s%s\n", mode.c_str(),
+                mode == "poll" ? (" (owner sleeps " + std::to_string(sleep_us) + " us)").c_str() : "");
     for (long long s : sizes) {
       double hot = Ask(s, iters, 0, win);
       double cold = Ask(s, 20, 0.02, win);
@@ -198,7 +199,8 @@ int main(int argc, char** argv) {
     g_idle_wall = Now() - g_start_wall;
   }
   if (rank == 1)
-    std::printf("  owner CPU while idle: %.1f%% of a core (over %.1f s)\n", 100.0 * g_idle_cpu / g_idle_wall, g_idle_wall);
+    std::printf("  owner CPU while idle: %.1f%% of a core (over %.1f s)\n", 100.0 * g_idle_cpu / g_idle_wall,
+                g_idle_wall);
   std::fflush(stdout);
   if (win != MPI_WIN_NULL) MPI_Win_free(&win);
   if (map) munmap(map, kFileBytes);

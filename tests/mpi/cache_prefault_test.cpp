@@ -128,7 +128,8 @@ TEST(CachePrefault, OnAKernelWithoutMadvPopulateWriteFallsBackToFallocate) {
     if (Allocated(cache.shared_fd()) >= kCache / 2) _exit(13);
     if (!RefuseMadvPopulateWrite()) _exit(14);
     void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (madvise(page, 4096, kMadvPopulateWrite) == 0 || errno != EINVAL) _exit(15);  // the filter works: the fallback is what runs
+    if (madvise(page, 4096, kMadvPopulateWrite) == 0 || errno != EINVAL)
+      _exit(15);  // the filter works: the fallback is what runs
     CachePrefault p(cache.arena(), kCache);
     uint64_t done = 0;
     if (!p.Wait(&done, nullptr).ok() || done != cache.arena()->data_len()) _exit(16);

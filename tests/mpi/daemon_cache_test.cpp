@@ -11,9 +11,9 @@
 #include <sys/mman.h>
 
 #include "fetch_cache.hpp"
-#include "shared_cache.hpp"
 #include "peer_table.hpp"
 #include "prefetcher.hpp"
+#include "shared_cache.hpp"
 #include "slab.hpp"
 
 namespace fanstore::daemon {
@@ -33,9 +33,9 @@ TEST(FetchCache, FindsContainedRangesOnly) {
   const char* mid = cache.Find({3, 1010, 20}, &t);  // a chunk of the cached range
   ASSERT_NE(mid, nullptr);
   EXPECT_EQ(mid[0], 'a');
-  EXPECT_EQ(cache.Find({3, 990, 20}, &t), nullptr);   // starts before
-  EXPECT_EQ(cache.Find({3, 1090, 20}, &t), nullptr);  // runs past the end
-  EXPECT_EQ(cache.Find({4, 1000, 100}, &t), nullptr); // other partition
+  EXPECT_EQ(cache.Find({3, 990, 20}, &t), nullptr);    // starts before
+  EXPECT_EQ(cache.Find({3, 1090, 20}, &t), nullptr);   // runs past the end
+  EXPECT_EQ(cache.Find({4, 1000, 100}, &t), nullptr);  // other partition
   EXPECT_FALSE(cache.Insert({3, 1000, 100}, Filled(cache, 100, 'b'), {})) << "a cached range is not cached twice";
   EXPECT_FALSE(cache.Insert({3, 1020, 10}, Filled(cache, 10, 'b'), {})) << "nor a range inside a cached one";
 }
@@ -174,7 +174,7 @@ TEST(Prefetcher, HintedRangesAreBounded) {
   ASSERT_TRUE(p.Hint(2, Ranges(30, 2), false).ok());
   ASSERT_TRUE(p.Hint(2, Ranges(20, 2), true).ok());  // 110 in all: stream 1, the oldest, goes
   EXPECT_EQ(p.streams(), 1u);
-  auto refused = p.Hint(2, Ranges(60, 2), true);     // 110 in stream 2 alone
+  auto refused = p.Hint(2, Ranges(60, 2), true);  // 110 in stream 2 alone
   EXPECT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
   EXPECT_EQ(p.streams(), 1u);
@@ -342,7 +342,7 @@ TEST(SharedArena, BlocksComeBackAndWholeChunksServeBigRanges) {
   ASSERT_TRUE(a) << why.ToString();
   std::vector<ArenaBlock> small;
   for (int i = 0; i < 16; ++i) small.push_back(a->Allocate(128 << 10));  // one chunk of 128 KiB blocks
-  ArenaBlock big = a->Allocate(5 << 20);  // needs three whole chunks: all that is left
+  ArenaBlock big = a->Allocate(5 << 20);                                 // needs three whole chunks: all that is left
   ASSERT_TRUE(big);
   EXPECT_EQ(big.capacity(), 6u << 20);
   EXPECT_FALSE(a->Allocate(4096)) << "no chunk left for another class";

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--wait-file", wait_file,
                  "Read one selected remote file, then wait until this file exists before reading the rest");
   app.add_option("--max-seconds", max_seconds, "Fail when one read takes longer than this (0: no limit)");
-  app.add_option("--repeat", repeat, "Read the selection this many times (load for fault tests)")->capture_default_str();
+  app.add_option("--repeat", repeat, "Read the selection this many times (load for fault tests)")
+      ->capture_default_str();
   app.add_flag("--tolerate-eio", tolerate_eio, "EIO on a remote read is not a failure (load while a peer dies)");
   CLI11_PARSE(app, argc, argv);
 
@@ -122,11 +123,12 @@ int main(int argc, char** argv) {
   work();
   for (auto& t : ts) t.join();
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("daemon_check: %zu reads (%llu local, %llu remote): %llu ok, %llu mismatched, %llu EIO, %llu other errors, "
-              "%llu slow; slowest read %.3f s; %.2f s total\n",
-              total, (unsigned long long)local_n.load(), (unsigned long long)remote_n.load(),
-              (unsigned long long)ok.load(), (unsigned long long)mismatch.load(), (unsigned long long)eio.load(),
-              (unsigned long long)other.load(), (unsigned long long)slow.load(), worst_us.load() / 1e6, sec);
+  std::printf(
+      "daemon_check: %zu reads (%llu local, %llu remote): %llu ok, %llu mismatched, %llu EIO, %llu other errors, "
+      "%llu slow; slowest read %.3f s; %.2f s total\n",
+      total, (unsigned long long)local_n.load(), (unsigned long long)remote_n.load(), (unsigned long long)ok.load(),
+      (unsigned long long)mismatch.load(), (unsigned long long)eio.load(), (unsigned long long)other.load(),
+      (unsigned long long)slow.load(), worst_us.load() / 1e6, sec);
   if (ids.empty() || slow > 0 || mismatch > 0 || other > 0) return 1;
   if (remote_fail) return eio == remote_n && ok == local_n ? 0 : 1;
   if (tolerate_eio) return 0;

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -29,8 +29,8 @@
 #include "daemon_protocol.hpp"
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
-#include "shared_arena.hpp"
 #include "remote_fetcher.hpp"
+#include "shared_arena.hpp"
 
 namespace fanstore {
 namespace {
@@ -81,7 +81,8 @@ bool SendReply(int conn, const dp::ReplyHeader& h, const std::string& rest, int 
     std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
   }
   ssize_t w;
-  do w = sendmsg(conn, &msg, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
+  do w = sendmsg(conn, &msg, MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
   if (w != static_cast<ssize_t>(sizeof hb)) return false;
   return rest.empty() || WriteAll(conn, rest.data(), rest.size());
 }
@@ -231,8 +232,8 @@ std::string Pattern(size_t n, char seed) {
 int MakeMemfd(uint64_t size, uint64_t offset, const std::string& content, bool seal) {
   int m = memfd_create("fake-payload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (m < 0 || ftruncate(m, static_cast<off_t>(size)) != 0) abort();
-  if (!content.empty() && pwrite(m, content.data(), content.size(), static_cast<off_t>(offset)) !=
-                              static_cast<ssize_t>(content.size()))
+  if (!content.empty() &&
+      pwrite(m, content.data(), content.size(), static_cast<off_t>(offset)) != static_cast<ssize_t>(content.size()))
     abort();
   if (seal && fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) abort();
   return m;
@@ -242,7 +243,7 @@ int MakeMemfd(uint64_t size, uint64_t offset, const std::string& content, bool s
 std::mutex g_marked_mu;
 std::vector<std::pair<int, mode_t>> g_marked;  // fd, its file type when marked
 void RecordHook(int fd) {
-  struct stat st{};
+  struct stat st {};
   fstat(fd, &st);
   std::lock_guard<std::mutex> g(g_marked_mu);
   g_marked.emplace_back(fd, st.st_mode & S_IFMT);
@@ -279,9 +280,7 @@ void Handle(int c, const dp::Request& r, pid_t) {
       close(m);
       return;
     }
-    case 3:
-      SendError(c, r, Code::kTimeout, "peer rank 2 did not answer");
-      return;
+    case 3: SendError(c, r, Code::kTimeout, "peer rank 2 did not answer"); return;
     case 4: {
       int m = MakeMemfd(1 << 20, 100, kBig, true);
       {
@@ -456,8 +455,8 @@ TEST(DaemonClient, NodeInTheSocketPathIsThisNodesDaemon) {
   ASSERT_TRUE((*f)->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
   EXPECT_EQ(out, kSmall);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find(dir + "/nosock"), std::string::npos) << "the error names the expanded path: "
-                                                                           << bad.status().message();
+  EXPECT_NE(bad.status().message().find(dir + "/nosock"), std::string::npos)
+      << "the error names the expanded path: " << bad.status().message();
 }
 
 TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
@@ -471,13 +470,20 @@ TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
     uint64_t stored;
     const char* what;  // part of the expected message
   } cases[] = {
-      {10, kSmall.size(), "payload bytes"}, {11, kSmall.size(), "payload bytes"},
-      {12, 0, "message"},                   {13, 8192, "offset"},
-      {14, 8192, "4096-byte memfd"},        {15, 8192, "not sealed"},
-      {16, 8192, "passed no fd"},           {17, kSmall.size(), "out-of-order"},
-      {18, kSmall.size(), "malformed"},     {19, kSmall.size(), "not sealed"},
-      {20, kSmall.size(), "4096-byte reply area"}, {21, kSmall.size(), "two payload places"},
-      {22, kSmall.size(), "did not announce"},    {7, kSmall.size(), "0-byte reply area"},
+      {10, kSmall.size(), "payload bytes"},
+      {11, kSmall.size(), "payload bytes"},
+      {12, 0, "message"},
+      {13, 8192, "offset"},
+      {14, 8192, "4096-byte memfd"},
+      {15, 8192, "not sealed"},
+      {16, 8192, "passed no fd"},
+      {17, kSmall.size(), "out-of-order"},
+      {18, kSmall.size(), "malformed"},
+      {19, kSmall.size(), "not sealed"},
+      {20, kSmall.size(), "4096-byte reply area"},
+      {21, kSmall.size(), "two payload places"},
+      {22, kSmall.size(), "did not announce"},
+      {7, kSmall.size(), "0-byte reply area"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("entry " + std::to_string(c.entry));

@@ -31,8 +31,8 @@ TEST(Doorbell, RingingWakesThePeerOncePerFlush) {
   EXPECT_EQ(b->Drain(), 1);
   EXPECT_FALSE(Readable(b->fd(), 0)) << "Drain empties the socket";
   EXPECT_EQ(a->rung(), 1u);
-  a->Ring(2);   // no address: never rung
-  a->Ring(7);   // no such rank
+  a->Ring(2);  // no address: never rung
+  a->Ring(7);  // no such rank
   a->Ring(-1);
   a->Flush();
   EXPECT_EQ(a->rung(), 1u);

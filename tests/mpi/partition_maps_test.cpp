@@ -43,7 +43,8 @@ bool StepUntil(PartitionMaps& maps, const std::function<bool()>& done, int wait_
 // StepUntil the forked `child` exits; its pid when it did (status in *status), 0 when it was still running.
 pid_t StepUntilExited(PartitionMaps& maps, pid_t child, int* status, int wait_ms = 1) {
   pid_t got = 0;
-  StepUntil(maps, [&] { return got != 0 || (got = waitpid(child, status, WNOHANG)) != 0; }, wait_ms);
+  StepUntil(
+      maps, [&] { return got != 0 || (got = waitpid(child, status, WNOHANG)) != 0; }, wait_ms);
   return got;
 }
 
@@ -58,9 +59,8 @@ class PartitionMapsTest : public ::testing::Test {
     if (LeasesDisabled()) GTEST_SKIP() << "file leases are disabled here (/proc/sys/fs/leases-enable is 0)";
     // On tmpfs where there is one: only node-local file systems are mapped, and /tmp may be an overlay.
     struct stat shm;
-    std::string base = stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) && access("/dev/shm", W_OK) == 0
-                           ? "/dev/shm"
-                           : "/tmp";
+    std::string base =
+        stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     std::string tmpl_s = base + "/fanstore-maps-XXXXXX";
     std::vector<char> tmpl(tmpl_s.begin(), tmpl_s.end());
     tmpl.push_back('\0');
@@ -176,7 +176,8 @@ TEST_F(PartitionMapsTest, ASendThatNeverEndsReadsZerosOnceTheWriterIsLetGo) {
   ASSERT_GE(child, 0);
   if (child == 0) _exit(truncate(path.c_str(), 0) == 0 ? 0 : 1);
   int status = 0;
-  ASSERT_EQ(StepUntilExited(maps, child, &status, /*wait_ms=*/5), child) << "the writer was still held after 10 s with a send stuck in flight";
+  ASSERT_EQ(StepUntilExited(maps, child, &status, /*wait_ms=*/5), child)
+      << "the writer was still held after 10 s with a send stuck in flight";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(maps.mapped(), 1u);
   struct stat st;

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "daemon_protocol.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/pack.hpp"
-#include "daemon_protocol.hpp"
 #include "image_dir_reader.hpp"
 #include "placement.hpp"
 #include "stage_layout.hpp"
@@ -181,8 +181,9 @@ TEST_F(StagingTest, AReaderWaitsForThePieceStagingReadsNextUntilItIsInOrTheWaitI
   auto done = [&] { ++called; };
   EXPECT_FALSE(reader.Await(0, l.begin(1), 10, done)) << "no waits set up";
   std::vector<size_t> hurried;
-  reader.SetWaits(60000000, [](uint32_t, size_t piece) { return piece != 2; },
-                  [&](uint32_t, size_t piece) { hurried.push_back(piece); });
+  reader.SetWaits(
+      60000000, [](uint32_t, size_t piece) { return piece != 2; },
+      [&](uint32_t, size_t piece) { hurried.push_back(piece); });
   EXPECT_FALSE(reader.Await(0, l.begin(2), 10, done)) << "piece 2 is read elsewhere";
   EXPECT_FALSE(reader.Await(0, l.begin(1), l.length(1) + 1, done)) << "spans two pieces";
   ASSERT_TRUE(reader.Await(0, l.begin(1), 10, done));

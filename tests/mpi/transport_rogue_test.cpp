@@ -69,16 +69,16 @@ long MaxRssKiB() {
 
 // What rank 1 does with the one request of a scenario.
 enum class Rogue {
-  kGood,              // the bytes asked for, in one message
-  kGoodChunked,       // the bytes asked for, as a header and 3 chunks
-  kOversizedChunk,    // a header for 3 chunks, then a first chunk twice as big, then the rest: all garbage
-  kWrongLength,       // 5 bytes more than asked for, in one message
-  kHugeAnnounced,     // a header announcing 2^40 bytes in chunks, and nothing after it
-  kStrayThenGood,     // a chunked reply carrying another request's id (2 chunks of 300,000 bytes), then kGoodChunked
-  kError,             // an error reply with a message
-  kExtraChunk,        // a good chunked reply, then one chunk more than announced (1,000 bytes of junk)
-  kChunkedAtOnce,     // a good chunked reply in chunks of rank 0's size, every message started at once (MPI_Isend)
-  kHugeDirect,        // one message of 32 MiB for the 10,000 bytes asked for (no chunks)
+  kGood,            // the bytes asked for, in one message
+  kGoodChunked,     // the bytes asked for, as a header and 3 chunks
+  kOversizedChunk,  // a header for 3 chunks, then a first chunk twice as big, then the rest: all garbage
+  kWrongLength,     // 5 bytes more than asked for, in one message
+  kHugeAnnounced,   // a header announcing 2^40 bytes in chunks, and nothing after it
+  kStrayThenGood,   // a chunked reply carrying another request's id (2 chunks of 300,000 bytes), then kGoodChunked
+  kError,           // an error reply with a message
+  kExtraChunk,      // a good chunked reply, then one chunk more than announced (1,000 bytes of junk)
+  kChunkedAtOnce,   // a good chunked reply in chunks of rank 0's size, every message started at once (MPI_Isend)
+  kHugeDirect,      // one message of 32 MiB for the 10,000 bytes asked for (no chunks)
 };
 
 struct Step {
@@ -108,21 +108,32 @@ const Scenario kScenarios[] = {
     {"one message of 32 MiB for 10,000 bytes, then a good fetch", {{Rogue::kHugeDirect, false}, {Rogue::kGood, true}}},
     // 4 slots (3 for fetches): they wrap around, so a slot left with junk in it would be given to a later fetch.
     {"a chunk more than announced, then good chunked fetches",
-     {{Rogue::kExtraChunk, true}, {Rogue::kGoodChunked, true}, {Rogue::kGoodChunked, true},
-      {Rogue::kGoodChunked, true}, {Rogue::kGoodChunked, true}},
-     kMaxMessage, 4},
-    {"broken replies, then good chunked fetches",
-     {{Rogue::kOversizedChunk, false}, {Rogue::kGoodChunked, true}, {Rogue::kHugeAnnounced, false},
-      {Rogue::kGoodChunked, true}, {Rogue::kStrayThenGood, true}, {Rogue::kGoodChunked, true},
+     {{Rogue::kExtraChunk, true},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true},
       {Rogue::kGoodChunked, true}},
-     kMaxMessage, 4},
+     kMaxMessage,
+     4},
+    {"broken replies, then good chunked fetches",
+     {{Rogue::kOversizedChunk, false},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kHugeAnnounced, false},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kStrayThenGood, true},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true}},
+     kMaxMessage,
+     4},
     // 3 chunks of 1 MiB (rendezvous: they wait for rank 0 to match them) and a last one of 1,000 bytes (eager: it
     // is there at once). MPI may complete the last receive first, most of all over TCP; the reply must not be
     // handed on before the big chunks are in (a transport that took the last chunk's completion for the whole
     // reply's failed here).
     {"a chunked reply sent at once, its small last chunk ahead of the big ones",
      {{Rogue::kChunkedAtOnce, true}, {Rogue::kChunkedAtOnce, true}, {Rogue::kChunkedAtOnce, true}},
-     uint64_t{1} << 20, 0, (uint64_t{3} << 20) + 1000},
+     uint64_t{1} << 20,
+     0,
+     (uint64_t{3} << 20) + 1000},
 };
 
 class Sink final : public fd::FetchSink {
@@ -186,12 +197,8 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
     MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
   };
   switch (r) {
-    case Rogue::kGood:
-      SendBytes(Header(req_id, 0, "", len, 0) + Payload(off, len), tag, MPI_COMM_WORLD);
-      break;
-    case Rogue::kGoodChunked:
-      chunked(req_id, len, kMaxMessage, false);
-      break;
+    case Rogue::kGood: SendBytes(Header(req_id, 0, "", len, 0) + Payload(off, len), tag, MPI_COMM_WORLD); break;
+    case Rogue::kGoodChunked: chunked(req_id, len, kMaxMessage, false); break;
     case Rogue::kOversizedChunk: {
       SendBytes(Header(req_id, 0, "", len, 3), tag, MPI_COMM_WORLD);
       std::string junk = Payload(off, len, true);
@@ -216,9 +223,7 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
       chunked(req_id, len, kMaxMessage, false);
       SendBytes(Payload(off, 1000, true), tag, chunk_comm);
       break;
-    case Rogue::kChunkedAtOnce:
-      chunked(req_id, len, max_message, false, true);
-      break;
+    case Rogue::kChunkedAtOnce: chunked(req_id, len, max_message, false, true); break;
     case Rogue::kHugeDirect: {
       const uint64_t n = uint64_t{32} << 20;
       SendBytes(Header(req_id, 0, "", n, 0) + std::string(n, 'x'), tag, MPI_COMM_WORLD);

@@ -99,9 +99,11 @@ ConvolutionSpec per_side(ConvolutionSpec s, std::vector<std::int64_t> lo, std::v
 void check_convolution(const Shape& in, const ConvolutionSpec& spec) {
   const std::string what = std::string(spec.transposed ? "transposed " : "") + "conv " + in.to_string();
   Rng rng(17);
-  Shape ws{spec.transposed ? spec.in_channels : spec.out_channels, spec.transposed ? spec.out_channels : spec.in_channels};
+  Shape ws{spec.transposed ? spec.in_channels : spec.out_channels,
+           spec.transposed ? spec.out_channels : spec.in_channels};
   for (auto k : spec.kernel) ws.dims.push_back(k);
-  Tensor x = random_tensor(in, rng), w = random_tensor(ws, rng, -0.5f, 0.5f), b = random_tensor({spec.out_channels}, rng);
+  Tensor x = random_tensor(in, rng), w = random_tensor(ws, rng, -0.5f, 0.5f),
+         b = random_tensor({spec.out_channels}, rng);
   auto k = be().make_convolution(spec);
   Tensor dev_b = up(b);
   const Tensor y_dev = k->forward(up(x), up(w), spec.bias ? &dev_b : nullptr);
@@ -132,10 +134,10 @@ void check_convolution(const Shape& in, const ConvolutionSpec& spec) {
 
 TEST(Conformance, Convolution2d) {
   check_convolution({2, 3, 9, 8}, convolution_spec(2, 3, 5, 3, 1, 1, true));
-  check_convolution({2, 3, 9, 8}, convolution_spec(2, 3, 4, 3, 2, 1, false));      // strided
-  check_convolution({1, 4, 9, 9}, convolution_spec(2, 4, 3, 3, 1, 2, true, 2));    // dilated
-  check_convolution({1, 4, 7, 7}, convolution_spec(2, 4, 8, 1, 2, 0, false));      // ResNet downsample
-  check_convolution({1, 3, 16, 16}, convolution_spec(2, 3, 8, 7, 2, 3, false));    // ResNet stem
+  check_convolution({2, 3, 9, 8}, convolution_spec(2, 3, 4, 3, 2, 1, false));    // strided
+  check_convolution({1, 4, 9, 9}, convolution_spec(2, 4, 3, 3, 1, 2, true, 2));  // dilated
+  check_convolution({1, 4, 7, 7}, convolution_spec(2, 4, 8, 1, 2, 0, false));    // ResNet downsample
+  check_convolution({1, 3, 16, 16}, convolution_spec(2, 3, 8, 7, 2, 3, false));  // ResNet stem
 }
 TEST(Conformance, Convolution3d) {
   check_convolution({2, 2, 5, 6, 4}, convolution_spec(3, 2, 4, 3, 1, 1, true));
@@ -189,7 +191,8 @@ TEST(Conformance, BatchNorm) {
   for (Shape s : {Shape{4, 3, 5, 5}, Shape{2, 3, 2, 3, 3}, Shape{6, 5}}) {
     const std::string what = "batch norm " + s.to_string();
     Rng rng(19);
-    Tensor x = random_tensor(s, rng, -2.f, 3.f), g = random_tensor({s[1]}, rng, 0.5f, 1.5f), bt = random_tensor({s[1]}, rng);
+    Tensor x = random_tensor(s, rng, -2.f, 3.f), g = random_tensor({s[1]}, rng, 0.5f, 1.5f),
+           bt = random_tensor({s[1]}, rng);
     auto k = be().make_batch_norm(1e-5f);
     Tensor mean = be().zeros({s[1]}), var = be().zeros({s[1]});
     const Tensor y = down(k->forward(up(x), up(g), up(bt), mean, var, Mode::Train));
@@ -201,7 +204,8 @@ TEST(Conformance, BatchNorm) {
     EXPECT_CLOSE(down(k->forward(up(x), up(g), up(bt), mean, var, Mode::Eval)),
                  reference::batch_norm(x, g, bt, &host_mean, &host_var, 1e-5), what + " eval forward vs naive");
     if (auto ck = cpu_kernel([&](Backend& c) { return c.make_batch_norm(1e-5f); })) {
-      Tensor cm = Tensor::zeros({s[1]}), cv = Tensor::zeros({s[1]}), cdg = Tensor::zeros({s[1]}), cdb = Tensor::zeros({s[1]});
+      Tensor cm = Tensor::zeros({s[1]}), cv = Tensor::zeros({s[1]}), cdg = Tensor::zeros({s[1]}),
+             cdb = Tensor::zeros({s[1]});
       ck->forward(x, g, bt, cm, cv, Mode::Train);
       EXPECT_CLOSE(host_mean, cm, what + " batch mean vs CPU");
       EXPECT_CLOSE(host_var, cv, what + " batch variance vs CPU");
@@ -235,7 +239,8 @@ TEST(Conformance, Activations) {
 
 TEST(Conformance, InnerProduct) {
   Rng rng(21);
-  Tensor x = random_tensor({5, 9}, rng), w = random_tensor({4, 9}, rng), b = random_tensor({4}, rng), r = random_tensor({5, 4}, rng);
+  Tensor x = random_tensor({5, 9}, rng), w = random_tensor({4, 9}, rng), b = random_tensor({4}, rng),
+         r = random_tensor({5, 4}, rng);
   auto k = be().make_inner_product(true);
   Tensor dev_b = up(b);
   const Tensor y = down(k->forward(up(x), up(w), &dev_b));
@@ -272,7 +277,8 @@ TEST(Conformance, ElementwiseCopiesAndDropout) {
   const Box face{{0, 0, 5, 0, 0}, {2, 3, 1, 5, 4}};
   Tensor dev_buffer = up(buffer), dev_big = up(big);
   be().copy_box(dev_big, face, dev_buffer, Box::whole(buffer.shape()), CopyMode::Accumulate);
-  be().copy_box(dev_buffer, Box::whole(buffer.shape()), dev_big, Box{{0, 0, 0, 0, 0}, {2, 3, 1, 5, 4}}, CopyMode::Overwrite);
+  be().copy_box(dev_buffer, Box::whole(buffer.shape()), dev_big, Box{{0, 0, 0, 0, 0}, {2, 3, 1, 5, 4}},
+                CopyMode::Overwrite);
   Tensor host_buffer = buffer.clone(), host_big = big.clone();
   env().cpu->copy_box(host_big, face, host_buffer, Box::whole(buffer.shape()), CopyMode::Accumulate);
   env().cpu->copy_box(host_buffer, Box::whole(buffer.shape()), host_big, Box{{0, 0, 0, 0, 0}, {2, 3, 1, 5, 4}},
@@ -303,8 +309,9 @@ TEST(Conformance, NormalisationStatistics) {
     const double count = groups == NormGroups::PerChannel ? 40 : 20;
     const Tensor sums = be().norm_sums(up(x), groups);
     const Tensor y = down(be().norm_apply(up(x), sums, count, up(g), up(bt), 1e-5f, groups));
-    EXPECT_CLOSE(y, groups == NormGroups::PerChannel ? reference::batch_norm(x, g, bt, nullptr, nullptr, 1e-5)
-                                                     : reference::instance_norm(x, g, bt, 1e-5),
+    EXPECT_CLOSE(y,
+                 groups == NormGroups::PerChannel ? reference::batch_norm(x, g, bt, nullptr, nullptr, 1e-5)
+                                                  : reference::instance_norm(x, g, bt, 1e-5),
                  "normalisation forward vs naive");
     if (env().is_cpu()) continue;  // its backward is checked by finite differences in test_backend_ops.cpp
     const Tensor bsums = be().norm_backward_sums(up(r), up(x), sums, count, 1e-5f, groups);
@@ -312,8 +319,9 @@ TEST(Conformance, NormalisationStatistics) {
     const Tensor dx = down(be().norm_backward_apply(up(r), up(x), sums, bsums, count, up(g), 1e-5f, groups, dg, db));
     const Tensor csums = env().cpu->norm_sums(x, groups);
     Tensor cdg = Tensor::zeros({3}), cdb = Tensor::zeros({3});
-    const Tensor cdx = env().cpu->norm_backward_apply(r, x, csums, env().cpu->norm_backward_sums(r, x, csums, count, 1e-5f, groups),
-                                                      count, g, 1e-5f, groups, cdg, cdb);
+    const Tensor cdx =
+        env().cpu->norm_backward_apply(r, x, csums, env().cpu->norm_backward_sums(r, x, csums, count, 1e-5f, groups),
+                                       count, g, 1e-5f, groups, cdg, cdb);
     EXPECT_CLOSE(dx, cdx, "normalisation backward vs CPU");
     EXPECT_CLOSE(down(dg), cdg, "dgamma vs CPU");
     EXPECT_CLOSE(down(db), cdb, "dbeta vs CPU");
@@ -330,7 +338,8 @@ TEST(Conformance, Losses) {
     EXPECT_NEAR(got.loss, want.loss, 1e-6 * (1 + std::fabs(want.loss))) << what;
     EXPECT_LE(error_ratio(down(got.gradient), want.gradient, 1e-5), 1.0) << what << " gradient";
   };
-  compare(be().softmax_cross_entropy(up(logits), labels, 0.1f), softmax_cross_entropy(logits, labels, 0.1f), "cross-entropy");
+  compare(be().softmax_cross_entropy(up(logits), labels, 0.1f), softmax_cross_entropy(logits, labels, 0.1f),
+          "cross-entropy");
   compare(be().dice_loss(up(logits), labels, false), dice_loss(logits, labels, false), "dice");
   compare(be().dice_cross_entropy(up(logits), labels, false), dice_cross_entropy(logits, labels, false), "dice + CE");
   // The split form a spatial split uses (sums over its group, then the loss): the CPU's sums, and the
@@ -370,7 +379,8 @@ TEST(Conformance, OptimizerUpdates) {
       auto opt = make_optimizer(t, o);
       for (int s = 1; s <= 3; ++s) {
         std::vector<float> g(t.parameter_count());
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + s));
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + s));
         t.write(Arena::Gradients, g);
         opt->step(t, 0.1f);
       }
@@ -378,7 +388,8 @@ TEST(Conformance, OptimizerUpdates) {
     };
     const auto got = run(be());
     const auto want = run(*env().cpu);
-    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 + 1e-5 * std::fabs(want[i])) << kind << " " << i;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-6 + 1e-5 * std::fabs(want[i])) << kind << " " << i;
   }
 }
 
@@ -402,7 +413,8 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(d / (n + 1e-300));
 }
 
-std::vector<double> loss_sequence(Backend& b, const ModelCase& c, std::vector<float>* output, std::vector<float>* grads) {
+std::vector<double> loss_sequence(Backend& b, const ModelCase& c, std::vector<float>* output,
+                                  std::vector<float>* grads) {
   auto model = build_model(c.name, std::shared_ptr<Backend>(&b, [](Backend*) {}), c.options);
   Rng rng(25);
   Tensor x = random_tensor(model->input_shape(), rng);
@@ -413,7 +425,8 @@ std::vector<double> loss_sequence(Backend& b, const ModelCase& c, std::vector<fl
     for (std::int64_t i = 0; i < out.numel(); ++i) targets.push_back(rng.uniform_float(-0.5f, 0.5f));
   } else {
     const std::int64_t per = std::string(c.name) == "unet3d" ? out.spatial_size() : 1;
-    for (std::int64_t i = 0; i < out[0] * per; ++i) labels.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(out[1]))));
+    for (std::int64_t i = 0; i < out[0] * per; ++i)
+      labels.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(out[1]))));
   }
   auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
   const Tensor dev_x = b.to_device(x);

@@ -46,7 +46,8 @@ LayerHarness::LayerHarness(std::unique_ptr<Layer> layer, std::uint64_t seed)
   for (const auto& e : table_.parameters()) {
     const bool scale = norm && e.name.ends_with(".weight");
     for (std::int64_t i = 0; i < e.shape.numel(); ++i)
-      table_.values()[e.offset + static_cast<std::size_t>(i)] = scale ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-1.f, 1.f);
+      table_.values()[e.offset + static_cast<std::size_t>(i)] =
+          scale ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-1.f, 1.f);
   }
   table_.commit();
 }
@@ -74,7 +75,8 @@ std::vector<std::int64_t> probe_indices(std::int64_t numel, int samples, Rng& rn
   if (numel <= samples) {
     for (std::int64_t i = 0; i < numel; ++i) idx.push_back(i);
   } else {
-    for (int i = 0; i < samples; ++i) idx.push_back(static_cast<std::int64_t>(rng.next_u64() % static_cast<std::uint64_t>(numel)));
+    for (int i = 0; i < samples; ++i)
+      idx.push_back(static_cast<std::int64_t>(rng.next_u64() % static_cast<std::uint64_t>(numel)));
   }
   return idx;
 }
@@ -101,12 +103,13 @@ double check_gradients(LayerHarness& h, std::vector<Tensor> inputs, const Gradie
     const double minus = weighted_sum(loss(), r);
     *value = saved;
     // The probe moved the value by the float-rounded step, not exactly epsilon.
-    const double step = static_cast<double>(static_cast<float>(saved + o.epsilon)) - static_cast<float>(saved - o.epsilon);
+    const double step =
+        static_cast<double>(static_cast<float>(saved + o.epsilon)) - static_cast<float>(saved - o.epsilon);
     const double numeric = (plus - minus) / step;
     const double bound = o.atol + o.rtol * std::fabs(numeric);
     worst = std::max(worst, std::fabs(analytic - numeric) / bound);
-    EXPECT_LE(std::fabs(analytic - numeric), bound) << h.layer().name() << " " << what << ": analytic " << analytic
-                                                    << " numeric " << numeric;
+    EXPECT_LE(std::fabs(analytic - numeric), bound)
+        << h.layer().name() << " " << what << ": analytic " << analytic << " numeric " << numeric;
   };
 
   for (std::size_t k = 0; k < inputs.size(); ++k) {

@@ -37,8 +37,8 @@ Tensor convolution(const Tensor& x, const Tensor& w, const Tensor* b, const Conv
     const auto kk = spec.dilation[i] * (spec.kernel[i] - 1) + 1;
     const auto n = x.shape()[static_cast<int>(i) + 2];
     const auto pads = spec.padding_lo[i] + spec.padding_hi[i];
-    out_shape[static_cast<int>(i) + 2] = spec.transposed ? (n - 1) * spec.stride[i] - pads + kk
-                                                         : (n + pads - kk) / spec.stride[i] + 1;
+    out_shape[static_cast<int>(i) + 2] =
+        spec.transposed ? (n - 1) * spec.stride[i] - pads + kk : (n + pads - kk) / spec.stride[i] + 1;
   }
   const Volume out(out_shape);
   std::vector<double> acc(static_cast<std::size_t>(out_shape.numel()), 0.0);
@@ -79,7 +79,8 @@ Tensor convolution(const Tensor& x, const Tensor& w, const Tensor* b, const Conv
             }
   Tensor y = Tensor::zeros(out_shape);
   const std::int64_t inner = out.d * out.h * out.w;
-  for (std::int64_t i = 0; i < y.numel(); ++i) y[i] = static_cast<float>(acc[static_cast<std::size_t>(i)] + (b ? (*b)[(i / inner) % cout] : 0.f));
+  for (std::int64_t i = 0; i < y.numel(); ++i)
+    y[i] = static_cast<float>(acc[static_cast<std::size_t>(i)] + (b ? (*b)[(i / inner) % cout] : 0.f));
   return y;
 }
 
@@ -89,7 +90,9 @@ Tensor pooling(const Tensor& x, const PoolingSpec& spec) {
   Shape out_shape = x.shape();
   for (std::size_t i = 0; i < spec.kernel.size(); ++i)
     out_shape[static_cast<int>(i) + 2] =
-        (x.shape()[static_cast<int>(i) + 2] + spec.padding_lo[i] + spec.padding_hi[i] - spec.kernel[i]) / spec.stride[i] + 1;
+        (x.shape()[static_cast<int>(i) + 2] + spec.padding_lo[i] + spec.padding_hi[i] - spec.kernel[i]) /
+            spec.stride[i] +
+        1;
   const Volume out(out_shape);
   Tensor y = Tensor::zeros(out_shape);
   for (std::int64_t n = 0; n < in.n; ++n)

@@ -43,7 +43,9 @@ void naive_copy_box(const Tensor& src, const Box& sb, Tensor& dst, const Box& db
   }
 }
 
-Box box(std::vector<std::int64_t> start, std::vector<std::int64_t> extent) { return Box{std::move(start), std::move(extent)}; }
+Box box(std::vector<std::int64_t> start, std::vector<std::int64_t> extent) {
+  return Box{std::move(start), std::move(extent)};
+}
 
 TEST(BackendOps, CopyBoxMatchesNaiveLoopsBothModes) {
   auto be = test_backend();
@@ -168,7 +170,8 @@ TEST(BackendOps, DropoutOnSlabsEqualsTheSerialMask) {
       DropoutMask m = whole;
       m.placement = GlobalPlacement{global, b.start};
       Tensor y = be->dropout(slab, m);
-      for (std::int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y[i], expected[i]) << "dim " << dim << " slab at " << begin;
+      for (std::int64_t i = 0; i < y.numel(); ++i)
+        ASSERT_EQ(y[i], expected[i]) << "dim " << dim << " slab at " << begin;
     }
   }
   DropoutMask bad = whole;
@@ -180,7 +183,8 @@ TEST(BackendOps, NormalisationOpsMatchReferencesAndSplitSums) {
   auto be = test_backend();
   Rng rng(4);
   const Shape s{2, 3, 4, 5};
-  Tensor x = random_tensor(s, rng, -1.f, 2.f), gamma = random_tensor({3}, rng, 0.5f, 1.5f), beta = random_tensor({3}, rng);
+  Tensor x = random_tensor(s, rng, -1.f, 2.f), gamma = random_tensor({3}, rng, 0.5f, 1.5f),
+         beta = random_tensor({3}, rng);
   // Instance norm: per (n, c) statistics.
   Tensor sums = be->norm_sums(x, NormGroups::PerSampleChannel);
   EXPECT_EQ(sums.shape(), (Shape{6, 2}));
@@ -253,7 +257,8 @@ TEST(BackendOps, NormalisationBackwardMatchesFiniteDifferences) {
 TEST(BackendOps, AddConcatSplitAndElementwise) {
   auto be = test_backend();
   Rng rng(6);
-  Tensor a = random_tensor({2, 2, 3, 3}, rng), b = random_tensor({2, 2, 3, 3}, rng), c = random_tensor({2, 3, 3, 3}, rng);
+  Tensor a = random_tensor({2, 2, 3, 3}, rng), b = random_tensor({2, 2, 3, 3}, rng),
+         c = random_tensor({2, 3, 3, 3}, rng);
   Tensor s = be->add({a, b, a});
   for (std::int64_t i = 0; i < a.numel(); ++i) EXPECT_FLOAT_EQ(s[i], a[i] + b[i] + a[i]);
   Tensor cat = be->concat_channels({a, c});

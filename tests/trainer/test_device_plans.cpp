@@ -44,7 +44,8 @@ void expect_conv_plan_matches(const Shape& in, const ConvolutionSpec& spec) {
   Rng rng(11);
   const auto plan = ops::plan_symmetric_padding(spec.padding_lo, spec.padding_hi);
   ASSERT_TRUE(plan.needs_border());
-  Shape wshape{spec.transposed ? spec.in_channels : spec.out_channels, spec.transposed ? spec.out_channels : spec.in_channels};
+  Shape wshape{spec.transposed ? spec.in_channels : spec.out_channels,
+               spec.transposed ? spec.out_channels : spec.in_channels};
   for (auto k : spec.kernel) wshape.dims.push_back(k);
   Tensor x = random_tensor(in, rng), w = random_tensor(wshape, rng), b = random_tensor({spec.out_channels}, rng);
   auto direct = be->make_convolution(spec);
@@ -90,11 +91,13 @@ TEST(PaddingPlan, SplitsPaddingIntoSymmetricPartAndBorder) {
 TEST(PaddingPlan, ConvolutionWithBorderEqualsPerSidePadding) {
   expect_conv_plan_matches({2, 3, 7, 6}, with_padding(convolution_spec(2, 3, 4, 3, 1, 0, true), {1, 0}, {0, 2}));
   expect_conv_plan_matches({1, 2, 9, 8}, with_padding(convolution_spec(2, 2, 3, 3, 2, 0, true, 2), {2, 0}, {1, 3}));
-  expect_conv_plan_matches({1, 2, 5, 6, 4}, with_padding(convolution_spec(3, 2, 3, 3, 1, 0, true), {1, 0, 2}, {0, 1, 0}));
+  expect_conv_plan_matches({1, 2, 5, 6, 4},
+                           with_padding(convolution_spec(3, 2, 3, 3, 1, 0, true), {1, 0, 2}, {0, 1, 0}));
 }
 
 TEST(PaddingPlan, TransposedConvolutionWithCropEqualsPerSidePadding) {
-  expect_conv_plan_matches({2, 3, 4, 5}, with_padding(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
+  expect_conv_plan_matches({2, 3, 4, 5},
+                           with_padding(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
   expect_conv_plan_matches({1, 2, 3, 3, 3},
                            with_padding(convolution_spec(3, 2, 3, 3, 2, 0, true, 1, true), {0, 1, 2}, {1, 0, 1}));
 }

@@ -30,7 +30,9 @@ TEST(LayerGradients, Conv2dStridePaddingBias) {
 TEST(LayerGradients, Conv2dDilationNoBias) {
   check<Convolution>({{1, 2, 7, 7}}, {}, "conv", convolution_spec(2, 2, 3, 3, 1, 2, false, /*dilation=*/2));
 }
-TEST(LayerGradients, Conv3d) { check<Convolution>({{1, 2, 5, 5, 5}}, {}, "conv", convolution_spec(3, 2, 3, 3, 1, 1, true)); }
+TEST(LayerGradients, Conv3d) {
+  check<Convolution>({{1, 2, 5, 5, 5}}, {}, "conv", convolution_spec(3, 2, 3, 3, 1, 1, true));
+}
 TEST(LayerGradients, Conv3dStrided) {
   check<Convolution>({{2, 2, 4, 4, 4}}, {}, "conv", convolution_spec(3, 2, 3, 3, 2, 1, false));
 }
@@ -49,10 +51,12 @@ TEST(LayerGradients, Conv2dAsymmetricPadding) {
   check<Convolution>({{2, 2, 6, 5}}, {}, "conv", asymmetric(convolution_spec(2, 2, 3, 3, 2, 0, true), {1, 0}, {0, 2}));
 }
 TEST(LayerGradients, Conv3dAsymmetricPadding) {
-  check<Convolution>({{1, 2, 4, 4, 4}}, {}, "conv", asymmetric(convolution_spec(3, 2, 2, 3, 1, 0, false), {1, 0, 2}, {0, 1, 0}));
+  check<Convolution>({{1, 2, 4, 4, 4}}, {}, "conv",
+                     asymmetric(convolution_spec(3, 2, 2, 3, 1, 0, false), {1, 0, 2}, {0, 1, 0}));
 }
 TEST(LayerGradients, ConvTransposeAsymmetricPadding) {
-  check<Convolution>({{1, 3, 3, 4}}, {}, "up", asymmetric(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
+  check<Convolution>({{1, 3, 3, 4}}, {}, "up",
+                     asymmetric(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
 }
 TEST(LayerGradients, BatchNorm2dTrain) { check<BatchNorm>({{3, 4, 3, 3}}, {}, "bn", 4); }
 TEST(LayerGradients, BatchNorm3dTrain) { check<BatchNorm>({{2, 3, 2, 3, 3}}, {}, "bn", 3); }
@@ -72,7 +76,9 @@ TEST(LayerGradients, LinearNoBias) { check<Linear>({{2, 6}}, {}, "fc", 6, 3, fal
 TEST(LayerGradients, AvgPool2d) {
   check<Pooling>({{2, 2, 6, 6}}, {}, "pool", pooling_spec(2, PoolingKind::Average, 3, 2, 1));
 }
-TEST(LayerGradients, AvgPool3d) { check<Pooling>({{1, 2, 4, 4, 4}}, {}, "pool", pooling_spec(3, PoolingKind::Average, 2, 2)); }
+TEST(LayerGradients, AvgPool3d) {
+  check<Pooling>({{1, 2, 4, 4, 4}}, {}, "pool", pooling_spec(3, PoolingKind::Average, 2, 2));
+}
 TEST(LayerGradients, GlobalAvgPool2d) { check<GlobalAveragePooling>({{2, 3, 4, 5}}, {}, "gap"); }
 TEST(LayerGradients, GlobalAvgPool3d) { check<GlobalAveragePooling>({{2, 3, 2, 3, 4}}, {}, "gap"); }
 TEST(LayerGradients, Add) { check<Add>({{2, 3, 3, 3}, {2, 3, 3, 3}}, {}, "add"); }

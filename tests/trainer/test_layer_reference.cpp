@@ -65,7 +65,8 @@ TEST(LayerReference, Conv3dAsymmetricPadding) {
 }
 TEST(LayerReference, ConvTransposeAsymmetricPadding) {
   expect_conv_matches({2, 3, 4, 5}, asymmetric(convolution_spec(2, 3, 2, 3, 2, 0, true, 1, true), {1, 0}, {0, 1}));
-  expect_conv_matches({1, 2, 3, 3, 3}, asymmetric(convolution_spec(3, 2, 3, 3, 2, 0, true, 1, true), {0, 1, 2}, {1, 0, 1}));
+  expect_conv_matches({1, 2, 3, 3, 3},
+                      asymmetric(convolution_spec(3, 2, 3, 3, 2, 0, true, 1, true), {0, 1, 2}, {1, 0, 1}));
 }
 
 void expect_pool_matches(const Shape& in, const PoolingSpec& spec) {
@@ -77,7 +78,9 @@ void expect_pool_matches(const Shape& in, const PoolingSpec& spec) {
 }
 
 TEST(LayerReference, MaxPool2dPadded) { expect_pool_matches({2, 3, 9, 8}, pooling_spec(2, PoolingKind::Max, 3, 2, 1)); }
-TEST(LayerReference, MaxPool3dOddSize) { expect_pool_matches({1, 2, 5, 4, 6}, pooling_spec(3, PoolingKind::Max, 2, 2)); }
+TEST(LayerReference, MaxPool3dOddSize) {
+  expect_pool_matches({1, 2, 5, 4, 6}, pooling_spec(3, PoolingKind::Max, 2, 2));
+}
 TEST(LayerReference, AvgPool2dPaddedCountsPadding) {
   expect_pool_matches({2, 3, 7, 7}, pooling_spec(2, PoolingKind::Average, 3, 2, 1));
 }
@@ -170,7 +173,8 @@ TEST(LayerReference, Linear) {
 
 TEST(LayerReference, AddConcatFlatten) {
   Rng rng(8);
-  Tensor a = random_tensor({2, 2, 3, 3}, rng), b = random_tensor({2, 2, 3, 3}, rng), c = random_tensor({2, 3, 3, 3}, rng);
+  Tensor a = random_tensor({2, 2, 3, 3}, rng), b = random_tensor({2, 2, 3, 3}, rng),
+         c = random_tensor({2, 3, 3, 3}, rng);
   LayerHarness add(std::make_unique<Add>("add"));
   Tensor sum = add.forward({a, b});
   for (std::int64_t i = 0; i < a.numel(); ++i) EXPECT_FLOAT_EQ(sum[i], a[i] + b[i]);

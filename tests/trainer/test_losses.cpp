@@ -40,13 +40,16 @@ TEST(Losses, CrossEntropyMatchesHandComputation) {
 
 TEST(Losses, CrossEntropyGradient) {
   Rng rng(1);
-  check_loss_gradient(random_tensor({4, 5}, rng, -2, 2), [](const Tensor& p) { return softmax_cross_entropy(p, {0, 4, 2, 2}, 0.1f); });
+  check_loss_gradient(random_tensor({4, 5}, rng, -2, 2), [](const Tensor& p) {
+    return softmax_cross_entropy(p, {0, 4, 2, 2}, 0.1f);
+  });
 }
 
 TEST(Losses, CrossEntropySpatialGradient) {
   Rng rng(2);
   std::vector<std::int32_t> labels{0, 1, 2, 1, 0, 2, 2, 1, 0, 0, 1, 2, 2, 2, 1, 0};
-  check_loss_gradient(random_tensor({2, 3, 2, 2, 2}, rng, -2, 2), [&](const Tensor& p) { return softmax_cross_entropy(p, labels); });
+  check_loss_gradient(random_tensor({2, 3, 2, 2, 2}, rng, -2, 2),
+                      [&](const Tensor& p) { return softmax_cross_entropy(p, labels); });
 }
 
 TEST(Losses, MeanSquaredError) {
@@ -72,7 +75,8 @@ TEST(Losses, DiceIsZeroForPerfectConfidentPrediction) {
 TEST(Losses, DiceGradient) {
   Rng rng(4);
   std::vector<std::int32_t> labels{0, 1, 2, 1, 0, 2, 2, 1, 0, 0, 1, 2, 2, 2, 1, 0};
-  check_loss_gradient(random_tensor({2, 3, 2, 2, 2}, rng, -2, 2), [&](const Tensor& p) { return dice_loss(p, labels); });
+  check_loss_gradient(random_tensor({2, 3, 2, 2, 2}, rng, -2, 2),
+                      [&](const Tensor& p) { return dice_loss(p, labels); });
 }
 
 TEST(Losses, DiceCrossEntropyGradient) {

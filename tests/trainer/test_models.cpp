@@ -12,7 +12,8 @@
 namespace fanstore::trainer::testing {
 namespace {
 
-std::unique_ptr<Model> build(const std::string& name, std::int64_t size, std::int64_t classes = 0, std::int64_t batch = 1) {
+std::unique_ptr<Model> build(const std::string& name, std::int64_t size, std::int64_t classes = 0,
+                             std::int64_t batch = 1) {
   ModelOptions o;
   o.input_size = size;
   o.classes = classes;

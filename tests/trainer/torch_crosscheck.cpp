@@ -56,7 +56,8 @@ float max_abs(const std::vector<float>& v) {
 // errors are meaningless for gradients that cross zero).
 double scaled_error(const std::vector<float>& ours, const std::vector<float>& ref) {
   double worst = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - ref[i]));
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - ref[i]));
   const double scale = max_abs(ref);
   return scale > 0 ? worst / scale : worst;
 }
@@ -88,7 +89,8 @@ int run(int argc, char** argv) {
   }
   auto all = cases();
   if (!all.count(model_name) || script.empty() || workdir.empty())
-    throw std::invalid_argument("usage: trainer_torch_crosscheck --model resnet50|unet3d|cosmoflow --script S --workdir D [--python P]");
+    throw std::invalid_argument(
+        "usage: trainer_torch_crosscheck --model resnet50|unet3d|cosmoflow --script S --workdir D [--python P]");
   const Case& c = all.at(model_name);
   std::filesystem::create_directories(workdir);
 
@@ -98,16 +100,19 @@ int run(int argc, char** argv) {
   // parameter and buffer takes part in the comparison.
   Rng rng(2024);
   for (const auto& e : table.parameters()) {
-    const bool norm = e.shape.rank() == 1 && e.name.find("conv") == std::string::npos && e.name.find("fc") == std::string::npos;
+    const bool norm =
+        e.shape.rank() == 1 && e.name.find("conv") == std::string::npos && e.name.find("fc") == std::string::npos;
     if (!norm) continue;
     const bool scale = e.name.ends_with(".weight");
     for (std::int64_t i = 0; i < e.shape.numel(); ++i)
-      table.values()[e.offset + static_cast<std::size_t>(i)] = scale ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-0.5f, 0.5f);
+      table.values()[e.offset + static_cast<std::size_t>(i)] =
+          scale ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-0.5f, 0.5f);
   }
   for (const auto& e : table.buffers()) {
     const bool variance = e.name.ends_with("running_var");
     for (std::int64_t i = 0; i < e.shape.numel(); ++i)
-      table.buffer_values()[e.offset + static_cast<std::size_t>(i)] = variance ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-0.2f, 0.2f);
+      table.buffer_values()[e.offset + static_cast<std::size_t>(i)] =
+          variance ? rng.uniform_float(0.5f, 1.5f) : rng.uniform_float(-0.2f, 0.2f);
   }
   Tensor x = Tensor::zeros(model->input_shape());
   for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = rng.uniform_float(-1.f, 1.f);
@@ -117,8 +122,10 @@ int run(int argc, char** argv) {
   const auto dir = std::filesystem::path(workdir);
   auto state = export_state(table);
   const auto& o = c.options;
-  state.push_back({"config", Shape{4}, {static_cast<float>(o.batch), static_cast<float>(o.input_size),
-                                        static_cast<float>(o.classes), static_cast<float>(model->input_shape()[1])}});
+  state.push_back({"config",
+                   Shape{4},
+                   {static_cast<float>(o.batch), static_cast<float>(o.input_size), static_cast<float>(o.classes),
+                    static_cast<float>(model->input_shape()[1])}});
   write_tensor_file((dir / "model.bin").string(), state);
   write_tensor_file((dir / "io.bin").string(), {to_named("input", x), to_named("output_grad", dy)});
 
@@ -127,8 +134,9 @@ int run(int argc, char** argv) {
   const int status = std::system(command.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   if (code == kSkip) {
-    std::cout << "\n*** SKIP: PyTorch is not available to " << python
-              << "; the " << model_name << " cross-check did NOT run ***\n" << std::endl;
+    std::cout << "\n*** SKIP: PyTorch is not available to " << python << "; the " << model_name
+              << " cross-check did NOT run ***\n"
+              << std::endl;
     return kSkip;
   }
   if (code != 0) throw std::runtime_error("torch_crosscheck.py failed with exit code " + std::to_string(code));
@@ -152,8 +160,13 @@ int run(int argc, char** argv) {
     const auto& ref64 = find_tensor(ref, key).data;
     const auto& ref32 = find_tensor(ref, "f32/" + key).data;
     const double scale = std::max(max_abs(ref64), 1e-30f);
-    return Row{name, scaled_error(ours, ref64), scaled_error(ref32, ref64), tol,
-               scaled_error(ours, ref32) * max_abs(ref32) / scale, relative_l2(ours, ref64), relative_l2(ref32, ref64),
+    return Row{name,
+               scaled_error(ours, ref64),
+               scaled_error(ref32, ref64),
+               tol,
+               scaled_error(ours, ref32) * max_abs(ref32) / scale,
+               relative_l2(ours, ref64),
+               relative_l2(ref32, ref64),
                gradient};
   };
   std::vector<Row> rows;
@@ -175,8 +188,8 @@ int run(int argc, char** argv) {
   for (const auto& r : rows) {
     if (!r.ok()) {
       ok = false;
-      std::cout << "MISMATCH " << r.name << ": " << (r.gradient ? "relative L2 " : "") << r.judged() << " > " << r.tolerance
-                << " (float32 PyTorch: " << (r.gradient ? r.torch32_l2 : r.torch32_error) << ")\n";
+      std::cout << "MISMATCH " << r.name << ": " << (r.gradient ? "relative L2 " : "") << r.judged() << " > "
+                << r.tolerance << " (float32 PyTorch: " << (r.gradient ? r.torch32_l2 : r.torch32_error) << ")\n";
     }
     if (r.name.starts_with("grad ") || r.name == "input_grad") {
       ++gradients;
@@ -189,7 +202,9 @@ int run(int argc, char** argv) {
   auto line = [](const Row* r) {
     std::ostringstream s;
     s << std::scientific << std::setprecision(3);
-    if (r) s << r->error << " (float32 PyTorch: " << r->torch32_error << "; ours vs float32 PyTorch: " << r->versus_torch32 << ")";
+    if (r)
+      s << r->error << " (float32 PyTorch: " << r->torch32_error << "; ours vs float32 PyTorch: " << r->versus_torch32
+        << ")";
     else s << "none";
     return s.str();
   };
@@ -200,11 +215,14 @@ int run(int argc, char** argv) {
             << (worst_grad ? worst_grad->name : "") << "\n"
             << "  running stats:   " << line(worst_buffer) << " worst of " << table.buffers().size() << "\n"
             << "  largest ours vs float32 PyTorch over all tensors: " << std::scientific << std::setprecision(3)
-            << std::max_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.versus_torch32 < b.versus_torch32; })->versus_torch32
+            << std::max_element(rows.begin(), rows.end(),
+                                [](const Row& a, const Row& b) { return a.versus_torch32 < b.versus_torch32; })
+                   ->versus_torch32
             << "\n"
             << "  gradients within " << kTightGradient << ": " << tight << " of " << gradients << "\n"
-            << "  worst relative L2 gradient error: " << (worst_l2 ? worst_l2->l2 : 0.0) << " (float32 PyTorch: "
-            << (worst_l2 ? worst_l2->torch32_l2 : 0.0) << ") " << (worst_l2 ? worst_l2->name : "") << "\n"
+            << "  worst relative L2 gradient error: " << (worst_l2 ? worst_l2->l2 : 0.0)
+            << " (float32 PyTorch: " << (worst_l2 ? worst_l2->torch32_l2 : 0.0) << ") "
+            << (worst_l2 ? worst_l2->name : "") << "\n"
             << "  tolerances: outputs and running stats " << c.output_tolerance << " (max based), gradients "
             << c.gradient_tolerance << " (relative L2)"
             << "\n"

@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
     if (kind == "imagefolder") {
       dataset = std::make_unique<data::ImageFolderDataset>(directory, data::ImageFolderOptions{.output_size = 32});
     } else if (kind == "cosmoflow") {
-      dataset = std::make_unique<data::CosmoFlowDataset>(
-          directory, data::CosmoFlowOptions{.slab = data::Slab{0, 4, 2, 8, 1, 7}});
+      dataset = std::make_unique<data::CosmoFlowDataset>(directory,
+                                                         data::CosmoFlowOptions{.slab = data::Slab{0, 4, 2, 8, 1, 7}});
     } else if (kind == "unet3d") {
       dataset = std::make_unique<data::Unet3dDataset>(directory, data::Unet3dOptions{});
     } else {

@@ -18,8 +18,8 @@ class DatagenDeterminism : public ::testing::TestWithParam<std::string> {};
 TEST_P(DatagenDeterminism, SameSeedSameBytesOtherSeedOtherBytes) {
   ScratchDir scratch;
   const std::string kind = GetParam();
-  const std::string common = kind + " --samples 12 --size 16 --val-fraction 0.25" +
-                             (kind == "imagefolder" ? " --classes 3" : "");
+  const std::string common =
+      kind + " --samples 12 --size 16 --val-fraction 0.25" + (kind == "imagefolder" ? " --classes 3" : "");
   run_datagen(common + " --seed 7 -o " + (scratch / "a"));
   run_datagen(common + " --seed 7 --threads 3 -o " + (scratch / "b"));
   run_datagen(common + " --seed 8 -o " + (scratch / "c"));
@@ -80,9 +80,8 @@ TEST(Datagen, RefusesNonEmptyOutputAndTooFewSamples) {
   run_datagen("unet3d --samples 1 --size 8 --val-fraction 0 -o " + (scratch / "d"));
   const std::string binary = FANSTORE_DATAGEN_BINARY;
   EXPECT_NE(testing::run_command(binary + " unet3d --samples 1 -o " + (scratch / "d") + " 2>/dev/null"), 0);
-  EXPECT_NE(testing::run_command(binary + " imagefolder --samples 5 --classes 10 -o " + (scratch / "e") +
-                                 " 2>/dev/null"),
-            0);
+  EXPECT_NE(
+      testing::run_command(binary + " imagefolder --samples 5 --classes 10 -o " + (scratch / "e") + " 2>/dev/null"), 0);
 }
 
 }  // namespace

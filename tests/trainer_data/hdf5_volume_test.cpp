@@ -41,7 +41,9 @@ TEST(Hdf5File, HyperslabEqualsSliceOfFullRead) {
     for (int y = 3; y < 12; ++y)
       for (int x = 0; x < 5; ++x)
         for (int c = 1; c < 3; ++c) ASSERT_EQ(part[i++], full[((z * kEdge + y) * kEdge + x) * 4 + c]);
-  EXPECT_NE(error_of([&] { file.read_float("full", {8, 0, 0, 0}, {5, 1, 1, 1}, part.data()); }).find("outside"),
+  EXPECT_NE(error_of([&] {
+              file.read_float("full", {8, 0, 0, 0}, {5, 1, 1, 1}, part.data());
+            }).find("outside"),
             std::string::npos);
 }
 
@@ -127,8 +129,9 @@ TEST(VolumeErrors, CorruptOrTruncatedHdf5NamesTheFile) {
   testing::write_bytes(truncated, bytes);
   std::vector<float> volume(4 * 8 * 8 * 8), targets(4);
   for (std::size_t index : {1, 2}) {
-    const std::string message =
-        error_of([&] { dataset.load_sample(index, 0, SampleBuffers{volume.data(), targets.data(), nullptr}); });
+    const std::string message = error_of([&] {
+      dataset.load_sample(index, 0, SampleBuffers{volume.data(), targets.data(), nullptr});
+    });
     EXPECT_NE(message.find(dataset.sample_path(index)), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }

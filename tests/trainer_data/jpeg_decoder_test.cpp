@@ -28,19 +28,28 @@ TEST(JpegDecoder, MatchesPillowWithinTwoLevels) {
   ScratchDir scratch;
   testing::run_datagen("imagefolder --samples 4 --classes 2 --size 48 --val-fraction 0 -o " + (scratch / "d"));
   // Also a greyscale and a 4:4:4 JPEG made by PIL itself, so it is not only our encoder's output.
-  const std::string make_more = std::string(env::PythonInterpreter()) + " -c \"from PIL import Image; "
-      "im = Image.open('" + (scratch / "d/train/class_0001/img_0000001.jpg") + "').convert('RGB').resize((37, 29)); "
-      "im.convert('L').save('" + (scratch / "grey.jpg") + "', quality=85); "
-      "im.save('" + (scratch / "full.jpg") + "', quality=95, subsampling=0)\"";
+  const std::string make_more = std::string(env::PythonInterpreter()) +
+                                " -c \"from PIL import Image; "
+                                "im = Image.open('" +
+                                (scratch / "d/train/class_0001/img_0000001.jpg") +
+                                "').convert('RGB').resize((37, 29)); "
+                                "im.convert('L').save('" +
+                                (scratch / "grey.jpg") +
+                                "', quality=85); "
+                                "im.save('" +
+                                (scratch / "full.jpg") + "', quality=95, subsampling=0)\"";
   ASSERT_EQ(testing::run_command(make_more), 0);
 
-  for (const std::string& path : {scratch / "d/train/class_0000/img_0000000.jpg",
-                                 scratch / "d/train/class_0001/img_0000003.jpg", scratch / "grey.jpg",
-                                 scratch / "full.jpg"}) {
+  for (const std::string& path :
+       {scratch / "d/train/class_0000/img_0000000.jpg", scratch / "d/train/class_0001/img_0000003.jpg",
+        scratch / "grey.jpg", scratch / "full.jpg"}) {
     const std::string reference = scratch / "reference.rgb";
-    const std::string decode = std::string(env::PythonInterpreter()) + " -c \"from PIL import Image; import sys; "
+    const std::string decode =
+        std::string(env::PythonInterpreter()) +
+        " -c \"from PIL import Image; import sys; "
         "im = Image.open(sys.argv[1]).convert('RGB'); open(sys.argv[2], 'wb').write(im.tobytes()); "
-        "print(im.size[0], im.size[1])\" " + path + " " + reference + " > " + (scratch / "size.txt");
+        "print(im.size[0], im.size[1])\" " +
+        path + " " + reference + " > " + (scratch / "size.txt");
     ASSERT_EQ(testing::run_command(decode), 0) << decode;
     int width = 0, height = 0;
     std::FILE* size_file = std::fopen((scratch / "size.txt").c_str(), "r");

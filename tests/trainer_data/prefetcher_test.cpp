@@ -15,8 +15,13 @@ namespace {
 using testing::ScratchDir;
 
 std::vector<Batch> run_epoch(const BatchLoader& loader, std::size_t batch_size, int threads, std::uint64_t epoch) {
-  ShardSpec spec{.dataset_size = loader.dataset().size(), .batch_size = batch_size, .rank = 1, .world_size = 2,
-                 .seed = 11, .epoch = epoch, .last_batch = LastBatch::kPad};
+  ShardSpec spec{.dataset_size = loader.dataset().size(),
+                 .batch_size = batch_size,
+                 .rank = 1,
+                 .world_size = 2,
+                 .seed = 11,
+                 .epoch = epoch,
+                 .last_batch = LastBatch::kPad};
   Prefetcher prefetcher(loader, split_into_batches(shard_indices(spec), batch_size), epoch,
                         PrefetchOptions{.threads = threads, .queue_depth = 3});
   std::vector<Batch> batches;

@@ -70,8 +70,8 @@ TEST(Shard, DropUsesWholeGlobalBatchesOnly) {
 }
 
 TEST(Shard, PadCoversEverySampleAndRepeatsOnlyTheWrap) {
-  ShardSpec spec{.dataset_size = 50, .batch_size = 4, .world_size = 3, .seed = 1, .epoch = 0,
-                 .last_batch = LastBatch::kPad};
+  ShardSpec spec{
+      .dataset_size = 50, .batch_size = 4, .world_size = 3, .seed = 1, .epoch = 0, .last_batch = LastBatch::kPad};
   const auto shards = all_shards(spec);  // ceil(50 / 12) = 5 global batches = 60 positions
   std::multiset<std::size_t> seen;
   for (const auto& shard : shards) {
@@ -81,14 +81,14 @@ TEST(Shard, PadCoversEverySampleAndRepeatsOnlyTheWrap) {
   EXPECT_EQ(std::set<std::size_t>(seen.begin(), seen.end()).size(), 50u);
   const auto permutation = epoch_permutation(50, 1, 0);
   for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(seen.count(permutation[i]), 2u);  // the 10 padded positions
-  spec.dataset_size = 2;  // tiny datasets wrap several times
+  spec.dataset_size = 2;                                                           // tiny datasets wrap several times
   spec.rank = 2;
   EXPECT_EQ(shard_indices(spec).size(), 4u);
 }
 
 TEST(Shard, NoShuffleIsIdentityOrderForValidation) {
-  ShardSpec spec{.dataset_size = 10, .batch_size = 2, .rank = 1, .world_size = 2, .shuffle = false,
-                 .last_batch = LastBatch::kPad};
+  ShardSpec spec{
+      .dataset_size = 10, .batch_size = 2, .rank = 1, .world_size = 2, .shuffle = false, .last_batch = LastBatch::kPad};
   EXPECT_EQ(shard_indices(spec), (std::vector<std::size_t>{1, 3, 5, 7, 9, 1}));
   const auto batches = split_into_batches(shard_indices(spec), 2);
   ASSERT_EQ(batches.size(), 3u);

@@ -62,7 +62,8 @@ void shift_norms(Model& m, float shift) {
     if (!dynamic_cast<const BatchNorm*>(l) && !dynamic_cast<const InstanceNorm*>(l)) continue;
     const auto& e = m.parameters().parameters().at(l->parameter_handles().at(1).index);  // the shift
     std::fill(values.begin() + static_cast<std::ptrdiff_t>(e.offset),
-              values.begin() + static_cast<std::ptrdiff_t>(e.offset + static_cast<std::size_t>(e.shape.numel())), shift);
+              values.begin() + static_cast<std::ptrdiff_t>(e.offset + static_cast<std::size_t>(e.shape.numel())),
+              shift);
   }
   m.parameters().write(Arena::Values, values);
 }
@@ -140,14 +141,16 @@ ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::
   const Tensor x_group = batch_slice(x, first, batch_per_group, 1.f);
   const Tensor dy_group = batch_slice(dy, first, batch_per_group, static_cast<float>(groups));
   const SpatialBox in_whole = whole_box(x.shape());
-  const Tensor y_local = b.to_host(dm.forward(b.to_device(slab_of(x_group, in_whole, dm.input_box())), Mode::Train)).clone();
-  Tensor dy_local = b.to_device(dm.output_split() ? slab_of(dy_group, whole_box(dy.shape()), dm.output_slab()) : dy_group);
+  const Tensor y_local =
+      b.to_host(dm.forward(b.to_device(slab_of(x_group, in_whole, dm.input_box())), Mode::Train)).clone();
+  Tensor dy_local =
+      b.to_device(dm.output_split() ? slab_of(dy_group, whole_box(dy.shape()), dm.output_slab()) : dy_group);
   const Tensor dx_local = b.to_host(dm.backward(dy_local)).clone();
 
   ExactnessReport r;
   // Output and input gradient of this rank's sample group, gathered over its spatial group.
-  const Tensor y_group = dm.output_split() ? gather_boxes(pg.spatial(), y_local, dm.output_slab(), whole_box(dy.shape()))
-                                           : y_local;
+  const Tensor y_group =
+      dm.output_split() ? gather_boxes(pg.spatial(), y_local, dm.output_slab(), whole_box(dy.shape())) : y_local;
   const Tensor dx_group = gather_boxes(pg.spatial(), dx_local, dm.input_slab(), in_whole);
   r.output = {"output", error_of(y_group, batch_slice(ref.y, first, batch_per_group, 1.f)),
               check.calibrate ? error_of(nudged.y, ref.y) : 0};
@@ -162,16 +165,17 @@ ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::
   const auto terms = reduction_terms(*serial, batch_per_group * groups);
   for (const auto& e : gt.parameters()) {
     const auto n = e.shape.numel();
-    r.parameters.push_back({e.name, error_of(summed.data() + e.offset, ref.gradients.data() + e.offset, n),
-                            check.calibrate ? error_of(nudged.gradients.data() + e.offset, ref.gradients.data() + e.offset, n)
-                                            : 0,
-                            check.calibrate ? std::sqrt(terms.at(e.name)) * 0x1.0p-24 : 0});
+    r.parameters.push_back(
+        {e.name, error_of(summed.data() + e.offset, ref.gradients.data() + e.offset, n),
+         check.calibrate ? error_of(nudged.gradients.data() + e.offset, ref.gradients.data() + e.offset, n) : 0,
+         check.calibrate ? std::sqrt(terms.at(e.name)) * 0x1.0p-24 : 0});
   }
   const std::vector<float> split_buffers = gt.read(Arena::Buffers);
   for (const auto& e : gt.buffers()) {
     const auto n = e.shape.numel();
-    r.buffers.push_back({e.name, error_of(split_buffers.data() + e.offset, ref.buffers.data() + e.offset, n),
-                         check.calibrate ? error_of(nudged.buffers.data() + e.offset, ref.buffers.data() + e.offset, n) : 0});
+    r.buffers.push_back(
+        {e.name, error_of(split_buffers.data() + e.offset, ref.buffers.data() + e.offset, n),
+         check.calibrate ? error_of(nudged.buffers.data() + e.offset, ref.buffers.data() + e.offset, n) : 0});
   }
   // The worst over the ranks (each compared its own group and slabs): every error, then the verdict.
   std::vector<TensorError*> all{&r.output, &r.input_gradient};
@@ -200,10 +204,11 @@ void print_report(const std::string& what, const GridShape& grid, const Exactnes
   if (world().rank() != 0) return;
   double buffers = 0;
   for (const auto& t : r.buffers) buffers = std::max(buffers, t.error);
-  std::printf("exactness %-30s grid %-8s output %.1e  input grad %.1e  param grads: worst %.1e, %d of %zu above 1e-5  "
-              "buffers %.1e  | worst error/bound %.2f (%s)\n",
-              what.c_str(), grid.to_string().c_str(), r.output.error, r.input_gradient.error, r.worst_parameter_error,
-              r.parameters_above, r.parameters.size(), buffers, r.worst_ratio, r.worst.c_str());
+  std::printf(
+      "exactness %-30s grid %-8s output %.1e  input grad %.1e  param grads: worst %.1e, %d of %zu above 1e-5  "
+      "buffers %.1e  | worst error/bound %.2f (%s)\n",
+      what.c_str(), grid.to_string().c_str(), r.output.error, r.input_gradient.error, r.worst_parameter_error,
+      r.parameters_above, r.parameters.size(), buffers, r.worst_ratio, r.worst.c_str());
   if (r.parameters_above > 0)
     for (const auto& t : r.parameters)
       if (t.error > 1e-5)

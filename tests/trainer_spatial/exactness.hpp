@@ -32,8 +32,8 @@ struct ExactnessReport {
   // The largest error / bound over every tensor (<= 1 passes), and the tensor it belongs to.
   double worst_ratio = 0;
   std::string worst;
-  double worst_parameter_error = 0;   // the largest raw parameter-gradient error
-  int parameters_above = 0;           // parameter gradients whose raw error exceeds `tolerance`
+  double worst_parameter_error = 0;  // the largest raw parameter-gradient error
+  int parameters_above = 0;          // parameter gradients whose raw error exceeds `tolerance`
 };
 
 struct ExactnessOptions {

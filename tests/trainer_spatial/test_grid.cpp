@@ -47,7 +47,8 @@ TEST(GridParse, AcceptsTheModelsFormAndRejectsOthersWithOneLine) {
     check_grid_ranks(parse_grid("2,2,2,1", 3), 4);
     ADD_FAILURE();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("needs 8 ranks (the product), but 4 were started"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs 8 ranks (the product), but 4 were started"), std::string::npos)
+        << e.what();
   }
   EXPECT_NO_THROW(check_grid_ranks(parse_grid("1,2,2", 2), 4));
 }
@@ -78,13 +79,14 @@ ConvolutionSpec conv(std::int64_t k, std::int64_t s, std::int64_t p, std::int64_
 // Output size of the serial layer along one axis (PyTorch formulas).
 std::int64_t out_extent(const ConvolutionSpec& c, std::int64_t in) {
   const auto k = c.dilation[0] * (c.kernel[0] - 1) + 1;
-  return c.transposed ? (in - 1) * c.stride[0] - 2 * c.padding_lo[0] + k : (in + 2 * c.padding_lo[0] - k) / c.stride[0] + 1;
+  return c.transposed ? (in - 1) * c.stride[0] - 2 * c.padding_lo[0] + k
+                      : (in + 2 * c.padding_lo[0] - k) / c.stride[0] + 1;
 }
 
 TEST(Window, ReadsMatchesTheDefinitionPositionByPosition) {
   // For every single output, the inputs it reads by brute force equal reads() clipped.
-  for (const auto& c : {conv(3, 1, 1), conv(3, 2, 1), conv(7, 2, 3), conv(1, 2, 0), conv(3, 1, 2, 2), conv(2, 2, 0, 1, true),
-                        conv(3, 2, 1, 1, true), conv(4, 2, 1, 1, true)}) {
+  for (const auto& c : {conv(3, 1, 1), conv(3, 2, 1), conv(7, 2, 3), conv(1, 2, 0), conv(3, 1, 2, 2),
+                        conv(2, 2, 0, 1, true), conv(3, 2, 1, 1, true), conv(4, 2, 1, 1, true)}) {
     const AxisWindow w = window_of(c)[0];
     const std::int64_t in = 11, out = out_extent(c, in);
     for (std::int64_t o = 0; o < out; ++o) {
@@ -98,7 +100,8 @@ TEST(Window, ReadsMatchesTheDefinitionPositionByPosition) {
       const Range r = w.reads({o, o + 1}).intersect({0, in});
       // A dilated window may skip its clipped first/last taps: then reads() is a (harmless) superset.
       if (c.dilation[0] == 1) {
-        EXPECT_EQ(r, (Range{lo, hi})) << "k" << c.kernel[0] << " s" << c.stride[0] << " p" << c.padding_lo[0] << " output " << o;
+        EXPECT_EQ(r, (Range{lo, hi})) << "k" << c.kernel[0] << " s" << c.stride[0] << " p" << c.padding_lo[0]
+                                      << " output " << o;
       } else {
         EXPECT_TRUE(r.contains(Range{lo, hi})) << "output " << o;
       }
@@ -107,16 +110,17 @@ TEST(Window, ReadsMatchesTheDefinitionPositionByPosition) {
 }
 
 TEST(Window, PiecePaddingReproducesTheOutputSize) {
-  for (const auto& c : {conv(3, 1, 1), conv(3, 2, 1), conv(7, 2, 3), conv(1, 2, 0), conv(3, 1, 2, 2), conv(2, 2, 0, 1, true)}) {
+  for (const auto& c :
+       {conv(3, 1, 1), conv(3, 2, 1), conv(7, 2, 3), conv(1, 2, 0), conv(3, 1, 2, 2), conv(2, 2, 0, 1, true)}) {
     const Window w = window_of(c);
     const std::int64_t in = 13, out = out_extent(c, in);
     for (int parts = 1; parts <= 3; ++parts)
       for (int k = 0; k < parts; ++k) {
         const SpatialBox o{{split_range(out, parts, k)}};
         const WindowPiece p = window_piece(w, o, SpatialBox{{{0, in}}});
-        const auto n = p.in.axes[0].size() , s = c.stride[0], e = w[0].extent;
-        const auto produced = c.transposed ? (n - 1) * s - p.pad_lo[0] - p.pad_hi[0] + e
-                                           : (n + p.pad_lo[0] + p.pad_hi[0] - e) / s + 1;
+        const auto n = p.in.axes[0].size(), s = c.stride[0], e = w[0].extent;
+        const auto produced =
+            c.transposed ? (n - 1) * s - p.pad_lo[0] - p.pad_hi[0] + e : (n + p.pad_lo[0] + p.pad_hi[0] - e) / s + 1;
         EXPECT_EQ(produced, o.axes[0].size());
       }
   }

@@ -78,7 +78,8 @@ void run_case(const Case& k, bool interleave_progress) {
   const Tensor gradient = exchange.reverse(local);
   std::vector<int> readers(static_cast<std::size_t>(plan.owned.volume()), 0);
   for (int q = 0; q < grid.shape().spatial_ranks(); ++q) {
-    const SpatialBox other = input_box_for(window, out.owned(grid_coords(grid.shape(), q)), in.whole()).intersect(plan.owned);
+    const SpatialBox other =
+        input_box_for(window, out.owned(grid_coords(grid.shape(), q)), in.whole()).intersect(plan.owned);
     if (other.empty()) continue;
     const auto ext = plan.owned.extents();
     for (std::int64_t i = 0; i < plan.owned.volume(); ++i) {
@@ -96,7 +97,8 @@ void run_case(const Case& k, bool interleave_progress) {
   const std::int64_t volume = plan.owned.volume();
   for (std::int64_t p = 0; p < n * c; ++p)
     for (std::int64_t i = 0; i < volume; ++i)
-      wrong += gradient[p * volume + i] != owned[p * volume + i] * static_cast<float>(readers[static_cast<std::size_t>(i)]);
+      wrong +=
+          gradient[p * volume + i] != owned[p * volume + i] * static_cast<float>(readers[static_cast<std::size_t>(i)]);
   EXPECT_EQ(wrong, 0) << k.name << ": reverse halo on rank " << world().rank();
 }
 

@@ -53,7 +53,8 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
   const std::vector<GridShape> grids{{2, {1, 1, 1}}, {1, {2, 1, 1}}, {1, {1, 1, 2}}, {1, {1, 2, 2}}, {2, {8, 1, 1}}};
   const auto p = predict_grids(*model, grids, options, costs, *single);
   ASSERT_EQ(p.size(), grids.size());
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(p[static_cast<std::size_t>(i)].invalid, "") << grids[static_cast<std::size_t>(i)].to_string();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(p[static_cast<std::size_t>(i)].invalid, "") << grids[static_cast<std::size_t>(i)].to_string();
   EXPECT_NE(p[4].invalid.find("fewer positions"), std::string::npos) << p[4].invalid;
   // Data parallel: no halo, the whole gradient allreduced; spatial: halos, batch 2 per group.
   EXPECT_EQ(p[0].halo_bytes, 0);

@@ -6,9 +6,9 @@
 #include "trainer/distributed_perf_model.hpp"
 #include "trainer/layers/activation.hpp"
 #include "trainer/layers/convolution.hpp"
+#include "trainer/layers/linear.hpp"
 #include "trainer/layers/pooling.hpp"
 #include "trainer/layers/structural.hpp"
-#include "trainer/layers/linear.hpp"
 
 namespace fanstore::trainer {
 namespace {

@@ -15,7 +15,8 @@ TEST(SplitLosses, DiceFromSlabSumsEqualsTheWholeVolume) {
   const std::int64_t n = 2, k = 3, d = 5, h = 4, w = 3, v = d * h * w;
   Tensor logits = Tensor::zeros(Shape{n, k, d, h, w});
   std::vector<std::int32_t> labels(static_cast<std::size_t>(n * v));
-  for (std::int64_t i = 0; i < logits.numel(); ++i) logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+  for (std::int64_t i = 0; i < logits.numel(); ++i)
+    logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>((i * 7 + i / 5) % 3);
   const LossResult whole = backend->dice_loss(logits, labels, false);
 

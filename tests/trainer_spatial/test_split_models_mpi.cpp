@@ -13,7 +13,7 @@ namespace {
 using testing::expect_exact;
 
 std::function<std::unique_ptr<Model>(std::int64_t)> builder(const std::string& name, std::int64_t size,
-                                                             std::int64_t depth = 0, std::int64_t classes = 0) {
+                                                            std::int64_t depth = 0, std::int64_t classes = 0) {
   return [=](std::int64_t batch) {
     ModelOptions o;
     o.batch = batch;
@@ -57,7 +57,8 @@ TEST(SplitModels, UNet3d) {
 
 TEST(SplitModels, ResNet50) {
   expect_exact("resnet50 64x64", builder("resnet50", 64, 0, 10), 2, {{1, {2, 1}}, {1, {2, 2}}}, {}, calibrated());
-  expect_exact("resnet50 80x80 (uneven)", builder("resnet50", 80, 0, 10), 2, {{1, {1, 2}}, {1, {2, 2}}}, {}, calibrated());
+  expect_exact("resnet50 80x80 (uneven)", builder("resnet50", 80, 0, 10), 2, {{1, {1, 2}}, {1, {2, 2}}}, {},
+               calibrated());
   DistributedOptions sync;
   sync.sync_bn = true;
   expect_exact("resnet50 64x64 --sync-bn", builder("resnet50", 64, 0, 10), 1, {{2, {2, 1}}}, sync, calibrated());

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "small_models.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/models.hpp"
-#include "small_models.hpp"
 
 namespace fanstore::trainer {
 namespace {

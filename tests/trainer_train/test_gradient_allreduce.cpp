@@ -54,7 +54,8 @@ TEST(GradientAllreduce, BucketsTileTheArenaInReverseAndOverlapBackward) {
   model->forward(x, Mode::Train);
   allreduce.begin_step();
   model->backward(dy);
-  EXPECT_GE(allreduce.started_during_backward(), allreduce.bucket_count() - 1) << "buckets should start inside backward";
+  EXPECT_GE(allreduce.started_during_backward(), allreduce.bucket_count() - 1)
+      << "buckets should start inside backward";
   allreduce.finish();
 
   // Reverse order, contiguous, covering every gradient exactly once.

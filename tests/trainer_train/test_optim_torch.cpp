@@ -37,7 +37,8 @@ void run_case(const std::string& kind) {
   std::vector<double> expected;
   int code = 0;
   if (!torch_reference(kind, expected, code)) {
-    if (code == 77) GTEST_SKIP() << "SKIPPED LOUDLY: " << env::PythonInterpreter() << " has no torch; optimizer cross-check not run";
+    if (code == 77)
+      GTEST_SKIP() << "SKIPPED LOUDLY: " << env::PythonInterpreter() << " has no torch; optimizer cross-check not run";
     FAIL() << "optim_torch.py failed with exit code " << code;
   }
   ParameterTable t;
@@ -54,12 +55,14 @@ void run_case(const std::string& kind) {
   auto opt = make_optimizer(t, o);
   const float lr = kind == "adam" ? 0.01f : 0.1f;
   for (int s = 1; s <= 5; ++s) {
-    for (std::size_t i = 0; i < 8; ++i) t.gradients()[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + s));
+    for (std::size_t i = 0; i < 8; ++i)
+      t.gradients()[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + s));
     opt->step(t, lr);
   }
   ASSERT_EQ(expected.size(), 8u);
   // Tolerance: both sides are float32 with a different order of operations: |a-b| <= 1e-6 + 1e-5|ref|.
-  for (std::size_t i = 0; i < 8; ++i) EXPECT_NEAR(t.values()[i], expected[i], 1e-6 + 1e-5 * std::fabs(expected[i])) << kind << " " << i;
+  for (std::size_t i = 0; i < 8; ++i)
+    EXPECT_NEAR(t.values()[i], expected[i], 1e-6 + 1e-5 * std::fabs(expected[i])) << kind << " " << i;
 }
 
 TEST(OptimTorch, Sgd) { run_case("sgd"); }

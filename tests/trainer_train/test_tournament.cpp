@@ -12,10 +12,10 @@
 #include <limits>
 #include <set>
 
+#include "small_models.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/model_exchange.hpp"
 #include "trainer/models.hpp"
-#include "small_models.hpp"
 #include "trainer/tournament.hpp"
 
 namespace fanstore::trainer {
@@ -143,7 +143,8 @@ TEST(Tournament, OptionsParseAndBadOnesSayWhatToPass) {
 
   o = {};
   o.trainers = 3;
-  EXPECT_EQ(parse_error(o), "--trainers 3 does not divide the 4 ranks: start a multiple of 3 ranks or pass a divisor of 4");
+  EXPECT_EQ(parse_error(o),
+            "--trainers 3 does not divide the 4 ranks: start a multiple of 3 ranks or pass a divisor of 4");
   o = {};
   o.metric = "accuracy";
   EXPECT_EQ(parse_error(o), "--tournament-metric accuracy: this model does not produce it; pass loss or mae");

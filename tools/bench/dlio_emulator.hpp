@@ -10,12 +10,12 @@ namespace fanstore::bench {
 struct DlioConfig {
   std::vector<std::string> samples;  // one file per sample (npz / JPEG / tfrecord-record emulation)
   size_t batch = 1;
-  int threads = 4;        // DLIO reader.read_threads
-  int prefetch = 2;       // batches ready ahead of the accelerator, per reader thread (PyTorch prefetch_factor)
-  double compute_s = 0;   // DLIO train.computation_time per batch; 0 measures the pure I/O rate
+  int threads = 4;       // DLIO reader.read_threads
+  int prefetch = 2;      // batches ready ahead of the accelerator, per reader thread (PyTorch prefetch_factor)
+  double compute_s = 0;  // DLIO train.computation_time per batch; 0 measures the pure I/O rate
   int epochs = 1;
-  uint64_t seed = 42;     // file order is a seeded shuffle per epoch, identical for every system compared
-  size_t block = 4 << 20; // read(2) size
+  uint64_t seed = 42;      // file order is a seeded shuffle per epoch, identical for every system compared
+  size_t block = 4 << 20;  // read(2) size
 };
 
 struct DlioResult {

@@ -118,9 +118,11 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"Times stat / open+close / open+read+close / readdir / sequential read over a file list; one CSV line"};
   app.add_option("--op", a.op, "stat, open, read, readdir or seqread")->required();
-  app.add_option("--path", a.path, "Root directory the list is relative to (or the directory/file itself without --list)")
+  app.add_option("--path", a.path,
+                 "Root directory the list is relative to (or the directory/file itself without --list)")
       ->required();
-  app.add_option("--list", a.list, "File with one relative path per line (read with the real libc, keep it off the mount)");
+  app.add_option("--list", a.list,
+                 "File with one relative path per line (read with the real libc, keep it off the mount)");
   app.add_option("--label", a.label, "First CSV column (e.g. tmpfs, disk, fanstore-raw)");
   app.add_option("--min-time", a.min_time, "Seconds of timed whole passes (at least one pass)")->capture_default_str();
   app.add_option("--warmup", a.warmup, "Untimed passes before timing")->capture_default_str();

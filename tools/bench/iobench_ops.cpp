@@ -44,7 +44,7 @@ int64_t ListDirectory(const std::string& path) {
 int64_t RunIoOp(IoOp op, const std::string& path, std::vector<char>& buffer) {
   switch (op) {
     case IoOp::kStat: {
-      struct stat st{};
+      struct stat st {};
       return stat(path.c_str(), &st) == 0 ? 0 : -1;
     }
     case IoOp::kOpenClose: {
@@ -57,8 +57,7 @@ int64_t RunIoOp(IoOp op, const std::string& path, std::vector<char>& buffer) {
     case IoOp::kSeqRead:
       // Same call sequence; they differ only in the file size and the buffer size the script passes.
       return ReadWholeFile(path, buffer);
-    case IoOp::kReaddir:
-      return ListDirectory(path);
+    case IoOp::kReaddir: return ListDirectory(path);
   }
   errno = EINVAL;
   return -1;

@@ -1,7 +1,7 @@
-// fanstore-largefile: the large-file cases (head read, random preads, sequential read, N mappers) with plain POSIX calls (so it runs through the interposer
-// unchanged): a short head read, random preads, a sequential read, N processes mapping one file, and a fresh
-// process's first stat (the index open). One CSV
-// line per run: label,mode,value,unit[,extra].
+// fanstore-largefile: the large-file cases (head read, random preads, sequential read, N mappers) with plain POSIX
+// calls (so it runs through the interposer unchanged): a short head read, random preads, a sequential read, N processes
+// mapping one file, and a fresh process's first stat (the index open). One CSV line per run:
+// label,mode,value,unit[,extra].
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <xxhash.h>
+#include <CLI/CLI.hpp>
 #define XXH_DISPATCH_DISABLE_REPLACE
 #include <xxh_x86dispatch.h>
 
@@ -72,7 +72,8 @@ int Pread(const Args& a) {
     std::mt19937_64 rng(a.seed);
     double t0 = fanstore::bench::NowSeconds();
     for (uint64_t i = 0; i < a.ops; ++i)
-      if (pread(fd, buf.data(), a.block, static_cast<off_t>((rng() % blocks) * a.block)) != static_cast<ssize_t>(a.block))
+      if (pread(fd, buf.data(), a.block, static_cast<off_t>((rng() % blocks) * a.block)) !=
+          static_cast<ssize_t>(a.block))
         return Fail("pread");
     secs = fanstore::bench::NowSeconds() - t0;
   }
@@ -145,7 +146,8 @@ int Map(const Args& a, bool map_it) {
   for (pid_t k : kids) total += Pss(k);
   close(go[1]);
   for (pid_t k : kids) waitpid(k, nullptr, 0);
-  std::printf("%s,%s,%.1f,MiB\n", a.label.c_str(), map_it ? "map" : "map-baseline", static_cast<double>(total) / 1024.0);
+  std::printf("%s,%s,%.1f,MiB\n", a.label.c_str(), map_it ? "map" : "map-baseline",
+              static_cast<double>(total) / 1024.0);
   return 0;
 }
 
@@ -201,10 +203,10 @@ int VerifyCost(const Args& a) {
   double t4 = fanstore::bench::NowSeconds();
   close(fd);
   const double gib = static_cast<double>(n) / 1073741824.0;
-  std::printf("%s,verify-cost,%.0f,ms/GiB map+verify once,%.0f,ms/GiB per pass from the mapping,%.0f,"
-              "ms/GiB pread+verify,%.0f,ms/GiB pread\n",
-              a.label.c_str(), (t1 - t0) / gib * 1e3, (t2 - t1) / gib * 1e3, (t3 - t2) / gib * 1e3,
-              (t4 - t3) / gib * 1e3);
+  std::printf(
+      "%s,verify-cost,%.0f,ms/GiB map+verify once,%.0f,ms/GiB per pass from the mapping,%.0f,"
+      "ms/GiB pread+verify,%.0f,ms/GiB pread\n",
+      a.label.c_str(), (t1 - t0) / gib * 1e3, (t2 - t1) / gib * 1e3, (t3 - t2) / gib * 1e3, (t4 - t3) / gib * 1e3);
   return h == 42 ? 1 : 0;
 }
 
@@ -212,10 +214,11 @@ int VerifyCost(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"Large-file cases: head (open+read+close, ms and peak RSS), pread (random, ns/op), seq (MiB/s), "
-               "map (N processes mapping one file: total PSS MiB), map-baseline (the same processes mapping nothing), "
-               "fresh-stat (exec a fresh process whose first call stats --path: ms), verify-cost (ways to serve a "
-               "raw file from the page cache, ms/GiB)"};
+  CLI::App app{
+      "Large-file cases: head (open+read+close, ms and peak RSS), pread (random, ns/op), seq (MiB/s), "
+      "map (N processes mapping one file: total PSS MiB), map-baseline (the same processes mapping nothing), "
+      "fresh-stat (exec a fresh process whose first call stats --path: ms), verify-cost (ways to serve a "
+      "raw file from the page cache, ms/GiB)"};
   app.add_option("--mode", a.mode, "head, pread, seq, map, map-baseline, fresh-stat or verify-cost")->required();
   app.add_option("--path", a.path, "The file")->required();
   app.add_option("--label", a.label, "First CSV column");

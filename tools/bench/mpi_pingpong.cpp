@@ -1,4 +1,5 @@
-// fanstore-pingpong: the MPI floor under a remote read: rank 0 sends small requests, the other ranks reply with the file's bytes.
+// fanstore-pingpong: the MPI floor under a remote read: rank 0 sends small requests, the other ranks reply with the
+// file's bytes.
 #include <mpi.h>
 
 #include <cstdio>

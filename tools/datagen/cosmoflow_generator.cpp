@@ -3,11 +3,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "fanstore/random.hpp"
 #include "generators.hpp"
 #include "hdf5_writer.hpp"
 #include "output_plan.hpp"
 #include "periodic_smoothing.hpp"
-#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 namespace {
@@ -55,8 +55,8 @@ void write_universe(const std::string& path, int edge, RandomStream& rng) {
 std::string generate_cosmoflow(const GeneratorOptions& options) {
   const int edge = options.size > 0 ? options.size : kDefaultSize;
   const SplitCounts counts = generate_volume_splits(options, edge, "univ", write_universe);
-  return "cosmoflow: " + std::to_string(counts.train) + " train + " + std::to_string(counts.val) +
-         " val universes, " + std::to_string(edge) + "^3 x 4 in " + options.output_dir;
+  return "cosmoflow: " + std::to_string(counts.train) + " train + " + std::to_string(counts.val) + " val universes, " +
+         std::to_string(edge) + "^3 x 4 in " + options.output_dir;
 }
 
 }  // namespace fanstore::datagen

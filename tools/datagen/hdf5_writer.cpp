@@ -55,8 +55,8 @@ void Hdf5Writer::write(const std::string& name, const std::vector<std::uint64_t>
   H5Pset_obj_track_times(creation, false);
   // Stored little-endian IEEE / unsigned 8-bit whatever the host, like h5py on x86.
   const hid_t file_type = type == H5T_NATIVE_FLOAT ? H5T_IEEE_F32LE : H5T_STD_U8LE;
-  const hid_t dataset = H5Dcreate2(static_cast<hid_t>(file_id_), name.c_str(), file_type, space, H5P_DEFAULT,
-                                   creation, H5P_DEFAULT);
+  const hid_t dataset =
+      H5Dcreate2(static_cast<hid_t>(file_id_), name.c_str(), file_type, space, H5P_DEFAULT, creation, H5P_DEFAULT);
   const bool ok = dataset >= 0 && H5Dwrite(dataset, static_cast<hid_t>(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
   if (dataset >= 0) H5Dclose(dataset);
   H5Pclose(creation);

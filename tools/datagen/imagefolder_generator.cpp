@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fanstore/random.hpp"
 #include "generators.hpp"
 #include "jpeg_writer.hpp"
 #include "output_plan.hpp"
-#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 namespace {

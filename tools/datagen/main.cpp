@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::Range(1, 256));
   };
-  CLI::App* imagefolder = app.add_subcommand("imagefolder", "ImageNet-style tree of JPEGs: DIR/{train,val}/<class>/*.jpg");
+  CLI::App* imagefolder =
+      app.add_subcommand("imagefolder", "ImageNet-style tree of JPEGs: DIR/{train,val}/<class>/*.jpg");
   add_common(imagefolder, 64);
   imagefolder->add_option("--classes", options.classes, "Number of classes")->capture_default_str();
   CLI::App* cosmoflow = app.add_subcommand("cosmoflow", "CosmoFlow HDF5 universes: DIR/{train,val}/univ_*.h5");

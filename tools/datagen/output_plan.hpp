@@ -31,7 +31,6 @@ void make_directories(const std::string& path);
 // own, so the bytes written do not depend on the thread count. Rethrows the first failure.
 void for_each_sample(std::uint64_t count, int threads, const std::function<void(std::uint64_t)>& make_sample);
 
-
 // The seed of one sample's stream: a pure function of (dataset seed, split, index), so samples can be
 // generated in any order and on any thread count.
 std::uint64_t sample_seed(std::initializer_list<std::uint64_t> parts);

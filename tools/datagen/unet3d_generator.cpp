@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <vector>
 
+#include "fanstore/random.hpp"
 #include "generators.hpp"
 #include "hdf5_writer.hpp"
 #include "output_plan.hpp"
-#include "fanstore/random.hpp"
 
 namespace fanstore::datagen {
 namespace {

@@ -36,7 +36,8 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
   std::smatch m;
   if (std::regex_match(why, m, kOwnAdvice)) return Fail(cmd, m[1].str() + " " + m[2].str());
   // CLI11 starts its sentences with a capital ("The following arguments..."); ours do not (SRC stays SRC).
-  if (why.size() > 1 && std::isupper(static_cast<unsigned char>(why[0])) && std::islower(static_cast<unsigned char>(why[1])))
+  if (why.size() > 1 && std::isupper(static_cast<unsigned char>(why[0])) &&
+      std::islower(static_cast<unsigned char>(why[1])))
     why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
   return Fail(cmd, why + "; `fanstore " + cmd + " --help` shows its usage");
 }
@@ -68,10 +69,8 @@ std::string HumanBytes(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
   return buf;
 }
 

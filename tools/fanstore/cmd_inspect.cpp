@@ -177,7 +177,9 @@ void AddStat(CLI::App& app, int& exit_code) {
         std::printf(" codec: chunked (%" PRIu64 " chunks of %u bytes, each zstd, raw or zero)\n", img->ChunkCount(e),
                     img->ChunkSize());
       else
-        std::printf(" codec: %s\n", e.codec == Codec::kZstd ? "zstd" : e.codec == Codec::kZero ? "zero (nothing stored)" : "raw");
+        std::printf(" codec: %s\n", e.codec == Codec::kZstd   ? "zstd"
+                                    : e.codec == Codec::kZero ? "zero (nothing stored)"
+                                                              : "raw");
       std::printf("offset: %" PRIu64 "\n", e.offset);
       std::printf("stored: %" PRIu64 "\n", e.stored_size);
       std::printf("  xxh3: %016" PRIx64 "\n", e.checksum);
@@ -195,9 +197,11 @@ void AddInfo(CLI::App& app, int& exit_code) {
     if (!img) return;
     ImageSummary s = img->Summary();
     double ratio = s.bytes_stored ? static_cast<double>(s.bytes_in) / static_cast<double>(s.bytes_stored) : 1.0;
-    std::printf("image: %s\nformat version: %u\nimage id: %016" PRIx64 "\n", a->image.c_str(), s.version, img->ImageId());
+    std::printf("image: %s\nformat version: %u\nimage id: %016" PRIx64 "\n", a->image.c_str(), s.version,
+                img->ImageId());
     std::printf("files: %" PRIu64 ", directories: %" PRIu64 ", symlinks: %" PRIu64 "\n", s.files, s.dirs, s.links);
-    std::printf("chunk size: %s (%" PRIu64 " chunks of multi-chunk files)\n", HumanBytes(s.chunk_size).c_str(), s.chunks);
+    std::printf("chunk size: %s (%" PRIu64 " chunks of multi-chunk files)\n", HumanBytes(s.chunk_size).c_str(),
+                s.chunks);
     std::printf("bytes: %s in -> %s stored (ratio %.2f)\n", HumanBytes(s.bytes_in).c_str(),
                 HumanBytes(s.bytes_stored).c_str(), ratio);
     std::printf("partitions: %u regular%s\n", s.parts, s.replicated_part != kNoPartition ? " + 1 replicated" : "");
@@ -225,8 +229,9 @@ void AddVerify(CLI::App& app, int& exit_code) {
     });
     ImageSummary s = img->Summary();
     if (bad) {
-      exit_code = Fail("verify", std::to_string(bad) + " of " + std::to_string(s.files) +
-                                     " files are damaged or unreadable (listed above): copy the image again or re-pack");
+      exit_code =
+          Fail("verify", std::to_string(bad) + " of " + std::to_string(s.files) +
+                             " files are damaged or unreadable (listed above): copy the image again or re-pack");
       return;
     }
     std::printf("verified %" PRIu64 " files (%s): all checksums match\n", s.files, HumanBytes(s.bytes_in).c_str());

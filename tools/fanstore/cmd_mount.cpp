@@ -13,9 +13,9 @@ void AddMountCommand(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<mount::MountOptions>();
   auto raw_o = std::make_shared<std::vector<std::string>>();
   auto cache_mib = std::make_shared<uint64_t>(opts->cache_bytes >> 20);
-  CLI::App* cmd = app.add_subcommand(
-      "mount", "Mount an image read-only through FUSE (for static binaries, Go, raw syscalls); "
-               "unmount with `fusermount3 -u MOUNTPOINT`");
+  CLI::App* cmd = app.add_subcommand("mount",
+                                     "Mount an image read-only through FUSE (for static binaries, Go, raw syscalls); "
+                                     "unmount with `fusermount3 -u MOUNTPOINT`");
   cmd->add_option("-i,--image", opts->image,
                   "image directory made by `fanstore pack`; required unless --daemon names it")
       ->type_name("IMAGE");

@@ -16,8 +16,9 @@ namespace {
 
 void DrawProgress(const PackProgress& p) {
   const int kWidth = 30;
-  double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
-                              : (p.files_total ? static_cast<double>(p.files_done) / static_cast<double>(p.files_total) : 1.0);
+  double frac = p.bytes_total
+                    ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
+                    : (p.files_total ? static_cast<double>(p.files_done) / static_cast<double>(p.files_total) : 1.0);
   int fill = static_cast<int>(frac * kWidth);
   std::string bar(static_cast<size_t>(fill), '=');
   bar.resize(kWidth, ' ');
@@ -44,7 +45,8 @@ void OnStopSignal(int sig) {
 // Installs OnStopSignal, except for a signal ignored when we started (`nohup`, a shell's background job's
 // SIGINT): that one stays ignored.
 void CatchStopSignals() {
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
@@ -72,17 +74,18 @@ int RunPack(PackOptions opts, bool convert) {
   if (drew) std::fputc('\n', stderr);
   if (!r.ok() && g_signal != 0) {
     const int sig = g_signal;
-    Fail(convert ? "convert" : "pack", std::string("stopped by SIG") + sigabbrev_np(sig) + "; the partial image was "
-                                           "removed (" + opts.output + " was not made)");
+    Fail(convert ? "convert" : "pack", std::string("stopped by SIG") + sigabbrev_np(sig) +
+                                           "; the partial image was "
+                                           "removed (" +
+                                           opts.output + " was not made)");
     signal(sig, SIG_DFL);
     raise(sig);
   }
   if (!r.ok()) return Fail(convert ? "convert" : "pack", r.status());
   const PackReport& rep = *r;
   double ratio = rep.bytes_stored ? static_cast<double>(rep.bytes_in) / static_cast<double>(rep.bytes_stored) : 1.0;
-  std::printf("%s %llu files, %llu dirs: %s in -> %s stored (ratio %.2f) in %.1f s",
-              convert ? "converted" : "packed", static_cast<unsigned long long>(rep.files),
-              static_cast<unsigned long long>(rep.dirs),
+  std::printf("%s %llu files, %llu dirs: %s in -> %s stored (ratio %.2f) in %.1f s", convert ? "converted" : "packed",
+              static_cast<unsigned long long>(rep.files), static_cast<unsigned long long>(rep.dirs),
               HumanBytes(rep.bytes_in).c_str(), HumanBytes(rep.bytes_stored).c_str(), ratio, rep.seconds);
   if (rep.links) std::printf(", %llu symlink%s", static_cast<unsigned long long>(rep.links), rep.links > 1 ? "s" : "");
   if (rep.skipped) std::printf(", skipped %llu (see warnings)", static_cast<unsigned long long>(rep.skipped));
@@ -93,8 +96,9 @@ int RunPack(PackOptions opts, bool convert) {
 void AddConvertCommand(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<PackOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "convert", "Rewrite an image made by an older fanstore (format 1) as a current one: same files, stat data and "
-                 "partitions; every old checksum is verified on the way");
+      "convert",
+      "Rewrite an image made by an older fanstore (format 1) as a current one: same files, stat data and "
+      "partitions; every old checksum is verified on the way");
   cmd->add_option("OLD", opts->source, "image directory of format 1")->required();
   cmd->add_option("-o,--output", opts->output, "image directory to create; it must not exist, or be an empty directory")
       ->type_name("IMAGE")
@@ -103,7 +107,9 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
       ->type_name("L")
       ->capture_default_str()
       ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
-  cmd->add_option("--threads", opts->threads, "threads compressing chunks (0: all cores)")->type_name("T")->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "threads compressing chunks (0: all cores)")
+      ->type_name("T")
+      ->capture_default_str();
   cmd->add_option("--chunk", opts->chunk_size, "chunk size: a power of two from 64K to 64M (K/M suffixes)")
       ->type_name("SIZE")
       ->transform(CLI::AsSizeValue(false))

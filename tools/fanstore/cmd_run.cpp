@@ -19,8 +19,8 @@
 #include "fanstore/path.hpp"
 #include "fanstore/path_template.hpp"
 #include "fanstore/program_probe.hpp"
-#include "run_fuse.hpp"
 #include "run_env.hpp"
+#include "run_fuse.hpp"
 
 namespace fanstore::cli {
 namespace {
@@ -31,7 +31,7 @@ struct RunArgs {
   std::string mount = env::kDefaultMount;
   bool stats = false;
   std::string log;
-  std::string fuse = "auto";  // auto: FUSE only for programs LD_PRELOAD cannot reach; always; never
+  std::string fuse = "auto";         // auto: FUSE only for programs LD_PRELOAD cannot reach; always; never
   std::optional<std::string> argv0;  // hidden: argv[0] for the program (the interposer's exec hand-over keeps it)
   std::vector<std::string> command;
 };
@@ -59,7 +59,8 @@ std::string FindPreloadLibrary() {
 }
 
 int Run(const RunArgs& a) {
-  if (a.image.empty() == a.daemon.empty()) return Fail("run", "give exactly one of --image (one node) or --daemon (multi-node)");
+  if (a.image.empty() == a.daemon.empty())
+    return Fail("run", "give exactly one of --image (one node) or --daemon (multi-node)");
   char abs_image[PATH_MAX] = "";
   char abs_socket[PATH_MAX] = "";
   bool libraries = false;  // the image holds shared libraries: the loader needs the audit module
@@ -78,17 +79,21 @@ int Run(const RunArgs& a) {
     }
   } else {
     if (!realpath(a.image.c_str(), abs_image))
-      return Fail("run", "image '" + a.image + "': " + std::strerror(errno) + " (give the directory written by fanstore pack)");
+      return Fail(
+          "run", "image '" + a.image + "': " + std::strerror(errno) + " (give the directory written by fanstore pack)");
     // Open it here once so a bad image is one clear line now, not a failure inside every child process.
     auto img = Image::Open(abs_image);
     if (!img.ok()) return Fail("run", img.status());
     PrepareRunEnvironment(**img);
     libraries = (*img)->HoldsSharedLibraries();
   }
-  if (a.mount.empty() || a.mount[0] != '/') return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
+  if (a.mount.empty() || a.mount[0] != '/')
+    return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
   std::string lib = FindPreloadLibrary();
-  if (lib.empty()) return Fail("run", "libfanstore_preload.so not found next to this fanstore binary (../lib/ or " FANSTORE_PRELOAD_FROM_BIN
-                       "/): rebuild with scripts/build.sh or reinstall");
+  if (lib.empty())
+    return Fail("run",
+                "libfanstore_preload.so not found next to this fanstore binary (../lib/ or " FANSTORE_PRELOAD_FROM_BIN
+                "/): rebuild with scripts/build.sh or reinstall");
 
   std::string preload = lib;
   if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
@@ -124,9 +129,11 @@ int Run(const RunArgs& a) {
   ProgramProbe probe = ProbeProgram(a.command[0]);
   // A program stored in the image exists only under the prefix: the kernel can exec it only from a mount.
   const std::string prefix = NormalizeAbsolute(a.mount);
-  const std::string prog = probe.program.empty() || probe.program[0] != '/' ? std::string() : NormalizeAbsolute(probe.program);
+  const std::string prog =
+      probe.program.empty() || probe.program[0] != '/' ? std::string() : NormalizeAbsolute(probe.program);
   if (probe.reach == PreloadReach::kReached && !prog.empty() && prog.compare(0, prefix.size(), prefix) == 0 &&
-      (prog.size() == prefix.size() || prog[prefix.size()] == '/' || prefix == "/") && access(prog.c_str(), F_OK) != 0) {
+      (prog.size() == prefix.size() || prog[prefix.size()] == '/' || prefix == "/") &&
+      access(prog.c_str(), F_OK) != 0) {
     probe.reach = PreloadReach::kStatic;  // not static, but out of LD_PRELOAD's reach just the same
     probe.why = "stored in the image (the kernel can exec it only from a mount)";
   }
@@ -146,8 +153,9 @@ int Run(const RunArgs& a) {
     return RunUnderFuse(fr);
   }
   if (unreachable)
-    return Fail("run", Unreachable(probe) + ", so LD_PRELOAD cannot serve " + NormalizeAbsolute(a.mount) +
-                           " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
+    return Fail("run",
+                Unreachable(probe) + ", so LD_PRELOAD cannot serve " + NormalizeAbsolute(a.mount) +
+                    " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
 
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(a.argv0 ? a.argv0->c_str() : a.command[0].c_str()));
@@ -163,7 +171,9 @@ int Run(const RunArgs& a) {
 
 void AddRunCommand(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* sub = app.add_subcommand("run", "Run a command with the image served under --mount (--image: one node; --daemon: through the node's daemon)");
+  CLI::App* sub = app.add_subcommand(
+      "run",
+      "Run a command with the image served under --mount (--image: one node; --daemon: through the node's daemon)");
   sub->add_option("--image", args->image, "image directory (one node: every partition is read locally, no daemon)")
       ->type_name("IMAGE");
   sub->add_option("--daemon", args->daemon,

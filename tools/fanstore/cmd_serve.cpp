@@ -24,21 +24,25 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
 #ifdef FANSTORE_WITH_MPI
   // Byte counts take a unit (--cache-bytes 4G, 512MiB; k, m, g... are powers of 1024), as the docs' examples do.
   auto so = std::make_shared<daemon::ServeOptions>();
-  CLI::App* serve = app.add_subcommand(
-      "serve", "Per-node MPI daemon: serve the node's clients while staging this rank's partitions to local "
-               "storage (run one rank per node under mpirun/srun)");
+  CLI::App* serve =
+      app.add_subcommand("serve",
+                         "Per-node MPI daemon: serve the node's clients while staging this rank's partitions to local "
+                         "storage (run one rank per node under mpirun/srun)");
   serve->add_option("--image", so->image, "image directory on the shared file system")->type_name("IMAGE")->required();
-  serve->add_option("--local", so->local,
-                    "node-local staging directory, locked while the daemon runs; {rank} expands to the MPI rank, "
-                    "{node} to Slurm's node name, else the host name")
+  serve
+      ->add_option("--local", so->local,
+                   "node-local staging directory, locked while the daemon runs; {rank} expands to the MPI rank, "
+                   "{node} to Slurm's node name, else the host name")
       ->type_name("DIR")
       ->required();
-  serve->add_option("--socket", so->socket,
-                    "Unix socket for this node's clients, shorter than 108 bytes; {rank} and {node} expand")
+  serve
+      ->add_option("--socket", so->socket,
+                   "Unix socket for this node's clients, shorter than 108 bytes; {rank} and {node} expand")
       ->type_name("PATH")
       ->default_str("DIR/fanstore.sock");
-  serve->add_option("--replicas", so->replicas,
-                    "copies of each regular partition, on K distinct ranks (capped at the rank count)")
+  serve
+      ->add_option("--replicas", so->replicas,
+                   "copies of each regular partition, on K distinct ranks (capped at the rank count)")
       ->type_name("K")
       ->capture_default_str();
   serve->add_option("--timeout", so->timeout_s, "a remote read fails with EIO after this long, never hangs")
@@ -51,20 +55,23 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
-  serve->add_option("--cache-bytes", so->cache_bytes,
-                    "the fetch cache: RAM for fetched remote ranges, shared by every client of the node (0: off, "
-                    "and no prefetch)")
+  serve
+      ->add_option("--cache-bytes", so->cache_bytes,
+                   "the fetch cache: RAM for fetched remote ranges, shared by every client of the node (0: off, "
+                   "and no prefetch)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
-  serve->add_option("--stage-bandwidth", so->stage_bandwidth,
-                    "bytes per second this daemon reads from the image directory, staging and readers' misses "
-                    "together (0: no cap)")
+  serve
+      ->add_option("--stage-bandwidth", so->stage_bandwidth,
+                   "bytes per second this daemon reads from the image directory, staging and readers' misses "
+                   "together (0: no cap)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
-  serve->add_option("--stage-readers", so->stage_readers,
-                    "ranks reading the image directory at a time; rank r reads once rank r-N is done (0: all at once)")
+  serve
+      ->add_option("--stage-readers", so->stage_readers,
+                   "ranks reading the image directory at a time; rank r reads once rank r-N is done (0: all at once)")
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -76,24 +83,28 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                   "fault the fetch cache's memory in at start, so that the first epoch does not pay for it; "
                   "ready waits for it (a termination signal stops it); each daemon takes at most half of the "
                   "MemAvailable it sees at start (several daemons on one host each take their half)");
-  serve->add_option("--prefetch-window", so->prefetch_window,
-                    "bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
+  serve
+      ->add_option("--prefetch-window", so->prefetch_window,
+                   "bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
-  serve->add_option("--prefetch-idle", so->prefetch_idle_s,
-                    "seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
+  serve
+      ->add_option("--prefetch-idle", so->prefetch_idle_s,
+                   "seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
       ->type_name("S")
       ->capture_default_str();
-  serve->add_option("--socket-mode", so->socket_mode,
-                    "permission bits of the socket, in octal, whatever the umask (0600: only this user)")
+  serve
+      ->add_option("--socket-mode", so->socket_mode,
+                   "permission bits of the socket, in octal, whatever the umask (0600: only this user)")
       ->type_name("OCTAL")
       ->default_str("0600 (0660 with --group)");
   serve->add_option("--group", so->group, "group (name or gid) whose members may use the daemon too")
       ->type_name("GROUP")
       ->default_str("none");
-  serve->add_option("--conn-memory", so->conn_memory,
-                    "shared memory one client connection may pin (its reply area; bigger files go one at a time)")
+  serve
+      ->add_option("--conn-memory", so->conn_memory,
+                   "shared memory one client connection may pin (its reply area; bigger files go one at a time)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
@@ -105,9 +116,10 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_option("--hot-us", so->hot_us, "after activity, poll without sleeping this many microseconds")
       ->type_name("US")
       ->capture_default_str();
-  serve->add_option("--mapped-send-min", so->mapped_send_min,
-                    "send peers' ranges of at least this size straight from a read-only mapping of the staged "
-                    "partition (0: never; for an MPI transport that cannot send from such memory)")
+  serve
+      ->add_option("--mapped-send-min", so->mapped_send_min,
+                   "send peers' ranges of at least this size straight from a read-only mapping of the staged "
+                   "partition (0: never; for an MPI transport that cannot send from such memory)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
@@ -122,14 +134,16 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");
   serve->allow_extras();
   serve->callback([&exit_code] {
-    exit_code = Fail("serve", "this fanstore was built without MPI: install libopenmpi-dev and rebuild (FANSTORE_MPI=ON)");
+    exit_code =
+        Fail("serve", "this fanstore was built without MPI: install libopenmpi-dev and rebuild (FANSTORE_MPI=ON)");
   });
 #endif
 
   auto socket = std::make_shared<std::string>();
   auto timeout = std::make_shared<double>(60.0);
   auto staged = std::make_shared<bool>(false);
-  CLI::App* wait = app.add_subcommand("wait", "Wait until the daemon at SOCKET accepts connections (exit 0) or time out (exit 1)");
+  CLI::App* wait =
+      app.add_subcommand("wait", "Wait until the daemon at SOCKET accepts connections (exit 0) or time out (exit 1)");
   wait->add_option("SOCKET", *socket, "the daemon's Unix socket ({node} expands to this node's name)")->required();
   wait->add_option("--timeout", *timeout, "seconds to wait")->type_name("SECONDS")->capture_default_str();
   wait->add_flag("--staged", *staged,
@@ -146,10 +160,13 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   };
   auto pa = std::make_shared<PrefetchArgs>();
   CLI::App* prefetch = app.add_subcommand(
-      "prefetch", "Tell the node's daemon the files that will be read, in order: it fetches the remote ones ahead "
-                  "into its fetch cache (a new list replaces the previous one of the same --stream)");
-  prefetch->add_option("LIST", pa->list, "file with one path per line ('-': standard input); absolute paths under "
-                                         "--mount or image-relative ones")
+      "prefetch",
+      "Tell the node's daemon the files that will be read, in order: it fetches the remote ones ahead "
+      "into its fetch cache (a new list replaces the previous one of the same --stream)");
+  prefetch
+      ->add_option("LIST", pa->list,
+                   "file with one path per line ('-': standard input); absolute paths under "
+                   "--mount or image-relative ones")
       ->required();
   prefetch->add_option("--daemon", pa->daemon, "the daemon's Unix socket ({node} expands)")
       ->type_name("SOCKET")
@@ -157,8 +174,10 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   prefetch->add_option("--mount", pa->mount, "mount prefix of absolute paths")
       ->type_name("PREFIX")
       ->default_str("$FANSTORE_MOUNT, else /fanstore");
-  prefetch->add_option("--stream", pa->stream, "hint stream: one per reader (e.g. per rank); a new list replaces the "
-                                               "previous one of the same stream")
+  prefetch
+      ->add_option("--stream", pa->stream,
+                   "hint stream: one per reader (e.g. per rank); a new list replaces the "
+                   "previous one of the same stream")
       ->type_name("N")
       ->capture_default_str();
   prefetch->callback([pa, &exit_code] {
@@ -207,11 +226,12 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       exit_code = Fail("prefetch", r.status());
       return;
     }
-    std::printf("fanstore prefetch: %llu remote files (%.1f MiB) queued for the fetch cache, %llu on this node, "
-                "%llu not in the image, %llu outside %s\n",
-                static_cast<unsigned long long>(r->remote), static_cast<double>(r->remote_bytes) / (1 << 20),
-                static_cast<unsigned long long>(r->local), static_cast<unsigned long long>(r->missing),
-                static_cast<unsigned long long>(outside), mount.c_str());
+    std::printf(
+        "fanstore prefetch: %llu remote files (%.1f MiB) queued for the fetch cache, %llu on this node, "
+        "%llu not in the image, %llu outside %s\n",
+        static_cast<unsigned long long>(r->remote), static_cast<double>(r->remote_bytes) / (1 << 20),
+        static_cast<unsigned long long>(r->local), static_cast<unsigned long long>(r->missing),
+        static_cast<unsigned long long>(outside), mount.c_str());
     exit_code = 0;
   });
 }

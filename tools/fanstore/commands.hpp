@@ -9,7 +9,7 @@ namespace fanstore::cli {
 void AddAllCommands(CLI::App& app, int& exit_code);
 
 // Each Add*Command registers its subcommand(s) on `app` with a callback that sets `exit_code`.
-void AddPackCommand(CLI::App& app, int& exit_code);  // pack, convert
+void AddPackCommand(CLI::App& app, int& exit_code);      // pack, convert
 void AddInspectCommands(CLI::App& app, int& exit_code);  // ls, cat, stat, info, verify
 void AddRunCommand(CLI::App& app, int& exit_code);
 void AddServeCommands(CLI::App& app, int& exit_code);  // serve (MPI daemon), wait

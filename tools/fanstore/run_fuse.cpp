@@ -47,8 +47,9 @@ namespace {
 constexpr long kFuseSuperMagic = 0x65735546;
 
 int Refuse(const FuseRun& r, const std::string& reason) {
-  return Fail("run", r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " + reason +
-                         ": mount the image with `fanstore mount --image IMAGE DIR` where you may mount, and run it there");
+  return Fail("run",
+              r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " + reason +
+                  ": mount the image with `fanstore mount --image IMAGE DIR` where you may mount, and run it there");
 }
 
 bool WriteFile(const char* path, const std::string& text) {
@@ -88,7 +89,8 @@ std::string MakeMountPoint(const std::string& dir, bool* nonempty) {
       if (i < dir.size() && dir[i] != '/') continue;
       std::string part = dir.substr(0, i);
       if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
-        return "the mount point " + dir + " does not exist and cannot be created (" + part + ": " + strerror(errno) + ")";
+        return "the mount point " + dir + " does not exist and cannot be created (" + part + ": " + strerror(errno) +
+               ")";
     }
     *nonempty = false;
     return {};
@@ -116,7 +118,9 @@ bool IsOurMount(const std::string& dir, dev_t before) {
 }
 
 void SleepMs(long ms) {
-  struct timespec ts{ms / 1000, (ms % 1000) * 1000000};
+  struct timespec ts {
+    ms / 1000, (ms % 1000) * 1000000
+  };
   while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
@@ -144,15 +148,18 @@ std::string StartDirectory(const std::string& mount) {
   char buf[PATH_MAX];
   if (::getcwd(buf, sizeof buf) == nullptr) return {};
   std::string cwd = buf;
-  const bool below = mount == "/" || cwd == mount ||
-                     (cwd.size() > mount.size() && cwd.compare(0, mount.size(), mount) == 0 && cwd[mount.size()] == '/');
+  const bool below =
+      mount == "/" || cwd == mount ||
+      (cwd.size() > mount.size() && cwd.compare(0, mount.size(), mount) == 0 && cwd[mount.size()] == '/');
   return below ? cwd : std::string();
 }
 
 // Dies of `sig` as the program did, so the caller sees the same wait status -- without a core file of our
 // own, which would say nothing about the program and, where core_pattern is a plain name, replace its core.
 int DieOf(int sig) {
-  struct rlimit none{0, 0};
+  struct rlimit none {
+    0, 0
+  };
   ::setrlimit(RLIMIT_CORE, &none);
   ::prctl(PR_SET_DUMPABLE, 0);
   ::signal(sig, SIG_DFL);
@@ -263,7 +270,7 @@ int RunUnderFuse(const FuseRun& r) {
     ::_exit(err == ENOENT ? 127 : 126);
   }
   g_program = program;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = Forward;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);

@@ -14,7 +14,7 @@ struct FuseRun {
   std::string mount;   // normalised absolute prefix
   std::vector<std::string> command;
   std::optional<std::string> argv0;  // argv[0] for the program when it differs from command[0] (may be empty)
-  std::string why;     // "/bin/busybox is statically linked": the first half of every error line
+  std::string why;                   // "/bin/busybox is statically linked": the first half of every error line
 };
 
 // Creates the namespace (as root: a new mount namespace; otherwise a user namespace that maps only the

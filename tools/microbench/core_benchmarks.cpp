@@ -104,8 +104,9 @@ bool RegisterCoreBenchmarks(const Fixture& f, std::string* error) {
       benchmark::DoNotOptimize(st);
     }
   });
-  benchmark::RegisterBenchmark("core/Image::ReadFile zstd 4KiB",
-                               [core](benchmark::State& s) { ReadFiles(s, *core->image, core->small_ids, kSmallBytes); });
+  benchmark::RegisterBenchmark("core/Image::ReadFile zstd 4KiB", [core](benchmark::State& s) {
+    ReadFiles(s, *core->image, core->small_ids, kSmallBytes);
+  });
   benchmark::RegisterBenchmark("core/Image::ReadFile zstd 128KiB",
                                [core](benchmark::State& s) { ReadFiles(s, *core->image, core->mid_ids, kMidBytes); });
   benchmark::RegisterBenchmark("core/Image::ReadFile zstd 4MiB",

@@ -5,10 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <random>
 
 #include "fanstore/pack.hpp"
@@ -26,8 +26,8 @@ std::string Name(const char* fmt, int i) {
 
 // Words from a small vocabulary: compresses about 3:1 with zstd -3, like text, CSV or JSON metadata.
 std::string Text(uint64_t bytes, uint64_t seed) {
-  static const char* kWords[] = {"tensor", "image", "label", "epoch", "batch", "sample", "cluster", "node",
-                                 "rank", "shard", "lustre", "stripe", "fanstore", "decode", "zstd", "cache"};
+  static const char* kWords[] = {"tensor", "image", "label",  "epoch",  "batch",    "sample", "cluster", "node",
+                                 "rank",   "shard", "lustre", "stripe", "fanstore", "decode", "zstd",    "cache"};
   std::mt19937_64 rng(seed);  // the engine's output is fixed by the standard; no distribution is used
   std::string s;
   s.reserve(bytes + 16);

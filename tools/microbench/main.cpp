@@ -89,7 +89,8 @@ int RunInterposeChild(const Args& a) {
   const char* image = std::getenv(fanstore::env::kImage);
   const char* mount = std::getenv(fanstore::env::kMount);
   if (image == nullptr || *image == '\0' || mount == nullptr || *mount == '\0') {
-    std::fprintf(stderr, "fanstore-microbench: --interpose-child runs only under `fanstore run` (FANSTORE_IMAGE unset)\n");
+    std::fprintf(stderr,
+                 "fanstore-microbench: --interpose-child runs only under `fanstore run` (FANSTORE_IMAGE unset)\n");
     return 2;
   }
   Fixture f = fanstore::microbench::DescribeFixture(a.child_dir);
@@ -104,12 +105,14 @@ int RunChildUnderPreload(const Args& a, const Fixture& f) {
   std::string self = SelfPath();
   std::string fanstore = self.substr(0, self.rfind('/')) + "/fanstore";
   if (::access(fanstore.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "fanstore-microbench: %s not found: the interposer benchmarks need the fanstore CLI next to "
-                         "this binary (build the `fanstore` target)\n", fanstore.c_str());
+    std::fprintf(stderr,
+                 "fanstore-microbench: %s not found: the interposer benchmarks need the fanstore CLI next to "
+                 "this binary (build the `fanstore` target)\n",
+                 fanstore.c_str());
     return 1;
   }
-  std::vector<std::string> args{fanstore, "run", "--image", f.image, "--mount", "/fanstore", "--",
-                                self, "--interpose-child", f.dir};
+  std::vector<std::string> args{fanstore, "run", "--image",           f.image, "--mount", "/fanstore",
+                                "--",     self,  "--interpose-child", f.dir};
   if (!a.json.empty()) args.insert(args.end(), {"--json", a.json});
   args.insert(args.end(), a.benchmark_flags.begin(), a.benchmark_flags.end());
   std::fflush(stdout);
@@ -124,7 +127,8 @@ int RunChildUnderPreload(const Args& a, const Fixture& f) {
   }
   int status = 0;
   if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "fanstore-microbench: the interposer benchmarks under `fanstore run` failed (status %d)\n", status);
+    std::fprintf(stderr, "fanstore-microbench: the interposer benchmarks under `fanstore run` failed (status %d)\n",
+                 status);
     return 1;
   }
   return 0;
@@ -153,7 +157,8 @@ int main(int argc, char** argv) {
   const bool made_dir = a.dir.empty();
   if (made_dir) a.dir = DefaultDir();
   if (a.dir.empty()) {
-    std::fprintf(stderr, "fanstore-microbench: cannot create a scratch directory: %s (give --dir)\n", std::strerror(errno));
+    std::fprintf(stderr, "fanstore-microbench: cannot create a scratch directory: %s (give --dir)\n",
+                 std::strerror(errno));
     return 1;
   }
   std::error_code ec;

@@ -87,12 +87,9 @@ Status Mount(const MountOptions& opts) {
   std::vector<std::string> passthrough;
   for (const std::string& o : opts.fuse_options) {
     if (o.empty()) continue;
-    if (o == "nonempty")
-      nonempty = true;  // libfuse 3 no longer knows it; we implement the check ourselves
-    else if (o == "clone_fd")
-      clone_fd = true;  // a loop setting, not a mount option
-    else
-      passthrough.push_back(o);
+    if (o == "nonempty") nonempty = true;       // libfuse 3 no longer knows it; we implement the check ourselves
+    else if (o == "clone_fd") clone_fd = true;  // a loop setting, not a mount option
+    else passthrough.push_back(o);
   }
 
   if (Status s = CheckFuseDevice(opts.fuse_device); !s.ok()) return s;
@@ -142,7 +139,8 @@ Status Mount(const MountOptions& opts) {
   fuse_opt_add_arg(&s.args, mount_opts.c_str());
   // Connection options (readdirplus=, max_readahead=, splice_*) are applied in init; parsing removes them.
   s.conn_opts = fuse_parse_conn_info_opts(&s.args);
-  if (s.conn_opts == nullptr) return Status(Code::kInvalidArgument, "bad -o options: " + Captured("rejected by libfuse"));
+  if (s.conn_opts == nullptr)
+    return Status(Code::kInvalidArgument, "bad -o options: " + Captured("rejected by libfuse"));
   ctx.conn_opts = s.conn_opts;
   s.se = fuse_session_new(&s.args, &LowLevelOps(), sizeof(fuse_lowlevel_ops), &ctx);
   if (s.se == nullptr) return Status(Code::kInvalidArgument, "bad -o options: " + Captured("rejected by libfuse"));
@@ -161,10 +159,8 @@ Status Mount(const MountOptions& opts) {
     ctx.client->AtForkPrepare();
     const int rc = fuse_daemonize(0);
     // Only the child returns from a successful fuse_daemonize; a failed one may return in either.
-    if (::getpid() == caller)
-      ctx.client->AtForkParent();
-    else
-      ctx.client->AtForkChild();
+    if (::getpid() == caller) ctx.client->AtForkParent();
+    else ctx.client->AtForkChild();
     if (rc != 0) return Status(Code::kIoError, "cannot detach from the terminal (fork/setsid failed)");
   }
 

@@ -10,13 +10,13 @@
 namespace fanstore::mount {
 
 struct MountOptions {
-  std::string image;                     // image directory (index + partitions); ignored with daemon_socket
-  std::string mountpoint;                // existing, empty directory (unless "nonempty" is in fuse_options)
-  bool foreground = false;               // false: detach once the mount is in place
-  std::string daemon_socket;             // multi-node: this node's `fanstore serve` socket (it names the index)
-  std::vector<std::string> fuse_options; // -o items, already split at ','
-  int threads = 0;                       // most worker threads of the session loop; 0 = libfuse's default
-  uint64_t cache_bytes = 64ull << 20;    // decoded-chunk cache budget of the client
+  std::string image;                      // image directory (index + partitions); ignored with daemon_socket
+  std::string mountpoint;                 // existing, empty directory (unless "nonempty" is in fuse_options)
+  bool foreground = false;                // false: detach once the mount is in place
+  std::string daemon_socket;              // multi-node: this node's `fanstore serve` socket (it names the index)
+  std::vector<std::string> fuse_options;  // -o items, already split at ','
+  int threads = 0;                        // most worker threads of the session loop; 0 = libfuse's default
+  uint64_t cache_bytes = 64ull << 20;     // decoded-chunk cache budget of the client
   // Checked (opened and closed) before mounting so a missing FUSE is one clear line. libfuse itself
   // always opens /dev/fuse; tests point this elsewhere to simulate a machine without FUSE.
   std::string fuse_device = "/dev/fuse";

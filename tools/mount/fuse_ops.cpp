@@ -27,9 +27,7 @@ FsContext& Ctx(fuse_req_t req) { return *static_cast<FsContext*>(fuse_req_userda
 
 // A nodeid the kernel got from us is always valid; the check only guards against a confused kernel
 // (or a future image swap) turning into an out-of-range index.
-bool ValidNode(const FsContext& ctx, fuse_ino_t node) {
-  return node >= 1 && node - 1 < ctx.client->image().size();
-}
+bool ValidNode(const FsContext& ctx, fuse_ino_t node) { return node >= 1 && node - 1 < ctx.client->image().size(); }
 
 void FillEntry(const FsContext& ctx, uint32_t id, fuse_entry_param* e) {
   std::memset(e, 0, sizeof *e);
@@ -202,7 +200,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) 
       struct stat st;
       std::memset(&st, 0, sizeof st);
       const Entry en = img.Get(id);
-      st.st_ino = en.ino;  // d_ino: the image's stable inode, as stat reports it
+      st.st_ino = en.ino;    // d_ino: the image's stable inode, as stat reports it
       st.st_mode = en.mode;  // d_type comes from the file type bits
       need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, next);
     }

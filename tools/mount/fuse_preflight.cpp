@@ -41,10 +41,10 @@ Status CheckFuseDevice(const std::string& device) {
   }
   const int err = errno;
   if (err == ENOENT || err == ENODEV || err == ENXIO)
-    return Status(Code::kUnsupported, "FUSE is not available: " + device + " " +
-                                          (err == ENOENT ? "does not exist" : "has no driver") +
-                                          " (load the module with `modprobe fuse`; in a container pass --device /dev/fuse)"
-                                          ", or use `fanstore run` (LD_PRELOAD) instead");
+    return Status(Code::kUnsupported,
+                  "FUSE is not available: " + device + " " + (err == ENOENT ? "does not exist" : "has no driver") +
+                      " (load the module with `modprobe fuse`; in a container pass --device /dev/fuse)"
+                      ", or use `fanstore run` (LD_PRELOAD) instead");
   if (err == EACCES || err == EPERM)
     return Status(Code::kPermission, "cannot open " + device + ": " + std::strerror(err) +
                                          " (add yourself to the group owning it, or use `fanstore run` instead)");
@@ -68,13 +68,14 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
   struct stat st;
   if (::stat(mountpoint.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOENT) return Status(Code::kNotFound, "mount point " + mountpoint + " does not exist (create it with mkdir)");
+    if (err == ENOENT)
+      return Status(Code::kNotFound, "mount point " + mountpoint + " does not exist (create it with mkdir)");
     if (err == ENOTDIR) return Status(Code::kNotDirectory, "mount point " + mountpoint + " is not a directory");
     // A FUSE mount whose server died answers ENOTCONN to everything until it is unmounted.
     if (err == ENOTCONN)
       return Status(Code::kIoError, "mount point " + mountpoint +
-                                        " is a stale FUSE mount (its server is gone); run `fusermount3 -u " + mountpoint +
-                                        "` first");
+                                        " is a stale FUSE mount (its server is gone); run `fusermount3 -u " +
+                                        mountpoint + "` first");
     return Status::FromErrno(err, "stat " + mountpoint);
   }
   if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "mount point " + mountpoint + " is not a directory");
@@ -83,8 +84,10 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
   if (::realpath(mountpoint.c_str(), real) == nullptr) return Status::FromErrno(errno, "realpath " + mountpoint);
   // Stacking a second mount would hide the first one and confuse whoever unmounts later.
   if (IsMountPoint(real))
-    return Status(Code::kExists, "mount point " + mountpoint + " is busy: something is already mounted there "
-                                 "(unmount it with `fusermount3 -u " + mountpoint + "`)");
+    return Status(Code::kExists, "mount point " + mountpoint +
+                                     " is busy: something is already mounted there "
+                                     "(unmount it with `fusermount3 -u " +
+                                     mountpoint + "`)");
   if (allow_nonempty) return Status::Ok();
   DIR* d = ::opendir(real);
   if (d == nullptr) return Status::FromErrno(errno, "opendir " + mountpoint);
@@ -98,8 +101,9 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
   ::closedir(d);
   // libfuse 3 dropped this check; we keep it because mounting over files silently hides them.
   if (!empty)
-    return Status(Code::kExists, "mount point " + mountpoint + " is not empty (its files would be hidden; "
-                                 "use -o nonempty to mount over it anyway)");
+    return Status(Code::kExists, "mount point " + mountpoint +
+                                     " is not empty (its files would be hidden; "
+                                     "use -o nonempty to mount over it anyway)");
   return Status::Ok();
 }
 

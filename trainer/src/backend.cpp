@@ -46,7 +46,8 @@ void Backend::require_arenas(const char* op, std::initializer_list<const Tensor*
   }
 }
 
-void Backend::require_segments(const char* op, const Tensor& arena, const std::vector<ParameterSegment>& segments) const {
+void Backend::require_segments(const char* op, const Tensor& arena,
+                               const std::vector<ParameterSegment>& segments) const {
   for (const auto& s : segments)
     if (s.offset + s.count > static_cast<std::size_t>(arena.numel()))
       throw std::invalid_argument(std::string(op) + ": a segment runs past the arena");
@@ -64,7 +65,8 @@ Tensor Backend::zeros_like(const Tensor& t) {
 void Backend::copy(const Tensor& src, Tensor& dst) {
   if (!src.same_layout(dst) || src.bytes() != dst.bytes())
     throw std::invalid_argument("copy: " + src.shape().to_string() + " " + dtype_name(src.dtype()) + " into " +
-                                dst.shape().to_string() + " " + dtype_name(dst.dtype()) + " (shape, dtype or layout differ)");
+                                dst.shape().to_string() + " " + dtype_name(dst.dtype()) +
+                                " (shape, dtype or layout differ)");
   if (src.raw() == dst.raw()) return;
   copy_bytes(dst.raw(), dst.device(), src.raw(), src.device(), src.bytes());
 }
@@ -87,8 +89,8 @@ Tensor Backend::to_host(const Tensor& t) {
 Tensor Backend::to_device(const Tensor& t) {
   if (t.device() == device()) return t;
   if (t.device() != Device::Host || !t.is_plain())
-    throw std::invalid_argument("to_device: needs a plain host tensor, got one in " + std::string(device_name(t.device())) +
-                                " memory");
+    throw std::invalid_argument("to_device: needs a plain host tensor, got one in " +
+                                std::string(device_name(t.device())) + " memory");
   Tensor out = zeros(t.shape(), t.dtype());
   copy_bytes(out.raw(), device(), t.raw(), Device::Host, t.bytes());
   return out;
@@ -115,7 +117,8 @@ Tensor Backend::concat_channels(const std::vector<Tensor>& xs) {
     Shape a = x.shape(), b = xs[0].shape();
     a[1] = b[1] = 0;
     if (a != b)
-      throw std::invalid_argument("concat: cannot concat " + x.shape().to_string() + " with " + xs[0].shape().to_string());
+      throw std::invalid_argument("concat: cannot concat " + x.shape().to_string() + " with " +
+                                  xs[0].shape().to_string());
     out[1] += x.shape()[1];
   }
   Tensor y = zeros(out, xs[0].dtype());
@@ -134,7 +137,8 @@ std::vector<Tensor> Backend::split_channels(const Tensor& t, const std::vector<s
   std::int64_t total = 0;
   for (auto c : channels) total += c;
   if (x.shape().rank() < 2 || total != x.shape()[1])
-    throw std::invalid_argument("split: " + x.shape().to_string() + " does not have " + std::to_string(total) + " channels");
+    throw std::invalid_argument("split: " + x.shape().to_string() + " does not have " + std::to_string(total) +
+                                " channels");
   std::vector<Tensor> parts;
   Box box = Box::whole(x.shape());
   for (auto c : channels) {

@@ -36,7 +36,8 @@ struct Module {
 
 Module load() {
   Module m;
-  const std::vector<std::string> paths = PathsBesideProgram(FANSTORE_TRAINER_CUDA_MODULE_FILE, FANSTORE_CUDA_MODULE_FROM_BIN);
+  const std::vector<std::string> paths =
+      PathsBesideProgram(FANSTORE_TRAINER_CUDA_MODULE_FILE, FANSTORE_CUDA_MODULE_FROM_BIN);
   std::string path;
   for (const auto& p : paths)
     if (access(p.c_str(), F_OK) == 0) {
@@ -46,9 +47,11 @@ Module load() {
   if (path.empty()) {
     std::string looked;
     for (const auto& p : paths) looked += (looked.empty() ? "" : ", ") + p;
-    m.error = "the CUDA backend module " FANSTORE_TRAINER_CUDA_MODULE_FILE " is not installed next to this program (looked for " +
-              (looked.empty() ? std::string("it, but /proc/self/exe is unreadable") : looked) +
-              "): install it with the program (cmake --install, or the fanstore .deb) or build it (cmake --build BUILD)";
+    m.error =
+        "the CUDA backend module " FANSTORE_TRAINER_CUDA_MODULE_FILE
+        " is not installed next to this program (looked for " +
+        (looked.empty() ? std::string("it, but /proc/self/exe is unreadable") : looked) +
+        "): install it with the program (cmake --install, or the fanstore .deb) or build it (cmake --build BUILD)";
     return m;
   }
   // RTLD_NOW: a symbol the module needs and this program lacks is an error here, not a crash later.
@@ -60,16 +63,20 @@ Module load() {
     if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // dlerror often starts with the path
     std::string hint = "reinstall FanStore";
     if (why.find("cannot open shared object file") != std::string::npos)
-      hint = "the CUDA runtime, cuBLAS, cuDNN and NCCL it was built with must be installed here (or on LD_LIBRARY_PATH)";
+      hint =
+          "the CUDA runtime, cuBLAS, cuDNN and NCCL it was built with must be installed here (or on LD_LIBRARY_PATH)";
     else if (why.find("undefined symbol") != std::string::npos)
-      hint = "this program does not export the trainer functions the module needs (fanstore_trainer_cuda_host in "
-             "trainer/CMakeLists.txt), or the module is from another build";
+      hint =
+          "this program does not export the trainer functions the module needs (fanstore_trainer_cuda_host in "
+          "trainer/CMakeLists.txt), or the module is from another build";
     m.error = "cannot load the CUDA backend module " + path + ": " + why + " (" + hint + ")";
     return m;
   }
-  const auto version = reinterpret_cast<fanstore_trainer_cuda_abi_version_fn>(dlsym(handle, "fanstore_trainer_cuda_abi_version"));
+  const auto version =
+      reinterpret_cast<fanstore_trainer_cuda_abi_version_fn>(dlsym(handle, "fanstore_trainer_cuda_abi_version"));
   if (!version) {
-    m.error = path + " is not a FanStore CUDA backend module (no fanstore_trainer_cuda_abi_version): reinstall FanStore";
+    m.error =
+        path + " is not a FanStore CUDA backend module (no fanstore_trainer_cuda_abi_version): reinstall FanStore";
     return m;
   }
   if (const std::uint32_t v = version(); v != FANSTORE_TRAINER_CUDA_ABI_VERSION) {
@@ -78,8 +85,10 @@ Module load() {
               ": it comes from another FanStore build; install the program and its module from the same build";
     return m;
   }
-  m.device_count = reinterpret_cast<fanstore_trainer_cuda_device_count_fn>(dlsym(handle, "fanstore_trainer_cuda_device_count"));
-  m.make_backend = reinterpret_cast<fanstore_trainer_cuda_make_backend_fn>(dlsym(handle, "fanstore_trainer_cuda_make_backend"));
+  m.device_count =
+      reinterpret_cast<fanstore_trainer_cuda_device_count_fn>(dlsym(handle, "fanstore_trainer_cuda_device_count"));
+  m.make_backend =
+      reinterpret_cast<fanstore_trainer_cuda_make_backend_fn>(dlsym(handle, "fanstore_trainer_cuda_make_backend"));
   m.make_nccl_communicator = reinterpret_cast<fanstore_trainer_cuda_make_nccl_communicator_fn>(
       dlsym(handle, "fanstore_trainer_cuda_make_nccl_communicator"));
   if (!m.device_count || !m.make_backend || !m.make_nccl_communicator)
@@ -122,7 +131,8 @@ std::shared_ptr<Backend> make_cuda_backend(int device, Precision precision) {
                                               defaults.deterministic ? 1 : 0};
   std::shared_ptr<Backend> backend;
   char error[2048] = "";
-  if (loaded_module().make_backend(&options, &backend, error, sizeof error) != 0) throw std::runtime_error(one_line(error));
+  if (loaded_module().make_backend(&options, &backend, error, sizeof error) != 0)
+    throw std::runtime_error(one_line(error));
   return backend;
 }
 

@@ -36,7 +36,9 @@ CudaAvailability cuda_availability(CudaProbe probe) {
   a.devices = cuda_module::device_count(&a.reason);
 #else
   (void)probe;
-  a.reason = "this fanstore-train was built without the CUDA backend (FANSTORE_CUDA=OFF, or no nvcc/cuDNN/NCCL at configure time)";
+  a.reason =
+      "this fanstore-train was built without the CUDA backend (FANSTORE_CUDA=OFF, or no nvcc/cuDNN/NCCL at configure "
+      "time)";
 #endif
   return a;
 }
@@ -44,8 +46,8 @@ CudaAvailability cuda_availability(CudaProbe probe) {
 bool nvidia_device_plausible() { return cuda_module::nvidia_device_plausible(); }
 
 int node_local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
-                           "PALS_LOCAL_RANKID", "FLUX_TASK_LOCAL_ID"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                           "SLURM_LOCALID", "PALS_LOCAL_RANKID", "FLUX_TASK_LOCAL_ID"}) {
     const char* value = std::getenv(name);
     if (!value || !*value) continue;
     char* end = nullptr;
@@ -65,12 +67,14 @@ std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {
       return cuda_module::make_cuda_backend(local % cuda.devices, choice.precision);
     }
     if (choice.device == DeviceChoice::Cuda)
-      throw std::runtime_error("--device cuda: " +
-                               (cuda.built && !cuda.module_error ? "no CUDA device (" + cuda.reason + ")" : cuda.reason) +
-                               "; use --device cpu or --device auto");
+      throw std::runtime_error(
+          "--device cuda: " +
+          (cuda.built && !cuda.module_error ? "no CUDA device (" + cuda.reason + ")" : cuda.reason) +
+          "; use --device cpu or --device auto");
     // A machine with an NVIDIA driver whose CUDA module is broken: say so rather than quietly train
     // on the CPU, then do what auto promises.
-    if (cuda.module_error) std::cerr << "fanstore-train: warning: --device auto: " << cuda.reason << "; running on the CPU\n";
+    if (cuda.module_error)
+      std::cerr << "fanstore-train: warning: --device auto: " << cuda.reason << "; running on the CPU\n";
   }
   if (choice.precision != Precision::FP32)
     throw std::invalid_argument(std::string("--precision ") + precision_name(choice.precision) +

@@ -14,7 +14,8 @@ void require_rank(const std::string& who, const char* field, const std::vector<s
                                 std::to_string(rank) + " (all of kernel/stride/padding must be 2D or all 3D)");
   for (auto x : v)
     if (x < minimum)
-      throw std::invalid_argument(who + ": " + field + " " + std::to_string(x) + " is below " + std::to_string(minimum));
+      throw std::invalid_argument(who + ": " + field + " " + std::to_string(x) + " is below " +
+                                  std::to_string(minimum));
 }
 
 // The checks a window spec (convolution or pooling) shares: rank 2 or 3, and one entry per
@@ -64,14 +65,16 @@ Shape ConvolutionSpec::output_shape(const Shape& input, const std::string& who) 
   if (input.rank() >= 2 && input[1] != in_channels)
     throw std::invalid_argument(who + ": input " + input.to_string() + " has " + std::to_string(input[1]) +
                                 " channels, expected " + std::to_string(in_channels));
-  return spatial_output(input, spatial_rank(), out_channels, who, [this](int i, std::int64_t n) { return output_extent(i, n); });
+  return spatial_output(input, spatial_rank(), out_channels, who,
+                        [this](int i, std::int64_t n) { return output_extent(i, n); });
 }
 
 void PoolingSpec::validate(const std::string& who) const {
   validate_window(who, "pooling window", kernel, stride, padding_lo, padding_hi);
   for (std::size_t i = 0; i < kernel.size(); ++i)
     if (padding_lo[i] >= kernel[i] || padding_hi[i] >= kernel[i])
-      throw std::invalid_argument(who + ": padding must be smaller than the window (a window of padding only has no value)");
+      throw std::invalid_argument(who +
+                                  ": padding must be smaller than the window (a window of padding only has no value)");
 }
 
 std::int64_t PoolingSpec::output_extent(int i, std::int64_t n) const {
@@ -82,7 +85,8 @@ std::int64_t PoolingSpec::output_extent(int i, std::int64_t n) const {
 
 Shape PoolingSpec::output_shape(const Shape& input, const std::string& who) const {
   if (input.rank() < 2) throw std::invalid_argument(who + ": input " + input.to_string() + " has no channels");
-  return spatial_output(input, spatial_rank(), input[1], who, [this](int i, std::int64_t n) { return output_extent(i, n); });
+  return spatial_output(input, spatial_rank(), input[1], who,
+                        [this](int i, std::int64_t n) { return output_extent(i, n); });
 }
 
 }  // namespace fanstore::trainer

@@ -34,7 +34,8 @@ std::vector<double> softmax(const Tensor& logits, const ClassLayout& l) {
     for (std::int64_t i = 0; i < l.inner; ++i) {
       double mx = -INFINITY, sum = 0;
       for (std::int64_t k = 0; k < l.classes; ++k) mx = std::max<double>(mx, logits[l.at(n, k, i)]);
-      for (std::int64_t k = 0; k < l.classes; ++k) sum += p[static_cast<std::size_t>(l.at(n, k, i))] = std::exp(logits[l.at(n, k, i)] - mx);
+      for (std::int64_t k = 0; k < l.classes; ++k)
+        sum += p[static_cast<std::size_t>(l.at(n, k, i))] = std::exp(logits[l.at(n, k, i)] - mx);
       for (std::int64_t k = 0; k < l.classes; ++k) p[static_cast<std::size_t>(l.at(n, k, i))] /= sum;
     }
   return p;
@@ -98,7 +99,8 @@ LossResult dice_loss_from_sums(const Tensor& logits, const std::vector<std::int3
                                const std::vector<double>& sums, bool include_background) {
   const ClassLayout l = class_layout(logits, labels);
   if (sums.size() != static_cast<std::size_t>(l.batch * l.classes * 3))
-    throw std::invalid_argument("dice: " + std::to_string(sums.size()) + " sums for logits " + logits.shape().to_string());
+    throw std::invalid_argument("dice: " + std::to_string(sums.size()) + " sums for logits " +
+                                logits.shape().to_string());
   const auto p = softmax(logits, l);
   const double smooth_nr = 1e-6, smooth_dr = 1e-6;
   const std::int64_t first = include_background ? 0 : 1;

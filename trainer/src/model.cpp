@@ -16,7 +16,8 @@ NodeId Model::add(std::unique_ptr<Layer> layer, std::vector<NodeId> inputs) {
   if (parameters_.finalized()) throw std::logic_error(name_ + ": layer '" + layer->name() + "' added after finalize()");
   std::vector<Shape> shapes;
   for (auto id : inputs) {
-    if (id >= nodes_.size()) throw std::invalid_argument(layer->name() + ": input node " + std::to_string(id) + " does not exist");
+    if (id >= nodes_.size())
+      throw std::invalid_argument(layer->name() + ": input node " + std::to_string(id) + " does not exist");
     shapes.push_back(nodes_[id].shape);
   }
   Shape out = layer->output_shape(shapes);
@@ -70,8 +71,9 @@ Tensor Model::forward(const Tensor& x, Mode mode) {
   if (x.shape() != input_shape())
     throw std::invalid_argument(name_ + ": input " + x.shape().to_string() + ", expected " + input_shape().to_string());
   if (x.device() != backend_->device())
-    throw std::invalid_argument(name_ + ": input is in " + std::string(device_name(x.device())) + " memory, the model computes on " +
-                                device_name(backend_->device()) + " (Backend::to_device)");
+    throw std::invalid_argument(name_ + ": input is in " + std::string(device_name(x.device())) +
+                                " memory, the model computes on " + device_name(backend_->device()) +
+                                " (Backend::to_device)");
   values_.assign(nodes_.size(), Tensor());
   // Activations travel in the backend's activation type (mixed precision); the output is F32.
   values_[0] = backend_->cast(x, backend_->activation_dtype());
@@ -120,7 +122,8 @@ std::vector<LayerRow> Model::layer_table() const {
   std::vector<LayerRow> rows;
   rows.push_back({"input", "Input", input_shape(), 0});
   for (std::size_t i = 1; i < nodes_.size(); ++i)
-    rows.push_back({nodes_[i].layer->name(), nodes_[i].layer->kind(), nodes_[i].shape, nodes_[i].layer->parameter_count()});
+    rows.push_back(
+        {nodes_[i].layer->name(), nodes_[i].layer->kind(), nodes_[i].shape, nodes_[i].layer->parameter_count()});
   return rows;
 }
 
@@ -135,7 +138,8 @@ std::string Model::describe() const {
   std::ostringstream out;
   out << std::left << std::setw(static_cast<int>(name_w) + 2) << "name" << std::setw(static_cast<int>(kind_w) + 2)
       << "type" << std::setw(static_cast<int>(shape_w) + 2) << "output shape" << std::right << std::setw(12)
-      << "parameters" << "\n";
+      << "parameters"
+      << "\n";
   for (const auto& r : rows)
     out << std::left << std::setw(static_cast<int>(name_w) + 2) << r.name << std::setw(static_cast<int>(kind_w) + 2)
         << r.kind << std::setw(static_cast<int>(shape_w) + 2) << r.output.to_string() << std::right << std::setw(12)

@@ -97,7 +97,8 @@ Tensor Tensor::view(const Shape& shape, float* data, Device device) {
 }
 
 float* Tensor::data() {
-  if (dtype_ != DType::F32) throw std::logic_error(std::string("Tensor::data() on a ") + dtype_name(dtype_) + " tensor");
+  if (dtype_ != DType::F32)
+    throw std::logic_error(std::string("Tensor::data() on a ") + dtype_name(dtype_) + " tensor");
   return static_cast<float*>(data_);
 }
 

@@ -34,12 +34,14 @@ void write_tensor_file(const std::string& path, const std::vector<NamedTensor>& 
   put<std::uint32_t>(out, static_cast<std::uint32_t>(tensors.size()));
   for (const auto& t : tensors) {
     if (static_cast<std::int64_t>(t.data.size()) != t.shape.numel())
-      throw std::invalid_argument(t.name + ": " + std::to_string(t.data.size()) + " values for shape " + t.shape.to_string());
+      throw std::invalid_argument(t.name + ": " + std::to_string(t.data.size()) + " values for shape " +
+                                  t.shape.to_string());
     put<std::uint32_t>(out, static_cast<std::uint32_t>(t.name.size()));
     out.write(t.name.data(), static_cast<std::streamsize>(t.name.size()));
     put<std::uint32_t>(out, static_cast<std::uint32_t>(t.shape.rank()));
     for (auto d : t.shape.dims) put<std::int64_t>(out, d);
-    out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(t.data.data()),
+              static_cast<std::streamsize>(t.data.size() * sizeof(float)));
   }
   if (!out) throw std::runtime_error(path + ": write failed");
 }
@@ -60,7 +62,8 @@ std::vector<NamedTensor> read_tensor_file(const std::string& path) {
     t.name.resize(get<std::uint32_t>(in, path));
     in.read(t.name.data(), static_cast<std::streamsize>(t.name.size()));
     const auto rank = get<std::uint32_t>(in, path);
-    if (rank > 8) throw std::runtime_error(path + ": tensor '" + t.name + "' has implausible rank " + std::to_string(rank));
+    if (rank > 8)
+      throw std::runtime_error(path + ": tensor '" + t.name + "' has implausible rank " + std::to_string(rank));
     for (std::uint32_t i = 0; i < rank; ++i) t.shape.dims.push_back(get<std::int64_t>(in, path));
     t.data.resize(static_cast<std::size_t>(t.shape.numel()));
     if (!in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * sizeof(float))))
@@ -85,11 +88,13 @@ std::vector<NamedTensor> export_state(const ParameterTable& table) {
   std::vector<NamedTensor> out;
   const std::vector<float> values = table.read(Arena::Values), buffers = table.read(Arena::Buffers);
   for (const auto& e : table.parameters())
-    out.push_back({e.name, e.shape, std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(e.offset),
-                                                       values.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel())});
+    out.push_back({e.name, e.shape,
+                   std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                                      values.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel())});
   for (const auto& e : table.buffers())
-    out.push_back({e.name, e.shape, std::vector<float>(buffers.begin() + static_cast<std::ptrdiff_t>(e.offset),
-                                                       buffers.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel())});
+    out.push_back({e.name, e.shape,
+                   std::vector<float>(buffers.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                                      buffers.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel())});
   return out;
 }
 
@@ -97,7 +102,8 @@ void import_state(ParameterTable& table, const std::vector<NamedTensor>& tensors
   auto load = [&](const ParameterEntry& e, std::vector<float>& arena) {
     const auto& t = find_tensor(tensors, e.name);
     if (t.shape != e.shape)
-      throw std::runtime_error(e.name + ": file has shape " + t.shape.to_string() + ", model has " + e.shape.to_string());
+      throw std::runtime_error(e.name + ": file has shape " + t.shape.to_string() + ", model has " +
+                               e.shape.to_string());
     std::copy(t.data.begin(), t.data.end(), arena.begin() + static_cast<std::ptrdiff_t>(e.offset));
   };
   std::vector<float> values = table.read(Arena::Values), buffers = table.read(Arena::Buffers);

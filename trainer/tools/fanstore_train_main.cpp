@@ -12,7 +12,8 @@
 
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
-  CLI::App app{"fanstore-train: the FanStore CNN trainer (backends: CPU on oneDNN, CUDA on cuDNN/cuBLASLt/NCCL when built)"};
+  CLI::App app{
+      "fanstore-train: the FanStore CNN trainer (backends: CPU on oneDNN, CUDA on cuDNN/cuBLASLt/NCCL when built)"};
   DescribeOptions options;
   TrainOptions train;
   bool describe = false;
@@ -20,9 +21,10 @@ int main(int argc, char** argv) {
   std::int64_t batch = 0;
   app.add_option("--model", options.model, "Model: resnet50, unet3d or cosmoflow")->required();
   app.add_flag("--describe", describe, "Print the layer table (name, type, output shape, parameters) and the total");
-  app.add_option("--input-size", options.model_options.input_size,
-                 "Spatial edge of the input (0 = model default: resnet50 224, unet3d 128, cosmoflow 128; "
-                 "cosmoflow training takes it from the files; unet3d training reads the centred S x S window of each slice)")
+  app.add_option(
+         "--input-size", options.model_options.input_size,
+         "Spatial edge of the input (0 = model default: resnet50 224, unet3d 128, cosmoflow 128; "
+         "cosmoflow training takes it from the files; unet3d training reads the centred S x S window of each slice)")
       ->capture_default_str();
   app.add_option("--classes", options.model_options.classes,
                  "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4; "
@@ -32,7 +34,8 @@ int main(int argc, char** argv) {
                  "Batch size per sample group: per rank without --grid (0 = 1 for --describe, 32 otherwise)")
       ->capture_default_str();
 
-  app.add_option("--data", train.data_dir, "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
+  app.add_option("--data", train.data_dir,
+                 "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
   app.add_option("--val", train.val_dir, "Validation data directory (metric after every epoch)");
   app.add_option("--epochs", train.epochs, "Epochs")->capture_default_str();
   app.add_option("--lr", train.lr,
@@ -40,15 +43,18 @@ int main(int argc, char** argv) {
                  "adam 1e-3; lars needs one)");
   app.add_option("--optimizer", train.optimizer.kind, "sgd, lars or adam")->capture_default_str();
   app.add_option("--momentum", train.optimizer.momentum, "SGD/LARS momentum")->capture_default_str();
-  app.add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay (LARS skips BN and biases)")->capture_default_str();
+  app.add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay (LARS skips BN and biases)")
+      ->capture_default_str();
   app.add_option("--lars-eta", train.optimizer.lars_eta, "LARS trust coefficient")->capture_default_str();
   app.add_option("--warmup-epochs", train.warmup_epochs,
                  "Linear learning-rate warm-up, in epochs (default: 10% of --epochs, at most 5)");
-  app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")->capture_default_str();
+  app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")
+      ->capture_default_str();
   app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")->capture_default_str();
-  app.add_option("--device", train.device,
-                 "auto (CUDA when this build has it and a GPU is present, else the CPU), cpu, or cuda (one GPU per rank, "
-                 "picked by the node-local rank)")
+  app.add_option(
+         "--device", train.device,
+         "auto (CUDA when this build has it and a GPU is present, else the CPU), cpu, or cuda (one GPU per rank, "
+         "picked by the node-local rank)")
       ->capture_default_str();
   app.add_option("--precision", train.precision,
                  "fp32, or bf16/fp16 activations with fp32 master weights (CUDA only; fp16 with dynamic loss scaling)")
@@ -60,19 +66,25 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", train.resume, "Continue from CHECKPOINT/checkpoint.bin when it exists");
   app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")->capture_default_str();
   app.add_option("--metrics", train.metrics_path, "Metrics JSON lines (default CHECKPOINT/metrics.jsonl)");
-  app.add_flag("--skip-bad-samples", train.skip_bad_samples, "Skip unreadable samples with a counted warning instead of stopping");
-  app.add_option("--max-steps", train.max_steps, "Stop with a checkpoint after this many steps in total (0 = none)")->capture_default_str();
-  app.add_option("--checkpoint-every", train.checkpoint_every, "Also checkpoint every N steps (0 = epoch ends only)")->capture_default_str();
-  app.add_option("--bucket-mb", train.bucket_mb, "Gradient allreduce bucket size in MB")->capture_default_str();
-  app.add_option("--spike-factor", train.spike_factor, "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
+  app.add_flag("--skip-bad-samples", train.skip_bad_samples,
+               "Skip unreadable samples with a counted warning instead of stopping");
+  app.add_option("--max-steps", train.max_steps, "Stop with a checkpoint after this many steps in total (0 = none)")
       ->capture_default_str();
-  app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")->capture_default_str();
+  app.add_option("--checkpoint-every", train.checkpoint_every, "Also checkpoint every N steps (0 = epoch ends only)")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", train.bucket_mb, "Gradient allreduce bucket size in MB")->capture_default_str();
+  app.add_option("--spike-factor", train.spike_factor,
+                 "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
+      ->capture_default_str();
+  app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")
+      ->capture_default_str();
   app.add_option("--zero-init-residual", train.zero_init_residual,
                  "resnet50 training: start each residual block's last batch-norm scale at 0, so the network starts "
                  "shallow and the scaled learning rate trains from step 1 (Goyal et al.; false = torchvision's init)")
       ->capture_default_str();
-  app.add_option("--benchmark", benchmark_steps,
-                 "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'");
+  app.add_option(
+      "--benchmark", benchmark_steps,
+      "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'");
   app.add_option("--grid", train.grid.grid,
                  "Sample x spatial process grid: S,D,H,W (cosmoflow, unet3d) or S,H,W (resnet50), product = ranks; "
                  "auto = pick with the performance model (keeps the global batch --batch x ranks). "
@@ -87,7 +99,8 @@ int main(int argc, char** argv) {
                  "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "
                  "disjoint data, that meet every --ltfb-interval steps and keep the better model (1 = no tournament)")
       ->capture_default_str();
-  app.add_option("--ltfb-interval", train.tournament.interval, "Steps between tournament rounds")->capture_default_str();
+  app.add_option("--ltfb-interval", train.tournament.interval, "Steps between tournament rounds")
+      ->capture_default_str();
   app.add_option("--tournament-fraction", train.tournament.fraction,
                  "Fraction of each trainer's samples held out as its tournament set (rounded up to whole batches)")
       ->capture_default_str();
@@ -98,9 +111,10 @@ int main(int argc, char** argv) {
   app.add_option("--ltfb-exchange", train.tournament.exchange,
                  "What partners swap: weights (parameters and batch-norm statistics) or weights+optimizer")
       ->capture_default_str();
-  app.add_option("--ltfb-strategy", train.tournament.strategy,
-                 "pairwise (random pairs, each keeps the better on its own set) or truncation[:K] (the worst K trainers "
-                 "take the best K's models; K defaults to 1)")
+  app.add_option(
+         "--ltfb-strategy", train.tournament.strategy,
+         "pairwise (random pairs, each keeps the better on its own set) or truncation[:K] (the worst K trainers "
+         "take the best K's models; K defaults to 1)")
       ->capture_default_str();
   app.add_option("--ltfb-mutate", train.tournament.mutate,
                  "lr or lr=F1,F2,...: a trainer that takes the winner's model also takes its learning rate times one "

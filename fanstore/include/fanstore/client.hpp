@@ -32,22 +32,22 @@ class RemoteFetcher;
 
 struct ClientStats {
   std::atomic<uint64_t> opens{0}, stats{0}, readdirs{0}, lookups_missing{0};
-  std::atomic<uint64_t> bytes_read{0};            // decoded bytes handed out
+  std::atomic<uint64_t> bytes_read{0};                                   // decoded bytes handed out
   std::atomic<uint64_t> local_loads{0}, remote_loads{0}, cache_hits{0};  // chunks: decoded here / fetched / hit
-  std::atomic<uint64_t> node_hits{0};             // chunks read from the node-wide cache
-  std::atomic<uint64_t> remote_bytes{0};          // stored bytes fetched remotely
+  std::atomic<uint64_t> node_hits{0};                                    // chunks read from the node-wide cache
+  std::atomic<uint64_t> remote_bytes{0};                                 // stored bytes fetched remotely
   std::atomic<uint64_t> errors{0};
   // "fanstore[pid 123]: opens=.. stats=.. readdirs=.. bytes=.. local=.. remote=.. cache_hits=.. errors=.."
   std::string Line() const;
 };
 
 struct ClientOptions {
-  std::string image;                  // image directory (index + partitions, or the index of a daemon)
-  std::string mount = "/fanstore";    // prefix the image is served under (front ends only)
-  std::string partition_dir;          // where local partitions live; empty = the image directory
-  uint64_t cache_bytes = 256ull << 20; // budget of this process's decoded-chunk cache (0 disables it)
-  std::string node_cache_dir;         // the node-wide decoded-chunk cache (node_cache.hpp); empty = none
-  std::string index_trust;            // Image::TrustToken() of a fully checked open (ImageOpenOptions)
+  std::string image;                      // image directory (index + partitions, or the index of a daemon)
+  std::string mount = "/fanstore";        // prefix the image is served under (front ends only)
+  std::string partition_dir;              // where local partitions live; empty = the image directory
+  uint64_t cache_bytes = 256ull << 20;    // budget of this process's decoded-chunk cache (0 disables it)
+  std::string node_cache_dir;             // the node-wide decoded-chunk cache (node_cache.hpp); empty = none
+  std::string index_trust;                // Image::TrustToken() of a fully checked open (ImageOpenOptions)
   std::shared_ptr<RemoteFetcher> remote;  // for partitions not present locally; null = single node
 };
 
@@ -95,9 +95,9 @@ class Client {
   // the last component's too when `follow_last` (stat, open) but not otherwise (lstat, readlink). kLoop after 40
   // links (ELOOP), kNameTooLong when a substituted path reaches PATH_MAX, else Lookup's errors.
   struct Target {
-    uint32_t id = 0;       // the entry reached, when `outside` is empty
-    std::string outside;   // the path left the image (an absolute target outside mount(), or ".." above the
-                           // root): the absolute, lexically normalised path for the real file system
+    uint32_t id = 0;      // the entry reached, when `outside` is empty
+    std::string outside;  // the path left the image (an absolute target outside mount(), or ".." above the
+                          // root): the absolute, lexically normalised path for the real file system
   };
   // On a miss (kNotFound, kNotDirectory), `missing` (if given) gets the link-free path that was not there: a front
   // end that creates names creates that one, as the kernel creates a dangling link's target.

@@ -14,6 +14,8 @@ enum class Scope {
 };
 
 // X(identifier, "NAME", scope, "read by", "meaning", "default"). Markdown (`code`) is fine in the strings.
+// (one row per variable, aligned as a table: clang-format leaves it alone)
+// clang-format off
 #define FANSTORE_ENV_VARIABLES(X)                                                                                           \
   X(kImage, "FANSTORE_IMAGE", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
     "image directory to serve (set by `fanstore run --image`)", "unset: everything passes through")                         \
@@ -47,6 +49,7 @@ enum class Scope {
     "virtual working directory handed to exec'd children (set by the interposer, not by users)", "unset")                   \
   X(kRunBinary, "FANSTORE_RUN", Scope::kRuntime, "interposer",                                                              \
     "the `fanstore` binary, to which the interposer hands static programs (set by `fanstore run`, not by users)", "unset")
+// clang-format on
 
 // The name of each variable as a constant: env::kImage is "FANSTORE_IMAGE". (The two row macros stay defined:
 // env_tooling.hpp expands its table with them too.)
@@ -56,13 +59,14 @@ FANSTORE_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)
 struct Variable {
   const char* name;
   Scope scope;
-  const char* readers;   // who reads it
+  const char* readers;  // who reads it
   const char* meaning;
   const char* fallback;  // what holds when it is unset
 };
 
 // The whole table, in the order above (README.md's order of the run-time table).
-#define FANSTORE_ENV_TABLE_ROW(id, name, scope, readers, meaning, fallback) Variable{name, scope, readers, meaning, fallback},
+#define FANSTORE_ENV_TABLE_ROW(id, name, scope, readers, meaning, fallback) \
+  Variable{name, scope, readers, meaning, fallback},
 inline constexpr Variable kVariables[] = {FANSTORE_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};
 
 inline constexpr const char* kDefaultMount = "/fanstore";

@@ -9,6 +9,8 @@
 namespace fanstore::env {
 
 // X(identifier, "NAME", scope, "read by", "meaning", "default"), as in env.hpp; scope kScript or kTest.
+// (one row per variable, aligned as a table: clang-format leaves it alone)
+// clang-format off
 #define FANSTORE_TOOLING_ENV_VARIABLES(X)                                                                                   \
   X(kPython, "FANSTORE_PYTHON", Scope::kScript, "scripts, tests, benchmarks",                                               \
     "the Python (with numpy, h5py, PIL, torch) that every script and test runs", "`/usr/bin/python3`")                      \
@@ -98,6 +100,7 @@ namespace fanstore::env {
   X(kTestCorruptPiece, "FANSTORE_TEST_CORRUPT_PIECE", Scope::kTest, "`fanstore serve`",                                     \
     "N: damage the N-th staging piece each daemon receives (0-based), to test that it is refused and fetched again",        \
     "unset")
+// clang-format on
 
 FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_NAME_CONSTANT)  // the row macros of env.hpp
 inline constexpr Variable kToolingVariables[] = {FANSTORE_TOOLING_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};

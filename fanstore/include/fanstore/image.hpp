@@ -20,27 +20,27 @@ namespace fanstore {
 enum class Codec : uint32_t { kRaw = 0, kZstd = 1, kChunked = 2, kZero = 3 };
 
 inline constexpr uint32_t kNoPartition = 0xFFFFFFFFu;  // directories hold no data
-inline constexpr uint32_t kRootId = 0;                  // the image root is always entry 0
-inline constexpr uint32_t kNoOwner = 0xFFFFFFFFu;       // uid/gid of a version-2 image, which stores none
-inline constexpr uint64_t kNoBlocks = ~uint64_t{0};     // st_blocks of a version-2 image, which stores none
+inline constexpr uint32_t kRootId = 0;                 // the image root is always entry 0
+inline constexpr uint32_t kNoOwner = 0xFFFFFFFFu;      // uid/gid of a version-2 image, which stores none
+inline constexpr uint64_t kNoBlocks = ~uint64_t{0};    // st_blocks of a version-2 image, which stores none
 
 // A view of one index entry. Strings point into the mmap'd index and live as long as the Image. Nothing in
 // it is trusted: every read path checks the fields it uses (Image::GetChunk) before using them.
 struct Entry {
   uint32_t id = 0;
-  uint32_t parent = 0;        // id of the containing directory (root's parent is root)
-  std::string_view path;      // image-relative, e.g. "train/cat/0001.jpg"; "" for the root
-  std::string_view name;      // last component; "" for the root
-  uint32_t mode = 0;          // S_IFREG, S_IFDIR or S_IFLNK plus the permission bits, as packed
-  uint64_t size = 0;          // file size in bytes (directories: the source's st_size, e.g. 4096; symlinks: the
-                              // target's length)
-  uint32_t uid = kNoOwner;    // owner as packed; kNoOwner in a version-2 image
+  uint32_t parent = 0;      // id of the containing directory (root's parent is root)
+  std::string_view path;    // image-relative, e.g. "train/cat/0001.jpg"; "" for the root
+  std::string_view name;    // last component; "" for the root
+  uint32_t mode = 0;        // S_IFREG, S_IFDIR or S_IFLNK plus the permission bits, as packed
+  uint64_t size = 0;        // file size in bytes (directories: the source's st_size, e.g. 4096; symlinks: the
+                            // target's length)
+  uint32_t uid = kNoOwner;  // owner as packed; kNoOwner in a version-2 image
   uint32_t gid = kNoOwner;
   uint64_t blocks = kNoBlocks;  // the source's st_blocks (512-byte units: holes take none); kNoBlocks in version 2
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
-  uint64_t ino = 0;           // stable inode number (same image -> same number), never 0; shared by hard links
-  uint32_t nlink = 1;         // files: their hard links in the image; directories 2 + number of subdirectories
+  uint64_t ino = 0;    // stable inode number (same image -> same number), never 0; shared by hard links
+  uint32_t nlink = 1;  // files: their hard links in the image; directories 2 + number of subdirectories
   uint32_t part = kNoPartition;
   Codec codec = Codec::kRaw;  // of the one chunk, or kChunked
   uint64_t offset = 0;        // byte offset of the file's stored bytes (all its chunks) inside the partition file
@@ -61,7 +61,7 @@ struct Chunk {
   uint64_t index = 0;
   uint64_t raw_offset = 0;
   uint32_t raw_size = 0;
-  uint64_t offset = 0;        // absolute, in the partition file
+  uint64_t offset = 0;  // absolute, in the partition file
   uint32_t stored_size = 0;
   Codec codec = Codec::kRaw;  // kRaw, kZstd or kZero
   uint64_t checksum = 0;      // XXH3-64 of the decoded bytes
@@ -72,11 +72,11 @@ struct Chunk {
 struct ImageSummary {
   uint32_t version = 0;
   uint64_t files = 0, dirs = 0, links = 0;  // links: symlinks (hard links count as files)
-  uint64_t bytes_in = 0;      // sum of file sizes
-  uint64_t bytes_stored = 0;  // sum of stored sizes
+  uint64_t bytes_in = 0;                    // sum of file sizes
+  uint64_t bytes_stored = 0;                // sum of stored sizes
   uint32_t chunk_size = 0;
-  uint64_t chunks = 0;        // chunk table records (chunks of multi-chunk files)
-  uint32_t parts = 0;         // regular partitions
+  uint64_t chunks = 0;                      // chunk table records (chunks of multi-chunk files)
+  uint32_t parts = 0;                       // regular partitions
   uint32_t replicated_part = kNoPartition;  // id of the partition every node keeps, if any
   std::vector<uint64_t> part_bytes;         // stored bytes per partition (regular + replicated)
   std::vector<uint64_t> part_files;         // files per partition
@@ -103,8 +103,8 @@ class Image {
   Image& operator=(const Image&) = delete;
 
   const std::string& dir() const;
-  uint64_t size() const;  // number of entries (files + directories, root included)
-  Entry Get(uint32_t id) const;                         // id < size()
+  uint64_t size() const;         // number of entries (files + directories, root included)
+  Entry Get(uint32_t id) const;  // id < size()
   // Normalised rel path ("" = root) -> its entry, in O(1). Symlinks are entries like any other: nothing is
   // followed here (Client::Resolve follows them): a path through a symlink is kNotDirectory.
   Result<uint32_t> Lookup(std::string_view rel) const;
@@ -137,8 +137,8 @@ class Image {
   Status CheckPartitionHeader(uint32_t part, const char* header) const;
 
   uint32_t ChunkSize() const;
-  uint64_t ChunkTableSize() const;                 // records in the chunk table
-  uint64_t ChunkCount(const Entry& e) const;       // chunks of a file: ceil(size / chunk size)
+  uint64_t ChunkTableSize() const;            // records in the chunk table
+  uint64_t ChunkCount(const Entry& e) const;  // chunks of a file: ceil(size / chunk size)
   // Chunk `i` of file `e`, every field checked against the entry and the format's limits: an index crafted
   // to point past its file, to sizes above the chunk size or to overlapping ranges is kCorrupt here, before
   // anything is allocated or read.
@@ -166,6 +166,7 @@ class Image {
   Status CheckFile(uint32_t id) const;
 
   struct Impl;
+
  private:
   explicit Image(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
@@ -177,7 +178,6 @@ Status DecodeChunk(const Entry& e, const Chunk& c, const void* stored, size_t st
 
 // Verifies every file's checksum. Calls `bad` once per corrupt/unreadable file with a one-line reason.
 // Returns the number of bad files (0 = the image is sound).
-uint64_t VerifyImage(const Image& img, int threads,
-                     const std::function<void(const Entry&, const Status&)>& bad);
+uint64_t VerifyImage(const Image& img, int threads, const std::function<void(const Entry&, const Status&)>& bad);
 
 }  // namespace fanstore

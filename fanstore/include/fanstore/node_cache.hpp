@@ -23,10 +23,10 @@ struct NodeCacheOptions {
 uint64_t DefaultNodeCacheBudget(const std::string& root);
 
 // Creates, or joins when another run on this node uses the same image, the cache directory
-// ROOT/fanstore-UID-KEY (KEY: Image::ContentKey; mode 0700), and starts a small detached process that removes it once `owner`
-// (the process that then execs the user's program) has exited and no other run uses it. Directories left
-// behind by runs that were killed with their reaper (e.g. a whole cgroup) are removed here when unused.
-// Returns the directory for FANSTORE_NODE_CACHE_DIR.
+// ROOT/fanstore-UID-KEY (KEY: Image::ContentKey; mode 0700), and starts a small detached process that removes it once
+// `owner` (the process that then execs the user's program) has exited and no other run uses it. Directories left behind
+// by runs that were killed with their reaper (e.g. a whole cgroup) are removed here when unused. Returns the directory
+// for FANSTORE_NODE_CACHE_DIR.
 Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts, pid_t owner);
 
 }  // namespace fanstore

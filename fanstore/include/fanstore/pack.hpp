@@ -13,15 +13,15 @@
 namespace fanstore {
 
 struct PackOptions {
-  std::string source;                   // directory to pack
-  std::string output;                   // image directory to create (must not exist or be empty)
-  uint32_t parts = 1;                   // regular partitions, balanced by bytes
-  int level = 3;                        // zstd level; files that do not shrink are stored raw; 0: all raw (--level 0)
-  std::vector<std::string> replicate;   // globs on relative paths -> the replicated partition
-  int threads = 0;                      // 0 = all cores
-  uint32_t chunk_size = 1u << 20;       // bytes per chunk: a power of two, 64 KiB .. 64 MiB (--chunk)
-  bool follow_symlinks = false;         // store what links point at instead of the links (--follow-symlinks)
-  bool strict = false;                  // refuse FIFOs, sockets and device nodes instead of skipping them
+  std::string source;                  // directory to pack
+  std::string output;                  // image directory to create (must not exist or be empty)
+  uint32_t parts = 1;                  // regular partitions, balanced by bytes
+  int level = 3;                       // zstd level; files that do not shrink are stored raw; 0: all raw (--level 0)
+  std::vector<std::string> replicate;  // globs on relative paths -> the replicated partition
+  int threads = 0;                     // 0 = all cores
+  uint32_t chunk_size = 1u << 20;      // bytes per chunk: a power of two, 64 KiB .. 64 MiB (--chunk)
+  bool follow_symlinks = false;        // store what links point at instead of the links (--follow-symlinks)
+  bool strict = false;                 // refuse FIFOs, sockets and device nodes instead of skipping them
   // Set to true (by another thread, or a signal handler: a lock-free store) to stop: the pack ends at its next
   // directory or chunk, removes its temporary directory and fails with "interrupted". Null: never.
   const std::atomic<bool>* stop = nullptr;

@@ -55,8 +55,8 @@ const char* CodeName(Code c);
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}            // NOLINT: implicit on purpose
-  Result(Status status) : v_(std::move(status)) {}     // NOLINT: must not be OK
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit on purpose
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be OK
   bool ok() const { return v_.index() == 0; }
   const Status& status() const {
     static const Status kOk;

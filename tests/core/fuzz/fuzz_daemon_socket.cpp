@@ -99,9 +99,9 @@ class FakePeers final : public PeerFetcher {
 
 // One daemon, made once: an image of two partitions, partition 0 staged here, partition 1 on the fake peers.
 struct Daemon {
-  std::vector<std::string> parts;             // the whole image's partition files
-  std::vector<ByteRange> ranges;              // stored ranges of files and chunks, for picking fetches
-  std::vector<std::string> paths;             // image-relative paths, for hints
+  std::vector<std::string> parts;  // the whole image's partition files
+  std::vector<ByteRange> ranges;   // stored ranges of files and chunks, for picking fetches
+  std::vector<std::string> paths;  // image-relative paths, for hints
   std::shared_ptr<const Image> img;
   std::unique_ptr<StagedReader> staged;
   std::unique_ptr<FakePeers> peers;
@@ -160,8 +160,8 @@ Daemon* MakeDaemon() {
   so.hello.partition_dir = local;
   so.cache_fd = d->cache->shared_fd();
   d->server = std::make_unique<SocketServer>(so, &d->stats);
-  d->router = std::make_unique<FetchRouter>(d->img, d->staged.get(), d->peers.get(), d->cache.get(),
-                                            d->server.get(), &d->stats, RouterOptions{});
+  d->router = std::make_unique<FetchRouter>(d->img, d->staged.get(), d->peers.get(), d->cache.get(), d->server.get(),
+                                            &d->stats, RouterOptions{});
   d->server->SetHandler(d->router.get());
   return d;
 }
@@ -204,8 +204,8 @@ struct Conn {
   bool dropped = false;    // a header the server rejects: it closes the connection
   std::deque<Expect> expect;
   std::string rx;
-  int rx_fd = -1;          // came with the reply being read
-  char* area = nullptr;    // the connection's reply area, as the client maps it
+  int rx_fd = -1;        // came with the reply being read
+  char* area = nullptr;  // the connection's reply area, as the client maps it
   size_t area_size = 0;
 
   void Frame() {
@@ -281,8 +281,8 @@ void TakeReplies(Conn* c) {
       if (h.flags & dp::kCacheMemfd) {
         close(c->rx_fd);
       } else {
-        void* m = st.st_size ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, c->rx_fd, 0)
-                             : nullptr;
+        void* m =
+            st.st_size ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, c->rx_fd, 0) : nullptr;
         close(c->rx_fd);
         if (m == MAP_FAILED) abort();
         if (h.flags & dp::kNewArea) {
@@ -387,24 +387,20 @@ ByteRange PickRange(Input& in) {
   const uint64_t lengths[] = {0, 1, 200, 4096, 1u << 20, 256u << 20, uint64_t{1} << 40, in.U64()};
   const uint64_t len = lengths[in.Byte() % 8];
   switch (how) {
-    case 0:
-      return known;
+    case 0: return known;
     case 1: {  // a piece of a known range
       uint64_t skip = in.Byte() % (known.length + 1);
       return {known.part, known.offset + skip, (known.length - skip) >> (in.Byte() % 4)};
     }
     case 2:  // wraps past 2^64 by a little: the request of the crash this target was written for
       return {known.part, 0 - len + in.Byte(), len};
-    case 3:
-      return {known.part, (uint64_t{1} << 62) - in.Byte(), len};
+    case 3: return {known.part, (uint64_t{1} << 62) - in.Byte(), len};
     case 4: {  // around the end of the partition
       uint64_t end = d.parts[known.part % d.parts.size()].size();
       return {known.part, end - (in.Byte() % 64), in.Byte()};
     }
-    case 5:
-      return {static_cast<uint32_t>(in.Byte()), known.offset, known.length};
-    default:
-      return {static_cast<uint32_t>(in.U64()), in.U64(), in.U64()};
+    case 5: return {static_cast<uint32_t>(in.Byte()), known.offset, known.length};
+    default: return {static_cast<uint32_t>(in.U64()), in.U64(), in.U64()};
   }
 }
 
@@ -424,9 +420,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint64_t id = next_id++;
     switch (op % 8) {
       case 0:
-      case 1:
-        Send(conns, kConns, c, Header(dp::MsgType::kFetch, id, PickRange(in), 0, 0, 0));
-        break;
+      case 1: Send(conns, kConns, c, Header(dp::MsgType::kFetch, id, PickRange(in), 0, 0, 0)); break;
       case 2: {  // a raw header: magic and version kept or not, any type, any fields; our req_id
         std::string h = in.Bytes(dp::kRequestSize);
         h.resize(dp::kRequestSize, '\0');
@@ -453,15 +447,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4:
         Send(conns, kConns, c, Header(op & 8 ? dp::MsgType::kHello : dp::MsgType::kCacheMap, id, {}, 0, 0, 0));
         break;
-      case 5:
-        Send(conns, kConns, c, in.Bytes(in.Byte()));
-        break;
+      case 5: Send(conns, kConns, c, in.Bytes(in.Byte())); break;
       case 6:  // hang up, perhaps with a reply on its way, and come back
         c->Close();
         if (!Open(c).ok()) abort();
         break;
-      default:
-        break;
+      default: break;
     }
     Settle(conns, kConns);
   }

@@ -35,7 +35,8 @@ CosmoFlowDataset::CosmoFlowDataset(std::string directory, CosmoFlowOptions optio
   const auto width = static_cast<std::int64_t>(volume_dims_[2]);
   slab_ = options_.slab.value_or(Slab::whole(depth, height, width));
   if (!slab_.fits_in(depth, height, width)) {
-    throw DataError(first.path(), "slab " + slab_.to_string() + " is outside the volume " + shape_to_string(volume_dims_));
+    throw DataError(first.path(),
+                    "slab " + slab_.to_string() + " is outside the volume " + shape_to_string(volume_dims_));
   }
   layout_.input_shape = {static_cast<std::int64_t>(volume_dims_[3]), slab_.depth(), slab_.height(), slab_.width()};
   layout_.target_shape = {static_cast<std::int64_t>(target_count_)};
@@ -51,8 +52,8 @@ void CosmoFlowDataset::load_sample(std::size_t index, std::uint64_t /*augment_se
   }
   const auto target_dims = file.dims(options_.target_dataset);
   if (target_dims != std::vector<std::uint64_t>{target_count_}) {
-    throw DataError(file.path(), "dataset '" + options_.target_dataset + "' has shape " +
-                                     shape_to_string(target_dims) + ", expected (" + std::to_string(target_count_) + ",)");
+    throw DataError(file.path(), "dataset '" + options_.target_dataset + "' has shape " + shape_to_string(target_dims) +
+                                     ", expected (" + std::to_string(target_count_) + ",)");
   }
   const std::uint64_t channels = volume_dims_[3];
   const std::size_t voxels = static_cast<std::size_t>(slab_.depth() * slab_.height() * slab_.width());

@@ -143,8 +143,8 @@ void Hdf5File::read(const std::string& name, const std::vector<std::uint64_t>& s
   ScopedId file_space(H5Dget_space(dataset.get()), H5Sclose);
   ScopedId memory_space(H5Screate_simple(static_cast<int>(file_count.size()), file_count.data(), nullptr), H5Sclose);
   if (!file_space.valid() || !memory_space.valid() ||
-      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, file_start.data(), nullptr, file_count.data(),
-                          nullptr) < 0) {
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, file_start.data(), nullptr, file_count.data(), nullptr) <
+          0) {
     throw DataError(path_, "cannot select hyperslab of '" + name + "' (" + last_hdf5_error() + ")");
   }
   const hid_t memory_type = as_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;

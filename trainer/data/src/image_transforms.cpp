@@ -38,8 +38,10 @@ SourceWindow resize_center_crop_window(int image_height, int image_width, int re
   // torchvision Resize(int): the shorter side becomes resize_size, the longer one is truncated
   // (int(size * long / short)), as torchvision does.
   const bool height_is_shorter = image_height <= image_width;
-  const int resized_height = height_is_shorter ? resize_size : static_cast<int>(double(resize_size) * image_height / image_width);
-  const int resized_width = height_is_shorter ? static_cast<int>(double(resize_size) * image_width / image_height) : resize_size;
+  const int resized_height =
+      height_is_shorter ? resize_size : static_cast<int>(double(resize_size) * image_height / image_width);
+  const int resized_width =
+      height_is_shorter ? static_cast<int>(double(resize_size) * image_width / image_height) : resize_size;
   // CenterCrop: int(round((size - crop) / 2)) with Python's round-half-to-even (nearbyint).
   const double crop_top = std::nearbyint((resized_height - crop_size) / 2.0);
   const double crop_left = std::nearbyint((resized_width - crop_size) / 2.0);

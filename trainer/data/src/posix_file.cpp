@@ -80,9 +80,10 @@ std::string join_path(const std::string& directory, const std::string& name) {
 bool has_suffix(const std::string& name, const std::vector<std::string>& suffixes) {
   for (const auto& suffix : suffixes) {
     if (name.size() < suffix.size()) continue;
-    const bool same = std::equal(suffix.begin(), suffix.end(), name.end() - static_cast<std::ptrdiff_t>(suffix.size()),
-                                 [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) ==
-                                                             std::tolower(static_cast<unsigned char>(b)); });
+    const bool same = std::equal(
+        suffix.begin(), suffix.end(), name.end() - static_cast<std::ptrdiff_t>(suffix.size()), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+        });
     if (same) return true;
   }
   return false;

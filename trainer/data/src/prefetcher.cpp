@@ -29,8 +29,7 @@ void Prefetcher::worker_loop() {
     // Wait for a batch that is both left to do and within the window: the window is what keeps
     // memory bounded when decoding is faster than training.
     work_available_.wait(lock, [&] {
-      return stopping_ ||
-             (next_to_claim_ < batches_.size() && next_to_claim_ < next_to_hand_out_ + window);
+      return stopping_ || (next_to_claim_ < batches_.size() && next_to_claim_ < next_to_hand_out_ + window);
     });
     if (stopping_) return;
     const std::size_t number = next_to_claim_++;

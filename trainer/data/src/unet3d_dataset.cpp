@@ -30,12 +30,13 @@ Unet3dDataset::Unet3dDataset(std::string directory, Unet3dOptions options)
   const auto width = static_cast<std::int64_t>(image_dims_[3]);
   slab_ = options_.slab.value_or(Slab::whole(depth, height, width));
   if (!slab_.fits_in(depth, height, width)) {
-    throw DataError(first.path(), "slab " + slab_.to_string() + " is outside the volume " + shape_to_string(image_dims_));
+    throw DataError(first.path(),
+                    "slab " + slab_.to_string() + " is outside the volume " + shape_to_string(image_dims_));
   }
   label_slab_ = options_.label_slab.value_or(slab_);
   if (!label_slab_.fits_in(depth, height, width)) {
-    throw DataError(first.path(), "label slab " + label_slab_.to_string() + " is outside the volume " +
-                                      shape_to_string(image_dims_));
+    throw DataError(first.path(),
+                    "label slab " + label_slab_.to_string() + " is outside the volume " + shape_to_string(image_dims_));
   }
   layout_.input_shape = {static_cast<std::int64_t>(image_dims_[0]), slab_.depth(), slab_.height(), slab_.width()};
   layout_.target_shape = {label_slab_.depth(), label_slab_.height(), label_slab_.width()};
@@ -61,11 +62,11 @@ void Unet3dDataset::load_sample(std::size_t index, std::uint64_t /*augment_seed*
   // Stored channels-first already, so the hyperslab lands directly in NCDHW order.
   file.read_float(options_.image_dataset, {0, spatial_start[0], spatial_start[1], spatial_start[2]},
                   {image_dims_[0], spatial_count[0], spatial_count[1], spatial_count[2]}, out.input);
-  file.read_int32(options_.label_dataset,
-                  {std::uint64_t(label_slab_.z0), std::uint64_t(label_slab_.y0), std::uint64_t(label_slab_.x0)},
-                  {std::uint64_t(label_slab_.depth()), std::uint64_t(label_slab_.height()),
-                   std::uint64_t(label_slab_.width())},
-                  out.target_labels);
+  file.read_int32(
+      options_.label_dataset,
+      {std::uint64_t(label_slab_.z0), std::uint64_t(label_slab_.y0), std::uint64_t(label_slab_.x0)},
+      {std::uint64_t(label_slab_.depth()), std::uint64_t(label_slab_.height()), std::uint64_t(label_slab_.width())},
+      out.target_labels);
 }
 
 }  // namespace fanstore::trainer::data

@@ -156,16 +156,16 @@ class Backend {
   // Per group: [sum x, sum x^2].
   virtual Tensor norm_sums(const Tensor& x, NormGroups groups) = 0;
   // y = gamma[c] * (x - mean_g) / sqrt(var_g + eps) + beta[c], biased variance from the sums.
-  virtual Tensor norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
-                            const Tensor& beta, float epsilon, NormGroups groups) = 0;
+  virtual Tensor norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
+                            float epsilon, NormGroups groups) = 0;
   // Per group: [sum dy, sum dy * x_hat].
   virtual Tensor norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& sums, double count, float epsilon,
                                     NormGroups groups) = 0;
   // dx = gamma * inv_std * (dy - sum_dy / count - x_hat * sum_dy_xhat / count); overwrites
   // dgamma[c] and dbeta[c] (C) with the backward sums added over the groups of channel c.
-  virtual Tensor norm_backward_apply(const Tensor& dy, const Tensor& x, const Tensor& sums,
-                                     const Tensor& backward_sums, double count, const Tensor& gamma, float epsilon,
-                                     NormGroups groups, Tensor& dgamma, Tensor& dbeta) = 0;
+  virtual Tensor norm_backward_apply(const Tensor& dy, const Tensor& x, const Tensor& sums, const Tensor& backward_sums,
+                                     double count, const Tensor& gamma, float epsilon, NormGroups groups,
+                                     Tensor& dgamma, Tensor& dbeta) = 0;
 
   // ---- Losses (losses.hpp has the definitions) ----
   // Output on this device, any layout; labels/targets on the host (uploaded by the op). The loss

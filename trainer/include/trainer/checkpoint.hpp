@@ -20,13 +20,13 @@ inline constexpr std::uint32_t kCheckpointVersion = 3;
 // Where training stands; with the seed it fixes the data order (the shuffle and the augmentation
 // are pure functions of (seed, epoch, sample)), so this is the whole RNG/shuffle state.
 struct TrainingPosition {
-  std::uint64_t global_step = 0;     // optimizer steps completed
-  std::uint64_t epoch = 0;           // epoch of the next step
-  std::uint64_t next_batch = 0;      // batch of that epoch to run next
+  std::uint64_t global_step = 0;  // optimizer steps completed
+  std::uint64_t epoch = 0;        // epoch of the next step
+  std::uint64_t next_batch = 0;   // batch of that epoch to run next
   std::uint64_t seed = 0;
-  std::uint64_t world_size = 1;      // data-parallel ranks that produced it
+  std::uint64_t world_size = 1;  // data-parallel ranks that produced it
   std::uint64_t batch_per_rank = 0;
-  double lr_scale = 1;               // tournament training: this trainer's learning-rate factor (--ltfb-mutate)
+  double lr_scale = 1;  // tournament training: this trainer's learning-rate factor (--ltfb-mutate)
 };
 
 class CheckpointError : public std::runtime_error {
@@ -35,7 +35,8 @@ class CheckpointError : public std::runtime_error {
 };
 
 // Writes PATH.tmp, fsyncs it and renames it over PATH, so a crash leaves the old or the new file.
-void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& position);
+void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer,
+                     const TrainingPosition& position);
 
 // Restores parameters, buffers (BN running statistics), optimizer state and step count; checks the
 // magic, version, model, parameter table and optimizer, and a checksum; throws CheckpointError with
@@ -45,6 +46,7 @@ TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimize
 // The two halves of load_checkpoint, so that one rank can read the file and every rank restore from
 // the same bytes (`path` only names the file in messages).
 std::vector<char> read_checkpoint_file(const std::string& path);
-TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> bytes, Model& model, Optimizer& optimizer);
+TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> bytes, Model& model,
+                                    Optimizer& optimizer);
 
 }  // namespace fanstore::trainer

@@ -18,9 +18,9 @@ DeviceChoice parse_device_choice(const std::string& name);
 
 struct BackendChoice {
   DeviceChoice device = DeviceChoice::Auto;
-  int threads = 0;                       // CPU: OpenMP threads (0 = OMP_NUM_THREADS)
-  Precision precision = Precision::FP32; // CUDA: activation type; the CPU backend computes in fp32 only
-  int local_rank = -1;                   // CUDA: node-local rank picking the GPU; -1 = node_local_rank()
+  int threads = 0;                        // CPU: OpenMP threads (0 = OMP_NUM_THREADS)
+  Precision precision = Precision::FP32;  // CUDA: activation type; the CPU backend computes in fp32 only
+  int local_rank = -1;                    // CUDA: node-local rank picking the GPU; -1 = node_local_rank()
 };
 
 // Whether this build has the CUDA backend, how many devices the runtime sees, and when none, why

@@ -77,7 +77,7 @@ struct GridOptions {
   std::string grid;      // "S,D,H,W" / "S,H,W", "auto", or empty (data parallelism over every rank)
   bool explain = false;  // with "auto": print every candidate's prediction and stop
   bool sync_bn = false;
-  bool overlap = true;   // interior computation while halos travel
+  bool overlap = true;  // interior computation while halos travel
 };
 
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.

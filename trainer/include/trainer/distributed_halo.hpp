@@ -18,9 +18,10 @@ namespace fanstore::trainer {
 
 // Which input positions output positions read along one spatial axis (PyTorch semantics).
 struct AxisWindow {
-  std::int64_t extent = 1;   // dilation * (kernel - 1) + 1
+  std::int64_t extent = 1;  // dilation * (kernel - 1) + 1
   std::int64_t stride = 1;
-  std::int64_t padding = 0;  // padding_lo: zeros before the first position; for a transposed convolution, the output crop
+  std::int64_t padding =
+      0;  // padding_lo: zeros before the first position; for a transposed convolution, the output crop
   bool transposed = false;
 
   // Input positions that outputs [out.lo, out.hi) read, before clipping to the input: a direct window
@@ -50,8 +51,8 @@ WindowPiece window_piece(const Window& window, const SpatialBox& out, const Spat
 // halo needed), then up to 2 per axis boundary pieces (onion order: the low and high slices of axis 0,
 // then of axis 1 inside axis 0's interior, ...). Together they tile `out`. Without `split` (or with
 // no interior) it is the single piece `out`.
-std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned, const SpatialBox& input_volume,
-                                       bool split);
+std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned,
+                                       const SpatialBox& input_volume, bool split);
 
 // A part of a halo: the box (global coordinates) and the spatial rank that sends or receives it.
 struct HaloPiece {
@@ -61,8 +62,8 @@ struct HaloPiece {
 
 // One rank's halo exchange for one layer input.
 struct HaloPlan {
-  SpatialBox owned;                       // this rank's slab of the input
-  SpatialBox local;                       // what the layer reads: input_box_for(window, this rank's outputs)
+  SpatialBox owned;                // this rank's slab of the input
+  SpatialBox local;                // what the layer reads: input_box_for(window, this rank's outputs)
   std::vector<HaloPiece> receive;  // parts of `local` that neighbours own
   std::vector<HaloPiece> send;     // parts of `owned` that neighbours read
   bool exchanges() const { return !receive.empty() || !send.empty(); }
@@ -73,7 +74,8 @@ struct HaloPlan {
 // The plan of the rank at `coords` for a layer with `window` whose input is split as `in` and its
 // output as `out` (the same grid). Only nearest neighbours take part (the 3^d - 1 ranks around
 // `coords`): throws std::invalid_argument if a rank reads beyond them, i.e. a halo wider than a slab.
-HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out, const std::vector<int>& coords);
+HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out,
+                        const std::vector<int>& coords);
 
 // The first rank and axis where a halo is wider than the neighbour's slab, as a message, or "" if none.
 std::string halo_width_problem(const Window& window, const Partition& in, const Partition& out);

@@ -53,26 +53,26 @@ class LayerTimer {
 };
 
 struct PerformanceModelOptions {
-  std::int64_t global_batch = 1;   // samples per step over all sample groups (each gets global/S)
-  int optimizer_states = 1;        // floats per parameter besides value and gradient (SGD 1, Adam 2)
-  bool sync_bn = false;            // batch-norm statistics over every rank
-  bool overlap = true;             // interior computed while halos travel
-  double base_memory_bytes = 0;    // what a rank holds before the model (runtime, libraries)
+  std::int64_t global_batch = 1;  // samples per step over all sample groups (each gets global/S)
+  int optimizer_states = 1;       // floats per parameter besides value and gradient (SGD 1, Adam 2)
+  bool sync_bn = false;           // batch-norm statistics over every rank
+  bool overlap = true;            // interior computed while halos travel
+  double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries)
 };
 
 struct GridPrediction {
   GridShape grid;
   std::int64_t batch_per_group = 0;
-  std::string invalid;             // why this grid cannot run (empty: it can)
-  double compute_s = 0;            // forward + backward of the slowest rank's slabs
-  double halo_s = 0;               // halo and reverse-halo time not hidden behind computation
-  double copy_s = 0;               // packing, assembling haloed inputs and output pieces
-  double reduction_s = 0;          // statistics, global pooling, dense-head partial sums, loss
-  double allreduce_s = 0;          // gradient allreduce not hidden behind backward
+  std::string invalid;     // why this grid cannot run (empty: it can)
+  double compute_s = 0;    // forward + backward of the slowest rank's slabs
+  double halo_s = 0;       // halo and reverse-halo time not hidden behind computation
+  double copy_s = 0;       // packing, assembling haloed inputs and output pieces
+  double reduction_s = 0;  // statistics, global pooling, dense-head partial sums, loss
+  double allreduce_s = 0;  // gradient allreduce not hidden behind backward
   double step_s = 0;
-  double memory_bytes = 0;         // per rank
-  double halo_bytes = 0;           // received per step by the busiest rank (forward + reverse)
-  double allreduce_bytes = 0;      // gradient bytes each rank reduces per step
+  double memory_bytes = 0;     // per rank
+  double halo_bytes = 0;       // received per step by the busiest rank (forward + reverse)
+  double allreduce_bytes = 0;  // gradient bytes each rank reduces per step
   double samples_per_s() const { return step_s > 0 ? static_cast<double>(grid.samples * batch_per_group) / step_s : 0; }
 };
 

@@ -23,9 +23,9 @@ struct ConvolutionSpec {
   std::vector<std::int64_t> stride;      // same rank as kernel
   std::vector<std::int64_t> padding_lo;  // same rank; for a transposed convolution: cropped off the output
   std::vector<std::int64_t> padding_hi;
-  std::vector<std::int64_t> dilation;    // 1 = dense (PyTorch semantics, not oneDNN's d-1)
+  std::vector<std::int64_t> dilation;  // 1 = dense (PyTorch semantics, not oneDNN's d-1)
   bool bias = true;
-  bool transposed = false;               // ConvTranspose: weight is (Cin, Cout, k...) as in PyTorch
+  bool transposed = false;  // ConvTranspose: weight is (Cin, Cout, k...) as in PyTorch
 
   int spatial_rank() const { return static_cast<int>(kernel.size()); }
   // Throws std::invalid_argument (naming `who`) unless every vector has the kernel's rank 2 or 3,
@@ -91,8 +91,8 @@ class BatchNormKernel {
   virtual ~BatchNormKernel() = default;
   // Train: normalises with batch statistics and writes them (biased variance) to mean/variance (C).
   // Eval: normalises with the given mean/variance. gamma/beta: (C).
-  virtual Tensor forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& mean,
-                         Tensor& variance, Mode mode) = 0;
+  virtual Tensor forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& mean, Tensor& variance,
+                         Mode mode) = 0;
   // Uses x, mean and variance from the last forward; overwrites dgamma and dbeta.
   virtual Tensor backward(const Tensor& dy, const Tensor& gamma, Tensor& dgamma, Tensor& dbeta) = 0;
 };

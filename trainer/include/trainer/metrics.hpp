@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data/batch.hpp"
 #include "trainer/backend.hpp"
+#include "trainer/data/batch.hpp"
 #include "trainer/losses.hpp"
 #include "trainer/tensor.hpp"
 
@@ -33,10 +33,11 @@ struct MetricSums {
   double value() const { return count > 0 ? sum / count : 0.0; }
 };
 
-// `output` is a plain host tensor (Backend::to_host). Adds the first `valid` samples of the batch (the rest are padding that completes the last batch).
-// Accuracy counts samples; MAE counts target values; Dice counts (sample, foreground class) pairs,
-// dice = 2|P and T| / (|P| + |T|) of the argmax prediction, 1 when both are empty.
-void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid, MetricSums& sums);
+// `output` is a plain host tensor (Backend::to_host). Adds the first `valid` samples of the batch (the rest are padding
+// that completes the last batch). Accuracy counts samples; MAE counts target values; Dice counts (sample, foreground
+// class) pairs, dice = 2|P and T| / (|P| + |T|) of the argmax prediction, 1 when both are empty.
+void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
+                       MetricSums& sums);
 
 // The Dice metric in two steps, so a spatially split output can sum its slabs' counts in between:
 // per sample n < valid, [intersection, predicted, true] voxel counts per class (3 * K values, output a

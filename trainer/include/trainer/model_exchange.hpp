@@ -24,7 +24,8 @@ std::uint64_t state_hash(const std::vector<float>& state);
 // its own model meanwhile, then wait()s.
 class StateTransfer {
  public:
-  StateTransfer(Communicator& comm, int send_to, const std::vector<float>& out, int receive_from, std::vector<float>& in);
+  StateTransfer(Communicator& comm, int send_to, const std::vector<float>& out, int receive_from,
+                std::vector<float>& in);
   void wait();
 
  private:

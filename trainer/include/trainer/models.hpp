@@ -12,13 +12,13 @@ namespace fanstore::trainer {
 
 struct ModelOptions {
   std::int64_t batch = 1;
-  std::int64_t input_size = 0;   // spatial edge; 0 = the model's default (224, 128, 128)
-  std::int64_t input_depth = 0;  // unet3d only: depth D when the volume is not a cube (0 = input_size)
-  std::int64_t classes = 0;      // output classes/targets; 0 = the model's default (1000, 3, 4)
-  std::int64_t in_channels = 0;  // 0 = the model's default (3, 1, 4)
-  float dropout = 0.f;           // CosmoFlow only: dropout after each hidden dense layer (0 = none)
+  std::int64_t input_size = 0;      // spatial edge; 0 = the model's default (224, 128, 128)
+  std::int64_t input_depth = 0;     // unet3d only: depth D when the volume is not a cube (0 = input_size)
+  std::int64_t classes = 0;         // output classes/targets; 0 = the model's default (1000, 3, 4)
+  std::int64_t in_channels = 0;     // 0 = the model's default (3, 1, 4)
+  float dropout = 0.f;              // CosmoFlow only: dropout after each hidden dense layer (0 = none)
   bool zero_init_residual = false;  // ResNet only: start each bottleneck's last BN scale at 0 (torchvision's option)
-  std::uint64_t seed = 0;        // initialisation seed
+  std::uint64_t seed = 0;           // initialisation seed
 };
 
 // torchvision.models.resnet50 (v1.5: the stride sits on the bottleneck's 3x3 convolution);
@@ -36,6 +36,7 @@ std::unique_ptr<Model> build_unet3d(std::shared_ptr<Backend> backend, const Mode
 std::unique_ptr<Model> build_cosmoflow(std::shared_ptr<Backend> backend, const ModelOptions& options);
 
 // By name: "resnet50", "unet3d" or "cosmoflow".
-std::unique_ptr<Model> build_model(const std::string& name, std::shared_ptr<Backend> backend, const ModelOptions& options);
+std::unique_ptr<Model> build_model(const std::string& name, std::shared_ptr<Backend> backend,
+                                   const ModelOptions& options);
 
 }  // namespace fanstore::trainer

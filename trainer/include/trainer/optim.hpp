@@ -11,11 +11,11 @@
 namespace fanstore::trainer {
 
 struct OptimizerOptions {
-  std::string kind = "sgd";   // "sgd", "lars" or "adam"
-  float momentum = 0.9f;      // SGD/LARS momentum; Adam ignores it (uses beta1)
-  float weight_decay = 0.f;   // L2 penalty added to the gradient, as torch.optim's weight_decay
-  bool nesterov = false;      // SGD only
-  float lars_eta = 0.001f;    // LARS trust coefficient
+  std::string kind = "sgd";  // "sgd", "lars" or "adam"
+  float momentum = 0.9f;     // SGD/LARS momentum; Adam ignores it (uses beta1)
+  float weight_decay = 0.f;  // L2 penalty added to the gradient, as torch.optim's weight_decay
+  bool nesterov = false;     // SGD only
+  float lars_eta = 0.001f;   // LARS trust coefficient
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // Adam
 };
 

@@ -26,12 +26,12 @@ DType activation_dtype(Precision precision);
 class LossScaler {
  public:
   struct Options {
-    float initial_scale = 65536.f;    // 2^16, GradScaler's default
+    float initial_scale = 65536.f;  // 2^16, GradScaler's default
     float growth_factor = 2.f;
     float backoff_factor = 0.5f;
     std::int64_t growth_interval = 2000;
-    float min_scale = 1.f;            // never scale below 1 (an fp32 step is no worse)
-    float max_scale = 16777216.f;     // 2^24: beyond it fp16 gradients of O(1) losses overflow anyway
+    float min_scale = 1.f;         // never scale below 1 (an fp32 step is no worse)
+    float max_scale = 16777216.f;  // 2^24: beyond it fp16 gradients of O(1) losses overflow anyway
   };
   // enabled = false (fp32, bf16: the range of fp32) keeps the scale at 1 and never skips.
   explicit LossScaler(bool enabled) : LossScaler(enabled, Options{}) {}

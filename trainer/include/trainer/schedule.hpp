@@ -17,7 +17,7 @@ struct ScheduleOptions {
   std::int64_t total_steps = 1;   // decay reaches end_lr at this step
   DecayKind decay = DecayKind::Constant;
   double end_lr = 0.0;
-  double poly_power = 2.0;        // MLPerf ResNet's LARS schedule uses 2
+  double poly_power = 2.0;  // MLPerf ResNet's LARS schedule uses 2
 };
 
 // The rate for 0-based step `step`. After warm-up, with t = (step - warmup) / (total - warmup)

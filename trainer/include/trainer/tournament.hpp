@@ -16,12 +16,12 @@ namespace fanstore::trainer {
 // As given on the command line (fanstore-train --trainers ...).
 struct TournamentOptions {
   int trainers = 1;
-  std::int64_t interval = 100;              // --ltfb-interval: steps between rounds
-  double fraction = 0.1;                    // --tournament-fraction of each trainer's samples
-  std::string metric = "loss";              // --tournament-metric
+  std::int64_t interval = 100;  // --ltfb-interval: steps between rounds
+  double fraction = 0.1;        // --tournament-fraction of each trainer's samples
+  std::string metric = "loss";  // --tournament-metric
   std::string exchange = "weights+optimizer";
-  std::string strategy = "pairwise";        // pairwise or truncation[:k]
-  std::string mutate;                       // "" (none), "lr" (default factors) or "lr=F1,F2,..."
+  std::string strategy = "pairwise";  // pairwise or truncation[:k]
+  std::string mutate;                 // "" (none), "lr" (default factors) or "lr=F1,F2,..."
 };
 
 enum class TournamentMetric { Loss, Accuracy, Dice, Mae };
@@ -36,8 +36,8 @@ struct TournamentPlan {
   TournamentMetric metric = TournamentMetric::Loss;
   bool exchange_optimizer = true;
   TournamentStrategy strategy = TournamentStrategy::Pairwise;
-  int truncate = 1;                 // truncation: the worst k take the best k's models
-  std::vector<double> lr_factors;   // empty: no mutation
+  int truncate = 1;                // truncation: the worst k take the best k's models
+  std::vector<double> lr_factors;  // empty: no mutation
 
   bool enabled() const { return trainers > 1; }
   int trainer_of(int world_rank) const { return world_rank / ranks_per_trainer; }

@@ -28,10 +28,12 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
 // Model options that fit the dataset's samples: input edge/depth/channels from the volume shape,
 // classes from the class directories (resnet50) or target count (cosmoflow). A non-zero
 // `classes` that contradicts the data is an error naming the directory.
-ModelOptions model_options_for(const std::string& model, const data::SampleDataset& dataset, const std::string& directory,
-                               std::int64_t batch, std::int64_t classes, std::uint64_t seed);
+ModelOptions model_options_for(const std::string& model, const data::SampleDataset& dataset,
+                               const std::string& directory, std::int64_t batch, std::int64_t classes,
+                               std::uint64_t seed);
 
 // Throws data::DataError naming `directory` when its sample shape differs from the reference's.
-void require_same_layout(const data::SampleDataset& reference, const data::SampleDataset& other, const std::string& directory);
+void require_same_layout(const data::SampleDataset& reference, const data::SampleDataset& other,
+                         const std::string& directory);
 
 }  // namespace fanstore::trainer

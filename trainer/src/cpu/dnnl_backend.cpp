@@ -30,7 +30,8 @@ class DnnlBackend final : public Backend {
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) override {
     if (dst_device != Device::Host || src_device != Device::Host)
       throw std::invalid_argument("copy_bytes: the CPU backend cannot reach " +
-                                  std::string(device_name(dst_device != Device::Host ? dst_device : src_device)) + " memory");
+                                  std::string(device_name(dst_device != Device::Host ? dst_device : src_device)) +
+                                  " memory");
     if (bytes) std::memmove(dst, src, bytes);
   }
   void synchronize() override { ctx_.stream.wait(); }
@@ -64,11 +65,15 @@ class DnnlBackend final : public Backend {
   std::unique_ptr<ConvolutionKernel> make_convolution(const ConvolutionSpec& spec) override {
     return make_dnnl_convolution(spec, ctx_);
   }
-  std::unique_ptr<PoolingKernel> make_pooling(const PoolingSpec& spec) override { return make_dnnl_pooling(spec, ctx_); }
+  std::unique_ptr<PoolingKernel> make_pooling(const PoolingSpec& spec) override {
+    return make_dnnl_pooling(spec, ctx_);
+  }
   std::unique_ptr<BatchNormKernel> make_batch_norm(float epsilon) override {
     return make_dnnl_batch_norm(epsilon, ctx_);
   }
-  std::unique_ptr<EltwiseKernel> make_eltwise(const EltwiseSpec& spec) override { return make_dnnl_eltwise(spec, ctx_); }
+  std::unique_ptr<EltwiseKernel> make_eltwise(const EltwiseSpec& spec) override {
+    return make_dnnl_eltwise(spec, ctx_);
+  }
   std::unique_ptr<InnerProductKernel> make_inner_product(bool bias) override {
     return make_dnnl_inner_product(bias, ctx_);
   }
@@ -116,7 +121,8 @@ class DnnlBackend final : public Backend {
   Tensor norm_backward_apply(const Tensor& dy, const Tensor& x, const Tensor& sums, const Tensor& backward_sums,
                              double count, const Tensor& gamma, float epsilon, NormGroups groups, Tensor& dgamma,
                              Tensor& dbeta) override {
-    for (const Tensor* t : {&dy, &x, &sums, &backward_sums, &gamma, static_cast<const Tensor*>(&dgamma), static_cast<const Tensor*>(&dbeta)})
+    for (const Tensor* t : {&dy, &x, &sums, &backward_sums, &gamma, static_cast<const Tensor*>(&dgamma),
+                            static_cast<const Tensor*>(&dbeta)})
       require_device(*t, "norm_backward_apply", "operand");
     return cpu::norm_backward_apply(to_plain(dy), x, sums, backward_sums, count, gamma, epsilon, groups, dgamma, dbeta);
   }
@@ -129,13 +135,14 @@ class DnnlBackend final : public Backend {
   LossResult mean_squared_error(const Tensor& prediction, const std::vector<float>& target) override {
     require_device(prediction, "mean_squared_error", "prediction");
     if (target.size() != static_cast<std::size_t>(prediction.numel()))
-      throw std::invalid_argument("mse: " + std::to_string(target.size()) + " target values for a prediction of shape " +
-                                  prediction.shape().to_string());
+      throw std::invalid_argument("mse: " + std::to_string(target.size()) +
+                                  " target values for a prediction of shape " + prediction.shape().to_string());
     Tensor t = Tensor::zeros(prediction.shape());
     std::memcpy(t.data(), target.data(), target.size() * sizeof(float));
     return trainer::mean_squared_error(to_plain(prediction), t);
   }
-  LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background) override {
+  LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                       bool include_background) override {
     require_device(logits, "dice_loss", "logits");
     return trainer::dice_loss(to_plain(logits), labels, include_background);
   }

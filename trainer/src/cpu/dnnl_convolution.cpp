@@ -73,8 +73,8 @@ class DnnlConvolution final : public ConvolutionKernel {
     dnnl::memory user_dw(user_weights_md_, ctx_.engine, dw.data());
     const bool direct = bwd_weights_pd_.diff_weights_desc() == user_weights_md_;
     if (!direct) dw_buffer_.resize(bwd_weights_pd_.diff_weights_desc().get_size() / sizeof(float));
-    dnnl::memory diff_weights = direct ? user_dw
-                                       : dnnl::memory(bwd_weights_pd_.diff_weights_desc(), ctx_.engine, dw_buffer_.data());
+    dnnl::memory diff_weights =
+        direct ? user_dw : dnnl::memory(bwd_weights_pd_.diff_weights_desc(), ctx_.engine, dw_buffer_.data());
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, memory_of(src, ctx_.engine)},
                                                {DNNL_ARG_DIFF_DST, memory_of(diff_dst, ctx_.engine)},
                                                {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
@@ -101,18 +101,19 @@ class DnnlConvolution final : public ConvolutionKernel {
     // window does not reach, as long as (in + pl + pr - k) / s + 1 equals the output size (floor mode).
     typename Ops::Forward::desc fd =
         spec_.bias ? typename Ops::Forward::desc(dnnl::prop_kind::forward_training, Ops::algorithm, src, weights,
-                                                  bias_md_, dst, strides, dilates_, pad, pad_r)
+                                                 bias_md_, dst, strides, dilates_, pad, pad_r)
                    : typename Ops::Forward::desc(dnnl::prop_kind::forward_training, Ops::algorithm, src, weights, dst,
-                                                  strides, dilates_, pad, pad_r);
+                                                 strides, dilates_, pad, pad_r);
     fwd_pd_ = typename Ops::Forward::primitive_desc(fd, ctx_.engine);
     fwd_.emplace(fwd_pd_);
     typename Ops::BackwardData::desc bd(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad_r);
     bwd_data_pd_ = typename Ops::BackwardData::primitive_desc(bd, ctx_.engine, fwd_pd_);
     bwd_data_.emplace(bwd_data_pd_);
     typename Ops::BackwardWeights::desc wdsc =
-        spec_.bias ? typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, bias_md_, dst, strides, dilates_,
-                                                          pad, pad_r)
-                   : typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad_r);
+        spec_.bias
+            ? typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, bias_md_, dst, strides, dilates_, pad,
+                                                  pad_r)
+            : typename Ops::BackwardWeights::desc(Ops::algorithm, src, weights, dst, strides, dilates_, pad, pad_r);
     bwd_weights_pd_ = typename Ops::BackwardWeights::primitive_desc(wdsc, ctx_.engine, fwd_pd_);
     bwd_weights_.emplace(bwd_weights_pd_);
   }

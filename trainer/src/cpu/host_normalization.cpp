@@ -16,20 +16,23 @@ struct Planes {
   std::int64_t batch, channels, size;
   std::int64_t count() const { return batch * channels; }
   std::int64_t groups(NormGroups g) const { return g == NormGroups::PerChannel ? channels : count(); }
-  std::int64_t group_of(std::int64_t plane, NormGroups g) const { return g == NormGroups::PerChannel ? plane % channels : plane; }
+  std::int64_t group_of(std::int64_t plane, NormGroups g) const {
+    return g == NormGroups::PerChannel ? plane % channels : plane;
+  }
 };
 
 Planes planes_of(const Tensor& x, const char* op) {
   if (!x.is_plain() || x.dtype() != DType::F32 || x.shape().rank() < 3)
-    throw std::invalid_argument(std::string(op) + ": needs a plain F32 (N, C, *S) tensor, got " + x.shape().to_string());
+    throw std::invalid_argument(std::string(op) + ": needs a plain F32 (N, C, *S) tensor, got " +
+                                x.shape().to_string());
   const Shape& s = x.shape();
   return {s[0], s[1], s.spatial_size()};
 }
 
 void check_sums(const Tensor& sums, const Planes& p, NormGroups g, const char* op) {
   if (sums.dtype() != DType::F64 || sums.shape() != Shape{p.groups(g), 2})
-    throw std::invalid_argument(std::string(op) + ": statistics must be F64 (" + std::to_string(p.groups(g)) + ", 2), got " +
-                                sums.shape().to_string() + " " + dtype_name(sums.dtype()));
+    throw std::invalid_argument(std::string(op) + ": statistics must be F64 (" + std::to_string(p.groups(g)) +
+                                ", 2), got " + sums.shape().to_string() + " " + dtype_name(sums.dtype()));
 }
 
 // Per-plane [a, b] sums from f(plane, i) -> (a_i, b_i), then added into groups in plane order.

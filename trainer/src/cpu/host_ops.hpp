@@ -26,8 +26,8 @@ Tensor norm_backward_apply(const Tensor& dy, const Tensor& x, const Tensor& sums
                            Tensor& dbeta);
 
 void sgd_update(Tensor& weights, const Tensor& gradients, Tensor& momentum, const SgdUpdate& update);
-void lars_update(Tensor& weights, const Tensor& gradients, Tensor& momentum, const std::vector<ParameterSegment>& segments,
-                 const LarsUpdate& update);
+void lars_update(Tensor& weights, const Tensor& gradients, Tensor& momentum,
+                 const std::vector<ParameterSegment>& segments, const LarsUpdate& update);
 void adam_update(Tensor& weights, const Tensor& gradients, Tensor& first, Tensor& second, const AdamUpdate& update);
 
 }  // namespace fanstore::trainer::cpu

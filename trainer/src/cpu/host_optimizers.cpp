@@ -34,8 +34,8 @@ void sgd_update(Tensor& weights, const Tensor& gradients, Tensor& momentum, cons
   }
 }
 
-void lars_update(Tensor& weights, const Tensor& gradients, Tensor& momentum, const std::vector<ParameterSegment>& segments,
-                 const LarsUpdate& u) {
+void lars_update(Tensor& weights, const Tensor& gradients, Tensor& momentum,
+                 const std::vector<ParameterSegment>& segments, const LarsUpdate& u) {
   for (const auto& seg : segments) {
     const auto n = static_cast<std::int64_t>(seg.count);
     float* w = weights.data() + seg.offset;

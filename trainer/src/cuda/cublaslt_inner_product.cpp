@@ -103,11 +103,12 @@ class CublasLtInnerProduct final : public InnerProductKernel {
       cublasLtMatmulPreference_t pref = nullptr;
       FS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       const std::size_t limit = std::size_t{64} << 20;
-      FS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit));
+      FS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit));
       cublasLtMatmulHeuristicResult_t result{};
       int count = 0;
-      const cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(ctx_->cublaslt(), op, la.get(), lb.get(), ld.get(), ld.get(), pref, 1, &result, &count);
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx_->cublaslt(), op, la.get(), lb.get(), ld.get(),
+                                                                   ld.get(), pref, 1, &result, &count);
       cublasLtMatmulPreferenceDestroy(pref);
       if (status == CUBLAS_STATUS_SUCCESS && count == 0) {
         cublasLtMatmulDescDestroy(op);
@@ -119,9 +120,9 @@ class CublasLtInnerProduct final : public InnerProductKernel {
     }
     const float one = 1.f, zero = 0.f;
     void* ws = it->second.workspaceSize ? ctx_->workspace(it->second.workspaceSize) : nullptr;
-    const cublasStatus_t status =
-        cublasLtMatmul(ctx_->cublaslt(), op, &one, a.raw(), la.get(), b.raw(), lb.get(), &zero, d.raw(), ld.get(),
-                       const_cast<void*>(d.raw()), ld.get(), &it->second.algo, ws, it->second.workspaceSize, ctx_->stream());
+    const cublasStatus_t status = cublasLtMatmul(ctx_->cublaslt(), op, &one, a.raw(), la.get(), b.raw(), lb.get(),
+                                                 &zero, d.raw(), ld.get(), const_cast<void*>(d.raw()), ld.get(),
+                                                 &it->second.algo, ws, it->second.workspaceSize, ctx_->stream());
     cublasLtMatmulDescDestroy(op);
     check(status, "cublasLtMatmul");
   }
@@ -136,7 +137,8 @@ class CublasLtInnerProduct final : public InnerProductKernel {
 
 }  // namespace
 
-std::unique_ptr<InnerProductKernel> make_cublaslt_inner_product(bool bias, Backend& backend, std::shared_ptr<CudaContext> ctx) {
+std::unique_ptr<InnerProductKernel> make_cublaslt_inner_product(bool bias, Backend& backend,
+                                                                std::shared_ptr<CudaContext> ctx) {
   return std::make_unique<CublasLtInnerProduct>(bias, backend, std::move(ctx));
 }
 

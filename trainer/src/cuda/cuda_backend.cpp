@@ -90,11 +90,15 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ConvolutionKernel> make_convolution(const ConvolutionSpec& spec) override {
     return make_cudnn_convolution(spec, *this, ctx_);
   }
-  std::unique_ptr<PoolingKernel> make_pooling(const PoolingSpec& spec) override { return make_cudnn_pooling(spec, *this, ctx_); }
+  std::unique_ptr<PoolingKernel> make_pooling(const PoolingSpec& spec) override {
+    return make_cudnn_pooling(spec, *this, ctx_);
+  }
   std::unique_ptr<BatchNormKernel> make_batch_norm(float epsilon) override {
     return make_cudnn_batch_norm(epsilon, *this, ctx_);
   }
-  std::unique_ptr<EltwiseKernel> make_eltwise(const EltwiseSpec& spec) override { return make_cuda_eltwise(spec, *this, ctx_); }
+  std::unique_ptr<EltwiseKernel> make_eltwise(const EltwiseSpec& spec) override {
+    return make_cuda_eltwise(spec, *this, ctx_);
+  }
   std::unique_ptr<InnerProductKernel> make_inner_product(bool bias) override {
     return make_cublaslt_inner_product(bias, *this, ctx_);
   }
@@ -133,7 +137,8 @@ class CudaBackend final : public Backend {
     if (mode == CopyMode::Accumulate && src.dtype() != DType::F32)
       throw std::invalid_argument("copy_box: accumulate needs F32 tensors");
     const ops::BoxCopyPlan plan = ops::plan_box_copy(src.shape(), src_box, dst.shape(), dst_box, "copy_box");
-    kernels::copy_box(plan, dtype_size(src.dtype()), src.raw(), dst.raw(), mode == CopyMode::Accumulate, ctx_->stream());
+    kernels::copy_box(plan, dtype_size(src.dtype()), src.raw(), dst.raw(), mode == CopyMode::Accumulate,
+                      ctx_->stream());
   }
 
   Tensor dropout(const Tensor& t, const DropoutMask& mask) override {
@@ -162,8 +167,8 @@ class CudaBackend final : public Backend {
     check_sums(sums, x.shape(), groups, "norm_apply");
     Tensor y = zeros(x.shape());
     const Shape& s = x.shape();
-    kernels::norm_apply(x.data(), static_cast<const double*>(sums.raw()), count, gamma.data(), beta.data(), epsilon, y.data(),
-                        s[0], s[1], s.spatial_size(), groups == NormGroups::PerChannel, ctx_->stream());
+    kernels::norm_apply(x.data(), static_cast<const double*>(sums.raw()), count, gamma.data(), beta.data(), epsilon,
+                        y.data(), s[0], s[1], s.spatial_size(), groups == NormGroups::PerChannel, ctx_->stream());
     return cast(y, x_any.dtype());
   }
 
@@ -190,9 +195,9 @@ class CudaBackend final : public Backend {
     Tensor dx = zeros(x.shape());
     const Shape& s = x.shape();
     kernels::norm_backward_apply(dy.data(), x.data(), static_cast<const double*>(sums.raw()),
-                                 static_cast<const double*>(backward_sums.raw()), count, gamma.data(), epsilon, dx.data(),
-                                 dgamma.data(), dbeta.data(), s[0], s[1], s.spatial_size(), groups == NormGroups::PerChannel,
-                                 ctx_->stream());
+                                 static_cast<const double*>(backward_sums.raw()), count, gamma.data(), epsilon,
+                                 dx.data(), dgamma.data(), dbeta.data(), s[0], s[1], s.spatial_size(),
+                                 groups == NormGroups::PerChannel, ctx_->stream());
     return cast(dx, dy_any.dtype());
   }
 
@@ -211,8 +216,8 @@ class CudaBackend final : public Backend {
   LossResult mean_squared_error(const Tensor& prediction_any, const std::vector<float>& target) override {
     const Tensor prediction = plain_f32(prediction_any, "mean_squared_error");
     if (target.size() != static_cast<std::size_t>(prediction.numel()))
-      throw std::invalid_argument("mse: " + std::to_string(target.size()) + " target values for a prediction of shape " +
-                                  prediction.shape().to_string());
+      throw std::invalid_argument("mse: " + std::to_string(target.size()) +
+                                  " target values for a prediction of shape " + prediction.shape().to_string());
     Tensor t = to_device(Tensor::view(prediction.shape(), const_cast<float*>(target.data())));
     LossResult r{0, zeros(prediction.shape())};
     DeviceScratch scratch(*this, {});
@@ -222,7 +227,8 @@ class CudaBackend final : public Backend {
     return r;
   }
 
-  LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels, bool include_background) override {
+  LossResult dice_loss(const Tensor& logits, const std::vector<std::int32_t>& labels,
+                       bool include_background) override {
     return dice_loss_from_sums(logits, labels, dice_sums(logits, labels), include_background);
   }
 
@@ -244,7 +250,8 @@ class CudaBackend final : public Backend {
     if (sums.dtype() != DType::F64 || sums.numel() != c.n * c.k * 3)
       throw std::invalid_argument("dice_loss_from_sums: sums must be F64 (" + std::to_string(c.n * c.k) + ", 3), got " +
                                   sums.shape().to_string());
-    if (c.k - (include_background ? 0 : 1) < 1) throw std::invalid_argument("dice: needs at least one non-background class");
+    if (c.k - (include_background ? 0 : 1) < 1)
+      throw std::invalid_argument("dice: needs at least one non-background class");
     LossResult r{0, zeros(logits.shape())};
     DeviceScratch scratch(*this, labels);
     kernels::dice_from_sums(logits.data(), scratch.labels, static_cast<const double*>(sums.raw()), include_background,
@@ -274,7 +281,8 @@ class CudaBackend final : public Backend {
   void adam_update(Tensor& weights, const Tensor& gradients, Tensor& first, Tensor& second,
                    const AdamUpdate& update) override {
     require_arenas("adam_update", {&weights, &gradients, &first, &second});
-    kernels::adam(weights.data(), gradients.data(), first.data(), second.data(), weights.numel(), update, ctx_->stream());
+    kernels::adam(weights.data(), gradients.data(), first.data(), second.data(), weights.numel(), update,
+                  ctx_->stream());
   }
 
   const std::shared_ptr<CudaContext>& context() const { return ctx_; }
@@ -289,7 +297,8 @@ class CudaBackend final : public Backend {
     DeviceScratch(CudaBackend& b, const std::vector<std::int32_t>& host_labels) : backend(b) {
       FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&loss), sizeof(double), b.ctx_->stream()));
       if (!host_labels.empty()) {
-        FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&labels), host_labels.size() * sizeof(std::int32_t), b.ctx_->stream()));
+        FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&labels), host_labels.size() * sizeof(std::int32_t),
+                                 b.ctx_->stream()));
         b.copy_bytes(labels, Device::Cuda, host_labels.data(), Device::Host, host_labels.size() * sizeof(std::int32_t));
       }
     }
@@ -310,34 +319,38 @@ class CudaBackend final : public Backend {
   // A plain F32 view of an activation-typed tensor (norms and losses compute in float/double).
   Tensor plain_f32(const Tensor& t, const char* op) {
     require_device(t, op, "tensor");
-    if (t.shape().rank() < 2) throw std::invalid_argument(std::string(op) + ": " + t.shape().to_string() + " has no channels");
+    if (t.shape().rank() < 2)
+      throw std::invalid_argument(std::string(op) + ": " + t.shape().to_string() + " has no channels");
     return cast(to_plain(t), DType::F32);
   }
 
   static void check_sums(const Tensor& sums, const Shape& x, NormGroups groups, const char* op) {
     const std::int64_t g = groups == NormGroups::PerChannel ? x[1] : x[0] * x[1];
     if (sums.dtype() != DType::F64 || sums.shape() != Shape{g, 2} || sums.device() != Device::Cuda)
-      throw std::invalid_argument(std::string(op) + ": statistics must be F64 (" + std::to_string(g) + ", 2) on the GPU, got " +
-                                  sums.shape().to_string() + " " + dtype_name(sums.dtype()));
+      throw std::invalid_argument(std::string(op) + ": statistics must be F64 (" + std::to_string(g) +
+                                  ", 2) on the GPU, got " + sums.shape().to_string() + " " + dtype_name(sums.dtype()));
   }
 
   static Classes classes_of(const Tensor& logits, const std::vector<std::int32_t>& labels, const char* op) {
     const Shape& s = logits.shape();
     const Classes c{s[0], s[1], s.spatial_size()};
     if (static_cast<std::int64_t>(labels.size()) != c.n * c.s)
-      throw std::invalid_argument(std::string(op) + ": " + std::to_string(labels.size()) + " labels for logits " + s.to_string());
+      throw std::invalid_argument(std::string(op) + ": " + std::to_string(labels.size()) + " labels for logits " +
+                                  s.to_string());
     for (auto y : labels)
-      if (y < 0 || y >= c.k) throw std::invalid_argument(std::string(op) + ": label " + std::to_string(y) + " out of range");
+      if (y < 0 || y >= c.k)
+        throw std::invalid_argument(std::string(op) + ": label " + std::to_string(y) + " out of range");
     return c;
   }
-
 
   std::shared_ptr<CudaContext> ctx_;
 };
 
 }  // namespace
 
-std::shared_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) { return std::make_shared<CudaBackend>(options); }
+std::shared_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
+  return std::make_shared<CudaBackend>(options);
+}
 
 cudaStream_t stream_of(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);

@@ -17,7 +17,7 @@ struct CudaBackendOptions {
   Precision precision = Precision::FP32;  // activation type; parameters and gradients stay fp32
   // Activations of convolution, pooling and batch norm in NHWC/NDHWC (cuDNN's tensor-core layout).
   // Default: on for bf16/fp16, off for fp32 (plain NCHW, where cuDNN's fp32 kernels are as fast).
-  int channels_last = -1;                 // -1 default, 0 off, 1 on
+  int channels_last = -1;  // -1 default, 0 off, 1 on
   // Convolution algorithms limited to deterministic ones, so a resumed run repeats bit for bit.
   bool deterministic = true;
 };

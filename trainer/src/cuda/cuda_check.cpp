@@ -27,7 +27,8 @@ void check(cudnnStatus_t status, const char* call) {
 }
 
 void check(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS) fail(call, cublasGetStatusName(status) + std::string(" (") + cublasGetStatusString(status) + ")");
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail(call, cublasGetStatusName(status) + std::string(" (") + cublasGetStatusString(status) + ")");
 }
 
 void check(ncclResult_t status, const char* call) {

@@ -24,7 +24,8 @@ class CudaError : public std::runtime_error {
 std::string call_name(const char* call);
 
 inline void check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) fail(call, std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");
+  if (status != cudaSuccess)
+    fail(call, std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");
 }
 void check(cudnnStatus_t status, const char* call);
 void check(cublasStatus_t status, const char* call);

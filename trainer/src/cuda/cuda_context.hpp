@@ -40,8 +40,8 @@ class CudaContext {
   // Convolution algorithms found once per (operation, shapes, layout, type) key, shared by every
   // layer of that shape (ResNet repeats its blocks).
   struct Algorithm {
-    int algorithm = 0;       // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
-    int math = 0;            // cudnnMathType_t it was measured with
+    int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+    int math = 0;       // cudnnMathType_t it was measured with
     std::size_t workspace = 0;
   };
   std::unordered_map<std::string, Algorithm>& algorithm_cache() { return algorithms_; }

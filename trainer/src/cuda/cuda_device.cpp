@@ -11,7 +11,8 @@ int device_count(std::string* reason) {
     // No driver (cudaErrorInsufficientDriver) or no device (cudaErrorNoDevice): not an error for
     // --device auto, the reason for --device cuda. Clear the sticky error for later calls.
     cudaGetLastError();
-    if (reason) *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ", " + cudaGetErrorString(status);
+    if (reason)
+      *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ", " + cudaGetErrorString(status);
     return 0;
   }
   if (count == 0 && reason) *reason = "cudaGetDeviceCount reports 0 devices";

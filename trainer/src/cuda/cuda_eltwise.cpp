@@ -13,8 +13,8 @@ class CudaEltwise final : public EltwiseKernel {
 
   Tensor forward(const Tensor& x) override {
     Tensor y = backend_.zeros_like(x);
-    kernels::eltwise_forward(spec_.kind, spec_.alpha, x.dtype(), x.raw(), y.raw(), static_cast<std::int64_t>(x.capacity()),
-                             ctx_->stream());
+    kernels::eltwise_forward(spec_.kind, spec_.alpha, x.dtype(), x.raw(), y.raw(),
+                             static_cast<std::int64_t>(x.capacity()), ctx_->stream());
     return y;
   }
 
@@ -34,7 +34,8 @@ class CudaEltwise final : public EltwiseKernel {
 
 }  // namespace
 
-std::unique_ptr<EltwiseKernel> make_cuda_eltwise(const EltwiseSpec& spec, Backend& backend, std::shared_ptr<CudaContext> ctx) {
+std::unique_ptr<EltwiseKernel> make_cuda_eltwise(const EltwiseSpec& spec, Backend& backend,
+                                                 std::shared_ptr<CudaContext> ctx) {
   return std::make_unique<CudaEltwise>(spec, backend, std::move(ctx));
 }
 

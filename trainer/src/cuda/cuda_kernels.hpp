@@ -58,9 +58,9 @@ void norm_apply(const float* x, const double* sums, double count, const float* g
                 float* y, std::int64_t n, std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream);
 void norm_backward_sums(const float* dy, const float* x, const double* sums, double count, float epsilon, double* out,
                         std::int64_t n, std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream);
-void norm_backward_apply(const float* dy, const float* x, const double* sums, const double* backward_sums,
-                         double count, const float* gamma, float epsilon, float* dx, float* dgamma, float* dbeta,
-                         std::int64_t n, std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream);
+void norm_backward_apply(const float* dy, const float* x, const double* sums, const double* backward_sums, double count,
+                         const float* gamma, float epsilon, float* dx, float* dgamma, float* dbeta, std::int64_t n,
+                         std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream);
 
 // ---- losses (plain F32 logits (N, K, S); labels device int32 (N*S)); the sum lands in *loss ----
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float smoothing, float* gradient,

@@ -25,15 +25,15 @@ class CudnnBatchNorm final : public BatchNormKernel {
       if (!inv_std_.defined() || inv_std_.numel() != gamma.numel()) inv_std_ = backend_.zeros(gamma.shape());
       // No running averages here (the layer updates them, PyTorch's way); cuDNN saves the batch
       // mean and 1/sqrt(var + eps), which backward reuses.
-      FS_CHECK(cudnnBatchNormalizationForwardTraining(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x_.raw(), xd_.get(),
-                                                      y.raw(), bnd_.get(), gamma.raw(), beta.raw(), 1.0, nullptr, nullptr,
-                                                      epsilon_, mean.raw(), inv_std_.raw()));
+      FS_CHECK(cudnnBatchNormalizationForwardTraining(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x_.raw(),
+                                                      xd_.get(), y.raw(), bnd_.get(), gamma.raw(), beta.raw(), 1.0,
+                                                      nullptr, nullptr, epsilon_, mean.raw(), inv_std_.raw()));
       kernels::variance_from_inv_std(inv_std_.data(), variance.data(), variance.numel(), epsilon_, ctx_->stream());
       mean_ = mean;
     } else {
-      FS_CHECK(cudnnBatchNormalizationForwardInference(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x_.raw(), xd_.get(),
-                                                       y.raw(), bnd_.get(), gamma.raw(), beta.raw(), mean.raw(),
-                                                       variance.raw(), epsilon_));
+      FS_CHECK(cudnnBatchNormalizationForwardInference(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x_.raw(),
+                                                       xd_.get(), y.raw(), bnd_.get(), gamma.raw(), beta.raw(),
+                                                       mean.raw(), variance.raw(), epsilon_));
       mean_ = mean;
       variance_ = variance;
     }
@@ -54,8 +54,8 @@ class CudnnBatchNorm final : public BatchNormKernel {
     }
     const float one = 1.f, zero = 0.f;
     FS_CHECK(cudnnBatchNormalizationBackward(ctx_->cudnn(), bn_mode_, &one, &zero, &one, &zero, xd_.get(), x_.raw(),
-                                             xd_.get(), dy.raw(), xd_.get(), dx.raw(), bnd_.get(), gamma.raw(), dgamma.raw(),
-                                             dbeta.raw(), epsilon_, mean_.raw(), inv_std_.raw()));
+                                             xd_.get(), dy.raw(), xd_.get(), dx.raw(), bnd_.get(), gamma.raw(),
+                                             dgamma.raw(), dbeta.raw(), epsilon_, mean_.raw(), inv_std_.raw()));
     return dx;
   }
 
@@ -85,7 +85,8 @@ class CudnnBatchNorm final : public BatchNormKernel {
 
 }  // namespace
 
-std::unique_ptr<BatchNormKernel> make_cudnn_batch_norm(float epsilon, Backend& backend, std::shared_ptr<CudaContext> ctx) {
+std::unique_ptr<BatchNormKernel> make_cudnn_batch_norm(float epsilon, Backend& backend,
+                                                       std::shared_ptr<CudaContext> ctx) {
   return std::make_unique<CudnnBatchNorm>(epsilon, backend, std::move(ctx));
 }
 

@@ -12,14 +12,14 @@ namespace fanstore::trainer::cuda {
 namespace {
 
 enum class Op { Forward, BackwardData, BackwardFilter };
-const char* op_name(Op op) {
-  return op == Op::Forward ? "fwd" : op == Op::BackwardData ? "bwd-data" : "bwd-filter";
-}
+const char* op_name(Op op) { return op == Op::Forward ? "fwd" : op == Op::BackwardData ? "bwd-data" : "bwd-filter"; }
 
 class CudnnConvolution final : public ConvolutionKernel {
  public:
   CudnnConvolution(const ConvolutionSpec& spec, Backend& backend, std::shared_ptr<CudaContext> ctx)
-      : spec_(spec), plan_(ops::plan_symmetric_padding(spec.padding_lo, spec.padding_hi)), backend_(backend),
+      : spec_(spec),
+        plan_(ops::plan_symmetric_padding(spec.padding_lo, spec.padding_hi)),
+        backend_(backend),
         ctx_(std::move(ctx)) {
     spec_.validate("convolution");
     conv_.set(plan_.symmetric, spec_.stride, spec_.dilation);
@@ -112,9 +112,7 @@ class CudnnConvolution final : public ConvolutionKernel {
     if (!prepared_) throw std::logic_error("convolution: backward called before forward");
   }
 
-  Tensor filter_zeros() {
-    return backend_.zeros(filter_shape_, ctx_->activation_type());
-  }
+  Tensor filter_zeros() { return backend_.zeros(filter_shape_, ctx_->activation_type()); }
 
   // The weights as cuDNN reads them: the arena view itself in fp32 NCHW, else a converted copy.
   Tensor filter_for(const Tensor& w) {
@@ -175,8 +173,8 @@ class CudnnConvolution final : public ConvolutionKernel {
         break;
       case Op::BackwardFilter:
         FS_CHECK(cudnnConvolutionBackwardFilter(h, &one, xd_.get(), x.raw(), yd_.get(), y.raw(), conv_.get(),
-                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), ws, a.workspace,
-                                                &zero, wd_.get(), const_cast<void*>(w.raw())));
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), ws,
+                                                a.workspace, &zero, wd_.get(), const_cast<void*>(w.raw())));
         break;
     }
   }
@@ -208,16 +206,17 @@ class CudnnConvolution final : public ConvolutionKernel {
     switch (op) {
       case Op::Forward: {
         cudnnConvolutionFwdAlgoPerf_t perf[kCandidates];
-        FS_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, xd_.get(), x.raw(), wd_.get(), w.raw(), conv_.get(), yd_.get(),
-                                                        const_cast<void*>(y.raw()), kCandidates, &returned, perf, ws, limit));
+        FS_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, xd_.get(), x.raw(), wd_.get(), w.raw(), conv_.get(),
+                                                        yd_.get(), const_cast<void*>(y.raw()), kCandidates, &returned,
+                                                        perf, ws, limit));
         pick(perf);
         break;
       }
       case Op::BackwardData: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[kCandidates];
         FS_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, wd_.get(), w.raw(), yd_.get(), y.raw(), conv_.get(),
-                                                             xd_.get(), const_cast<void*>(x.raw()), kCandidates, &returned,
-                                                             perf, ws, limit));
+                                                             xd_.get(), const_cast<void*>(x.raw()), kCandidates,
+                                                             &returned, perf, ws, limit));
         pick(perf);
         break;
       }

@@ -25,7 +25,8 @@ cudnnDataType_t cudnn_type(DType type) {
 void TensorDescriptor::set(const Shape& shape, DType type, bool channels_last) {
   std::vector<int> dims, strides;
   ops::strided_dims(shape, channels_last, dims, strides);
-  FS_CHECK(cudnnSetTensorNdDescriptor(d_, cudnn_type(type), static_cast<int>(dims.size()), dims.data(), strides.data()));
+  FS_CHECK(
+      cudnnSetTensorNdDescriptor(d_, cudnn_type(type), static_cast<int>(dims.size()), dims.data(), strides.data()));
 }
 
 void FilterDescriptor::set(const Shape& dims, DType type, bool channels_last) {
@@ -44,7 +45,8 @@ void ConvolutionDescriptor::set(const std::vector<std::int64_t>& padding, const 
 void PoolingDescriptor::set(cudnnPoolingMode_t mode, const std::vector<std::int64_t>& window,
                             const std::vector<std::int64_t>& padding, const std::vector<std::int64_t>& stride) {
   const auto w = ints(window), p = ints(padding), s = ints(stride);
-  FS_CHECK(cudnnSetPoolingNdDescriptor(d_, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(w.size()), w.data(), p.data(), s.data()));
+  FS_CHECK(cudnnSetPoolingNdDescriptor(d_, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(w.size()), w.data(), p.data(),
+                                       s.data()));
 }
 
 }  // namespace fanstore::trainer::cuda

@@ -44,8 +44,8 @@ class FilterDescriptor
   void set(const Shape& dims, DType type, bool channels_last);
 };
 
-class ConvolutionDescriptor
-    : public Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor> {
+class ConvolutionDescriptor : public Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                                cudnnDestroyConvolutionDescriptor> {
  public:
   // Symmetric padding per spatial dimension; accumulation in float whatever the data type.
   void set(const std::vector<std::int64_t>& padding, const std::vector<std::int64_t>& stride,

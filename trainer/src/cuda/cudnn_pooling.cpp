@@ -12,12 +12,15 @@ namespace {
 class CudnnPooling final : public PoolingKernel {
  public:
   CudnnPooling(const PoolingSpec& spec, Backend& backend, std::shared_ptr<CudaContext> ctx)
-      : spec_(spec), plan_(ops::plan_symmetric_padding(spec.padding_lo, spec.padding_hi)), backend_(backend),
+      : spec_(spec),
+        plan_(ops::plan_symmetric_padding(spec.padding_lo, spec.padding_hi)),
+        backend_(backend),
         ctx_(std::move(ctx)) {
     spec_.validate("pooling");
     // Deterministic max: backward routes each gradient to one input, the same one every time.
-    pool_.set(spec_.kind == PoolingKind::Max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
-              spec_.kernel, plan_.symmetric, spec_.stride);
+    pool_.set(
+        spec_.kind == PoolingKind::Max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+        spec_.kernel, plan_.symmetric, spec_.stride);
   }
 
   Tensor forward(const Tensor& x_any, Mode mode) override {
@@ -69,7 +72,8 @@ class CudnnPooling final : public PoolingKernel {
 
 }  // namespace
 
-std::unique_ptr<PoolingKernel> make_cudnn_pooling(const PoolingSpec& spec, Backend& backend, std::shared_ptr<CudaContext> ctx) {
+std::unique_ptr<PoolingKernel> make_cudnn_pooling(const PoolingSpec& spec, Backend& backend,
+                                                  std::shared_ptr<CudaContext> ctx) {
   return std::make_unique<CudnnPooling>(spec, backend, std::move(ctx));
 }
 

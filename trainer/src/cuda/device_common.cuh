@@ -22,13 +22,21 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 template <class T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ double from_float<double>(float v) { return v; }
+__device__ __forceinline__ double from_float<double>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // Runs `body` with T the C++ type of `dtype`.
 template <class Body>
@@ -50,7 +58,7 @@ inline unsigned blocks_for(std::int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
 }
 
-#define FS_GRID_STRIDE(i, n)                                                                          \
+#define FS_GRID_STRIDE(i, n)                                                                       \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
@@ -113,9 +121,10 @@ void reduce_groups(F f, std::int64_t groups, std::int64_t size, double* out, cud
   if (chunk < 4 * kThreads) chunk = 4 * kThreads;
   const int chunks = static_cast<int>(size > 0 ? (size + chunk - 1) / chunk : 1);
   Sum2* partial = nullptr;
-  FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(Sum2) * static_cast<std::size_t>(groups * chunks), stream));
-  reduce_chunks<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(f, size, chunk, chunks,
-                                                                                                        partial);
+  FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(Sum2) * static_cast<std::size_t>(groups * chunks),
+                           stream));
+  reduce_chunks<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
+      f, size, chunk, chunks, partial);
   check_launch("reduce_chunks");
   add_chunks<><<<blocks_for(groups), kThreads, 0, stream>>>(partial, chunks, groups, out);
   check_launch("add_chunks");

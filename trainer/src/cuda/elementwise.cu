@@ -54,10 +54,8 @@ __global__ void copy_rows_kernel(ops::BoxCopyPlan plan, const T* src, T* dst, bo
     std::int64_t s = 0, d = 0;
     plan.row_offsets(i / length, s, d);
     const std::int64_t k = i % length;
-    if (accumulate)
-      dst[d + k] = from_float<T>(to_float(dst[d + k]) + to_float(src[s + k]));
-    else
-      dst[d + k] = src[s + k];
+    if (accumulate) dst[d + k] = from_float<T>(to_float(dst[d + k]) + to_float(src[s + k]));
+    else dst[d + k] = src[s + k];
   }
 }
 
@@ -152,8 +150,8 @@ __global__ void variance_kernel(const float* inv, float* var, std::int64_t c, fl
 }
 
 template <class T>
-__global__ void fixed_bn_dx_kernel(const T* dy, T* dx, const float* gamma, const float* var, float eps, std::int64_t total,
-                                   std::int64_t c, std::int64_t s, bool cl) {
+__global__ void fixed_bn_dx_kernel(const T* dy, T* dx, const float* gamma, const float* var, float eps,
+                                   std::int64_t total, std::int64_t c, std::int64_t s, bool cl) {
   FS_GRID_STRIDE(i, total) {
     const std::int64_t ch = channel_of(i, c, s, cl);
     dx[i] = from_float<T>(to_float(dy[i]) * gamma[ch] * rsqrtf(var[ch] + eps));
@@ -209,8 +207,8 @@ void to_channels_last(DType type, const void* src, void* dst, std::int64_t n, st
                       cudaStream_t stream) {
   dispatch(type, [&](auto t) {
     using T = decltype(t);
-    to_channels_last_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                           n, c, s);
+    to_channels_last_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<const T*>(src),
+                                                                            static_cast<T*>(dst), n, c, s);
   });
   check_launch("to_channels_last_kernel");
 }
@@ -220,7 +218,7 @@ void from_channels_last(DType type, const void* src, void* dst, std::int64_t n, 
   dispatch(type, [&](auto t) {
     using T = decltype(t);
     from_channels_last_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<const T*>(src),
-                                                                             static_cast<T*>(dst), n, c, s);
+                                                                              static_cast<T*>(dst), n, c, s);
   });
   check_launch("from_channels_last_kernel");
 }
@@ -231,8 +229,8 @@ void copy_box(const ops::BoxCopyPlan& plan, std::size_t element_bytes, const voi
   // Overwrite moves bytes (any dtype of that size); accumulate adds floats.
   auto launch = [&](auto t) {
     using T = decltype(t);
-    copy_rows_kernel<<<blocks_for(plan.count), kThreads, 0, stream>>>(plan, static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                     accumulate);
+    copy_rows_kernel<<<blocks_for(plan.count), kThreads, 0, stream>>>(plan, static_cast<const T*>(src),
+                                                                      static_cast<T*>(dst), accumulate);
   };
   if (accumulate || element_bytes == 4) launch(float{});
   else if (element_bytes == 2) launch(__half{});
@@ -245,8 +243,8 @@ void dropout(DType type, const void* x, void* y, std::int64_t n, const ops::Plac
              std::uint64_t step, std::uint64_t threshold, float keep_scale, cudaStream_t stream) {
   dispatch(type, [&](auto t) {
     using T = decltype(t);
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, index, seed, step,
-                                                          threshold, keep_scale);
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, index, seed,
+                                                           step, threshold, keep_scale);
   });
   check_launch("dropout_kernel");
 }
@@ -255,7 +253,8 @@ void add_channel_bias(DType type, void* y, const float* bias, std::int64_t n, st
                       bool channels_last, cudaStream_t stream) {
   dispatch(type, [&](auto t) {
     using T = decltype(t);
-    bias_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<T*>(y), bias, n * c * s, c, s, channels_last);
+    bias_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<T*>(y), bias, n * c * s, c, s,
+                                                                channels_last);
   });
   check_launch("bias_kernel");
 }
@@ -277,7 +276,8 @@ void eltwise_forward(EltwiseKind kind, float alpha, DType type, const void* x, v
                      cudaStream_t stream) {
   dispatch(type, [&](auto t) {
     using T = decltype(t);
-    eltwise_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(kind, alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+    eltwise_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(kind, alpha, static_cast<const T*>(x),
+                                                                   static_cast<T*>(y), n);
   });
   check_launch("eltwise_forward_kernel");
 }
@@ -287,7 +287,7 @@ void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy,
   dispatch(type, [&](auto t) {
     using T = decltype(t);
     eltwise_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(kind, alpha, static_cast<const T*>(dy),
-                                                                   static_cast<const T*>(x), static_cast<T*>(dx), n);
+                                                                    static_cast<const T*>(x), static_cast<T*>(dx), n);
   });
   check_launch("eltwise_backward_kernel");
 }
@@ -299,7 +299,8 @@ void variance_from_inv_std(const float* inv_std, float* variance, std::int64_t c
 
 void batch_norm_fixed_backward(DType type, const void* x, const void* dy, void* dx, const float* gamma,
                                const float* mean, const float* variance, float epsilon, float* dgamma, float* dbeta,
-                               std::int64_t n, std::int64_t c, std::int64_t s, bool channels_last, cudaStream_t stream) {
+                               std::int64_t n, std::int64_t c, std::int64_t s, bool channels_last,
+                               cudaStream_t stream) {
   double* sums = nullptr;
   FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&sums), sizeof(double) * 2 * static_cast<std::size_t>(c), stream));
   dispatch(type, [&](auto t) {
@@ -308,8 +309,8 @@ void batch_norm_fixed_backward(DType type, const void* x, const void* dy, void* 
     const T* dyp = static_cast<const T*>(dy);
     // Per channel: [sum dy, sum dy * (x - mean)]; dgamma divides the second by sqrt(var + eps).
     reduce_groups(FixedBatchNormTerms<T>{xp, dyp, mean, c, s, channels_last}, c, n * s, sums, stream);
-    fixed_bn_dx_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(dyp, static_cast<T*>(dx), gamma, variance, epsilon,
-                                                                       n * c * s, c, s, channels_last);
+    fixed_bn_dx_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(dyp, static_cast<T*>(dx), gamma, variance,
+                                                                       epsilon, n * c * s, c, s, channels_last);
   });
   check_launch("fixed_bn_dx_kernel");
   fixed_bn_params_kernel<<<blocks_for(c), kThreads, 0, stream>>>(sums, variance, epsilon, dgamma, dbeta, c);

@@ -73,7 +73,8 @@ __global__ void interleave_sums(const double* pt_p, const double* t, double* sum
   }
 }
 
-double* softmax_probabilities(const float* logits, std::int64_t n, std::int64_t k, std::int64_t s, cudaStream_t stream) {
+double* softmax_probabilities(const float* logits, std::int64_t n, std::int64_t k, std::int64_t s,
+                              cudaStream_t stream) {
   double* p = nullptr;
   FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p), sizeof(double) * static_cast<std::size_t>(n * k * s), stream));
   softmax_kernel<<<blocks_for(n * s), kThreads, 0, stream>>>(logits, p, n * s, ClassIndex{k, s});
@@ -134,7 +135,8 @@ void dice_sums(const float* logits, const std::int32_t* labels, double* sums, st
   const ClassIndex ci{k, s};
   double* p = softmax_probabilities(logits, n, k, s, stream);
   double *pt_p = nullptr, *t = nullptr;
-  FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&pt_p), sizeof(double) * 2 * static_cast<std::size_t>(n * k), stream));
+  FS_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&pt_p), sizeof(double) * 2 * static_cast<std::size_t>(n * k), stream));
   FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&t), sizeof(double) * 2 * static_cast<std::size_t>(n * k), stream));
   // Group g = (sample, class); element i = voxel.
   reduce_groups(
@@ -158,13 +160,14 @@ void dice_sums(const float* logits, const std::int32_t* labels, double* sums, st
 }
 
 void dice_from_sums(const float* logits, const std::int32_t* labels, const double* sums, bool include_background,
-                    float* gradient, double* loss, std::int64_t n, std::int64_t k, std::int64_t s, cudaStream_t stream) {
+                    float* gradient, double* loss, std::int64_t n, std::int64_t k, std::int64_t s,
+                    cudaStream_t stream) {
   const std::int64_t first = include_background ? 0 : 1;
   double* p = softmax_probabilities(logits, n, k, s, stream);
   dice_loss_kernel<<<1, 1, 0, stream>>>(sums, n, k, first, loss);
   check_launch("dice_loss_kernel");
-  dice_gradient_kernel<<<blocks_for(n * s), kThreads, 0, stream>>>(p, labels, sums, gradient, n * s, k, first,
-                                                                   static_cast<double>(n * (k - first)), ClassIndex{k, s});
+  dice_gradient_kernel<<<blocks_for(n * s), kThreads, 0, stream>>>(
+      p, labels, sums, gradient, n * s, k, first, static_cast<double>(n * (k - first)), ClassIndex{k, s});
   check_launch("dice_gradient_kernel");
   FS_CHECK(cudaFreeAsync(p, stream));
 }

@@ -31,10 +31,10 @@ extern "C" {
 
 /* cuda::CudaBackendOptions as plain ints. */
 typedef struct fanstore_trainer_cuda_options {
-  int device;         /* CUDA device ordinal */
-  int precision;      /* fanstore::trainer::Precision as an int */
-  int channels_last;  /* -1 default, 0 off, 1 on */
-  int deterministic;  /* 0 or 1 */
+  int device;        /* CUDA device ordinal */
+  int precision;     /* fanstore::trainer::Precision as an int */
+  int channels_last; /* -1 default, 0 off, 1 on */
+  int deterministic; /* 0 or 1 */
 } fanstore_trainer_cuda_options;
 
 typedef uint32_t (*fanstore_trainer_cuda_abi_version_fn)(void);

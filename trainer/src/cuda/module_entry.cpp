@@ -37,7 +37,9 @@ int guarded(char* error, std::size_t error_size, F&& f) noexcept {
 
 #define FANSTORE_CUDA_MODULE_EXPORT extern "C" __attribute__((visibility("default")))
 
-FANSTORE_CUDA_MODULE_EXPORT uint32_t fanstore_trainer_cuda_abi_version(void) { return FANSTORE_TRAINER_CUDA_ABI_VERSION; }
+FANSTORE_CUDA_MODULE_EXPORT uint32_t fanstore_trainer_cuda_abi_version(void) {
+  return FANSTORE_TRAINER_CUDA_ABI_VERSION;
+}
 
 FANSTORE_CUDA_MODULE_EXPORT int fanstore_trainer_cuda_device_count(char* reason, size_t reason_size) {
   int devices = 0;
@@ -72,8 +74,11 @@ FANSTORE_CUDA_MODULE_EXPORT int fanstore_trainer_cuda_make_nccl_communicator(voi
 
 // The module is handed to dlsym by these names: a mismatch between them and the typedefs of
 // module_abi.h is a compile error here, not a crash at run time.
-[[maybe_unused]] static const fanstore_trainer_cuda_abi_version_fn check_abi_version = &fanstore_trainer_cuda_abi_version;
-[[maybe_unused]] static const fanstore_trainer_cuda_device_count_fn check_device_count = &fanstore_trainer_cuda_device_count;
-[[maybe_unused]] static const fanstore_trainer_cuda_make_backend_fn check_make_backend = &fanstore_trainer_cuda_make_backend;
+[[maybe_unused]] static const fanstore_trainer_cuda_abi_version_fn check_abi_version =
+    &fanstore_trainer_cuda_abi_version;
+[[maybe_unused]] static const fanstore_trainer_cuda_device_count_fn check_device_count =
+    &fanstore_trainer_cuda_device_count;
+[[maybe_unused]] static const fanstore_trainer_cuda_make_backend_fn check_make_backend =
+    &fanstore_trainer_cuda_make_backend;
 [[maybe_unused]] static const fanstore_trainer_cuda_make_nccl_communicator_fn check_make_nccl =
     &fanstore_trainer_cuda_make_nccl_communicator;

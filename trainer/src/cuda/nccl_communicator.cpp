@@ -68,8 +68,13 @@ class NcclCommunicator final : public Communicator {
   // communicators concurrently"); on one stream they run in issue order, which is the same program
   // order on every rank (halo batches, statistics sums, gradient buckets), so none waits on a peer
   // that waits on it. The halos then queue behind a bucket in flight; both still overlap compute.
-  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, cudaStream_t compute, cudaStream_t parent_stream)
-      : owned_host_(std::move(host)), host_(*owned_host_), compute_(compute), comm_(comm), stream_(parent_stream),
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, cudaStream_t compute,
+                   cudaStream_t parent_stream)
+      : owned_host_(std::move(host)),
+        host_(*owned_host_),
+        compute_(compute),
+        comm_(comm),
+        stream_(parent_stream),
         owns_stream_(false) {
     create_events();
   }

@@ -42,7 +42,8 @@ __global__ void apply_kernel(const float* x, const double* m, const float* gamma
 }
 
 __global__ void backward_apply_kernel(const float* dy, const float* x, const double* m, const double* bs, double count,
-                                      const float* gamma, float* dx, std::int64_t total, std::int64_t c, GroupIndex gi) {
+                                      const float* gamma, float* dx, std::int64_t total, std::int64_t c,
+                                      GroupIndex gi) {
   FS_GRID_STRIDE(e, total) {
     const std::int64_t g = gi.group_of(e), ch = (e / gi.s) % c;
     const double inv = m[2 * g + 1], x_hat = (x[e] - m[2 * g]) * inv;
@@ -51,8 +52,8 @@ __global__ void backward_apply_kernel(const float* dy, const float* x, const dou
 }
 
 // dgamma[c] / dbeta[c]: the backward sums of channel c's groups, added in group order.
-__global__ void parameter_gradients_kernel(const double* bs, float* dgamma, float* dbeta, std::int64_t n, std::int64_t c,
-                                           bool per_channel) {
+__global__ void parameter_gradients_kernel(const double* bs, float* dgamma, float* dbeta, std::int64_t n,
+                                           std::int64_t c, bool per_channel) {
   FS_GRID_STRIDE(ch, c) {
     double dg = 0, db = 0;
     const std::int64_t groups = per_channel ? 1 : n;
@@ -71,7 +72,8 @@ std::int64_t group_count(std::int64_t n, std::int64_t c, bool per_channel) { ret
 // Moments of the groups in a stream-ordered scratch buffer the caller frees.
 double* moments(const double* sums, double count, float eps, std::int64_t groups, cudaStream_t stream) {
   double* m = nullptr;
-  FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&m), sizeof(double) * 2 * static_cast<std::size_t>(groups), stream));
+  FS_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&m), sizeof(double) * 2 * static_cast<std::size_t>(groups), stream));
   moments_kernel<<<blocks_for(groups), kThreads, 0, stream>>>(sums, count, eps, m, groups);
   check_launch("moments_kernel");
   return m;
@@ -93,7 +95,8 @@ void norm_sums(const float* x, double* sums, std::int64_t n, std::int64_t c, std
 void norm_apply(const float* x, const double* sums, double count, const float* gamma, const float* beta, float epsilon,
                 float* y, std::int64_t n, std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream) {
   double* m = moments(sums, count, epsilon, group_count(n, c, per_channel), stream);
-  apply_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(x, m, gamma, beta, y, n * c * s, c, GroupIndex{c, s, per_channel});
+  apply_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(x, m, gamma, beta, y, n * c * s, c,
+                                                               GroupIndex{c, s, per_channel});
   check_launch("apply_kernel");
   FS_CHECK(cudaFreeAsync(m, stream));
 }
@@ -113,9 +116,9 @@ void norm_backward_sums(const float* dy, const float* x, const double* sums, dou
   FS_CHECK(cudaFreeAsync(const_cast<double*>(m), stream));
 }
 
-void norm_backward_apply(const float* dy, const float* x, const double* sums, const double* backward_sums,
-                         double count, const float* gamma, float epsilon, float* dx, float* dgamma, float* dbeta,
-                         std::int64_t n, std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream) {
+void norm_backward_apply(const float* dy, const float* x, const double* sums, const double* backward_sums, double count,
+                         const float* gamma, float epsilon, float* dx, float* dgamma, float* dbeta, std::int64_t n,
+                         std::int64_t c, std::int64_t s, bool per_channel, cudaStream_t stream) {
   double* m = moments(sums, count, epsilon, group_count(n, c, per_channel), stream);
   backward_apply_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(dy, x, m, backward_sums, count, gamma, dx,
                                                                         n * c * s, c, GroupIndex{c, s, per_channel});

@@ -43,7 +43,8 @@ __global__ void lars_kernel(float* w, const float* g, float* buf, std::int64_t n
     if (!excluded[lo]) {
       wd = u.weight_decay;
       const double wn = sqrt(norms[2 * lo]), gn = sqrt(norms[2 * lo + 1]);
-      if (wn > 0 && gn > 0) trust = static_cast<float>(static_cast<double>(u.eta) * wn / (gn + static_cast<double>(wd) * wn));
+      if (wn > 0 && gn > 0)
+        trust = static_cast<float>(static_cast<double>(u.eta) * wn / (gn + static_cast<double>(wd) * wn));
     }
     const float d = trust * (g[i] + wd * w[i]);
     buf[i] = u.momentum * buf[i] + d;
@@ -63,7 +64,7 @@ void adam(float* w, const float* g, float* m, float* v, std::int64_t n, const Ad
   const double correction1 = 1.0 - std::pow(static_cast<double>(u.beta1), static_cast<double>(u.step));
   const double correction2 = 1.0 - std::pow(static_cast<double>(u.beta2), static_cast<double>(u.step));
   adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, u, static_cast<float>(u.lr / correction1),
-                                                     static_cast<float>(std::sqrt(correction2)));
+                                                      static_cast<float>(std::sqrt(correction2)));
   check_launch("adam_kernel");
 }
 
@@ -85,7 +86,8 @@ void lars(float* w, const float* g, float* momentum, const std::vector<Parameter
   FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d_excluded), excluded.size(), stream));
   FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&norms), sizeof(double) * 2 * segments.size(), stream));
   // Pageable host sources: the copies complete (into staging) before cudaMemcpyAsync returns.
-  FS_CHECK(cudaMemcpyAsync(d_offsets, offsets.data(), sizeof(std::int64_t) * offsets.size(), cudaMemcpyHostToDevice, stream));
+  FS_CHECK(cudaMemcpyAsync(d_offsets, offsets.data(), sizeof(std::int64_t) * offsets.size(), cudaMemcpyHostToDevice,
+                           stream));
   FS_CHECK(cudaMemcpyAsync(d_excluded, excluded.data(), excluded.size(), cudaMemcpyHostToDevice, stream));
   FS_CHECK(cudaMemsetAsync(norms, 0, sizeof(double) * 2 * segments.size(), stream));
   for (std::int64_t k = 0; k < count; ++k) {

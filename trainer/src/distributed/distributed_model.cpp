@@ -99,8 +99,9 @@ DistributedModel::DistributedModel(Model& model, ProcessGrid& grid, DistributedO
   // The split layers, halos and reduced statistics are F32 (a half-type halo would also need a
   // half-type transport): mixed precision runs plain data parallelism only.
   if (model.backend().activation_dtype() != DType::F32)
-    throw GridError("a spatial --grid (or --sync-bn) computes in fp32; pass --precision fp32, or leave out --grid "
-                    "for mixed-precision data parallelism");
+    throw GridError(
+        "a spatial --grid (or --sync-bn) computes in fp32; pass --precision fp32, or leave out --grid "
+        "for mixed-precision data parallelism");
   input_slab_ = plan_.input_partition().owned(grid.coords());
   input_box_ = plan_.input_read_box(grid.coords());
   local_input_shape_ = box_shape(model.input_shape()[0], model.input_shape()[1], input_box_);

@@ -78,15 +78,18 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     return {data_parallel_grid(ranks, spatial_rank), mo.batch};
   }
   if (g.grid != "auto") {
-    if (g.explain) throw GridError("--explain goes with --grid auto (it compares every grid of " + std::to_string(ranks) + " ranks)");
+    if (g.explain)
+      throw GridError("--explain goes with --grid auto (it compares every grid of " + std::to_string(ranks) +
+                      " ranks)");
     GridShape shape = parse_grid(g.grid, spatial_rank);
     check_grid_ranks(shape, ranks);
     return {shape, mo.batch};
   }
   if (device != Device::Host)
-    throw GridError("--grid auto measures the CPU backend's layers and MPI, not a GPU: with --device cuda pass an "
-                    "explicit --grid (e.g. " + std::string(spatial_rank == 3 ? "1,2,1,1" : "1,2,1") +
-                    "), or use --device cpu");
+    throw GridError(
+        "--grid auto measures the CPU backend's layers and MPI, not a GPU: with --device cuda pass an "
+        "explicit --grid (e.g. " +
+        std::string(spatial_rank == 3 ? "1,2,1,1" : "1,2,1") + "), or use --device cpu");
   PerformanceModelOptions po;
   po.global_batch = mo.batch * ranks;
   po.optimizer_states = optimizer_states;

@@ -65,13 +65,15 @@ Window window_of(const ConvolutionSpec& spec) {
 
 Window window_of(const PoolingSpec& spec) {
   Window w;
-  for (std::size_t i = 0; i < spec.kernel.size(); ++i) w.push_back({spec.kernel[i], spec.stride[i], spec.padding_lo[i], false});
+  for (std::size_t i = 0; i < spec.kernel.size(); ++i)
+    w.push_back({spec.kernel[i], spec.stride[i], spec.padding_lo[i], false});
   return w;
 }
 
 SpatialBox input_box_for(const Window& window, const SpatialBox& out, const SpatialBox& input_volume) {
   SpatialBox in;
-  for (std::size_t i = 0; i < window.size(); ++i) in.axes.push_back(clip(window[i].reads(out.axes[i]), input_volume.axes[i]));
+  for (std::size_t i = 0; i < window.size(); ++i)
+    in.axes.push_back(clip(window[i].reads(out.axes[i]), input_volume.axes[i]));
   return in;
 }
 
@@ -101,8 +103,8 @@ WindowPiece window_piece(const Window& window, const SpatialBox& out, const Spat
   return p;
 }
 
-std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned, const SpatialBox& input_volume,
-                                       bool split) {
+std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned,
+                                       const SpatialBox& input_volume, bool split) {
   if (!split || out.empty()) return {window_piece(window, out, input_volume)};
   SpatialBox interior;
   for (std::size_t a = 0; a < window.size(); ++a) {
@@ -121,7 +123,8 @@ std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& o
     for (const Range part : {Range{out.axes[a].lo, interior.axes[a].lo}, Range{interior.axes[a].hi, out.axes[a].hi}}) {
       if (part.empty()) continue;
       SpatialBox b;
-      for (std::size_t k = 0; k < window.size(); ++k) b.axes.push_back(k < a ? interior.axes[k] : k == a ? part : out.axes[k]);
+      for (std::size_t k = 0; k < window.size(); ++k)
+        b.axes.push_back(k < a ? interior.axes[k] : k == a ? part : out.axes[k]);
       pieces.push_back(window_piece(window, b, input_volume));
     }
   }
@@ -152,8 +155,8 @@ std::string halo_width_problem(const Window& window, const Partition& in, const 
       if (!held.contains(reads)) {
         std::ostringstream s;
         s << "along " << axis_name(a, r) << " the halo is wider than a slab: spatial part " << c << " of " << parts
-          << " reads input [" << reads.lo << "," << reads.hi << ") of " << in.extents[a] << " but it and its neighbours hold only ["
-          << held.lo << "," << held.hi << ")";
+          << " reads input [" << reads.lo << "," << reads.hi << ") of " << in.extents[a]
+          << " but it and its neighbours hold only [" << held.lo << "," << held.hi << ")";
         return s.str();
       }
     }
@@ -161,7 +164,8 @@ std::string halo_width_problem(const Window& window, const Partition& in, const 
   return "";
 }
 
-HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out, const std::vector<int>& coords) {
+HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out,
+                        const std::vector<int>& coords) {
   if (const auto problem = halo_width_problem(window, in, out); !problem.empty()) throw std::invalid_argument(problem);
   const SpatialBox volume = in.whole();
   HaloPlan plan;

@@ -44,7 +44,8 @@ Shape with_batch(Shape s, std::int64_t n) {
 }
 
 // The local output of a node on the rank at `coords` with n samples per group.
-Shape local_output(const Model& model, const SpatialPlan& plan, NodeId id, const std::vector<int>& coords, std::int64_t n) {
+Shape local_output(const Model& model, const SpatialPlan& plan, NodeId id, const std::vector<int>& coords,
+                   std::int64_t n) {
   const NodePlacement& p = plan.node(id);
   const Shape global = model.shape(id);
   if (p.placement == Placement::kReplicated) return with_batch(global, n);
@@ -154,7 +155,8 @@ LayerCost LayerTimer::measure(NodeId node, const std::vector<Shape>& inputs) {
   if (auto it = cache_.find(k); it != cache_.end()) return it->second;
   Layer& layer = *model_.node_layer(node);
   std::vector<Tensor> xs;
-  for (std::size_t i = 0; i < inputs.size(); ++i) xs.push_back(random_plain(inputs[i], static_cast<std::uint32_t>(node * 7 + i)));
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    xs.push_back(random_plain(inputs[i], static_cast<std::uint32_t>(node * 7 + i)));
   LayerCost best{1e9, 1e9};
   // The first round builds the backend's primitives for this shape and is not counted.
   for (int round = 0; round < 3; ++round) {
@@ -295,8 +297,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
                                    std::max(0.0, transfer - (o.overlap ? 0.5 * c.backward_s : 0.0));
             const double out_unit = static_cast<double>(n) * out_channels * kFloat * owned_out.volume();
             // Forward: pack + assemble the haloed input + (with pieces) the output; backward the same.
-            const double copied = 2 * (sent + static_cast<double>(halo.local.volume()) * unit +
-                                       (pieces.size() > 1 ? out_unit : 0.0));
+            const double copied =
+                2 * (sent + static_cast<double>(halo.local.volume()) * unit + (pieces.size() > 1 ? out_unit : 0.0));
             worst_exposed = std::max(worst_exposed, exposed);
             worst_copy = std::max(worst_copy, costs.copy(copied));
             worst_bytes = std::max(worst_bytes, 2 * received);
@@ -307,7 +309,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
           saved_inputs += worst_saved;
         } else if (dynamic_cast<const BatchNorm*>(&layer)) {
           const double stats = 2 * channels * kDouble;
-          p.reduction_s += 2 * costs.allreduce(spatial, stats) + (o.sync_bn ? 2 * costs.allreduce(grid.samples, stats) : 0);
+          p.reduction_s +=
+              2 * costs.allreduce(spatial, stats) + (o.sync_bn ? 2 * costs.allreduce(grid.samples, stats) : 0);
         } else if (dynamic_cast<const InstanceNorm*>(&layer)) {
           p.reduction_s += 2 * costs.allreduce(spatial, 2 * static_cast<double>(n) * channels * kDouble);
         } else if (dynamic_cast<const GlobalAveragePooling*>(&layer)) {
@@ -328,8 +331,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     p.step_s = p.compute_s + p.halo_s + p.copy_s + p.reduction_s + p.allreduce_s;
     // Parameters, gradients and optimizer state; every node's output kept for backward, the haloed
     // inputs that windowed layers keep, and about two of the largest activations in flight in backward.
-    p.memory_bytes = o.base_memory_bytes + parameter_bytes * (2 + o.optimizer_states) + activations + saved_inputs +
-                     2 * largest;
+    p.memory_bytes =
+        o.base_memory_bytes + parameter_bytes * (2 + o.optimizer_states) + activations + saved_inputs + 2 * largest;
   }
   return out;
 }
@@ -359,7 +362,8 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
   s << std::left << std::setw(11) << "grid" << std::right << std::setw(7) << "batch" << std::setw(10) << "step ms"
     << std::setw(11) << "samples/s" << std::setw(11) << "compute" << std::setw(9) << "halo" << std::setw(9) << "copy"
     << std::setw(9) << "reduce" << std::setw(11) << "allreduce" << std::setw(11) << "mem MiB" << std::setw(11)
-    << "halo MiB" << std::setw(11) << "grad MiB" << "\n";
+    << "halo MiB" << std::setw(11) << "grad MiB"
+    << "\n";
   for (std::size_t i = 0; i < predictions.size(); ++i) {
     const auto& p = predictions[i];
     s << std::left << std::setw(11) << p.grid.to_string() << std::right;

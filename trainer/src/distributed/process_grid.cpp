@@ -100,16 +100,17 @@ GridShape parse_grid(const std::string& text, int spatial_rank) {
     numbers.push_back(static_cast<int>(value));
   }
   if (text.empty() || text.back() == ',' || numbers.size() != static_cast<std::size_t>(spatial_rank) + 1)
-    throw GridError("--grid " + text + ": " + std::to_string(numbers.size()) + " numbers, but for this model " + expected);
+    throw GridError("--grid " + text + ": " + std::to_string(numbers.size()) + " numbers, but for this model " +
+                    expected);
   return GridShape{numbers[0], std::vector<int>(numbers.begin() + 1, numbers.end())};
 }
 
 void check_grid_ranks(const GridShape& grid, int ranks) {
   if (grid.ranks() != ranks)
     throw GridError("--grid " + grid.to_string() + " needs " + std::to_string(grid.ranks()) +
-                                " ranks (the product), but " + std::to_string(ranks) +
-                                " were started: pass a grid whose product is " + std::to_string(ranks) +
-                                " or start " + std::to_string(grid.ranks()) + " ranks");
+                    " ranks (the product), but " + std::to_string(ranks) +
+                    " were started: pass a grid whose product is " + std::to_string(ranks) + " or start " +
+                    std::to_string(grid.ranks()) + " ranks");
 }
 
 std::vector<int> grid_coords(const GridShape& grid, int spatial_index) {

@@ -48,10 +48,11 @@ SpatialPlan::SpatialPlan(const Model& model, GridShape grid) : grid_(std::move(g
     const Partition& p = nodes_[id].partition;
     for (std::size_t a = 0; a < p.extents.size(); ++a)
       if (p.extents[a] < p.parts[a])
-        throw GridError(prefix + what + " has " + axis_name(a, p.extents.size()) + " = " + std::to_string(p.extents[a]) +
-                        ", fewer positions than the " + std::to_string(p.parts[a]) + " ranks splitting it: use at most " +
-                        std::to_string(p.extents[a]) + (p.extents[a] == 1 ? " rank" : " ranks") + " along " +
-                        axis_name(a, p.extents.size()) + " or a larger input");
+        throw GridError(prefix + what + " has " + axis_name(a, p.extents.size()) + " = " +
+                        std::to_string(p.extents[a]) + ", fewer positions than the " + std::to_string(p.parts[a]) +
+                        " ranks splitting it: use at most " + std::to_string(p.extents[a]) +
+                        (p.extents[a] == 1 ? " rank" : " ranks") + " along " + axis_name(a, p.extents.size()) +
+                        " or a larger input");
   };
   check_split(0, "the input " + model.input_shape().to_string());
 
@@ -91,7 +92,8 @@ SpatialPlan::SpatialPlan(const Model& model, GridShape grid) : grid_(std::move(g
       node.partition = first.partition;
       continue;
     } else if (dynamic_cast<const Linear*>(&layer)) {
-      throw GridError(prefix + layer.name() + ": a Linear layer on a split tensor needs Flatten or global pooling first");
+      throw GridError(prefix + layer.name() +
+                      ": a Linear layer on a split tensor needs Flatten or global pooling first");
     } else if (!elementwise(layer)) {
       throw GridError(prefix + layer.name() + " (" + layer.kind() + ") cannot run spatially split");
     }

@@ -49,7 +49,8 @@ class SplitNormalization final : public SplitOp {
     count_ = spatial_volume_ * (batch_norm_ ? static_cast<double>(x_.shape()[0]) : 1.0) *
              (sync_ ? static_cast<double>(ctx_.grid.shape().samples) : 1.0);
     if (batch_norm_ && mode == Mode::Train) update_running_statistics();
-    return b.norm_apply(x_, sums_, count_, ctx_.table.value(handles[0]), ctx_.table.value(handles[1]), epsilon_, groups);
+    return b.norm_apply(x_, sums_, count_, ctx_.table.value(handles[0]), ctx_.table.value(handles[1]), epsilon_,
+                        groups);
   }
 
   std::vector<Tensor> backward(Tensor dy_any) override {

@@ -10,7 +10,8 @@ namespace {
 class SplitGlobalPooling final : public SplitOp {
  public:
   SplitGlobalPooling(SplitContext& ctx, Layer& layer, const Partition& partition)
-      : ctx_(ctx), layer_(layer),
+      : ctx_(ctx),
+        layer_(layer),
         share_(static_cast<float>(static_cast<double>(partition.owned(ctx.grid.coords()).volume()) /
                                   static_cast<double>(partition.whole().volume()))) {}
 
@@ -80,7 +81,8 @@ class SplitFlatLinear final : public SplitOp {
     if (has_bias_ && !bias_here) b.fill(db, 0.f);
     b.fill(dw, 0.f);
     Tensor dw_view = dw.reshaped(weight_shape_);
-    copy_region(b, dw_local.reshaped(box_shape(outputs_, weight_shape_[1], slab_)), slab_, dw_view, whole_, slab_, false);
+    copy_region(b, dw_local.reshaped(box_shape(outputs_, weight_shape_[1], slab_)), slab_, dw_view, whole_, slab_,
+                false);
     x_ = Tensor();
     return {dx};
   }

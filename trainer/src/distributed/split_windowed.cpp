@@ -17,7 +17,8 @@ class SplitWindowed final : public SplitOp {
       : ctx_(ctx),
         conv_(dynamic_cast<Convolution*>(&layer)),
         pool_(dynamic_cast<Pooling*>(&layer)),
-        halo_(ctx.backend, ctx.grid.spatial(), make_halo_plan(window, in, out, ctx.grid.coords()), static_cast<int>(id)),
+        halo_(ctx.backend, ctx.grid.spatial(), make_halo_plan(window, in, out, ctx.grid.coords()),
+              static_cast<int>(id)),
         given_(given),
         out_slab_(out.owned(ctx.grid.coords())) {
     if (!conv_ && !pool_) throw std::logic_error(layer.name() + ": not a windowed layer");
@@ -84,8 +85,8 @@ class SplitWindowed final : public SplitOp {
         copy_region(b, b.to_plain(interior), pieces_[0].out, y, out_slab_, pieces_[0].out, false);
         interior = Tensor();
         for (std::size_t k = 1; k < pieces_.size(); ++k)
-          copy_region(b, b.to_plain(run_forward(k, x_pieces_[k], mode)), pieces_[k].out, y, out_slab_,
-                      pieces_[k].out, false);
+          copy_region(b, b.to_plain(run_forward(k, x_pieces_[k], mode)), pieces_[k].out, y, out_slab_, pieces_[k].out,
+                      false);
         return y;
       }
     }
@@ -125,8 +126,8 @@ class SplitWindowed final : public SplitOp {
       copy_region(b, b.to_plain(run_backward_data(k, dy_pieces[k])), pieces_[k].in, local_grad, plan.local,
                   pieces_[k].in, true);
     halo_.start_reverse(local_grad);
-    copy_region(b, b.to_plain(run_backward_data(0, dy_pieces[0])), pieces_[0].in, local_grad, plan.local,
-                pieces_[0].in, true);
+    copy_region(b, b.to_plain(run_backward_data(0, dy_pieces[0])), pieces_[0].in, local_grad, plan.local, pieces_[0].in,
+                true);
     if (conv_) accumulate_weight_gradients(dy_pieces);
     halo_.finish_reverse(local_grad, owned_grad);
     x_pieces_.assign(pieces_.size(), Tensor());
@@ -141,9 +142,7 @@ class SplitWindowed final : public SplitOp {
     if (!conv_) return 0;
     return ctx_.table.parameters().at(conv_->parameter_handles()[0].index).shape.numel();
   }
-  std::int64_t out_channels(const Tensor& x) const {
-    return conv_ ? conv_->spec().out_channels : x.shape()[1];
-  }
+  std::int64_t out_channels(const Tensor& x) const { return conv_ ? conv_->spec().out_channels : x.shape()[1]; }
 
   Tensor run_forward(std::size_t k, const Tensor& x, Mode mode) {
     if (pool_) return pool_kernels_[k]->forward(x, mode);
@@ -180,12 +179,12 @@ class SplitWindowed final : public SplitOp {
   Pooling* pool_;
   HaloExchange halo_;
   SpatialBox given_, out_slab_;
-  bool preloaded_ = false;  // the input already holds the halo (the model input, loaded with it)
-  bool direct_ = false;     // no halo, whole slab read: the serial kernel on the slab
+  bool preloaded_ = false;           // the input already holds the halo (the model input, loaded with it)
+  bool direct_ = false;              // no halo, whole slab read: the serial kernel on the slab
   std::vector<WindowPiece> pieces_;  // [0] = the interior when there are several
   std::vector<std::unique_ptr<ConvolutionKernel>> conv_kernels_;  // one per piece: each keeps its own
   std::vector<std::unique_ptr<PoolingKernel>> pool_kernels_;      // primitives and max-pool workspace
-  std::vector<Tensor> x_pieces_;  // each piece's input, kept for backward
+  std::vector<Tensor> x_pieces_;                                  // each piece's input, kept for backward
 };
 
 }  // namespace

@@ -6,7 +6,11 @@
 namespace fanstore::trainer {
 
 BatchNorm::BatchNorm(std::string name, std::int64_t channels, float epsilon, float momentum, float initial_scale)
-    : Layer(std::move(name)), channels_(channels), epsilon_(epsilon), momentum_(momentum), initial_scale_(initial_scale) {}
+    : Layer(std::move(name)),
+      channels_(channels),
+      epsilon_(epsilon),
+      momentum_(momentum),
+      initial_scale_(initial_scale) {}
 
 std::string BatchNorm::kind() const { return "BatchNorm"; }
 

@@ -22,7 +22,8 @@ Pooling::Pooling(std::string name, PoolingSpec spec) : Layer(std::move(name)), s
 }
 
 std::string Pooling::kind() const {
-  return std::string(spec_.kind == PoolingKind::Max ? "MaxPool" : "AvgPool") + std::to_string(spec_.kernel.size()) + "d";
+  return std::string(spec_.kind == PoolingKind::Max ? "MaxPool" : "AvgPool") + std::to_string(spec_.kernel.size()) +
+         "d";
 }
 
 Shape Pooling::output_shape(const std::vector<Shape>& inputs) const {

@@ -31,7 +31,8 @@ Shape Concat::output_shape(const std::vector<Shape>& inputs) const {
   for (const auto& s : inputs) {
     Shape a = s, b = inputs[0];
     a[1] = b[1] = 0;
-    if (a != b) throw std::invalid_argument(name() + ": cannot concat " + s.to_string() + " with " + inputs[0].to_string());
+    if (a != b)
+      throw std::invalid_argument(name() + ": cannot concat " + s.to_string() + " with " + inputs[0].to_string());
     out[1] += s[1];
   }
   return out;

@@ -14,7 +14,8 @@ std::unique_ptr<Model> build_cosmoflow(std::shared_ptr<Backend> backend, const M
   const std::int64_t size = o.input_size ? o.input_size : 128, targets = o.classes ? o.classes : 4;
   const std::int64_t in_channels = o.in_channels ? o.in_channels : 4, n = o.batch;
   constexpr float kSlope = 0.3f;  // Keras LeakyReLU's default alpha, used by the reference
-  if (size < 32) throw std::invalid_argument("cosmoflow: input size " + std::to_string(size) + " is below 32 (five 2x pools)");
+  if (size < 32)
+    throw std::invalid_argument("cosmoflow: input size " + std::to_string(size) + " is below 32 (five 2x pools)");
   auto m = std::make_unique<Model>("cosmoflow", std::move(backend), Shape{n, in_channels, size, size, size});
 
   NodeId x = m->input();
@@ -37,7 +38,8 @@ std::unique_ptr<Model> build_cosmoflow(std::shared_ptr<Backend> backend, const M
     const std::string p = "fc" + std::to_string(i + 1);
     x = m->add<Linear>({x}, p, features, hidden[i]);
     x = m->add<Activation>({x}, p + ".act", leaky_relu(kSlope));
-    if (o.dropout > 0.f) x = m->add<Dropout>({x}, p + ".dropout", o.dropout, o.seed + static_cast<std::uint64_t>(i) + 1);
+    if (o.dropout > 0.f)
+      x = m->add<Dropout>({x}, p + ".dropout", o.dropout, o.seed + static_cast<std::uint64_t>(i) + 1);
     features = hidden[i];
   }
   x = m->add<Linear>({x}, "fc3", features, targets);

@@ -14,7 +14,9 @@ namespace {
 
 constexpr std::int64_t kExpansion = 4;
 
-std::int64_t conv_out(std::int64_t n, std::int64_t k, std::int64_t s, std::int64_t p) { return (n + 2 * p - k) / s + 1; }
+std::int64_t conv_out(std::int64_t n, std::int64_t k, std::int64_t s, std::int64_t p) {
+  return (n + 2 * p - k) / s + 1;
+}
 
 NodeId conv_bn(Model& m, NodeId x, const std::string& conv, const std::string& bn, std::int64_t cin, std::int64_t cout,
                std::int64_t k, std::int64_t stride, std::int64_t pad, float bn_scale = 1.f) {
@@ -35,7 +37,8 @@ NodeId bottleneck(Model& m, NodeId x, const std::string& p, std::int64_t cin, st
   // large learning rate does not blow it up in the first steps.
   y = conv_bn(m, y, p + ".conv3", p + ".bn3", planes, cout, 1, 1, 0, zero_init_residual ? 0.f : 1.f);
   NodeId shortcut = x;
-  if (stride != 1 || cin != cout) shortcut = conv_bn(m, x, p + ".downsample.0", p + ".downsample.1", cin, cout, 1, stride, 0);
+  if (stride != 1 || cin != cout)
+    shortcut = conv_bn(m, x, p + ".downsample.0", p + ".downsample.1", cin, cout, 1, stride, 0);
   y = m.add<Add>({y, shortcut}, p + ".add");
   return m.add<Activation>({y}, p + ".relu3", relu());
 }
@@ -45,7 +48,8 @@ NodeId bottleneck(Model& m, NodeId x, const std::string& p, std::int64_t cin, st
 std::unique_ptr<Model> build_resnet50(std::shared_ptr<Backend> backend, const ModelOptions& o) {
   const std::int64_t size = o.input_size ? o.input_size : 224, classes = o.classes ? o.classes : 1000;
   const std::int64_t in_channels = o.in_channels ? o.in_channels : 3, n = o.batch;
-  if (size < 32) throw std::invalid_argument("resnet50: input size " + std::to_string(size) + " is below 32 (five stride-2 stages)");
+  if (size < 32)
+    throw std::invalid_argument("resnet50: input size " + std::to_string(size) + " is below 32 (five stride-2 stages)");
   auto m = std::make_unique<Model>("resnet50", std::move(backend), Shape{n, in_channels, size, size});
 
   // Stem: conv 7x7/2 -> BN -> ReLU -> maxpool 3x3/2.

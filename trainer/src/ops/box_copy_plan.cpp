@@ -9,8 +9,8 @@ namespace {
 
 void check_box(const Shape& shape, const Box& box, const char* op, const char* side) {
   if (box.start.size() != shape.dims.size() || box.extent.size() != shape.dims.size())
-    throw std::invalid_argument(std::string(op) + ": " + side + " box " + box.to_string() + " does not have one entry per dimension of " +
-                                shape.to_string());
+    throw std::invalid_argument(std::string(op) + ": " + side + " box " + box.to_string() +
+                                " does not have one entry per dimension of " + shape.to_string());
   for (std::size_t d = 0; d < shape.dims.size(); ++d)
     if (box.start[d] < 0 || box.extent[d] < 0 || box.start[d] + box.extent[d] > shape.dims[d])
       throw std::invalid_argument(std::string(op) + ": " + side + " box " + box.to_string() + " lies outside " +

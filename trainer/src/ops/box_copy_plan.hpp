@@ -12,11 +12,11 @@ namespace fanstore::trainer::ops {
 inline constexpr int kMaxBoxDims = 8;
 
 struct BoxCopyPlan {
-  int rank = 0;                          // dimensions left after merging (>= 1 unless empty)
+  int rank = 0;                           // dimensions left after merging (>= 1 unless empty)
   std::int64_t extent[kMaxBoxDims] = {};  // outermost first; extent[rank - 1] is contiguous on both sides
   std::int64_t src_stride[kMaxBoxDims] = {}, dst_stride[kMaxBoxDims] = {};  // in elements
   std::int64_t src_offset = 0, dst_offset = 0;  // element offsets of the boxes' first elements
-  std::int64_t count = 0;                // elements copied
+  std::int64_t count = 0;                       // elements copied
 
   FANSTORE_HOST_DEVICE std::int64_t rows() const { return rank == 0 ? 0 : count / extent[rank - 1]; }
   FANSTORE_HOST_DEVICE std::int64_t row_length() const { return rank == 0 ? 0 : extent[rank - 1]; }

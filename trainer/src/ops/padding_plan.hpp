@@ -13,8 +13,8 @@
 namespace fanstore::trainer::ops {
 
 struct SymmetricPadding {
-  std::vector<std::int64_t> symmetric;          // per spatial dimension: what the primitive pads
-  std::vector<std::int64_t> extra_lo, extra_hi; // per spatial dimension: the explicit border left over
+  std::vector<std::int64_t> symmetric;           // per spatial dimension: what the primitive pads
+  std::vector<std::int64_t> extra_lo, extra_hi;  // per spatial dimension: the explicit border left over
 
   bool needs_border() const;
   // Input side (convolution, pooling): the input grown by the border, and where the input sits in

@@ -8,7 +8,8 @@ namespace fanstore::trainer::ops {
 void strided_dims(const Shape& shape, bool channels_last, std::vector<int>& dims, std::vector<int>& strides) {
   Shape s = shape;
   if (s.rank() == 2) s.dims.insert(s.dims.end(), {1, 1});
-  if (s.rank() < 4 || s.rank() > 5) throw std::invalid_argument("tensor " + shape.to_string() + " must have rank 2, 4 or 5");
+  if (s.rank() < 4 || s.rank() > 5)
+    throw std::invalid_argument("tensor " + shape.to_string() + " must have rank 2, 4 or 5");
   dims.assign(s.dims.begin(), s.dims.end());
   const auto r = dims.size();
   strides.assign(r, 1);

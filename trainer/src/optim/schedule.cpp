@@ -21,7 +21,8 @@ double learning_rate_at(const ScheduleOptions& o, std::int64_t step) {
   if (o.decay == DecayKind::Constant) return o.base_lr;
   const std::int64_t span = std::max<std::int64_t>(1, o.total_steps - o.warmup_steps);
   const double t = std::clamp(static_cast<double>(step - o.warmup_steps) / static_cast<double>(span), 0.0, 1.0);
-  if (o.decay == DecayKind::Cosine) return o.end_lr + (o.base_lr - o.end_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+  if (o.decay == DecayKind::Cosine)
+    return o.end_lr + (o.base_lr - o.end_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
   return o.end_lr + (o.base_lr - o.end_lr) * std::pow(1.0 - t, o.poly_power);
 }
 

@@ -59,7 +59,8 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
   try {
     const ModelOptions mo = benchmark_model_options(o);
     const TaskKind task = task_for_model(o.model);
-    auto model = build_model(o.model, make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)}), mo);
+    auto model = build_model(
+        o.model, make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)}), mo);
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
     const data::Batch batch = synthetic_batch(*model, task, rng);

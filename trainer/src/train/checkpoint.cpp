@@ -85,8 +85,7 @@ class Reader {
   }
   void floats(float* p, std::size_t expected, const std::string& what) {
     const auto n = u64();
-    if (n != expected)
-      fail(what + " has " + std::to_string(n) + " floats, this model has " + std::to_string(expected));
+    if (n != expected) fail(what + " has " + std::to_string(n) + " floats, this model has " + std::to_string(expected));
     bytes(p, n * sizeof(float));
   }
   [[noreturn]] void fail(const std::string& why) const { throw CheckpointError(path_ + ": " + why); }
@@ -140,7 +139,8 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
     left -= static_cast<std::size_t>(n);
   }
   // Durable before visible: rename only after the bytes are on disk.
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw CheckpointError(tmp + ": fsync/close failed (" + std::strerror(errno) + ")");
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    throw CheckpointError(tmp + ": fsync/close failed (" + std::strerror(errno) + ")");
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw CheckpointError(path + ": rename from .tmp failed (" + std::strerror(errno) + ")");
 }
@@ -155,7 +155,8 @@ TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimize
   return restore_checkpoint(path, read_checkpoint_file(path), model, optimizer);
 }
 
-TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> data, Model& model, Optimizer& optimizer) {
+TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> data, Model& model,
+                                    Optimizer& optimizer) {
   if (data.size() < sizeof kCheckpointMagic + 12) throw CheckpointError(path + ": too short to be a checkpoint");
   std::uint64_t stored_sum;
   std::memcpy(&stored_sum, data.data() + data.size() - 8, 8);

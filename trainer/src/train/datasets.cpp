@@ -27,8 +27,13 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
     data::ImageFolderOptions o;
     o.output_size = static_cast<int>(image_size > 0 ? image_size : 224);
     o.training = training;
-    if (slab) o.region = data::Slab{0, 1, slab->input.axes.at(0).lo, slab->input.axes.at(0).hi, slab->input.axes.at(1).lo,
-                                    slab->input.axes.at(1).hi};
+    if (slab)
+      o.region = data::Slab{0,
+                            1,
+                            slab->input.axes.at(0).lo,
+                            slab->input.axes.at(0).hi,
+                            slab->input.axes.at(1).lo,
+                            slab->input.axes.at(1).hi};
     return std::make_unique<data::ImageFolderDataset>(directory, o);
   }
   if (model == "cosmoflow") {
@@ -43,8 +48,9 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
     const bool windowed = image_size > 0 && !(image_size == h && image_size == w);
     if (!windowed && !slab) return whole;
     if (image_size > h || image_size > w)
-      throw data::DataError(directory, "--input-size " + std::to_string(image_size) + " is larger than the stored slices (" +
-                                           std::to_string(h) + " x " + std::to_string(w) + ")");
+      throw data::DataError(directory, "--input-size " + std::to_string(image_size) +
+                                           " is larger than the stored slices (" + std::to_string(h) + " x " +
+                                           std::to_string(w) + ")");
     // A centred image_size x image_size window of every slice, full depth: a smaller, deterministic
     // patch (MLPerf trains on patches of larger cases) read as one hyperslab; a rank of a spatial split
     // reads its slab of that window.
@@ -61,8 +67,9 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
   throw std::invalid_argument("unknown model '" + model + "' (expected resnet50, unet3d or cosmoflow)");
 }
 
-ModelOptions model_options_for(const std::string& model, const data::SampleDataset& dataset, const std::string& directory,
-                               std::int64_t batch, std::int64_t classes, std::uint64_t seed) {
+ModelOptions model_options_for(const std::string& model, const data::SampleDataset& dataset,
+                               const std::string& directory, std::int64_t batch, std::int64_t classes,
+                               std::uint64_t seed) {
   ModelOptions o;
   o.batch = batch;
   o.seed = seed;
@@ -73,8 +80,8 @@ ModelOptions model_options_for(const std::string& model, const data::SampleDatas
     const auto* folder = dynamic_cast<const data::ImageFolderDataset*>(&dataset);
     const auto found = static_cast<std::int64_t>(folder ? folder->class_names().size() : 0);
     if (classes > 0 && classes != found)
-      throw data::DataError(directory, "has " + std::to_string(found) + " class directories but --classes is " +
-                                           std::to_string(classes));
+      throw data::DataError(
+          directory, "has " + std::to_string(found) + " class directories but --classes is " + std::to_string(classes));
     o.classes = found;
   } else if (model == "cosmoflow") {
     if (in.at(1) != in.at(2) || in.at(2) != in.at(3))
@@ -86,7 +93,8 @@ ModelOptions model_options_for(const std::string& model, const data::SampleDatas
                                            std::to_string(classes));
     o.classes = targets;
   } else {
-    if (in.at(2) != in.at(3)) throw data::DataError(directory, "unet3d needs square slices (H = W), got " + Shape(in).to_string());
+    if (in.at(2) != in.at(3))
+      throw data::DataError(directory, "unet3d needs square slices (H = W), got " + Shape(in).to_string());
     o.input_depth = in.at(1);
     o.input_size = in.at(2);
     o.classes = classes > 0 ? classes : 3;
@@ -94,7 +102,8 @@ ModelOptions model_options_for(const std::string& model, const data::SampleDatas
   return o;
 }
 
-void require_same_layout(const data::SampleDataset& reference, const data::SampleDataset& other, const std::string& directory) {
+void require_same_layout(const data::SampleDataset& reference, const data::SampleDataset& other,
+                         const std::string& directory) {
   const auto& a = reference.layout();
   const auto& b = other.layout();
   if (a.input_shape != b.input_shape || a.target_shape != b.target_shape)

@@ -22,9 +22,10 @@ bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
   Backend& backend = table.backend();
   // NaN/Inf in any weight is checked besides the loss because a poisoned weight can hide from the
   // loss for a few steps (max pooling drops NaN), and a snapshot must never capture it.
-  reason_ = !std::isfinite(loss) ? "NaN/Inf loss"
+  reason_ = !std::isfinite(loss)                              ? "NaN/Inf loss"
             : !backend.all_finite(table.arena(Arena::Values)) ? "NaN/Inf weight"
-            : spike ? "loss spike" : "";
+            : spike                                           ? "loss spike"
+                                                              : "";
   if (*reason_ != '\0') {
     ++consecutive_;
     return false;

@@ -35,7 +35,8 @@ LossResult task_loss(Backend& backend, TaskKind task, const Tensor& output, cons
   throw std::logic_error("unreachable");
 }
 
-void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid, MetricSums& sums) {
+void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
+                       MetricSums& sums) {
   if (output.device() != Device::Host || !output.is_plain())
     throw std::invalid_argument("accumulate_metric: the output must be a plain host tensor (Backend::to_host)");
   const auto& shape = output.shape();

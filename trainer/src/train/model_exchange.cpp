@@ -13,7 +13,7 @@ namespace fanstore::trainer {
 namespace {
 
 constexpr std::size_t kChunkFloats = std::size_t{1} << 24;  // 64 MiB per message
-constexpr int kFirstTag = 7000;                              // tags kFirstTag + chunk
+constexpr int kFirstTag = 7000;                             // tags kFirstTag + chunk
 
 std::size_t state_size(const Model& model, const Optimizer& optimizer, bool with_optimizer) {
   const ParameterTable& t = model.parameters();
@@ -64,7 +64,9 @@ void install_state(const std::vector<float>& state, Model& model, Optimizer& opt
                             (static_cast<std::uint64_t>(state[offset + 1]) << 24));
 }
 
-std::uint64_t state_hash(const std::vector<float>& state) { return XXH3_64bits(state.data(), state.size() * sizeof(float)); }
+std::uint64_t state_hash(const std::vector<float>& state) {
+  return XXH3_64bits(state.data(), state.size() * sizeof(float));
+}
 
 StateTransfer::StateTransfer(Communicator& comm, int send_to, const std::vector<float>& out, int receive_from,
                              std::vector<float>& in)

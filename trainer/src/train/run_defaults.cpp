@@ -10,8 +10,9 @@ double default_learning_rate(const std::string& optimizer, std::int64_t global_b
   if (optimizer == "sgd") return 0.1 * static_cast<double>(global_batch) / 256.0;
   if (optimizer == "adam") return 1e-3;
   if (optimizer == "lars")
-    throw std::invalid_argument("--optimizer lars needs --lr (its rate depends on --lars-eta and the schedule; "
-                                "docs/training.md has a recipe)");
+    throw std::invalid_argument(
+        "--optimizer lars needs --lr (its rate depends on --lars-eta and the schedule; "
+        "docs/training.md has a recipe)");
   throw std::invalid_argument("unknown optimizer '" + optimizer + "' (expected sgd, lars or adam)");
 }
 

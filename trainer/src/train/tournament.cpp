@@ -76,7 +76,8 @@ TournamentPlan parse_tournament(const TournamentOptions& o, TaskKind task, int w
   if (o.interval < 1) bad("--ltfb-interval " + std::to_string(o.interval) + ": pass a number of steps >= 1");
   p.interval = o.interval;
   if (!(o.fraction > 0 && o.fraction < 1))
-    bad("--tournament-fraction " + std::to_string(o.fraction) + " leaves no tournament set or no training set: pass a "
+    bad("--tournament-fraction " + std::to_string(o.fraction) +
+        " leaves no tournament set or no training set: pass a "
         "fraction between 0 and 1 (e.g. 0.1)");
   p.fraction = o.fraction;
   const std::string model_metric = task == TaskKind::Classification ? "accuracy"
@@ -137,8 +138,9 @@ std::vector<int> pairwise_partners(int trainers, std::uint64_t seed, std::uint64
 std::vector<int> truncation_sources(const std::vector<double>& scores, TournamentMetric metric, int k) {
   std::vector<int> ranked(scores.size());
   std::iota(ranked.begin(), ranked.end(), 0);
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [&](int a, int b) { return score_beats(scores[static_cast<std::size_t>(a)], scores[static_cast<std::size_t>(b)], metric); });
+  std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) {
+    return score_beats(scores[static_cast<std::size_t>(a)], scores[static_cast<std::size_t>(b)], metric);
+  });
   std::vector<int> source(scores.size());
   std::iota(source.begin(), source.end(), 0);
   const std::size_t n = ranked.size();
@@ -153,7 +155,8 @@ TrainerSamples trainer_samples(std::size_t dataset_size, int trainers, int train
   // Equal shares (the remainder of N / K is left out): trainers must run the same number of steps.
   const std::size_t n = dataset_size / static_cast<std::size_t>(trainers);
   const std::size_t begin = n * static_cast<std::size_t>(trainer), end = begin + n;
-  std::size_t units = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n) / static_cast<double>(unit)));
+  std::size_t units =
+      static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(n) / static_cast<double>(unit)));
   if (units == 0) units = 1;
   const std::size_t m = units * unit;
   if (m + unit > n)
@@ -161,8 +164,10 @@ TrainerSamples trainer_samples(std::size_t dataset_size, int trainers, int train
         " training samples, too few for a tournament set of " + std::to_string(m) + " and one step of " +
         std::to_string(unit) + ": use more samples, fewer --trainers, a smaller --batch or --tournament-fraction");
   TrainerSamples s;
-  s.tournament.assign(order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(begin + m));
-  s.train.assign(order.begin() + static_cast<std::ptrdiff_t>(begin + m), order.begin() + static_cast<std::ptrdiff_t>(end));
+  s.tournament.assign(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                      order.begin() + static_cast<std::ptrdiff_t>(begin + m));
+  s.train.assign(order.begin() + static_cast<std::ptrdiff_t>(begin + m),
+                 order.begin() + static_cast<std::ptrdiff_t>(end));
   return s;
 }
 

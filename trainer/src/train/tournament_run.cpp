@@ -74,10 +74,12 @@ RoundRecord play_round(const TournamentPlan& plan, std::uint64_t seed, std::uint
   return r;
 }
 
-std::vector<double> gather_per_trainer(const TournamentPlan& plan, Communicator& world, const std::vector<double>& mine) {
+std::vector<double> gather_per_trainer(const TournamentPlan& plan, Communicator& world,
+                                       const std::vector<double>& mine) {
   std::vector<double> all(mine.size() * static_cast<std::size_t>(plan.trainers), 0.0);
   if (world.rank() % plan.ranks_per_trainer == 0)
-    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size()) * plan.trainer_of(world.rank()));
+    std::copy(mine.begin(), mine.end(),
+              all.begin() + static_cast<std::ptrdiff_t>(mine.size()) * plan.trainer_of(world.rank()));
   world.sum(all.data(), all.size());  // NaN + 0 stays NaN: a NaN score survives in its own slot
   return all;
 }
@@ -115,8 +117,8 @@ std::string round_json(std::uint64_t round, std::uint64_t step, int t, const Rou
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(r.hash));
   s << "{\"event\":\"tournament\",\"round\":" << round << ",\"step\":" << step << ",\"trainer\":" << t
-    << ",\"partner\":" << r.partner << ",\"metric\":\"" << metric_label(metric) << "\",\"own_score\":"
-    << json_number(r.own_score) << ",\"partner_score\":" << json_number(r.partner_score)
+    << ",\"partner\":" << r.partner << ",\"metric\":\"" << metric_label(metric)
+    << "\",\"own_score\":" << json_number(r.own_score) << ",\"partner_score\":" << json_number(r.partner_score)
     << ",\"winner\":" << (r.kept_own ? t : r.partner) << ",\"kept\":\"" << (r.kept_own ? "own" : "partner")
     << "\",\"lr_scale\":" << json_number(lr_scale_after) << ",\"state_hash\":\"" << hash
     << "\",\"state_bytes\":" << json_number(r.state_bytes) << ",\"transfer_s\":" << json_number(r.transfer_s)
@@ -189,7 +191,8 @@ Tournament::Round Tournament::play_if_due(std::uint64_t step, double lr_scale, M
   out.took_other = !mine.kept_own;
   out.lr_scale = lr_scale_after(trainer_);
   for (int t = 0; t < plan_.trainers; ++t)
-    out.records.push_back(round_json(round, step, t, records[static_cast<std::size_t>(t)], lr_scale_after(t), plan_.metric));
+    out.records.push_back(
+        round_json(round, step, t, records[static_cast<std::size_t>(t)], lr_scale_after(t), plan_.metric));
   return out;
 }
 

@@ -26,12 +26,12 @@ struct RoundRecord {
   double own_score = std::numeric_limits<double>::quiet_NaN();
   double partner_score = std::numeric_limits<double>::quiet_NaN();
   bool kept_own = true;
-  double lr_scale = 1;        // before the round (the caller fills it)
-  double transfer_s = 0;      // waiting for the partner's state after scoring the own model
-  double score_s = 0;         // scoring models on the tournament set
-  double round_s = 0;         // everything: round_s - score_s is the exchange's own cost
-  double state_bytes = 0;     // sent plus received by this rank
-  std::uint64_t hash = 0;     // of this rank's state after the round
+  double lr_scale = 1;     // before the round (the caller fills it)
+  double transfer_s = 0;   // waiting for the partner's state after scoring the own model
+  double score_s = 0;      // scoring models on the tournament set
+  double round_s = 0;      // everything: round_s - score_s is the exchange's own cost
+  double state_bytes = 0;  // sent plus received by this rank
+  std::uint64_t hash = 0;  // of this rank's state after the round
 };
 
 // `score` scores the model as it stands on this trainer's tournament set (collective over the
@@ -40,7 +40,8 @@ RoundRecord play_round(const TournamentPlan& plan, std::uint64_t seed, std::uint
                        Model& model, Optimizer& optimizer, const std::function<double()>& score);
 
 // Every trainer's values (its first rank's `mine`), trainer after trainer, on every rank of `world`.
-std::vector<double> gather_per_trainer(const TournamentPlan& plan, Communicator& world, const std::vector<double>& mine);
+std::vector<double> gather_per_trainer(const TournamentPlan& plan, Communicator& world,
+                                       const std::vector<double>& mine);
 
 // Every trainer's record (its first rank's), on every rank of `world`.
 std::vector<RoundRecord> gather_records(const TournamentPlan& plan, Communicator& world, const RoundRecord& mine);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "metrics_log.hpp"
+#include "tournament_run.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/data/batch_loader.hpp"
 #include "trainer/data/daemon_hint.hpp"
@@ -31,7 +32,6 @@
 #include "trainer/schedule.hpp"
 #include "trainer/train_data.hpp"
 #include "trainer/train_loop.hpp"
-#include "tournament_run.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -42,7 +42,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 struct Validation {
   double metric = std::numeric_limits<double>::quiet_NaN();
-  double loss = std::numeric_limits<double>::quiet_NaN();     // with_loss: the mean of the batches' losses
+  double loss = std::numeric_limits<double>::quiet_NaN();      // with_loss: the mean of the batches' losses
   double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
   std::size_t samples = 0;
 };
@@ -80,7 +80,8 @@ Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind t
     run.accumulate_metric(task, y, *b, valid, sums);
     if (task == TaskKind::Regression && run.counts_for_group()) {
       const std::size_t per = b->target_values.size() / b->sample_indices.size();
-      targets.insert(targets.end(), b->target_values.begin(), b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
+      targets.insert(targets.end(), b->target_values.begin(),
+                     b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
     }
   }
   double totals[2] = {sums.sum, sums.count};
@@ -114,15 +115,16 @@ struct StepTime {
 };
 
 // `trainer` < 0: a run without a tournament (no "trainer" field).
-std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples, const StepTime& t,
-                      double time_s, int trainer = -1) {
+std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, double lr, double samples,
+                      const StepTime& t, double time_s, int trainer = -1) {
   std::ostringstream s;
   s << "{\"event\":\"step\",\"step\":" << step;
   if (trainer >= 0) s << ",\"trainer\":" << trainer;
-  s << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss)
-    << ",\"lr\":" << json_number(lr) << ",\"samples_per_s\":" << json_number(samples / t.total())
-    << ",\"compute_samples_per_s\":" << json_number(samples / t.compute_s) << ",\"data_wait_s\":" << json_number(t.wait_s)
-    << ",\"input_stall_pct\":" << json_number(t.stall_pct()) << ",\"time_s\":" << json_number(time_s) << "}";
+  s << ",\"epoch\":" << epoch << ",\"loss\":" << json_number(loss) << ",\"lr\":" << json_number(lr)
+    << ",\"samples_per_s\":" << json_number(samples / t.total())
+    << ",\"compute_samples_per_s\":" << json_number(samples / t.compute_s)
+    << ",\"data_wait_s\":" << json_number(t.wait_s) << ",\"input_stall_pct\":" << json_number(t.stall_pct())
+    << ",\"time_s\":" << json_number(time_s) << "}";
   return s.str();
 }
 
@@ -148,9 +150,9 @@ TournamentMetric validation_metric(TaskKind task) {
 }
 
 // The first line: what this run does, with every default it chose, and where its output goes.
-std::string first_line(const TrainOptions& o, const TournamentPlan& plan, std::size_t ranks, const ResolvedGrid& resolved,
-                       std::size_t groups, const std::string& device, double base_lr, double warmup_epochs,
-                       const std::string& checkpoint_dir) {
+std::string first_line(const TrainOptions& o, const TournamentPlan& plan, std::size_t ranks,
+                       const ResolvedGrid& resolved, std::size_t groups, const std::string& device, double base_lr,
+                       double warmup_epochs, const std::string& checkpoint_dir) {
   const std::int64_t group_batch = resolved.batch_per_group;
   std::ostringstream out;
   out << "fanstore-train: " << o.model << " on " << ranks << " rank" << (ranks == 1 ? "" : "s");
@@ -159,9 +161,11 @@ std::string first_line(const TrainOptions& o, const TournamentPlan& plan, std::s
         << " steps on " << format_number(plan.fraction) << " of each trainer's samples by " << metric_label(plan.metric)
         << ")";
   if (resolved.spatial() || o.grid.sync_bn)
-    out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s") << ")";
+    out << ", grid " << resolved.shape.to_string() << " (" << groups << " sample group" << (groups == 1 ? "" : "s")
+        << ")";
   out << " x batch " << group_batch << " (" << device << "), " << o.optimizer.kind << " lr " << base_lr;
-  if (!o.lr && o.optimizer.kind == "sgd") out << " (default 0.1 x " << groups * static_cast<std::size_t>(group_batch) << "/256)";
+  if (!o.lr && o.optimizer.kind == "sgd")
+    out << " (default 0.1 x " << groups * static_cast<std::size_t>(group_batch) << "/256)";
   else if (!o.lr) out << " (default)";
   out << ", " << format_number(warmup_epochs) << " warm-up epoch" << (warmup_epochs == 1 ? "" : "s")
       << (o.warmup_epochs ? "" : " (default)") << ", then " << o.schedule
@@ -198,19 +202,21 @@ void write_summary(const TrainOptions& o, TaskKind task, std::size_t ranks, cons
   if (!r.tournament_text.empty()) s << "  " << r.tournament_text;
   s << "  bad samples " << r.bad_samples << "  rollbacks " << r.rollbacks << r.scaler;
   s << "  peak RSS " << static_cast<long long>(r.peak_rss / (1 << 20)) << " MiB";
-  if (ranks > 1) s << "  allreduce buckets " << r.buckets << " (" << r.buckets_in_backward << " started during backward)";
+  if (ranks > 1)
+    s << "  allreduce buckets " << r.buckets << " (" << r.buckets_in_backward << " started during backward)";
   out << s.str() << "\n";
   out << "outputs: " << r.outputs << "  " << metrics_path << "\n";
   std::ostringstream j;
   j << "{\"event\":\"summary\",\"model\":\"" << o.model << "\",\"ranks\":" << ranks << ",\"grid\":\"" << r.grid
-    << "\",\"steps\":" << r.steps << ",\"time_s\":" << json_number(r.total_s) << ",\"samples_per_s\":" << json_number(rate)
-    << ",\"compute_samples_per_s\":" << json_number(compute_rate) << ",\"data_wait_s\":" << json_number(r.time.wait_s)
-    << ",\"input_stall_pct\":" << json_number(r.time.stall_pct()) << ",\"final_loss\":" << json_number(r.last_loss)
-    << ",\"metric\":\"" << metric_name(task) << "\",\"val_metric\":" << json_number(r.val.metric)
-    << ",\"baseline_mae\":" << json_number(r.val.baseline) << ",\"samples\":" << r.samples;
+    << "\",\"steps\":" << r.steps << ",\"time_s\":" << json_number(r.total_s)
+    << ",\"samples_per_s\":" << json_number(rate) << ",\"compute_samples_per_s\":" << json_number(compute_rate)
+    << ",\"data_wait_s\":" << json_number(r.time.wait_s) << ",\"input_stall_pct\":" << json_number(r.time.stall_pct())
+    << ",\"final_loss\":" << json_number(r.last_loss) << ",\"metric\":\"" << metric_name(task)
+    << "\",\"val_metric\":" << json_number(r.val.metric) << ",\"baseline_mae\":" << json_number(r.val.baseline)
+    << ",\"samples\":" << r.samples;
   if (!r.tournament_json.empty()) j << "," << r.tournament_json;
-  j << ",\"bad_samples\":" << r.bad_samples << ",\"rollbacks\":" << r.rollbacks << ",\"allreduce_buckets\":" << r.buckets
-    << ",\"buckets_started_in_backward\":" << r.buckets_in_backward
+  j << ",\"bad_samples\":" << r.bad_samples << ",\"rollbacks\":" << r.rollbacks
+    << ",\"allreduce_buckets\":" << r.buckets << ",\"buckets_started_in_backward\":" << r.buckets_in_backward
     << ",\"peak_rss_bytes\":" << static_cast<long long>(r.peak_rss) << "}";
   metrics.write(j.str());
 }
@@ -270,7 +276,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const TournamentPlan plan = parse_tournament(o.tournament, task, world.size());
   if (o.inject_nan_trainer >= plan.trainers)
     throw std::invalid_argument("--inject-nan-trainer " + std::to_string(o.inject_nan_trainer) +
-                                ": pass a trainer below --trainers " + std::to_string(plan.trainers) + " (or -1 for all)");
+                                ": pass a trainer below --trainers " + std::to_string(plan.trainers) +
+                                " (or -1 for all)");
   // Each trainer is a contiguous block of ranks with a communicator of its own (one trainer: the world).
   Tournament tournament(plan, world, o.seed);
   const int trainer = tournament.trainer();
@@ -281,16 +288,19 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
   const DecayKind decay = parse_decay_kind(o.schedule);
   // Rank 0 chooses a default name; every trainer's first rank writes into the directory.
-  std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir : leader ? fresh_run_directory(o.model) : "";
+  std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir
+                               : leader                  ? fresh_run_directory(o.model)
+                                                         : "";
   if (o.checkpoint_dir.empty()) tournament.agree_on_directory(checkpoint_dir);
 
   // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
   if (!o.grid.grid.empty() && o.grid.grid != "auto") {
     const GridShape shape = parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3);
     if (plan.enabled() && shape.ranks() != comm.size())
-      throw GridError("--grid " + shape.to_string() + " needs " + std::to_string(shape.ranks()) + " ranks, but each of the " +
-                      std::to_string(plan.trainers) + " trainers has " + std::to_string(comm.size()) +
-                      ": pass a grid whose product is " + std::to_string(comm.size()) + " (ranks / --trainers)");
+      throw GridError("--grid " + shape.to_string() + " needs " + std::to_string(shape.ranks()) +
+                      " ranks, but each of the " + std::to_string(plan.trainers) + " trainers has " +
+                      std::to_string(comm.size()) + ": pass a grid whose product is " + std::to_string(comm.size()) +
+                      " (ranks / --trainers)");
     check_grid_ranks(shape, comm.size());
   }
 
@@ -301,16 +311,16 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     require_same_layout(*train_set, *val_set, o.val_dir);
   }
   // Trainers start from different initial weights (trainer 0 from the plain run's).
-  ModelOptions model_options =
-      model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes, o.seed + static_cast<std::uint64_t>(trainer));
+  ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes,
+                                                 o.seed + static_cast<std::uint64_t>(trainer));
   model_options.zero_init_residual = o.zero_init_residual;
   const Precision precision = parse_precision(o.precision);
   auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
   // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
   // data parallelism. The batch is per sample group.
-  ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer.kind == "adam" ? 2 : 1,
-                                       backend_of_run->device(), comm, trainer == 0 ? out : quiet,
-                                       trainer == 0 ? err : quiet);
+  ResolvedGrid resolved =
+      resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer.kind == "adam" ? 2 : 1,
+                   backend_of_run->device(), comm, trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
   if (o.grid.explain) return 0;
   if (o.grid.grid == "auto") tournament.agree_on_grid(resolved);
   model_options.batch = resolved.batch_per_group;
@@ -336,8 +346,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   if (steps_per_epoch == 0)
     throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
-                                          std::to_string(group_batch) + " per sample group x " + std::to_string(groups) +
-                                          " groups)");
+                                          std::to_string(group_batch) + " per sample group x " +
+                                          std::to_string(groups) + " groups)");
 
   ScheduleOptions schedule;
   schedule.base_lr = base_lr;
@@ -351,7 +361,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
       checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(trainer) + ".bin" : "/checkpoint.bin");
   const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   if (leader)
-    out << first_line(o, plan, ranks, resolved, groups, model->backend().describe(), base_lr, warmup_epochs, checkpoint_dir)
+    out << first_line(o, plan, ranks, resolved, groups, model->backend().describe(), base_lr, warmup_epochs,
+                      checkpoint_dir)
         << std::endl;
   TrainingPosition position;
   position.seed = o.seed;
@@ -387,7 +398,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const auto tournament_score = [&] {
     if (!backend.all_finite(table.arena(Arena::Values))) return std::numeric_limits<double>::quiet_NaN();
     const bool by_loss = plan.metric == TournamentMetric::Loss;
-    const Validation v = validate(grid_run, tournament.tournament_set(), task, comm, group_batch, o.prefetch_threads, by_loss);
+    const Validation v =
+        validate(grid_run, tournament.tournament_set(), task, comm, group_batch, o.prefetch_threads, by_loss);
     return by_loss ? v.loss : v.metric;
   };
 
@@ -401,7 +413,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     spec.epoch = epoch;
     auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
     const std::size_t first = epoch == position.epoch ? position.next_batch : 0;  // mid-epoch resume
-    std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first), batches.end());
+    std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first),
+                                                    batches.end());
     data::hint_epoch_order(*train_set, remaining, world.rank());  // FanStore daemon prefetch; no-op without one
     data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
     validated_at_end = false;
@@ -447,8 +460,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
           step_ok = scaler.update(backend.all_finite(gradients));
           if (!step_ok && leader) {
             progress.finish();
-            err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
-                << "; step skipped, scale now " << scaler.scale() << "\n";
+            err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale "
+                << used << "; step skipped, scale now " << scaler.scale() << "\n";
           }
         }
         if (step_ok) optimizer->step(table, static_cast<float>(lr));
@@ -476,8 +489,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
           metrics.write(step_json(position.global_step, epoch, values[i], values[i + 1], static_cast<double>(per_step),
                                   step, seconds_since(start), tournament.enabled() ? t : -1));
       }
-      const auto round = tournament.play_if_due(position.global_step, position.lr_scale, *model, *optimizer,
-                                                tournament_score);
+      const auto round =
+          tournament.play_if_due(position.global_step, position.lr_scale, *model, *optimizer, tournament_score);
       if (round.took_other) {
         position.lr_scale = round.lr_scale;
         guard.rebase(*model, *optimizer);
@@ -487,8 +500,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
 
       if (leader) {
         char rates[96];
-        std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%", static_cast<double>(per_step) / step.total(),
-                      step.stall_pct());
+        std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%",
+                      static_cast<double>(per_step) / step.total(), step.stall_pct());
         std::ostringstream line;
         line << "epoch " << epoch + 1 << "/" << o.epochs << " step " << j + 1 << "/" << batches.size() << "  loss "
              << mean_loss << "  " << rates;
@@ -512,9 +525,10 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
       const std::vector<double> vals = tournament.per_trainer({last_val.metric});
       for (int t = 0; t < plan.trainers && leader; ++t) {
         const double metric = vals[static_cast<std::size_t>(t)];
-        std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) + ",\"step\":" +
-                           std::to_string(position.global_step) + (plan.enabled() ? ",\"trainer\":" + std::to_string(t) : "") +
-                           ",\"" + metric_name(task) + "\":" + json_number(metric);
+        std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) +
+                           ",\"step\":" + std::to_string(position.global_step) +
+                           (plan.enabled() ? ",\"trainer\":" + std::to_string(t) : "") + ",\"" + metric_name(task) +
+                           "\":" + json_number(metric);
         if (task == TaskKind::Regression) line += ",\"baseline_mae\":" + json_number(last_val.baseline);
         metrics.write(line + "}");
         err << "fanstore-train: epoch " << epoch + 1 << (plan.enabled() ? " trainer " + std::to_string(t) : "")
@@ -523,14 +537,16 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     }
     save();
   }
-  if (val_set && !validated_at_end) last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+  if (val_set && !validated_at_end)
+    last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
   // The run's output model is the best trainer's: by validation score, or without --val by the
   // tournament score; its first rank writes it as checkpoint.bin.
   int best = 0;
   if (plan.enabled()) {
     best = tournament.choose_best(val_set ? last_val.metric : tournament_score(),
                                   val_set ? validation_metric(task) : plan.metric);
-    if (trainer == best && trainer_leader) save_checkpoint(checkpoint_dir + "/checkpoint.bin", *model, *optimizer, position);
+    if (trainer == best && trainer_leader)
+      save_checkpoint(checkpoint_dir + "/checkpoint.bin", *model, *optimizer, position);
     last_loss = trainer_losses[static_cast<std::size_t>(best)];
     if (val_set) last_val.metric = tournament.final_scores()[static_cast<std::size_t>(best)];
   }
@@ -560,8 +576,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     summary.scaler = f.str();
   }
   if (plan.enabled()) {
-    summary.tournament_text = tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric),
-                                                      summary.total_s);
+    summary.tournament_text =
+        tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric), summary.total_s);
     summary.tournament_json = tournament.summary_json();
   }
   summary.outputs = plan.enabled() ? checkpoint_dir + "/checkpoint.bin (trainer " + std::to_string(best) +

@@ -13,7 +13,8 @@ class BatchNorm final : public Layer {
  public:
   // initial_scale: gamma's initial value (1 in PyTorch; 0 for the last BN of a residual branch
   // under ResNet's zero_init_residual, Goyal et al. section 5.1).
-  BatchNorm(std::string name, std::int64_t channels, float epsilon = 1e-5f, float momentum = 0.1f, float initial_scale = 1.f);
+  BatchNorm(std::string name, std::int64_t channels, float epsilon = 1e-5f, float momentum = 0.1f,
+            float initial_scale = 1.f);
   std::string kind() const override;
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   void initialize(Rng& rng) override;
@@ -26,9 +27,9 @@ class BatchNorm final : public Layer {
   void declare_parameters() override;
   std::int64_t channels_;
   float epsilon_, momentum_, initial_scale_;
-  ParameterHandle gamma_, beta_;                 // "weight", "bias": (C)
-  BufferHandle running_mean_, running_var_;     // (C)
-  Tensor batch_mean_, batch_var_;               // (C), this step's statistics (biased variance), on the backend
+  ParameterHandle gamma_, beta_;             // "weight", "bias": (C)
+  BufferHandle running_mean_, running_var_;  // (C)
+  Tensor batch_mean_, batch_var_;            // (C), this step's statistics (biased variance), on the backend
   std::unique_ptr<BatchNormKernel> kernel_;
 };
 

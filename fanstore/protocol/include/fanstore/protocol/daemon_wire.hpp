@@ -26,7 +26,6 @@ using le::Store16;
 using le::Store32;
 using le::Store64;
 
-
 inline constexpr uint32_t kRequestMagic = 0x51445346;  // "FSDQ" little-endian
 inline constexpr uint32_t kReplyMagic = 0x52445346;    // "FSDR"
 inline constexpr uint16_t kVersion = 2;

@@ -36,8 +36,8 @@ struct Lookup {
 inline Lookup LookUp() {
   if (const char* slurm = std::getenv(env::kSlurmNodeName); slurm && *slurm) {
     if (auto why = WhyNotAComponent(slurm); !why.empty())
-      return {"", std::string(env::kSlurmNodeName) + "='" + slurm + "' cannot name a node directory: " +
-                      std::string(why) + " (fix or unset it)"};
+      return {"", std::string(env::kSlurmNodeName) + "='" + slurm +
+                      "' cannot name a node directory: " + std::string(why) + " (fix or unset it)"};
     return {slurm, ""};
   }
   char host[HOST_NAME_MAX + 1] = {};

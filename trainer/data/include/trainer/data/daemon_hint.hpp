@@ -1,8 +1,8 @@
 // Tells the node's FanStore daemon this rank's reading order for the epoch (its prefetch hint), when the trainer
 // runs under `fanstore run --daemon` or with FANSTORE_DAEMON set by hand: the daemon fetches the remote samples
 // ahead into its cache. Plain POSIX sockets (the data library links no fanstore code) speaking the header-only
-// wire protocol (fanstore/protocol/include/fanstore/protocol/daemon_wire.hpp), with "{node}" in the socket path expanded as every client
-// does. A hint is an optimisation: any failure is silently a no-op.
+// wire protocol (fanstore/protocol/include/fanstore/protocol/daemon_wire.hpp), with "{node}" in the socket path
+// expanded as every client does. A hint is an optimisation: any failure is silently a no-op.
 #pragma once
 
 #include <sys/socket.h>

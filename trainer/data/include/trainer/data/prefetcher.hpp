@@ -16,7 +16,7 @@
 namespace fanstore::trainer::data {
 
 struct PrefetchOptions {
-  int threads = 2;       // 0: decode synchronously inside next()
+  int threads = 2;      // 0: decode synchronously inside next()
   int queue_depth = 4;  // batches decoded or being decoded ahead of the one the trainer takes
 };
 

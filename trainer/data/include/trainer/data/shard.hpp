@@ -37,7 +37,6 @@ std::vector<std::size_t> epoch_permutation(std::size_t dataset_size, std::uint64
 std::vector<std::size_t> shard_indices(const ShardSpec& spec);
 
 // Cuts a shard into consecutive batches of batch_size (the shard is already a multiple of it).
-std::vector<std::vector<std::size_t>> split_into_batches(const std::vector<std::size_t>& shard,
-                                                         std::size_t batch_size);
+std::vector<std::vector<std::size_t>> split_into_batches(const std::vector<std::size_t>& shard, std::size_t batch_size);
 
 }  // namespace fanstore::trainer::data
