@@ -155,18 +155,8 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
     size_t piece = 0;
     int from = -1;
     if (o_.piece_reader && !local_->Staged(r.part, r.offset, r.length) &&
-        local_->InOnePiece(r.part, r.offset, r.length, &piece) && (from = o_.piece_reader(r.part, piece)) >= 0) {
-      if (auto it = inflight_.find(r); it != inflight_.end()) {
-        stats_->coalesced.fetch_add(1, std::memory_order_relaxed);
-        it->second->waiters.push_back({conn, req_id, t0});
-        return;
-      }
-      auto* f = new Fetch(this, r);
-      f->waiters.push_back({conn, req_id, t0});
-      inflight_[r] = f;
-      transport_->FetchFrom(from, r, false, f);
-      return;
-    }
+        local_->InOnePiece(r.part, r.offset, r.length, &piece) && (from = o_.piece_reader(r.part, piece)) >= 0)
+      return JoinOrFetch(conn, req_id, r, t0, from);
     if (ServeLocal(conn, req_id, r, t0)) return;
   }
   FetchCache::Tag tag;
@@ -180,6 +170,10 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
     stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
     return;
   }
+  JoinOrFetch(conn, req_id, r, t0, -1);
+}
+
+void FetchRouter::JoinOrFetch(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0, int from) {
   if (auto it = inflight_.find(r); it != inflight_.end()) {
     stats_->coalesced.fetch_add(1, std::memory_order_relaxed);
     if (it->second->prefetch && it->second->waiters.empty())
@@ -190,7 +184,8 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   auto* f = new Fetch(this, r);
   f->waiters.push_back({conn, req_id, t0});
   inflight_[r] = f;
-  transport_->Fetch(r, f);
+  if (from >= 0) transport_->FetchFrom(from, r, false, f);
+  else transport_->Fetch(r, f);
 }
 
 bool FetchRouter::ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0) {

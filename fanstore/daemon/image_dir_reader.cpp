@@ -9,6 +9,8 @@
 #include <chrono>
 #include <thread>
 
+#include "decode_internal.hpp"
+
 namespace fanstore::daemon {
 namespace {
 
@@ -31,9 +33,9 @@ int64_t ImageDirReader::Book(uint64_t n) {
   if (rate_ == 0) return 0;
   std::lock_guard<std::mutex> g(mu_);
   // A budget unused for a while is not saved up beyond a tenth of a second's worth.
-  next_free_us_ = std::max(next_free_us_, NowUs() - 100000);
-  next_free_us_ += static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
-  return next_free_us_;
+  const int64_t start = std::max(next_free_us_, NowUs() - 100000);
+  next_free_us_ = start + static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
+  return start;
 }
 
 Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst) {
@@ -50,23 +52,14 @@ Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* ds
     }
     fd = fds_[part];
   }
-  while (n > 0) {
-    ssize_t r = pread(fd, dst, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::FromErrno(errno, "read " + paths_[part]);
-    if (r == 0) return Status(Code::kIoError, paths_[part] + " is shorter than its index says: was it changed?");
-    dst += r;
-    offset += static_cast<uint64_t>(r);
-    n -= static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
+  return PreadFull(fd, dst, n, offset, paths_[part]);
 }
 
 Status ImageDirReader::ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst,
                                       const std::function<bool()>& cancelled) {
-  // Paced before the read: the bytes are due when the budget has room for them.
-  int64_t due = Book(n) - static_cast<int64_t>(n * 1e6 / std::max<double>(static_cast<double>(rate_), 1.0));
-  for (int64_t now; rate_ && (now = NowUs()) < due;) {
+  // Paced before the read: the bytes go once the budget has room for them.
+  const int64_t due = Book(n);
+  for (int64_t now; (now = NowUs()) < due;) {
     if (cancelled && cancelled()) return Status(Code::kIoError, "staging interrupted");
     std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(due - now, 20000)));
   }

@@ -35,7 +35,7 @@ class ImageDirReader {
 
  private:
   Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst);
-  // Books n bytes at the cap; returns the time (steady clock, us) they are due by.
+  // Books n bytes at the cap; returns when (steady clock, us) their slot starts (0 without a cap).
   int64_t Book(uint64_t n);
 
   std::vector<std::string> paths_;

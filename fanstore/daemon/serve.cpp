@@ -361,11 +361,10 @@ int Serve(const ServeOptions& o) {
     stager->on_complete = [mp](uint32_t part) {
       if (mp) mp->Map(part);
     };
-    auto t_start = t0;
-    stager->on_tally = [srv, rank, nranks, t_start](const Stager::Tally& t) {
+    stager->on_tally = [srv, rank, nranks, t0](const Stager::Tally& t) {
       srv->SetStaged();
       if (rank != 0) return;
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (t.failed_ranks)
         std::printf(
             "fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they "

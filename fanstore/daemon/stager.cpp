@@ -333,6 +333,7 @@ void Stager::Report(int64_t now) {
 bool Stager::Poll() {
   const int64_t now = dp::NowUs();
   bool did = reader_->PollWaits(now);
+  if (done_everywhere()) return did;  // the daemon's whole life after staging: nothing more to do here
   const bool turns = o_.readers > 0 && o_.readers < o_.nranks;
   if (!started_mpi_) {
     started_mpi_ = true;
@@ -396,12 +397,12 @@ bool Stager::Poll() {
     int flag = 0;
     MPI_Test(&turn_send_, &flag, MPI_STATUS_IGNORE);
   }
-  size_t queued;
-  {
+  // Received pieces wait for the verifiers: no more fetches while they are behind (memory stays bounded).
+  size_t queued = 0;
+  if (!fetch_q_.empty() || !retry_.empty()) {
     std::lock_guard<std::mutex> g(mu_);
     queued = verify_q_.size();
   }
-  // Received pieces wait for the verifiers: no more fetches while they are behind (memory stays bounded).
   while (!stop_ && inflight_ < o_.fetch_window && queued + static_cast<size_t>(inflight_) < 2 * kMaxQueued) {
     Job j;
     if (!retry_.empty() && retry_.top().not_before_us <= now) {

@@ -39,12 +39,9 @@ Result<uint64_t> FileSize(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
-Status Interrupted() { return Status(Code::kIoError, "staging interrupted by a signal"); }
-
 // Copies src to dst via a temporary name in dst's directory, so a half-copied file never has the final name.
 // The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask.
-Status CopyFile(const std::string& src, const std::string& dst, const std::function<bool()>& cancelled,
-                StagedFiles* staged) {
+Status CopyFile(const std::string& src, const std::string& dst, StagedFiles* staged) {
   int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Status::FromErrno(errno, "open " + src);
   struct stat sst;
@@ -67,10 +64,6 @@ Status CopyFile(const std::string& src, const std::string& dst, const std::funct
   bool use_cfr = true;  // copy_file_range stays in the kernel; fall back to read/write across file systems
   std::unique_ptr<char[]> buf;
   for (; s.ok();) {
-    if (cancelled && cancelled()) {
-      s = Interrupted();
-      break;
-    }
     ssize_t n;
     if (use_cfr) {
       n = copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
@@ -203,7 +196,7 @@ Status CheckSpace(const std::string& image_dir, const std::string& local_dir, co
 }
 
 Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged) {
-  return CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, nullptr, staged);
+  return CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, staged);
 }
 
 Result<std::vector<StagedPart>> PrepareParts(const std::string& image_dir, const std::string& local_dir,

@@ -6,20 +6,9 @@
 # Usage: scripts/bench/env.sh OUT_DIR [--quick]     (bench.sh runs it; it can also run alone)
 # Appends rows to OUT_DIR/raw.csv and notes to OUT_DIR/notes.tsv. Env: BUILD_DIR, BENCH_DISK (data there).
 set -euo pipefail
-OUT=${1:?usage: env.sh OUT_DIR [--quick]}
-QUICK=0
-[ "${2:-}" = --quick ] && QUICK=1
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$REPO/build}
-[[ $BUILD_DIR == /* ]] || BUILD_DIR=$REPO/$BUILD_DIR
+# shellcheck source=scripts/bench/standalone.sh
+source "$(dirname "$0")/standalone.sh" env "$@"
 FS=$BUILD_DIR/bin/fanstore
-PY=${FANSTORE_PYTHON:-/usr/bin/python3}
-TMP=${BENCH_DISK:-/var/tmp/fanstore-bench}/env
-mkdir -p "$OUT"
-[ -f "$OUT/raw.csv" ] || echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
-record() { printf '"%s","%s",%s,%s,%s,"%s"\n' env "$1" "$2" "$3" "$4" "$5" >>"$OUT/raw.csv"; }
-note() { printf 'env\t%s\n' "$1" >>"$OUT/notes.tsv"; }
-log() { printf '[env %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 NPROC=16 RUNS=$([ $QUICK = 1 ] && echo 1 || echo 3)
 CASE="$NPROC x python3 -c 'import torch', wall"

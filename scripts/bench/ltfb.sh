@@ -7,23 +7,12 @@
 # Appends rows to OUT_DIR/raw.csv and notes to OUT_DIR/notes.tsv; logs and metrics in OUT_DIR/logs/ltfb-*.
 # Env: BUILD_DIR (default build/), MPIRUN (default: mpirun on PATH), BENCH_DISK (data under BENCH_DISK/ltfb).
 set -euo pipefail
-OUT=${1:?usage: ltfb.sh OUT_DIR [--quick]}
-QUICK=0
-[ "${2:-}" = --quick ] && QUICK=1
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$REPO/build}
-[[ $BUILD_DIR == /* ]] || BUILD_DIR=$REPO/$BUILD_DIR
+# shellcheck source=scripts/bench/standalone.sh
+source "$(dirname "$0")/standalone.sh" ltfb "$@"
 TRAIN=$BUILD_DIR/bin/fanstore-train DATAGEN=$BUILD_DIR/bin/fanstore-datagen
-PY=${FANSTORE_PYTHON:-/usr/bin/python3}
 MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
-TMP=${BENCH_DISK:-/var/tmp/fanstore-bench}/ltfb
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-[ -f "$OUT/raw.csv" ] || echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
-
-record() { printf '"%s","%s",%s,%s,%s,"%s"\n' "ltfb" "${1//\"/\'}" "$2" "$3" "$4" "${5//\"/\'}" >>"$OUT/raw.csv"; }
-note() { printf 'ltfb\t%s\n' "$1" >>"$OUT/notes.tsv"; }
-log() { printf '[ltfb %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [ -z "$MPIRUN" ] || ! "$TRAIN" --help 2>&1 | grep -q -- --trainers; then
   record "all" ltfb - lower "n/a (needs mpirun and fanstore-train --trainers)"

@@ -13,25 +13,17 @@
 #   model    every grid of 2 and 4 ranks: the performance model's predicted step time (--explain)
 #            next to the measured one (--benchmark), and the model's best grid against the measured best
 set -euo pipefail
-OUT=${1:?usage: spatial.sh OUT_DIR [--quick]}
-QUICK=0
-[ "${2:-}" = --quick ] && QUICK=1
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$REPO/build}
-[[ $BUILD_DIR == /* ]] || BUILD_DIR=$REPO/$BUILD_DIR
+# shellcheck source=scripts/bench/standalone.sh
+source "$(dirname "$0")/standalone.sh" spatial "$@"
 TRAIN=$BUILD_DIR/bin/fanstore-train
 MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-[ -f "$OUT/raw.csv" ] || echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
 STEPS=3
 [ $QUICK = 1 ] && STEPS=1
 PARTS=${SPATIAL_PARTS:-memory cap scaling model}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
-record() { printf '"%s","%s",%s,%s,%s,"%s"\n' "spatial" "${1//\"/\'}" "$2" "$3" "$4" "${5//\"/\'}" >>"$OUT/raw.csv"; }
-note() { printf 'spatial\t%s\n' "$1" >>"$OUT/notes.tsv"; }
-log() { printf '[spatial %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [ -z "$MPIRUN" ] || ! "$TRAIN" --help 2>&1 | grep -q -- --grid; then
   record "all" spatial - higher "n/a (needs mpirun and fanstore-train --grid)"

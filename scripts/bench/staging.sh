@@ -11,23 +11,12 @@
 # Appends rows to OUT_DIR/raw.csv and notes to OUT_DIR/notes.tsv. Env: BUILD_DIR, BENCH_DISK (data there),
 # STAGE_NODE_RATE (tc rate of each node's link, default 1gbit), STAGE_FS_RATE (the file server's, default 400mbit).
 set -euo pipefail
-OUT=${1:?usage: staging.sh OUT_DIR [--quick]}
-QUICK=0
-[ "${2:-}" = --quick ] && QUICK=1
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$REPO/build}
-[[ $BUILD_DIR == /* ]] || BUILD_DIR=$REPO/$BUILD_DIR
+# shellcheck source=scripts/bench/standalone.sh
+source "$(dirname "$0")/standalone.sh" staging "$@"
 FS=$BUILD_DIR/bin/fanstore
-PY=${FANSTORE_PYTHON:-/usr/bin/python3}
-TMP=${BENCH_DISK:-/var/tmp/fanstore-bench}/staging
 NODE_RATE=${STAGE_NODE_RATE:-1gbit}
 FS_RATE=${STAGE_FS_RATE:-400mbit}
 N=4 TAG=stg$$ SERVER=10.99.0.100
-mkdir -p "$OUT"
-[ -f "$OUT/raw.csv" ] || echo "section,case,system,unit,better,value" >"$OUT/raw.csv"
-record() { printf '"%s","%s",%s,%s,%s,"%s"\n' staging "$1" "$2" "$3" "$4" "$5" >>"$OUT/raw.csv"; }
-note() { printf 'staging\t%s\n' "$1" >>"$OUT/notes.tsv"; }
-log() { printf '[staging %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 na() {
   record "time to the first correct read" fanstore s lower "n/a ($1)"
   log "skipped: $1"

@@ -161,6 +161,22 @@ std::string ReadAllHash(int fd, long* total) {
   return o;
 }
 
+// fread to EOF, then fclose: "hash=..." of what was read, *total its length.
+std::string StreamHash(FILE* f, long* total) {
+  char buf[4096];
+  uint64_t h = 1469598103934665603ull;
+  size_t n;
+  *total = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    h = Hash(buf, n, h);
+    *total += static_cast<long>(n);
+  }
+  fclose(f);
+  char o[48];
+  snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
+  return o;
+}
+
 std::string Listing(DIR* d) {
   std::vector<std::string> names;
   errno = 0;
@@ -553,19 +569,10 @@ const std::unordered_map<std::string_view, Op> kOps = {
          Report(a.line, -1, errno);
          return;
        }
-       char buf[4096];
-       uint64_t h = 1469598103934665603ull;
        long total = 0;
-       size_t n;
-       while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-         h = Hash(buf, n, h);
-         total += static_cast<long>(n);
-       }
-       fclose(f);
+       std::string h = StreamHash(f, &total);  // closes f
        g_fds.erase(a.arg(1));
-       char o[48];
-       snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
-       Report(a.line, total, 0, o);
+       Report(a.line, total, 0, h);
      }},
     {"fopen",
      [](const Args& a) {  // fopen PATH MODE: fread to EOF
@@ -574,18 +581,9 @@ const std::unordered_map<std::string_view, Op> kOps = {
          Report(a.line, -1, errno);
          return;
        }
-       char buf[4096];
-       uint64_t h = 1469598103934665603ull;
        long total = 0;
-       size_t n;
-       while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-         h = Hash(buf, n, h);
-         total += static_cast<long>(n);
-       }
-       fclose(f);
-       char o[48];
-       snprintf(o, sizeof o, "hash=%016llx", static_cast<unsigned long long>(h));
-       Report(a.line, total, 0, o);
+       std::string h = StreamHash(f, &total);  // closes f
+       Report(a.line, total, 0, h);
      }},
     {"fork_read",
      [](const Args& a) {  // fork_read H: a forked child lseeks to 0 and reads the inherited fd

@@ -19,23 +19,17 @@
 #include "placement.hpp"
 #include "stage_layout.hpp"
 #include "staged_reader.hpp"
+#include "test_util.hpp"
 
 namespace fanstore::daemon {
 namespace {
 
-std::string FileBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 class StagingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-staging-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    std::string src = dir_ + "/src";
-    ASSERT_EQ(mkdir(src.c_str(), 0700), 0);
+    ASSERT_FALSE(tmp_.path().empty());
+    dir_ = tmp_.path();
+    const std::string src = tmp_ / "src";
     uint32_t seed = 11;
     // Files of many sizes, half compressible, some of several 64 KiB chunks, a hard link (stored once) and a
     // sparse file (chunks of zeros: nothing stored).
@@ -43,29 +37,20 @@ class StagingTest : public ::testing::Test {
       std::string bytes(static_cast<size_t>(1000 + i * 9000), '\0');
       for (size_t k = 0; k < bytes.size(); ++k)
         bytes[k] = i % 2 ? static_cast<char>(k % 7) : static_cast<char>((seed = seed * 1103515245u + 12345u) >> 16);
-      std::ofstream(src + "/f" + std::to_string(i), std::ios::binary) << bytes;
+      test::WriteFile(src + "/f" + std::to_string(i), bytes);
     }
     ASSERT_EQ(link((src + "/f3").c_str(), (src + "/hard").c_str()), 0);
-    std::ofstream(src + "/sparse", std::ios::binary) << std::string(300000, '\0') << "end";
-    PackOptions po;
-    po.source = src;
-    po.output = dir_ + "/img";
-    po.parts = 2;
-    po.chunk_size = 64 << 10;
-    po.threads = 1;
-    ASSERT_TRUE(Pack(po).ok());
-    auto img = Image::Open(po.output);
-    ASSERT_TRUE(img.ok()) << img.status().ToString();
-    img_ = std::move(img).value();
+    test::WriteFile(src + "/sparse", std::string(300000, '\0') + "end");
+    auto packed = test::PackTree(src, tmp_ / "img", 2, {}, 1, nullptr, 64 << 10);
+    ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+    img_ = test::OpenOrDie(tmp_ / "img");
     for (uint32_t p = 0; p < img_->PartitionCount(); ++p) {
       parts_.push_back(p);
-      bytes_.push_back(FileBytes(img_->PartitionPath(p)));
+      bytes_.push_back(test::ReadAll(img_->PartitionPath(p)));
       sizes_.push_back(bytes_.back().size());
     }
   }
-  void TearDown() override {
-    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
-  }
+  test::TempDir tmp_;
   std::string dir_;
   std::shared_ptr<const Image> img_;
   std::vector<uint32_t> parts_;
