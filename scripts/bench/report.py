@@ -64,6 +64,9 @@ SECTIONS = [
     ("staging", "Staging on 4 nodes from a network file system (sshfs): first read, bytes read, time to staged",
      ["fanstore", "strict", "cp"],
      [("fanstore", "cp"), ("fanstore", "strict")]),
+    ("remote-cost", "What remote reads cost: wall and CPU seconds per 1,000 remote files, each daemon mechanism on and off",
+     ["default", "no-doorbell", "no-mapped", "alt"],
+     [("no-doorbell", "default"), ("no-mapped", "default"), ("alt", "default")]),
     ("env", "A Python environment from an image: 16 processes importing torch, pack time and size vs SquashFS",
      ["fanstore-run", "fuse", "squashfuse", "squashfs", "disk", "fanstore-pack", "mksquashfs"],
      [("fanstore-run", "disk"), ("fanstore-run", "squashfuse"), ("fanstore-run", "squashfs"), ("fuse", "disk"),
@@ -88,6 +91,7 @@ HEADINGS = {
     "ltfb-k": "K trainers", "one-trainer": "one trainer",
     "fanstore-run": "fanstore run", "squashfuse": "squashfuse", "squashfs": "kernel squashfs",
     "mksquashfs": "mksquashfs",
+    "default": "default", "no-doorbell": "--no-doorbell", "no-mapped": "--mapped-send-min 0", "alt": "COST_ALT build",
 }
 # The subject of a verdict sentence ("FanStore 3.2x faster").
 SUBJECT = {
@@ -98,6 +102,7 @@ SUBJECT = {
     "microbench-fanstore": "FanStore",
     "fanstore-train-gpu": "fanstore-train (GPU)", "spatial": "grid", "model-choice": "model's choice",
     "ltfb-k": "K trainers", "fanstore-run": "fanstore run",
+    "no-doorbell": "without doorbells", "no-mapped": "without mapped sends", "alt": "COST_ALT build",
 }
 
 

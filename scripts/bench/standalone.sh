@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the benchmark sections that also run alone (env.sh, ltfb.sh, spatial.sh, staging.sh):
+# Sourced by the benchmark sections that also run alone (env.sh, ltfb.sh, remote_cost.sh, spatial.sh, staging.sh):
 #   source "$(dirname "$0")/standalone.sh" SECTION "$@"      (the script's own arguments: OUT_DIR [--quick])
 # Sets OUT, QUICK (0/1), REPO, BUILD_DIR (absolute), PY and TMP ($BENCH_DISK/SECTION), makes OUT/raw.csv, and
 # defines record CASE SYSTEM UNIT BETTER VALUE (a raw.csv row of SECTION; double quotes become single ones), note

@@ -32,6 +32,12 @@ namespace fanstore::env {
     "`tc` rate of each namespace node's link", "`1gbit`")                                                                   \
   X(kBenchStageFsRate, "STAGE_FS_RATE", Scope::kScript, "`scripts/bench/staging.sh`",                                       \
     "`tc` rate of the sshfs file server's link", "`400mbit`")                                                               \
+  X(kBenchCostRounds, "COST_ROUNDS", Scope::kScript, "`scripts/bench/remote_cost.sh`",                                     \
+    "rounds of every variant (the table shows their median)", "3 (1 with `--quick`)")                                      \
+  X(kBenchCostAlt, "COST_ALT", Scope::kScript, "`scripts/bench/remote_cost.sh`",                                            \
+    "another build's `fanstore`, measured as one more column (an A/B across commits)", "none")                             \
+  X(kBenchCostOnly, "COST_ONLY", Scope::kScript, "`scripts/bench/remote_cost.sh`",                                          \
+    "the variants to run, by name (`default`, `no-doorbell`, `no-mapped`, `alt`)", "all")                                  \
   X(kBenchDrivers, "BENCH_DRIVERS", Scope::kScript, "`scripts/bench.sh`",                                                   \
     "where the benchmark drivers are built when the build directory lacks them (kept between runs)",                        \
     "`/var/tmp/fanstore-bench-drivers`")                                                                                    \

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# What a remote read costs in CPU, beside its wall time: a client on rank 0's node reads files that live on the
+# other 3 of 4 daemons (--cache-bytes 0, so every read crosses), and remote_cost.py reports, per 1,000 files, the
+# wall seconds and the CPU seconds of the client, of the asking daemon (rank 0) and of the owning daemons (ranks 1-3
+# summed). Over shared memory (4 ranks on this machine) and over TCP (4 network namespaces, scripts/netns-hosts.sh).
+# Each daemon mechanism that can be switched off is measured with and without it, in alternating rounds, so that
+# whether it earns its place is decided on this table (docs/daemon.md, "Progress").
+# Usage: scripts/bench/remote_cost.sh OUT_DIR [--quick]   (bench.sh runs it; it can also run alone; TCP needs root)
+# Appends rows to OUT_DIR/raw.csv and notes to OUT_DIR/notes.tsv. Env: BUILD_DIR, BENCH_DISK; COST_ROUNDS (default 3,
+# 1 with --quick); COST_ALT=PATH adds a column "alt" for another build's `fanstore` (an A/B across commits);
+# COST_ONLY="default alt" runs only the variants named. The daemons are found by a program name ending in "fanstore".
+set -euo pipefail
+# shellcheck source=scripts/bench/standalone.sh
+source "$(dirname "$0")/standalone.sh" remote-cost "$@"
+FS=$BUILD_DIR/bin/fanstore
+IOBENCH=$BUILD_DIR/bin/fanstore-iobench
+HERE=$(dirname "$0")
+ROUNDS=${COST_ROUNDS:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
+TAG=rc$$
+SHM=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "self,vader" -np 4)
+# name|fanstore binary|serve options: the default, then each mechanism off.
+VARIANTS=("default|$FS|" "no-doorbell|$FS|--no-doorbell" "no-mapped|$FS|--mapped-send-min 0")
+[ -n "${COST_ALT:-}" ] && VARIANTS+=("alt|$COST_ALT|")
+if [ -n "${COST_ONLY:-}" ]; then
+  kept=()
+  for v in "${VARIANTS[@]}"; do [[ " $COST_ONLY " == *" ${v%%|*} "* ]] && kept+=("$v"); done
+  VARIANTS=("${kept[@]}")
+fi
+# directory|files|bytes each, and the cases read from them: label|directory|reader threads (4: a loader's workers).
+FILES=("d4k|2000|4096" "d128k|600|131072" "d2m|80|2097152")
+CASES=("4 KiB files|d4k|4" "4 KiB files, one reader|d4k|1" "128 KiB files|d128k|4" "2 MiB files|d2m|4")
+SECONDS_EACH=$([ "$QUICK" = 1 ] && echo 0.5 || echo 2)
+
+JOB="" NETNS=0
+cleanup() {
+  [ -n "$JOB" ] && { kill -TERM "$JOB" 2>/dev/null; wait "$JOB" 2>/dev/null; }
+  [ $NETNS = 1 ] && bash "$REPO/scripts/netns-hosts.sh" down "$TAG" 4 >/dev/null 2>&1
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+rm -rf "$TMP" && mkdir -p "$TMP/src"
+for f in "${FILES[@]}"; do
+  IFS='|' read -r dir n bytes <<<"$f"
+  "$PY" -c "
+import os, random, sys
+r = random.Random(7); d = sys.argv[1]; os.makedirs(d)
+for i in range(int(sys.argv[2])):
+    open(os.path.join(d, f'f{i:05d}'), 'wb').write(r.randbytes(int(sys.argv[3])))" "$TMP/src/$dir" "$n" "$bytes"
+done
+"$FS" pack "$TMP/src" -o "$TMP/img" --parts 4 --level 0 --threads 2 >/dev/null
+
+# start LAUNCH... -- SERVE OPTIONS : 4 daemons; JOB is mpirun's pid, rank 0's socket $TMP/n/node0.sock.
+start() {
+  local launch=() bin=$1
+  shift
+  while [ "$1" != -- ]; do launch+=("$1"); shift; done
+  shift
+  rm -rf "$TMP/n" && mkdir -p "$TMP/n"
+  "${launch[@]}" "$bin" serve --image "$TMP/img" --local "$TMP/n/node{rank}" --socket "$TMP/n/node{rank}.sock" \
+    --cache-bytes 0 --cleanup "$@" >"$TMP/serve.log" 2>&1 &
+  JOB=$!
+  "$FS" wait "$TMP/n/node0.sock" --staged --timeout 120 >/dev/null
+}
+stop() { kill -TERM "$JOB" 2>/dev/null; wait "$JOB" 2>/dev/null || true; JOB=""; }
+
+# The files rank 0 does not hold, per size directory: $TMP/remote-DIR.txt (from the partitions it staged).
+remote_lists() {
+  local held
+  held=$(cd "$TMP/n/node0" && ls part-*.fsp | sed 's/^part-0*\([0-9]\)/\1/; s/\.fsp$//' | tr '\n' ' ')
+  "$PY" - "$FS" "$TMP" "$held" "${FILES[@]}" <<'PYEOF'
+import subprocess, sys
+fs, tmp, held = sys.argv[1], sys.argv[2], set(sys.argv[3].split())
+for s in sys.argv[4:]:
+    d = s.split("|")[0]
+    files = sorted(__import__("os").listdir(f"{tmp}/src/{d}"))
+    remote = []
+    for f in files:
+        out = subprocess.run([fs, "stat", f"{tmp}/img", f"/{d}/{f}"], capture_output=True, text=True, check=True).stdout
+        part = next(l.split()[1] for l in out.splitlines() if l.strip().startswith("part:"))
+        if part not in held:
+            remote.append(f"{d}/{f}")
+    open(f"{tmp}/remote-{d}.txt", "w").write("\n".join(remote) + "\n")
+PYEOF
+}
+
+# measure SYSTEM TRANSPORT : one round of every size against the running daemons, appended to $TMP/samples.
+measure() {
+  local c label dir threads line
+  for c in "${CASES[@]}"; do
+    IFS='|' read -r label dir threads <<<"$c"
+    # Passes over the list for SECONDS_EACH, the client's caches off so that every read crosses (tick-based CPU
+    # figures need seconds, not a 0.1 s pass).
+    line=$(FANSTORE_CACHE_BYTES=0 FANSTORE_NODE_CACHE=off "$PY" "$HERE/remote_cost.py" --parent "$JOB" -- "$FS" run --daemon \
+      "$TMP/n/node0.sock" --mount /fanstore -- "$IOBENCH" --op read --path /fanstore --list "$TMP/remote-$dir.txt" \
+      --threads "$threads" --warmup 0 --min-time "$SECONDS_EACH" --block 4194304) || line="error,error,error,error"
+    echo "$1|$2|$label|$line" >>"$TMP/samples"
+  done
+}
+
+# rounds TRANSPORT LAUNCH... : ROUNDS rounds, each starting every variant's daemons afresh, in turn.
+rounds() {
+  local transport=$1 v name bin opts r
+  shift
+  for ((r = 0; r < ROUNDS; r++)); do
+    for v in "${VARIANTS[@]}"; do
+      IFS='|' read -r name bin opts <<<"$v"
+      # shellcheck disable=SC2086  # opts: serve options, split on purpose
+      start "$bin" "$@" -- $opts || { log "$transport $name: daemons did not start"; stop; continue; }
+      [ -f "$TMP/remote-d4k.txt" ] || remote_lists
+      log "$transport, round $((r + 1))/$ROUNDS: $name"
+      measure "$name" "$transport"
+      stop
+    done
+  done
+}
+
+rounds "shared memory" "${SHM[@]}"
+if [ "$(id -u)" = 0 ] && bash "$REPO/scripts/netns-hosts.sh" up "$TAG" 4 "$TMP/hosts" >/dev/null 2>&1; then
+  NETNS=1
+  mapfile -t TCP <"$TMP/hosts/mpirun"
+  rounds TCP "${TCP[@]}" -np 4
+else
+  log "TCP: no network namespaces here (needs root); shared memory only"
+fi
+
+# The median of the rounds, per system, transport, size and quantity.
+"$PY" - "$TMP/samples" "$OUT/raw.csv" "$ROUNDS" <<'PYEOF'
+import csv, statistics, sys
+samples, raw, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+what = ["wall", "client CPU", "asking daemon CPU", "owning daemons CPU"]
+got = {}
+for line in open(samples):
+    system, transport, label, values = line.rstrip("\n").split("|")
+    for w, v in zip(what, values.split(",")):
+        got.setdefault((transport, label, w), {}).setdefault(system, []).append(v)
+with open(raw, "a", newline="") as f:
+    out = csv.writer(f, quoting=csv.QUOTE_MINIMAL)
+    for (transport, label, w), systems in got.items():
+        for system, vals in systems.items():
+            nums = [float(v) for v in vals if v != "error"]
+            value = f"{statistics.median(nums):.3f}" if nums else "error (a client or daemon failed)"
+            out.writerow(["remote-cost", f"{label}, {transport}: {w}", system, "s per 1,000 files", "lower", value])
+PYEOF
+note "Files that live on the other 3 of 4 daemons (--cache-bytes 0, packed raw in 4 partitions), each read whole by 4 reader threads (one, in the 'one reader' rows) of a fresh client (\`fanstore run --daemon\` on rank 0's socket + fanstore-iobench, passes over the list for $SECONDS_EACH s, FANSTORE_CACHE_BYTES=0 and FANSTORE_NODE_CACHE=off so that every read crosses). Per 1,000 files: wall seconds, and CPU seconds (utime+stime) of the client (getrusage), of the asking daemon (rank 0) and of the owning daemons (ranks 1-3 summed), from /proc. Median of $ROUNDS rounds; each round starts every variant's daemons afresh, in turn. Shared memory: 4 ranks on this machine; TCP: 4 network namespaces (Open MPI over TCP on veths). All processes share $(nproc) cores: on a cluster the daemons do not compete with three stand-in nodes, so the CPU rows are what limits throughput there."
