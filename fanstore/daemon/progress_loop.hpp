@@ -1,9 +1,9 @@
 // The daemon's one progress thread: client sockets and the doorbell (epoll), MPI (polled: MPI has no fd to sleep
 // on) and the prefetch pump. How it waits when there is nothing to do decides both the latency of a peer's request
-// and the idle CPU: for a "hot" window after any activity and while a fetch of ours is young it polls flat out on a
-// spare CPU (50 us naps when every CPU is busy), then sleeps in ppoll for 200 us, 1 ms, then 2 ms between looks at
-// MPI. Client bytes and peers' doorbell datagrams (doorbell.hpp: one per request or reply sent to this rank) end
-// any of these waits at once. --progress never sleeps: the lowest latency, for a core at 100%.
+// and the idle CPU: for a "hot" window (2 ms) after any activity and while a fetch of ours is young it polls flat
+// out, then sleeps in ppoll for 200 us, 1 ms, then 2 ms between looks at MPI. Client bytes and peers' doorbell
+// datagrams (doorbell.hpp: one per request or reply sent to this rank) end any of these waits at once. --progress
+// never sleeps: the lowest latency, for a core at 100%.
 #pragma once
 
 #include <atomic>
@@ -19,8 +19,7 @@
 namespace fanstore::daemon {
 
 struct LoopOptions {
-  bool spin = false;      // never sleep
-  int64_t hot_us = 2000;  // after any activity, poll without sleeping this long
+  bool spin = false;  // never sleep
 };
 
 class ProgressLoop {

@@ -397,7 +397,6 @@ int Serve(const ServeOptions& o) {
   if (failed("start-up")) return 1;
   LoopOptions lo;
   lo.spin = o.progress_spin;
-  lo.hot_us = o.hot_us;
   auto loop = std::make_unique<ProgressLoop>(server.get(), transport.get(), router.get(), stager.get(), lo);
   int sig = 0;
   if (o.strict_staging) {

@@ -113,9 +113,6 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_flag("!--no-doorbell", so->doorbell,
                   "do not wake peers with a UDP datagram per message (they then see requests at their next look "
                   "at MPI, 0.05-2 ms later; for networks that drop UDP between nodes)");
-  serve->add_option("--hot-us", so->hot_us, "after activity, poll without sleeping this many microseconds")
-      ->type_name("US")
-      ->capture_default_str();
   serve
       ->add_option("--mapped-send-min", so->mapped_send_min,
                    "send peers' ranges of at least this size straight from a read-only mapping of the staged "

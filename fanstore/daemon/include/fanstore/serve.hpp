@@ -23,7 +23,6 @@ struct ServeOptions {
   std::string group;                     // group (name or gid) whose members may use the daemon
   bool progress_spin = false;            // poll MPI flat out (a core at 100%) for the lowest latency
   bool doorbell = true;                  // wake peers for each message by a UDP datagram (docs/daemon.md)
-  int hot_us = 2000;                     // after activity, poll without sleeping this long (microseconds)
   uint64_t mapped_send_min = 64u << 10;  // peers' ranges of this size or more go straight from the mapping (0: never)
   uint64_t max_message = 1ull << 30;     // (tests) bigger replies between daemons travel in chunks of this size
   uint64_t stage_bandwidth = 0;          // bytes/s this daemon reads from the image directory, at most (0: no cap)
