@@ -94,78 +94,24 @@ bool ClientCore::WorthSharing(const Chunk& c, Offer offer, bool fetched) {
 }
 
 Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
-  if (remote->FetchesRanges()) {
-    // A raw chunk in the node-wide cache: copied straight into `out` (the reader's buffer, for a whole chunk) and
-    // checked there, as a local raw chunk is read into it and checked. A copy that fails its check is asked of the
-    // daemon instead, like any miss.
-    if (c.codec == Codec::kRaw && remote->CopyCached(e.part, c.offset, c.stored_size, out) &&
-        DecodeChunk(e, c, out, c.stored_size, out).ok()) {
-      stats.remote_bytes.fetch_add(c.stored_size, std::memory_order_relaxed);
-      return Status::Ok();
-    }
-    // Decoded straight from the fetcher's view (the daemon's reply area): no copy of the stored bytes and no fresh
-    // buffer to fault in. DecodeChunk checks the bytes it wrote to `out`, not the view, so what is handed out is
-    // verified whatever happens to the view meanwhile. (Image::GetChunk made `c`: it lies inside the file's range.)
-    Status s = remote->WithStored(e.part, c.offset, c.stored_size, [&](const char* data, size_t n) {
-      stats.remote_bytes.fetch_add(n, std::memory_order_relaxed);
-      return DecodeChunk(e, c, data, n, out);
-    });
-    if (!s.ok() && s.code() != Code::kCorrupt)
-      return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
-    return s;
+  // A raw chunk in the node-wide cache: copied straight into `out` (the reader's buffer, for a whole chunk) and
+  // checked there, as a local raw chunk is read into it and checked. A copy that fails its check is asked of the
+  // daemon instead, like any miss.
+  if (c.codec == Codec::kRaw && remote->CopyCached(e.part, c.offset, c.stored_size, out) &&
+      DecodeChunk(e, c, out, c.stored_size, out).ok()) {
+    stats.remote_bytes.fetch_add(c.stored_size, std::memory_order_relaxed);
+    return Status::Ok();
   }
-  std::string stored;
-  Status s = FetchRemoteChunk(e, c, &stored);
-  if (s.ok()) s = DecodeChunk(e, c, stored.data(), stored.size(), out);
+  // Decoded straight from the fetcher's view (the daemon's reply area): no copy of the stored bytes and no fresh
+  // buffer to fault in. DecodeChunk checks the bytes it wrote to `out`, not the view, so what is handed out is
+  // verified whatever happens to the view meanwhile. (Image::GetChunk made `c`: it lies inside the file's range.)
+  Status s = remote->WithStored(e.part, c.offset, c.stored_size, [&](const char* data, size_t n) {
+    stats.remote_bytes.fetch_add(n, std::memory_order_relaxed);
+    return DecodeChunk(e, c, data, n, out);
+  });
+  if (!s.ok() && s.code() != Code::kCorrupt)
+    return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
   return s;
-}
-
-Status ClientCore::FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out) {
-  const uint64_t off = c.offset - e.offset;
-  std::shared_ptr<const std::string> all;
-  const bool keepable = img.ChunkCount(e) > 1;
-  {
-    std::unique_lock<std::mutex> lk(remote_mu_);
-    for (;;) {
-      for (auto it = remote_files_.begin(); it != remote_files_.end(); ++it)
-        if (it->first == e.id) {
-          all = it->second;
-          remote_files_.splice(remote_files_.begin(), remote_files_, it);
-          break;
-        }
-      // Chunks of one file read in parallel (read-ahead, a multi-chunk read) wait for one fetch of it.
-      if (all || !keepable || !remote_fetching_.count(e.id)) break;
-      remote_cv_.wait(lk);
-    }
-    if (!all && keepable) remote_fetching_.insert(e.id);
-  }
-  if (!all) {
-    auto fetched = std::make_shared<std::string>();
-    Status s = remote->FetchStored(e, fetched.get());
-    stats.remote_bytes.fetch_add(fetched->size(), std::memory_order_relaxed);
-    {
-      // At most a quarter of the chunk cache's budget, and files of more than one chunk only.
-      const uint64_t keep = cache.budget() / 4;
-      std::lock_guard<std::mutex> lk(remote_mu_);
-      if (keepable) remote_fetching_.erase(e.id);
-      if (s.ok() && keepable && fetched->size() <= keep) {
-        remote_files_.emplace_front(e.id, fetched);
-        remote_bytes_kept_ += fetched->size();
-        while (remote_bytes_kept_ > keep) {
-          remote_bytes_kept_ -= remote_files_.back().second->size();
-          remote_files_.pop_back();
-        }
-      }
-    }
-    remote_cv_.notify_all();
-    if (!s.ok()) return s;
-    all = fetched;
-  }
-  if (!RangeWithin(off, c.stored_size, all->size()))
-    return Status(Code::kIoError, "the daemon sent " + std::to_string(all->size()) + " stored bytes of " +
-                                      std::string(e.path) + ", fewer than its chunk table needs");
-  out->assign(*all, off, c.stored_size);
-  return Status::Ok();
 }
 
 Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, const Chunk& c, Offer offer,
@@ -300,7 +246,6 @@ void ClientCore::LockForFork() {
   pool.LockForFork();
   memfd_mu_.lock();
   report_mu_.lock();
-  remote_mu_.lock();
   buffers->LockForFork();
   if (node) node->LockForFork();
 }
@@ -308,11 +253,6 @@ void ClientCore::LockForFork() {
 void ClientCore::UnlockForFork(bool child) {
   if (node) node->UnlockForFork();
   buffers->UnlockForFork();
-  if (child) {
-    remote_fetching_.clear();  // the fetching threads did not come along
-    new (&remote_cv_) std::condition_variable();
-  }
-  remote_mu_.unlock();
   report_mu_.unlock();
   memfd_mu_.unlock();
   pool.UnlockForFork(child);

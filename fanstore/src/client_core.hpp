@@ -2,7 +2,6 @@
 // memfds it keeps for kernel fds, and the one place that decides where a chunk's verified bytes come from.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -75,15 +74,6 @@ struct ClientCore {
   bool WorthSharing(const Chunk& c, Offer offer, bool fetched);
   // A remote chunk, decoded and verified into `out`.
   Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out);
-  // The stored bytes of a remote chunk through a fetcher that only fetches whole files (kept a while for the
-  // file's other chunks).
-  Status FetchRemoteChunk(const Entry& e, const Chunk& c, std::string* out);
-  // Whole stored ranges of remote files, for a fetcher that cannot fetch sub-ranges: most recent first.
-  std::mutex remote_mu_;
-  std::list<std::pair<uint32_t, std::shared_ptr<const std::string>>> remote_files_;
-  uint64_t remote_bytes_kept_ = 0;
-  std::condition_variable remote_cv_;             // a whole-range fetch finished
-  std::unordered_set<uint32_t> remote_fetching_;  // files whose whole range is being fetched: others wait
 
  public:
   // fork: hold every lock across fork() (taken in this order), release on both sides.

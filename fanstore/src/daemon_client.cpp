@@ -34,18 +34,6 @@ namespace fanstore {
 
 namespace dp = daemon_proto;
 
-// The default for fetchers that can only fill a string (tests, other transports).
-Status RemoteFetcher::WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) {
-  Entry e;
-  e.part = part;
-  e.offset = offset;
-  e.stored_size = length;
-  std::string stored;
-  Status s = FetchStored(e, &stored);
-  if (!s.ok()) return s;
-  return use(stored.data(), stored.size());
-}
-
 namespace {
 
 using FdHook = void (*)(int fd);
@@ -331,17 +319,6 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     if (cache_fd_.load(std::memory_order_acquire) >= 0) cache_fd_id_.CloseIfOurs();
   }
 
-  Status FetchStored(const Entry& e, std::string* out) override {
-    Status s = WithStored(e.part, e.offset, e.stored_size, [out](const char* d, size_t n) {
-      out->assign(d, n);
-      return Status::Ok();
-    });
-    if (!s.ok()) return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
-    return s;
-  }
-
-  // The daemon answers any (partition, offset, length): the client asks for one chunk's stored bytes.
-  bool FetchesRanges() const override { return true; }
   bool CachesNodeWide() override { return SharedCache() != nullptr; }
 
   bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) override {

@@ -15,24 +15,16 @@ namespace fanstore {
 class RemoteFetcher {
  public:
   virtual ~RemoteFetcher() = default;
-  // Fills `out` with the stored bytes of `e`: the whole range [e.offset, e.offset + e.stored_size) of its
-  // partition (every chunk, as packed). Must fail within its timeout, never hang.
-  virtual Status FetchStored(const Entry& e, std::string* out) = 0;
-  // Whether WithStored fetches just the range asked for. A fetcher whose peer can answer sub-ranges (the daemon)
-  // says so, and the client then asks for one chunk's stored bytes at a time: a 16-byte read of a remote 4 GiB
-  // file moves one chunk. Otherwise the client fetches whole files (FetchStored) and keeps them a while, so
-  // reading a file chunk by chunk does not fetch it once per chunk.
-  virtual bool FetchesRanges() const { return false; }
   // Whether what it fetches is kept node-wide already (the daemon's fetch cache, which every client process of the
   // node reads): the client then does not copy whole raw chunks into its own node chunk cache a second time.
   virtual bool CachesNodeWide() { return false; }
   // Calls `use` once with the stored bytes [offset, offset + length) of partition `part`, valid only during the
   // call (the daemon fetcher passes a view of its shared reply area: no copy; the client decodes from it into
-  // the chunk's memory), and returns use's status, or the fetch error without calling it. The default asks
-  // FetchStored for an entry naming exactly that range; the client uses it for chunk ranges only when
-  // FetchesRanges().
+  // the chunk's memory), and returns use's status, or the fetch error without calling it. The client asks for
+  // one chunk's stored bytes at a time: a 16-byte read of a remote 4 GiB file moves one chunk. Must fail within
+  // its timeout, never hang.
   using StoredUse = std::function<Status(const char* data, size_t size)>;
-  virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use);
+  virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) = 0;
   Status WithStored(const Entry& e, const StoredUse& use) { return WithStored(e.part, e.offset, e.stored_size, use); }
   // Copies the stored bytes [offset, offset + length) of `part` into `dst` if the node-wide cache holds them whole
   // and they did not change while being copied (no daemon round-trip); false otherwise, with `dst` undefined. The

@@ -133,21 +133,13 @@ TEST_F(NodeCacheTest, AProcessReadsWhatAnotherDecoded) {
 class PartitionFetcher : public RemoteFetcher {
  public:
   PartitionFetcher(std::shared_ptr<const Image> img, bool node_wide) : img_(std::move(img)), node_wide_(node_wide) {}
-  Status FetchStored(const Entry& e, std::string* out) override {
-    return WithStored(e, [out](const char* d, size_t n) {
-      out->assign(d, n);
-      return Status::Ok();
-    });
-  }
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
     std::string buf;
     Status s = test::ReadPartitionRange(*img_, part, offset, length, &buf);
     if (!s.ok()) return s;
     return use(buf.data(), buf.size());
   }
-  bool FetchesRanges() const override { return true; }
   bool CachesNodeWide() override { return node_wide_; }
-  using RemoteFetcher::WithStored;
 
  private:
   std::shared_ptr<const Image> img_;

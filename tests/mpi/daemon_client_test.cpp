@@ -211,6 +211,14 @@ Entry MakeEntry(uint32_t id, uint64_t stored_size) {
   return e;
 }
 
+// The stored bytes of `e` through `f`, copied out of its view.
+Status FetchStored(RemoteFetcher& f, const Entry& e, std::string* out) {
+  return f.WithStored(e, [out](const char* d, size_t n) {
+    out->assign(d, n);
+    return Status::Ok();
+  });
+}
+
 std::shared_ptr<RemoteFetcher> MustConnect(const FakeDaemon& d) {
   DaemonInfo info;
   auto f = ConnectDaemonFetcher(d.path(), &info);
@@ -417,15 +425,15 @@ TEST(DaemonClient, FetchesInlineAndMemfdPayloadsAndKeepsTheConnection) {
   f->SetInternalFdHook(&RecordHook);
   int probes = d.accepts();  // the handshake probe of ConnectDaemonFetcher
   std::string out;
-  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(1, kSmall.size()), &out).ok());
   EXPECT_EQ(out, kSmall);
-  Status s = f->FetchStored(MakeEntry(2, kBig.size()), &out);
+  Status s = FetchStored(*f, MakeEntry(2, kBig.size()), &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(out, kBig);
-  s = f->FetchStored(MakeEntry(3, 10), &out);
+  s = FetchStored(*f, MakeEntry(3, 10), &out);
   EXPECT_EQ(s.code(), Code::kTimeout);
   EXPECT_NE(s.message().find("peer rank 2 did not answer"), std::string::npos) << s.message();
-  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(1, kSmall.size()), &out).ok());
   EXPECT_EQ(d.accepts(), probes + 1) << "one connection carries every complete reply";
   // Both the connection and the passed memfd were handed to the internal-fd hook.
   bool sock = false, reg = false;
@@ -452,7 +460,7 @@ TEST(DaemonClient, NodeInTheSocketPathIsThisNodesDaemon) {
   else unsetenv(env::kSlurmNodeName);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   std::string out;
-  ASSERT_TRUE((*f)->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  ASSERT_TRUE(FetchStored(**f, MakeEntry(1, kSmall.size()), &out).ok());
   EXPECT_EQ(out, kSmall);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(dir + "/nosock"), std::string::npos)
@@ -464,7 +472,7 @@ TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
   auto f = MustConnect(d);
   ASSERT_TRUE(f);
   std::string out;
-  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());  // an idle connection exists
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(1, kSmall.size()), &out).ok());  // an idle connection exists
   struct Case {
     uint32_t entry;
     uint64_t stored;
@@ -488,11 +496,11 @@ TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
   for (const Case& c : cases) {
     SCOPED_TRACE("entry " + std::to_string(c.entry));
     int before = d.accepts();
-    Status s = f->FetchStored(MakeEntry(c.entry, c.stored), &out);
+    Status s = FetchStored(*f, MakeEntry(c.entry, c.stored), &out);
     EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
     EXPECT_NE(s.message().find(c.what), std::string::npos) << s.message();
     // The broken connection was dropped: the next fetch works, on a fresh connection.
-    s = f->FetchStored(MakeEntry(1, kSmall.size()), &out);
+    s = FetchStored(*f, MakeEntry(1, kSmall.size()), &out);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(out, kSmall);
     EXPECT_EQ(d.accepts(), before + 1);
@@ -505,7 +513,7 @@ TEST(DaemonClient, ReadsFromTheConnectionsReplyArea) {
   auto f = MustConnect(d);
   ASSERT_TRUE(f);
   std::string out;
-  Status s = f->FetchStored(MakeEntry(4, kBig.size()), &out);
+  Status s = FetchStored(*f, MakeEntry(4, kBig.size()), &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(out, kBig);
   int conns = d.accepts();
@@ -533,7 +541,7 @@ TEST(DaemonClient, ReplacedIdleFdIsNeitherUsedNorClosed) {
   ClearMarked();
   f->SetInternalFdHook(&RecordHook);
   std::string out;
-  ASSERT_TRUE(f->FetchStored(MakeEntry(1, kSmall.size()), &out).ok());
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(1, kSmall.size()), &out).ok());
   int conn = -1;
   for (auto [fd, type] : Marked())
     if (type == S_IFSOCK) conn = fd;
@@ -546,7 +554,7 @@ TEST(DaemonClient, ReplacedIdleFdIsNeitherUsedNorClosed) {
   struct stat want;
   ASSERT_EQ(fstat(prog[0], &want), 0);
   int before = d.accepts();
-  Status s = f->FetchStored(MakeEntry(1, kSmall.size()), &out);
+  Status s = FetchStored(*f, MakeEntry(1, kSmall.size()), &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(out, kSmall);
   EXPECT_EQ(d.accepts(), before + 1) << "a fresh connection was made";
@@ -567,7 +575,7 @@ TEST(DaemonClient, ReplacedIdleFdIsNeitherUsedNorClosed) {
   ASSERT_EQ(pipe2(pfd, O_CLOEXEC), 0);
   ASSERT_EQ(dup2(pfd[0], conn2), conn2);
   ASSERT_EQ(fstat(pfd[0], &want), 0);
-  s = f->FetchStored(MakeEntry(1, kSmall.size()), &out);
+  s = FetchStored(*f, MakeEntry(1, kSmall.size()), &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(fstat(conn2, &now), 0) << "the program's pipe was closed";
   EXPECT_EQ(now.st_ino, want.st_ino);
@@ -601,7 +609,7 @@ std::string PidPayload(pid_t pid) {
 [[noreturn]] void ChildFetch(RemoteFetcher* f) {
   alarm(5);
   std::string out;
-  Status s = f->FetchStored(MakeEntry(5, 16), &out);
+  Status s = FetchStored(*f, MakeEntry(5, 16), &out);
   if (!s.ok()) _exit(2);
   if (out != PidPayload(getpid())) _exit(3);  // talked on the parent's connection
   _exit(0);
@@ -618,7 +626,7 @@ TEST(DaemonClient, ForkWhileAnotherThreadFetches) {
     busy.emplace_back([&, t] {
       std::string out;
       for (uint32_t i = 0; !stop.load(); ++i) {
-        Status s = f->FetchStored(MakeEntry((i + t) % 4 == 0 ? 6 : 5, 16), &out);
+        Status s = FetchStored(*f, MakeEntry((i + t) % 4 == 0 ? 6 : 5, 16), &out);
         if (s.ok() && out == PidPayload(getpid())) fetched.fetch_add(1);
         else failed.fetch_add(1);
       }
@@ -678,7 +686,7 @@ TEST(DaemonClient, HooklessForkWhileAThreadHoldsThePoolLock) {
   auto f = MustConnect(d);
   ASSERT_TRUE(f);
   std::string out;
-  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());  // one pooled connection for the hook to visit
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(5, 16), &out).ok());  // one pooled connection for the hook to visit
   g_hook_blocks_in = getpid();
   g_hook_release = false;
   g_hook_entered = 0;
@@ -697,7 +705,7 @@ TEST(DaemonClient, HooklessForkWhileAThreadHoldsThePoolLock) {
     EXPECT_EQ(WEXITSTATUS(st), 0) << "2: fetch failed, 3: used the parent's connection";
   }
   f->SetInternalFdHook(nullptr);
-  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(5, 16), &out).ok());
   EXPECT_EQ(out, PidPayload(getpid()));
 }
 
@@ -711,7 +719,7 @@ TEST(DaemonClient, ForkedChildNeverClosesAnInheritedNumberThatIsNotOurs) {
   ClearMarked();
   f->SetInternalFdHook(&RecordHook);
   std::string out;
-  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(5, 16), &out).ok());
   int conn = -1;
   for (auto [fd, type] : Marked())
     if (type == S_IFSOCK) conn = fd;
@@ -725,7 +733,7 @@ TEST(DaemonClient, ForkedChildNeverClosesAnInheritedNumberThatIsNotOurs) {
     struct stat want, now;
     if (fstat(p[0], &want) != 0) _exit(5);
     std::string got;
-    if (!f->FetchStored(MakeEntry(5, 16), &got).ok()) _exit(2);
+    if (!FetchStored(*f, MakeEntry(5, 16), &got).ok()) _exit(2);
     if (got != PidPayload(getpid())) _exit(3);
     if (fstat(conn, &now) != 0 || now.st_ino != want.st_ino) _exit(4);  // the child's pipe was closed
     _exit(0);
@@ -736,7 +744,7 @@ TEST(DaemonClient, ForkedChildNeverClosesAnInheritedNumberThatIsNotOurs) {
   EXPECT_EQ(WEXITSTATUS(st), 0) << "2: fetch failed, 3: used the parent's connection, 4: closed the child's pipe";
   // The parent's connection is untouched by the child.
   int before = d.accepts();
-  ASSERT_TRUE(f->FetchStored(MakeEntry(5, 16), &out).ok());
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(5, 16), &out).ok());
   EXPECT_EQ(out, PidPayload(getpid()));
   EXPECT_EQ(d.accepts(), before);
 }
