@@ -8,6 +8,7 @@ import subprocess
 import time
 
 from mpi_harness import Job, SKIP, check, counters, log, parts_of
+import daemon_cpu  # noqa: E402  (scripts/bench, on the path mpi_harness set)
 
 
 def case_read_all(ctx):
@@ -66,6 +67,34 @@ def case_no_doorbell(ctx):
     for rank in range(4):
         c = counters(out, rank)
         check(c and c["doorbells rung"] == 0 and c["doorbells heard"] == 0, f"rank {rank} doorbells: {c}")
+
+
+def case_transport_options(ctx):
+    """The transport's switches, each visible and none changing a byte: --mapped-send-min 0 (every range is read
+    into a send buffer, none sent from a mapping), --progress (the daemons never sleep: a busy core each while
+    idle) and --conn-memory 1 MiB (4 MiB chunks, so replies of 1.5-3 MiB outgrow a connection's reply area and
+    travel in one-off memfds)."""
+    ctx.pack(parts=8, chunk="4M", nfiles=40, sizes=(4096, 131072, 1500000, 3000000))
+    job = Job(ctx, 4, "--mapped-send-min", "0", "--progress", "--conn-memory", str(1 << 20), "--cache-bytes", "0")
+    job.wait_ready()
+    pids = job.pids()
+    t0 = {r: daemon_cpu.ticks(p) for r, p in pids.items()}
+    time.sleep(1.5)
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = [100.0 * (daemon_cpu.ticks(p) - t0[r]) / hz / 1.5 for r, p in pids.items()]
+    log(f"--progress, idle: {', '.join(f'{c:.0f}%' for c in idle)} of a core per daemon")
+    # 4 spinning daemons on 2 cores get about 50% each; a sleeping one about 1% (docs/performance.md).
+    check(sum(idle) / len(idle) > 10, f"--progress daemons must poll while idle: {idle}")
+    procs = [ctx.start_check(r, "--which", "remote", "--threads", "3") for r in range(4)]
+    for r, p in enumerate(procs):
+        out, _ = p.communicate(timeout=240)
+        log(f"client@rank{r} -> rc {p.returncode}: {out.strip()[-300:]}")
+        check(p.returncode == 0, f"reading through rank {r} with --conn-memory 1 MiB and no mapped sends failed")
+    job.stop()
+    out = job.output()
+    for r in range(4):
+        c = counters(out, r)
+        check(c and c["sent from mappings"] == 0 and c["errors"] == 0, f"rank {r} with --mapped-send-min 0: {c}")
 
 
 def case_replicas(ctx):

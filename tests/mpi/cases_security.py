@@ -93,6 +93,21 @@ def case_security(ctx):
     check(r.returncode != 0, "a user outside --group must not get in")
     job.stop()
 
+    # --socket-mode sets the bits whatever the umask: 0640 leaves the group read only, and connecting to a Unix
+    # socket needs write, so even a member of --group is kept out by the kernel.
+    old = os.umask(0o077)
+    try:
+        job = Job(ctx, 2, "--socket", os.path.join(ctx.work, "s{rank}.sock"), "--group", str(group),
+                  "--socket-mode", "0640")
+    finally:
+        os.umask(old)
+    job.wait_ready(socks=socks)
+    check(mode(socks[0]) == 0o640, f"--socket-mode 0640 gave {oct(mode(socks[0]))}")
+    r = subprocess.run(as_user(wait, groups=[group]), capture_output=True, text=True, env=ctx.env)
+    log(f"uid {NOBODY} in group {group} on a 0640 socket -> rc {r.returncode}: {r.stderr.strip()}")
+    check(r.returncode != 0 and "Permission denied" in r.stderr, "a 0640 socket must not let the group connect")
+    job.stop()
+
 
 def digest(path):
     with open(path, "rb") as f:

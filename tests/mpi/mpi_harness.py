@@ -98,10 +98,11 @@ class Ctx:
     def mpirun(self, np_, btl="self,vader"):
         return ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", btl, "-np", str(np_)]
 
-    def pack(self, parts=8, **tree):
+    def pack(self, parts=8, chunk=None, **tree):
         make_tree(self.src, **tree)
+        more = ["--chunk", chunk] if chunk else []
         r = subprocess.run([self.args.fanstore, "pack", self.src, "-o", self.img, "--parts", str(parts),
-                            "--replicate", "val/*"], capture_output=True, text=True, timeout=120)
+                            "--replicate", "val/*"] + more, capture_output=True, text=True, timeout=120)
         check(r.returncode == 0, f"pack failed: {r.stderr}")
 
     def node(self, rank):

@@ -35,6 +35,7 @@ CASES = {
     "python": cases_basic.case_python,
     "coalesce": cases_basic.case_coalesce,
     "chunked": cases_basic.case_chunked,
+    "transport_options": cases_basic.case_transport_options,
     "environment": cases_env.case_environment,
     "mount": cases_mount.case_mount,
     "fault": cases_faults.case_fault,
