@@ -171,305 +171,357 @@ void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, bool s
   std::fflush(stdout);
 }
 
-}  // namespace
+// Rank 0's "staged:" line, once every rank has staged (or said that its staging failed).
+void PrintStaged(const Stager::Tally& t, int nranks, double seconds) {
+  if (t.failed_ranks)
+    std::printf(
+        "fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they have and "
+        "read the rest from the image directory\n",
+        static_cast<unsigned long long>(t.failed_ranks), nranks);
+  else
+    std::printf(
+        "fanstore serve: staged: %d ranks, %.1f MiB in %.1f s; %.1f MiB read from the image directory, %.1f MiB "
+        "sent between ranks, %llu piece%s refetched\n",
+        nranks, static_cast<double>(t.staged_bytes) / (1 << 20), seconds, static_cast<double>(t.read_bytes) / (1 << 20),
+        static_cast<double>(t.received_bytes) / (1 << 20), static_cast<unsigned long long>(t.refetched),
+        t.refetched == 1 ? "" : "s");
+  std::fflush(stdout);
+}
 
-int Serve(const ServeOptions& o) {
-  // Blocked before MPI_Init, so every thread MPI and we start inherits the mask and only sigwait receives
-  // termination signals: no handler runs inside an MPI call or a lock. Until start-up is over a watcher thread
-  // takes them (the main thread may wait in a collective for a peer that died); then the main thread.
+// Termination signals, blocked before MPI_Init so that every thread MPI and we start inherits the mask and only
+// sigwait receives them: no handler runs inside an MPI call or a lock.
+sigset_t BlockTerminationSignals() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  StagedFiles staged_files;
-  StartupSignals startup(sigs, &staged_files, o.cleanup, kStartupGraceMs);
+  return sigs;
+}
 
-  int provided = 0;
-  // SERIALIZED is enough: the main thread makes the start-up collectives, then only the progress thread calls MPI.
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-    Error("MPI_Init_thread failed (run under mpirun/srun with an MPI the daemon was built with)");
-    return 1;
-  }
-  // A peer that dies must cost its requests, not this daemon: have MPI return errors instead of aborting.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0, nranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  // Collective, so here where every rank passes: the transport's chunks of big replies travel on their own.
-  MPI_Comm chunk_comm = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm);
-  SetLogRank(rank);
-  if (provided < MPI_THREAD_SERIALIZED) {
-    Error("this MPI provides thread level %d, the daemon needs MPI_THREAD_SERIALIZED", provided);
-    FinalizeWithin(5, 1);
-    return 1;
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  RaiseFdLimit();
+// One daemon, made phase by phase (Serve below): MPI, the checks and the --local lock, the index and the
+// partitions' files, the parts wired together, (with --strict-staging) staging before the socket, serving, the stop.
+// Members are declared in the order they are made, so they go in the reverse one.
+class Daemon {
+ public:
+  explicit Daemon(const ServeOptions& o)
+      : o_(o), sigs_(BlockTerminationSignals()), startup_(sigs_, &staged_files_, o.cleanup, kStartupGraceMs) {}
 
-  Status st;
-  mode_t socket_mode = 0600;
-  gid_t group = static_cast<gid_t>(-1);
-  st = CheckOptions(o);
-  if (st.ok()) st = SocketAccess(o, &socket_mode, &group);
-  // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
-  auto local_r = ExpandNodeTemplate(ExpandRank(o.local, rank));
-  auto socket_r = ExpandNodeTemplate(ExpandRank(o.socket, rank));
-  if (st.ok()) st = local_r.ok() ? socket_r.status() : local_r.status();
-  std::string local = local_r.ok() ? *local_r : o.local;
-  StagePlan plan;
-  if (st.ok()) {
-    auto p = PlanStaging(o.image, rank, nranks, o.replicas);
-    if (p.ok()) plan = std::move(p).value();
-    else st = p.status();
+  int Run() {
+    // Until start-up is over a watcher thread takes the signals (the main thread may wait in a collective for a
+    // peer that died); then the main thread.
+    if (!InitMpi()) return 1;
+    t0_ = std::chrono::steady_clock::now();
+    RaiseFdLimit();
+    if (!CheckAndLock()) return 1;
+    if (rank_ == 0)
+      Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o_.image.c_str(),
+           o_.local.c_str(), nranks_, o_.replicas, o_.replicas == 1 ? "" : "s", plan_.parts.size());
+    PrepareStaging();
+    if (!st_.ok() && prefault_) prefault_->Stop();
+    if (Failed("staging")) return 1;
+    if (prefault_) FinishPrefault(*prefault_, startup_, rank_);
+    prefault_.reset();
+    Wire();
+    if (Failed("start-up")) return 1;
+    LoopOptions lo;
+    lo.spin = o_.progress_spin;
+    loop_ = std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(), lo);
+    int sig = 0;
+    if (o_.strict_staging) {
+      if (!StageFirst(&sig)) return 1;
+      loop_ = std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(), lo);
+    }
+    if (sig == 0) {
+      // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
+      st_ = server_->Publish();
+      if (Failed("publishing the socket")) return 1;
+      // Start-up is over (no collective until MPI_Finalize, which is bounded): signals are the main thread's again.
+      sig = startup_.Handover();
+    }
+    if (!o_.strict_staging) stager_->Start();
+    loop_->Start();  // from here on only the progress thread calls MPI
+    if (rank_ == 0 && sig == 0) PrintReady(o_, plan_, nranks_, o_.strict_staging, Seconds());
+    if (sig == 0) sigwait(&sigs_, &sig);
+    return Stop(sig);
   }
-  // The lock comes first and every rank agrees on it before anything is written: a second job on a directory in
-  // use stops here, leaving the running job's files alone (and --cleanup removes nothing).
-  int lock_fd = -1;
-  if (st.ok()) {
-    auto l = LockLocal(o.image, local, &staged_files);
-    if (l.ok()) lock_fd = *l;
-    else st = l.status();
+
+ private:
+  double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+  bool InitMpi() {
+    int provided = 0;
+    // SERIALIZED is enough: the main thread makes the start-up collectives, then only the progress thread calls MPI.
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+      Error("MPI_Init_thread failed (run under mpirun/srun with an MPI the daemon was built with)");
+      return false;
+    }
+    // A peer that dies must cost its requests, not this daemon: have MPI return errors instead of aborting.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks_);
+    // Collective, so here where every rank passes: the transport's chunks of big replies travel on their own.
+    MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm_);
+    SetLogRank(rank_);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      Error("this MPI provides thread level %d, the daemon needs MPI_THREAD_SERIALIZED", provided);
+      FinalizeWithin(5, 1);
+      return false;
+    }
+    return true;
   }
-  if (!st.ok()) Error("%s", st.ToString().c_str());
-  if (!AllOk(st.ok(), rank, "start-up")) {
-    if (lock_fd >= 0) close(lock_fd);
+
+  // The options, the paths, the plan, then the lock; every rank agrees on it before anything is written: a second
+  // job on a directory in use stops here, leaving the running job's files alone (and --cleanup removes nothing).
+  bool CheckAndLock() {
+    st_ = CheckOptions(o_);
+    if (st_.ok()) st_ = SocketAccess(o_, &socket_mode_, &group_);
+    // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
+    auto local = ExpandNodeTemplate(ExpandRank(o_.local, rank_));
+    auto socket = ExpandNodeTemplate(ExpandRank(o_.socket, rank_));
+    if (st_.ok()) st_ = local.ok() ? socket.status() : local.status();
+    local_ = local.ok() ? *local : o_.local;
+    if (socket.ok()) socket_ = *socket;
+    if (st_.ok()) {
+      auto p = PlanStaging(o_.image, rank_, nranks_, o_.replicas);
+      if (p.ok()) plan_ = std::move(p).value();
+      else st_ = p.status();
+    }
+    if (st_.ok()) {
+      auto l = LockLocal(o_.image, local_, &staged_files_);
+      if (l.ok()) lock_fd_ = *l;
+      else st_ = l.status();
+    }
+    if (!st_.ok()) Error("%s", st_.ToString().c_str());
+    if (AllOk(st_.ok(), rank_, "start-up")) return true;
+    if (lock_fd_ >= 0) close(lock_fd_);
     FinalizeWithin(5, 1);
-    return 1;
+    return false;
   }
-  if (rank == 0)
-    Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o.image.c_str(),
-         o.local.c_str(), nranks, o.replicas, o.replicas == 1 ? "" : "s", plan.parts.size());
-  std::unique_ptr<SocketServer> server;
+
   // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
-  auto failed = [&](const char* phase) {
-    if (!st.ok()) Error("%s", st.ToString().c_str());
-    if (AllOk(st.ok(), rank, phase)) return false;
-    startup.SetSocket(nullptr);
-    server.reset();
-    if (o.cleanup) staged_files.RemoveAll();
-    close(lock_fd);
+  bool Failed(const char* phase) {
+    if (!st_.ok()) Error("%s", st_.ToString().c_str());
+    if (AllOk(st_.ok(), rank_, phase)) return false;
+    startup_.SetSocket(nullptr);
+    server_.reset();
+    if (o_.cleanup) staged_files_.RemoveAll();
+    close(lock_fd_);
     FinalizeWithin(5, 1);
     return true;
-  };
-  // The fetch cache exists before staging: with --cache-prefault its memory is faulted in on a thread of its own
-  // while the daemon sets up, and the daemon is ready once that is done (cache_prefault.hpp).
-  std::unique_ptr<FetchCache> cache;
-  std::unique_ptr<CachePrefault> prefault;
-  {
+  }
+
+  // The fetch cache (with --cache-prefault its memory is faulted in on a thread of its own while the daemon sets
+  // up: cache_prefault.hpp), the index (the daemon serves from it while the partitions are staged behind it) and
+  // each partition's file, allocated.
+  void PrepareStaging() {
     Status why;
-    cache = std::make_unique<FetchCache>(o.cache_bytes, &why);
+    cache_ = std::make_unique<FetchCache>(o_.cache_bytes, &why);
     if (!why.ok()) Error("no fetch cache: %s", why.ToString().c_str());
-    uint64_t want = o.cache_prefault && cache->arena() ? PrefaultBudget(o.cache_bytes) : 0;
-    if (want > 0) prefault = std::make_unique<CachePrefault>(cache->arena(), want);
-  }
-  // The index first: the daemon serves from it while the partitions are staged behind it.
-  st = CheckSpace(o.image, local, plan, o.reserve_bytes);
-  if (st.ok()) st = StageIndex(o.image, local, &staged_files);
-  local = Absolute(local);
-  std::string socket_path = o.socket.empty() ? local + "/fanstore.sock" : Absolute(*socket_r);
-  std::shared_ptr<const Image> img;
-  std::unique_ptr<ImageDirReader> image_dir;
-  std::unique_ptr<StagedReader> staged;
-  std::vector<StagedPart> parts;
-  if (st.ok()) {
-    ImageOpenOptions io;
-    io.partition_dir = local;
-    auto opened = Image::Open(local, io);
-    if (opened.ok()) img = std::move(opened).value();
-    else st = opened.status();
-  }
-  if (st.ok()) {
-    std::vector<std::string> sources;
-    for (uint32_t p = 0; p < img->PartitionCount(); ++p) {
-      std::string name = img->PartitionPath(p);
-      sources.push_back(o.image + "/" + name.substr(name.rfind('/') + 1));
+    uint64_t want = o_.cache_prefault && cache_->arena() ? PrefaultBudget(o_.cache_bytes) : 0;
+    if (want > 0) prefault_ = std::make_unique<CachePrefault>(cache_->arena(), want);
+    st_ = CheckSpace(o_.image, local_, plan_, o_.reserve_bytes);
+    if (st_.ok()) st_ = StageIndex(o_.image, local_, &staged_files_);
+    local_ = Absolute(local_);
+    socket_ = o_.socket.empty() ? local_ + "/fanstore.sock" : Absolute(socket_);
+    if (st_.ok()) {
+      ImageOpenOptions io;
+      io.partition_dir = local_;
+      auto opened = Image::Open(local_, io);
+      if (opened.ok()) img_ = std::move(opened).value();
+      else st_ = opened.status();
     }
-    image_dir = std::make_unique<ImageDirReader>(std::move(sources), o.stage_bandwidth);
-    staged = std::make_unique<StagedReader>(img->PartitionCount(), image_dir.get());
-    auto made = PrepareParts(o.image, local, *img, plan, o.piece_bytes, &staged_files, staged.get());
-    if (made.ok()) parts = std::move(made).value();
-    else st = made.status();
+    if (!st_.ok()) return;
+    std::vector<std::string> sources;
+    for (uint32_t p = 0; p < img_->PartitionCount(); ++p) {
+      std::string name = img_->PartitionPath(p);
+      sources.push_back(o_.image + "/" + name.substr(name.rfind('/') + 1));
+    }
+    image_dir_ = std::make_unique<ImageDirReader>(std::move(sources), o_.stage_bandwidth);
+    staged_ = std::make_unique<StagedReader>(img_->PartitionCount(), image_dir_.get());
+    auto made = PrepareParts(o_.image, local_, *img_, plan_, o_.piece_bytes, &staged_files_, staged_.get());
+    if (made.ok()) parts_ = std::move(made).value();
+    else st_ = made.status();
   }
-  if (!st.ok() && prefault) prefault->Stop();
-  if (failed("staging")) return 1;
-  if (prefault) FinishPrefault(*prefault, startup, rank);
-  prefault.reset();
 
-  std::unique_ptr<Doorbell> doorbell = OpenDoorbells(o.doorbell, nranks);
-  MPI_Comm stage_comm = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_WORLD, &stage_comm);
-
-  DaemonStats stats;
-  // Destroyed after MPI_Finalize (declared before the transport): a send from a mapping may be in flight until then.
-  std::unique_ptr<PartitionMaps> maps;
-  std::unique_ptr<MpiTransport> transport;
-  std::unique_ptr<FetchRouter> router;
-  std::unique_ptr<Stager> stager;
-  {
-    if (o.mapped_send_min > 0) maps = std::make_unique<PartitionMaps>(*img);
+  // Doorbells, the MPI transport, the socket server, the router between them and the stager; then the socket is
+  // bound (published later).
+  void Wire() {
+    doorbell_ = OpenDoorbells(o_.doorbell, nranks_);
+    MPI_Comm stage_comm = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &stage_comm);
+    if (o_.mapped_send_min > 0) maps_ = std::make_unique<PartitionMaps>(*img_);
     TransportOptions to;
-    to.rank = rank;
-    to.nranks = nranks;
-    to.replicas = o.replicas;
-    to.replicated_part = plan.replicated_part;
-    to.timeout_ms = static_cast<int>(o.timeout_s * 1000);
-    to.max_message = o.max_message;
-    to.chunk_comm = chunk_comm;
-    to.doorbell = doorbell.get();
-    to.maps = maps.get();
-    to.mapped_send_min = o.mapped_send_min;
-    transport = std::make_unique<MpiTransport>(staged.get(), to, &stats);
+    to.rank = rank_;
+    to.nranks = nranks_;
+    to.replicas = o_.replicas;
+    to.replicated_part = plan_.replicated_part;
+    to.timeout_ms = static_cast<int>(o_.timeout_s * 1000);
+    to.max_message = o_.max_message;
+    to.chunk_comm = chunk_comm_;
+    to.doorbell = doorbell_.get();
+    to.maps = maps_.get();
+    to.mapped_send_min = o_.mapped_send_min;
+    transport_ = std::make_unique<MpiTransport>(staged_.get(), to, &stats_);
     ServerOptions so;
-    so.hello.rank = static_cast<uint32_t>(rank);
-    so.hello.nranks = static_cast<uint32_t>(nranks);
+    so.hello.rank = static_cast<uint32_t>(rank_);
+    so.hello.nranks = static_cast<uint32_t>(nranks_);
     so.hello.timeout_ms = static_cast<uint32_t>(to.timeout_ms);
-    so.hello.index_dir = local;
-    so.hello.partition_dir = local;
-    so.partitions = img->PartitionCount();
-    so.area_max = o.conn_memory;
-    so.socket_mode = socket_mode;
-    so.group = group;
-    so.max_hint_paths = 4 * img->size() + 1024;
-    so.cache_fd = cache->shared_fd();
-    server = std::make_unique<SocketServer>(so, &stats);
+    so.hello.index_dir = local_;
+    so.hello.partition_dir = local_;
+    so.partitions = img_->PartitionCount();
+    so.area_max = o_.conn_memory;
+    so.socket_mode = socket_mode_;
+    so.group = group_;
+    so.max_hint_paths = 4 * img_->size() + 1024;
+    so.cache_fd = cache_->shared_fd();
+    server_ = std::make_unique<SocketServer>(so, &stats_);
     RouterOptions ro;
-    ro.prefetch_window = o.prefetch_window ? o.prefetch_window : o.cache_bytes / 2;
+    ro.prefetch_window = o_.prefetch_window ? o_.prefetch_window : o_.cache_bytes / 2;
     ro.max_hinted = so.max_hint_paths;
-    ro.prefetch_idle_us = static_cast<int64_t>(o.prefetch_idle_s * 1e6);
-    ro.piece_reader = [rank, nranks, &o, rep = plan.replicated_part](uint32_t part, size_t piece) {
-      int r = PieceReader(part, piece, rep, nranks, o.replicas);
+    ro.prefetch_idle_us = static_cast<int64_t>(o_.prefetch_idle_s * 1e6);
+    ro.piece_reader = [rank = rank_, nranks = nranks_, replicas = o_.replicas, rep = plan_.replicated_part](
+                          uint32_t part, size_t piece) {
+      int r = PieceReader(part, piece, rep, nranks, replicas);
       return r == rank ? -1 : r;
     };
-    router = std::make_unique<FetchRouter>(img, staged.get(), transport.get(), cache.get(), server.get(), &stats, ro,
-                                           image_dir.get());
-    server->SetHandler(router.get());
-    StagerOptions sto;
-    sto.rank = rank;
-    sto.nranks = nranks;
-    sto.replicas = o.replicas;
-    sto.replicated_part = plan.replicated_part;
-    sto.readers = o.stage_readers;
-    sto.comm = stage_comm;
-    if (const char* c = getenv(env::kTestCorruptPiece)) sto.corrupt_piece = std::atoll(c);
-    stager = std::make_unique<Stager>(sto, img, std::move(parts), staged.get(), image_dir.get(), transport.get(),
-                                      &staged_files);
-    SocketServer* srv = server.get();
-    PartitionMaps* mp = maps.get();
-    stager->on_complete = [mp](uint32_t part) {
-      if (mp) mp->Map(part);
-    };
-    stager->on_tally = [srv, rank, nranks, t0](const Stager::Tally& t) {
-      srv->SetStaged();
-      if (rank != 0) return;
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (t.failed_ranks)
-        std::printf(
-            "fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they "
-            "have and read the rest from the image directory\n",
-            static_cast<unsigned long long>(t.failed_ranks), nranks);
-      else
-        std::printf(
-            "fanstore serve: staged: %d ranks, %.1f MiB in %.1f s; %.1f MiB read from the image directory, "
-            "%.1f MiB sent between ranks, %llu piece%s refetched\n",
-            nranks, static_cast<double>(t.staged_bytes) / (1 << 20), sec, static_cast<double>(t.read_bytes) / (1 << 20),
-            static_cast<double>(t.received_bytes) / (1 << 20), static_cast<unsigned long long>(t.refetched),
-            t.refetched == 1 ? "" : "s");
-      std::fflush(stdout);
-    };
-    if (rank == 0) stager->progress = [](const char* l) { Info("%s", l); };
-    // A reader of a piece this rank stages next waits for it, up to a fifth of --timeout (an asking daemon gives
-    // each of up to 4 holders 22% of it), instead of reading the image directory twice.
-    Stager* sg = stager.get();
-    staged->SetWaits(
-        static_cast<int64_t>(o.timeout_s * 200000),
-        [sg](uint32_t part, size_t piece) { return sg->WillRead(part, piece); },
-        [sg](uint32_t part, size_t piece) { sg->Hurry(part, piece); });
-    startup.SetSocket(server.get());
-    st = server->Bind(socket_path);
-    if (st.ok() && doorbell)
-      server->Watch(doorbell->fd(), [&doorbell, &stats] {
-        stats.doorbells_heard.fetch_add(static_cast<uint64_t>(doorbell->Drain()), std::memory_order_relaxed);
+    router_ = std::make_unique<FetchRouter>(img_, staged_.get(), transport_.get(), cache_.get(), server_.get(), &stats_,
+                                            ro, image_dir_.get());
+    server_->SetHandler(router_.get());
+    MakeStager(stage_comm);
+    startup_.SetSocket(server_.get());
+    st_ = server_->Bind(socket_);
+    if (st_.ok() && doorbell_)
+      server_->Watch(doorbell_->fd(), [this] {
+        stats_.doorbells_heard.fetch_add(static_cast<uint64_t>(doorbell_->Drain()), std::memory_order_relaxed);
       });
   }
-  if (failed("start-up")) return 1;
-  LoopOptions lo;
-  lo.spin = o.progress_spin;
-  auto loop = std::make_unique<ProgressLoop>(server.get(), transport.get(), router.get(), stager.get(), lo);
-  int sig = 0;
-  if (o.strict_staging) {
-    // Today's all-or-nothing rule: the socket appears once every rank has staged and verified everything, and a
-    // failure anywhere stops every rank. The progress thread stages (it alone calls MPI meanwhile).
-    stager->Start();
-    loop->Start();
-    while (!stager->done_everywhere() && !startup.signalled())
+
+  void MakeStager(MPI_Comm stage_comm) {
+    StagerOptions sto;
+    sto.rank = rank_;
+    sto.nranks = nranks_;
+    sto.replicas = o_.replicas;
+    sto.replicated_part = plan_.replicated_part;
+    sto.readers = o_.stage_readers;
+    sto.comm = stage_comm;
+    if (const char* c = getenv(env::kTestCorruptPiece)) sto.corrupt_piece = std::atoll(c);
+    stager_ = std::make_unique<Stager>(sto, img_, std::move(parts_), staged_.get(), image_dir_.get(), transport_.get(),
+                                       &staged_files_);
+    PartitionMaps* mp = maps_.get();
+    stager_->on_complete = [mp](uint32_t part) {
+      if (mp) mp->Map(part);
+    };
+    stager_->on_tally = [this](const Stager::Tally& t) {
+      server_->SetStaged();
+      if (rank_ == 0) PrintStaged(t, nranks_, Seconds());
+    };
+    if (rank_ == 0) stager_->progress = [](const char* l) { Info("%s", l); };
+    // A reader of a piece this rank stages next waits for it, up to a fifth of --timeout (an asking daemon gives
+    // each of up to 4 holders 22% of it), instead of reading the image directory twice.
+    Stager* sg = stager_.get();
+    staged_->SetWaits(
+        static_cast<int64_t>(o_.timeout_s * 200000),
+        [sg](uint32_t part, size_t piece) { return sg->WillRead(part, piece); },
+        [sg](uint32_t part, size_t piece) { sg->Hurry(part, piece); });
+  }
+
+  // --strict-staging: the socket appears once every rank has staged and verified everything, and a failure
+  // anywhere stops every rank. The progress thread stages (it alone calls MPI meanwhile). False: the daemon stopped.
+  bool StageFirst(int* sig) {
+    stager_->Start();
+    loop_->Start();
+    while (!stager_->done_everywhere() && !startup_.signalled())
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!loop->Stop(5000)) {
+    if (!loop_->Stop(5000)) {
       Error("progress thread did not stop within 5 s; exiting");
-      if (o.cleanup) staged_files.RemoveAll();
+      if (o_.cleanup) staged_files_.RemoveAll();
       _exit(1);
     }
-    if (startup.signalled()) {
-      sig = startup.Handover();
-    } else if (stager->tally().failed_ranks > 0) {
-      st = stager->status();
-      if (!st.ok()) Error("%s", st.ToString().c_str());
-      if (rank == 0)
-        Error("staging failed on %llu rank(s) (their lines say why); every rank stops (--strict-staging)",
-              static_cast<unsigned long long>(stager->tally().failed_ranks));
-      stager->Stop();
-      transport->Shutdown();
-      startup.SetSocket(nullptr);
-      server.reset();
-      if (o.cleanup) staged_files.RemoveAll();
-      close(lock_fd);
-      FinalizeWithin(5, 1);
-      return 1;
+    if (startup_.signalled()) {
+      *sig = startup_.Handover();
+      return true;
     }
-    loop = std::make_unique<ProgressLoop>(server.get(), transport.get(), router.get(), stager.get(), lo);
+    if (stager_->tally().failed_ranks == 0) return true;
+    st_ = stager_->status();
+    if (!st_.ok()) Error("%s", st_.ToString().c_str());
+    if (rank_ == 0)
+      Error("staging failed on %llu rank(s) (their lines say why); every rank stops (--strict-staging)",
+            static_cast<unsigned long long>(stager_->tally().failed_ranks));
+    stager_->Stop();
+    transport_->Shutdown();
+    startup_.SetSocket(nullptr);
+    server_.reset();
+    if (o_.cleanup) staged_files_.RemoveAll();
+    close(lock_fd_);
+    FinalizeWithin(5, 1);
+    return false;
   }
-  if (sig == 0) {
-    // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
-    st = server->Publish();
-    if (failed("publishing the socket")) return 1;
-    // Start-up is over (no collective until MPI_Finalize, which is bounded): signals are the main thread's again.
-    sig = startup.Handover();
-  }
-  if (!o.strict_staging) stager->Start();
-  loop->Start();  // from here on only the progress thread calls MPI
-  if (rank == 0 && sig == 0)
-    PrintReady(o, plan, nranks, o.strict_staging,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-
-  if (sig == 0) sigwait(&sigs, &sig);
 
   // The socket goes first, so no client connects to a daemon on its way out and nothing stale is left even if the
   // rest were to hang; then the progress thread stops (it never blocks in MPI, but if it ever did, exit anyway),
   // staging stops, every client connection is closed (clients see EIO at once).
-  server->Unpublish();
-  if (!loop->Stop(5000)) {
-    Error("progress thread did not stop within 5 s on %s; exiting", strsignal(sig));
-    if (o.cleanup) staged_files.RemoveAll();
-    _exit(1);
+  int Stop(int sig) {
+    server_->Unpublish();
+    if (!loop_->Stop(5000)) {
+      Error("progress thread did not stop within 5 s on %s; exiting", strsignal(sig));
+      if (o_.cleanup) staged_files_.RemoveAll();
+      _exit(1);
+    }
+    stager_->Stop();
+    transport_->Shutdown();
+    server_->Stop();
+    router_->Settle();
+    if (doorbell_) stats_.doorbells_rung = doorbell_->rung();
+    Info("stopping on %s: %s; %llu bytes read from the image directory by staging, %llu for readers", strsignal(sig),
+         stats_.Line().c_str(), static_cast<unsigned long long>(image_dir_->staging_bytes()),
+         static_cast<unsigned long long>(image_dir_->reader_bytes()));
+    if (o_.cleanup) staged_files_.RemoveAll();
+    router_.reset();
+    server_.reset();
+    transport_.reset();
+    stager_.reset();
+    close(lock_fd_);
+    FinalizeWithin(3, 0);
+    return 0;
   }
-  stager->Stop();
-  transport->Shutdown();
-  server->Stop();
-  router->Settle();
-  if (doorbell) stats.doorbells_rung = doorbell->rung();
-  Info("stopping on %s: %s; %llu bytes read from the image directory by staging, %llu for readers", strsignal(sig),
-       stats.Line().c_str(), static_cast<unsigned long long>(image_dir->staging_bytes()),
-       static_cast<unsigned long long>(image_dir->reader_bytes()));
-  if (o.cleanup) staged_files.RemoveAll();
-  router.reset();
-  server.reset();
-  transport.reset();
-  stager.reset();
-  close(lock_fd);
-  FinalizeWithin(3, 0);
-  return 0;
+
+  const ServeOptions& o_;
+  sigset_t sigs_;
+  StagedFiles staged_files_;
+  StartupSignals startup_;
+  int rank_ = 0, nranks_ = 1;
+  MPI_Comm chunk_comm_ = MPI_COMM_NULL;
+  std::chrono::steady_clock::time_point t0_;
+  Status st_;  // the current phase's verdict
+  mode_t socket_mode_ = 0600;
+  gid_t group_ = static_cast<gid_t>(-1);
+  std::string local_, socket_;
+  StagePlan plan_;
+  int lock_fd_ = -1;
+  std::unique_ptr<SocketServer> server_;
+  std::unique_ptr<FetchCache> cache_;
+  std::unique_ptr<CachePrefault> prefault_;
+  std::shared_ptr<const Image> img_;
+  std::unique_ptr<ImageDirReader> image_dir_;
+  std::unique_ptr<StagedReader> staged_;
+  std::vector<StagedPart> parts_;
+  std::unique_ptr<Doorbell> doorbell_;
+  DaemonStats stats_;
+  // Destroyed after MPI_Finalize (declared before the transport): a send from a mapping may be in flight until then.
+  std::unique_ptr<PartitionMaps> maps_;
+  std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<FetchRouter> router_;
+  std::unique_ptr<Stager> stager_;
+  std::unique_ptr<ProgressLoop> loop_;
+};
+
+}  // namespace
+
+int Serve(const ServeOptions& o) {
+  Daemon d(o);
+  return d.Run();
 }
 
 }  // namespace fanstore::daemon
