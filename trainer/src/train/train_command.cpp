@@ -265,14 +265,263 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
   return resumed;
 }
 
-int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostream& err) {
-  const bool leader = world.rank() == 0;  // talks and writes the metrics
-  const TaskKind task = task_for_model(o.model);
+// The options' own limits, before any work.
+void check_options(const TrainOptions& o) {
   if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
   if (o.lr && *o.lr < 0) throw std::invalid_argument("--lr must not be negative");
   if (o.warmup_epochs && *o.warmup_epochs < 0) throw std::invalid_argument("--warmup-epochs must not be negative");
   if (o.checkpoint_dir.empty() && o.resume)
     throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
+}
+
+// The steps of a run once run() has set it up: each epoch's batches through forward, loss, backward and the
+// optimizer, the loss guard, tournament rounds, validation, checkpoints and metrics. The first members are the
+// set-up's parts, the last ones the run's running totals.
+struct TrainingLoop {
+  const TrainOptions& o;
+  TaskKind task;
+  const TournamentPlan& plan;
+  Tournament& tournament;
+  Communicator& comm;  // the trainer's ranks
+  Model& model;
+  Optimizer& optimizer;
+  GridRun& grid_run;
+  GradientAllreduce& allreduce;
+  const data::SampleDataset& train_set;
+  const data::SampleDataset* val_set;  // null: no --val
+  data::BatchLoader& loader;
+  const ScheduleOptions& schedule;
+  TrainingPosition& position;
+  MetricsLog& metrics;
+  std::ostream& err;
+  bool leader, trainer_leader, fp16;
+  int world_rank, trainer;
+  std::size_t groups, per_step;
+  std::int64_t group_batch;
+  std::string checkpoint_path;
+  Clock::time_point start = Clock::now();
+  LossGuard guard{o.spike_factor};
+  LossScaler scaler{fp16};
+  ProgressLine progress{leader};  // only rank 0 talks
+  StepTime run_time{};            // summed over the run's steps
+  double last_loss = std::numeric_limits<double>::quiet_NaN();
+  std::uint64_t samples_trained = 0;
+  Validation last_val{};
+  bool stopped = false, validated_at_end = false;
+  std::vector<double> trainer_losses =
+      std::vector<double>(static_cast<std::size_t>(plan.trainers), std::numeric_limits<double>::quiet_NaN());
+
+  void save() {
+    if (trainer_leader) save_checkpoint(checkpoint_path, model, optimizer, position);
+  }
+
+  // The tournament score of the model as it stands: its metric on this trainer's tournament set; a model with a
+  // NaN/Inf weight has diverged and scores NaN (max pooling can hide it from the loss).
+  double tournament_score() {
+    if (!model.backend().all_finite(model.parameters().arena(Arena::Values)))
+      return std::numeric_limits<double>::quiet_NaN();
+    const bool by_loss = plan.metric == TournamentMetric::Loss;
+    const Validation v =
+        validate(grid_run, tournament.tournament_set(), task, comm, group_batch, o.prefetch_threads, by_loss);
+    return by_loss ? v.loss : v.metric;
+  }
+
+  void run_epochs() {
+    for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch)
+      train_epoch(epoch);
+    if (val_set && !validated_at_end)
+      last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+  }
+
+  void train_epoch(std::uint64_t epoch) {
+    data::ShardSpec spec;
+    spec.dataset_size = train_set.size();
+    spec.batch_size = static_cast<std::size_t>(group_batch);
+    spec.rank = static_cast<std::size_t>(grid_run.sample_group());
+    spec.world_size = groups;
+    spec.seed = position.seed;
+    spec.epoch = epoch;
+    auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
+    const std::size_t first = epoch == position.epoch ? position.next_batch : 0;  // mid-epoch resume
+    std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first),
+                                                    batches.end());
+    data::hint_epoch_order(train_set, remaining, world_rank);  // FanStore daemon prefetch; no-op without one
+    data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
+    validated_at_end = false;
+    for (std::size_t j = first; j < batches.size() && !stopped; ++j) step(prefetcher, epoch, j, batches.size());
+    if (position.next_batch == batches.size()) {
+      position.epoch = epoch + 1;
+      position.next_batch = 0;
+    }
+    if (leader) progress.finish();
+    if (val_set && (!stopped || position.next_batch == 0)) validate_epoch(epoch);
+    save();
+  }
+
+  // Batch j of `batches` in `epoch`: one optimizer step (or a rollback), its metrics, a tournament round when due.
+  void step(data::Prefetcher& prefetcher, std::uint64_t epoch, std::size_t j, std::size_t batches) {
+    Backend& backend = model.backend();
+    ParameterTable& table = model.parameters();
+    // The loader's wait is part of the step: an I/O stall is exactly what users need to see.
+    const auto wait_start = Clock::now();
+    auto batch = prefetcher.next();
+    const auto step_start = Clock::now();
+    const double wait = std::chrono::duration<double>(step_start - wait_start).count();
+    model.set_step(position.global_step);
+    Tensor y = grid_run.forward(*batch, Mode::Train);
+    LossResult loss = grid_run.loss(task, y, *batch);
+    double sums[2] = {loss.loss, wait};
+    comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
+    const double mean_loss = sums[0] / static_cast<double>(comm.size());
+    const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step)) * position.lr_scale;
+
+    if (!guard.accept(mean_loss, model, optimizer)) {
+      guard.roll_back(model, optimizer);
+      if (leader) {
+        progress.finish();
+        err << "fanstore-train: warning: step " << position.global_step << ": " << guard.last_reason() << " (loss "
+            << mean_loss << "); rolled back to the last good state and skipped the batch (rollback "
+            << guard.rollbacks() << ")\n";
+        metrics.write("{\"event\":\"rollback\",\"step\":" + std::to_string(position.global_step) +
+                      ",\"loss\":" + json_number(mean_loss) + ",\"reason\":\"" + guard.last_reason() + "\"}");
+      }
+      if (guard.consecutive_rejections() >= 5)
+        throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
+    } else {
+      // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
+      // F32 gradients scaled back; an overflow skips the step and halves the scale.
+      if (scaler.enabled()) backend.scale(loss.gradient, scaler.scale());
+      allreduce.begin_step();
+      grid_run.backward(loss.gradient);
+      allreduce.finish();
+      bool step_ok = true;
+      if (scaler.enabled()) {
+        const float used = scaler.scale();
+        Tensor gradients = table.arena(Arena::Gradients);
+        backend.scale(gradients, 1.f / used);
+        step_ok = scaler.update(backend.all_finite(gradients));
+        if (!step_ok && leader) {
+          progress.finish();
+          err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
+              << "; step skipped, scale now " << scaler.scale() << "\n";
+        }
+      }
+      if (step_ok) optimizer.step(table, static_cast<float>(lr));
+    }
+    last_loss = mean_loss;
+    backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
+    const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start)};
+    run_time.wait_s += step.wait_s;
+    run_time.compute_s += step.compute_s;
+    samples_trained += per_step;
+    ++position.global_step;
+    position.epoch = epoch;
+    position.next_batch = j + 1;
+    if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step) &&
+        (o.inject_nan_trainer < 0 || o.inject_nan_trainer == trainer)) {
+      Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
+      backend.fill(first, std::numeric_limits<float>::quiet_NaN());
+    }
+    // Every trainer's loss and learning rate (one curve per trainer).
+    const std::vector<double> values = tournament.per_trainer({mean_loss, lr});
+    for (int t = 0; t < plan.trainers; ++t) {
+      const auto i = 2 * static_cast<std::size_t>(t);
+      trainer_losses[static_cast<std::size_t>(t)] = values[i];
+      if (leader)
+        metrics.write(step_json(position.global_step, epoch, values[i], values[i + 1], static_cast<double>(per_step),
+                                step, seconds_since(start), tournament.enabled() ? t : -1));
+    }
+    const auto round = tournament.play_if_due(position.global_step, position.lr_scale, model, optimizer,
+                                              [this] { return tournament_score(); });
+    if (round.took_other) {
+      position.lr_scale = round.lr_scale;
+      guard.rebase(model, optimizer);
+    }
+    for (const auto& record : round.records)
+      if (leader) metrics.write(record);
+
+    if (leader) {
+      char rates[96];
+      std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%",
+                    static_cast<double>(per_step) / step.total(), step.stall_pct());
+      std::ostringstream line;
+      line << "epoch " << epoch + 1 << "/" << o.epochs << " step " << j + 1 << "/" << batches << "  loss " << mean_loss
+           << "  " << rates;
+      progress.update(line.str());
+    }
+    if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
+    if (o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps)) stopped = true;
+  }
+
+  // Every trainer validates its own model on the whole validation set at the end of an epoch.
+  void validate_epoch(std::uint64_t epoch) {
+    last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+    validated_at_end = true;
+    const std::vector<double> vals = tournament.per_trainer({last_val.metric});
+    for (int t = 0; t < plan.trainers && leader; ++t) {
+      const double metric = vals[static_cast<std::size_t>(t)];
+      std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) +
+                         ",\"step\":" + std::to_string(position.global_step) +
+                         (plan.enabled() ? ",\"trainer\":" + std::to_string(t) : "") + ",\"" + metric_name(task) +
+                         "\":" + json_number(metric);
+      if (task == TaskKind::Regression) line += ",\"baseline_mae\":" + json_number(last_val.baseline);
+      metrics.write(line + "}");
+      err << "fanstore-train: epoch " << epoch + 1 << (plan.enabled() ? " trainer " + std::to_string(t) : "")
+          << " validation " << metric_name(task) << " " << metric << "\n";
+    }
+  }
+
+  // The run's output model is the best trainer's: by validation score, or without --val by the tournament score;
+  // its first rank writes it as checkpoint.bin. Then what the last lines report.
+  RunSummary summarize(Communicator& world, const std::string& checkpoint_dir) {
+    int best = 0;
+    if (plan.enabled()) {
+      best = tournament.choose_best(val_set ? last_val.metric : tournament_score(),
+                                    val_set ? validation_metric(task) : plan.metric);
+      if (trainer == best && trainer_leader)
+        save_checkpoint(checkpoint_dir + "/checkpoint.bin", model, optimizer, position);
+      last_loss = trainer_losses[static_cast<std::size_t>(best)];
+      if (val_set) last_val.metric = tournament.final_scores()[static_cast<std::size_t>(best)];
+    }
+    const auto all_rollbacks = tournament.per_trainer({static_cast<double>(guard.rollbacks())});
+    double peak_rss[1] = {peak_rss_bytes()};
+    world.max(peak_rss, 1);  // the busiest rank
+
+    RunSummary summary;
+    summary.grid = grid_run.grid().to_string();
+    summary.steps = position.global_step;
+    summary.samples = samples_trained * static_cast<std::uint64_t>(plan.trainers);  // every trainer's samples
+    summary.total_s = seconds_since(start);
+    summary.time = run_time;
+    summary.last_loss = last_loss;
+    summary.val = last_val;
+    summary.has_val = val_set != nullptr;
+    summary.bad_samples = loader.bad_sample_count();
+    summary.rollbacks = std::accumulate(all_rollbacks.begin(), all_rollbacks.end(), 0.0);
+    summary.peak_rss = peak_rss[0];
+    summary.buckets = allreduce.bucket_count();
+    summary.buckets_in_backward = allreduce.started_during_backward();
+    if (scaler.enabled()) {
+      std::ostringstream f;
+      f << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
+      summary.scaler = f.str();
+    }
+    if (plan.enabled()) {
+      summary.tournament_text =
+          tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric), summary.total_s);
+      summary.tournament_json = tournament.summary_json();
+    }
+    summary.outputs = plan.enabled() ? checkpoint_dir + "/checkpoint.bin (trainer " + std::to_string(best) +
+                                           "'s; every trainer's in checkpoint-tT.bin)"
+                                     : checkpoint_path;
+    return summary;
+  }
+};
+
+int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostream& err) {
+  const bool leader = world.rank() == 0;  // talks and writes the metrics
+  const TaskKind task = task_for_model(o.model);
+  check_options(o);
   const TournamentPlan plan = parse_tournament(o.tournament, task, world.size());
   if (o.inject_nan_trainer >= plan.trainers)
     throw std::invalid_argument("--inject-nan-trainer " + std::to_string(o.inject_nan_trainer) +
@@ -372,217 +621,37 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                                           *optimizer, position, err);
 
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
-  ProgressLine progress(leader);  // only rank 0 talks
-
   // Over every rank; each sample group's ranks hold parts of its gradient, so divide by the groups.
   GradientAllreduce allreduce(device_comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024), groups);
   grid_run.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
-  LossGuard guard(o.spike_factor);
-  LossScaler scaler(precision == Precision::FP16);
-
-  Backend& backend = model->backend();
-  const auto start = Clock::now();
-  StepTime run_time;  // summed over the run's steps
-  double last_loss = std::numeric_limits<double>::quiet_NaN();
-  std::uint64_t samples_trained = 0;
-  Validation last_val;
-  bool stopped = false, validated_at_end = false;
-  std::vector<double> trainer_losses(static_cast<std::size_t>(plan.trainers), last_loss);
-
-  auto save = [&] {
-    if (trainer_leader) save_checkpoint(checkpoint_path, *model, *optimizer, position);
-  };
-  // The tournament score of the model as it stands: its metric on this trainer's tournament set; a
-  // model with a NaN/Inf weight has diverged and scores NaN (max pooling can hide it from the loss).
-  const auto tournament_score = [&] {
-    if (!backend.all_finite(table.arena(Arena::Values))) return std::numeric_limits<double>::quiet_NaN();
-    const bool by_loss = plan.metric == TournamentMetric::Loss;
-    const Validation v =
-        validate(grid_run, tournament.tournament_set(), task, comm, group_batch, o.prefetch_threads, by_loss);
-    return by_loss ? v.loss : v.metric;
-  };
-
-  for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
-    data::ShardSpec spec;
-    spec.dataset_size = train_set->size();
-    spec.batch_size = static_cast<std::size_t>(group_batch);
-    spec.rank = static_cast<std::size_t>(grid_run.sample_group());
-    spec.world_size = groups;
-    spec.seed = position.seed;
-    spec.epoch = epoch;
-    auto batches = data::split_into_batches(data::shard_indices(spec), spec.batch_size);
-    const std::size_t first = epoch == position.epoch ? position.next_batch : 0;  // mid-epoch resume
-    std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first),
-                                                    batches.end());
-    data::hint_epoch_order(*train_set, remaining, world.rank());  // FanStore daemon prefetch; no-op without one
-    data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
-    validated_at_end = false;
-
-    for (std::size_t j = first; j < batches.size(); ++j) {
-      // The loader's wait is part of the step: an I/O stall is exactly what users need to see.
-      const auto wait_start = Clock::now();
-      auto batch = prefetcher.next();
-      const auto step_start = Clock::now();
-      const double wait = std::chrono::duration<double>(step_start - wait_start).count();
-      model->set_step(position.global_step);
-      Tensor y = grid_run.forward(*batch, Mode::Train);
-      LossResult loss = grid_run.loss(task, y, *batch);
-      double sums[2] = {loss.loss, wait};
-      comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
-      const double mean_loss = sums[0] / static_cast<double>(comm.size());
-      const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step)) * position.lr_scale;
-
-      if (!guard.accept(mean_loss, *model, *optimizer)) {
-        guard.roll_back(*model, *optimizer);
-        if (leader) {
-          progress.finish();
-          err << "fanstore-train: warning: step " << position.global_step << ": " << guard.last_reason() << " (loss "
-              << mean_loss << "); rolled back to the last good state and skipped the batch (rollback "
-              << guard.rollbacks() << ")\n";
-          metrics.write("{\"event\":\"rollback\",\"step\":" + std::to_string(position.global_step) +
-                        ",\"loss\":" + json_number(mean_loss) + ",\"reason\":\"" + guard.last_reason() + "\"}");
-        }
-        if (guard.consecutive_rejections() >= 5)
-          throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
-      } else {
-        // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
-        // F32 gradients scaled back; an overflow skips the step and halves the scale.
-        if (scaler.enabled()) backend.scale(loss.gradient, scaler.scale());
-        allreduce.begin_step();
-        grid_run.backward(loss.gradient);
-        allreduce.finish();
-        bool step_ok = true;
-        if (scaler.enabled()) {
-          const float used = scaler.scale();
-          Tensor gradients = table.arena(Arena::Gradients);
-          backend.scale(gradients, 1.f / used);
-          step_ok = scaler.update(backend.all_finite(gradients));
-          if (!step_ok && leader) {
-            progress.finish();
-            err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale "
-                << used << "; step skipped, scale now " << scaler.scale() << "\n";
-          }
-        }
-        if (step_ok) optimizer->step(table, static_cast<float>(lr));
-      }
-      last_loss = mean_loss;
-      backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
-      const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start)};
-      run_time.wait_s += step.wait_s;
-      run_time.compute_s += step.compute_s;
-      samples_trained += per_step;
-      ++position.global_step;
-      position.epoch = epoch;
-      position.next_batch = j + 1;
-      if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step) &&
-          (o.inject_nan_trainer < 0 || o.inject_nan_trainer == trainer)) {
-        Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
-        backend.fill(first, std::numeric_limits<float>::quiet_NaN());
-      }
-      // Every trainer's loss and learning rate (one curve per trainer).
-      const std::vector<double> values = tournament.per_trainer({mean_loss, lr});
-      for (int t = 0; t < plan.trainers; ++t) {
-        const auto i = 2 * static_cast<std::size_t>(t);
-        trainer_losses[static_cast<std::size_t>(t)] = values[i];
-        if (leader)
-          metrics.write(step_json(position.global_step, epoch, values[i], values[i + 1], static_cast<double>(per_step),
-                                  step, seconds_since(start), tournament.enabled() ? t : -1));
-      }
-      const auto round =
-          tournament.play_if_due(position.global_step, position.lr_scale, *model, *optimizer, tournament_score);
-      if (round.took_other) {
-        position.lr_scale = round.lr_scale;
-        guard.rebase(*model, *optimizer);
-      }
-      for (const auto& record : round.records)
-        if (leader) metrics.write(record);
-
-      if (leader) {
-        char rates[96];
-        std::snprintf(rates, sizeof rates, "%.1f samples/s  input stall %.0f%%",
-                      static_cast<double>(per_step) / step.total(), step.stall_pct());
-        std::ostringstream line;
-        line << "epoch " << epoch + 1 << "/" << o.epochs << " step " << j + 1 << "/" << batches.size() << "  loss "
-             << mean_loss << "  " << rates;
-        progress.update(line.str());
-      }
-      if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
-      if (o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps)) {
-        stopped = true;
-        break;
-      }
-    }
-    if (position.next_batch == batches.size()) {
-      position.epoch = epoch + 1;
-      position.next_batch = 0;
-    }
-    if (leader) progress.finish();
-    if (val_set && (!stopped || position.next_batch == 0)) {
-      last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
-      validated_at_end = true;
-      // Every trainer validates its own model on the whole validation set.
-      const std::vector<double> vals = tournament.per_trainer({last_val.metric});
-      for (int t = 0; t < plan.trainers && leader; ++t) {
-        const double metric = vals[static_cast<std::size_t>(t)];
-        std::string line = "{\"event\":\"validation\",\"epoch\":" + std::to_string(epoch) +
-                           ",\"step\":" + std::to_string(position.global_step) +
-                           (plan.enabled() ? ",\"trainer\":" + std::to_string(t) : "") + ",\"" + metric_name(task) +
-                           "\":" + json_number(metric);
-        if (task == TaskKind::Regression) line += ",\"baseline_mae\":" + json_number(last_val.baseline);
-        metrics.write(line + "}");
-        err << "fanstore-train: epoch " << epoch + 1 << (plan.enabled() ? " trainer " + std::to_string(t) : "")
-            << " validation " << metric_name(task) << " " << metric << "\n";
-      }
-    }
-    save();
-  }
-  if (val_set && !validated_at_end)
-    last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
-  // The run's output model is the best trainer's: by validation score, or without --val by the
-  // tournament score; its first rank writes it as checkpoint.bin.
-  int best = 0;
-  if (plan.enabled()) {
-    best = tournament.choose_best(val_set ? last_val.metric : tournament_score(),
-                                  val_set ? validation_metric(task) : plan.metric);
-    if (trainer == best && trainer_leader)
-      save_checkpoint(checkpoint_dir + "/checkpoint.bin", *model, *optimizer, position);
-    last_loss = trainer_losses[static_cast<std::size_t>(best)];
-    if (val_set) last_val.metric = tournament.final_scores()[static_cast<std::size_t>(best)];
-  }
-  const auto all_rollbacks = tournament.per_trainer({static_cast<double>(guard.rollbacks())});
-  const double rollbacks = std::accumulate(all_rollbacks.begin(), all_rollbacks.end(), 0.0);
-  samples_trained *= static_cast<std::uint64_t>(plan.trainers);  // every trainer's samples
-  double peak_rss[1] = {peak_rss_bytes()};
-  world.max(peak_rss, 1);  // the busiest rank
-
-  RunSummary summary;
-  summary.grid = grid_run.grid().to_string();
-  summary.steps = position.global_step;
-  summary.samples = samples_trained;
-  summary.total_s = seconds_since(start);
-  summary.time = run_time;
-  summary.last_loss = last_loss;
-  summary.val = last_val;
-  summary.has_val = val_set != nullptr;
-  summary.bad_samples = loader.bad_sample_count();
-  summary.rollbacks = rollbacks;
-  summary.peak_rss = peak_rss[0];
-  summary.buckets = allreduce.bucket_count();
-  summary.buckets_in_backward = allreduce.started_during_backward();
-  if (scaler.enabled()) {
-    std::ostringstream f;
-    f << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
-    summary.scaler = f.str();
-  }
-  if (plan.enabled()) {
-    summary.tournament_text =
-        tournament.summary_text(val_set ? metric_name(task) : metric_label(plan.metric), summary.total_s);
-    summary.tournament_json = tournament.summary_json();
-  }
-  summary.outputs = plan.enabled() ? checkpoint_dir + "/checkpoint.bin (trainer " + std::to_string(best) +
-                                         "'s; every trainer's in checkpoint-tT.bin)"
-                                   : checkpoint_path;
+  TrainingLoop loop{.o = o,
+                    .task = task,
+                    .plan = plan,
+                    .tournament = tournament,
+                    .comm = comm,
+                    .model = *model,
+                    .optimizer = *optimizer,
+                    .grid_run = grid_run,
+                    .allreduce = allreduce,
+                    .train_set = *train_set,
+                    .val_set = val_set.get(),
+                    .loader = loader,
+                    .schedule = schedule,
+                    .position = position,
+                    .metrics = metrics,
+                    .err = err,
+                    .leader = leader,
+                    .trainer_leader = trainer_leader,
+                    .fp16 = precision == Precision::FP16,
+                    .world_rank = world.rank(),
+                    .trainer = trainer,
+                    .groups = groups,
+                    .per_step = per_step,
+                    .group_batch = group_batch,
+                    .checkpoint_path = checkpoint_path};
+  loop.run_epochs();
+  const RunSummary summary = loop.summarize(world, checkpoint_dir);
   if (leader) write_summary(o, task, ranks, summary, metrics_path, out, metrics);
   return 0;
 }
