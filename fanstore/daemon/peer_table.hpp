@@ -14,6 +14,8 @@ class PeerTable {
 
   bool up(int r) const { return !peers_[static_cast<size_t>(r)].down; }
   int64_t down_since_us(int r) const { return peers_[static_cast<size_t>(r)].down_since; }
+  // When the last message from `r` arrived (-1: never).
+  int64_t last_heard_us(int r) const { return peers_[static_cast<size_t>(r)].last_heard; }
 
   // Any message from `r` (a reply, a request, a probe answer): it is alive. True when it was down until now.
   bool Heard(int r, int64_t now_us) {

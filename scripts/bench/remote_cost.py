@@ -1,14 +1,14 @@
 #!/usr/bin/python3
-"""CPU that remote reads cost: runs COMMAND (a client reading remote files through rank 0's daemon, fanstore-iobench
-whose CSV line says how many: its 4th field) and prints one CSV line, per 1,000 files: wall seconds, the client's
-CPU seconds (getrusage of the child), the asking daemon's (rank 0) and the owning daemons' (every other rank,
-summed), from the serve processes' utime+stime in /proc (what getrusage(RUSAGE_SELF) reports inside them).
+"""CPU that remote reads cost: runs COMMAND (a client reading remote files through rank 0's daemon whose last line
+is fanstore-iobench's CSV: its 4th field the files read, its 5th the seconds it timed) and prints one CSV line, per
+1,000 files: the client's timed seconds, its CPU seconds (getrusage of the child), the asking daemon's (rank 0) and
+the owning daemons' (every other rank, summed), from the serve processes' utime+stime in /proc (what
+getrusage(RUSAGE_SELF) reports inside them).
 Usage: remote_cost.py --parent MPIRUN_PID -- COMMAND..."""
 import argparse
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_cpu import serve_pids, ticks  # noqa: E402
@@ -25,16 +25,15 @@ def main():
         raise SystemExit(f"remote_cost: found ranks {sorted(pids)} under that mpirun, need rank 0 and an owner")
     hz = os.sysconf("SC_CLK_TCK")
     t0 = {r: ticks(p) for r, p in pids.items()}
-    w0 = time.monotonic()
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     out = child.stdout.read()
     _, status, ru = os.wait4(child.pid, 0)
-    wall = time.monotonic() - w0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"remote_cost: the client exited {os.waitstatus_to_exitcode(status)}")
     cpu = {r: (ticks(p) - t0[r]) / hz for r, p in pids.items()}
     try:
-        files = int(out.strip().splitlines()[-1].split(",")[3])
+        fields = out.strip().splitlines()[-1].split(",")
+        files, wall = int(fields[3]), float(fields[4])
     except (IndexError, ValueError):
         raise SystemExit(f"remote_cost: no file count in the client's output: {out!r}")
     k = 1000.0 / files

@@ -26,10 +26,13 @@ if [ -n "${COST_ONLY:-}" ]; then
   for v in "${VARIANTS[@]}"; do [[ " $COST_ONLY " == *" ${v%%|*} "* ]] && kept+=("$v"); done
   VARIANTS=("${kept[@]}")
 fi
-# directory|files|bytes each, and the cases read from them: label|directory|reader threads (4: a loader's workers).
+# directory|files|bytes each, and the cases read from them: label|directory|reader threads (4: a loader's workers;
+# "paced": one read every 10 ms, so that the daemons' loops have left their hot window before each).
 FILES=("d4k|2000|4096" "d128k|600|131072" "d2m|80|2097152")
-CASES=("4 KiB files|d4k|4" "4 KiB files, one reader|d4k|1" "128 KiB files|d128k|4" "2 MiB files|d2m|4")
+CASES=("4 KiB files|d4k|4" "4 KiB files, one reader|d4k|1" "4 KiB files, one every 10 ms|d4k|paced"
+  "128 KiB files|d128k|4" "2 MiB files|d2m|4")
 SECONDS_EACH=$([ "$QUICK" = 1 ] && echo 0.5 || echo 2)
+PACED_READS=$([ "$QUICK" = 1 ] && echo 50 || echo 200)
 
 JOB="" NETNS=0
 cleanup() {
@@ -85,14 +88,16 @@ PYEOF
 
 # measure SYSTEM TRANSPORT : one round of every size against the running daemons, appended to $TMP/samples.
 measure() {
-  local c label dir threads line
+  local c label dir threads line client
   for c in "${CASES[@]}"; do
     IFS='|' read -r label dir threads <<<"$c"
     # Passes over the list for SECONDS_EACH, the client's caches off so that every read crosses (tick-based CPU
     # figures need seconds, not a 0.1 s pass).
-    line=$(FANSTORE_CACHE_BYTES=0 FANSTORE_NODE_CACHE=off "$PY" "$HERE/remote_cost.py" --parent "$JOB" -- "$FS" run --daemon \
-      "$TMP/n/node0.sock" --mount /fanstore -- "$IOBENCH" --op read --path /fanstore --list "$TMP/remote-$dir.txt" \
-      --threads "$threads" --warmup 0 --min-time "$SECONDS_EACH" --block 4194304) || line="error,error,error,error"
+    client=("$IOBENCH" --op read --path /fanstore --list "$TMP/remote-$dir.txt" --threads "$threads" --warmup 0
+      --min-time "$SECONDS_EACH" --block 4194304)
+    [ "$threads" = paced ] && client=("$PY" "$HERE/paced_read.py" /fanstore "$TMP/remote-$dir.txt" 10 "$PACED_READS")
+    line=$(FANSTORE_CACHE_BYTES=0 FANSTORE_NODE_CACHE=off "$PY" "$HERE/remote_cost.py" --parent "$JOB" -- "$FS" run \
+      --daemon "$TMP/n/node0.sock" --mount /fanstore -- "${client[@]}") || line="error,error,error,error"
     echo "$1|$2|$label|$line" >>"$TMP/samples"
   done
 }
@@ -141,4 +146,4 @@ with open(raw, "a", newline="") as f:
             value = f"{statistics.median(nums):.3f}" if nums else "error (a client or daemon failed)"
             out.writerow(["remote-cost", f"{label}, {transport}: {w}", system, "s per 1,000 files", "lower", value])
 PYEOF
-note "Files that live on the other 3 of 4 daemons (--cache-bytes 0, packed raw in 4 partitions), each read whole by 4 reader threads (one, in the 'one reader' rows) of a fresh client (\`fanstore run --daemon\` on rank 0's socket + fanstore-iobench, passes over the list for $SECONDS_EACH s, FANSTORE_CACHE_BYTES=0 and FANSTORE_NODE_CACHE=off so that every read crosses). Per 1,000 files: wall seconds, and CPU seconds (utime+stime) of the client (getrusage), of the asking daemon (rank 0) and of the owning daemons (ranks 1-3 summed), from /proc. Median of $ROUNDS rounds; each round starts every variant's daemons afresh, in turn. Shared memory: 4 ranks on this machine; TCP: 4 network namespaces (Open MPI over TCP on veths). All processes share $(nproc) cores: on a cluster the daemons do not compete with three stand-in nodes, so the CPU rows are what limits throughput there."
+note "Files that live on the other 3 of 4 daemons (--cache-bytes 0, packed raw in 4 partitions), each read whole by 4 reader threads (one, in the 'one reader' rows) of a fresh client (\`fanstore run --daemon\` on rank 0's socket + fanstore-iobench, passes over the list for $SECONDS_EACH s, FANSTORE_CACHE_BYTES=0 and FANSTORE_NODE_CACHE=off so that every read crosses). 'One every 10 ms': one reader (scripts/bench/paced_read.py, Python) sleeping 10 ms before each of $PACED_READS reads, so that every daemon has left its 2 ms hot window: what a request after a quiet spell costs. Per 1,000 files: wall seconds (the client's own timed seconds; paced: the reads' alone), and CPU seconds (utime+stime) of the client (getrusage), of the asking daemon (rank 0) and of the owning daemons (ranks 1-3 summed), from /proc (paced: with the daemons' idle waits between reads). Median of $ROUNDS rounds; each round starts every variant's daemons afresh, in turn. Shared memory: 4 ranks on this machine; TCP: 4 network namespaces (Open MPI over TCP on veths). All processes share $(nproc) cores: on a cluster the daemons do not compete with three stand-in nodes, so the CPU rows are what limits throughput there."
