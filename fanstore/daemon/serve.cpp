@@ -304,12 +304,17 @@ class Daemon {
   bool Failed(const char* phase) {
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
     if (AllOk(st_.ok(), rank_, phase)) return false;
+    Abort();
+    return true;
+  }
+
+  // Every rank stops at start-up: the socket goes, what was staged too with --cleanup, and MPI ends.
+  void Abort() {
     startup_.SetSocket(nullptr);
     server_.reset();
     if (o_.cleanup) staged_files_.RemoveAll();
     close(lock_fd_);
     FinalizeWithin(5, 1);
-    return true;
   }
 
   // The fetch cache (with --cache-prefault its memory is faulted in on a thread of its own while the daemon sets
@@ -451,11 +456,7 @@ class Daemon {
             static_cast<unsigned long long>(stager_->tally().failed_ranks));
     stager_->Stop();
     transport_->Shutdown();
-    startup_.SetSocket(nullptr);
-    server_.reset();
-    if (o_.cleanup) staged_files_.RemoveAll();
-    close(lock_fd_);
-    FinalizeWithin(5, 1);
+    Abort();
     return false;
   }
 

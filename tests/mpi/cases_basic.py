@@ -26,11 +26,7 @@ def case_read_all(ctx):
     check(r.returncode == 0, "reading every file through rank 0 failed")
     m = re.search(r"\((\d+) local, (\d+) remote\)", r.stdout)
     check(m and int(m.group(2)) > int(m.group(1)), "expected most files to be remote")
-    procs = [ctx.start_check(i, "--threads", "2") for i in range(4)]
-    for i, p in enumerate(procs):
-        out, _ = p.communicate(timeout=120)
-        log(f"concurrent client@rank{i} -> rc {p.returncode}: {out.strip()}")
-        check(p.returncode == 0, f"concurrent client on rank {i} failed")
+    ctx.check_all(range(4), "--threads", "2", what="a concurrent client failed", timeout=120)
     job.stop()
     out = job.output()
     log("daemon exit lines:\n" + "\n".join(l for l in out.splitlines() if "stopping on" in l))
@@ -85,11 +81,8 @@ def case_transport_options(ctx):
     log(f"--progress, idle: {', '.join(f'{c:.0f}%' for c in idle)} of a core per daemon")
     # 4 spinning daemons on 2 cores get about 50% each; a sleeping one about 1% (docs/performance.md).
     check(sum(idle) / len(idle) > 10, f"--progress daemons must poll while idle: {idle}")
-    procs = [ctx.start_check(r, "--which", "remote", "--threads", "3") for r in range(4)]
-    for r, p in enumerate(procs):
-        out, _ = p.communicate(timeout=240)
-        log(f"client@rank{r} -> rc {p.returncode}: {out.strip()[-300:]}")
-        check(p.returncode == 0, f"reading through rank {r} with --conn-memory 1 MiB and no mapped sends failed")
+    ctx.check_all(range(4), "--which", "remote", "--threads", "3",
+                  what="reading with --conn-memory 1 MiB and no mapped sends failed")
     job.stop()
     out = job.output()
     for r in range(4):
@@ -257,10 +250,7 @@ def case_coalesce(ctx):
     check(r.returncode == 0, r.stderr)
     job = Job(ctx, 2)
     job.wait_ready()
-    procs = [ctx.start_check(0, "--which", "remote", "--threads", "2") for _ in range(8)]
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        check(p.returncode == 0, f"a reader failed: {out}")
+    out = ctx.check_all([0] * 8, "--which", "remote", "--threads", "2", what="a reader failed", timeout=120)[-1]
     remote = int(re.search(r"(\d+) remote\)", out).group(1))
     job.stop()
     c = counters(job.output(), 0)
@@ -280,11 +270,8 @@ def case_chunked(ctx):
     ctx.pack(parts=8, nfiles=120, sizes=(70000, 131072, 300000, 700000))
     job = Job(ctx, 4, "--max-message", "65536", "--cache-bytes", "0", "--timeout", "20")
     job.wait_ready()
-    procs = [ctx.start_check(r % 4, "--which", "remote", "--threads", "3") for r in range(8)]
-    for i, p in enumerate(procs):
-        out, _ = p.communicate(timeout=240)
-        log(f"client@rank{i % 4} -> rc {p.returncode}: {out.strip()[-300:]}")
-        check(p.returncode == 0, f"client {i} failed: chunked replies were lost or mixed up")
+    ctx.check_all([r % 4 for r in range(8)], "--which", "remote", "--threads", "3",
+                  what="chunked replies were lost or mixed up")
     job.stop()
     out = job.output()
     for r in range(4):

@@ -91,11 +91,8 @@ def case_staging_serve_early(ctx):
     job.wait_ready(staged=False)
     ready_s = time.time() - t0
     log(f"every socket answered {ready_s:.2f} s after mpirun started")
-    procs = [ctx.start_check(r, "--threads", "2", "--max-seconds", str(HANG_S)) for r in range(4)]
-    for r, p in enumerate(procs):
-        text, _ = p.communicate(timeout=240)
-        log(f"client@rank{r} -> rc {p.returncode}: {text.strip()}")
-        check(p.returncode == 0, f"a client on rank {r} read wrong bytes or failed while staging")
+    ctx.check_all(range(4), "--threads", "2", "--max-seconds", str(HANG_S),
+                  what="read wrong bytes or failed while staging")
     out = job.output()
     check("fanstore serve: staged:" not in out, "staging ended before the clients did: slow it down further")
     check(any(".tmp." in f for r in range(4) for f in os.listdir(ctx.node(r))),

@@ -127,6 +127,18 @@ class Ctx:
         return subprocess.Popen(self.check_cmd(*extra), env=env, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
 
+    def check_all(self, ranks, *extra, what, timeout=240):
+        """One daemon_check per entry of `ranks` (a rank may repeat), all at once; each must exit 0 (`what`: what
+        failed, for the message). Returns their outputs."""
+        procs = [self.start_check(r, *extra) for r in ranks]
+        outs = []
+        for i, (r, p) in enumerate(zip(ranks, procs)):
+            out, _ = p.communicate(timeout=timeout)
+            log(f"client {i}@rank{r} -> rc {p.returncode}: {out.strip()[-300:]}")
+            check(p.returncode == 0, f"client {i} on rank {r}: {what}")
+            outs.append(out)
+        return outs
+
     def kill_all(self):
         for j in self.jobs:
             if j.p.poll() is None:
