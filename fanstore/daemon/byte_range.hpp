@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "range_check.hpp"
+#include "fanstore/protocol/range_check.hpp"
 
 namespace fanstore::daemon {
 

@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "daemon_protocol.hpp"
+#include "fanstore/protocol/range_check.hpp"
 #include "format.hpp"
 #include "log.hpp"
 #include "peer_table.hpp"
 #include "placement.hpp"
-#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {

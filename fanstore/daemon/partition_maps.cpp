@@ -13,8 +13,8 @@
 #include <atomic>
 #include <fstream>
 
+#include "fanstore/protocol/range_check.hpp"
 #include "log.hpp"
-#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {

@@ -9,13 +9,13 @@
 #include <cstring>
 
 #include "daemon_protocol.hpp"
-#include "range_check.hpp"
-#include "shared_cache.hpp"
+#include "fanstore/protocol/fetch_cache_view.hpp"
+#include "fanstore/protocol/range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {
 
-namespace sc = shared_cache;
+namespace sc = fetch_cache_view;
 constexpr uint64_t kChunk = 2u << 20;
 constexpr int kMinShift = 12, kClasses = 10;  // 4 KiB .. 2 MiB
 constexpr int kRun = kClasses;

@@ -1,7 +1,7 @@
-// The daemon's side of the shared fetch cache (fanstore/src/shared_cache.hpp): the memfd every client maps, the
-// allocator of its data area (power-of-two blocks of 4 KiB .. 2 MiB carved from 2 MiB chunks, runs of whole chunks
-// beyond), and the index writer (publish a cached range for clients; withdraw it before its memory is reused).
-// Single-threaded (the daemon's progress thread).
+// The daemon's side of the shared fetch cache (fanstore/protocol/include/fanstore/protocol/fetch_cache_view.hpp): the
+// memfd every client maps, the allocator of its data area (power-of-two blocks of 4 KiB .. 2 MiB carved from 2 MiB
+// chunks, runs of whole chunks beyond), and the index writer (publish a cached range for clients; withdraw it before
+// its memory is reused). Single-threaded (the daemon's progress thread).
 #pragma once
 
 #include <cstdint>

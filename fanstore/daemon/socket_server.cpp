@@ -23,9 +23,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "fanstore/protocol/range_check.hpp"
 #include "format.hpp"
 #include "log.hpp"
-#include "range_check.hpp"
 
 namespace fanstore::daemon {
 namespace {

@@ -2,7 +2,7 @@
 // request or a damaged staged copy an error reply, and the image directory for what is not staged yet.
 #include "staged_reader.hpp"
 #include "daemon_protocol.hpp"
-#include "range_check.hpp"
+#include "fanstore/protocol/range_check.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

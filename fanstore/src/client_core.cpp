@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "decode_internal.hpp"
+#include "fanstore/protocol/range_check.hpp"
 #include "owned_bytes.hpp"
 #include "owned_fd.hpp"
-#include "range_check.hpp"
 
 namespace fanstore {
 

@@ -25,10 +25,10 @@
 
 #include "daemon_protocol.hpp"
 #include "fanstore/path_template.hpp"
+#include "fanstore/protocol/fetch_cache_view.hpp"
+#include "fanstore/protocol/range_check.hpp"
 #include "owned_fd.hpp"
-#include "range_check.hpp"
 #include "remote_fetcher.hpp"
-#include "shared_cache.hpp"
 
 namespace fanstore {
 
@@ -261,7 +261,7 @@ Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const Repl
 }
 
 // Maps the fetch cache's shared memfd: read-only, but for its hit counters.
-Status MapSharedCache(int fd, shared_cache::View* view) {
+Status MapSharedCache(int fd, fetch_cache_view::View* view) {
   uint64_t size = 0;
   Status s = CheckPassedMemfd(fd, 0, 0, &size);
   if (!s.ok()) return s;
@@ -269,7 +269,7 @@ Status MapSharedCache(int fd, shared_cache::View* view) {
   if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the fetch cache");
   uint64_t hoff = 0, hlen = 0;
   void* hits = MAP_FAILED;
-  if (shared_cache::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
+  if (fetch_cache_view::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
     hits = mmap(nullptr, static_cast<size_t>(hlen), PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(hoff));
   if (hits == MAP_FAILED || !view->Attach(static_cast<char*>(ro), size, static_cast<char*>(hits))) {
     munmap(ro, static_cast<size_t>(size));
@@ -322,14 +322,14 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   bool CachesNodeWide() override { return SharedCache() != nullptr; }
 
   bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) override {
-    const shared_cache::View* v = SharedCache();
+    const fetch_cache_view::View* v = SharedCache();
     return v && CopyFromCache(*v, part, offset, length, dst);
   }
 
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
     // The fetch cache first: a range cached there is copied out here, without a daemon round-trip (into a buffer
     // of ours: `use` must only see bytes that did not change while being copied).
-    if (const shared_cache::View* v = SharedCache()) {
+    if (const fetch_cache_view::View* v = SharedCache()) {
       thread_local std::vector<char> copy;
       if (copy.size() < length) copy.resize(length);
       if (v->Copy(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
@@ -379,7 +379,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // way the slot's sequence says whether the bytes changed meanwhile. The descriptor's identity is checked before
   // each pread (an fstat, a fraction of a microsecond against the copy's microseconds), so the bytes never come
   // from another file; the caller's checksum would catch that too.
-  bool CopyFromCache(const shared_cache::View& v, uint32_t part, uint64_t offset, uint64_t length, char* dst) {
+  bool CopyFromCache(const fetch_cache_view::View& v, uint32_t part, uint64_t offset, uint64_t length, char* dst) {
     const int fd = cache_fd_.load(std::memory_order_acquire);
     if (fd >= 0 && cache_fd_id_.StillOurs()) {
       int err = 0;
@@ -412,7 +412,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
   // The fetch cache's shared view, asked for once per process (null: the daemon has none, or it failed).
-  const shared_cache::View* SharedCache() {
+  const fetch_cache_view::View* SharedCache() {
     int st = cache_state_.load(std::memory_order_acquire);
     if (st == 1) return &view_;
     if (st == 2) return nullptr;
@@ -651,7 +651,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   std::atomic<FdHook> hook_{nullptr};       // marks our fds internal (the interposer's close-all protection)
   std::mutex cache_mu_;                     // asking for the fetch cache (not mu_: Take takes that)
   std::atomic<int> cache_state_{0};         // 0 not asked yet, 1 view_ attached, 2 none
-  shared_cache::View view_;
+  fetch_cache_view::View view_;
   // A descriptor of the fetch cache's memfd, kept for pread (-1: none, or it stopped working). Copying a cached
   // range with pread is a copy in the kernel, as a local file's read is; through the mapping, each process would
   // first fault in the page-table entries of every page it touches (a DataLoader's fresh workers, every epoch).

@@ -14,11 +14,11 @@
 #include <memory>
 
 #include "decode_internal.hpp"
+#include "fanstore/protocol/range_check.hpp"
 #include "format.hpp"
 #include "hash.hpp"
 #include "index_trust.hpp"
 #include "owned_fd.hpp"
-#include "range_check.hpp"
 
 namespace fanstore {
 

@@ -15,10 +15,10 @@
 
 #include "decode_internal.hpp"
 #include "fanstore/pack.hpp"
+#include "fanstore/protocol/range_check.hpp"
 #include "format.hpp"
 #include "hash.hpp"
 #include "pack_tree.hpp"
-#include "range_check.hpp"
 
 namespace fanstore {
 namespace {

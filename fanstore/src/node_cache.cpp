@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "decode_internal.hpp"
+#include "fanstore/protocol/range_check.hpp"
 #include "format.hpp"
 #include "owned_fd.hpp"
-#include "range_check.hpp"
 
 namespace fanstore {
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "range_check.hpp"
+#include "fanstore/protocol/range_check.hpp"
 
 namespace fanstore {
 namespace {

@@ -10,10 +10,10 @@
 
 #include <sys/mman.h>
 
+#include "fanstore/protocol/fetch_cache_view.hpp"
 #include "fetch_cache.hpp"
 #include "peer_table.hpp"
 #include "prefetcher.hpp"
-#include "shared_cache.hpp"
 #include "slab.hpp"
 
 namespace fanstore::daemon {
@@ -279,7 +279,7 @@ TEST(Slab, BlocksAreReusedAndBigOnesWork) {
 
 // A client's view of the cache memfd, mapped the way daemon_client.cpp maps it.
 struct ClientView {
-  shared_cache::View view;
+  fetch_cache_view::View view;
   void* map = nullptr;
   size_t len = 0;
   explicit ClientView(int fd) {
@@ -326,13 +326,13 @@ TEST(SharedCache, AClobberedHeaderIsNotACache) {
   ASSERT_EQ(fstat(fd, &st), 0);
   std::string copy(static_cast<size_t>(st.st_size), '\0');
   ASSERT_EQ(pread(fd, copy.data(), copy.size(), 0), static_cast<ssize_t>(copy.size()));
-  shared_cache::View v;
+  fetch_cache_view::View v;
   EXPECT_TRUE(v.Attach(copy.data(), copy.size()));
-  shared_cache::Header h;
+  fetch_cache_view::Header h;
   std::memcpy(&h, copy.data(), sizeof h);
   h.data_len = ~uint64_t{0};
   std::memcpy(copy.data(), &h, sizeof h);
-  shared_cache::View w;
+  fetch_cache_view::View w;
   EXPECT_FALSE(w.Attach(copy.data(), copy.size()));
 }
 

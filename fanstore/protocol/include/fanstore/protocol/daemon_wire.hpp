@@ -65,7 +65,8 @@ inline constexpr uint64_t kMaxPrefetchBody = 64ull << 20;
 //   client sends its next request on this connection. With kNewArea, exactly one fd (a memfd whose size is sealed)
 //   rides on the header's first byte and replaces the connection's area from this reply on.
 // kPayloadInMemfd: exactly one fd (a size-sealed memfd) rides on the header, the payload at shm_offset of it.
-// kCacheMemfd: exactly one fd rides on the header: the fetch cache's shared memfd (fanstore/src/shared_cache.hpp).
+// kCacheMemfd: exactly one fd rides on the header: the fetch cache's shared memfd
+// (fanstore/protocol/include/fanstore/protocol/fetch_cache_view.hpp).
 inline constexpr size_t kReplyHeaderSize = 48;
 inline constexpr uint32_t kPayloadInArea = 1u << 0;
 inline constexpr uint32_t kNewArea = 1u << 1;

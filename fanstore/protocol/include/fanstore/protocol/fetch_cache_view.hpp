@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "range_check.hpp"
+#include "fanstore/protocol/range_check.hpp"
 
-namespace fanstore::shared_cache {
+namespace fanstore::fetch_cache_view {
 
 // Layout, all little-endian, offsets from the start of the memfd:
 //   0 Header (4 KiB page) | slots: nslots * 32 B | hits: nslots * 4 B (clients add 1 per hit) | data area
@@ -121,4 +121,4 @@ class View {
   uint64_t mask_ = 0;
 };
 
-}  // namespace fanstore::shared_cache
+}  // namespace fanstore::fetch_cache_view
