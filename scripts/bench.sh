@@ -598,9 +598,9 @@ log "spatial: CosmoFlow on sample x spatial grids"
 BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
 
 # --- remote-cost: wall and CPU per 1,000 remote files, each daemon mechanism on and off ----------------------------
-# Its own script (scripts/bench/remote_cost.sh, runnable alone; TCP rows need root); about 5 minutes on 2 cores.
+# Its own script (scripts/bench/remote_cost.sh, runnable alone; TCP rows need root); about 6 minutes on 2 cores.
 log "remote-cost: CPU of remote reads, mechanisms on and off"
-BUILD_DIR=$BUILD_DIR bash "$HELPERS/remote_cost.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "remote-cost: failed"
+BUILD_DIR=$BUILD_DIR IOBENCH=$IOBENCH bash "$HELPERS/remote_cost.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "remote-cost: failed"
 
 # --- staging: 4 namespace nodes, an sshfs shared file system, tc-capped links -------------------------------------
 # Its own script (scripts/bench/staging.sh, runnable alone; needs root); about 2 minutes on 2 cores.

@@ -63,8 +63,8 @@ constexpr uint64_t kReplySlack = kReplyHeader + (64 << 10);
 // arriving), kept as matched messages at most this many; beyond, the oldest are received and dropped (a peer
 // sending chunks no header claims).
 constexpr size_t kMaxEarlyChunks = 4096;
-// Below the progress loop's 2 ms hot window, less a margin for the message's time on the way.
-constexpr int64_t kPeerHotUs = 1500;
+// The progress loop's hot window, less a margin for the message's time on the way and ours before we look at it.
+constexpr int64_t kPeerHotUs = kHotWindowUs - 500;
 
 std::string MpiError(int rc) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -201,8 +201,8 @@ struct MpiTransport::Impl {
     reply_slots = static_cast<int>(slot_req.size());
   }
 
-  // A peer that sent us anything within kPeerHotUs is still in its loop's hot window (progress_loop.cpp: 2 ms of
-  // polling after activity): it sees the message without a datagram, which would cost both sides a syscall.
+  // A peer that sent us anything within kPeerHotUs is still in its loop's hot window (kHotWindowUs of polling after
+  // activity): it sees the message without a datagram, which would cost both sides a syscall.
   void Ring(int rank) {
     if (o.doorbell && dp::NowUs() - peers.last_heard_us(rank) > kPeerHotUs) o.doorbell->Ring(rank);
   }

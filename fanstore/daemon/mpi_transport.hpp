@@ -20,6 +20,10 @@
 
 namespace fanstore::daemon {
 
+// After any activity the progress loop polls MPI without sleeping this long (progress_loop.cpp); a peer heard from
+// well within it is not rung.
+inline constexpr int64_t kHotWindowUs = 2000;
+
 struct TransportOptions {
   int rank = 0, nranks = 1;
   int replicas = 1;
@@ -30,8 +34,8 @@ struct TransportOptions {
   // with their reply's tag: no probe of the world communicator ever sees one, and chunks of two replies from one
   // peer can never be taken for each other.
   MPI_Comm chunk_comm = MPI_COMM_NULL;
-  // Rung for every request and reply sent, so a sleeping peer wakes for it (null: peers find messages at their
-  // next look).
+  // Rung for a request or reply sent to a peer that may be asleep, so it wakes for it (null: peers find messages
+  // at their next look).
   Doorbell* doorbell = nullptr;
   // Ranges of at least mapped_send_min bytes are sent straight from these mappings of the staged partitions
   // (null: every range is read into a send buffer first).

@@ -12,10 +12,6 @@ namespace fanstore::daemon {
 
 namespace dp = daemon_proto;
 
-// After any activity the loop stays hot (polls without sleeping) this long: the next request of a burst is
-// usually this close.
-constexpr int64_t kHotUs = 2000;
-
 ProgressLoop::~ProgressLoop() {
   if (th_.joinable()) {
     if (exited_) th_.join();
@@ -48,7 +44,7 @@ void ProgressLoop::Run() {
     bool awaiting = transport_->Awaiting(&oldest);
     // A reply to our own request is usually microseconds away; so is the next request right after traffic. Spinning
     // for it beat 50 us naps even with every CPU busy (docs/performance.md, "Why the daemon is built as it is").
-    bool hot = now - last < kHotUs || (awaiting && now - oldest < 2000);
+    bool hot = now - last < kHotWindowUs || (awaiting && now - oldest < 2000);
     if (o_.spin || hot) {
       sched_yield();
       continue;

@@ -2,7 +2,8 @@
 // on) and the prefetch pump. How it waits when there is nothing to do decides both the latency of a peer's request
 // and the idle CPU: for a "hot" window (2 ms) after any activity and while a fetch of ours is young it polls flat
 // out, then sleeps in ppoll for 200 us, 1 ms, then 2 ms between looks at MPI. Client bytes and peers' doorbell
-// datagrams (doorbell.hpp: one per request or reply sent to this rank) end any of these waits at once. --progress
+// datagrams (doorbell.hpp: rung by a peer that sends this rank a request or a reply while this rank may be
+// asleep) end any of these waits at once. --progress
 // never sleeps: the lowest latency, for a core at 100%.
 #pragma once
 

@@ -252,6 +252,7 @@ struct SocketServer::Impl {
       }
       a->oneoff = true;
       c.oneoff = a;
+      stats->memfd_replies.fetch_add(1, std::memory_order_relaxed);
       return a;
     }
     uint64_t want = std::max<uint64_t>(1u << 20, c.area && !c.area->poisoned ? c.area->size * 2 : 0);

@@ -32,11 +32,12 @@ std::string DaemonStats::Line() const {
       "mappings); bytes sent %llu, received %llu; client latency p50 %llu us, p99 %llu us; %llu peer fetches, %llu "
       "cache hits, "
       "%llu coalesced, %llu prefetched, %llu prefetch hits; %llu timeouts, %llu fast fails, "
-      "%llu peers down; %llu connections refused; %llu shared cache hits; %llu doorbells rung, %llu doorbells heard",
+      "%llu peers down; %llu connections refused; %llu shared cache hits; %llu doorbells rung, %llu doorbells heard; "
+      "%llu replies in memfds of their own",
       u(client_requests), u(client_errors), u(failovers), u(peer_requests), u(mapped_sends), u(bytes_sent),
       u(bytes_received), pct(0.50), pct(0.99), u(peer_fetches), u(cache_hits), u(coalesced), u(prefetched),
       u(prefetch_hits), u(timeouts), u(fast_fails), u(peers_down), u(refused), u(shared_hits), u(doorbells_rung),
-      u(doorbells_heard));
+      u(doorbells_heard), u(memfd_replies));
   return buf;
 }
 

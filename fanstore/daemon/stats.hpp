@@ -30,6 +30,7 @@ class DaemonStats {
   std::atomic<uint64_t> refused{0};          // connections refused (SO_PEERCRED)
   std::atomic<uint64_t> doorbells_rung{0};   // wake-up datagrams sent to peers
   std::atomic<uint64_t> doorbells_heard{0};  // ... received (from peers or anyone else)
+  std::atomic<uint64_t> memfd_replies{0};    // replies over --conn-memory, each in a memfd of its own
   // Latency of one client fetch, from request read to reply queued, in microseconds.
   void AddLatency(uint64_t us);
   // "served 120 client requests (0 errors, 0 failovers), 40 peer requests; ..."

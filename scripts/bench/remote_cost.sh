@@ -7,13 +7,14 @@
 # whether it earns its place is decided on this table (docs/daemon.md, "Progress").
 # Usage: scripts/bench/remote_cost.sh OUT_DIR [--quick]   (bench.sh runs it; it can also run alone; TCP needs root)
 # Appends rows to OUT_DIR/raw.csv and notes to OUT_DIR/notes.tsv. Env: BUILD_DIR, BENCH_DISK; COST_ROUNDS (default 3,
-# 1 with --quick); COST_ALT=PATH adds a column "alt" for another build's `fanstore` (an A/B across commits);
+# 1 with --quick); COST_ALT=PATH adds a column "alt": daemons of another build's `fanstore` (an A/B across commits;
+# the clients stay this build's);
 # COST_ONLY="default alt" runs only the variants named. The daemons are found by a program name ending in "fanstore".
 set -euo pipefail
 # shellcheck source=scripts/bench/standalone.sh
 source "$(dirname "$0")/standalone.sh" remote-cost "$@"
 FS=$BUILD_DIR/bin/fanstore
-IOBENCH=$BUILD_DIR/bin/fanstore-iobench
+IOBENCH=${IOBENCH:-$BUILD_DIR/bin/fanstore-iobench}
 HERE=$(dirname "$0")
 ROUNDS=${COST_ROUNDS:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
 TAG=rc$$
@@ -24,6 +25,7 @@ VARIANTS=("default|$FS|" "no-doorbell|$FS|--no-doorbell" "no-mapped|$FS|--mapped
 if [ -n "${COST_ONLY:-}" ]; then
   kept=()
   for v in "${VARIANTS[@]}"; do [[ " $COST_ONLY " == *" ${v%%|*} "* ]] && kept+=("$v"); done
+  [ ${#kept[@]} -gt 0 ] || { log "COST_ONLY='$COST_ONLY' names no variant: use default, no-doorbell, no-mapped or alt (with COST_ALT)"; exit 2; }
   VARIANTS=("${kept[@]}")
 fi
 # directory|files|bytes each, and the cases read from them: label|directory|reader threads (4: a loader's workers;
@@ -129,9 +131,10 @@ else
 fi
 
 # The median of the rounds, per system, transport, size and quantity.
-"$PY" - "$TMP/samples" "$OUT/raw.csv" "$ROUNDS" <<'PYEOF'
+[ -s "$TMP/samples" ] || { log "no measurement was made (see the lines above)"; exit 1; }
+"$PY" - "$TMP/samples" "$OUT/raw.csv" <<'PYEOF'
 import csv, statistics, sys
-samples, raw, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+samples, raw = sys.argv[1], sys.argv[2]
 what = ["wall", "client CPU", "asking daemon CPU", "owning daemons CPU"]
 got = {}
 for line in open(samples):
@@ -143,7 +146,8 @@ with open(raw, "a", newline="") as f:
     for (transport, label, w), systems in got.items():
         for system, vals in systems.items():
             nums = [float(v) for v in vals if v != "error"]
-            value = f"{statistics.median(nums):.3f}" if nums else "error (a client or daemon failed)"
+            failed = len(vals) - len(nums)
+            value = f"{statistics.median(nums):.3f}" if not failed else f"error ({failed} of {len(vals)} rounds failed)"
             out.writerow(["remote-cost", f"{label}, {transport}: {w}", system, "s per 1,000 files", "lower", value])
 PYEOF
 note "Files that live on the other 3 of 4 daemons (--cache-bytes 0, packed raw in 4 partitions), each read whole by 4 reader threads (one, in the 'one reader' rows) of a fresh client (\`fanstore run --daemon\` on rank 0's socket + fanstore-iobench, passes over the list for $SECONDS_EACH s, FANSTORE_CACHE_BYTES=0 and FANSTORE_NODE_CACHE=off so that every read crosses). 'One every 10 ms': one reader (scripts/bench/paced_read.py, Python) sleeping 10 ms before each of $PACED_READS reads, so that every daemon has left its 2 ms hot window: what a request after a quiet spell costs. Per 1,000 files: wall seconds (the client's own timed seconds; paced: the reads' alone), and CPU seconds (utime+stime) of the client (getrusage), of the asking daemon (rank 0) and of the owning daemons (ranks 1-3 summed), from /proc (paced: with the daemons' idle waits between reads). Median of $ROUNDS rounds; each round starts every variant's daemons afresh, in turn. Shared memory: 4 ranks on this machine; TCP: 4 network namespaces (Open MPI over TCP on veths). All processes share $(nproc) cores: on a cluster the daemons do not compete with three stand-in nodes, so the CPU rows are what limits throughput there."

@@ -69,6 +69,15 @@ def wait_gone(pid, timeout=30):
         os.close(fd)
 
 
+def mapped_sends_possible(ctx):
+    """Whether the daemons can send ranges from their mappings here: leases on, and staging on a file system that
+    grants them (else every range is pread, and the daemons say why)."""
+    fs = subprocess.run(["stat", "-f", "-c", "%T", ctx.node(0)], capture_output=True, text=True).stdout.strip()
+    with open("/proc/sys/fs/leases-enable") as f:
+        leases = f.read().strip() == "1"
+    return leases and fs in ("tmpfs", "ext2/ext3", "xfs", "btrfs", "f2fs")
+
+
 def counters(out, rank):
     """The numbers of rank `rank`'s exit line ("stopping on ...: served N client requests (E errors, F failovers),
     ...; 3 timeouts, ..."): a dict from the words after each number to the number."""

@@ -111,8 +111,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_flag("--progress", so->progress_spin,
                   "poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
   serve->add_flag("!--no-doorbell", so->doorbell,
-                  "do not wake peers with a UDP datagram per message (they then see requests at their next look "
-                  "at MPI, 0.05-2 ms later; for networks that drop UDP between nodes)");
+                  "do not wake sleeping peers with a UDP datagram (they then see requests at their next look at "
+                  "MPI, 0.2-2 ms later; for networks that drop UDP between nodes)");
   serve
       ->add_option("--mapped-send-min", so->mapped_send_min,
                    "send peers' ranges of at least this size straight from a read-only mapping of the staged "

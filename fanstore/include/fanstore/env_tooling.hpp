@@ -38,6 +38,8 @@ namespace fanstore::env {
     "another build's `fanstore`, measured as one more column (an A/B across commits)", "none")                             \
   X(kBenchCostOnly, "COST_ONLY", Scope::kScript, "`scripts/bench/remote_cost.sh`",                                          \
     "the variants to run, by name (`default`, `no-doorbell`, `no-mapped`, `alt`)", "all")                                  \
+  X(kBenchIobench, "IOBENCH", Scope::kScript, "`scripts/bench/remote_cost.sh`",                                             \
+    "the fanstore-iobench to run (bench.sh passes the one it found or built)", "`$BUILD_DIR/bin/fanstore-iobench`")       \
   X(kBenchDrivers, "BENCH_DRIVERS", Scope::kScript, "`scripts/bench.sh`",                                                   \
     "where the benchmark drivers are built when the build directory lacks them (kept between runs)",                        \
     "`/var/tmp/fanstore-bench-drivers`")                                                                                    \
