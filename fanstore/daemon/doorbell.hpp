@@ -1,6 +1,6 @@
 // A wake-up channel next to MPI. MPI gives the progress thread no fd to sleep on, so a daemon between looks at
 // MPI would answer a peer's request only at its next look (0.2-2 ms later). Instead, whoever sends a peer a
-// request or a reply also sends it a 1-byte UDP datagram, unless it heard from that peer in the last 1.5 ms (the
+// request or a reply also sends it a 1-byte UDP datagram, unless it heard from that peer in the last 375 us (the
 // peer is then still polling: mpi_transport.cpp): the peer's progress thread sleeps in epoll on this socket (next
 // to its client sockets) and wakes at once, then finds the message in MPI. The datagram carries
 // nothing: the data always travels over MPI, a lost datagram only costs the old latency, and a stranger's

@@ -64,7 +64,7 @@ constexpr uint64_t kReplySlack = kReplyHeader + (64 << 10);
 // sending chunks no header claims).
 constexpr size_t kMaxEarlyChunks = 4096;
 // The progress loop's hot window, less a margin for the message's time on the way and ours before we look at it.
-constexpr int64_t kPeerHotUs = kHotWindowUs - 500;
+constexpr int64_t kPeerHotUs = kHotWindowUs * 3 / 4;
 
 std::string MpiError(int rc) {
   char buf[MPI_MAX_ERROR_STRING];

@@ -22,7 +22,7 @@ namespace fanstore::daemon {
 
 // After any activity the progress loop polls MPI without sleeping this long (progress_loop.cpp); a peer heard from
 // well within it is not rung.
-inline constexpr int64_t kHotWindowUs = 2000;
+inline constexpr int64_t kHotWindowUs = 500;
 
 struct TransportOptions {
   int rank = 0, nranks = 1;

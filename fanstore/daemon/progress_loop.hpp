@@ -1,6 +1,6 @@
 // The daemon's one progress thread: client sockets and the doorbell (epoll), MPI (polled: MPI has no fd to sleep
 // on) and the prefetch pump. How it waits when there is nothing to do decides both the latency of a peer's request
-// and the idle CPU: for a "hot" window (2 ms) after any activity and while a fetch of ours is young it polls flat
+// and the idle CPU: for a "hot" window (0.5 ms) after any activity and while a fetch of ours is young it polls flat
 // out, then sleeps in ppoll for 200 us, 1 ms, then 2 ms between looks at MPI. Client bytes and peers' doorbell
 // datagrams (doorbell.hpp: rung by a peer that sends this rank a request or a reply while this rank may be
 // asleep) end any of these waits at once. --progress
