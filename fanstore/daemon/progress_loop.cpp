@@ -12,6 +12,9 @@ namespace fanstore::daemon {
 
 namespace dp = daemon_proto;
 
+// While a fetch of ours is younger than this, the loop polls for its reply (usually microseconds away).
+constexpr int64_t kAwaitSpinUs = 2000;
+
 ProgressLoop::~ProgressLoop() {
   if (th_.joinable()) {
     if (exited_) th_.join();
@@ -44,7 +47,7 @@ void ProgressLoop::Run() {
     bool awaiting = transport_->Awaiting(&oldest);
     // A reply to our own request is usually microseconds away; so is the next request right after traffic. Spinning
     // for it beat 50 us naps even with every CPU busy (docs/performance.md, "Why the daemon is built as it is").
-    bool hot = now - last < kHotWindowUs || (awaiting && now - oldest < 2000);
+    bool hot = now - last < kHotWindowUs || (awaiting && now - oldest < kAwaitSpinUs);
     if (o_.spin || hot) {
       sched_yield();
       continue;

@@ -50,6 +50,14 @@ def ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
+def cpu_percent(pids, seconds):
+    """Percent of one core each of `pids` used over the next `seconds` (utime+stime from /proc)."""
+    t0 = {p: ticks(p) for p in pids}
+    time.sleep(seconds)
+    hz = os.sysconf("SC_CLK_TCK")
+    return [100.0 * (ticks(p) - t0[p]) / hz / seconds for p in pids]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--parent", type=int, required=True, help="mpirun's pid")
@@ -72,10 +80,7 @@ def main():
     if not pids:
         raise SystemExit("daemon_cpu: no fanstore serve under that mpirun")
     time.sleep(a.settle)
-    t0 = {p: ticks(p) for p in pids}
-    time.sleep(a.seconds)
-    hz = os.sysconf("SC_CLK_TCK")
-    pct = [100.0 * (ticks(p) - t0[p]) / hz / a.seconds for p in pids]
+    pct = cpu_percent(pids, a.seconds)
     print(f"{sum(pct) / len(pct):.2f}")
 
 

@@ -18,7 +18,10 @@ IOBENCH=${IOBENCH:-$BUILD_DIR/bin/fanstore-iobench}
 HERE=$(dirname "$0")
 ROUNDS=${COST_ROUNDS:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
 TAG=rc$$
-SHM=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "self,vader" -np 4)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "self,vader")
+LOGS=$TMP
+# shellcheck source=scripts/bench/start_daemons.sh
+source "$HERE/start_daemons.sh"
 # name|fanstore binary|serve options: the default, then each mechanism off.
 VARIANTS=("default|$FS|" "no-doorbell|$FS|--no-doorbell" "no-mapped|$FS|--mapped-send-min 0")
 [ -n "${COST_ALT:-}" ] && VARIANTS+=("alt|$COST_ALT|")
@@ -36,9 +39,9 @@ CASES=("4 KiB files|d4k|4" "4 KiB files, one reader|d4k|1" "4 KiB files, one eve
 SECONDS_EACH=$([ "$QUICK" = 1 ] && echo 0.5 || echo 2)
 PACED_READS=$([ "$QUICK" = 1 ] && echo 50 || echo 200)
 
-JOB="" NETNS=0
+DAEMON_PID="" NETNS=0
 cleanup() {
-  [ -n "$JOB" ] && { kill -TERM "$JOB" 2>/dev/null; wait "$JOB" 2>/dev/null; }
+  [ -n "$DAEMON_PID" ] && stop_daemons
   [ $NETNS = 1 ] && bash "$REPO/scripts/netns-hosts.sh" down "$TAG" 4 >/dev/null 2>&1
   rm -rf "$TMP"
 }
@@ -54,19 +57,16 @@ for i in range(int(sys.argv[2])):
 done
 "$FS" pack "$TMP/src" -o "$TMP/img" --parts 4 --level 0 --threads 2 >/dev/null
 
-# start LAUNCH... -- SERVE OPTIONS : 4 daemons; JOB is mpirun's pid, rank 0's socket $TMP/n/node0.sock.
+# start BIN LAUNCH... -- SERVE OPTIONS : 4 daemons of BIN (start_daemons.sh: DAEMON_PID, DAEMON_SOCKET), staged.
 start() {
-  local launch=() bin=$1
+  local bin=$1
   shift
-  while [ "$1" != -- ]; do launch+=("$1"); shift; done
+  DAEMON_LAUNCH=()
+  while [ "$1" != -- ]; do DAEMON_LAUNCH+=("$1"); shift; done
   shift
-  rm -rf "$TMP/n" && mkdir -p "$TMP/n"
-  "${launch[@]}" "$bin" serve --image "$TMP/img" --local "$TMP/n/node{rank}" --socket "$TMP/n/node{rank}.sock" \
-    --cache-bytes 0 --cleanup "$@" >"$TMP/serve.log" 2>&1 &
-  JOB=$!
-  "$FS" wait "$TMP/n/node0.sock" --staged --timeout 120 >/dev/null
+  rm -rf "$TMP/n"
+  FANSTORE=$bin start_daemons "$TMP/img" "$TMP/n" --cache-bytes 0 "$@"
 }
-stop() { kill -TERM "$JOB" 2>/dev/null; wait "$JOB" 2>/dev/null || true; JOB=""; }
 
 # The files rank 0 does not hold, per size directory: $TMP/remote-DIR.txt (from the partitions it staged).
 remote_lists() {
@@ -98,8 +98,8 @@ measure() {
     client=("$IOBENCH" --op read --path /fanstore --list "$TMP/remote-$dir.txt" --threads "$threads" --warmup 0
       --min-time "$SECONDS_EACH" --block 4194304)
     [ "$threads" = paced ] && client=("$PY" "$HERE/paced_read.py" /fanstore "$TMP/remote-$dir.txt" 10 "$PACED_READS")
-    line=$(FANSTORE_CACHE_BYTES=0 FANSTORE_NODE_CACHE=off "$PY" "$HERE/remote_cost.py" --parent "$JOB" -- "$FS" run \
-      --daemon "$TMP/n/node0.sock" --mount /fanstore -- "${client[@]}") || line="error,error,error,error"
+    line=$(FANSTORE_CACHE_BYTES=0 FANSTORE_NODE_CACHE=off "$PY" "$HERE/remote_cost.py" --parent "$DAEMON_PID" -- "$FS" \
+      run --daemon "$DAEMON_SOCKET" --mount /fanstore -- "${client[@]}") || line="error,error,error,error"
     echo "$1|$2|$label|$line" >>"$TMP/samples"
   done
 }
@@ -112,16 +112,16 @@ rounds() {
     for v in "${VARIANTS[@]}"; do
       IFS='|' read -r name bin opts <<<"$v"
       # shellcheck disable=SC2086  # opts: serve options, split on purpose
-      start "$bin" "$@" -- $opts || { log "$transport $name: daemons did not start"; stop; continue; }
+      start "$bin" "$@" -- $opts || { log "$transport $name: daemons did not stage (\$TMP/serve.log)"; stop_daemons; continue; }
       [ -f "$TMP/remote-d4k.txt" ] || remote_lists
       log "$transport, round $((r + 1))/$ROUNDS: $name"
       measure "$name" "$transport"
-      stop
+      stop_daemons
     done
   done
 }
 
-rounds "shared memory" "${SHM[@]}"
+rounds "shared memory" "${MPIRUN[@]}" -np 4
 if [ "$(id -u)" = 0 ] && bash "$REPO/scripts/netns-hosts.sh" up "$TAG" 4 "$TMP/hosts" >/dev/null 2>&1; then
   NETNS=1
   mapfile -t TCP <"$TMP/hosts/mpirun"

@@ -2,7 +2,8 @@
 # shellcheck shell=bash
 # Uses FANSTORE, LOGS and MPIRUN from bench.sh; sets DAEMON_PID (mpirun's pid) and DAEMON_SOCKET (rank 0's socket).
 
-# start_daemons IMAGE DIR [SERVE OPTIONS...] : returns non-zero when rank 0's socket does not come up within 60 s.
+# start_daemons IMAGE DIR [SERVE OPTIONS...] : returns once every rank has staged (the daemons serve before that:
+# measuring then would time staging too), non-zero when that has not happened within 120 s.
 # DAEMON_LAUNCH (an array, default MPIRUN -np 4) replaces the launcher, e.g. mpirun across network namespaces.
 start_daemons() {
   local image=$1 dir=$2
@@ -14,7 +15,7 @@ start_daemons() {
     --socket "$dir/node{rank}.sock" --cleanup "$@" >"$LOGS/serve.log" 2>&1 &
   DAEMON_PID=$!
   DAEMON_SOCKET=$dir/node0.sock
-  "$FANSTORE" wait "$DAEMON_SOCKET" --timeout 60 >>"$LOGS/serve.log" 2>&1
+  "$FANSTORE" wait "$DAEMON_SOCKET" --staged --timeout 120 >>"$LOGS/serve.log" 2>&1
 }
 
 # stop_daemons : SIGTERM to mpirun, which forwards it to the ranks; waits so that staging dirs are cleaned up.

@@ -70,11 +70,7 @@ def case_transport_options(ctx):
     ctx.pack(parts=8, chunk="4M", nfiles=40, sizes=(4096, 131072, 1500000, 3000000))
     job = Job(ctx, 4, "--mapped-send-min", "0", "--progress", "--conn-memory", str(1 << 20), "--cache-bytes", "0")
     job.wait_ready()
-    pids = job.pids()
-    t0 = {r: daemon_cpu.ticks(p) for r, p in pids.items()}
-    time.sleep(1.5)
-    hz = os.sysconf("SC_CLK_TCK")
-    idle = [100.0 * (daemon_cpu.ticks(p) - t0[r]) / hz / 1.5 for r, p in pids.items()]
+    idle = daemon_cpu.cpu_percent(list(job.pids().values()), 1.5)
     log(f"--progress, idle: {', '.join(f'{c:.0f}%' for c in idle)} of a core per daemon")
     # 4 spinning daemons on 2 cores get about 50% each; a sleeping one about 1% (docs/performance.md).
     check(sum(idle) / len(idle) > 10, f"--progress daemons must poll while idle: {idle}")
