@@ -66,7 +66,13 @@ bad_grids)
   expect_grid_error "product differs from the ranks" "needs 8 ranks (the product), but 4 were started" 4 --grid 2,2,2,1
   expect_grid_error "2D grid for a 3D model" "takes S,D,H,W" 2 --grid 1,2,1
   expect_grid_error "not a number" "'x' is not a positive integer" 2 --grid 1,x,1,1
-  expect_grid_error "split finer than a layer" "fewer positions than the 2 ranks splitting it" 2 --grid 1,2,1,1
+  expect_grid_error "a layer forced finer than it" \
+    "conv_blocks.4.pool (MaxPool3d, output (1, 512, 1, 1, 1)) has D = 1, fewer positions than the 2 parts" \
+    2 --grid 1,2,1,1 --layer-split conv_blocks.4.pool=2,1,1
+  expect_grid_error "--layer-split naming no layer" "cosmoflow has no layer of that name" 2 --grid 1,2,1,1 \
+    --layer-split conv9=1,1,1
+  expect_grid_error "--layer-split without a grid" "--layer-split goes with a spatial --grid" 2 \
+    --layer-split conv_blocks.0.conv=1,1,1
   ;;
 losses_match_serial)
   # 5 SGD steps of CosmoFlow 64^3 serially (batch 1) and on a 1,2,2,1 grid: per-step losses within 1e-4.
@@ -80,6 +86,17 @@ losses_match_serial)
   compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
   check "summary carries the grid and peak RSS" \
     "'$(summary grid grid/metrics.jsonl)' == '1,2,2,1' and $(summary peak_rss_bytes grid/metrics.jsonl) > 1e7"
+  ;;
+losses_match_serial_small)
+  # 32^3 on 1,2,2,1: the last pooling's output (1^3) cannot be split, so it runs on one part, its input
+  # gathered from the 4 ranks (and its gradient sent back). 5 SGD steps, per-step losses within 1e-4 of
+  # the serial run.
+  "$datagen" cosmoflow -o data --samples 5 --size 32 --seed 4 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --batch 1 --lr 0.01 --optimizer sgd --momentum 0.9 --seed 5
+          --prefetch-threads 1 --max-steps 5)
+  "$train" "${common[@]}" --threads 2 --checkpoint serial > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --threads 1 --grid 1,2,2,1 --checkpoint grid > /dev/null
+  compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
   ;;
 losses_match_serial_hybrid)
   # 2 sample groups x 2 spatial ranks (2,1,2,1), batch 1 per group, vs one rank with batch 2: the same
@@ -142,16 +159,23 @@ spatial_io_bytes)
   check "and at least a quarter of it" "$quarter >= 0.25 * $whole"
   ;;
 explain)
-  # --grid auto --explain: the table of every candidate grid, then exit; --grid auto: the choice.
+  # --grid auto --explain: the table of every candidate grid and the chosen grid's plan, then exit.
   mpirun_n 2 "$train" --model cosmoflow --input-size 64 --batch 1 --threads 1 --grid auto --explain > table.txt
   cat table.txt
   for g in 2,1,1,1 1,2,1,1 1,1,2,1 1,1,1,2; do grep -q "^$g " table.txt || { echo "FAIL no row for $g"; exit 1; }; done
   grep -q "<- chosen" table.txt
   echo "ok   --explain lists every 2-rank grid and marks the choice"
+  # --explain on an explicit grid: the plan per layer, a coarser tail redistributed at 32^3.
+  mpirun_n 4 "$train" --model cosmoflow --input-size 32 --batch 1 --threads 1 --grid 1,2,2,1 --explain > plan.txt
+  cat plan.txt
+  grep -qF "conv_blocks.3.conv (Conv3d, (1, 256, 4, 4, 4)): split 2,2,1" plan.txt
+  grep -qF "conv_blocks.4.pool (MaxPool3d, (1, 512, 1, 1, 1)): split 1,1,1 x 4; input 0 redistributed from 2,2,1" \
+    plan.txt
+  echo "ok   --explain on 1,2,2,1 at 32^3 prints the plan per layer"
   ;;
 learn_cosmoflow_grid)
   # The serial learning test's recipe (Adam 1e-3 after a warm-up epoch, cosine) and threshold, on a
-  # 1,2,2,1 grid (64^3: a 2x2 split needs two positions per axis after the last pooling). 8 epochs:
+  # 1,2,2,1 grid (64^3: every layer split 2 x 2). 8 epochs:
   # with 6 the MAE ended at ~0.39 against a threshold of 0.37, serially and on the grid alike.
   "$datagen" cosmoflow -o data --samples 96 --size 64 --seed 3 > /dev/null
   mpirun_n 4 "$train" --model cosmoflow --grid 1,2,2,1 --data data/train --val data/val --epochs 8 --batch 4 \

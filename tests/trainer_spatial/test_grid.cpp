@@ -130,7 +130,7 @@ TEST(Window, InteriorAndBoundaryPiecesTileTheOutput) {
   ConvolutionSpec c = conv(3, 1, 1);
   c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding_lo = c.padding_hi = {1, 1, 1}, c.dilation = {1, 1, 1};
   const Window w = window_of(c);
-  const Partition part{{9, 8, 7}, {2, 2, 1}};
+  const Partition part{{9, 8, 7}, {2, 2, 1}, {}};
   for (int i = 0; i < 4; ++i) {
     const auto coords = grid_coords(GridShape{1, {2, 2, 1}}, i);
     const SpatialBox owned = part.owned(coords);
@@ -154,7 +154,7 @@ TEST(HaloPlan, WhatOneRankSendsIsWhatItsNeighbourReceives) {
   ConvolutionSpec c = conv(3, 1, 1);
   c.kernel = {3, 3, 3}, c.stride = {1, 1, 1}, c.padding_lo = c.padding_hi = {1, 1, 1}, c.dilation = {1, 1, 1};
   for (const GridShape& g : {GridShape{1, {2, 2, 2}}, GridShape{1, {3, 1, 2}}, GridShape{1, {1, 4, 1}}}) {
-    const Partition part{{9, 8, 7}, g.spatial};
+    const Partition part{{9, 8, 7}, g.spatial, {}};
     std::map<std::pair<int, int>, SpatialBox> sent, received;
     std::int64_t corner_pieces = 0;
     for (int i = 0; i < g.spatial_ranks(); ++i) {
@@ -177,9 +177,71 @@ TEST(HaloPlan, WhatOneRankSendsIsWhatItsNeighbourReceives) {
   }
 }
 
+TEST(HaloPlan, ASplitCoarserThanTheGridExchangesWithinEachCopy) {
+  ConvolutionSpec c = conv(3, 1, 1);
+  c.kernel = {3, 3}, c.stride = {1, 1}, c.padding_lo = c.padding_hi = {1, 1}, c.dilation = {1, 1};
+  // 2 parts along H on a 4 x 2 grid: ranks (0|1, w) hold part 0, (2|3, w) part 1; W unsplit on 2 ranks.
+  const GridShape g{1, {4, 2}};
+  const Partition part{{8, 6}, {2, 1}, {4, 2}};
+  std::map<std::pair<int, int>, SpatialBox> sent, received;
+  for (int i = 0; i < g.spatial_ranks(); ++i) {
+    const auto coords = grid_coords(g, i);
+    const HaloPlan plan = make_halo_plan(window_of(c), part, part, coords);
+    EXPECT_EQ(plan.owned, part.owned(coords));
+    ASSERT_EQ(plan.receive.size(), 1u);
+    // The neighbouring part's replica with the same offset: H coordinate 0 <-> 2 and 1 <-> 3.
+    const auto peer = grid_coords(g, plan.receive[0].peer);
+    EXPECT_EQ(peer[0], (coords[0] + 2) % 4);
+    EXPECT_EQ(peer[1], coords[1]);
+    received[{plan.receive[0].peer, i}] = plan.receive[0].box;
+    for (const auto& s : plan.send) sent[{i, s.peer}] = s.box;
+  }
+  EXPECT_EQ(sent, received);
+  EXPECT_TRUE(part.first_replica({0, 0}));
+  EXPECT_FALSE(part.first_replica({1, 0}));
+  EXPECT_FALSE(part.first_replica({2, 1}));
+  EXPECT_EQ(part.replicas(), 4);
+}
+
+TEST(Redistribution, EveryRankGetsItsNewPartOnceAndFromOneHolder) {
+  // Uneven extents, splits finer and coarser than each other (2 -> 4 parts of 7 do not nest), both
+  // directions, 1D and 2D grids.
+  struct Case {
+    GridShape grid;
+    Partition from, to;
+  };
+  const std::vector<Case> cases{
+      {{1, {4}}, {{7}, {2}, {4}}, {{7}, {4}, {4}}},
+      {{1, {4}}, {{6}, {4}, {4}}, {{6}, {2}, {4}}},
+      {{1, {4}}, {{5}, {4}, {4}}, {{5}, {1}, {4}}},
+      {{1, {2, 3}}, {{5, 9}, {2, 1}, {2, 3}}, {{5, 9}, {1, 3}, {2, 3}}},
+      {{1, {2, 2, 2}}, {{3, 4, 2}, {2, 2, 2}, {2, 2, 2}}, {{3, 4, 2}, {1, 2, 1}, {2, 2, 2}}},
+  };
+  for (const auto& c : cases) {
+    std::map<std::pair<int, int>, SpatialBox> sent, received;
+    for (int i = 0; i < c.grid.spatial_ranks(); ++i) {
+      const auto coords = grid_coords(c.grid, i);
+      const HaloPlan plan = make_redistribution_plan(c.from, c.to, coords);
+      EXPECT_EQ(plan.owned, c.from.owned(coords));
+      EXPECT_EQ(plan.local, c.to.owned(coords));
+      std::int64_t covered = plan.owned.intersect(plan.local).volume();
+      for (const auto& r : plan.receive) {
+        EXPECT_NE(r.peer, i);
+        EXPECT_TRUE(c.from.owned(grid_coords(c.grid, r.peer)).contains(r.box)) << "the sender holds what it sends";
+        EXPECT_TRUE(plan.owned.intersect(r.box).empty()) << "nothing received that this rank holds";
+        covered += r.box.volume();
+        received[{r.peer, i}] = r.box;
+      }
+      for (const auto& s : plan.send) sent[{i, s.peer}] = s.box;
+      EXPECT_EQ(covered, plan.local.volume()) << "own part + receipts tile the new part";
+    }
+    EXPECT_EQ(sent, received);
+  }
+}
+
 TEST(HaloPlan, AHaloWiderThanASlabIsNamed) {
   // A 7-wide window (halo 3) over slabs of 2.
-  const Partition part{{8}, {4}};
+  const Partition part{{8}, {4}, {}};
   const std::string problem = halo_width_problem(window_of(conv(7, 1, 3)), part, part);
   EXPECT_NE(problem.find("halo is wider than a slab"), std::string::npos) << problem;
   EXPECT_THROW(make_halo_plan(window_of(conv(7, 1, 3)), part, part, {1}), std::invalid_argument);

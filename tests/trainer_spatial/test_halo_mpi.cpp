@@ -55,7 +55,7 @@ void run_case(const Case& k, bool interleave_progress) {
   ASSERT_TRUE(ranks == 2 || ranks == 4) << "run with mpirun -np 2 or 4";
   ProcessGrid grid(world(), GridShape{1, spatial});
   const Window window(k.extents.size(), k.window);
-  Partition in{k.extents, spatial}, out{{}, spatial};
+  Partition in{k.extents, spatial, {}}, out{{}, spatial, {}};
   for (auto e : k.extents) out.extents.push_back(out_extent(k.window, e));
   const HaloPlan plan = make_halo_plan(window, in, out, grid.coords());
   auto backend = make_cpu_backend({1});

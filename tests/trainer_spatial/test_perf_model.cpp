@@ -50,12 +50,16 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
   PerformanceModelOptions options;
   options.global_batch = 2;
   options.optimizer_states = 2;
-  const std::vector<GridShape> grids{{2, {1, 1, 1}}, {1, {2, 1, 1}}, {1, {1, 1, 2}}, {1, {1, 2, 2}}, {2, {8, 1, 1}}};
+  const std::vector<GridShape> grids{{2, {1, 1, 1}}, {1, {2, 1, 1}}, {1, {1, 1, 2}},
+                                     {1, {1, 2, 2}}, {2, {8, 1, 1}}, {3, {1, 1, 1}}};
   const auto p = predict_grids(*model, grids, options, costs, *single);
   ASSERT_EQ(p.size(), grids.size());
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(p[static_cast<std::size_t>(i)].invalid, "") << grids[static_cast<std::size_t>(i)].to_string();
-  EXPECT_NE(p[4].invalid.find("fewer positions"), std::string::npos) << p[4].invalid;
+  // 2 sample groups of batch 1 on 16 ranks: the global batch 2 cannot be split.
+  EXPECT_EQ(p[4].invalid, "");
+  EXPECT_GT(p[4].redistribution_s, 0) << "8 parts along D down to 4 planes: the tail runs on fewer parts";
+  EXPECT_NE(p[5].invalid.find("does not split into 3 sample groups"), std::string::npos) << p[5].invalid;
   // Data parallel: no halo, the whole gradient allreduced; spatial: halos, batch 2 per group.
   EXPECT_EQ(p[0].halo_bytes, 0);
   EXPECT_EQ(p[0].allreduce_bytes, 4.0 * static_cast<double>(model->parameters().parameter_count()));

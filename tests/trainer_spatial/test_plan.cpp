@@ -2,6 +2,8 @@
 // errors for grids that cannot work (a split finer than a layer's extent, a halo wider than a slab).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "trainer/distributed_plan.hpp"
 #include "trainer/layers/convolution.hpp"
 #include "trainer/layers/pooling.hpp"
@@ -61,23 +63,81 @@ TEST(SpatialPlan, UNetStaysSplitToTheOutputAndResNetReplicatesAfterGlobalPooling
   EXPECT_EQ(plan.input_read_box({1, 0}).to_string(), "[29,64)x[0,34)");
 }
 
-TEST(SpatialPlan, RejectsGridsThatCannotWorkWithOneLine) {
+TEST(SpatialPlan, SplitsEachLayerAsFinelyAsItCan) {
+  // 32^3 on 1,2,2,1: the blocks split D and H in two down to 2^3; the last pooling's output (1^3)
+  // cannot be split, so it runs on one part (replicated over the 4 ranks), its input redistributed.
   auto cosmo32 = model("cosmoflow", 32);
-  EXPECT_NE(grid_error(*cosmo32, "1,2,1,1").find("has D = 1, fewer positions than the 2 ranks splitting it"),
+  const SpatialPlan plan(*cosmo32, parse_grid("1,2,2,1", 3));
+  int coarse = 0, moved = 0;
+  for (NodeId id = 1; id < plan.node_count(); ++id) {
+    const auto& n = plan.node(id);
+    if (n.placement != Placement::kSplit) continue;
+    const std::string name = cosmo32->node_layer(id)->name();
+    const bool last_pool = name == "conv_blocks.4.pool";
+    EXPECT_EQ(n.partition.parts, (last_pool ? std::vector<int>{1, 1, 1} : std::vector<int>{2, 2, 1})) << name;
+    coarse += n.partition.replicas() > 1;
+    moved += plan.redistributes(id, 0);
+  }
+  EXPECT_EQ(coarse, 1);
+  EXPECT_EQ(moved, 1);
+  const std::string text = plan.describe(*cosmo32);
+  EXPECT_NE(text.find("conv_blocks.4.pool (MaxPool3d, (1, 512, 1, 1, 1)): split 1,1,1 x 4; input 0 redistributed "
+                      "from 2,2,1"),
             std::string::npos)
-      << grid_error(*cosmo32, "1,2,1,1");
+      << text;
+  // U-Net 32x64x64 on 4 ranks along D: D = 2 on 2 parts, D = 1 on one, and the decoder split again.
+  auto unet = model("unet3d", 64, 32);
+  const SpatialPlan u(*unet, parse_grid("1,4,1,1", 3));
+  std::set<int> d_parts;
+  for (NodeId id = 1; id < u.node_count(); ++id)
+    if (u.node(id).placement == Placement::kSplit) d_parts.insert(u.node(id).partition.parts[0]);
+  EXPECT_EQ(d_parts, (std::set<int>{1, 2, 4}));
+  EXPECT_EQ(u.output().partition.parts, (std::vector<int>{4, 1, 1}));
+}
+
+TEST(SpatialPlan, RejectsPlansThatCannotWorkWithOneLine) {
   auto cosmo64 = model("cosmoflow", 64);
   EXPECT_EQ(grid_error(*cosmo64, "2,2,1,1"), "");
-  EXPECT_NE(grid_error(*cosmo64, "1,1,1,4").find("conv_blocks.4"), std::string::npos);
+  EXPECT_EQ(grid_error(*cosmo64, "1,1,1,4"), "") << "the last block runs on 2 parts of 2 ranks";
   EXPECT_NE(grid_error(*cosmo64, "1,2,2").find("takes S,D,H,W"), std::string::npos);
 
-  // A 7-wide window (halo 3) over slabs of 2 positions.
+  // A 7-wide window (halo 3) over slabs of 2 positions: split in 2 along H instead of 4.
   Model wide("wide", make_cpu_backend({1}), Shape{1, 1, 8, 8});
   NodeId x = wide.add<Convolution>({wide.input()}, "conv7", convolution_spec(2, 1, 1, 7, 1, 3));
   wide.finalize(x);
-  EXPECT_NE(grid_error(wide, "1,4,1").find("conv7: along H the halo is wider than a slab"), std::string::npos)
-      << grid_error(wide, "1,4,1");
-  EXPECT_EQ(grid_error(wide, "1,1,2"), "");
+  EXPECT_EQ(SpatialPlan(wide, parse_grid("1,4,1", 2)).node(x).partition.parts, (std::vector<int>{2, 1}));
+
+  auto forced = [](const Model& m, const std::string& grid, const std::string& splits) -> std::string {
+    try {
+      const int r = m.input_shape().spatial_rank();
+      SpatialPlan(m, parse_grid(grid, r), parse_layer_splits(splits, r));
+    } catch (const GridError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(forced(wide, "1,4,1", "conv7=4,1")
+                .find("conv7 (Conv2d, output (1, 1, 8, 8)): along H the halo is wider "
+                      "than a slab"),
+            std::string::npos)
+      << forced(wide, "1,4,1", "conv7=4,1");
+  EXPECT_EQ(forced(wide, "1,4,1", "conv7=1,1"), "");
+  auto cosmo32 = model("cosmoflow", 32);
+  const std::string small = forced(*cosmo32, "1,2,2,1", "conv_blocks.4.pool=2,1,1");
+  EXPECT_NE(small.find("--layer-split conv_blocks.4.pool=2,1,1: conv_blocks.4.pool (MaxPool3d, output (1, 512, 1, 1, "
+                       "1)) has D = 1, fewer positions than the 2 parts splitting it: use fewer parts along D"),
+            std::string::npos)
+      << small;
+  EXPECT_NE(forced(*cosmo32, "1,2,2,1", "conv_blocks.0.conv=3,1,1").find("do not divide the grid's 2 ranks"),
+            std::string::npos);
+  EXPECT_NE(forced(*cosmo32, "1,2,2,1", "nosuch=1,1,1").find("has no layer of that name"), std::string::npos);
+  EXPECT_NE(forced(*cosmo32, "1,2,2,1", "fc1=1,1,1").find("is not spatially split"), std::string::npos)
+      << forced(*cosmo32, "1,2,2,1", "fc1=1,1,1");
+  EXPECT_THROW(parse_layer_splits("conv=1,1", 3), GridError);
+  EXPECT_THROW(parse_layer_splits("conv=1,x,1", 3), GridError);
+  EXPECT_THROW(parse_layer_splits("=1,1,1", 3), GridError);
+  EXPECT_EQ(parse_layer_splits("a=1,2,1;b=2,2,2", 3).at("b"), (std::vector<int>{2, 2, 2}));
 }
 
 }  // namespace

@@ -44,6 +44,21 @@ TEST(SplitModels, CosmoFlow) {
                {{1, {2, 1, 1}}, {1, {1, 1, 2}}, {1, {1, 2, 2}}, {1, {2, 2, 1}}, {2, {1, 2, 1}}});
 }
 
+TEST(SplitModels, CosmoFlowSmallTailRunsOnFewerRanks) {
+  // 32^3 pools to 1^3: the last blocks cannot be split, so they run on fewer parts (replicated), with
+  // the tensors redistributed between the layers split differently, forward and backward.
+  expect_exact("cosmoflow 32^3 (coarser tail)", builder("cosmoflow", 32), 1,
+               {{1, {2, 1, 1}}, {1, {2, 2, 1}}, {1, {1, 2, 2}}, {2, {1, 1, 2}}});
+}
+
+TEST(SplitModels, CosmoFlowWithForcedLayerSplits) {
+  // --layer-split: the first convolution replicated, the next pooling split along D only, the rest the
+  // default plan's: redistributions from fine to coarse and back, and between two different splits.
+  DistributedOptions forced;
+  forced.layer_splits = {{"conv_blocks.0.conv", {1, 1, 1}}, {"conv_blocks.0.pool", {2, 1, 1}}};
+  expect_exact("cosmoflow 32^3 --layer-split", builder("cosmoflow", 32), 1, {{1, {2, 2, 1}}}, forced);
+}
+
 TEST(SplitModels, CosmoFlowUnevenSlabs) {
   // 96^3 pools to 3^3 at the end: split in two, every slab is uneven somewhere.
   expect_exact("cosmoflow 96^3 (uneven)", builder("cosmoflow", 96), 1, {{1, {1, 2, 1}}, {1, {2, 1, 2}}});
@@ -53,12 +68,18 @@ TEST(SplitModels, UNet3d) {
   // 32 x 64 x 64: D ends at 1 (not splittable), H and W at 2. 32 x 96 x 64 ends at 3 along H: uneven.
   expect_exact("unet3d 32x64x64", builder("unet3d", 64, 32), 1, {{1, {1, 2, 1}}, {1, {1, 2, 2}}}, {}, calibrated());
   expect_exact("unet3d 32x96x96 (uneven)", builder("unet3d", 96, 32), 1, {{1, {1, 1, 2}}}, {}, calibrated());
+  // D = 32 over 3 or 4 ranks: uneven slabs, and the deepest levels (D = 2 and 1) on fewer parts,
+  // redistributed to the split decoder again.
+  expect_exact("unet3d 32x64x64 (coarser middle)", builder("unet3d", 64, 32), 1, {{1, {3, 1, 1}}, {1, {4, 1, 1}}}, {},
+               calibrated());
 }
 
 TEST(SplitModels, ResNet50) {
   expect_exact("resnet50 64x64", builder("resnet50", 64, 0, 10), 2, {{1, {2, 1}}, {1, {2, 2}}}, {}, calibrated());
   expect_exact("resnet50 80x80 (uneven)", builder("resnet50", 80, 0, 10), 2, {{1, {1, 2}}, {1, {2, 2}}}, {},
                calibrated());
+  // 4 parts along H down to 2 rows: the last stage (and its batch norms) on 2 parts of 2 ranks each.
+  expect_exact("resnet50 64x64 (coarser tail)", builder("resnet50", 64, 0, 10), 2, {{1, {4, 1}}}, {}, calibrated());
   DistributedOptions sync;
   sync.sync_bn = true;
   expect_exact("resnet50 64x64 --sync-bn", builder("resnet50", 64, 0, 10), 1, {{2, {2, 1}}}, sync, calibrated());

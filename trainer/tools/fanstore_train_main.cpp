@@ -90,7 +90,13 @@ int main(int argc, char** argv) {
                  "auto = pick with the performance model (keeps the global batch --batch x ranks). "
                  "Empty = data parallelism (docs/parallelism.md)");
   app.add_flag("--explain", train.grid.explain,
-               "With --grid auto: print every candidate grid's predicted step time, memory and traffic, then exit");
+               "Print the grid's plan per layer (how finely each layer is split, where tensors are "
+               "redistributed), then exit; with --grid auto first every candidate grid's predicted step time, "
+               "memory and traffic");
+  app.add_option("--layer-split", train.grid.layer_split,
+                 "With an explicit spatial --grid: split these layers into other parts than the default plan's "
+                 "(finest that works), e.g. \"conv_blocks.4.conv=1,1,1;conv_blocks.3.conv=2,1,1\"; each part count "
+                 "divides the grid's ranks along its axis (D,H,W or H,W)");
   app.add_flag("--sync-bn", train.grid.sync_bn, "Batch-norm statistics over every rank, not only the spatial group");
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
                "Compute the interior of split layers while their halos travel")

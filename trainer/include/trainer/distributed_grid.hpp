@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,13 +51,23 @@ struct SpatialBox {
 };
 
 // How a tensor's spatial extents are split over the spatial grid: part c of axis i is
-// split_range(extents[i], parts[i], c).
+// split_range(extents[i], parts[i], c). A layer may be split more coarsely than the grid (its extent
+// is smaller than the grid, or its halo wider than a slab): then parts[i] divides ranks[i], and the
+// ranks[i] / parts[i] consecutive ranks along axis i hold the same part (its replicas).
 struct Partition {
   std::vector<std::int64_t> extents;  // global spatial extents (D, H, W) or (H, W)
-  std::vector<int> parts;             // grid size per axis
+  std::vector<int> parts;             // parts per axis
+  std::vector<int> ranks;             // grid size per axis (empty: one rank per part, = parts)
 
+  // `coords`: the rank's grid coordinates.
   SpatialBox owned(const std::vector<int>& coords) const;
+  std::vector<int> part_of(const std::vector<int>& coords) const;
+  // The replica that contributes the part to sums over the spatial group: the first along every axis.
+  bool first_replica(const std::vector<int>& coords) const;
+  // Ranks holding each part (1 when the partition splits as finely as the grid).
+  int replicas() const;
   SpatialBox whole() const;
+  bool operator==(const Partition&) const = default;
 };
 
 // The grid of a run: `samples` sample groups, each splitting its samples' spatial axes over
@@ -72,16 +83,21 @@ struct GridShape {
   bool operator==(const GridShape&) const = default;
 };
 
-// fanstore-train's grid options (--grid, --explain, --sync-bn, --halo-overlap).
+// fanstore-train's grid options (--grid, --explain, --sync-bn, --halo-overlap, --layer-split).
 struct GridOptions {
   std::string grid;      // "S,D,H,W" / "S,H,W", "auto", or empty (data parallelism over every rank)
   bool explain = false;  // with "auto": print every candidate's prediction and stop
   bool sync_bn = false;
-  bool overlap = true;  // interior computation while halos travel
+  bool overlap = true;      // interior computation while halos travel
+  std::string layer_split;  // --layer-split "NAME=D,H,W;...": parts per layer instead of the default plan's
 };
 
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.
 GridShape data_parallel_grid(int ranks, int spatial_rank);
+
+// The comma-separated positive integers (at most 2^20) of `text`, or nothing with *bad = the first
+// item that is not one.
+std::optional<std::vector<int>> parse_counts(const std::string& text, std::string* bad);
 
 // Parses --grid "S,D,H,W" (spatial_rank 3) or "S,H,W" (2). Throws GridError with one line that says
 // what to pass instead ("auto" is handled by the caller).

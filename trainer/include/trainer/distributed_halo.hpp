@@ -77,6 +77,14 @@ struct HaloPlan {
 HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out,
                         const std::vector<int>& coords);
 
+// What the rank at `coords` receives and sends to turn a tensor split as `from` into the same tensor
+// split as `to` (the same extents and grid; either may be coarser than the grid): as a HaloPlan whose
+// `owned` is this rank's part under `from` and `local` its part under `to`. A part this rank holds is
+// copied locally; any other comes from the replica with this rank's offset along each axis, so every
+// replica of a coarse part serves a share of the receivers. Its backward is the plan from `to` to
+// `from`: a replicated tensor's gradient is the same on every replica.
+HaloPlan make_redistribution_plan(const Partition& from, const Partition& to, const std::vector<int>& coords);
+
 // The first rank and axis where a halo is wider than the neighbour's slab, as a message, or "" if none.
 std::string halo_width_problem(const Window& window, const Partition& in, const Partition& out);
 

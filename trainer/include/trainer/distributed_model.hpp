@@ -18,9 +18,16 @@ struct DistributedOptions {
   bool sync_bn = false;
   // Compute each windowed layer's interior while its halo travels, then the boundary pieces.
   bool overlap = true;
+  // Parts per layer where the default plan's (the finest that works) is not wanted.
+  LayerSplits layer_splits;
 };
 
-class SplitOp;  // one node's split forward/backward (trainer/src/distributed/split_ops.hpp)
+// The DistributedOptions that fanstore-train's grid options ask for (throws GridError for a bad
+// --layer-split).
+DistributedOptions distributed_options(const GridOptions& options, int spatial_rank);
+
+class SplitOp;         // one node's split forward/backward (trainer/src/distributed/split_ops.hpp)
+class Redistribution;  // an input moved between two splits (same header)
 struct SplitContext;
 
 // Wraps a built model (global shapes; its layers and parameter table are used as they are). The
@@ -70,7 +77,8 @@ class DistributedModel {
   SpatialBox input_box_, input_slab_;
   Shape local_input_shape_;
   std::unique_ptr<SplitContext> context_;
-  std::vector<std::unique_ptr<SplitOp>> ops_;  // per node (null for the input)
+  std::vector<std::unique_ptr<SplitOp>> ops_;                                  // per node (null for the input)
+  std::vector<std::vector<std::unique_ptr<Redistribution>>> redistributions_;  // per node and input (or null)
   std::vector<Tensor> values_, gradients_;
   Model::GradientReadyHook gradient_ready_;
 };

@@ -63,12 +63,13 @@ struct PerformanceModelOptions {
 struct GridPrediction {
   GridShape grid;
   std::int64_t batch_per_group = 0;
-  std::string invalid;     // why this grid cannot run (empty: it can)
-  double compute_s = 0;    // forward + backward of the slowest rank's slabs
-  double halo_s = 0;       // halo and reverse-halo time not hidden behind computation
-  double copy_s = 0;       // packing, assembling haloed inputs and output pieces
-  double reduction_s = 0;  // statistics, global pooling, dense-head partial sums, loss
-  double allreduce_s = 0;  // gradient allreduce not hidden behind backward
+  std::string invalid;          // why this grid cannot run (empty: it can)
+  double compute_s = 0;         // forward + backward of the slowest rank's slabs
+  double halo_s = 0;            // halo and reverse-halo time not hidden behind computation
+  double redistribution_s = 0;  // moving tensors between layers split differently, and their gradients back
+  double copy_s = 0;            // packing, assembling haloed inputs and output pieces
+  double reduction_s = 0;       // statistics, global pooling, dense-head partial sums, loss
+  double allreduce_s = 0;       // gradient allreduce not hidden behind backward
   double step_s = 0;
   double memory_bytes = 0;     // per rank
   double halo_bytes = 0;       // received per step by the busiest rank (forward + reverse)

@@ -1,8 +1,10 @@
 // How a model runs on a sample x spatial grid: per graph node, whether its output is split over the
-// spatial group or replicated on every rank of it, how it is split, and which window its layer reads
-// through; checked once, so a grid that cannot work is one line before any work.
+// spatial group or replicated on every rank of it, how finely it is split (each layer as finely as its
+// extent, window and halo allow, or as --layer-split says), the split its inputs are read in and which
+// window its layer reads through; checked once, so a plan that cannot work is one line before any work.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,14 +25,23 @@ struct NodePlacement {
   Placement placement = Placement::kSplit;
   Partition partition;           // kSplit: of this node's spatial axes; kSplitFlat: of the flattened input's
   std::optional<Window> window;  // windowed layers (convolution, transposed convolution, pooling)
+  // The split each input is read in. A split layer reads its inputs split as its output (over the
+  // input's extents); an input split otherwise is redistributed to it first, forward and backward.
+  std::vector<Partition> inputs;
 };
+
+// --layer-split: layer name -> parts per spatial axis (each dividing the grid's ranks along it).
+using LayerSplits = std::map<std::string, std::vector<int>>;
+
+// Parses --layer-split "NAME=D,H,W[;NAME=...]" (H,W for 2D models). Throws GridError.
+LayerSplits parse_layer_splits(const std::string& text, int spatial_rank);
 
 class SpatialPlan {
  public:
-  // Throws GridError when the grid's spatial rank differs from the model's, when a split tensor has
-  // fewer positions along an axis than ranks splitting it, when a halo is wider than a neighbour's
-  // slab, or when a layer cannot run split (e.g. a Linear on a split tensor without Flatten).
-  SpatialPlan(const Model& model, GridShape grid);
+  // Throws GridError when the grid's spatial rank differs from the model's, when a layer cannot run
+  // split (e.g. a Linear on a split tensor without Flatten), or when a --layer-split entry names no
+  // split layer or cannot work (fewer positions than parts, a halo wider than a slab).
+  SpatialPlan(const Model& model, GridShape grid, const LayerSplits& forced = {});
 
   const GridShape& grid() const { return grid_; }
   const NodePlacement& node(NodeId id) const { return nodes_.at(id); }
@@ -43,11 +54,17 @@ class SpatialPlan {
 
   // The model output's placement (split for segmentation, replicated after a dense head).
   const NodePlacement& output() const { return nodes_.at(output_); }
+  // Whether input k of node `id` is redistributed before the layer reads it.
+  bool redistributes(NodeId id, std::size_t k) const;
+
+  // One line per node: its layer, output shape, how it is split and what is redistributed into it.
+  std::string describe(const Model& model) const;
 
  private:
   GridShape grid_;
   std::vector<NodePlacement> nodes_;
-  std::vector<std::vector<NodeId>> consumers_;
+  std::vector<std::vector<NodeId>> consumers_, producers_;
+  NodeId input_of(NodeId id, std::size_t k) const { return producers_.at(id).at(k); }
   NodeId output_ = 0;
 };
 

@@ -63,6 +63,7 @@ std::unique_ptr<SplitOp> make_split_op(SplitContext& ctx, Model& model, NodeId i
   const NodePlacement& node = ctx.plan.node(id);
   const NodeId first_input = model.node_inputs(id).at(0);
   const NodePlacement& in = ctx.plan.node(first_input);
+  const Partition& reads = node.inputs.at(0);  // the first input's split as this layer reads it
   if (auto* dropout = dynamic_cast<Dropout*>(&layer)) {
     // Each rank draws its part of the serial mask (a function of the global element index): its
     // sample group's samples of the global batch, and its slab of a split tensor.
@@ -74,7 +75,7 @@ std::unique_ptr<SplitOp> make_split_op(SplitContext& ctx, Model& model, NodeId i
     placement.offset.assign(static_cast<std::size_t>(shape.rank()), 0);
     placement.offset[0] = shape[0] * ctx.grid.sample_group();
     if (in.placement == Placement::kSplit) {
-      const SpatialBox slab = in.partition.owned(ctx.grid.coords());
+      const SpatialBox slab = reads.owned(ctx.grid.coords());
       for (std::size_t a = 0; a < slab.axes.size(); ++a) placement.offset[a + 2] = slab.axes[a].lo;
     }
     dropout->set_placement(placement);
@@ -82,20 +83,29 @@ std::unique_ptr<SplitOp> make_split_op(SplitContext& ctx, Model& model, NodeId i
   }
   if (in.placement == Placement::kReplicated) return make_pass_through(layer);
   if (in.placement == Placement::kSplitFlat)
-    return make_split_flat_linear(ctx, layer, in.partition, model.shape(model.node_inputs(first_input).at(0))[1]);
+    return make_split_flat_linear(ctx, layer, reads, model.shape(model.node_inputs(first_input).at(0))[1]);
   if (node.window) {
-    const SpatialBox given = first_input == model.input() ? input_box : in.partition.owned(ctx.grid.coords());
-    return make_split_windowed(ctx, layer, id, in.partition, node.partition, *node.window, given);
+    const bool loaded = first_input == model.input() && !ctx.plan.redistributes(id, 0);
+    const SpatialBox given = loaded ? input_box : reads.owned(ctx.grid.coords());
+    return make_split_windowed(ctx, layer, id, reads, node.partition, *node.window, given);
   }
-  if (dynamic_cast<BatchNorm*>(&layer)) return make_split_batch_norm(ctx, layer, in.partition);
-  if (dynamic_cast<InstanceNorm*>(&layer)) return make_split_instance_norm(ctx, layer, in.partition);
-  if (dynamic_cast<GlobalAveragePooling*>(&layer)) return make_split_global_pooling(ctx, layer, in.partition);
+  if (dynamic_cast<BatchNorm*>(&layer)) return make_split_batch_norm(ctx, layer, reads);
+  if (dynamic_cast<InstanceNorm*>(&layer)) return make_split_instance_norm(ctx, layer, reads);
+  if (dynamic_cast<GlobalAveragePooling*>(&layer)) return make_split_global_pooling(ctx, layer, reads);
   // Element-wise layers (activations, add, concat, dropout) and Flatten run unchanged on the slab.
   return make_pass_through(layer);
 }
 
+DistributedOptions distributed_options(const GridOptions& options, int spatial_rank) {
+  DistributedOptions d;
+  d.sync_bn = options.sync_bn;
+  d.overlap = options.overlap;
+  if (!options.layer_split.empty()) d.layer_splits = parse_layer_splits(options.layer_split, spatial_rank);
+  return d;
+}
+
 DistributedModel::DistributedModel(Model& model, ProcessGrid& grid, DistributedOptions options)
-    : model_(model), grid_(grid), options_(options), plan_(model, grid.shape()) {
+    : model_(model), grid_(grid), options_(options), plan_(model, grid.shape(), options_.layer_splits) {
   // The split layers, halos and reduced statistics are F32 (a half-type halo would also need a
   // half-type transport): mixed precision runs plain data parallelism only.
   if (model.backend().activation_dtype() != DType::F32)
@@ -107,7 +117,17 @@ DistributedModel::DistributedModel(Model& model, ProcessGrid& grid, DistributedO
   local_input_shape_ = box_shape(model.input_shape()[0], model.input_shape()[1], input_box_);
   context_ = std::make_unique<SplitContext>(SplitContext{model.backend(), model.parameters(), grid, plan_, options_});
   ops_.resize(model.node_count());
-  for (NodeId id = 1; id < model.node_count(); ++id) ops_[id] = make_split_op(*context_, model, id, input_box_);
+  redistributions_.resize(model.node_count());
+  for (NodeId id = 1; id < model.node_count(); ++id) {
+    ops_[id] = make_split_op(*context_, model, id, input_box_);
+    const auto& inputs = model.node_inputs(id);
+    redistributions_[id].resize(inputs.size());
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      if (plan_.redistributes(id, k))
+        redistributions_[id][k] = std::make_unique<Redistribution>(
+            model.backend(), grid.spatial(), plan_.node(inputs[k]).partition, plan_.node(id).inputs[k], grid.coords(),
+            8000 + 4 * static_cast<int>(id) + 2 * static_cast<int>(k));
+  }
 }
 
 DistributedModel::~DistributedModel() = default;
@@ -131,10 +151,13 @@ Tensor DistributedModel::forward(const Tensor& x, Mode mode) {
   values_[0] = b.to_device(x);
   for (NodeId id = 1; id < model_.node_count(); ++id) {
     std::vector<Tensor> in;
-    for (auto i : model_.node_inputs(id)) {
-      // Only windowed consumers of the model input read its halo; the others get the slab.
-      const bool windowed = plan_.node(id).window.has_value();
-      in.push_back(i == 0 && !windowed ? crop(b, values_[0], input_box_, input_slab_) : values_[i]);
+    const auto& inputs = model_.node_inputs(id);
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const auto& redistribution = redistributions_[id][k];
+      // Only windowed consumers of the model input that read it as loaded get its halo; the others the slab.
+      const bool loaded = plan_.node(id).window.has_value() && !redistribution;
+      Tensor v = inputs[k] == 0 && !loaded ? crop(b, values_[0], input_box_, input_slab_) : values_[inputs[k]];
+      in.push_back(redistribution ? redistribution->forward(v) : v);
     }
     values_[id] = ops_[id]->forward(in, mode);
   }
@@ -146,15 +169,17 @@ Tensor DistributedModel::backward(const Tensor& dy) {
   Backend& b = model_.backend();
   gradients_.assign(model_.node_count(), Tensor());
   gradients_[model_.output_node()] = b.to_device(dy);
-  const bool spatial_root = grid_.spatial_index() == 0;
   for (NodeId id = model_.output_node(); id >= 1; --id) {
     if (!gradients_[id].defined()) continue;
     auto grads = ops_[id]->backward(std::move(gradients_[id]));
     Layer& layer = *model_.node_layer(id);
-    // A layer on a replicated tensor computes its whole parameter gradient on every spatial rank:
-    // count it once.
+    // A layer on a replicated tensor (or part) computes the same parameter gradient on every rank
+    // holding it: count it once.
     const NodeId first_input = model_.node_inputs(id).at(0);
-    if (!spatial_root && plan_.node(first_input).placement == Placement::kReplicated)
+    const bool counted = plan_.node(first_input).placement == Placement::kReplicated
+                             ? grid_.spatial_index() == 0
+                             : plan_.node(id).inputs.at(0).first_replica(grid_.coords());
+    if (!counted)
       for (auto h : layer.parameter_handles()) {
         Tensor g = model_.parameters().gradient(h);
         b.fill(g, 0.f);
@@ -162,6 +187,7 @@ Tensor DistributedModel::backward(const Tensor& dy) {
     if (gradient_ready_) gradient_ready_(layer);
     gradients_[id] = Tensor();
     for (std::size_t k = 0; k < grads.size(); ++k) {
+      if (const auto& redistribution = redistributions_[id][k]) grads[k] = redistribution->backward(grads[k]);
       Tensor& slot = gradients_[model_.node_inputs(id)[k]];
       slot = slot.defined() ? b.add({slot, grads[k]}) : grads[k];
     }

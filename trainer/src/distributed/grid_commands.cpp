@@ -73,18 +73,27 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
                           int optimizer_states, Device device, Communicator& world, std::ostream& out,
                           std::ostream& err) {
   const int ranks = world.size(), spatial_rank = spatial_rank_of(model_name);
+  // The plan per layer of `shape` (--explain), from a CPU instance of the model at this batch.
+  auto print_plan = [&](const GridShape& shape, std::int64_t batch) {
+    ModelOptions plan_options = mo;
+    plan_options.batch = batch;
+    auto m = build_model(model_name, make_cpu_backend({threads}), plan_options);
+    const SpatialPlan plan(*m, shape, distributed_options(g, spatial_rank).layer_splits);
+    if (world.rank() == 0) out << plan.describe(*m) << std::flush;
+  };
   if (g.grid.empty()) {
-    if (g.explain) throw GridError("--explain goes with --grid auto");
+    if (g.explain) throw GridError("--explain goes with --grid (auto, or S,D,H,W / S,H,W)");
+    if (!g.layer_split.empty()) throw GridError("--layer-split goes with a spatial --grid");
     return {data_parallel_grid(ranks, spatial_rank), mo.batch};
   }
   if (g.grid != "auto") {
-    if (g.explain)
-      throw GridError("--explain goes with --grid auto (it compares every grid of " + std::to_string(ranks) +
-                      " ranks)");
     GridShape shape = parse_grid(g.grid, spatial_rank);
     check_grid_ranks(shape, ranks);
+    if (g.explain) print_plan(shape, mo.batch);
     return {shape, mo.batch};
   }
+  if (!g.layer_split.empty())
+    throw GridError("--layer-split goes with an explicit --grid (--grid auto plans every layer itself)");
   if (device != Device::Host)
     throw GridError(
         "--grid auto measures the CPU backend's layers and MPI, not a GPU: with --device cuda pass an "
@@ -105,6 +114,10 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   const auto predictions = predict_grids(*timing, candidate_grids(ranks, spatial_rank), po, costs, world);
   const int best = best_grid(predictions);
   if (world.rank() == 0 && g.explain) out << explain_table(predictions, costs, best) << std::flush;
+  if (g.explain && best >= 0) {
+    const GridPrediction& chosen = predictions[static_cast<std::size_t>(best)];
+    print_plan(chosen.grid, chosen.batch_per_group);
+  }
   if (best < 0)
     throw GridError("--grid auto: no grid of " + std::to_string(ranks) + " ranks can run " + model_name +
                     " with a global batch of " + std::to_string(po.global_batch) + " (--explain says why for each)");
@@ -133,10 +146,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     const auto nccl = make_device_communicator(world, model->backend());
     Communicator& device_world = nccl ? *nccl : world;
     ProcessGrid grid(device_world, resolved.shape);
-    DistributedOptions options;
-    options.sync_bn = g.sync_bn;
-    options.overlap = g.overlap;
-    DistributedModel dm(*model, grid, options);
+    DistributedModel dm(*model, grid, distributed_options(g, model->input_shape().spatial_rank()));
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     GradientAllreduce allreduce(device_world, model->parameters(), 25u << 20,
                                 static_cast<std::size_t>(resolved.shape.samples));

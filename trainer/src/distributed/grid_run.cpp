@@ -21,10 +21,8 @@ GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved
   check_grid_ranks(shape_, world.size());
   if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
   grid_ = std::make_unique<ProcessGrid>(world, shape_);
-  DistributedOptions d;
-  d.sync_bn = options.sync_bn;
-  d.overlap = options.overlap;
-  split_ = std::make_unique<DistributedModel>(model, *grid_, d);
+  split_ = std::make_unique<DistributedModel>(model, *grid_,
+                                              distributed_options(options, model.input_shape().spatial_rank()));
 }
 
 GridRun::~GridRun() = default;

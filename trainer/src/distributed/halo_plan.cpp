@@ -35,6 +35,18 @@ std::vector<std::vector<int>> neighbours(const std::vector<int>& coords, const s
   return out;
 }
 
+// Every coordinate vector of a grid with `dims` positions per axis, row-major.
+std::vector<std::vector<int>> all_coords(const std::vector<int>& dims) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> c(dims.size(), 0);
+  while (true) {
+    out.push_back(c);
+    std::size_t i = dims.size();
+    while (i > 0 && ++c[i - 1] == dims[i - 1]) c[--i] = 0;
+    if (i == 0) return out;
+  }
+}
+
 int peer_index(const std::vector<int>& coords, const std::vector<int>& parts) {
   int index = 0;
   for (std::size_t i = 0; i < parts.size(); ++i) index = index * parts[i] + coords[i];
@@ -166,17 +178,60 @@ std::string halo_width_problem(const Window& window, const Partition& in, const 
 
 HaloPlan make_halo_plan(const Window& window, const Partition& in, const Partition& out,
                         const std::vector<int>& coords) {
+  if (in.parts != out.parts || in.ranks != out.ranks)
+    throw std::invalid_argument("halo plan: the input and output of a windowed layer must be split alike");
   if (const auto problem = halo_width_problem(window, in, out); !problem.empty()) throw std::invalid_argument(problem);
+  // The exchange runs within one copy of the split: the ranks holding the neighbouring parts with
+  // this rank's replica offset (every rank when the split is as fine as the grid).
+  const Partition in_parts{in.extents, in.parts, {}}, out_parts{out.extents, out.parts, {}};
+  const std::vector<int> grid = in.ranks.empty() ? in.parts : in.ranks;
+  const std::vector<int> part = in.part_of(coords);
   const SpatialBox volume = in.whole();
   HaloPlan plan;
-  plan.owned = in.owned(coords);
-  plan.local = input_box_for(window, out.owned(coords), volume);
-  for (const auto& q : neighbours(coords, in.parts)) {
-    const int peer = peer_index(q, in.parts);
-    const SpatialBox receive = plan.local.intersect(in.owned(q));
+  plan.owned = in_parts.owned(part);
+  plan.local = input_box_for(window, out_parts.owned(part), volume);
+  for (const auto& q : neighbours(part, in.parts)) {
+    std::vector<int> peer_coords(q.size());
+    for (std::size_t a = 0; a < q.size(); ++a) {
+      const int copies = grid[a] / in.parts[a];
+      peer_coords[a] = q[a] * copies + coords[a] % copies;
+    }
+    const int peer = peer_index(peer_coords, grid);
+    const SpatialBox receive = plan.local.intersect(in_parts.owned(q));
     if (!receive.empty()) plan.receive.push_back({peer, receive});
-    const SpatialBox send = plan.owned.intersect(input_box_for(window, out.owned(q), volume));
+    const SpatialBox send = plan.owned.intersect(input_box_for(window, out_parts.owned(q), volume));
     if (!send.empty()) plan.send.push_back({peer, send});
+  }
+  return plan;
+}
+
+HaloPlan make_redistribution_plan(const Partition& from, const Partition& to, const std::vector<int>& coords) {
+  const std::vector<int> grid = from.ranks.empty() ? from.parts : from.ranks;
+  if (from.extents != to.extents || grid != (to.ranks.empty() ? to.parts : to.ranks))
+    throw std::invalid_argument("redistribution plan: the two partitions cover different tensors or grids");
+  // The replica of `part` (of `from`) that serves the rank at `receiver`: the one with its offset.
+  auto holder = [&](const std::vector<int>& part, const std::vector<int>& receiver) {
+    std::vector<int> c(grid.size());
+    for (std::size_t a = 0; a < grid.size(); ++a) {
+      const int copies = grid[a] / from.parts[a];
+      c[a] = part[a] * copies + receiver[a] % copies;
+    }
+    return c;
+  };
+  const Partition from_parts{from.extents, from.parts, {}};
+  const std::vector<int> mine = from.part_of(coords);
+  HaloPlan plan;
+  plan.owned = from.owned(coords);
+  plan.local = to.owned(coords);
+  for (const auto& part : all_coords(from.parts)) {
+    if (part == mine) continue;  // held here: copied locally
+    const SpatialBox box = plan.local.intersect(from_parts.owned(part));
+    if (!box.empty()) plan.receive.push_back({peer_index(holder(part, coords), grid), box});
+  }
+  for (const auto& other : all_coords(grid)) {
+    if (other == coords || from.part_of(other) == mine || holder(mine, other) != coords) continue;
+    const SpatialBox box = plan.owned.intersect(to.owned(other));
+    if (!box.empty()) plan.send.push_back({peer_index(other, grid), box});
   }
   return plan;
 }

@@ -66,7 +66,7 @@ std::vector<Shape> timing_inputs(const Model& model, const SpatialPlan& plan, No
   const auto& inputs = model.node_inputs(id);
   const NodePlacement& p = plan.node(id);
   std::vector<Shape> shapes;
-  if (p.window && plan.node(inputs[0]).placement == Placement::kSplit) {
+  if (p.window && p.placement == Placement::kSplit) {
     const Shape out = local_output(model, plan, id, coords, n);
     Shape in{n, model.shape(inputs[0])[1]};
     for (std::size_t a = 0; a < p.window->size(); ++a) {
@@ -78,10 +78,18 @@ std::vector<Shape> timing_inputs(const Model& model, const SpatialPlan& plan, No
     }
     return {in};
   }
-  for (auto in : inputs) {
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const NodeId in = inputs[k];
     // A Linear cannot run on a narrower feature vector: time it on the whole one (an upper bound).
-    if (plan.node(in).placement == Placement::kSplitFlat) shapes.push_back(with_batch(model.shape(in), n));
-    else shapes.push_back(local_output(model, plan, in, coords, n));
+    if (plan.node(in).placement == Placement::kSplitFlat) {
+      shapes.push_back(with_batch(model.shape(in), n));
+    } else if (plan.redistributes(id, k)) {  // the input as the layer reads it
+      Shape s{n, model.shape(in)[1]};
+      for (auto e : p.inputs[k].owned(coords).extents()) s.dims.push_back(e);
+      shapes.push_back(s);
+    } else {
+      shapes.push_back(local_output(model, plan, in, coords, n));
+    }
   }
   return shapes;
 }
@@ -273,6 +281,26 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       largest = std::max(largest, out_bytes);
       const NodePlacement& node = plan.node(id);
       const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
+      const Partition& reads = node.inputs.at(0);
+      // Redistributions into this layer: the busiest rank's receipts (there and back).
+      for (std::size_t k = 0; k < node.inputs.size() && spatial > 1; ++k) {
+        if (!plan.redistributes(id, k)) continue;
+        const NodeId producer = model.node_inputs(id)[k];
+        const double unit = static_cast<double>(n * model.shape(producer)[1]) * kFloat;
+        double worst = 0;
+        for (int r = 0; r < spatial; ++r) {
+          const auto coords = grid_coords(grid, r);
+          for (const auto& [from, to] : {std::pair{plan.node(producer).partition, node.inputs[k]},
+                                         std::pair{node.inputs[k], plan.node(producer).partition}}) {
+            const HaloPlan move = make_redistribution_plan(from, to, coords);
+            const double bytes = static_cast<double>(std::max(move.halo_volume(), move.send_volume())) * unit;
+            const double messages = static_cast<double>(std::max(move.receive.size(), move.send.size()));
+            worst = std::max(worst, messages * costs.latency_s + bytes / costs.bandwidth_bytes_s +
+                                        costs.copy(2 * static_cast<double>(to.owned(coords).volume()) * unit));
+          }
+        }
+        p.redistribution_s += 2 * worst;
+      }
       if (in.placement == Placement::kSplit && spatial > 1) {
         const double channels = static_cast<double>(model.shape(model.node_inputs(id).at(0))[1]);
         const double out_channels = static_cast<double>(model.shape(id)[1]);
@@ -281,7 +309,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
           double worst_exposed = 0, worst_copy = 0, worst_bytes = 0, worst_saved = 0;
           for (int r = 0; r < spatial; ++r) {
             const auto coords = grid_coords(grid, r);
-            const HaloPlan halo = make_halo_plan(*node.window, in.partition, node.partition, coords);
+            const HaloPlan halo = make_halo_plan(*node.window, reads, node.partition, coords);
             const double unit = static_cast<double>(n) * channels * kFloat;
             worst_saved = std::max(worst_saved, static_cast<double>(halo.local.volume()) * unit);
             if (!halo.exchanges()) continue;
@@ -290,7 +318,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
             const double messages = static_cast<double>(std::max(halo.receive.size(), halo.send.size()));
             const double transfer = messages * costs.latency_s + std::max(received, sent) / costs.bandwidth_bytes_s;
             const SpatialBox owned_out = node.partition.owned(coords);
-            const auto pieces = window_pieces(*node.window, owned_out, halo.owned, in.partition.whole(), o.overlap);
+            const auto pieces = window_pieces(*node.window, owned_out, halo.owned, reads.whole(), o.overlap);
             const double interior =
                 o.overlap && pieces.size() > 1 ? static_cast<double>(pieces[0].out.volume()) / owned_out.volume() : 0.0;
             const double exposed = std::max(0.0, transfer - c.forward_s * interior) +
@@ -328,7 +356,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const double last_bucket = costs.allreduce(ranks, std::min(parameter_bytes, kBucketBytes));
       p.allreduce_s = std::max(last_bucket, total - backward);
     }
-    p.step_s = p.compute_s + p.halo_s + p.copy_s + p.reduction_s + p.allreduce_s;
+    p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
     // Parameters, gradients and optimizer state; every node's output kept for backward, the haloed
     // inputs that windowed layers keep, and about two of the largest activations in flight in backward.
     p.memory_bytes =
@@ -360,9 +388,9 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
   s << "machine: latency " << std::setprecision(1) << costs.latency_s * 1e6 << " us, bandwidth "
     << costs.bandwidth_bytes_s / 1e9 << " GB/s, copy " << costs.copy_bytes_s / 1e9 << " GB/s\n";
   s << std::left << std::setw(11) << "grid" << std::right << std::setw(7) << "batch" << std::setw(10) << "step ms"
-    << std::setw(11) << "samples/s" << std::setw(11) << "compute" << std::setw(9) << "halo" << std::setw(9) << "copy"
-    << std::setw(9) << "reduce" << std::setw(11) << "allreduce" << std::setw(11) << "mem MiB" << std::setw(11)
-    << "halo MiB" << std::setw(11) << "grad MiB"
+    << std::setw(11) << "samples/s" << std::setw(11) << "compute" << std::setw(9) << "halo" << std::setw(9) << "redist"
+    << std::setw(9) << "copy" << std::setw(9) << "reduce" << std::setw(11) << "allreduce" << std::setw(11) << "mem MiB"
+    << std::setw(11) << "halo MiB" << std::setw(11) << "grad MiB"
     << "\n";
   for (std::size_t i = 0; i < predictions.size(); ++i) {
     const auto& p = predictions[i];
@@ -373,10 +401,10 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
     }
     s << std::setw(7) << p.batch_per_group << std::setprecision(1) << std::setw(10) << p.step_s * 1e3
       << std::setprecision(2) << std::setw(11) << p.samples_per_s() << std::setprecision(1) << std::setw(11)
-      << p.compute_s * 1e3 << std::setw(9) << p.halo_s * 1e3 << std::setw(9) << p.copy_s * 1e3 << std::setw(9)
-      << p.reduction_s * 1e3 << std::setw(11) << p.allreduce_s * 1e3 << std::setw(11) << p.memory_bytes / (1 << 20)
-      << std::setw(11) << p.halo_bytes / (1 << 20) << std::setw(11) << p.allreduce_bytes / (1 << 20)
-      << (static_cast<int>(i) == chosen ? "   <- chosen" : "") << "\n";
+      << p.compute_s * 1e3 << std::setw(9) << p.halo_s * 1e3 << std::setw(9) << p.redistribution_s * 1e3 << std::setw(9)
+      << p.copy_s * 1e3 << std::setw(9) << p.reduction_s * 1e3 << std::setw(11) << p.allreduce_s * 1e3 << std::setw(11)
+      << p.memory_bytes / (1 << 20) << std::setw(11) << p.halo_bytes / (1 << 20) << std::setw(11)
+      << p.allreduce_bytes / (1 << 20) << (static_cast<int>(i) == chosen ? "   <- chosen" : "") << "\n";
   }
   s << "(times in ms per step on the busiest rank; compute measured per layer and slab shape on this machine)\n";
   return s.str();

@@ -1,4 +1,5 @@
 // Ranges, boxes and partitions of the spatial axes; --grid parsing; the grid's communicators.
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -52,9 +53,29 @@ std::string SpatialBox::to_string() const {
 }
 
 SpatialBox Partition::owned(const std::vector<int>& coords) const {
+  const std::vector<int> part = part_of(coords);
   SpatialBox b;
-  for (std::size_t i = 0; i < extents.size(); ++i) b.axes.push_back(split_range(extents[i], parts.at(i), coords.at(i)));
+  for (std::size_t i = 0; i < extents.size(); ++i) b.axes.push_back(split_range(extents[i], parts.at(i), part[i]));
   return b;
+}
+
+std::vector<int> Partition::part_of(const std::vector<int>& coords) const {
+  if (ranks.empty()) return coords;
+  std::vector<int> part(coords.size());
+  for (std::size_t i = 0; i < coords.size(); ++i) part[i] = coords[i] / (ranks.at(i) / parts.at(i));
+  return part;
+}
+
+bool Partition::first_replica(const std::vector<int>& coords) const {
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (coords.at(i) % (ranks[i] / parts.at(i)) != 0) return false;
+  return true;
+}
+
+int Partition::replicas() const {
+  int r = 1;
+  for (std::size_t i = 0; i < ranks.size(); ++i) r *= ranks[i] / parts.at(i);
+  return r;
 }
 
 SpatialBox Partition::whole() const {
@@ -79,11 +100,7 @@ GridShape data_parallel_grid(int ranks, int spatial_rank) {
   return GridShape{ranks, std::vector<int>(static_cast<std::size_t>(spatial_rank), 1)};
 }
 
-GridShape parse_grid(const std::string& text, int spatial_rank) {
-  const std::string form = spatial_rank == 3 ? "S,D,H,W" : "S,H,W";
-  const std::string expected = "--grid takes " + form + " (sample groups, then ranks per spatial axis" +
-                               (spatial_rank == 3 ? " D, H, W" : " H, W") + "), e.g. " +
-                               (spatial_rank == 3 ? "1,2,2,1" : "1,2,2") + ", or auto";
+std::optional<std::vector<int>> parse_counts(const std::string& text, std::string* bad) {
   std::vector<int> numbers;
   std::stringstream in(text);
   std::string item;
@@ -95,10 +112,24 @@ GridShape parse_grid(const std::string& text, int spatial_rank) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size() || value < 1 || value > 1 << 20)
-      throw GridError("--grid " + text + ": '" + item + "' is not a positive integer; " + expected);
+    if (used == 0 || used != item.size() || value < 1 || value > 1 << 20) {
+      *bad = item;
+      return std::nullopt;
+    }
     numbers.push_back(static_cast<int>(value));
   }
+  return numbers;
+}
+
+GridShape parse_grid(const std::string& text, int spatial_rank) {
+  const std::string form = spatial_rank == 3 ? "S,D,H,W" : "S,H,W";
+  const std::string expected = "--grid takes " + form + " (sample groups, then ranks per spatial axis" +
+                               (spatial_rank == 3 ? " D, H, W" : " H, W") + "), e.g. " +
+                               (spatial_rank == 3 ? "1,2,2,1" : "1,2,2") + ", or auto";
+  std::string bad;
+  const auto parsed = parse_counts(text, &bad);
+  if (!parsed) throw GridError("--grid " + text + ": '" + bad + "' is not a positive integer; " + expected);
+  const std::vector<int>& numbers = *parsed;
   if (text.empty() || text.back() == ',' || numbers.size() != static_cast<std::size_t>(spatial_rank) + 1)
     throw GridError("--grid " + text + ": " + std::to_string(numbers.size()) + " numbers, but for this model " +
                     expected);

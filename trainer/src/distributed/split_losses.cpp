@@ -13,6 +13,9 @@ double slab_share(DistributedModel& model) {
          static_cast<double>(model.plan().output().partition.whole().volume());
 }
 
+// Whether this rank adds its slab's terms to the sums: one replica of each part of the output does.
+bool counts(DistributedModel& model) { return model.plan().output().partition.first_replica(model.grid().coords()); }
+
 }  // namespace
 
 LossResult grid_task_loss(TaskKind task, DistributedModel& model, const Tensor& output, const data::Batch& batch) {
@@ -23,10 +26,11 @@ LossResult grid_task_loss(TaskKind task, DistributedModel& model, const Tensor& 
   const double share = slab_share(model);
   // Cross-entropy: the mean over this slab's voxels, weighted by its share, summed = the global mean.
   LossResult ce = b.softmax_cross_entropy(output, batch.target_labels, 0.f);
-  double ce_loss = ce.loss * share;
+  double ce_loss = counts(model) ? ce.loss * share : 0.0;
   spatial.sum(&ce_loss, 1);
   // Dice: per (sample, class) sums over the whole volume, then the loss and this slab's gradient.
   Tensor sums = b.dice_sums(output, batch.target_labels);
+  if (!counts(model)) sums = b.zeros_like(sums);
   sum_tensor(sums, spatial);  // on the device
   LossResult dice = b.dice_loss_from_sums(output, batch.target_labels, sums, false);
   // MLPerf's DiceCELoss = (dice + CE) / 2.
@@ -45,9 +49,10 @@ void grid_accumulate_metric(TaskKind task, DistributedModel& model, const Tensor
     return;
   }
   // Dice of the argmax prediction: per (sample, class) counts summed over the slabs, then the ratio.
-  std::vector<double> counts = dice_counts(model.model().backend().to_host(output), batch, valid);
-  model.grid().spatial().sum(counts.data(), counts.size());
-  if (root) accumulate_dice(counts, output.shape()[1], valid, sums);
+  std::vector<double> dice = dice_counts(model.model().backend().to_host(output), batch, valid);
+  if (!counts(model)) dice.assign(dice.size(), 0.0);
+  model.grid().spatial().sum(dice.data(), dice.size());
+  if (root) accumulate_dice(dice, output.shape()[1], valid, sums);
 }
 
 }  // namespace fanstore::trainer

@@ -11,8 +11,10 @@
 namespace fanstore::trainer {
 namespace {
 
-// Sums fresh (G, 2) F64 statistics over the group, on their device.
-Tensor reduced(SplitContext& ctx, Tensor sums, bool statistics) {
+// Sums fresh (G, 2) F64 statistics over the group, on their device; a rank whose part another
+// replica also holds adds nothing.
+Tensor reduced(SplitContext& ctx, Tensor sums, bool statistics, bool counts) {
+  if (!counts) sums = ctx.backend.zeros_like(sums);
   if (statistics) ctx.statistics_sum(sums);
   else ctx.spatial_sum(sums);
   return sums;
@@ -21,7 +23,7 @@ Tensor reduced(SplitContext& ctx, Tensor sums, bool statistics) {
 class SplitNormalization final : public SplitOp {
  public:
   SplitNormalization(SplitContext& ctx, Layer& layer, const Partition& partition, bool batch_norm)
-      : ctx_(ctx), layer_(layer), batch_norm_(batch_norm) {
+      : ctx_(ctx), layer_(layer), batch_norm_(batch_norm), counts_(ctx.counts(partition)) {
     spatial_volume_ = static_cast<double>(partition.whole().volume());
     if (batch_norm) {
       const auto& bn = dynamic_cast<const BatchNorm&>(layer);
@@ -45,7 +47,7 @@ class SplitNormalization final : public SplitOp {
     const auto& handles = layer_.parameter_handles();
     x_ = b.to_plain(inputs.at(0));
     const NormGroups groups = batch_norm_ ? NormGroups::PerChannel : NormGroups::PerSampleChannel;
-    sums_ = reduced(ctx_, b.norm_sums(x_, groups), sync_);
+    sums_ = reduced(ctx_, b.norm_sums(x_, groups), sync_, counts_);
     count_ = spatial_volume_ * (batch_norm_ ? static_cast<double>(x_.shape()[0]) : 1.0) *
              (sync_ ? static_cast<double>(ctx_.grid.shape().samples) : 1.0);
     if (batch_norm_ && mode == Mode::Train) update_running_statistics();
@@ -58,7 +60,8 @@ class SplitNormalization final : public SplitOp {
     const auto& handles = layer_.parameter_handles();
     const NormGroups groups = batch_norm_ ? NormGroups::PerChannel : NormGroups::PerSampleChannel;
     const Tensor dy = b.to_plain(dy_any);
-    const Tensor backward_sums = reduced(ctx_, b.norm_backward_sums(dy, x_, sums_, count_, epsilon_, groups), sync_);
+    const Tensor backward_sums =
+        reduced(ctx_, b.norm_backward_sums(dy, x_, sums_, count_, epsilon_, groups), sync_, counts_);
     Tensor dgamma = ctx_.table.gradient(handles[0]), dbeta = ctx_.table.gradient(handles[1]);
     Tensor dx = b.norm_backward_apply(dy, x_, sums_, backward_sums, count_, ctx_.table.value(handles[0]), epsilon_,
                                       groups, dgamma, dbeta);
@@ -92,7 +95,7 @@ class SplitNormalization final : public SplitOp {
 
   SplitContext& ctx_;
   Layer& layer_;
-  bool batch_norm_, sync_ = false, contributes_ = true;
+  bool batch_norm_, counts_, sync_ = false, contributes_ = true;
   float epsilon_ = 1e-5f, momentum_ = 0.1f;
   std::ptrdiff_t running_mean_ = -1, running_var_ = -1;
   double spatial_volume_ = 1, count_ = 1;

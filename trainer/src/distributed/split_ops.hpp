@@ -20,6 +20,9 @@ struct SplitContext {
   DistributedOptions options;
 
   bool spatial_root() { return grid.spatial_index() == 0; }
+  // Whether this rank adds its part of a tensor split as `p` to a sum over the spatial group: one
+  // replica of each part does, so a part held by several ranks counts once.
+  bool counts(const Partition& p) { return p.first_replica(grid.coords()); }
   // A tensor of this backend (F32 or F64, plain) summed in place over the spatial group, on its
   // device (sum_tensor); statistics also over the sample groups when sync_bn (world = spatial x
   // samples: spatial first, then samples).
@@ -35,6 +38,21 @@ class SplitOp {
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
   // One gradient per input, over that input's slab. Takes dy by value: an op may drop it early.
   virtual std::vector<Tensor> backward(Tensor dy) = 0;
+};
+
+// Moves one input of a layer from its producer's split to the split the layer reads (forward) and its
+// gradient back (backward: a replicated tensor's gradient is whole and the same on every replica, so
+// the reverse plan only copies). Tensors are (N, C, *part) of the respective split.
+class Redistribution {
+ public:
+  Redistribution(Backend& backend, Communicator& spatial, const Partition& from, const Partition& to,
+                 const std::vector<int>& coords, int tag);
+  Tensor forward(const Tensor& x);
+  Tensor backward(const Tensor& dy);
+
+ private:
+  Backend& backend_;
+  HaloExchange forward_, backward_;
 };
 
 // The op for node `id` of `model`; `input_box` is what the model input tensor covers on this rank.

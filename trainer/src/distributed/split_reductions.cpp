@@ -13,12 +13,13 @@ class SplitGlobalPooling final : public SplitOp {
       : ctx_(ctx),
         layer_(layer),
         share_(static_cast<float>(static_cast<double>(partition.owned(ctx.grid.coords()).volume()) /
-                                  static_cast<double>(partition.whole().volume()))) {}
+                                  static_cast<double>(partition.whole().volume()))),
+        counts_(ctx.counts(partition)) {}
 
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override {
     // The layer's own pooling gives the slab mean; share x slab mean summed = global mean.
     Tensor y = ctx_.backend.clone(ctx_.backend.to_plain(layer_.forward(inputs, mode)));
-    ctx_.backend.scale(y, share_);
+    ctx_.backend.scale(y, counts_ ? share_ : 0.f);  // a part held by several ranks counts once
     ctx_.spatial_sum(y);
     return y;
   }
@@ -34,6 +35,7 @@ class SplitGlobalPooling final : public SplitOp {
   SplitContext& ctx_;
   Layer& layer_;
   float share_;
+  bool counts_;
 };
 
 class SplitFlatLinear final : public SplitOp {
@@ -50,6 +52,7 @@ class SplitFlatLinear final : public SplitOp {
     slab_ = partition.owned(ctx.grid.coords());
     whole_ = partition.whole();
     local_features_ = channels * slab_.volume();
+    counts_ = ctx.counts(partition);
     // The bias is added once, by spatial rank 0, so that the sum of the partial products has it once.
     kernel_ = ctx.backend.make_inner_product(has_bias_ && ctx.spatial_root());
   }
@@ -63,6 +66,7 @@ class SplitFlatLinear final : public SplitOp {
                    .reshaped(Shape{outputs_, local_features_});
     Tensor bias = has_bias_ ? ctx_.table.value(handles[1]) : Tensor();
     Tensor y = b.clone(b.to_plain(kernel_->forward(x_, w_local_, has_bias_ && ctx_.spatial_root() ? &bias : nullptr)));
+    if (!counts_) b.fill(y, 0.f);  // another replica adds this part's product
     ctx_.spatial_sum(y);
     return y;
   }
@@ -90,7 +94,7 @@ class SplitFlatLinear final : public SplitOp {
  private:
   SplitContext& ctx_;
   Layer& layer_;
-  bool has_bias_ = false;
+  bool has_bias_ = false, counts_ = true;
   std::int64_t outputs_ = 0, local_features_ = 0;
   Shape weight_shape_;
   SpatialBox slab_, whole_;
