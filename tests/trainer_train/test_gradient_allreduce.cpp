@@ -26,6 +26,7 @@ class TwinRanks final : public Communicator {
     for (std::size_t i = 0; i < n; ++i) data[i] *= 2;
   }
   void max(double*, std::size_t) override {}
+  void gather(float*, const std::vector<std::size_t>&) override { throw std::logic_error("no gather"); }
   void broadcast(void*, std::size_t, int) override {}
   std::unique_ptr<MessageBatch> start_messages() override { throw std::logic_error("no messages"); }
   std::unique_ptr<Communicator> split(int, int) override { throw std::logic_error("no split"); }

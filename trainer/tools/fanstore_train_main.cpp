@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
                "Compute the interior of split layers while their halos travel")
       ->capture_default_str();
+  app.add_flag("--shard-state,!--no-shard-state", train.grid.shard_state,
+               "On a spatial grid: each rank of a spatial group keeps the optimizer state of, and updates, only "
+               "its part of the parameters, then the parts are gathered (ZeRO stage 1)")
+      ->capture_default_str();
   app.add_option("--trainers", train.tournament.trainers,
                  "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "
                  "disjoint data, that meet every --ltfb-interval steps and keep the better model (1 = no tournament)")

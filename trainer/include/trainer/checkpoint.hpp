@@ -35,10 +35,17 @@ class CheckpointError : public std::runtime_error {
 };
 
 // Writes PATH.tmp, fsyncs it and renames it over PATH, so a crash leaves the old or the new file.
+// `state` is optimizer.whole_state(): with sharded state a collective, so every rank of the group
+// gathers it and one writes. The file is the same whatever the grid, so it resumes on any grid.
+void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
+                     const std::vector<std::pair<std::string, std::vector<float>>>& state,
+                     const TrainingPosition& position);
+// The same for an optimizer that is not sharded (throws std::logic_error for a sharded one).
 void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer,
                      const TrainingPosition& position);
 
-// Restores parameters, buffers (BN running statistics), optimizer state and step count; checks the
+// Restores parameters, buffers (BN running statistics), optimizer state (a sharded optimizer keeps
+// its part) and step count; checks the
 // magic, version, model, parameter table and optimizer, and a checksum; throws CheckpointError with
 // a one-line reason naming the file.
 TrainingPosition load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);

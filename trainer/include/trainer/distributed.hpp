@@ -40,6 +40,9 @@ class Communicator {
   virtual void sum(double* data, std::size_t n) = 0;
   virtual void sum(float* data, std::size_t n) = 0;
   virtual void max(double* data, std::size_t n) = 0;
+  // Blocking, in place (MPI_Allgatherv): rank r's counts[r] floats, at the offset of the counts before
+  // its own, go to every rank.
+  virtual void gather(float* data, const std::vector<std::size_t>& counts) = 0;
   // Blocking: every rank gets root's `bytes` bytes (decisions only rank 0 can take, e.g. resuming).
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Point-to-point messages with the ranks of this communicator.

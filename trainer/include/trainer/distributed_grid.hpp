@@ -83,13 +83,15 @@ struct GridShape {
   bool operator==(const GridShape&) const = default;
 };
 
-// fanstore-train's grid options (--grid, --explain, --sync-bn, --halo-overlap, --layer-split).
+// fanstore-train's grid options (--grid, --explain, --sync-bn, --halo-overlap, --layer-split,
+// --shard-state).
 struct GridOptions {
   std::string grid;      // "S,D,H,W" / "S,H,W", "auto", or empty (data parallelism over every rank)
   bool explain = false;  // with "auto": print every candidate's prediction and stop
   bool sync_bn = false;
   bool overlap = true;      // interior computation while halos travel
   std::string layer_split;  // --layer-split "NAME=D,H,W;...": parts per layer instead of the default plan's
+  bool shard_state = true;  // optimizer state sharded over the spatial group (ZeRO stage 1)
 };
 
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.

@@ -10,6 +10,7 @@
 #include "trainer/distributed_commands.hpp"
 #include "trainer/distributed_model.hpp"
 #include "trainer/metrics.hpp"
+#include "trainer/optim.hpp"
 #include "trainer/train_data.hpp"
 
 namespace fanstore::trainer {
@@ -41,6 +42,9 @@ class GridRun {
   void set_gradient_ready_hook(Model::GradientReadyHook hook);
   void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
                          MetricSums& sums);
+  // On a spatial grid with --shard-state (the default): the optimizer's state sharded over the
+  // spatial group (Optimizer::shard_over). Before the first step and before a resume.
+  void shard(Optimizer& optimizer);
 
  private:
   Model& model_;
@@ -48,6 +52,7 @@ class GridRun {
   GridShape shape_;
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<DistributedModel> split_;
+  bool shard_state_ = false;
 };
 
 }  // namespace fanstore::trainer

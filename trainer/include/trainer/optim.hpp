@@ -19,6 +19,19 @@ struct OptimizerOptions {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // Adam
 };
 
+class Communicator;  // trainer/distributed.hpp
+
+// Elements [begin, end) of the parameter arena.
+struct ArenaPart {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+  bool operator==(const ArenaPart&) const = default;
+};
+
+// Part `index` of `parts` of the parameter arena: near-equal element counts, cut only between parameter
+// tensors when `whole_tensors` (an update that needs a tensor's norm on one rank).
+ArenaPart arena_part(const ParameterTable& table, int parts, int index, bool whole_tensors);
+
 // LARS (and its weight decay) skips per-channel vectors: BN/IN scale and shift and every bias.
 // They are exactly the rank-1 parameters, so the rule needs no per-layer knowledge.
 bool excluded_from_lars(const ParameterEntry& entry);
@@ -34,15 +47,33 @@ class Optimizer {
   void step(ParameterTable& table, float learning_rate);
   std::uint64_t steps_taken() const { return steps_; }
   void set_steps_taken(std::uint64_t steps) { steps_ = steps; }
-  // Named state arenas, each table.parameter_count() F32 elements on the table's device (shallow
-  // handles: writing into them writes the state).
+
+  // ZeRO stage 1 over `group` (the spatial group of a grid, whose ranks hold the same parameters): rank
+  // i keeps the state of part i of the parameter arena and updates only that part; step() then gathers
+  // the parts, so every rank's values are whole again. Call before the first step, while the state is
+  // still zero; `group` outlives the optimizer.
+  void shard_over(Communicator& group);
+  bool sharded() const { return group_ != nullptr; }
+  // What this rank updates and keeps state for (the whole arena unless sharded).
+  ArenaPart part() const { return part_; }
+  // Named state arenas, each part().size() F32 elements on the table's device (shallow handles:
+  // writing into them writes the state).
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // The state arenas whole, parameter_count() floats each on the host (checkpoints): collective over
+  // the group when sharded, so every rank of it calls this.
+  std::vector<std::pair<std::string, std::vector<float>>> whole_state() const;
 
  protected:
   Optimizer(const ParameterTable& table, const OptimizerOptions& options);
-  // `t` is the 1-based step number (Adam's bias correction needs it).
+  // `t` is the 1-based step number (Adam's bias correction needs it). Updates part() of the arena.
   virtual void update(ParameterTable& table, float learning_rate, std::uint64_t t) = 0;
-  Tensor add_state(const std::string& name);
+  // An update that needs each tensor's norm on one rank (LARS) shards only between tensors.
+  virtual bool needs_whole_tensors() const { return false; }
+  // Declares a state arena (in the constructor); state(i) is arena i, part().size() elements.
+  void add_state(const std::string& name);
+  Tensor state(std::size_t i) const { return state_.at(i).second; }
+  // part() of the values or gradients arena.
+  Tensor arena_part_of(const ParameterTable& table, Arena which) const;
   const OptimizerOptions& options() const { return options_; }
   Backend& backend() const { return backend_; }
 
@@ -52,6 +83,10 @@ class Optimizer {
   OptimizerOptions options_;
   std::uint64_t steps_ = 0;
   std::vector<std::pair<std::string, Tensor>> state_;
+  ArenaPart part_;
+  std::vector<std::size_t> part_sizes_;  // every rank's part, in group rank order
+  Communicator* group_ = nullptr;
+  const ParameterTable* table_;
 };
 
 // torch.optim.SGD(momentum, dampening=0, weight_decay, nesterov): g += wd*w; buf = m*buf + g;

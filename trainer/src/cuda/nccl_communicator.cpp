@@ -123,6 +123,19 @@ class NcclCommunicator final : public Communicator {
     FS_CHECK(ncclAllReduce(data, data, n, ncclDouble, ncclMax, comm_, stream_));
     FS_CHECK(cudaStreamSynchronize(stream_));
   }
+  // NCCL's all-gather takes equal parts: one broadcast per rank, grouped, is the uneven one.
+  void gather(float* data, const std::vector<std::size_t>& counts) override {
+    if (!on_device(data)) return host_.gather(data, counts);
+    after_compute();
+    FS_CHECK(ncclGroupStart());
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      FS_CHECK(ncclBroadcast(data + offset, data + offset, counts[r], ncclFloat, static_cast<int>(r), comm_, stream_));
+      offset += counts[r];
+    }
+    FS_CHECK(ncclGroupEnd());
+    FS_CHECK(cudaStreamSynchronize(stream_));
+  }
   void broadcast(void* data, std::size_t bytes, int root) override {
     if (!on_device(data)) return host_.broadcast(data, bytes, root);
     after_compute();

@@ -39,6 +39,7 @@ class SingleProcess final : public Communicator {
   void sum(double*, std::size_t) override {}
   void sum(float*, std::size_t) override {}
   void max(double*, std::size_t) override {}
+  void gather(float*, const std::vector<std::size_t>&) override {}
   void broadcast(void*, std::size_t, int) override {}
   std::unique_ptr<MessageBatch> start_messages() override { return std::make_unique<NoMessages>(); }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleProcess>(); }
@@ -128,6 +129,16 @@ class Mpi final : public Communicator {
   }
   void max(double* data, std::size_t n) override {
     MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), MPI_DOUBLE, MPI_MAX, comm_);
+  }
+  void gather(float* data, const std::vector<std::size_t>& counts) override {
+    std::vector<int> sizes, offsets;
+    std::size_t offset = 0;
+    for (auto n : counts) {
+      sizes.push_back(checked_count(n));
+      offsets.push_back(checked_count(offset));
+      offset += n;
+    }
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, sizes.data(), offsets.data(), MPI_FLOAT, comm_);
   }
   void broadcast(void* data, std::size_t bytes, int root) override {
     auto* p = static_cast<char*>(data);

@@ -104,6 +104,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   po.optimizer_states = optimizer_states;
   po.sync_bn = g.sync_bn;
   po.overlap = g.overlap;
+  po.shard_state = g.shard_state;
   po.base_memory_bytes = peak_rss_bytes();
   double base[1] = {po.base_memory_bytes};
   world.max(base, 1);
@@ -148,6 +149,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     ProcessGrid grid(device_world, resolved.shape);
     DistributedModel dm(*model, grid, distributed_options(g, model->input_shape().spatial_rank()));
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
+    if (g.shard_state) optimizer->shard_over(grid.spatial());
     GradientAllreduce allreduce(device_world, model->parameters(), 25u << 20,
                                 static_cast<std::size_t>(resolved.shape.samples));
     dm.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });

@@ -17,7 +17,7 @@ Tensor host_input(const data::Batch& batch) {
 }  // namespace
 
 GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved, const GridOptions& options)
-    : model_(model), world_(world), shape_(resolved.shape) {
+    : model_(model), world_(world), shape_(resolved.shape), shard_state_(options.shard_state) {
   check_grid_ranks(shape_, world.size());
   if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
   grid_ = std::make_unique<ProcessGrid>(world, shape_);
@@ -64,6 +64,10 @@ void GridRun::accumulate_metric(TaskKind task, const Tensor& output, const data:
                                 MetricSums& sums) {
   if (!split_) trainer::accumulate_metric(task, model_.backend().to_host(output), batch, valid, sums);
   else grid_accumulate_metric(task, *split_, output, batch, valid, sums);
+}
+
+void GridRun::shard(Optimizer& optimizer) {
+  if (split_ && shard_state_) optimizer.shard_over(grid_->spatial());
 }
 
 }  // namespace fanstore::trainer

@@ -357,10 +357,10 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       p.allreduce_s = std::max(last_bucket, total - backward);
     }
     p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
-    // Parameters, gradients and optimizer state; every node's output kept for backward, the haloed
-    // inputs that windowed layers keep, and about two of the largest activations in flight in backward.
-    p.memory_bytes =
-        o.base_memory_bytes + parameter_bytes * (2 + o.optimizer_states) + activations + saved_inputs + 2 * largest;
+    // Parameters, gradients and (this rank's part of) the optimizer state; every node's output kept for backward, the
+    // haloed inputs that windowed layers keep, and about two of the largest activations in flight in backward.
+    const double states = o.optimizer_states / (o.shard_state ? static_cast<double>(spatial) : 1.0);
+    p.memory_bytes = o.base_memory_bytes + parameter_bytes * (2 + states) + activations + saved_inputs + 2 * largest;
   }
   return out;
 }

@@ -7,20 +7,19 @@ namespace {
 
 class Adam final : public Optimizer {
  public:
-  Adam(const ParameterTable& table, const OptimizerOptions& options)
-      : Optimizer(table, options), first_(add_state("adam_m")), second_(add_state("adam_v")) {}
+  Adam(const ParameterTable& table, const OptimizerOptions& options) : Optimizer(table, options) {
+    add_state("adam_m");
+    add_state("adam_v");
+  }
   std::string name() const override { return "adam"; }
 
  protected:
   void update(ParameterTable& table, float lr, std::uint64_t t) override {
-    Tensor w = table.arena(Arena::Values);
+    Tensor w = arena_part_of(table, Arena::Values), first = state(0), second = state(1);
     const auto& o = options();
-    backend().adam_update(w, table.arena(Arena::Gradients), first_, second_,
+    backend().adam_update(w, arena_part_of(table, Arena::Gradients), first, second,
                           AdamUpdate{lr, o.beta1, o.beta2, o.epsilon, o.weight_decay, t});
   }
-
- private:
-  Tensor first_, second_;
 };
 
 }  // namespace

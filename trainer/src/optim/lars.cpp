@@ -7,23 +7,27 @@ namespace {
 
 class Lars final : public Optimizer {
  public:
-  Lars(const ParameterTable& table, const OptimizerOptions& options)
-      : Optimizer(table, options), momentum_(add_state("momentum")) {
-    for (const auto& e : table.parameters())
-      segments_.push_back({e.offset, static_cast<std::size_t>(e.shape.numel()), excluded_from_lars(e)});
+  Lars(const ParameterTable& table, const OptimizerOptions& options) : Optimizer(table, options), table_(table) {
+    add_state("momentum");
   }
   std::string name() const override { return "lars"; }
 
  protected:
+  bool needs_whole_tensors() const override { return true; }
   void update(ParameterTable& table, float lr, std::uint64_t) override {
-    Tensor w = table.arena(Arena::Values);
-    backend().lars_update(w, table.arena(Arena::Gradients), momentum_, segments_,
+    // One segment per parameter tensor in this rank's part (which cuts only between tensors).
+    const ArenaPart p = part();
+    std::vector<ParameterSegment> segments;
+    for (const auto& e : table_.parameters())
+      if (e.offset >= p.begin && e.offset < p.end)
+        segments.push_back({e.offset - p.begin, static_cast<std::size_t>(e.shape.numel()), excluded_from_lars(e)});
+    Tensor w = arena_part_of(table, Arena::Values), momentum = state(0);
+    backend().lars_update(w, arena_part_of(table, Arena::Gradients), momentum, segments,
                           LarsUpdate{lr, options().momentum, options().weight_decay, options().lars_eta});
   }
 
  private:
-  Tensor momentum_;
-  std::vector<ParameterSegment> segments_;  // one per parameter tensor
+  const ParameterTable& table_;
 };
 
 }  // namespace

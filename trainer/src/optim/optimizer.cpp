@@ -1,30 +1,81 @@
-// Optimizer base: step counting, state arenas on the table's device, and the factory by name.
+// Optimizer base: step counting, state arenas on the table's device, sharding the state over a group
+// (ZeRO stage 1), and the factory by name.
 #include "trainer/optim.hpp"
 
 #include <stdexcept>
 
 #include "trainer/backend.hpp"
+#include "trainer/distributed.hpp"
 
 namespace fanstore::trainer {
 
 bool excluded_from_lars(const ParameterEntry& entry) { return entry.shape.rank() == 1; }
 
+ArenaPart arena_part(const ParameterTable& table, int parts, int index, bool whole_tensors) {
+  const std::size_t count = table.parameter_count();
+  // The ideal cut before part k, moved to the first tensor boundary at or after it when whole_tensors.
+  auto cut = [&](int k) -> std::size_t {
+    const std::size_t ideal = count * static_cast<std::size_t>(k) / static_cast<std::size_t>(parts);
+    if (!whole_tensors || k == 0 || k == parts) return ideal;
+    for (const auto& e : table.parameters())
+      if (e.offset >= ideal) return e.offset;
+    return count;
+  };
+  return {cut(index), cut(index + 1)};
+}
+
 Optimizer::Optimizer(const ParameterTable& table, const OptimizerOptions& options)
-    : backend_(table.backend()), count_(table.parameter_count()), options_(options) {
+    : backend_(table.backend()),
+      count_(table.parameter_count()),
+      options_(options),
+      part_{0, table.parameter_count()},
+      table_(&table) {
   if (!table.committed()) throw std::logic_error("optimizer created before ParameterTable::commit()");
 }
 
 void Optimizer::step(ParameterTable& table, float learning_rate) {
   ++steps_;
   update(table, learning_rate, steps_);
+  if (group_) group_->gather(table.values(), part_sizes_);  // every rank's updated part, on every rank
 }
 
-Tensor Optimizer::add_state(const std::string& name) {
-  state_.emplace_back(name, backend_.zeros(Shape{static_cast<std::int64_t>(count_)}));
-  return state_.back().second;
+void Optimizer::shard_over(Communicator& group) {
+  if (steps_ != 0) throw std::logic_error("Optimizer::shard_over after the first step");
+  if (group.size() == 1) return;
+  group_ = &group;
+  part_ = arena_part(*table_, group.size(), group.rank(), needs_whole_tensors());
+  for (int r = 0; r < group.size(); ++r)
+    part_sizes_.push_back(arena_part(*table_, group.size(), r, needs_whole_tensors()).size());
+  for (auto& [name, arena] : state_) arena = backend_.zeros(Shape{static_cast<std::int64_t>(part_.size())});
+}
+
+void Optimizer::add_state(const std::string& name) {
+  state_.emplace_back(name, backend_.zeros(Shape{static_cast<std::int64_t>(part_.size())}));
+}
+
+Tensor Optimizer::arena_part_of(const ParameterTable& table, Arena which) const {
+  const Tensor arena = table.arena(which);
+  if (part_.begin == 0 && part_.end == count_) return arena;
+  return arena.slice(part_.begin, Shape{static_cast<std::int64_t>(part_.size())});
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return state_; }
+
+std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state() const {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const auto& [name, arena] : state_) {
+    Tensor whole = arena;
+    if (group_) {  // each rank's part in place, then gathered
+      whole = backend_.zeros(Shape{static_cast<std::int64_t>(count_)});
+      Tensor slot = whole.slice(part_.begin, Shape{static_cast<std::int64_t>(part_.size())});
+      backend_.copy(arena, slot);
+      group_->gather(whole.data(), part_sizes_);
+    }
+    const Tensor host = backend_.to_host(whole);
+    out.emplace_back(name, std::vector<float>(host.data(), host.data() + host.numel()));
+  }
+  return out;
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options) {
   if (options.kind == "sgd") return make_sgd(table, options);

@@ -7,19 +7,17 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const ParameterTable& table, const OptimizerOptions& options)
-      : Optimizer(table, options), momentum_(add_state("momentum")) {}
+  Sgd(const ParameterTable& table, const OptimizerOptions& options) : Optimizer(table, options) {
+    add_state("momentum");
+  }
   std::string name() const override { return "sgd"; }
 
  protected:
   void update(ParameterTable& table, float lr, std::uint64_t) override {
-    Tensor w = table.arena(Arena::Values);
-    backend().sgd_update(w, table.arena(Arena::Gradients), momentum_,
+    Tensor w = arena_part_of(table, Arena::Values), momentum = state(0);
+    backend().sgd_update(w, arena_part_of(table, Arena::Gradients), momentum,
                          SgdUpdate{lr, options().momentum, options().weight_decay, options().nesterov});
   }
-
- private:
-  Tensor momentum_;
 };
 
 }  // namespace

@@ -99,6 +99,13 @@ class Reader {
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& p) {
+  if (optimizer.sharded())
+    throw std::logic_error("save_checkpoint: a sharded optimizer's state is gathered by every rank (whole_state)");
+  save_checkpoint(path, model, optimizer, optimizer.whole_state(), p);
+}
+
+void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
+                     const std::vector<std::pair<std::string, std::vector<float>>>& state, const TrainingPosition& p) {
   const ParameterTable& t = model.parameters();
   Writer w;
   w.bytes(kCheckpointMagic, sizeof kCheckpointMagic);
@@ -112,12 +119,12 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
   const std::vector<float> values = t.read(Arena::Values), buffers = t.read(Arena::Buffers);
   w.floats(values.data(), values.size());
   w.floats(buffers.data(), buffers.size());
-  auto state = optimizer.state();
   w.u64(state.size());
-  for (auto& [name, arena] : state) {
+  for (const auto& [name, whole] : state) {
+    if (whole.size() != t.parameter_count())
+      throw std::logic_error("save_checkpoint: optimizer state '" + name + "' is not whole");
     w.str(name);
-    const Tensor host = t.backend().to_host(arena);
-    w.floats(host.data(), static_cast<std::size_t>(host.numel()));
+    w.floats(whole.data(), whole.size());
   }
   const std::uint64_t checksum = fnv1a(w.buffer().data(), w.buffer().size());
   w.u64(checksum);
@@ -189,14 +196,15 @@ TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> d
   std::vector<std::vector<float>> state_values;
   for (auto& [name, arena] : state) {
     if (r.str() != name) r.fail("optimizer state '" + name + "' missing");
-    state_values.emplace_back(static_cast<std::size_t>(arena.numel()));
+    state_values.emplace_back(t.parameter_count());
     r.floats(state_values.back().data(), state_values.back().size(), "optimizer state " + name);
   }
+  const ArenaPart part = optimizer.part();  // a sharded optimizer keeps its part
   // Everything read and checked: only now overwrite the model, so a bad file leaves it untouched.
   t.write(Arena::Values, values);
   t.write(Arena::Buffers, buffers);
   for (std::size_t i = 0; i < state.size(); ++i)
-    t.backend().copy(Tensor::view(state[i].second.shape(), state_values[i].data()), state[i].second);
+    t.backend().copy(Tensor::view(state[i].second.shape(), state_values[i].data() + part.begin), state[i].second);
   return p;
 }
 

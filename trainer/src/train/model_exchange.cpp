@@ -18,7 +18,8 @@ constexpr int kFirstTag = 7000;                             // tags kFirstTag + 
 std::size_t state_size(const Model& model, const Optimizer& optimizer, bool with_optimizer) {
   const ParameterTable& t = model.parameters();
   std::size_t n = t.parameter_count() + t.buffer_count();
-  if (with_optimizer) n += optimizer.state().size() * t.parameter_count() + 2;
+  // A sharded optimizer's part: the other trainer's rank at the same place holds the same part.
+  if (with_optimizer) n += optimizer.state().size() * optimizer.part().size() + 2;
   return n;
 }
 
@@ -56,9 +57,10 @@ void install_state(const std::vector<float>& state, Model& model, Optimizer& opt
   offset += t.buffer_count();
   if (!with_optimizer) return;
   for (auto& [name, arena] : optimizer.state()) {
-    std::vector<float> host(at(offset), at(offset + t.parameter_count()));
+    const auto n = static_cast<std::size_t>(arena.numel());
+    std::vector<float> host(at(offset), at(offset + n));
     t.backend().copy(Tensor::view(arena.shape(), host.data()), arena);
-    offset += t.parameter_count();
+    offset += n;
   }
   optimizer.set_steps_taken(static_cast<std::uint64_t>(state[offset]) |
                             (static_cast<std::uint64_t>(state[offset + 1]) << 24));

@@ -311,8 +311,12 @@ struct TrainingLoop {
   std::vector<double> trainer_losses =
       std::vector<double>(static_cast<std::size_t>(plan.trainers), std::numeric_limits<double>::quiet_NaN());
 
-  void save() {
-    if (trainer_leader) save_checkpoint(checkpoint_path, model, optimizer, position);
+  void save() { save_to(checkpoint_path); }
+  // Sharded optimizer state is gathered by every rank of its spatial group; the trainer's first rank writes.
+  void save_to(const std::string& path) {
+    if (!optimizer.sharded() && !trainer_leader) return;
+    const auto state = optimizer.whole_state();
+    if (trainer_leader) save_checkpoint(path, model, optimizer, state, position);
   }
 
   // The tournament score of the model as it stands: its metric on this trainer's tournament set; a model with a
@@ -478,8 +482,7 @@ struct TrainingLoop {
     if (plan.enabled()) {
       best = tournament.choose_best(val_set ? last_val.metric : tournament_score(),
                                     val_set ? validation_metric(task) : plan.metric);
-      if (trainer == best && trainer_leader)
-        save_checkpoint(checkpoint_dir + "/checkpoint.bin", model, optimizer, position);
+      if (trainer == best) save_to(checkpoint_dir + "/checkpoint.bin");
       last_loss = trainer_losses[static_cast<std::size_t>(best)];
       if (val_set) last_val.metric = tournament.final_scores()[static_cast<std::size_t>(best)];
     }
@@ -581,6 +584,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const auto nccl = make_device_communicator(comm, model->backend());
   Communicator& device_comm = nccl ? *nccl : comm;
   GridRun grid_run(*model, device_comm, resolved, o.grid);
+  grid_run.shard(*optimizer);
   if (const auto slab = grid_run.slab_read()) {
     // Each rank reads only its slab (plus the first layer's halo) of every sample.
     train_set = open_dataset(o.model, o.data_dir, true, o.input_size, &*slab);

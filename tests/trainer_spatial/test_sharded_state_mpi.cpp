@@ -1,0 +1,146 @@
+// Optimizer state sharded over the ranks (ZeRO stage 1): every optimizer, after several steps on the
+// same gradients, leaves exactly the values and state of the unsharded one; the gathered state makes
+// the same checkpoint, and that checkpoint resumes sharded or not.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "spatial_testing.hpp"
+#include "trainer/checkpoint.hpp"
+#include "trainer/layers/convolution.hpp"
+#include "trainer/layers/linear.hpp"
+#include "trainer/layers/structural.hpp"
+#include "trainer/optim.hpp"
+
+namespace fanstore::trainer {
+namespace {
+
+using testing::world;
+
+// Conv (with bias) + dense head: tensors of rank 1 (LARS-excluded) and larger ones, in an arena that
+// does not split evenly over 2, 3 or 4 ranks.
+std::unique_ptr<Model> small_model() {
+  auto m = std::make_unique<Model>("small", make_cpu_backend({1}), Shape{1, 3, 6, 6});
+  NodeId x = m->add<Convolution>({m->input()}, "conv", convolution_spec(2, 3, 5, 3, 1, 1, /*bias=*/true));
+  x = m->add<Flatten>({x}, "flatten");
+  x = m->add<Linear>({x}, "fc", 5 * 6 * 6, 7);
+  m->finalize(x, 1);
+  return m;
+}
+
+// The same pseudo-random gradients on every rank, different per step.
+void set_gradients(ParameterTable& t, int step) {
+  std::vector<float> g(t.parameter_count());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    g[i] = static_cast<float>(static_cast<int>((i * 2654435761u + static_cast<unsigned>(step) * 97u) % 2001) - 1000) *
+           1e-3f;
+  t.write(Arena::Gradients, g);
+}
+
+TEST(ShardedState, EveryOptimizerUpdatesExactlyAsUnsharded) {
+  for (const std::string kind : {"sgd", "adam", "lars"}) {
+    auto plain = small_model(), sharded = small_model();
+    OptimizerOptions o;
+    o.kind = kind;
+    o.weight_decay = 1e-4f;
+    auto a = make_optimizer(plain->parameters(), o), b = make_optimizer(sharded->parameters(), o);
+    b->shard_over(world());
+    const std::size_t count = plain->parameters().parameter_count();
+    if (world().size() > 1) {
+      EXPECT_TRUE(b->sharded());
+      EXPECT_LT(b->part().size(), count) << kind;
+      EXPECT_EQ(static_cast<std::size_t>(b->state().at(0).second.numel()), b->part().size());
+    }
+    for (int step = 0; step < 3; ++step) {
+      set_gradients(plain->parameters(), step);
+      set_gradients(sharded->parameters(), step);
+      a->step(plain->parameters(), 0.05f);
+      b->step(sharded->parameters(), 0.05f);
+    }
+    EXPECT_EQ(plain->parameters().read(Arena::Values), sharded->parameters().read(Arena::Values)) << kind;
+    const auto whole_a = a->whole_state(), whole_b = b->whole_state();
+    ASSERT_EQ(whole_a.size(), whole_b.size());
+    for (std::size_t i = 0; i < whole_a.size(); ++i) {
+      EXPECT_EQ(whole_a[i].first, whole_b[i].first);
+      EXPECT_EQ(whole_a[i].second, whole_b[i].second) << kind << " " << whole_a[i].first;
+    }
+  }
+}
+
+TEST(ShardedState, PartsTileTheArena) {
+  auto m = small_model();
+  const ParameterTable& t = m->parameters();
+  for (int parts : {1, 2, 3, 4, 7})
+    for (bool whole : {false, true}) {
+      std::size_t next = 0;
+      for (int i = 0; i < parts; ++i) {
+        const ArenaPart p = arena_part(t, parts, i, whole);
+        EXPECT_EQ(p.begin, next);
+        next = p.end;
+        if (!whole) {
+          EXPECT_LE(p.size(), t.parameter_count() / static_cast<std::size_t>(parts) + 1);
+          continue;
+        }
+        bool starts_a_tensor = p.begin == t.parameter_count();
+        for (const auto& e : t.parameters()) starts_a_tensor = starts_a_tensor || e.offset == p.begin;
+        EXPECT_TRUE(starts_a_tensor) << "a LARS part starts where a tensor starts";
+      }
+      EXPECT_EQ(next, t.parameter_count());
+    }
+}
+
+TEST(ShardedState, ACheckpointOfShardedStateResumesShardedOrNot) {
+  auto trained = small_model();
+  OptimizerOptions o;
+  o.kind = "adam";
+  auto optimizer = make_optimizer(trained->parameters(), o);
+  optimizer->shard_over(world());
+  for (int step = 0; step < 2; ++step) {
+    set_gradients(trained->parameters(), step);
+    optimizer->step(trained->parameters(), 0.01f);
+  }
+  const std::string path = "/tmp/fanstore_sharded_ckpt_" + std::to_string(getpid()) + "_0.bin";
+  // Every rank gathers; rank 0 writes and shares the bytes (as fanstore-train does).
+  const auto state = optimizer->whole_state();
+  std::uint64_t size = 0;
+  std::vector<char> bytes;
+  if (world().rank() == 0) {
+    save_checkpoint(path, *trained, *optimizer, state, TrainingPosition{});
+    bytes = read_checkpoint_file(path);
+    std::filesystem::remove(path);
+    size = bytes.size();
+  }
+  world().broadcast(&size, sizeof size, 0);
+  bytes.resize(size);
+  world().broadcast(bytes.data(), size, 0);
+
+  for (bool shard : {false, true}) {
+    auto resumed = small_model();
+    auto again = make_optimizer(resumed->parameters(), o);
+    if (shard) again->shard_over(world());
+    restore_checkpoint(path, bytes, *resumed, *again);
+    EXPECT_EQ(resumed->parameters().read(Arena::Values), trained->parameters().read(Arena::Values));
+    EXPECT_EQ(again->steps_taken(), 2u);
+    const auto restored = again->whole_state();
+    for (std::size_t i = 0; i < state.size(); ++i) EXPECT_EQ(restored[i].second, state[i].second) << shard;
+    // One more step from either matches one more step of the original.
+    set_gradients(resumed->parameters(), 5);
+    again->step(resumed->parameters(), 0.01f);
+    auto reference = small_model();
+    reference->parameters().write(Arena::Values, trained->parameters().read(Arena::Values));
+    auto ref_opt = make_optimizer(reference->parameters(), o);
+    restore_checkpoint(path, bytes, *reference, *ref_opt);
+    set_gradients(reference->parameters(), 5);
+    ref_opt->step(reference->parameters(), 0.01f);
+    EXPECT_EQ(resumed->parameters().read(Arena::Values), reference->parameters().read(Arena::Values)) << shard;
+  }
+  if (world().size() > 1) {
+    EXPECT_THROW(save_checkpoint(path, *trained, *optimizer, TrainingPosition{}), std::logic_error)
+        << "sharded state is gathered by every rank first";
+  }
+}
+
+}  // namespace
+}  // namespace fanstore::trainer
