@@ -84,9 +84,10 @@ has_sub pack && HAVE_PACK=1
 has_sub run && [ -f "$BUILD_DIR/lib/libfanstore_preload.so" ] && HAVE_RUN=1
 has_sub mount && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null && HAVE_MOUNT=1
 # serve exists as a stub in a build without MPI; that counts as not built.
-has_sub serve && has_sub wait && ! "$FANSTORE" serve --help 2>&1 | grep -qi "without MPI" &&
-  "$FANSTORE" run --help 2>/dev/null | grep -q -- --daemon && HAVE_SERVE=1
-[ -x "$TRAIN" ] && "$TRAIN" --help 2>&1 | grep -q -- --benchmark && HAVE_TRAIN=1
+has_sub serve && has_sub wait && ! grep -qi "without MPI" <<<"$("$FANSTORE" serve --help 2>&1)" &&
+  grep -q -- --daemon <<<"$("$FANSTORE" run --help 2>/dev/null)" && HAVE_SERVE=1
+# (grep -q on a pipe would stop reading early: under pipefail the writer's SIGPIPE fails the test.)
+[ -x "$TRAIN" ] && grep -q -- --benchmark <<<"$("$TRAIN" --help 2>&1)" && HAVE_TRAIN=1
 NA_PACK="n/a (not built: fanstore pack)"
 NA_RUN="n/a (not built: fanstore run / libfanstore_preload.so)"
 NA_MOUNT="n/a (not built: fanstore mount)"

@@ -14,7 +14,7 @@ MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 
-if [ -z "$MPIRUN" ] || ! "$TRAIN" --help 2>&1 | grep -q -- --trainers; then
+if [ -z "$MPIRUN" ] || ! grep -q -- --trainers <<<"$("$TRAIN" --help 2>&1)"; then
   record "all" ltfb - lower "n/a (needs mpirun and fanstore-train --trainers)"
   exit 0
 fi

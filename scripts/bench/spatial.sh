@@ -25,7 +25,7 @@ PARTS=${SPATIAL_PARTS:-memory cap scaling model}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 
-if [ -z "$MPIRUN" ] || ! "$TRAIN" --help 2>&1 | grep -q -- --grid; then
+if [ -z "$MPIRUN" ] || ! grep -q -- --grid <<<"$("$TRAIN" --help 2>&1)"; then
   record "all" spatial - higher "n/a (needs mpirun and fanstore-train --grid)"
   exit 0
 fi
