@@ -54,7 +54,7 @@ SECTIONS = [
     ("gpu", "Trainer on one GPU (bench.sh --gpu: bf16, channels-last) vs its goals per H100",
      ["fanstore-train-gpu", "goal"],
      [("fanstore-train-gpu", "goal")]),
-    ("spatial", "Sample x spatial grids (CosmoFlow): memory, a memory cap, scaling, the performance model",
+    ("spatial", "Sample x spatial grids (CosmoFlow; U-Net too for --grid auto): memory, a memory cap, scaling, --grid auto",
      ["spatial", "one-rank", "data-parallel", "predicted", "model-choice", "measured-best"],
      [("spatial", "one-rank"), ("spatial", "data-parallel"), ("spatial", "predicted"),
       ("model-choice", "measured-best")]),

@@ -10,12 +10,14 @@
 #            1-rank peak virtual size: one rank runs out of memory, 4 ranks (1,2,2,1) train
 #   scaling  one 64^3 sample per step on 1, 2, 4 ranks (spatial); global batch 2 and 4 on spatial, hybrid
 #            and data-parallel grids
-#   model    every grid of 2 and 4 ranks: the performance model's predicted step time (--explain)
-#            next to the measured one (--benchmark), and the model's best grid against the measured best
+#   model    CosmoFlow and U-Net 64^3, every grid of 2 and 4 ranks: the predicted step time (--explain)
+#            next to the measured one (--benchmark), and --grid auto's choice and the model alone's against
+#            the measured best
 set -euo pipefail
 # shellcheck source=scripts/bench/standalone.sh
 source "$(dirname "$0")/standalone.sh" spatial "$@"
 TRAIN=$BUILD_DIR/bin/fanstore-train
+MODEL=cosmoflow  # bench()'s model: CosmoFlow everywhere but the model part, which also measures U-Net
 MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
@@ -32,12 +34,12 @@ fi
 root_flag=()
 [ "$(id -u)" = 0 ] && root_flag=(--allow-run-as-root)
 
-# bench NP GRID BATCH SIZE [prefix...]: one --benchmark run; prints "step_ms rss_bytes virtual_bytes samples_per_s"
+# bench NP GRID BATCH SIZE [prefix...]: one --benchmark run of $MODEL; prints "step_ms rss_bytes virtual_bytes samples_per_s"
 # or "error". The details line of grid_benchmark_command carries the step time and the peaks.
 bench() {
-  local np=$1 grid=$2 batch=$3 size=$4 name="spatial-$1-${2//,/x}-b$3-s$4"
+  local np=$1 grid=$2 batch=$3 size=$4 name="spatial-${MODEL}-$1-${2//,/x}-b$3-s$4"
   shift 4
-  local cmd=("$TRAIN" --model cosmoflow --benchmark "$STEPS" --grid "$grid" --batch "$batch" --input-size "$size" --threads 1)
+  local cmd=("$TRAIN" --model "$MODEL" --benchmark "$STEPS" --grid "$grid" --batch "$batch" --input-size "$size" --threads 1)
   if [ "$np" -gt 1 ]; then cmd=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "${cmd[@]}"); fi
   # stdin from /dev/null: mpirun forwards stdin to rank 0 and would eat a calling loop's input.
   if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo error; return; fi
@@ -107,24 +109,30 @@ for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"
 done
 
 # --- the performance model against measurement -------------------------------------------------------------------------
-for np in 2 4; do
+for run in "cosmoflow 2" "cosmoflow 4" "unet3d 2" "unet3d 4"; do
   part model || break
-  table=$("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "$TRAIN" --model cosmoflow --grid auto \
-    --explain --batch 1 --input-size 64 --threads 1 </dev/null 2>"$LOGS/spatial-explain-$np.err") || { record "model, $np ranks" spatial ms lower "error"; continue; }
-  echo "$table" >"$LOGS/spatial-explain-$np.log"
+  read -r MODEL np <<<"$run"
+  table=$("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "$TRAIN" --model "$MODEL" --grid auto \
+    --explain --batch 1 --input-size 64 --threads 1 </dev/null 2>"$LOGS/spatial-explain-$MODEL-$np.err") || { record "$MODEL, $np ranks" spatial ms lower "error"; continue; }
+  echo "$table" >"$LOGS/spatial-explain-$MODEL-$np.log"
   chosen=$(echo "$table" | awk '/<- chosen/ {print $1}')
-  best_grid="" best_ms="" chosen_ms=""
+  # The model alone: the lowest predicted step (what --auto-trials 0 would pick, ties aside).
+  alone=$(echo "$table" | awk '$1 ~ /^[0-9]+(,[0-9]+)+$/ && $2 ~ /^[0-9]+$/ {print $3, $1}' | sort -g | head -1 | cut -d' ' -f2)
+  best_grid="" best_ms="" chosen_ms="" alone_ms=""
   while read -r grid batch predicted _; do
     read -r measured _ _ _ <<<"$(bench "$np" "$grid" "$batch" 64)"
-    record "predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" spatial ms lower "$measured"
-    record "predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" predicted ms lower "$predicted"
+    record "$MODEL predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" spatial ms lower "$measured"
+    record "$MODEL predicted vs measured step, grid $grid ($np ranks, batch $batch per group)" predicted ms lower "$predicted"
     if [ "$measured" != error ] && { [ -z "$best_ms" ] || awk -v a="$measured" -v b="$best_ms" 'BEGIN {exit !(a < b)}'; }; then
       best_grid=$grid best_ms=$measured
     fi
     if [ "$grid" = "$chosen" ]; then chosen_ms=$measured; fi
+    if [ "$grid" = "$alone" ]; then alone_ms=$measured; fi
   done < <(echo "$table" | awk '$1 ~ /^[0-9]+(,[0-9]+)+$/ && $2 ~ /^[0-9]+$/ {print $1, $2, $3}')
-  record "best grid of $np ranks: the model's ($chosen) vs the measured best ($best_grid)" model-choice ms lower "${chosen_ms:-error}"
-  record "best grid of $np ranks: the model's ($chosen) vs the measured best ($best_grid)" measured-best ms lower "$best_ms"
-  log "$np ranks: model chose $chosen (${chosen_ms:-?} ms measured), measured best $best_grid ($best_ms ms)"
+  record "$MODEL best grid of $np ranks: --grid auto's ($chosen) vs the measured best ($best_grid)" model-choice ms lower "${chosen_ms:-error}"
+  record "$MODEL best grid of $np ranks: --grid auto's ($chosen) vs the measured best ($best_grid)" measured-best ms lower "$best_ms"
+  record "$MODEL best grid of $np ranks: the model alone's ($alone) vs the measured best ($best_grid)" model-choice ms lower "${alone_ms:-error}"
+  record "$MODEL best grid of $np ranks: the model alone's ($alone) vs the measured best ($best_grid)" measured-best ms lower "$best_ms"
+  log "$MODEL $np ranks: --grid auto chose $chosen (${chosen_ms:-?} ms measured), the model alone $alone (${alone_ms:-?} ms), measured best $best_grid ($best_ms ms)"
 done
-note "Predicted: --grid auto --explain (global batch = ranks, so each grid's batch per group = ranks / S); measured: --benchmark on that grid and batch. The 'best grid' rows compare the measured step time of the model's choice with that of the measured best grid."
+note "Predicted: --grid auto --explain (global batch = ranks, so each grid's batch per group = ranks / S); measured: --benchmark on that grid and batch. The 'best grid' rows compare the measured step time of a choice with that of the measured best grid: --grid auto's (its 2 best predictions and data parallelism each run two training steps, the fastest is chosen) and the model alone's (the lowest predicted step)."

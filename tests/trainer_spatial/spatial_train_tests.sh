@@ -208,6 +208,18 @@ explain)
   for g in 2,1,1,1 1,2,1,1 1,1,2,1 1,1,1,2; do grep -q "^$g " table.txt || { echo "FAIL no row for $g"; exit 1; }; done
   grep -q "<- chosen" table.txt
   echo "ok   --explain lists every 2-rank grid and marks the choice"
+  # The trials: 3 grids measured (data parallelism among them), the choice the fastest measured.
+  $py -c '
+import re, sys
+rows = [l.split() for l in open(sys.argv[1]) if re.match(r"^[0-9]+(,[0-9]+)+ ", l)]
+head = open(sys.argv[1]).read().splitlines()[1].split()
+col = head.index("tried") - 1  # the heading "step ms" is two words, its value one
+tried = {r[0]: float(r[col]) for r in rows if r[col] != "-"}
+chosen = [r[0] for r in rows if "<-" in r][0]
+print("tried (ms):", tried, "chosen:", chosen)
+assert len(tried) == 3 and "2,1,1,1" in tried, tried
+assert chosen in tried and tried[chosen] == min(tried.values()), chosen' table.txt
+  echo "ok   --grid auto tried 3 grids, data parallelism among them, and chose the fastest measured"
   # --explain on an explicit grid: the plan per layer, a coarser tail redistributed at 32^3.
   mpirun_n 4 "$train" --model cosmoflow --input-size 32 --batch 1 --threads 1 --grid 1,2,2,1 --explain > plan.txt
   cat plan.txt

@@ -97,6 +97,12 @@ int main(int argc, char** argv) {
                  "With an explicit spatial --grid: split these layers into other parts than the default plan's "
                  "(finest that works), e.g. \"conv_blocks.4.conv=1,1,1;conv_blocks.3.conv=2,1,1\"; each part count "
                  "divides the grid's ranks along its axis (D,H,W or H,W)");
+  app.add_option("--auto-trials", train.grid.auto_trials,
+                 "With --grid auto: run two training steps on each of the N best-predicted grids (the last of "
+                 "them plain data parallelism, when it is not among the best) and choose the fastest measured "
+                 "(0 or 1: the performance model's prediction alone)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--sync-bn", train.grid.sync_bn, "Batch-norm statistics over every rank, not only the spatial group");
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
                "Compute the interior of split layers while their halos travel")

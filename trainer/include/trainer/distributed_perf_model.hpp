@@ -72,6 +72,7 @@ struct GridPrediction {
   double reduction_s = 0;       // statistics, global pooling, dense-head partial sums, loss
   double allreduce_s = 0;       // gradient allreduce not hidden behind backward
   double step_s = 0;
+  double measured_s = 0;       // a tried grid's measured step (--grid auto tries the best predictions); 0 if not tried
   double memory_bytes = 0;     // per rank
   double halo_bytes = 0;       // received per step by the busiest rank (forward + reverse)
   double allreduce_bytes = 0;  // gradient bytes each rank reduces per step

@@ -2,6 +2,7 @@
 // on a grid.
 #include "trainer/distributed_commands.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -54,6 +55,77 @@ void write_error_line(const std::exception& error, std::ostream& err) {
   err.write(line.data(), static_cast<std::streamsize>(line.size()));
   err.flush();
 }
+
+// Training steps of one rank on a grid with synthetic slab input: what --benchmark times, and what
+// --grid auto tries for its best predictions.
+class GridSteps {
+ public:
+  GridSteps(const std::string& model_name, ModelOptions mo, std::shared_ptr<Backend> backend, const GridShape& shape,
+            const GridOptions& g, std::uint64_t seed, Communicator& world)
+      : world_(world), task_(task_for_model(model_name)) {
+    model_ = build_model(model_name, std::move(backend), mo);
+    // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
+    nccl_ = make_device_communicator(world, model_->backend());
+    Communicator& device_world = nccl_ ? *nccl_ : world;
+    grid_ = std::make_unique<ProcessGrid>(device_world, shape);
+    dm_ = std::make_unique<DistributedModel>(*model_, *grid_,
+                                             distributed_options(g, model_->input_shape().spatial_rank()));
+    optimizer_ = make_sgd(model_->parameters(), OptimizerOptions{});
+    if (g.shard_state) optimizer_->shard_over(grid_->spatial());
+    allreduce_ = std::make_unique<GradientAllreduce>(device_world, model_->parameters(), 25u << 20,
+                                                     static_cast<std::size_t>(shape.samples));
+    dm_->set_gradient_ready_hook([this](const Layer& layer) { allreduce_->on_layer_ready(layer); });
+    batch_ = synthetic_slab_batch(*dm_, task_, seed);
+    Tensor host = Tensor::zeros(dm_->local_input_shape());
+    std::copy(batch_.input.begin(), batch_.input.end(), host.data());
+    x_ = model_->backend().to_device(host);
+  }
+
+  DistributedModel& model() { return *dm_; }
+
+  void train_step() {
+    model_->set_step(step_++);
+    Tensor y = dm_->forward(x_, Mode::Train);
+    LossResult loss = grid_task_loss(task_, *dm_, y, batch_);
+    allreduce_->begin_step();
+    dm_->backward(loss.gradient);
+    allreduce_->finish();
+    optimizer_->step(model_->parameters(), 1e-4f);
+  }
+  void infer_step() { dm_->forward(x_, Mode::Eval); }
+
+  // Seconds for n calls of `step` on the slowest rank: every rank's queued kernels done (a GPU runs
+  // asynchronously) and every rank here, before and after.
+  template <typename Step>
+  double time(std::int64_t n, Step step) {
+    barrier();
+    const auto t0 = Clock::now();
+    for (std::int64_t i = 0; i < n; ++i) step();
+    barrier();
+    double seconds[1] = {std::chrono::duration<double>(Clock::now() - t0).count()};
+    world_.max(seconds, 1);
+    return seconds[0];
+  }
+
+ private:
+  void barrier() {
+    model_->backend().synchronize();
+    double sync[1] = {0};
+    world_.sum(sync, 1);
+  }
+
+  Communicator& world_;
+  TaskKind task_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Communicator> nccl_;
+  std::unique_ptr<ProcessGrid> grid_;
+  std::unique_ptr<DistributedModel> dm_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradientAllreduce> allreduce_;
+  data::Batch batch_;
+  Tensor x_;
+  std::uint64_t step_ = 0;
+};
 
 }  // namespace
 
@@ -112,10 +184,40 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   mo.batch = 1;  // the timing model's layers run on each grid's slab shapes and batch
   auto timing = build_model(model_name, make_cpu_backend({threads}), mo);
   const MachineCosts costs = measure_machine_costs(world);
-  const auto predictions = predict_grids(*timing, candidate_grids(ranks, spatial_rank), po, costs, world);
-  const int best = best_grid(predictions);
+  auto predictions = predict_grids(*timing, candidate_grids(ranks, spatial_rank), po, costs, world);
+  timing.reset();
+  int best = best_grid(predictions);
+  // What the model cannot see (each kernel's speed in the run's layouts, boundary pieces, the MPI
+  // progress of oversubscribed ranks) is measured: the best predictions, and plain data parallelism
+  // (the grid without a split, whose per-layer timings the model overestimates most), run a warm-up and
+  // two training steps each, and the fastest measured one is chosen.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < predictions.size(); ++i)
+    if (predictions[i].invalid.empty()) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return predictions[a].step_s < predictions[b].step_s; });
+  const auto trials = static_cast<std::size_t>(std::max(g.auto_trials, 0));
+  if (order.size() > trials) {
+    const auto plain =
+        std::find_if(order.begin(), order.end(), [&](std::size_t i) { return !predictions[i].grid.spatially_split(); });
+    if (trials > 1 && plain != order.end() && plain - order.begin() >= static_cast<std::ptrdiff_t>(trials))
+      std::iter_swap(order.begin() + static_cast<std::ptrdiff_t>(trials) - 1, plain);
+    order.resize(trials);
+  }
+  if (order.size() > 1) {
+    best = static_cast<int>(order[0]);
+    for (std::size_t i : order) {
+      GridPrediction& p = predictions[i];
+      ModelOptions trial = mo;
+      trial.batch = p.batch_per_group;
+      GridSteps steps(model_name, trial, make_cpu_backend({threads}), p.grid, g, 1, world);
+      steps.train_step();
+      p.measured_s = steps.time(2, [&] { steps.train_step(); }) / 2;
+      if (p.measured_s < predictions[static_cast<std::size_t>(best)].measured_s) best = static_cast<int>(i);
+    }
+  }
   if (world.rank() == 0 && g.explain) out << explain_table(predictions, costs, best) << std::flush;
-  if (g.explain && best >= 0) {
+  if (g.explain && best >= 0 && predictions[static_cast<std::size_t>(best)].grid.spatially_split()) {
     const GridPrediction& chosen = predictions[static_cast<std::size_t>(best)];
     print_plan(chosen.grid, chosen.batch_per_group);
   }
@@ -127,7 +229,10 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     std::ostringstream s;
     s << std::fixed << std::setprecision(1) << "fanstore-train: --grid auto chose " << p.grid.to_string() << " (batch "
       << p.batch_per_group << " per sample group, global " << po.global_batch << "): predicted " << p.step_s * 1e3
-      << " ms per step, " << p.memory_bytes / (1 << 20) << " MiB per rank\n";
+      << " ms per step";
+    if (p.measured_s > 0)
+      s << ", measured " << p.measured_s * 1e3 << " ms (the fastest of the " << order.size() << " tried)";
+    s << ", " << p.memory_bytes / (1 << 20) << " MiB per rank\n";
     err << s.str() << std::flush;
   }
   return {p.grid, p.batch_per_group};
@@ -137,60 +242,21 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
                            std::ostream& err) {
   try {
     ModelOptions mo = benchmark_model_options(o);
-    const TaskKind task = task_for_model(o.model);
     auto backend = make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)});
     const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, 1, backend->device(), world, out, err);
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
-    auto model = build_model(o.model, std::move(backend), mo);
-    // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
-    const auto nccl = make_device_communicator(world, model->backend());
-    Communicator& device_world = nccl ? *nccl : world;
-    ProcessGrid grid(device_world, resolved.shape);
-    DistributedModel dm(*model, grid, distributed_options(g, model->input_shape().spatial_rank()));
-    auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
-    if (g.shard_state) optimizer->shard_over(grid.spatial());
-    GradientAllreduce allreduce(device_world, model->parameters(), 25u << 20,
-                                static_cast<std::size_t>(resolved.shape.samples));
-    dm.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
-    const data::Batch batch = synthetic_slab_batch(dm, task, o.seed);
-    Tensor host = Tensor::zeros(dm.local_input_shape());
-    std::copy(batch.input.begin(), batch.input.end(), host.data());
-    const Tensor x = model->backend().to_device(host);
-
+    GridSteps steps(o.model, mo, std::move(backend), resolved.shape, g, o.seed, world);
+    DistributedModel& dm = steps.model();
     if (world.rank() == 0)
       err << "benchmark: model " << o.model << " grid " << resolved.shape.to_string() << " batch per group "
           << resolved.batch_per_group << " slab input " << dm.local_input_shape().to_string() << " steps " << o.steps
           << " threads " << (o.threads > 0 ? std::to_string(o.threads) : std::string("default")) << std::endl;
-    std::uint64_t step = 0;
-    auto train_step = [&] {
-      model->set_step(step++);
-      Tensor y = dm.forward(x, Mode::Train);
-      LossResult loss = grid_task_loss(task, dm, y, batch);
-      allreduce.begin_step();
-      dm.backward(loss.gradient);
-      allreduce.finish();
-      optimizer->step(model->parameters(), 1e-4f);
-    };
-    Backend& b = model->backend();
-    train_step();  // warm-up: the backend creates its primitives on first use
-    double sync[1] = {0};
-    // Every rank's queued kernels done (a GPU runs asynchronously), then every rank here.
-    auto barrier = [&] {
-      b.synchronize();
-      world.sum(sync, 1);
-    };
-    barrier();
-    auto t0 = Clock::now();
-    for (std::int64_t i = 0; i < o.steps; ++i) train_step();
-    barrier();
-    const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    dm.forward(x, Mode::Eval);
-    barrier();
-    t0 = Clock::now();
-    for (std::int64_t i = 0; i < o.steps; ++i) dm.forward(x, Mode::Eval);
-    barrier();
-    const double infer_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    steps.train_step();  // warm-up: the backend creates its primitives on first use
+    const double train_s = steps.time(o.steps, [&] { steps.train_step(); });
+    steps.infer_step();
+    const double infer_s = steps.time(o.steps, [&] { steps.infer_step(); });
+    Backend& b = dm.model().backend();
 
     double peak[2] = {peak_rss_bytes(), peak_virtual_bytes()};
     world.max(peak, 2);

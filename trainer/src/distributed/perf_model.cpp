@@ -389,8 +389,8 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
     << costs.bandwidth_bytes_s / 1e9 << " GB/s, copy " << costs.copy_bytes_s / 1e9 << " GB/s\n";
   s << std::left << std::setw(11) << "grid" << std::right << std::setw(7) << "batch" << std::setw(10) << "step ms"
     << std::setw(11) << "samples/s" << std::setw(11) << "compute" << std::setw(9) << "halo" << std::setw(9) << "redist"
-    << std::setw(9) << "copy" << std::setw(9) << "reduce" << std::setw(11) << "allreduce" << std::setw(11) << "mem MiB"
-    << std::setw(11) << "halo MiB" << std::setw(11) << "grad MiB"
+    << std::setw(9) << "copy" << std::setw(9) << "reduce" << std::setw(11) << "allreduce" << std::setw(10) << "tried"
+    << std::setw(11) << "mem MiB" << std::setw(11) << "halo MiB" << std::setw(11) << "grad MiB"
     << "\n";
   for (std::size_t i = 0; i < predictions.size(); ++i) {
     const auto& p = predictions[i];
@@ -402,11 +402,13 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
     s << std::setw(7) << p.batch_per_group << std::setprecision(1) << std::setw(10) << p.step_s * 1e3
       << std::setprecision(2) << std::setw(11) << p.samples_per_s() << std::setprecision(1) << std::setw(11)
       << p.compute_s * 1e3 << std::setw(9) << p.halo_s * 1e3 << std::setw(9) << p.redistribution_s * 1e3 << std::setw(9)
-      << p.copy_s * 1e3 << std::setw(9) << p.reduction_s * 1e3 << std::setw(11) << p.allreduce_s * 1e3 << std::setw(11)
+      << p.copy_s * 1e3 << std::setw(9) << p.reduction_s * 1e3 << std::setw(11) << p.allreduce_s * 1e3 << std::setw(10)
+      << (p.measured_s > 0 ? std::to_string(std::lround(p.measured_s * 1e3)) : std::string("-")) << std::setw(11)
       << p.memory_bytes / (1 << 20) << std::setw(11) << p.halo_bytes / (1 << 20) << std::setw(11)
       << p.allreduce_bytes / (1 << 20) << (static_cast<int>(i) == chosen ? "   <- chosen" : "") << "\n";
   }
-  s << "(times in ms per step on the busiest rank; compute measured per layer and slab shape on this machine)\n";
+  s << "(times in ms per step on the busiest rank; compute measured per layer and slab shape on this machine; "
+       "tried: two training steps measured on that grid)\n";
   return s.str();
 }
 
