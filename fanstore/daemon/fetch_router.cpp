@@ -5,7 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/daemon_wire.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 #include "log.hpp"
 #include "slab.hpp"
 

@@ -9,8 +9,6 @@
 #include <chrono>
 #include <thread>
 
-#include "decode_internal.hpp"
-
 namespace fanstore::daemon {
 namespace {
 
@@ -38,6 +36,19 @@ int64_t ImageDirReader::Book(uint64_t n) {
   return start;
 }
 
+Status ReadFullAt(int fd, char* dst, uint64_t n, uint64_t offset, const std::string& name, const char* why_short) {
+  while (n > 0) {
+    const ssize_t r = pread(fd, dst, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::FromErrno(errno, "read " + name);
+    if (r == 0) return Status(Code::kIoError, name + " ends at byte " + std::to_string(offset) + ": " + why_short);
+    dst += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+  return Status::Ok();
+}
+
 Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst) {
   if (part >= paths_.size()) return Status(Code::kInvalidArgument, "no partition " + std::to_string(part));
   int fd;
@@ -52,7 +63,7 @@ Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* ds
     }
     fd = fds_[part];
   }
-  return PreadFull(fd, dst, n, offset, paths_[part]);
+  return ReadFullAt(fd, dst, n, offset, paths_[part], "the image is truncated (copy the image again or re-pack)");
 }
 
 Status ImageDirReader::ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst,

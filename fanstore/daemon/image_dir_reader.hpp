@@ -16,6 +16,10 @@
 
 namespace fanstore::daemon {
 
+// pread until `n` bytes are in dst (EINTR retried): an errno error naming `name`, or kIoError when the
+// file ends first, saying where and `why_short`.
+Status ReadFullAt(int fd, char* dst, uint64_t n, uint64_t offset, const std::string& name, const char* why_short);
+
 class ImageDirReader {
  public:
   // `paths`: each partition's file in the image directory, by id. `bytes_per_s` 0: no cap.

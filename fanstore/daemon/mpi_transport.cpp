@@ -31,9 +31,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/daemon_wire.hpp"
+#include "fanstore/protocol/image_format.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"
-#include "format.hpp"
 #include "log.hpp"
 #include "peer_table.hpp"
 #include "placement.hpp"

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 
 namespace fanstore::daemon {
 

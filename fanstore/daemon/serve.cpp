@@ -20,7 +20,6 @@
 #include <thread>
 
 #include "cache_prefault.hpp"
-#include "daemon_protocol.hpp"
 #include "doorbell.hpp"
 #include "fanstore/env_tooling.hpp"
 #include "fanstore/image.hpp"

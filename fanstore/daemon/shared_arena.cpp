@@ -8,8 +8,9 @@
 
 #include <cstring>
 
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/daemon_wire.hpp"
 #include "fanstore/protocol/fetch_cache_view.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"
 
 namespace fanstore::daemon {

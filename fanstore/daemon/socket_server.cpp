@@ -23,8 +23,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "fanstore/protocol/image_format.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"
-#include "format.hpp"
 #include "log.hpp"
 
 namespace fanstore::daemon {

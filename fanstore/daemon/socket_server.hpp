@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "byte_range.hpp"
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/daemon_wire.hpp"
 #include "fanstore/status.hpp"
 #include "stats.hpp"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 
 namespace fanstore::daemon {
 

@@ -1,7 +1,7 @@
 // StagedReader: pread over the partition files being staged or staged, with the size checks that keep a bad
 // request or a damaged staged copy an error reply, and the image directory for what is not staged yet.
 #include "staged_reader.hpp"
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"
 
 #include <fcntl.h>
@@ -131,18 +131,7 @@ Status StagedReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst,
     if (!image_dir_) return Status(Code::kIoError, p.name + " is not staged yet");
     return image_dir_->ReadNow(part, offset, n, dst);
   }
-  while (n > 0) {
-    ssize_t r = pread(p.fd, dst, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::FromErrno(errno, "read " + p.name);
-    if (r == 0)
-      return Status(Code::kIoError, p.name + " is shorter than when staged (" + std::to_string(offset) +
-                                        " bytes): was the staged copy truncated?");
-    dst += r;
-    offset += static_cast<uint64_t>(r);
-    n -= static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
+  return ReadFullAt(p.fd, dst, n, offset, p.name, "shorter than when staged: was the staged copy truncated?");
 }
 
 }  // namespace fanstore::daemon

@@ -8,7 +8,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "daemon_protocol.hpp"
+#include "fanstore/protocol/daemon_wire.hpp"
+#include "fanstore/protocol/payload_memfd.hpp"
 #include "log.hpp"
 #include "placement.hpp"
 

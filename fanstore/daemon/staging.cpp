@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "fanstore/image.hpp"
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "placement.hpp"
 
 namespace fanstore::daemon {

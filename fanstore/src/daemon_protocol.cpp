@@ -1,4 +1,4 @@
-// Deadline-bounded socket I/O with fd passing, and payload memfds, for the client<->daemon protocol.
+// Deadline-bounded socket I/O with fd passing for the client<->daemon protocol.
 #include "daemon_protocol.hpp"
 
 #include <fcntl.h>
@@ -35,18 +35,6 @@ Status WaitReady(int fd, short events, int64_t deadline_ms, const char* what) {
 }
 
 }  // namespace
-
-int64_t NowUs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 Status SendAll(int fd, const void* p, size_t n, int64_t deadline_ms) {
   const char* c = static_cast<const char*>(p);
@@ -106,31 +94,6 @@ Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out, int 
     c += r;
     n -= static_cast<size_t>(r);
   }
-  return Status::Ok();
-}
-
-Status CreatePayloadMemfd(uint64_t n, int* fd, void** map) {
-  int m = memfd_create("fanstore-payload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (m < 0) return Status::FromErrno(errno, "memfd_create for a payload");
-  if (ftruncate(m, static_cast<off_t>(n)) != 0) {
-    int err = errno;
-    close(m);
-    return Status::FromErrno(err, "ftruncate of a payload memfd");
-  }
-  // Clients check for F_SEAL_SHRINK before mapping: the size they validated cannot change under them.
-  if (fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    int err = errno;
-    close(m);
-    return Status::FromErrno(err, "sealing the size of a payload memfd");
-  }
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
-  if (p == MAP_FAILED) {
-    int err = errno;
-    close(m);
-    return Status::FromErrno(err, "mmap of a payload memfd");
-  }
-  *fd = m;
-  *map = p;
   return Status::Ok();
 }
 

@@ -14,8 +14,8 @@
 #include <memory>
 
 #include "decode_internal.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "fanstore/protocol/range_check.hpp"
-#include "format.hpp"
 #include "hash.hpp"
 #include "index_trust.hpp"
 #include "owned_fd.hpp"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "pack_tree.hpp"
 
 namespace fanstore {

@@ -15,8 +15,8 @@
 
 #include "decode_internal.hpp"
 #include "fanstore/pack.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "fanstore/protocol/range_check.hpp"
-#include "format.hpp"
 #include "hash.hpp"
 #include "pack_tree.hpp"
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "decode_internal.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "fanstore/protocol/range_check.hpp"
-#include "format.hpp"
 #include "owned_fd.hpp"
 
 namespace fanstore {

@@ -22,7 +22,7 @@
 #include <cstring>
 
 #include "fanstore/node_cache.hpp"
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "node_cache.hpp"
 
 namespace fanstore {

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <thread>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "pack_tree.hpp"
 #include "pack_writer.hpp"
 

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "pack_tree.hpp"
 
 namespace fanstore {

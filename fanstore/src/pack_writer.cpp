@@ -10,7 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "hash.hpp"
 #include "pack_compress.hpp"
 

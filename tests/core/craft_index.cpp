@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fanstore/image.hpp"
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "test_util.hpp"
 
 int main(int argc, char** argv) {

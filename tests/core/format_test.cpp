@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "test_util.hpp"
 
 namespace fanstore {

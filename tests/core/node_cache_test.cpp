@@ -20,7 +20,7 @@
 
 #include "fanstore/client.hpp"
 #include "fanstore/node_cache.hpp"
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "remote_fetcher.hpp"
 #include "test_util.hpp"
 

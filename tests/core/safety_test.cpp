@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fanstore/client.hpp"
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "test_util.hpp"
 
 namespace fanstore {

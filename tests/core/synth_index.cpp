@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "pack_tree.hpp"
 #include "write_env.hpp"
 

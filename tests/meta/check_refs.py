@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""meta.refs: every repository path named in the tree (fanstore/src/format.hpp, scripts/bench.sh, docs/reading.md)
+"""meta.refs: every repository path named in the tree (fanstore/protocol/include/fanstore/protocol/image_format.hpp, scripts/bench.sh, docs/reading.md)
 exists, and every section named after a doc (docs/daemon.md, "Staging rules") is a heading of that doc, so that a
 comment or a doc cannot point at something renamed or gone. Exit 0 when all hold, 1 with one line per dangling one.
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "mpi_transport.hpp"
 
 namespace fd = fanstore::daemon;

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "format.hpp"
+#include "fanstore/protocol/image_format.hpp"
 
 namespace fanstore::fuzz {
 
