@@ -83,8 +83,8 @@ if part cap && [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-
   four=$(bench 4 1,2,2,1 1 128 prlimit --as=$((cap_kib * 1024)))
   outcome() { if [ "$1" = error ]; then grep -m1 -oE "fanstore-train: error: .*|std::bad_alloc|Killed" "$LOGS/$2.log" | head -1 || echo failed; else echo "trained one step"; fi; }
   case_name="128^3, one step, ulimit -v $(( cap_kib / 1024 )) MiB per rank"
-  record "$case_name" spatial text higher "1,2,2,1: $(outcome "$(echo "$four" | cut -d' ' -f1)" spatial-4-1x2x2x1-b1-s128)"
-  record "$case_name" one-rank text higher "1 rank: $(outcome "$(echo "$one" | cut -d' ' -f1)" spatial-1-1x1x1x1-b1-s128)"
+  record "$case_name" spatial text higher "1,2,2,1: $(outcome "$(echo "$four" | cut -d' ' -f1)" "spatial-$MODEL-4-1x2x2x1-b1-s128")"
+  record "$case_name" one-rank text higher "1 rank: $(outcome "$(echo "$one" | cut -d' ' -f1)" "spatial-$MODEL-1-1x1x1x1-b1-s128")"
   log "cap $(( cap_kib / 1024 )) MiB: one rank -> $(echo "$one" | cut -d' ' -f1), 4 ranks -> $(echo "$four" | cut -d' ' -f1)"
 fi
 
