@@ -29,6 +29,17 @@ class DnnlLayout final : public NativeLayout {
 struct DnnlContext {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+
+  // Room for what a primitive needs only while it runs (weights in its layout, a weight gradient before
+  // its reorder into the arena). CPU primitives run synchronously, one at a time, so the kernels share
+  // it instead of each keeping copies of its weights. Valid until the next call.
+  float* scratch(std::size_t bytes) {
+    if (scratch_.size() * sizeof(float) < bytes) scratch_.resize((bytes + sizeof(float) - 1) / sizeof(float));
+    return scratch_.data();
+  }
+
+ private:
+  std::vector<float> scratch_;
 };
 
 dnnl::memory::dims to_dims(const std::vector<std::int64_t>& v);

@@ -42,7 +42,7 @@ class DnnlConvolution final : public ConvolutionKernel {
   Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b) override {
     prepare(x.shape(), desc_of(x));
     Tensor src = src_fwd_.to(x, fwd_pd_.src_desc(), ctx_);
-    dnnl::memory weights = weights_for(fwd_pd_.weights_desc(), w, w_fwd_, w_fwd_buffer_);
+    dnnl::memory weights = weights_for(fwd_pd_.weights_desc(), w, w_fwd_);
     Tensor y = tensor_for(out_shape_, fwd_pd_.dst_desc());
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, memory_of(src, ctx_.engine)},
                                                {DNNL_ARG_WEIGHTS, weights},
@@ -58,7 +58,7 @@ class DnnlConvolution final : public ConvolutionKernel {
   Tensor backward_data(const Tensor& dy, const Tensor& w) override {
     require_prepared();
     Tensor diff_dst = dy_bwd_data_.to(dy, bwd_data_pd_.diff_dst_desc(), ctx_);
-    dnnl::memory weights = weights_for(bwd_data_pd_.weights_desc(), w, w_bwd_, w_bwd_buffer_);
+    dnnl::memory weights = weights_for(bwd_data_pd_.weights_desc(), w, w_bwd_);
     Tensor dx = tensor_for(in_shape_, bwd_data_pd_.diff_src_desc());
     bwd_data_->execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, ctx_.engine)},
                                      {DNNL_ARG_WEIGHTS, weights},
@@ -72,9 +72,8 @@ class DnnlConvolution final : public ConvolutionKernel {
     Tensor diff_dst = dy_bwd_weights_.to(dy, bwd_weights_pd_.diff_dst_desc(), ctx_);
     dnnl::memory user_dw(user_weights_md_, ctx_.engine, dw.data());
     const bool direct = bwd_weights_pd_.diff_weights_desc() == user_weights_md_;
-    if (!direct) dw_buffer_.resize(bwd_weights_pd_.diff_weights_desc().get_size() / sizeof(float));
-    dnnl::memory diff_weights =
-        direct ? user_dw : dnnl::memory(bwd_weights_pd_.diff_weights_desc(), ctx_.engine, dw_buffer_.data());
+    const auto& dw_md = bwd_weights_pd_.diff_weights_desc();
+    dnnl::memory diff_weights = direct ? user_dw : dnnl::memory(dw_md, ctx_.engine, ctx_.scratch(dw_md.get_size()));
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, memory_of(src, ctx_.engine)},
                                                {DNNL_ARG_DIFF_DST, memory_of(diff_dst, ctx_.engine)},
                                                {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
@@ -122,13 +121,12 @@ class DnnlConvolution final : public ConvolutionKernel {
     if (!fwd_) throw std::logic_error("convolution: backward called before forward");
   }
 
-  // The weights in the layout a primitive wants: the arena view itself, or a reordered copy.
-  dnnl::memory weights_for(const dnnl::memory::desc& wanted, const Tensor& w, CachedReorder& reorder,
-                           std::vector<float>& buffer) {
+  // The weights in the layout a primitive wants: the arena view itself, or a reordered copy in the
+  // context's scratch (made afresh each call: the weights change every step).
+  dnnl::memory weights_for(const dnnl::memory::desc& wanted, const Tensor& w, CachedReorder& reorder) {
     dnnl::memory user(user_weights_md_, ctx_.engine, const_cast<float*>(w.data()));
     if (wanted == user_weights_md_) return user;
-    buffer.resize(wanted.get_size() / sizeof(float));
-    dnnl::memory converted(wanted, ctx_.engine, buffer.data());
+    dnnl::memory converted(wanted, ctx_.engine, ctx_.scratch(wanted.get_size()));
     reorder.execute(user, converted, ctx_);
     return converted;
   }
@@ -145,7 +143,6 @@ class DnnlConvolution final : public ConvolutionKernel {
   std::optional<typename Ops::BackwardData> bwd_data_;
   std::optional<typename Ops::BackwardWeights> bwd_weights_;
   CachedReorder src_fwd_, src_bwd_weights_, dy_bwd_data_, dy_bwd_weights_, w_fwd_, w_bwd_, dw_reorder_;
-  std::vector<float> w_fwd_buffer_, w_bwd_buffer_, dw_buffer_;
 };
 
 }  // namespace
