@@ -44,6 +44,17 @@ sys.exit(0 if worst <= tol else 1)
 EOF
 }
 
+# serial_vs_grid SIZE: 5 SGD steps of CosmoFlow SIZE^3 (5 samples, batch 1) serially into serial/ and on a
+# 1,2,2,1 grid into grid/; per-step losses within 1e-4.
+serial_vs_grid() {
+  "$datagen" cosmoflow -o data --samples 5 --size "$1" --seed 4 --val-fraction 0 > /dev/null
+  local common=(--model cosmoflow --data data/train --epochs 1 --batch 1 --lr 0.01 --optimizer sgd --momentum 0.9
+                --seed 5 --prefetch-threads 1 --max-steps 5)
+  "$train" "${common[@]}" --threads 2 --checkpoint serial > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --threads 1 --grid 1,2,2,1 --checkpoint grid > /dev/null
+  compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
+}
+
 case $case_name in
 bad_grids)
   # Every rank prints the same one line before any work, and the run exits non-zero.
@@ -78,12 +89,7 @@ losses_match_serial)
   # 5 SGD steps of CosmoFlow 64^3 serially (batch 1) and on a 1,2,2,1 grid: per-step losses within 1e-4.
   # (SGD with momentum, as two_ranks_match_one: Adam's m/sqrt(v) turns rounding-level differences in
   # near-zero gradients into full-size steps, an optimizer property and not the split's.)
-  "$datagen" cosmoflow -o data --samples 5 --size 64 --seed 4 --val-fraction 0 > /dev/null
-  common=(--model cosmoflow --data data/train --epochs 1 --batch 1 --lr 0.01 --optimizer sgd --momentum 0.9 --seed 5
-          --prefetch-threads 1 --max-steps 5)
-  "$train" "${common[@]}" --threads 2 --checkpoint serial > /dev/null
-  mpirun_n 4 "$train" "${common[@]}" --threads 1 --grid 1,2,2,1 --checkpoint grid > /dev/null
-  compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
+  serial_vs_grid 64
   check "summary carries the grid and peak RSS" \
     "'$(summary grid grid/metrics.jsonl)' == '1,2,2,1' and $(summary peak_rss_bytes grid/metrics.jsonl) > 1e7"
   ;;
@@ -91,12 +97,7 @@ losses_match_serial_small)
   # 32^3 on 1,2,2,1: the last pooling's output (1^3) cannot be split, so it runs on one part, its input
   # gathered from the 4 ranks (and its gradient sent back). 5 SGD steps, per-step losses within 1e-4 of
   # the serial run.
-  "$datagen" cosmoflow -o data --samples 5 --size 32 --seed 4 --val-fraction 0 > /dev/null
-  common=(--model cosmoflow --data data/train --epochs 1 --batch 1 --lr 0.01 --optimizer sgd --momentum 0.9 --seed 5
-          --prefetch-threads 1 --max-steps 5)
-  "$train" "${common[@]}" --threads 2 --checkpoint serial > /dev/null
-  mpirun_n 4 "$train" "${common[@]}" --threads 1 --grid 1,2,2,1 --checkpoint grid > /dev/null
-  compare_losses serial/metrics.jsonl grid/metrics.jsonl 1e-4
+  serial_vs_grid 32
   ;;
 losses_match_serial_hybrid)
   # 2 sample groups x 2 spatial ranks (2,1,2,1), batch 1 per group, vs one rank with batch 2: the same

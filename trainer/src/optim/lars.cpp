@@ -7,7 +7,7 @@ namespace {
 
 class Lars final : public Optimizer {
  public:
-  Lars(const ParameterTable& table, const OptimizerOptions& options) : Optimizer(table, options), table_(table) {
+  Lars(const ParameterTable& table, const OptimizerOptions& options) : Optimizer(table, options) {
     add_state("momentum");
   }
   std::string name() const override { return "lars"; }
@@ -18,16 +18,13 @@ class Lars final : public Optimizer {
     // One segment per parameter tensor in this rank's part (which cuts only between tensors).
     const ArenaPart p = part();
     std::vector<ParameterSegment> segments;
-    for (const auto& e : table_.parameters())
+    for (const auto& e : table.parameters())
       if (e.offset >= p.begin && e.offset < p.end)
         segments.push_back({e.offset - p.begin, static_cast<std::size_t>(e.shape.numel()), excluded_from_lars(e)});
     Tensor w = arena_part_of(table, Arena::Values), momentum = state(0);
     backend().lars_update(w, arena_part_of(table, Arena::Gradients), momentum, segments,
                           LarsUpdate{lr, options().momentum, options().weight_decay, options().lars_eta});
   }
-
- private:
-  const ParameterTable& table_;
 };
 
 }  // namespace
