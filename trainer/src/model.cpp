@@ -1,6 +1,7 @@
 // Model graph: building with shape inference, forward/backward in node order, the layer table.
 #include "trainer/model.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
@@ -34,6 +35,9 @@ void Model::check_shape(NodeId node, const Shape& expected, const std::string& b
 
 void Model::finalize(NodeId output, std::uint64_t seed) {
   output_ = output;
+  last_reader_.assign(nodes_.size(), 0);
+  for (NodeId i = 1; i < nodes_.size(); ++i)
+    for (auto id : nodes_[i].inputs) last_reader_[id] = std::max(last_reader_[id], i);
   // Initialisation is host code on host arenas; commit() then moves them to the backend's device.
   parameters_.finalize(*backend_);
   Rng rng(seed);
@@ -82,6 +86,8 @@ Tensor Model::forward(const Tensor& x, Mode mode) {
     for (auto id : nodes_[i].inputs) in.push_back(values_[id]);
     Layer& layer = *nodes_[i].layer;
     values_[i] = in_layer(layer, "forward", [&] { return layer.forward(in, mode); });
+    for (auto id : nodes_[i].inputs)
+      if (last_reader_[id] == i && id != output_) values_[id] = Tensor();
   }
   return backend_->cast(backend_->to_plain(values_[output_]), DType::F32);
 }

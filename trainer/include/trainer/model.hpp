@@ -73,6 +73,9 @@ class Model {
   Layer* node_layer(NodeId node) { return nodes_.at(node).layer.get(); }
   const std::vector<NodeId>& node_inputs(NodeId node) const { return nodes_.at(node).inputs; }
   NodeId output_node() const { return output_; }
+  // Per node, the last node that reads its value in forward (0: none): backward reads no node value
+  // (each layer keeps what it needs), so forward drops each value after its last reader.
+  const std::vector<NodeId>& last_readers() const { return last_reader_; }
 
   std::vector<LayerRow> layer_table() const;
   // One row per layer (name, type, output shape, parameters), then "parameters: N".
@@ -91,7 +94,8 @@ class Model {
   ParameterTable parameters_;
   std::vector<Node> nodes_;
   NodeId output_ = 0;
-  std::vector<Tensor> values_;     // per node, last forward (kept for consumers further on)
+  std::vector<NodeId> last_reader_;
+  std::vector<Tensor> values_;     // per node, last forward, until its last reader has run
   std::vector<Tensor> gradients_;  // per node, during backward
   GradientReadyHook gradient_ready_;
 };

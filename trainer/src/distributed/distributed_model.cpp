@@ -1,5 +1,5 @@
 // The distributed executor: walks the model graph with one split op per node, keeps each node's
-// slab for its consumers, sums gradients of nodes with several consumers, and zeroes the parameter
+// slab until its last consumer has run, sums gradients of nodes with several consumers, and zeroes the parameter
 // gradients of replicated layers on all but one spatial rank.
 #include "trainer/distributed_model.hpp"
 
@@ -160,6 +160,8 @@ Tensor DistributedModel::forward(const Tensor& x, Mode mode) {
       in.push_back(redistribution ? redistribution->forward(v) : v);
     }
     values_[id] = ops_[id]->forward(in, mode);
+    for (NodeId input : inputs)  // backward reads no node value (Model::last_readers)
+      if (model_.last_readers()[input] == id && input != model_.output_node()) values_[input] = Tensor();
   }
   return b.to_plain(values_[model_.output_node()]);
 }
