@@ -56,6 +56,9 @@ class Optimizer {
   bool sharded() const { return group_ != nullptr; }
   // What this rank updates and keeps state for (the whole arena unless sharded).
   ArenaPart part() const { return part_; }
+  // After part() of the values was written (a step, a rollback): every rank's part to every rank of the
+  // group. Collective over the group when sharded; nothing otherwise.
+  void share_part(ParameterTable& table);
   // Named state arenas, each part().size() F32 elements on the table's device (shallow handles:
   // writing into them writes the state).
   std::vector<std::pair<std::string, Tensor>> state() const;

@@ -2,6 +2,7 @@
 // (ZeRO stage 1), and the factory by name.
 #include "trainer/optim.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "trainer/backend.hpp"
@@ -36,7 +37,7 @@ Optimizer::Optimizer(const ParameterTable& table, const OptimizerOptions& option
 void Optimizer::step(ParameterTable& table, float learning_rate) {
   ++steps_;
   update(table, learning_rate, steps_);
-  if (group_) group_->gather(table.values(), part_sizes_);  // every rank's updated part, on every rank
+  share_part(table);
 }
 
 void Optimizer::shard_over(Communicator& group) {
@@ -64,17 +65,23 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return st
 std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state() const {
   std::vector<std::pair<std::string, std::vector<float>>> out;
   for (const auto& [name, arena] : state_) {
-    Tensor whole = arena;
-    if (group_) {  // each rank's part in place, then gathered
-      whole = backend_.zeros(Shape{static_cast<std::int64_t>(count_)});
-      Tensor slot = whole.slice(part_.begin, Shape{static_cast<std::int64_t>(part_.size())});
-      backend_.copy(arena, slot);
+    // This rank's part in place in a host copy of the whole arena, then every other part gathered into it
+    // (host memory: over MPI on GPUs too), so one whole copy exists at a time.
+    const Tensor host = backend_.to_host(arena);
+    std::vector<float> whole(group_ ? count_ : 0);
+    if (group_) {
+      std::copy(host.data(), host.data() + host.numel(), whole.begin() + static_cast<std::ptrdiff_t>(part_.begin));
       group_->gather(whole.data(), part_sizes_);
+    } else {
+      whole.assign(host.data(), host.data() + host.numel());
     }
-    const Tensor host = backend_.to_host(whole);
-    out.emplace_back(name, std::vector<float>(host.data(), host.data() + host.numel()));
+    out.emplace_back(name, std::move(whole));
   }
   return out;
+}
+
+void Optimizer::share_part(ParameterTable& table) {
+  if (group_) group_->gather(table.values(), part_sizes_);  // every rank's updated part, on every rank
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options) {

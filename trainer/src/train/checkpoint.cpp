@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "trainer/backend.hpp"
@@ -36,11 +38,29 @@ std::uint64_t table_signature(const ParameterTable& t) {
   return h;
 }
 
+// Streams the fields into `path`.tmp through a small buffer with a running checksum (a whole
+// checkpoint held in memory would add its size to the peak of the rank that writes it); commit()
+// appends the checksum and makes the file durable, then visible as `path`.
 class Writer {
  public:
+  explicit Writer(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw CheckpointError(tmp_ + ": cannot create (" + std::strerror(errno) + ")");
+    buffer_.reserve(kBuffer);
+  }
+  ~Writer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   void bytes(const void* p, std::size_t n) {
+    checksum_ = fnv1a(p, n, checksum_);
     const auto* c = static_cast<const char*>(p);
-    buffer_.insert(buffer_.end(), c, c + n);
+    while (n > 0) {
+      const std::size_t piece = std::min(n, kBuffer - buffer_.size());
+      buffer_.insert(buffer_.end(), c, c + piece);
+      c += piece;
+      n -= piece;
+      if (buffer_.size() == kBuffer) flush();
+    }
   }
   void u64(std::uint64_t v) { bytes(&v, sizeof v); }
   void u32(std::uint32_t v) { bytes(&v, sizeof v); }
@@ -52,10 +72,39 @@ class Writer {
     u64(n);
     bytes(p, n * sizeof(float));
   }
-  std::vector<char>& buffer() { return buffer_; }
+  void commit() {
+    const std::uint64_t checksum = checksum_;
+    u64(checksum);
+    flush();
+    // Durable before visible: rename only after the bytes are on disk.
+    const int fd = std::exchange(fd_, -1);
+    if (::fsync(fd) != 0 || ::close(fd) != 0)
+      throw CheckpointError(tmp_ + ": fsync/close failed (" + std::strerror(errno) + ")");
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+      throw CheckpointError(path_ + ": rename from .tmp failed (" + std::strerror(errno) + ")");
+  }
 
  private:
+  static constexpr std::size_t kBuffer = 1 << 20;
+  void flush() {
+    const char* data = buffer_.data();
+    std::size_t left = buffer_.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, data, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw CheckpointError(tmp_ + ": write failed (" + std::strerror(errno) + ")");
+      }
+      data += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    buffer_.clear();
+  }
+
+  std::string path_, tmp_;
+  int fd_ = -1;
   std::vector<char> buffer_;
+  std::uint64_t checksum_ = 0xcbf29ce484222325ull;  // fnv1a's offset basis
 };
 
 class Reader {
@@ -107,7 +156,7 @@ void save_checkpoint(const std::string& path, const Model& model, Optimizer& opt
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
                      const std::vector<std::pair<std::string, std::vector<float>>>& state, const TrainingPosition& p) {
   const ParameterTable& t = model.parameters();
-  Writer w;
+  Writer w(path);
   w.bytes(kCheckpointMagic, sizeof kCheckpointMagic);
   w.u32(kCheckpointVersion);
   w.str(model.name());
@@ -116,9 +165,10 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
   for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
   w.u64(std::bit_cast<std::uint64_t>(p.lr_scale));
   w.u64(optimizer.steps_taken());
-  const std::vector<float> values = t.read(Arena::Values), buffers = t.read(Arena::Buffers);
-  w.floats(values.data(), values.size());
-  w.floats(buffers.data(), buffers.size());
+  for (Arena arena : {Arena::Values, Arena::Buffers}) {
+    const Tensor host = t.backend().to_host(t.arena(arena));  // host arenas as they are: no copy
+    w.floats(host.data(), static_cast<std::size_t>(host.numel()));
+  }
   w.u64(state.size());
   for (const auto& [name, whole] : state) {
     if (whole.size() != t.parameter_count())
@@ -126,30 +176,7 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
     w.str(name);
     w.floats(whole.data(), whole.size());
   }
-  const std::uint64_t checksum = fnv1a(w.buffer().data(), w.buffer().size());
-  w.u64(checksum);
-
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError(tmp + ": cannot create (" + std::strerror(errno) + ")");
-  const char* data = w.buffer().data();
-  std::size_t left = w.buffer().size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, data, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      throw CheckpointError(tmp + ": write failed (" + err + ")");
-    }
-    data += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  // Durable before visible: rename only after the bytes are on disk.
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw CheckpointError(tmp + ": fsync/close failed (" + std::strerror(errno) + ")");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw CheckpointError(path + ": rename from .tmp failed (" + std::strerror(errno) + ")");
+  w.commit();
 }
 
 std::vector<char> read_checkpoint_file(const std::string& path) {
