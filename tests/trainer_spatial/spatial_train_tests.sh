@@ -138,6 +138,21 @@ sharded_state)
   if cmp whole/checkpoint.bin sharded/checkpoint.bin; then echo "ok   the same checkpoint, sharded or not"
   else echo "FAIL the checkpoints differ"; exit 1; fi
   ;;
+sharded_rollback)
+  # A NaN written into a weight after step 3 on 1,2,2,1: every rank rolls back (with sharded state each
+  # restores its part of the values and the parts are shared again), with or without sharding the same run.
+  "$datagen" cosmoflow -o data --samples 12 --size 32 --seed 4 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --epochs 1 --batch 2 --lr 0.001 --optimizer adam --seed 5
+          --prefetch-threads 1 --threads 1 --grid 1,2,2,1 --inject-nan-at-step 3)
+  mpirun_n 4 "$train" "${common[@]}" --no-shard-state --checkpoint whole > /dev/null 2>&1
+  mpirun_n 4 "$train" "${common[@]}" --checkpoint sharded > /dev/null 2> err.txt
+  grep -q '"event":"rollback","step":3' sharded/metrics.jsonl
+  rollbacks=$(summary rollbacks sharded/metrics.jsonl)
+  check "sharded: $rollbacks rollback" "$rollbacks == 1"
+  compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
+  if cmp whole/checkpoint.bin sharded/checkpoint.bin; then echo "ok   the same checkpoint after the rollback"
+  else echo "FAIL the checkpoints differ"; exit 1; fi
+  ;;
 resume_across_grids)
   # A checkpoint written on 1,2,2,1 (sharded state, batch 2) after 2 steps resumes on 2,1,1,1 (2 groups of
   # batch 1), on 1,1,2,2 and serially (batch 2): steps 3 and 4 give the losses of 4 steps straight.

@@ -22,7 +22,8 @@ class LossGuard {
   bool accept(double loss, Model& model, Optimizer& optimizer);
   // Makes the current state the last good one (after a tournament replaced the model).
   void rebase(Model& model, Optimizer& optimizer);
-  // Puts the last good state back (parameters, buffers, optimizer state and step count).
+  // Puts the last good state back (parameters, buffers, optimizer state and step count). Every rank of
+  // a sharded optimizer's group calls it (the ranks take the same decisions).
   void roll_back(Model& model, Optimizer& optimizer);
   std::uint64_t rollbacks() const { return rollbacks_; }
   std::uint64_t consecutive_rejections() const { return consecutive_; }
@@ -35,7 +36,8 @@ class LossGuard {
   std::uint64_t good_steps_ = 0, rollbacks_ = 0, consecutive_ = 0;
   bool have_snapshot_ = false;
   const char* reason_ = "";
-  // The last good state, on the model's device (copied there and back by backend ops).
+  // The last good state, on the model's device (copied there and back by backend ops). With sharded
+  // optimizer state only the optimizer's part of the values: roll_back is then collective over its group.
   Tensor values_, buffers_;
   std::vector<Tensor> state_;
   std::uint64_t optimizer_steps_ = 0;

@@ -14,6 +14,13 @@ void snapshot(Backend& backend, const Tensor& src, Tensor& dst) {
   backend.copy(src, dst);
 }
 
+// The part of the values this rank's optimizer updates (all of them unless its state is sharded): the
+// other parts are snapshotted by their owners and shared again after a rollback.
+Tensor own_values(ParameterTable& table, const Optimizer& optimizer) {
+  const ArenaPart part = optimizer.part();
+  return table.arena(Arena::Values).slice(part.begin, Shape{static_cast<std::int64_t>(part.size())});
+}
+
 }  // namespace
 
 bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
@@ -40,7 +47,7 @@ bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
 void LossGuard::rebase(Model& model, Optimizer& optimizer) {
   ParameterTable& table = model.parameters();
   Backend& backend = table.backend();
-  snapshot(backend, table.arena(Arena::Values), values_);
+  snapshot(backend, own_values(table, optimizer), values_);
   snapshot(backend, table.arena(Arena::Buffers), buffers_);
   auto state = optimizer.state();
   state_.resize(state.size());
@@ -54,8 +61,9 @@ void LossGuard::roll_back(Model& model, Optimizer& optimizer) {
   if (!have_snapshot_) return;  // the very first loss was bad: nothing better to go back to
   ParameterTable& table = model.parameters();
   Backend& backend = table.backend();
-  Tensor values = table.arena(Arena::Values), buffers = table.arena(Arena::Buffers);
+  Tensor values = own_values(table, optimizer), buffers = table.arena(Arena::Buffers);
   backend.copy(values_, values);
+  optimizer.share_part(table);
   backend.copy(buffers_, buffers);
   auto state = optimizer.state();
   for (std::size_t i = 0; i < state.size(); ++i) backend.copy(state_[i], state[i].second);
