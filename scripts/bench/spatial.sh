@@ -5,7 +5,7 @@
 # logs to OUT_DIR/logs/spatial-*.log. Env: BUILD_DIR (default build/), MPIRUN (default: mpirun on PATH),
 # SPATIAL_PARTS (default "memory cap scaling model": rerun the timing parts alone at a quiet moment).
 #   memory   peak RSS (max over ranks) of one training step, batch 1, at 64^3 and 128^3: grids 1,2,1,1
-#            and 1,2,2,1 against one rank
+#            and 1,2,2,1 against one rank; and of a short training run that writes its checkpoint (64^3)
 #   cap      CosmoFlow 128^3, one step, under a per-rank `ulimit -v` halfway between the 4-rank and the
 #            1-rank peak virtual size: one rank runs out of memory, 4 ranks (1,2,2,1) train
 #   scaling  one 64^3 sample per step on 1, 2, 4 ranks (spatial); global batch 2 and 4 on spatial, hybrid
@@ -75,6 +75,29 @@ for size in 64 128; do
     log "memory ${size}^3 $grid: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
   done
 done
+
+# Training holds more than a benchmark step: the loss guard's last good values and, at the end, the checkpoint
+# being written. 4 SGD steps of 64^3 samples, batch 1, then the checkpoint; the summary's peak (max over ranks).
+if part memory; then
+  rm -rf "$TMP/train" && mkdir -p "$TMP/train"
+  "$BUILD_DIR/bin/fanstore-datagen" cosmoflow -o "$TMP/train/data" --samples 8 --size 64 --seed 4 --val-fraction 0 \
+    >/dev/null
+  train_rss() {  # train_rss NP [--grid G]: the run's peak RSS in bytes, or 0
+    local np=$1 name="spatial-train-$1"
+    shift
+    local cmd=("$TRAIN" --model cosmoflow --data "$TMP/train/data/train" --epochs 1 --batch 1 --optimizer sgd --seed 5
+      --prefetch-threads 1 --threads 1 --max-steps 4 --checkpoint "$TMP/train/ck-$np" "$@")
+    if [ "$np" -gt 1 ]; then cmd=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "${cmd[@]}"); fi
+    if ! OMP_NUM_THREADS=1 timeout 1500 "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo 0; return; fi
+    grep -oE '"peak_rss_bytes":[0-9]+' "$TMP/train/ck-$np/metrics.jsonl" | grep -oE '[0-9]+' | tail -1
+  }
+  one_rss=$(train_rss 1)
+  rss=$(train_rss 4 --grid 1,2,2,1)
+  case_name="peak RSS per rank, training 64^3 batch 1 with checkpoint, grid 1,2,2,1 (4 ranks)"
+  record "$case_name" spatial MiB lower "$(mib "$rss")"
+  record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
+  log "memory training 64^3 1,2,2,1: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
+fi
 
 # --- a sample that does not fit one rank's memory cap ---------------------------------------------------------------
 if part cap && [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-0}" -gt 0 ]; then
