@@ -65,9 +65,10 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
   EXPECT_EQ(p[0].allreduce_bytes, 4.0 * static_cast<double>(model->parameters().parameter_count()));
   EXPECT_EQ(p[0].batch_per_group, 1);
   EXPECT_EQ(p[1].batch_per_group, 2);
-  // Splitting D in 2 moves at least one 16x16 plane of the 4-channel input (batch 2) forward and back;
-  // splitting 2x2 moves more (two faces and an edge).
-  EXPECT_GT(p[1].halo_bytes, 2 * 2 * 4 * 16 * 16 * 4.0);
+  // Splitting D in 2: the first convolution's halo comes with its slab from the file, the second one
+  // receives one 8x8 plane of the first pool's 8 channels (batch 2), forward and back; splitting 2x2
+  // moves more (two faces and an edge).
+  EXPECT_EQ(p[1].halo_bytes, 2 * 2 * 8 * 8 * 8 * 4.0);
   EXPECT_GT(p[3].halo_bytes, p[1].halo_bytes);
   // A rank's slab activations halve with a 2-way split of the same batch.
   EXPECT_LT(p[1].memory_bytes, p[0].memory_bytes * 2);

@@ -54,6 +54,12 @@ WindowPiece window_piece(const Window& window, const SpatialBox& out, const Spat
 std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& out, const SpatialBox& owned,
                                        const SpatialBox& input_volume, bool split);
 
+// Whether a split windowed layer computes its interior while its halo travels (interior + boundary
+// pieces) instead of one kernel after the halo arrived: with --halo-overlap and a halo to wait for, and
+// only where the input slab outweighs the weights (`weight_floats`, 0 for pooling), since each piece is
+// a kernel of its own that reorders the weights on every call. The run and the performance model ask this.
+bool overlaps_in_pieces(bool overlap, bool exchanges, std::int64_t slab_floats, std::int64_t weight_floats);
+
 // A part of a halo: the box (global coordinates) and the spatial rank that sends or receives it.
 struct HaloPiece {
   int peer = 0;

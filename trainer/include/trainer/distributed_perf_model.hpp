@@ -11,6 +11,7 @@
 
 #include "trainer/distributed.hpp"
 #include "trainer/distributed_grid.hpp"
+#include "trainer/distributed_halo.hpp"
 #include "trainer/model.hpp"
 
 namespace fanstore::trainer {
@@ -24,6 +25,8 @@ struct MachineCosts {
   double message(double bytes) const { return latency_s + bytes / bandwidth_bytes_s; }
   // Ring allreduce over `ranks`: 2(p-1) messages of bytes/p each way, plus the additions.
   double allreduce(int ranks, double bytes) const;
+  // Ring all-gather of `bytes` in equal parts: p-1 messages of bytes/p.
+  double allgather(int ranks, double bytes) const;
   double copy(double bytes) const { return bytes / copy_bytes_s; }
 };
 
@@ -42,9 +45,13 @@ class LayerTimer {
  public:
   explicit LayerTimer(Model& model) : model_(model) {}
   LayerCost measure(NodeId node, const std::vector<Shape>& inputs);
+  // One piece of a split convolution or pooling with n samples: the kernel the run makes for it (its
+  // input box and padding), forward and backward (data and weights).
+  LayerCost measure_piece(NodeId node, std::int64_t n, const WindowPiece& piece);
   // Timings measured elsewhere (another rank) for the same key.
   void remember(const std::string& key, const LayerCost& cost) { cache_[key] = cost; }
   static std::string key(NodeId node, const std::vector<Shape>& inputs);
+  static std::string piece_key(NodeId node, std::int64_t n, const WindowPiece& piece);
   const std::map<std::string, LayerCost>& cache() const { return cache_; }
 
  private:
@@ -57,20 +64,20 @@ struct PerformanceModelOptions {
   int optimizer_states = 1;       // floats per parameter besides value and gradient (SGD 1, Adam 2)
   bool sync_bn = false;           // batch-norm statistics over every rank
   bool overlap = true;            // interior computed while halos travel
-  bool shard_state = true;        // optimizer state split over the spatial group (its gather is not timed)
+  bool shard_state = true;        // optimizer state split over the spatial group (each step ends with a gather)
   double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries)
 };
 
 struct GridPrediction {
   GridShape grid;
   std::int64_t batch_per_group = 0;
-  std::string invalid;          // why this grid cannot run (empty: it can)
-  double compute_s = 0;         // forward + backward of the slowest rank's slabs
-  double halo_s = 0;            // halo and reverse-halo time not hidden behind computation
+  std::string invalid;   // why this grid cannot run (empty: it can)
+  double compute_s = 0;  // forward + backward of the slowest rank's slabs (each piece's kernel where the run cuts one)
+  double halo_s = 0;     // halo and reverse-halo time not hidden behind computation
   double redistribution_s = 0;  // moving tensors between layers split differently, and their gradients back
   double copy_s = 0;            // packing, assembling haloed inputs and output pieces
   double reduction_s = 0;       // statistics, global pooling, dense-head partial sums, loss
-  double allreduce_s = 0;       // gradient allreduce not hidden behind backward
+  double allreduce_s = 0;       // gradient allreduce not hidden behind backward, and the gather of sharded updates
   double step_s = 0;
   double measured_s = 0;       // a tried grid's measured step (--grid auto tries the best predictions); 0 if not tried
   double memory_bytes = 0;     // per rank

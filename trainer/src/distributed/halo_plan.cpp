@@ -143,6 +143,10 @@ std::vector<WindowPiece> window_pieces(const Window& window, const SpatialBox& o
   return pieces;
 }
 
+bool overlaps_in_pieces(bool overlap, bool exchanges, std::int64_t slab_floats, std::int64_t weight_floats) {
+  return overlap && exchanges && slab_floats >= weight_floats;
+}
+
 std::int64_t HaloPlan::halo_volume() const {
   std::int64_t v = 0;
   for (const auto& p : receive) v += p.box.volume();

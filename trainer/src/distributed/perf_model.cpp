@@ -14,7 +14,9 @@
 #include <optional>
 #include <sstream>
 
+#include "trainer/backend.hpp"
 #include "trainer/distributed_plan.hpp"
+#include "trainer/layers/convolution.hpp"
 #include "trainer/layers/linear.hpp"
 #include "trainer/layers/normalization.hpp"
 #include "trainer/layers/pooling.hpp"
@@ -96,12 +98,46 @@ std::vector<Shape> timing_inputs(const Model& model, const SpatialPlan& plan, No
 
 double bytes_of(const Shape& s) { return static_cast<double>(s.numel()) * kFloat; }
 
+// The layers the run gives a SplitWindowed op (distributed_model.cpp): windowed, on a split input.
+bool split_windowed(const Model& model, const SpatialPlan& plan, NodeId id) {
+  return plan.node(id).window && plan.node(model.node_inputs(id).at(0)).placement == Placement::kSplit;
+}
+
+// A windowed layer that reads the model input as loaded gets its halo from the file, not from a peer.
+bool reads_loaded_input(const Model& model, const SpatialPlan& plan, NodeId id) {
+  return model.node_inputs(id).at(0) == model.input() && !plan.redistributes(id, 0);
+}
+
+// The pieces the run cuts a split windowed node into on the rank at `coords` (split_windowed.cpp): one
+// when it does not overlap its halo.
+std::vector<WindowPiece> run_pieces(Model& model, const SpatialPlan& plan, NodeId id, const std::vector<int>& coords,
+                                    bool overlap) {
+  const NodePlacement& node = plan.node(id);
+  const HaloPlan halo = make_halo_plan(*node.window, node.inputs.at(0), node.partition, coords);
+  const Layer& layer = *model.node_layer(id);
+  std::int64_t channels = 1, weights = 0;  // pooling: always worth cutting
+  if (const auto* conv = dynamic_cast<const Convolution*>(&layer)) {
+    channels = conv->spec().in_channels;
+    weights = model.parameters().parameters().at(conv->parameter_handles()[0].index).shape.numel();
+  }
+  const bool exchanges = halo.exchanges() && !reads_loaded_input(model, plan, id);
+  const SpatialBox out = node.partition.owned(coords);
+  return window_pieces(*node.window, out, halo.owned, node.inputs.at(0).whole(),
+                       overlaps_in_pieces(overlap, exchanges, halo.owned.volume() * channels, weights));
+}
+
 }  // namespace
 
 double MachineCosts::allreduce(int ranks, double bytes) const {
   if (ranks <= 1) return 0;
   const double p = ranks;
   return 2 * (p - 1) * latency_s + 2 * (p - 1) / p * bytes / bandwidth_bytes_s + (p - 1) / p * bytes / copy_bytes_s;
+}
+
+double MachineCosts::allgather(int ranks, double bytes) const {
+  if (ranks <= 1) return 0;
+  const double p = ranks;
+  return (p - 1) * latency_s + (p - 1) / p * bytes / bandwidth_bytes_s;
 }
 
 MachineCosts measure_machine_costs(Communicator& world) {
@@ -181,6 +217,71 @@ LayerCost LayerTimer::measure(NodeId node, const std::vector<Shape>& inputs) {
   return best;
 }
 
+std::string LayerTimer::piece_key(NodeId node, std::int64_t n, const WindowPiece& piece) {
+  std::string k = std::to_string(node) + " piece " + std::to_string(n);
+  for (auto e : piece.in.extents()) k += " " + std::to_string(e);
+  for (const auto* pads : {&piece.pad_lo, &piece.pad_hi})
+    for (auto p : *pads) k += " " + std::to_string(p);
+  return k;
+}
+
+LayerCost LayerTimer::measure_piece(NodeId node, std::int64_t n, const WindowPiece& piece) {
+  const std::string k = piece_key(node, n, piece);
+  if (auto it = cache_.find(k); it != cache_.end()) return it->second;
+  Backend& b = model_.backend();
+  ParameterTable& table = model_.parameters();
+  const Layer& layer = *model_.node_layer(node);
+  const auto* conv = dynamic_cast<const Convolution*>(&layer);
+  const auto* pool = dynamic_cast<const Pooling*>(&layer);
+  if (!conv && !pool) throw std::logic_error(layer.name() + ": pieces are timed for convolutions and pooling only");
+  Shape shape{n, model_.shape(model_.node_inputs(node).at(0))[1]};
+  for (auto e : piece.in.extents()) shape.dims.push_back(e);
+  const Tensor x = b.to_device(random_plain(shape, static_cast<std::uint32_t>(node * 7)));
+  std::unique_ptr<ConvolutionKernel> conv_kernel;
+  std::unique_ptr<PoolingKernel> pool_kernel;
+  Tensor w, bias, dw, db;
+  if (conv) {
+    ConvolutionSpec spec = conv->spec();
+    spec.padding_lo = piece.pad_lo;
+    spec.padding_hi = piece.pad_hi;
+    conv_kernel = b.make_convolution(spec);
+    const auto& handles = conv->parameter_handles();
+    w = table.value(handles[0]);
+    dw = b.zeros(w.shape());
+    if (handles.size() > 1) {
+      bias = table.value(handles[1]);
+      db = b.zeros(bias.shape());
+    }
+  } else {
+    PoolingSpec spec = pool->spec();
+    spec.padding_lo = piece.pad_lo;
+    spec.padding_hi = piece.pad_hi;
+    pool_kernel = b.make_pooling(spec);
+  }
+  LayerCost best{1e9, 1e9};
+  // As measure(): the first round builds the primitives and is not counted.
+  for (int round = 0; round < 3; ++round) {
+    auto t = Clock::now();
+    const Tensor y =
+        conv ? conv_kernel->forward(x, w, bias.defined() ? &bias : nullptr) : pool_kernel->forward(x, Mode::Train);
+    b.synchronize();
+    const double forward = since(t);
+    const Tensor dy = b.to_device(random_plain(y.shape(), static_cast<std::uint32_t>(node)));
+    t = Clock::now();
+    if (conv) {
+      conv_kernel->backward_data(dy, w);
+      conv_kernel->backward_weights(x, dy, dw, db.defined() ? &db : nullptr);
+    } else {
+      pool_kernel->backward(dy);
+    }
+    b.synchronize();
+    const double backward = since(t);
+    if (round > 0) best = {std::min(best.forward_s, forward), std::min(best.backward_s, backward)};
+  }
+  cache_[k] = best;
+  return best;
+}
+
 std::vector<GridShape> candidate_grids(int ranks, int spatial_rank) {
   std::vector<GridShape> grids;
   for (int samples = ranks; samples >= 1; --samples) {
@@ -232,21 +333,33 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
   // The distinct (node, shapes) pairs of every grid's slowest-slab rank (coordinates 0: uneven splits
   // give the first parts the extra position), measured by the ranks in turn and then shared.
   LayerTimer timer(model);
-  std::map<std::string, std::pair<NodeId, std::vector<Shape>>> work;
+  struct Timing {
+    NodeId node;
+    std::vector<Shape> inputs;         // a whole layer on these local shapes, or
+    std::optional<WindowPiece> piece;  // one piece of a split windowed layer
+    std::int64_t n = 0;
+  };
+  std::map<std::string, Timing> work;
   for (std::size_t g = 0; g < grids.size(); ++g) {
     if (!plans[g]) continue;
     const std::vector<int> origin(grids[g].spatial.size(), 0);
+    const std::int64_t n = out[g].batch_per_group;
     for (NodeId id = 1; id < model.node_count(); ++id) {
-      auto shapes = timing_inputs(model, *plans[g], id, origin, out[g].batch_per_group);
+      auto shapes = timing_inputs(model, *plans[g], id, origin, n);
       std::string k = LayerTimer::key(id, shapes);
-      work.emplace(std::move(k), std::make_pair(id, std::move(shapes)));
+      work.emplace(std::move(k), Timing{id, std::move(shapes), std::nullopt, n});
+      if (!split_windowed(model, *plans[g], id)) continue;
+      const auto pieces = run_pieces(model, *plans[g], id, origin, o.overlap);
+      if (pieces.size() < 2) continue;
+      for (const auto& piece : pieces) work.emplace(LayerTimer::piece_key(id, n, piece), Timing{id, {}, piece, n});
     }
   }
   std::vector<double> times(2 * work.size(), 0.0);
   std::size_t index = 0;
   for (const auto& [k, item] : work) {
     if (static_cast<int>(index % static_cast<std::size_t>(world.size())) == world.rank()) {
-      const LayerCost c = timer.measure(item.first, item.second);
+      const LayerCost c =
+          item.piece ? timer.measure_piece(item.node, item.n, *item.piece) : timer.measure(item.node, item.inputs);
       times[2 * index] = c.forward_s;
       times[2 * index + 1] = c.backward_s;
     }
@@ -273,7 +386,21 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     for (NodeId id = 1; id < model.node_count(); ++id) {
       const Layer& layer = *model.node_layer(id);
       const auto shapes = timing_inputs(model, plan, id, origin, n);
-      const LayerCost c = timer.cache().at(LayerTimer::key(id, shapes));
+      LayerCost c = timer.cache().at(LayerTimer::key(id, shapes));
+      // Cut into pieces: each piece's kernel, as the run computes them; [0], the interior, hides the halo.
+      double interior_forward = 0;
+      if (split_windowed(model, plan, id)) {
+        const auto pieces = run_pieces(model, plan, id, origin, o.overlap);
+        if (pieces.size() > 1) {
+          c = {};
+          for (const auto& piece : pieces) {
+            const LayerCost part = timer.cache().at(LayerTimer::piece_key(id, n, piece));
+            c.forward_s += part.forward_s;
+            c.backward_s += part.backward_s;
+            if (&piece == &pieces[0]) interior_forward = part.forward_s;
+          }
+        }
+      }
       forward += c.forward_s;
       backward += c.backward_s;
       const double out_bytes = bytes_of(local_output(model, plan, id, origin, n));
@@ -312,17 +439,20 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
             const HaloPlan halo = make_halo_plan(*node.window, reads, node.partition, coords);
             const double unit = static_cast<double>(n) * channels * kFloat;
             worst_saved = std::max(worst_saved, static_cast<double>(halo.local.volume()) * unit);
-            if (!halo.exchanges()) continue;
+            if (!halo.exchanges() || reads_loaded_input(model, plan, id)) continue;
             const double received = static_cast<double>(halo.halo_volume()) * unit;
             const double sent = static_cast<double>(halo.send_volume()) * unit;
             const double messages = static_cast<double>(std::max(halo.receive.size(), halo.send.size()));
             const double transfer = messages * costs.latency_s + std::max(received, sent) / costs.bandwidth_bytes_s;
             const SpatialBox owned_out = node.partition.owned(coords);
-            const auto pieces = window_pieces(*node.window, owned_out, halo.owned, reads.whole(), o.overlap);
-            const double interior =
-                o.overlap && pieces.size() > 1 ? static_cast<double>(pieces[0].out.volume()) / owned_out.volume() : 0.0;
-            const double exposed = std::max(0.0, transfer - c.forward_s * interior) +
-                                   std::max(0.0, transfer - (o.overlap ? 0.5 * c.backward_s : 0.0));
+            const auto pieces = run_pieces(model, plan, id, coords, o.overlap);
+            // The interior's time on this rank: measured on the first rank, scaled by its share elsewhere.
+            const double interior = pieces.size() < 2 ? 0.0
+                                    : r == 0          ? interior_forward
+                                                      : c.forward_s * static_cast<double>(pieces[0].out.volume()) /
+                                                   static_cast<double>(owned_out.volume());
+            const double exposed =
+                std::max(0.0, transfer - interior) + std::max(0.0, transfer - (o.overlap ? 0.5 * c.backward_s : 0.0));
             const double out_unit = static_cast<double>(n) * out_channels * kFloat * owned_out.volume();
             // Forward: pack + assemble the haloed input + (with pieces) the output; backward the same.
             const double copied =
@@ -356,6 +486,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const double last_bucket = costs.allreduce(ranks, std::min(parameter_bytes, kBucketBytes));
       p.allreduce_s = std::max(last_bucket, total - backward);
     }
+    // Sharded state: each rank updates its part, then the parts are gathered (after backward: not hidden).
+    if (o.shard_state && spatial > 1) p.allreduce_s += costs.allgather(spatial, parameter_bytes);
     p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
     // Parameters, gradients and (this rank's part of) the optimizer state; every node's output kept for backward, the
     // haloed inputs that windowed layers keep, and about two of the largest activations in flight in backward.

@@ -26,13 +26,10 @@ class SplitWindowed final : public SplitOp {
     // A consumer of the model input gets the loaded box, which already holds its halo.
     preloaded_ = !(given_ == plan.owned) && given_.contains(plan.local);
     direct_ = !preloaded_ && !plan.exchanges() && plan.local == plan.owned;
-    // Interior + boundary pieces only where they pay: each piece is a kernel of its own, which reorders
-    // the weights (and their gradient) on every call, so a layer whose weights outweigh its input slab
-    // (the deep layers of CosmoFlow, whose halos are tiny anyway) runs as one piece after the exchange.
     const std::int64_t slab_floats = plan.owned.volume() * input_channels();
-    const bool worth_it = pool_ || slab_floats >= weight_floats();
-    pieces_ = window_pieces(window, out_slab_, plan.owned, in.whole(),
-                            ctx.options.overlap && plan.exchanges() && !preloaded_ && worth_it);
+    pieces_ = window_pieces(
+        window, out_slab_, plan.owned, in.whole(),
+        overlaps_in_pieces(ctx.options.overlap, plan.exchanges() && !preloaded_, slab_floats, weight_floats()));
     for (const auto& piece : pieces_) {
       if (conv_) {
         ConvolutionSpec spec = conv_->spec();
