@@ -28,6 +28,17 @@ TEST(PerfModel, CandidateGridsAreEveryFactorisation) {
   EXPECT_EQ(candidate_grids(2, 2).size(), 3u);  // 2,1,1  1,2,1  1,1,2
 }
 
+TEST(PerfModel, PiecesPayOnlyWhereTheOverlapSavesMoreThanTheyCost) {
+  const LayerCost one{10e-3, 20e-3}, pieces{11e-3, 21e-3};
+  // A 5 ms halo, of which the 8 ms interior hides all: 2 ms more compute for 5 ms less waiting.
+  EXPECT_TRUE(pieces_pay(one, pieces, 8e-3, 5e-3, 0.5e-3));
+  // A cheap halo (shared memory): the pieces' extra kernels cost more than the 0.1 ms it saves.
+  EXPECT_FALSE(pieces_pay(one, pieces, 8e-3, 0.1e-3, 0.5e-3));
+  // Only what the interior hides counts: a 50 ms halo leaves 42 ms to wait either way.
+  EXPECT_TRUE(pieces_pay(one, pieces, 8e-3, 50e-3, 0.5e-3));
+  EXPECT_FALSE(pieces_pay(one, pieces, 1e-3, 50e-3, 0.5e-3));
+}
+
 TEST(PerfModel, PredictionsFollowTheGrid) {
   // A small CosmoFlow-like network: conv + LeakyReLU + max pool twice, then flatten and a dense layer.
   auto model = std::make_unique<Model>("small", make_cpu_backend({1}), Shape{1, 4, 16, 16, 16});

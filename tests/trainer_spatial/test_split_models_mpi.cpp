@@ -59,6 +59,15 @@ TEST(SplitModels, CosmoFlowWithForcedLayerSplits) {
   expect_exact("cosmoflow 32^3 --layer-split", builder("cosmoflow", 32), 1, {{1, {2, 2, 1}}}, forced);
 }
 
+TEST(SplitModels, CosmoFlowWithLayersAsOneKernel) {
+  // What --grid auto's model may ask: a split layer that by default runs in overlapping pieces (on
+  // 1,2,1,1 at 32^3 the second convolution's slab outweighs its weights) runs as one kernel after its
+  // halo, by name.
+  DistributedOptions mixed;
+  mixed.one_kernel_layers = {"conv_blocks.1.conv"};
+  expect_exact("cosmoflow 32^3 one kernel for one layer", builder("cosmoflow", 32), 1, {{1, {2, 1, 1}}}, mixed);
+}
+
 TEST(SplitModels, CosmoFlowUnevenSlabs) {
   // 96^3 pools to 3^3 at the end: split in two, every slab is uneven somewhere.
   expect_exact("cosmoflow 96^3 (uneven)", builder("cosmoflow", 96), 1, {{1, {1, 2, 1}}, {1, {2, 1, 2}}});

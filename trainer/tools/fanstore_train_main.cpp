@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--sync-bn", train.grid.sync_bn, "Batch-norm statistics over every rank, not only the spatial group");
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
-               "Compute the interior of split layers while their halos travel")
+               "Compute the interior of split layers while their halos travel (layers whose input slab outweighs "
+               "their weights; with --grid auto, those where the performance model predicts that it pays)")
       ->capture_default_str();
   app.add_flag("--shard-state,!--no-shard-state", train.grid.shard_state,
                "On a spatial grid: each rank of a spatial group keeps the optimizer state of, and updates, only "

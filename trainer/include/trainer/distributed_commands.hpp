@@ -6,6 +6,7 @@
 #include <exception>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "trainer/distributed.hpp"
 #include "trainer/distributed_grid.hpp"
@@ -17,6 +18,8 @@ namespace fanstore::trainer {
 struct ResolvedGrid {
   GridShape shape;
   std::int64_t batch_per_group = 1;
+  // --grid auto: the split layers whose pieces its model found slower than one kernel after the halo.
+  std::vector<std::string> one_kernel_layers;
   bool spatial() const { return shape.spatially_split(); }
 };
 

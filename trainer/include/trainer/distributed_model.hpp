@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "trainer/distributed_grid.hpp"
@@ -18,13 +20,17 @@ struct DistributedOptions {
   bool sync_bn = false;
   // Compute each windowed layer's interior while its halo travels, then the boundary pieces.
   bool overlap = true;
+  // Layers that run as one kernel after their halo arrived all the same: where --grid auto's model found
+  // that their pieces cost more than the overlap saves.
+  std::set<std::string> one_kernel_layers;
   // Parts per layer where the default plan's (the finest that works) is not wanted.
   LayerSplits layer_splits;
 };
 
 // The DistributedOptions that fanstore-train's grid options ask for (throws GridError for a bad
 // --layer-split).
-DistributedOptions distributed_options(const GridOptions& options, int spatial_rank);
+DistributedOptions distributed_options(const GridOptions& options, int spatial_rank,
+                                       const std::vector<std::string>& one_kernel_layers = {});
 
 class SplitOp;         // one node's split forward/backward (trainer/src/distributed/split_ops.hpp)
 class Redistribution;  // an input moved between two splits (same header)

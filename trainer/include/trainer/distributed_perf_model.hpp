@@ -83,8 +83,17 @@ struct GridPrediction {
   double memory_bytes = 0;     // per rank
   double halo_bytes = 0;       // received per step by the busiest rank (forward + reverse)
   double allreduce_bytes = 0;  // gradient bytes each rank reduces per step
+  // Split layers predicted faster as one kernel after their halo than in overlapping pieces (the run
+  // follows this: DistributedOptions::one_kernel_layers).
+  std::vector<std::string> one_kernel_layers;
   double samples_per_s() const { return step_s > 0 ? static_cast<double>(grid.samples * batch_per_group) / step_s : 0; }
 };
+
+// Whether cutting a split layer into pieces to compute its interior while the halo travels pays: the
+// pieces' kernels, the transfer the interior's forward does not hide and assembling the output against
+// one kernel after the whole transfer (the reverse halo overlaps the weight gradient either way).
+bool pieces_pay(const LayerCost& one_kernel, const LayerCost& pieces, double interior_forward_s, double transfer_s,
+                double assembly_s);
 
 // Every grid with `ranks` ranks for a model with `spatial_rank` spatial axes (sample groups first,
 // then the spatial splits in row-major order of their factors).

@@ -96,10 +96,12 @@ std::unique_ptr<SplitOp> make_split_op(SplitContext& ctx, Model& model, NodeId i
   return make_pass_through(layer);
 }
 
-DistributedOptions distributed_options(const GridOptions& options, int spatial_rank) {
+DistributedOptions distributed_options(const GridOptions& options, int spatial_rank,
+                                       const std::vector<std::string>& one_kernel_layers) {
   DistributedOptions d;
   d.sync_bn = options.sync_bn;
   d.overlap = options.overlap;
+  d.one_kernel_layers.insert(one_kernel_layers.begin(), one_kernel_layers.end());
   if (!options.layer_split.empty()) d.layer_splits = parse_layer_splits(options.layer_split, spatial_rank);
   return d;
 }

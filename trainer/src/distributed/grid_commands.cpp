@@ -60,20 +60,20 @@ void write_error_line(const std::exception& error, std::ostream& err) {
 // --grid auto tries for its best predictions.
 class GridSteps {
  public:
-  GridSteps(const std::string& model_name, ModelOptions mo, std::shared_ptr<Backend> backend, const GridShape& shape,
-            const GridOptions& g, std::uint64_t seed, Communicator& world)
+  GridSteps(const std::string& model_name, ModelOptions mo, std::shared_ptr<Backend> backend,
+            const ResolvedGrid& resolved, const GridOptions& g, std::uint64_t seed, Communicator& world)
       : world_(world), task_(task_for_model(model_name)) {
     model_ = build_model(model_name, std::move(backend), mo);
     // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
     nccl_ = make_device_communicator(world, model_->backend());
     Communicator& device_world = nccl_ ? *nccl_ : world;
-    grid_ = std::make_unique<ProcessGrid>(device_world, shape);
-    dm_ = std::make_unique<DistributedModel>(*model_, *grid_,
-                                             distributed_options(g, model_->input_shape().spatial_rank()));
+    grid_ = std::make_unique<ProcessGrid>(device_world, resolved.shape);
+    dm_ = std::make_unique<DistributedModel>(
+        *model_, *grid_, distributed_options(g, model_->input_shape().spatial_rank(), resolved.one_kernel_layers));
     optimizer_ = make_sgd(model_->parameters(), OptimizerOptions{});
     if (g.shard_state) optimizer_->shard_over(grid_->spatial());
     allreduce_ = std::make_unique<GradientAllreduce>(device_world, model_->parameters(), 25u << 20,
-                                                     static_cast<std::size_t>(shape.samples));
+                                                     static_cast<std::size_t>(resolved.shape.samples));
     dm_->set_gradient_ready_hook([this](const Layer& layer) { allreduce_->on_layer_ready(layer); });
     batch_ = synthetic_slab_batch(*dm_, task_, seed);
     Tensor host = Tensor::zeros(dm_->local_input_shape());
@@ -156,13 +156,13 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   if (g.grid.empty()) {
     if (g.explain) throw GridError("--explain goes with --grid (auto, or S,D,H,W / S,H,W)");
     if (!g.layer_split.empty()) throw GridError("--layer-split goes with a spatial --grid");
-    return {data_parallel_grid(ranks, spatial_rank), mo.batch};
+    return {data_parallel_grid(ranks, spatial_rank), mo.batch, {}};
   }
   if (g.grid != "auto") {
     GridShape shape = parse_grid(g.grid, spatial_rank);
     check_grid_ranks(shape, ranks);
     if (g.explain) print_plan(shape, mo.batch);
-    return {shape, mo.batch};
+    return {shape, mo.batch, {}};
   }
   if (!g.layer_split.empty())
     throw GridError("--layer-split goes with an explicit --grid (--grid auto plans every layer itself)");
@@ -210,7 +210,8 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
       GridPrediction& p = predictions[i];
       ModelOptions trial = mo;
       trial.batch = p.batch_per_group;
-      GridSteps steps(model_name, trial, make_cpu_backend({threads}), p.grid, g, 1, world);
+      GridSteps steps(model_name, trial, make_cpu_backend({threads}), {p.grid, p.batch_per_group, p.one_kernel_layers},
+                      g, 1, world);
       steps.train_step();
       p.measured_s = steps.time(2, [&] { steps.train_step(); }) / 2;
       if (p.measured_s < predictions[static_cast<std::size_t>(best)].measured_s) best = static_cast<int>(i);
@@ -220,6 +221,11 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   if (g.explain && best >= 0 && predictions[static_cast<std::size_t>(best)].grid.spatially_split()) {
     const GridPrediction& chosen = predictions[static_cast<std::size_t>(best)];
     print_plan(chosen.grid, chosen.batch_per_group);
+    if (world.rank() == 0 && !chosen.one_kernel_layers.empty()) {
+      out << "one kernel after the halo (its pieces predicted slower than the overlap saves):";
+      for (const auto& name : chosen.one_kernel_layers) out << " " << name;
+      out << "\n" << std::flush;
+    }
   }
   if (best < 0)
     throw GridError("--grid auto: no grid of " + std::to_string(ranks) + " ranks can run " + model_name +
@@ -235,7 +241,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     s << ", " << p.memory_bytes / (1 << 20) << " MiB per rank\n";
     err << s.str() << std::flush;
   }
-  return {p.grid, p.batch_per_group};
+  return {p.grid, p.batch_per_group, p.one_kernel_layers};
 }
 
 int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Communicator& world, std::ostream& out,
@@ -246,7 +252,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, 1, backend->device(), world, out, err);
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
-    GridSteps steps(o.model, mo, std::move(backend), resolved.shape, g, o.seed, world);
+    GridSteps steps(o.model, mo, std::move(backend), resolved, g, o.seed, world);
     DistributedModel& dm = steps.model();
     if (world.rank() == 0)
       err << "benchmark: model " << o.model << " grid " << resolved.shape.to_string() << " batch per group "

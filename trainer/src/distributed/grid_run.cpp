@@ -21,8 +21,8 @@ GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved
   check_grid_ranks(shape_, world.size());
   if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
   grid_ = std::make_unique<ProcessGrid>(world, shape_);
-  split_ = std::make_unique<DistributedModel>(model, *grid_,
-                                              distributed_options(options, model.input_shape().spatial_rank()));
+  split_ = std::make_unique<DistributedModel>(
+      model, *grid_, distributed_options(options, model.input_shape().spatial_rank(), resolved.one_kernel_layers));
 }
 
 GridRun::~GridRun() = default;

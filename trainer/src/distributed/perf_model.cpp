@@ -126,6 +126,13 @@ std::vector<WindowPiece> run_pieces(Model& model, const SpatialPlan& plan, NodeI
                        overlaps_in_pieces(overlap, exchanges, halo.owned.volume() * channels, weights));
 }
 
+// One way of a halo exchange: the busiest direction's messages and bytes (`unit` bytes per position).
+double halo_transfer_s(const HaloPlan& halo, double unit, const MachineCosts& costs) {
+  const double bytes = static_cast<double>(std::max(halo.halo_volume(), halo.send_volume())) * unit;
+  const double messages = static_cast<double>(std::max(halo.receive.size(), halo.send.size()));
+  return messages * costs.latency_s + bytes / costs.bandwidth_bytes_s;
+}
+
 }  // namespace
 
 double MachineCosts::allreduce(int ranks, double bytes) const {
@@ -282,6 +289,12 @@ LayerCost LayerTimer::measure_piece(NodeId node, std::int64_t n, const WindowPie
   return best;
 }
 
+bool pieces_pay(const LayerCost& one_kernel, const LayerCost& pieces, double interior_forward_s, double transfer_s,
+                double assembly_s) {
+  const double cut = pieces.forward_s + pieces.backward_s + std::max(0.0, transfer_s - interior_forward_s) + assembly_s;
+  return cut < one_kernel.forward_s + one_kernel.backward_s + transfer_s;
+}
+
 std::vector<GridShape> candidate_grids(int ranks, int spatial_rank) {
   std::vector<GridShape> grids;
   for (int samples = ranks; samples >= 1; --samples) {
@@ -387,18 +400,28 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const Layer& layer = *model.node_layer(id);
       const auto shapes = timing_inputs(model, plan, id, origin, n);
       LayerCost c = timer.cache().at(LayerTimer::key(id, shapes));
-      // Cut into pieces: each piece's kernel, as the run computes them; [0], the interior, hides the halo.
+      // A layer the run may cut into pieces: each piece's kernel, as the run computes them, where that pays
+      // (the interior, [0], hides the halo); else one kernel after the halo, and the run is told so.
       double interior_forward = 0;
+      bool cut = false;
       if (split_windowed(model, plan, id)) {
         const auto pieces = run_pieces(model, plan, id, origin, o.overlap);
         if (pieces.size() > 1) {
-          c = {};
+          LayerCost sum;
           for (const auto& piece : pieces) {
             const LayerCost part = timer.cache().at(LayerTimer::piece_key(id, n, piece));
-            c.forward_s += part.forward_s;
-            c.backward_s += part.backward_s;
+            sum.forward_s += part.forward_s;
+            sum.backward_s += part.backward_s;
             if (&piece == &pieces[0]) interior_forward = part.forward_s;
           }
+          const NodeId producer = model.node_inputs(id).at(0);
+          const double unit = static_cast<double>(n * model.shape(producer)[1]) * kFloat;
+          const HaloPlan halo =
+              make_halo_plan(*plan.node(id).window, plan.node(id).inputs.at(0), plan.node(id).partition, origin);
+          const double assembly = costs.copy(2 * bytes_of(local_output(model, plan, id, origin, n)));
+          cut = pieces_pay(c, sum, interior_forward, halo_transfer_s(halo, unit, costs), assembly);
+          if (cut) c = sum;
+          else p.one_kernel_layers.push_back(layer.name());
         }
       }
       forward += c.forward_s;
@@ -442,10 +465,9 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
             if (!halo.exchanges() || reads_loaded_input(model, plan, id)) continue;
             const double received = static_cast<double>(halo.halo_volume()) * unit;
             const double sent = static_cast<double>(halo.send_volume()) * unit;
-            const double messages = static_cast<double>(std::max(halo.receive.size(), halo.send.size()));
-            const double transfer = messages * costs.latency_s + std::max(received, sent) / costs.bandwidth_bytes_s;
+            const double transfer = halo_transfer_s(halo, unit, costs);
             const SpatialBox owned_out = node.partition.owned(coords);
-            const auto pieces = run_pieces(model, plan, id, coords, o.overlap);
+            const auto pieces = run_pieces(model, plan, id, coords, o.overlap && cut);
             // The interior's time on this rank: measured on the first rank, scaled by its share elsewhere.
             const double interior = pieces.size() < 2 ? 0.0
                                     : r == 0          ? interior_forward

@@ -27,9 +27,10 @@ class SplitWindowed final : public SplitOp {
     preloaded_ = !(given_ == plan.owned) && given_.contains(plan.local);
     direct_ = !preloaded_ && !plan.exchanges() && plan.local == plan.owned;
     const std::int64_t slab_floats = plan.owned.volume() * input_channels();
-    pieces_ = window_pieces(
-        window, out_slab_, plan.owned, in.whole(),
-        overlaps_in_pieces(ctx.options.overlap, plan.exchanges() && !preloaded_, slab_floats, weight_floats()));
+    pieces_ =
+        window_pieces(window, out_slab_, plan.owned, in.whole(),
+                      overlaps_in_pieces(ctx.options.overlap && !ctx.options.one_kernel_layers.contains(layer.name()),
+                                         plan.exchanges() && !preloaded_, slab_floats, weight_floats()));
     for (const auto& piece : pieces_) {
       if (conv_) {
         ConvolutionSpec spec = conv_->spec();

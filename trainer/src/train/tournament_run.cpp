@@ -140,10 +140,13 @@ void Tournament::agree_on_grid(ResolvedGrid& resolved) {
   std::int64_t shape[5] = {resolved.batch_per_group, resolved.shape.samples, 1, 1, 1};
   for (std::size_t i = 0; i < resolved.shape.spatial.size() && i < 3; ++i) shape[2 + i] = resolved.shape.spatial[i];
   world_.broadcast(shape, sizeof shape, 0);
+  const GridShape own = resolved.shape;
   resolved.batch_per_group = shape[0];
   resolved.shape.samples = static_cast<int>(shape[1]);
   for (std::size_t i = 0; i < resolved.shape.spatial.size() && i < 3; ++i)
     resolved.shape.spatial[i] = static_cast<int>(shape[2 + i]);
+  // The layers this trainer's model chose to run as one kernel were chosen for its own grid.
+  if (!(resolved.shape == own)) resolved.one_kernel_layers.clear();
 }
 
 void Tournament::agree_on_directory(std::string& directory) {
