@@ -68,6 +68,17 @@ TEST(SplitModels, CosmoFlowWithLayersAsOneKernel) {
   expect_exact("cosmoflow 32^3 one kernel for one layer", builder("cosmoflow", 32), 1, {{1, {2, 1, 1}}}, mixed);
 }
 
+TEST(SplitModels, EveryLayerAsOneKernelWithoutOverlap) {
+  // --no-halo-overlap: every split layer waits for its halo and runs as one kernel (U-Net: transposed
+  // convolutions and the decoder's concatenations too).
+  DistributedOptions plain;
+  plain.overlap = false;
+  expect_exact("cosmoflow 32^3 --no-halo-overlap", builder("cosmoflow", 32), 1, {{1, {2, 1, 1}}, {1, {2, 2, 1}}},
+               plain);
+  expect_exact("unet3d 32x64x64 --no-halo-overlap", builder("unet3d", 64, 32), 1, {{1, {1, 2, 1}}}, plain,
+               calibrated());
+}
+
 TEST(SplitModels, CosmoFlowUnevenSlabs) {
   // 96^3 pools to 3^3 at the end: split in two, every slab is uneven somewhere.
   expect_exact("cosmoflow 96^3 (uneven)", builder("cosmoflow", 96), 1, {{1, {1, 2, 1}}, {1, {2, 1, 2}}});
