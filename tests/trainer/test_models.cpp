@@ -89,6 +89,22 @@ TEST(Models, CosmoFlowSgdStepsLowerTheLoss) {
   EXPECT_LT(losses.back(), losses.front());
 }
 
+TEST(Models, WithoutTheInputGradientTheParameterGradientsAreTheSame) {
+  // Training turns the model input's gradient off: the first convolution skips its data gradient.
+  std::vector<std::vector<float>> gradients;
+  for (bool needed : {true, false}) {
+    auto m = build("cosmoflow", 32, 0, 2);
+    m->set_input_gradient(needed);
+    Rng rng(42);
+    const Tensor x = random_tensor(m->input_shape(), rng);
+    const Tensor target = random_tensor(m->output_shape(), rng, -0.5f, 0.5f);
+    const Tensor dx = m->backward(mean_squared_error(m->forward(x, Mode::Train), target).gradient);
+    EXPECT_EQ(dx.defined(), needed);
+    gradients.push_back(m->parameters().read(Arena::Gradients));
+  }
+  EXPECT_EQ(gradients[0], gradients[1]);
+}
+
 TEST(Models, ResNet50ForwardBackwardSmall) {
   auto m = build("resnet50", 32, 5, 2);
   Rng rng(1);

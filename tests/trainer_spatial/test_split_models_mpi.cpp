@@ -79,6 +79,32 @@ TEST(SplitModels, EveryLayerAsOneKernelWithoutOverlap) {
                calibrated());
 }
 
+TEST(SplitModels, TrainingSkipsTheInputGradientOnly) {
+  // Model::set_input_gradient(false), as training runs: the first convolution computes no data gradient
+  // and sends no reverse halo, backward returns no tensor, and every parameter gradient is the same bits.
+  const int n = testing::world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs on 2 or 4 ranks";
+  const GridShape grid{1, n == 2 ? std::vector<int>{2, 1, 1} : std::vector<int>{2, 2, 1}};
+  std::vector<std::vector<float>> gradients;
+  for (bool needed : {true, false}) {
+    auto model = builder("cosmoflow", 32)(1);
+    model->set_input_gradient(needed);
+    ProcessGrid pg(testing::world(), grid);
+    DistributedModel dm(*model, pg, {});
+    Tensor x = Tensor::zeros(model->input_shape());
+    for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
+    SpatialBox whole;
+    for (int a = 2; a < x.shape().rank(); ++a) whole.axes.push_back({0, x.shape()[a]});
+    const Tensor y = dm.forward(testing::slab_of(x, whole, dm.input_box()), Mode::Train);
+    Tensor dy = Tensor::zeros(y.shape());
+    for (std::int64_t i = 0; i < dy.numel(); ++i) dy[i] = 0.25f * static_cast<float>(i + 1);
+    const Tensor dx = dm.backward(dy);
+    EXPECT_EQ(dx.defined(), needed);
+    gradients.push_back(model->parameters().read(Arena::Gradients));
+  }
+  EXPECT_EQ(gradients[0], gradients[1]);
+}
+
 TEST(SplitModels, CosmoFlowUnevenSlabs) {
   // 96^3 pools to 3^3 at the end: split in two, every slab is uneven somewhere.
   expect_exact("cosmoflow 96^3 (uneven)", builder("cosmoflow", 96), 1, {{1, {1, 2, 1}}, {1, {2, 1, 2}}});

@@ -46,6 +46,12 @@ void Model::finalize(NodeId output, std::uint64_t seed) {
   parameters_.commit();
 }
 
+void Model::set_input_gradient(bool needed) {
+  for (auto& n : nodes_)
+    if (n.layer && std::all_of(n.inputs.begin(), n.inputs.end(), [](NodeId id) { return id == 0; }))
+      n.layer->set_input_gradient(needed);
+}
+
 void Model::set_step(std::uint64_t step) {
   for (auto& n : nodes_)
     if (n.layer) n.layer->set_step(step);
@@ -113,8 +119,10 @@ Tensor Model::backward(const Tensor& dy) {
     auto grads = in_layer(layer, "backward", [&] { return layer.backward(gradients_[i]); });
     if (gradient_ready_) gradient_ready_(*nodes_[i].layer);
     gradients_[i] = Tensor();  // release early: activations' gradients dominate memory
-    for (std::size_t k = 0; k < grads.size(); ++k) accumulate(gradients_[nodes_[i].inputs[k]], grads[k]);
+    for (std::size_t k = 0; k < grads.size(); ++k)
+      if (grads[k].defined()) accumulate(gradients_[nodes_[i].inputs[k]], grads[k]);
   }
+  if (!gradients_[0].defined()) return Tensor();
   return backend_->cast(backend_->to_plain(gradients_[0]), DType::F32);
 }
 

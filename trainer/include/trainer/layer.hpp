@@ -37,6 +37,11 @@ class Layer {
 
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
   virtual std::vector<Tensor> backward(const Tensor& dy) = 0;
+  // Whether backward must return its inputs' gradient. Off for a layer on the model input in training
+  // (nothing reads that gradient, and a first convolution's data gradient over few channels is among the
+  // slowest kernels of a step); a layer may then return undefined tensors (Convolution does).
+  void set_input_gradient(bool needed) { input_gradient_ = needed; }
+  bool input_gradient() const { return input_gradient_; }
   // The optimizer step the next forward belongs to. Layers whose randomness must repeat exactly on
   // resume and across a spatial split (dropout masks) key it by this; the rest ignore it.
   virtual void set_step(std::uint64_t step) { (void)step; }
@@ -57,6 +62,7 @@ class Layer {
   Backend* backend_ = nullptr;
   ParameterTable* table_ = nullptr;
   std::vector<ParameterHandle> parameters_;
+  bool input_gradient_ = true;
 };
 
 // Shape-check helpers shared by layers.

@@ -56,6 +56,9 @@ class Model {
   // earlier layers still compute (see trainer/distributed.hpp). Empty = no hook.
   using GradientReadyHook = std::function<void(const Layer&)>;
   void set_gradient_ready_hook(GradientReadyHook hook) { gradient_ready_ = std::move(hook); }
+  // Whether backward returns the gradient of the model input (on by default: tests compare it; training
+  // turns it off, so the layers on the input skip their data gradient and backward returns no tensor).
+  void set_input_gradient(bool needed);
 
   const std::string& name() const { return name_; }
   const Shape& input_shape() const { return nodes_.front().shape; }

@@ -191,13 +191,14 @@ Tensor DistributedModel::backward(const Tensor& dy) {
     if (gradient_ready_) gradient_ready_(layer);
     gradients_[id] = Tensor();
     for (std::size_t k = 0; k < grads.size(); ++k) {
+      if (!grads[k].defined()) continue;  // the model input's, when not asked for (Model::set_input_gradient)
       if (const auto& redistribution = redistributions_[id][k]) grads[k] = redistribution->backward(grads[k]);
       Tensor& slot = gradients_[model_.node_inputs(id)[k]];
       slot = slot.defined() ? b.add({slot, grads[k]}) : grads[k];
     }
   }
   values_.clear();
-  return b.to_plain(gradients_[0]);
+  return gradients_[0].defined() ? b.to_plain(gradients_[0]) : Tensor();
 }
 
 }  // namespace fanstore::trainer

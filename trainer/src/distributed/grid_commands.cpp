@@ -64,6 +64,7 @@ class GridSteps {
             const ResolvedGrid& resolved, const GridOptions& g, std::uint64_t seed, Communicator& world)
       : world_(world), task_(task_for_model(model_name)) {
     model_ = build_model(model_name, std::move(backend), mo);
+    model_->set_input_gradient(false);  // as in training
     // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
     nccl_ = make_device_communicator(world, model_->backend());
     Communicator& device_world = nccl_ ? *nccl_ : world;
@@ -183,6 +184,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   po.base_memory_bytes = base[0];
   mo.batch = 1;  // the timing model's layers run on each grid's slab shapes and batch
   auto timing = build_model(model_name, make_cpu_backend({threads}), mo);
+  timing->set_input_gradient(false);  // its layers are timed as training runs them
   const MachineCosts costs = measure_machine_costs(world);
   auto predictions = predict_grids(*timing, candidate_grids(ranks, spatial_rank), po, costs, world);
   timing.reset();

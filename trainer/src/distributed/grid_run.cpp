@@ -19,6 +19,7 @@ Tensor host_input(const data::Batch& batch) {
 GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved, const GridOptions& options)
     : model_(model), world_(world), shape_(resolved.shape), shard_state_(options.shard_state) {
   check_grid_ranks(shape_, world.size());
+  model.set_input_gradient(false);  // training reads no gradient of the model input
   if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
   grid_ = std::make_unique<ProcessGrid>(world, shape_);
   split_ = std::make_unique<DistributedModel>(

@@ -15,6 +15,7 @@ class SplitWindowed final : public SplitOp {
   SplitWindowed(SplitContext& ctx, Layer& layer, NodeId id, const Partition& in, const Partition& out,
                 const Window& window, const SpatialBox& given)
       : ctx_(ctx),
+        layer_(layer),
         conv_(dynamic_cast<Convolution*>(&layer)),
         pool_(dynamic_cast<Pooling*>(&layer)),
         halo_(ctx.backend, ctx.grid.spatial(), make_halo_plan(window, in, out, ctx.grid.coords()),
@@ -96,6 +97,11 @@ class SplitWindowed final : public SplitOp {
     Backend& b = ctx_.backend;
     const HaloPlan& plan = halo_.plan();
     Tensor owned_grad;
+    if (!layer_.input_gradient()) {  // on the model input in training: the weight gradient only, no reverse halo
+      if (conv_) accumulate_weight_gradients(pieces_.size() == 1 ? std::vector<Tensor>{dy_any} : crop_pieces(dy_any));
+      x_pieces_.assign(pieces_.size(), Tensor());
+      return {Tensor()};
+    }
     if (pieces_.size() == 1) {
       Tensor dx = run_backward_data(0, dy_any);
       if (direct_) {
@@ -111,12 +117,7 @@ class SplitWindowed final : public SplitOp {
       x_pieces_.assign(1, Tensor());
       return {owned_grad};
     }
-    std::vector<Tensor> dy_pieces(pieces_.size());
-    {
-      const Tensor dy = b.to_plain(dy_any);
-      dy_any = Tensor();
-      for (std::size_t k = 0; k < pieces_.size(); ++k) dy_pieces[k] = crop(b, dy, out_slab_, pieces_[k].out);
-    }
+    std::vector<Tensor> dy_pieces = crop_pieces(std::move(dy_any));
     Tensor local_grad = b.zeros(box_shape(dy_pieces[0].shape()[0], x_pieces_[0].shape()[1], plan.local));
     // Boundary pieces first: the halo positions get gradient only from them, so the reverse halo can
     // leave before the interior's input gradient and every weight gradient are computed.
@@ -133,6 +134,16 @@ class SplitWindowed final : public SplitOp {
   }
 
  private:
+  // Each piece's part of the output gradient (dy dropped once cut).
+  std::vector<Tensor> crop_pieces(Tensor dy_any) {
+    Backend& b = ctx_.backend;
+    std::vector<Tensor> dy_pieces(pieces_.size());
+    const Tensor dy = b.to_plain(dy_any);
+    dy_any = Tensor();
+    for (std::size_t k = 0; k < pieces_.size(); ++k) dy_pieces[k] = crop(b, dy, out_slab_, pieces_[k].out);
+    return dy_pieces;
+  }
+
   std::int64_t input_channels() const {
     return conv_ ? conv_->spec().in_channels : 1;  // pooling: any (it always splits)
   }
@@ -173,6 +184,7 @@ class SplitWindowed final : public SplitOp {
   }
 
   SplitContext& ctx_;
+  Layer& layer_;
   Convolution* conv_;
   Pooling* pool_;
   HaloExchange halo_;

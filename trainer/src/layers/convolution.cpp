@@ -69,6 +69,7 @@ std::vector<Tensor> Convolution::backward(const Tensor& dy) {
   Tensor dw = table().gradient(weight_);
   Tensor db = spec_.bias ? table().gradient(bias_) : Tensor();
   kernel_->backward_weights(x_, dy, dw, spec_.bias ? &db : nullptr);
+  if (!input_gradient()) return {Tensor()};
   return {kernel_->backward_data(dy, table().value(weight_))};
 }
 

@@ -61,6 +61,7 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     const TaskKind task = task_for_model(o.model);
     auto model = build_model(
         o.model, make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)}), mo);
+    model->set_input_gradient(false);  // as in training
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
     const data::Batch batch = synthetic_batch(*model, task, rng);
