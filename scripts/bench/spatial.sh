@@ -34,13 +34,20 @@ fi
 root_flag=()
 [ "$(id -u)" = 0 ] && root_flag=(--allow-run-as-root)
 
+# launch NP: the words that start NP ranks (mpirun, oversubscribed, unbound; none for one rank), in LAUNCH.
+launch() {
+  LAUNCH=()
+  if [ "$1" -gt 1 ]; then LAUNCH=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$1"); fi
+}
+
 # bench NP GRID BATCH SIZE [prefix...]: one --benchmark run of $MODEL; prints "step_ms rss_bytes virtual_bytes samples_per_s"
 # or "error". The details line of grid_benchmark_command carries the step time and the peaks.
 bench() {
   local np=$1 grid=$2 batch=$3 size=$4 name="spatial-${MODEL}-$1-${2//,/x}-b$3-s$4"
   shift 4
-  local cmd=("$TRAIN" --model "$MODEL" --benchmark "$STEPS" --grid "$grid" --batch "$batch" --input-size "$size" --threads 1)
-  if [ "$np" -gt 1 ]; then cmd=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "${cmd[@]}"); fi
+  launch "$np"
+  local cmd=("${LAUNCH[@]}" "$TRAIN" --model "$MODEL" --benchmark "$STEPS" --grid "$grid" --batch "$batch"
+    --input-size "$size" --threads 1)
   # stdin from /dev/null: mpirun forwards stdin to rank 0 and would eat a calling loop's input.
   if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo error; return; fi
   local step rss vm rate
@@ -85,9 +92,9 @@ if part memory; then
   train_rss() {  # train_rss NP [--grid G]: the run's peak RSS in bytes, or 0
     local np=$1 name="spatial-train-$1"
     shift
-    local cmd=("$TRAIN" --model cosmoflow --data "$TMP/train/data/train" --epochs 1 --batch 1 --optimizer sgd --seed 5
-      --prefetch-threads 1 --threads 1 --max-steps 4 --checkpoint "$TMP/train/ck-$np" "$@")
-    if [ "$np" -gt 1 ]; then cmd=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "${cmd[@]}"); fi
+    launch "$np"
+    local cmd=("${LAUNCH[@]}" "$TRAIN" --model cosmoflow --data "$TMP/train/data/train" --epochs 1 --batch 1
+      --optimizer sgd --seed 5 --prefetch-threads 1 --threads 1 --max-steps 4 --checkpoint "$TMP/train/ck-$np" "$@")
     if ! OMP_NUM_THREADS=1 timeout 1500 "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo 0; return; fi
     grep -oE '"peak_rss_bytes":[0-9]+' "$TMP/train/ck-$np/metrics.jsonl" | grep -oE '[0-9]+' | tail -1
   }
@@ -135,7 +142,8 @@ done
 for run in "cosmoflow 2" "cosmoflow 4" "unet3d 2" "unet3d 4"; do
   part model || break
   read -r MODEL np <<<"$run"
-  table=$("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$np" "$TRAIN" --model "$MODEL" --grid auto \
+  launch "$np"
+  table=$("${LAUNCH[@]}" "$TRAIN" --model "$MODEL" --grid auto \
     --explain --batch 1 --input-size 64 --threads 1 </dev/null 2>"$LOGS/spatial-explain-$MODEL-$np.err") || { record "$MODEL, $np ranks" spatial ms lower "error"; continue; }
   echo "$table" >"$LOGS/spatial-explain-$MODEL-$np.log"
   chosen=$(echo "$table" | awk '/<- chosen/ {print $1}')

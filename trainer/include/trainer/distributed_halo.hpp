@@ -46,6 +46,13 @@ struct WindowPiece {
   std::vector<std::int64_t> pad_lo, pad_hi;
 };
 WindowPiece window_piece(const Window& window, const SpatialBox& out, const SpatialBox& input_volume);
+// A convolution's or pooling's spec with a piece's padding: the kernel that computes that piece.
+template <class Spec>
+Spec with_padding_of(const WindowPiece& piece, Spec spec) {
+  spec.padding_lo = piece.pad_lo;
+  spec.padding_hi = piece.pad_hi;
+  return spec;
+}
 
 // Splits a rank's outputs `out` into pieces: first the interior, whose inputs lie inside `owned` (no
 // halo needed), then up to 2 per axis boundary pieces (onion order: the low and high slices of axis 0,

@@ -56,6 +56,9 @@ class SpatialPlan {
   const NodePlacement& output() const { return nodes_.at(output_); }
   // Whether input k of node `id` is redistributed before the layer reads it.
   bool redistributes(NodeId id, std::size_t k) const;
+  // Whether node `id` reads the model input as loaded (the slab with its consumers' halo): a windowed
+  // layer then takes its halo from the file, not from a peer.
+  bool reads_loaded_input(NodeId id) const { return input_of(id, 0) == 0 && !redistributes(id, 0); }
 
   // One line per node: its layer, output shape, how it is split and what is redistributed into it.
   std::string describe(const Model& model) const;

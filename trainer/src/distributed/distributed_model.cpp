@@ -85,8 +85,7 @@ std::unique_ptr<SplitOp> make_split_op(SplitContext& ctx, Model& model, NodeId i
   if (in.placement == Placement::kSplitFlat)
     return make_split_flat_linear(ctx, layer, reads, model.shape(model.node_inputs(first_input).at(0))[1]);
   if (node.window) {
-    const bool loaded = first_input == model.input() && !ctx.plan.redistributes(id, 0);
-    const SpatialBox given = loaded ? input_box : reads.owned(ctx.grid.coords());
+    const SpatialBox given = ctx.plan.reads_loaded_input(id) ? input_box : reads.owned(ctx.grid.coords());
     return make_split_windowed(ctx, layer, id, reads, node.partition, *node.window, given);
   }
   if (dynamic_cast<BatchNorm*>(&layer)) return make_split_batch_norm(ctx, layer, reads);

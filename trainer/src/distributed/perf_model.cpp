@@ -103,24 +103,24 @@ bool split_windowed(const Model& model, const SpatialPlan& plan, NodeId id) {
   return plan.node(id).window && plan.node(model.node_inputs(id).at(0)).placement == Placement::kSplit;
 }
 
-// A windowed layer that reads the model input as loaded gets its halo from the file, not from a peer.
-bool reads_loaded_input(const Model& model, const SpatialPlan& plan, NodeId id) {
-  return model.node_inputs(id).at(0) == model.input() && !plan.redistributes(id, 0);
+// The halo plan of a split windowed node on the rank at `coords`.
+HaloPlan node_halo(const SpatialPlan& plan, NodeId id, const std::vector<int>& coords) {
+  const NodePlacement& node = plan.node(id);
+  return make_halo_plan(*node.window, node.inputs.at(0), node.partition, coords);
 }
 
-// The pieces the run cuts a split windowed node into on the rank at `coords` (split_windowed.cpp): one
-// when it does not overlap its halo.
-std::vector<WindowPiece> run_pieces(Model& model, const SpatialPlan& plan, NodeId id, const std::vector<int>& coords,
-                                    bool overlap) {
+// The pieces the run cuts a split windowed node into on the rank at `coords` with halo plan `halo`
+// (split_windowed.cpp): one when it does not overlap its halo.
+std::vector<WindowPiece> run_pieces(Model& model, const SpatialPlan& plan, NodeId id, const HaloPlan& halo,
+                                    const std::vector<int>& coords, bool overlap) {
   const NodePlacement& node = plan.node(id);
-  const HaloPlan halo = make_halo_plan(*node.window, node.inputs.at(0), node.partition, coords);
   const Layer& layer = *model.node_layer(id);
   std::int64_t channels = 1, weights = 0;  // pooling: always worth cutting
   if (const auto* conv = dynamic_cast<const Convolution*>(&layer)) {
     channels = conv->spec().in_channels;
     weights = model.parameters().parameters().at(conv->parameter_handles()[0].index).shape.numel();
   }
-  const bool exchanges = halo.exchanges() && !reads_loaded_input(model, plan, id);
+  const bool exchanges = halo.exchanges() && !plan.reads_loaded_input(id);
   const SpatialBox out = node.partition.owned(coords);
   return window_pieces(*node.window, out, halo.owned, node.inputs.at(0).whole(),
                        overlaps_in_pieces(overlap, exchanges, halo.owned.volume() * channels, weights));
@@ -195,6 +195,27 @@ MachineCosts measure_machine_costs(Communicator& world) {
   return MachineCosts{figures[0], figures[1], figures[2]};
 }
 
+// The best of rounds 2 and 3 of forward(), then backward(dy) on a random gradient made untimed (the first
+// round builds the backend's primitives for these shapes and is not counted); every kernel finished
+// before the clock is read.
+template <class Forward, class Backward>
+LayerCost best_of_rounds(Backend& b, std::uint32_t seed, Forward forward, Backward backward) {
+  LayerCost best{1e9, 1e9};
+  for (int round = 0; round < 3; ++round) {
+    auto t = Clock::now();
+    const Tensor y = forward();
+    b.synchronize();
+    const double forward_s = since(t);
+    const Tensor dy = b.to_device(random_plain(y.shape(), seed));
+    t = Clock::now();
+    backward(dy);
+    b.synchronize();
+    const double backward_s = since(t);
+    if (round > 0) best = {std::min(best.forward_s, forward_s), std::min(best.backward_s, backward_s)};
+  }
+  return best;
+}
+
 std::string LayerTimer::key(NodeId node, const std::vector<Shape>& inputs) {
   std::string k = std::to_string(node);
   for (const auto& s : inputs) k += " " + s.to_string();
@@ -208,18 +229,9 @@ LayerCost LayerTimer::measure(NodeId node, const std::vector<Shape>& inputs) {
   std::vector<Tensor> xs;
   for (std::size_t i = 0; i < inputs.size(); ++i)
     xs.push_back(random_plain(inputs[i], static_cast<std::uint32_t>(node * 7 + i)));
-  LayerCost best{1e9, 1e9};
-  // The first round builds the backend's primitives for this shape and is not counted.
-  for (int round = 0; round < 3; ++round) {
-    auto t = Clock::now();
-    Tensor y = layer.forward(xs, Mode::Train);
-    const double forward = since(t);
-    Tensor dy = random_plain(y.shape(), static_cast<std::uint32_t>(node));
-    t = Clock::now();
-    layer.backward(dy);
-    const double backward = since(t);
-    if (round > 0) best = {std::min(best.forward_s, forward), std::min(best.backward_s, backward)};
-  }
+  const LayerCost best = best_of_rounds(
+      model_.backend(), static_cast<std::uint32_t>(node), [&] { return layer.forward(xs, Mode::Train); },
+      [&](const Tensor& dy) { layer.backward(dy); });
   cache_[k] = best;
   return best;
 }
@@ -248,10 +260,7 @@ LayerCost LayerTimer::measure_piece(NodeId node, std::int64_t n, const WindowPie
   std::unique_ptr<PoolingKernel> pool_kernel;
   Tensor w, bias, dw, db;
   if (conv) {
-    ConvolutionSpec spec = conv->spec();
-    spec.padding_lo = piece.pad_lo;
-    spec.padding_hi = piece.pad_hi;
-    conv_kernel = b.make_convolution(spec);
+    conv_kernel = b.make_convolution(with_padding_of(piece, conv->spec()));
     const auto& handles = conv->parameter_handles();
     w = table.value(handles[0]);
     dw = b.zeros(w.shape());
@@ -260,31 +269,22 @@ LayerCost LayerTimer::measure_piece(NodeId node, std::int64_t n, const WindowPie
       db = b.zeros(bias.shape());
     }
   } else {
-    PoolingSpec spec = pool->spec();
-    spec.padding_lo = piece.pad_lo;
-    spec.padding_hi = piece.pad_hi;
-    pool_kernel = b.make_pooling(spec);
+    pool_kernel = b.make_pooling(with_padding_of(piece, pool->spec()));
   }
-  LayerCost best{1e9, 1e9};
-  // As measure(): the first round builds the primitives and is not counted.
-  for (int round = 0; round < 3; ++round) {
-    auto t = Clock::now();
-    const Tensor y =
-        conv ? conv_kernel->forward(x, w, bias.defined() ? &bias : nullptr) : pool_kernel->forward(x, Mode::Train);
-    b.synchronize();
-    const double forward = since(t);
-    const Tensor dy = b.to_device(random_plain(y.shape(), static_cast<std::uint32_t>(node)));
-    t = Clock::now();
-    if (conv) {
-      conv_kernel->backward_data(dy, w);
-      conv_kernel->backward_weights(x, dy, dw, db.defined() ? &db : nullptr);
-    } else {
-      pool_kernel->backward(dy);
-    }
-    b.synchronize();
-    const double backward = since(t);
-    if (round > 0) best = {std::min(best.forward_s, forward), std::min(best.backward_s, backward)};
-  }
+  const LayerCost best = best_of_rounds(
+      b, static_cast<std::uint32_t>(node),
+      [&] {
+        return conv ? conv_kernel->forward(x, w, bias.defined() ? &bias : nullptr)
+                    : pool_kernel->forward(x, Mode::Train);
+      },
+      [&](const Tensor& dy) {
+        if (!conv) {
+          pool_kernel->backward(dy);
+          return;
+        }
+        conv_kernel->backward_data(dy, w);
+        conv_kernel->backward_weights(x, dy, dw, db.defined() ? &db : nullptr);
+      });
   cache_[k] = best;
   return best;
 }
@@ -362,7 +362,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       std::string k = LayerTimer::key(id, shapes);
       work.emplace(std::move(k), Timing{id, std::move(shapes), std::nullopt, n});
       if (!split_windowed(model, *plans[g], id)) continue;
-      const auto pieces = run_pieces(model, *plans[g], id, origin, o.overlap);
+      const auto pieces = run_pieces(model, *plans[g], id, node_halo(*plans[g], id, origin), origin, o.overlap);
       if (pieces.size() < 2) continue;
       for (const auto& piece : pieces) work.emplace(LayerTimer::piece_key(id, n, piece), Timing{id, {}, piece, n});
     }
@@ -405,7 +405,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       double interior_forward = 0;
       bool cut = false;
       if (split_windowed(model, plan, id)) {
-        const auto pieces = run_pieces(model, plan, id, origin, o.overlap);
+        const HaloPlan halo = node_halo(plan, id, origin);
+        const auto pieces = run_pieces(model, plan, id, halo, origin, o.overlap);
         if (pieces.size() > 1) {
           LayerCost sum;
           for (const auto& piece : pieces) {
@@ -416,8 +417,6 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
           }
           const NodeId producer = model.node_inputs(id).at(0);
           const double unit = static_cast<double>(n * model.shape(producer)[1]) * kFloat;
-          const HaloPlan halo =
-              make_halo_plan(*plan.node(id).window, plan.node(id).inputs.at(0), plan.node(id).partition, origin);
           const double assembly = costs.copy(2 * bytes_of(local_output(model, plan, id, origin, n)));
           cut = pieces_pay(c, sum, interior_forward, halo_transfer_s(halo, unit, costs), assembly);
           if (cut) c = sum;
@@ -431,7 +430,6 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       largest = std::max(largest, out_bytes);
       const NodePlacement& node = plan.node(id);
       const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
-      const Partition& reads = node.inputs.at(0);
       // Redistributions into this layer: the busiest rank's receipts (there and back).
       for (std::size_t k = 0; k < node.inputs.size() && spatial > 1; ++k) {
         if (!plan.redistributes(id, k)) continue;
@@ -459,15 +457,15 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
           double worst_exposed = 0, worst_copy = 0, worst_bytes = 0, worst_saved = 0;
           for (int r = 0; r < spatial; ++r) {
             const auto coords = grid_coords(grid, r);
-            const HaloPlan halo = make_halo_plan(*node.window, reads, node.partition, coords);
+            const HaloPlan halo = node_halo(plan, id, coords);
             const double unit = static_cast<double>(n) * channels * kFloat;
             worst_saved = std::max(worst_saved, static_cast<double>(halo.local.volume()) * unit);
-            if (!halo.exchanges() || reads_loaded_input(model, plan, id)) continue;
+            if (!halo.exchanges() || plan.reads_loaded_input(id)) continue;
             const double received = static_cast<double>(halo.halo_volume()) * unit;
             const double sent = static_cast<double>(halo.send_volume()) * unit;
             const double transfer = halo_transfer_s(halo, unit, costs);
             const SpatialBox owned_out = node.partition.owned(coords);
-            const auto pieces = run_pieces(model, plan, id, coords, o.overlap && cut);
+            const auto pieces = run_pieces(model, plan, id, halo, coords, o.overlap && cut);
             // The interior's time on this rank: measured on the first rank, scaled by its share elsewhere.
             const double interior = pieces.size() < 2 ? 0.0
                                     : r == 0          ? interior_forward

@@ -33,17 +33,8 @@ class SplitWindowed final : public SplitOp {
                       overlaps_in_pieces(ctx.options.overlap && !ctx.options.one_kernel_layers.contains(layer.name()),
                                          plan.exchanges() && !preloaded_, slab_floats, weight_floats()));
     for (const auto& piece : pieces_) {
-      if (conv_) {
-        ConvolutionSpec spec = conv_->spec();
-        spec.padding_lo = piece.pad_lo;
-        spec.padding_hi = piece.pad_hi;
-        conv_kernels_.push_back(ctx.backend.make_convolution(spec));
-      } else {
-        PoolingSpec spec = pool_->spec();
-        spec.padding_lo = piece.pad_lo;
-        spec.padding_hi = piece.pad_hi;
-        pool_kernels_.push_back(ctx.backend.make_pooling(spec));
-      }
+      if (conv_) conv_kernels_.push_back(ctx.backend.make_convolution(with_padding_of(piece, conv_->spec())));
+      else pool_kernels_.push_back(ctx.backend.make_pooling(with_padding_of(piece, pool_->spec())));
     }
   }
 

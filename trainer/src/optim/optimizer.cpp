@@ -67,14 +67,11 @@ std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state()
   for (const auto& [name, arena] : state_) {
     // This rank's part in place in a host copy of the whole arena, then every other part gathered into it
     // (host memory: over MPI on GPUs too), so one whole copy exists at a time.
+    // (Unsharded, part() is the whole arena.)
     const Tensor host = backend_.to_host(arena);
-    std::vector<float> whole(group_ ? count_ : 0);
-    if (group_) {
-      std::copy(host.data(), host.data() + host.numel(), whole.begin() + static_cast<std::ptrdiff_t>(part_.begin));
-      group_->gather(whole.data(), part_sizes_);
-    } else {
-      whole.assign(host.data(), host.data() + host.numel());
-    }
+    std::vector<float> whole(count_);
+    std::copy(host.data(), host.data() + host.numel(), whole.begin() + static_cast<std::ptrdiff_t>(part_.begin));
+    if (group_) group_->gather(whole.data(), part_sizes_);
     out.emplace_back(name, std::move(whole));
   }
   return out;
