@@ -66,6 +66,15 @@ TEST(SplitModels, CosmoFlowWithLayersAsOneKernel) {
   DistributedOptions mixed;
   mixed.one_kernel_layers = {"conv_blocks.1.conv"};
   expect_exact("cosmoflow 32^3 one kernel for one layer", builder("cosmoflow", 32), 1, {{1, {2, 1, 1}}}, mixed);
+  // Both ways are exact, so exactness alone cannot tell whether the name was honoured: count the kernels.
+  if (testing::world().size() != 2) return;
+  auto model = builder("cosmoflow", 32)(1);
+  ProcessGrid grid(testing::world(), GridShape{1, {2, 1, 1}});
+  DistributedModel by_default(*model, grid, {}), named(*model, grid, mixed);
+  EXPECT_GT(by_default.kernels_of("conv_blocks.1.conv"), 1u);
+  EXPECT_EQ(named.kernels_of("conv_blocks.1.conv"), 1u);
+  for (const char* other : {"conv_blocks.0.conv", "conv_blocks.2.conv", "conv_blocks.3.conv"})
+    EXPECT_EQ(named.kernels_of(other), by_default.kernels_of(other)) << other;
 }
 
 TEST(SplitModels, EveryLayerAsOneKernelWithoutOverlap) {

@@ -74,6 +74,9 @@ class DistributedModel {
   Tensor backward(const Tensor& dy);
   // As Model::set_gradient_ready_hook: called after each layer's backward, in backward order.
   void set_gradient_ready_hook(Model::GradientReadyHook hook) { gradient_ready_ = std::move(hook); }
+  // Kernels the layer named `layer` runs per forward on this rank: its interior and boundary pieces when
+  // it overlaps its halo, else 1 (throws std::out_of_range for a name the model lacks).
+  std::size_t kernels_of(const std::string& layer) const;
 
  private:
   Model& model_;

@@ -133,6 +133,12 @@ DistributedModel::DistributedModel(Model& model, ProcessGrid& grid, DistributedO
 
 DistributedModel::~DistributedModel() = default;
 
+std::size_t DistributedModel::kernels_of(const std::string& layer) const {
+  for (NodeId id = 1; id < model_.node_count(); ++id)
+    if (const Layer* l = model_.node_layer(id); l && l->name() == layer) return ops_[id]->kernels();
+  throw std::out_of_range("no layer named " + layer);
+}
+
 SpatialBox DistributedModel::output_slab() const {
   return output_split() ? plan_.output().partition.owned(grid_.coords()) : SpatialBox{};
 }

@@ -38,6 +38,8 @@ class SplitOp {
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
   // One gradient per input, over that input's slab. Takes dy by value: an op may drop it early.
   virtual std::vector<Tensor> backward(Tensor dy) = 0;
+  // Kernels one forward runs: an overlapped windowed layer its interior and boundary pieces, any other one.
+  virtual std::size_t kernels() const { return 1; }
 };
 
 // Moves one input of a layer from its producer's split to the split the layer reads (forward) and its

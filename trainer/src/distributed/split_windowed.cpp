@@ -38,6 +38,8 @@ class SplitWindowed final : public SplitOp {
     }
   }
 
+  std::size_t kernels() const override { return pieces_.size(); }
+
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override {
     Backend& b = ctx_.backend;
     const HaloPlan& plan = halo_.plan();
