@@ -354,46 +354,9 @@ source "$HELPERS/remote.sh"
 remote_rows
 
 # --- trainer: fanstore-train vs PyTorch --------------------------------------------------------------------------
-# model|batch|input size. Inputs are smaller than MLPerf's (ResNet-50 224, CosmoFlow/U-Net 128^3) where a step
-# would take minutes on 2 cores; both sides always run the same sizes. U-Net needs >= 64^3 (5 downsamplings).
-if [ $QUICK = 1 ]; then TRAIN_CASES=("resnet50|2|32" "cosmoflow|1|32"); ITERS=2
-else TRAIN_CASES=("resnet50|8|224" "cosmoflow|2|64" "unet3d|1|64"); ITERS=2; fi
-THREADS=$(nproc)
-log "trainer: ${TRAIN_CASES[*]} on $THREADS threads"
-note trainer "CPU, $THREADS threads, synthetic inputs, $ITERS timed iterations after 1 warm-up. Train = forward + loss + backward + SGD-momentum step; inference = forward only. PyTorch: scripts/bench/torch_models.py (torchvision resnet50; MLPerf CosmoFlow; MLPerf 3D U-Net with instance norm)$([ $QUICK = 1 ] && echo "; --quick skips the 3D U-Net (one 64^3 training step takes ~10 s here)")."
-# PyTorch: one process for all models (importing torch costs seconds on this machine).
-torch_args=(--threads "$THREADS" --iters "$ITERS" --warmup 1)
-for c in "${TRAIN_CASES[@]}"; do
-  IFS='|' read -r model batch size <<<"$c"
-  torch_args+=(--model "$model" --batch "$batch" --input-size "$size")
-done
-tout_py=$(timeout "$STEP_TIMEOUT" $PY "$HELPERS/torch_models.py" "${torch_args[@]}" 2>"$LOGS/torch.log") || true
-echo "$tout_py" >>"$LOGS/torch.log"
-for c in "${TRAIN_CASES[@]}"; do
-  IFS='|' read -r model batch size <<<"$c"
-  dims="${size}^2"; [ "$model" != resnet50 ] && dims="${size}^3"
-  if [ $HAVE_TRAIN = 1 ]; then
-    # Its output: "train: X samples/s, inference: Y samples/s".
-    tout=$(timeout "$STEP_TIMEOUT" "$TRAIN" --model "$model" --benchmark $ITERS --batch "$batch" --input-size "$size" \
-      --threads "$THREADS" --device cpu 2>&1) || tout="FAILED: $tout"
-    echo "$tout" >"$LOGS/train-$model.log"
-  fi
-  for mode in train infer; do
-    case_name="$model $mode (batch $batch, $dims)"
-    v=$(echo "$tout_py" | awk -F, -v m="$model" -v p="$mode" '$1 == m && $2 == p {print $6}')
-    record trainer "$case_name" pytorch samples/s higher "${v:-error (logs/torch.log)}"
-    if [ $HAVE_TRAIN = 1 ]; then
-      v=$(echo "$tout" | grep -oiE "${mode}[a-z]*: *[0-9]+(\.[0-9]+)? *samples/s" | head -1 | grep -oE '[0-9]+(\.[0-9]+)?' | head -1 || true)
-      record trainer "$case_name" fanstore-train samples/s higher "${v:-error (logs/train-$model.log)}"
-    else
-      record trainer "$case_name" fanstore-train samples/s higher "$NA_TRAIN"
-    fi
-  done
-done
-if [ $QUICK = 1 ]; then
-  record trainer "unet3d train/infer" pytorch samples/s higher "skipped in --quick"
-  record trainer "unet3d train/infer" fanstore-train samples/s higher "skipped in --quick"
-fi
+# Its own script (scripts/bench/trainer.sh, runnable alone); about 2 minutes on 2 cores, ~1 with --quick.
+log "trainer: fanstore-train vs PyTorch"
+BUILD_DIR=$BUILD_DIR bash "$HELPERS/trainer.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "trainer: failed (see $LOGS/train-*.log)"
 
 # --- microbench: fanstore-microbench (Google Benchmark): the core's and the interposer's hot paths ---------------
 microbench_section() {
