@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <memory_resource>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -298,6 +299,28 @@ TEST(Conformance, ElementwiseCopiesAndDropout) {
   EXPECT_EQ(error_ratio(down(cat), reference::concat_channels({c1, c2}), 1e-7), 0.0) << "concat";
   const auto parts = be().split_channels(cat, {2, 3});
   EXPECT_EQ(error_ratio(down(parts[1]), c2, 1e-7), 0.0) << "split";
+}
+
+TEST(Conformance, InputUploads) {
+  // Batches assembled in the backend's input memory (page-locked on a GPU) and uploaded while the
+  // kernels queued before them still run (the training loop's next batch): each arrives bit for bit,
+  // and the work queued after the upload sees all of it.
+  Rng rng(31);
+  const Shape s{2, 4, 16, 16, 16};
+  Tensor work = up(random_tensor(s, rng));
+  for (int round = 0; round < 3; ++round) {
+    std::pmr::vector<float> batch(static_cast<std::size_t>(s.numel()), be().input_memory());
+    const Tensor values = random_tensor(s, rng);
+    std::memcpy(batch.data(), values.data(), values.bytes());
+    for (int i = 0; i < 8; ++i) be().axpby(0.5f, work, 0.5f, work);  // a step's kernels, queued first
+    const Tensor input = be().upload(Tensor::view(s, batch.data()));
+    EXPECT_EQ(input.device(), be().device());
+    Tensor y = be().zeros(s);
+    be().axpby(1.f, input, 0.f, y);
+    const Tensor arrived = down(y);  // waits for the queue
+    EXPECT_EQ(std::memcmp(arrived.data(), batch.data(), values.bytes()), 0) << "upload " << round;
+    EXPECT_TRUE(be().idle()) << "idle after the queue ran dry";
+  }
 }
 
 TEST(Conformance, NormalisationStatistics) {

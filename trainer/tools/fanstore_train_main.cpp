@@ -59,7 +59,10 @@ int main(int argc, char** argv) {
   app.add_option("--precision", train.precision,
                  "fp32, or bf16/fp16 activations with fp32 master weights (CUDA only; fp16 with dynamic loss scaling)")
       ->capture_default_str();
-  app.add_option("--prefetch-threads", train.prefetch_threads, "Data decoding threads")->capture_default_str();
+  app.add_option("--prefetch-threads", train.prefetch_threads,
+                 "Data decoding threads (0 = sized to the node: 2 on the CPU; on a GPU the rank's share of the "
+                 "node's cores less one, 2 to 32)")
+      ->capture_default_str();
   app.add_option("--checkpoint", train.checkpoint_dir,
                  "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
                  "named in the first line of output");

@@ -19,15 +19,20 @@ Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> i
   const std::size_t target_size = layout.target_elements();
   const bool integer_targets = layout.target_kind != TargetKind::kRegression;
 
-  Batch batch;
-  batch.number = batch_number;
-  batch.sample_indices.assign(indices.begin(), indices.end());
-  batch.input_shape = {static_cast<std::int64_t>(count)};
-  batch.input_shape.insert(batch.input_shape.end(), layout.input_shape.begin(), layout.input_shape.end());
-  batch.target_kind = layout.target_kind;
-  batch.target_shape = {static_cast<std::int64_t>(count)};
-  batch.target_shape.insert(batch.target_shape.end(), layout.target_shape.begin(), layout.target_shape.end());
-  batch.input.resize(count * input_size);
+  std::vector<std::int64_t> input_shape = {static_cast<std::int64_t>(count)};
+  input_shape.insert(input_shape.end(), layout.input_shape.begin(), layout.input_shape.end());
+  std::vector<std::int64_t> target_shape = {static_cast<std::int64_t>(count)};
+  target_shape.insert(target_shape.end(), layout.target_shape.begin(), layout.target_shape.end());
+  // The input is made in place with its memory resource (a pmr vector assigned later would keep the default one).
+  std::pmr::memory_resource* memory = options_.input_memory ? options_.input_memory : std::pmr::get_default_resource();
+  Batch batch{.number = batch_number,
+              .sample_indices = {indices.begin(), indices.end()},
+              .input_shape = std::move(input_shape),
+              .input = std::pmr::vector<float>(count * input_size, memory),
+              .target_kind = layout.target_kind,
+              .target_shape = std::move(target_shape),
+              .target_values = {},
+              .target_labels = {}};
   if (integer_targets) {
     batch.target_labels.resize(count * target_size);
   } else {

@@ -46,6 +46,13 @@ void Prefetcher::worker_loop() {
   }
 }
 
+bool Prefetcher::wait_ready(std::chrono::microseconds timeout) {
+  if (workers_.empty()) return true;
+  std::unique_lock lock(mutex_);
+  return batch_ready_.wait_for(
+      lock, timeout, [&] { return next_to_hand_out_ >= batches_.size() || finished_.count(next_to_hand_out_) != 0; });
+}
+
 std::optional<Batch> Prefetcher::next() {
   if (workers_.empty()) {  // threads = 0: decode here, in order
     if (next_to_hand_out_ >= batches_.size()) return std::nullopt;

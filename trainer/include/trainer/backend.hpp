@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,20 @@ class Backend {
   // Waits for queued work (a no-op on the in-order CPU stream; the GPU stream otherwise). Timing
   // code calls it before reading the clock.
   virtual void synchronize() = 0;
+  // True when no queued work is left: always on the CPU, a GPU stream that has run dry. The training
+  // loop asks while it waits for a batch, to count only the time the device sat idle as input stall.
+  virtual bool idle() { return true; }
+
+  // ---- Input batches ----
+  // Host memory for the batches the training loop uploads: page-locked on a GPU (the upload is then a
+  // DMA that runs beside the kernels; freed blocks are kept for the next batches), ordinary on the
+  // CPU. Thread-safe (the prefetch threads allocate); it lives as long as the backend.
+  virtual std::pmr::memory_resource* input_memory() { return std::pmr::new_delete_resource(); }
+  // The plain host tensor `t` on this device (t itself on the CPU). On a GPU the copy runs on a stream
+  // of its own and the work queued after this call waits for it, not the work queued before: called
+  // once a step's kernels are queued, it overlaps them. t's memory must stay as it is until the next
+  // synchronize() returns.
+  virtual Tensor upload(const Tensor& t) { return to_device(t); }
 
   Tensor zeros(const Shape& shape, DType dtype = DType::F32);
   // Same shape, dtype and layout as t, zero-filled, on this device.

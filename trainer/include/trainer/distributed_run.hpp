@@ -34,8 +34,9 @@ class GridRun {
   // halo, and the labels of its output slab. Empty: whole samples.
   std::optional<SlabRead> slab_read() const;
 
-  // The batch's input (this rank's box of it) through the model; the output plain on the device.
-  Tensor forward(const data::Batch& batch, Mode mode);
+  // A batch's input (this rank's box of it, on the device: upload_input, InputFeed) through the model;
+  // the output plain on the device.
+  Tensor forward(const Tensor& input, Mode mode);
   LossResult loss(TaskKind task, const Tensor& output, const data::Batch& batch);
   // Writes this rank's share of the parameter gradients (see DistributedModel).
   void backward(const Tensor& dy);

@@ -1,5 +1,5 @@
 // What fanstore-train does when an option is left out: the learning rate (scaled to the global
-// batch), the warm-up, and the directory that takes the checkpoint and metrics.
+// batch), the warm-up, the decoding threads, and the directory that takes the checkpoint and metrics.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,16 @@ double default_learning_rate(const std::string& optimizer, std::int64_t global_b
 // --warmup-epochs when none is given: a linear warm-up over 10% of the run, at most 5 epochs
 // (Goyal et al. warm up for 5 of 90 epochs), so the scaled rate is reached gradually.
 double default_warmup_epochs(int epochs);
+
+// --prefetch-threads 0 (the default): on the CPU 2, since the compute threads take the cores; on a GPU
+// this rank's share of the node's cores less the one that drives the GPU, at least 2 and at most 32.
+// The share: the CPUs the rank may run on (sched_getaffinity), divided by the ranks on the node
+// (`node_local_ranks`, -1: unknown) when the rank is not bound to a part of the node.
+// `requested` > 0 is taken as it is.
+int decode_threads(int requested, bool gpu, int affinity_cpus, int online_cpus, int node_local_ranks);
+// The same for this process: its affinity, the online CPUs and the launcher's node-local rank count
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MV2_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE).
+int decode_threads(int requested, bool gpu);
 
 // The checkpoint directory when --checkpoint is left out: "run-<model>-<YYYYmmdd-HHMMSS>" (local
 // time) in the current directory, so runs never overwrite each other.

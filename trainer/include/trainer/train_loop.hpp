@@ -27,9 +27,9 @@ struct TrainOptions {
   std::optional<double> warmup_epochs;  // none = default_warmup_epochs()
   std::string schedule = "cosine";      // decay after the warm-up: constant, cosine or poly
   int threads = 0;                      // oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)
-  int prefetch_threads = 2;
-  std::string device = "auto";     // auto, cpu or cuda (device_selection.hpp)
-  std::string precision = "fp32";  // fp32, bf16 or fp16 (precision.hpp); not fp32 needs a GPU
+  int prefetch_threads = 0;             // 0: sized to the node (decode_threads in run_defaults.hpp)
+  std::string device = "auto";          // auto, cpu or cuda (device_selection.hpp)
+  std::string precision = "fp32";       // fp32, bf16 or fp16 (precision.hpp); not fp32 needs a GPU
   bool resume = false;
   std::int64_t input_size = 0;  // resnet50 image edge (volumes take theirs from the files)
   std::int64_t classes = 0;

@@ -55,6 +55,20 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override { FS_CHECK(cudaStreamSynchronize(ctx_->stream())); }
+  bool idle() override {
+    const cudaError_t status = cudaStreamQuery(ctx_->stream());
+    if (status == cudaErrorNotReady) return false;
+    FS_CHECK(status);
+    return true;
+  }
+
+  std::pmr::memory_resource* input_memory() override { return ctx_->input_memory(); }
+  Tensor upload(const Tensor& t) override {
+    if (t.device() != Device::Host || !t.is_plain())
+      throw std::invalid_argument("upload: needs a plain host tensor, got one in " +
+                                  std::string(device_name(t.device())) + " memory");
+    return ctx_->upload(t, ctx_);
+  }
 
   Tensor cast(const Tensor& t, DType to) override {
     require_device(t, "cast", "tensor");

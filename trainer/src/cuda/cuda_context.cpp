@@ -6,11 +6,31 @@
 
 namespace fanstore::trainer::cuda {
 
+namespace {
+
+// Page-locked memory usable from any context; made by the prefetch threads, whose current device must be
+// ours first (a thread's first CUDA call would otherwise create a context on device 0).
+void* pinned(int device, std::size_t bytes) {
+  FS_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  FS_CHECK(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocPortable));
+  return p;
+}
+
+}  // namespace
+
 CudaContext::CudaContext(int device, Precision precision, bool channels_last, bool deterministic)
-    : device_(device), precision_(precision), channels_last_(channels_last), deterministic_(deterministic) {
+    : device_(device),
+      precision_(precision),
+      channels_last_(channels_last),
+      deterministic_(deterministic),
+      input_memory_([device](std::size_t bytes) { return pinned(device, bytes); },
+                    [](void* p, std::size_t) { cudaFreeHost(p); }) {
   FS_CHECK(cudaSetDevice(device_));
   FS_CHECK(cudaGetDeviceProperties(&properties_, device_));
   FS_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FS_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  FS_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   FS_CHECK(cudnnCreate(&cudnn_));
   FS_CHECK(cudnnSetStream(cudnn_, stream_));
   FS_CHECK(cublasLtCreate(&cublaslt_));
@@ -26,9 +46,12 @@ CudaContext::CudaContext(int device, Precision precision, bool channels_last, bo
 CudaContext::~CudaContext() {
   // Destructors must not throw: release what was made, ignoring errors of a dying context.
   if (stream_) cudaStreamSynchronize(stream_);
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);
   if (workspace_) cudaFree(workspace_);
   if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (cudnn_) cudnnDestroy(cudnn_);
+  if (copied_) cudaEventDestroy(copied_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -39,6 +62,21 @@ std::shared_ptr<Storage> CudaContext::allocate(std::size_t bytes, const std::sha
   FS_CHECK(cudaMemsetAsync(p, 0, size, stream_));
   std::shared_ptr<CudaContext> keep = self;
   return std::make_shared<Storage>(Device::Cuda, p, bytes, [keep](void* q) { cudaFreeAsync(q, keep->stream()); });
+}
+
+Tensor CudaContext::upload(const Tensor& t, const std::shared_ptr<CudaContext>& self) {
+  // Allocated on the copy stream, not the kernel stream (that would make the copy wait for the step queued
+  // there), and not zeroed: the copy writes every byte. Freed on the kernel stream, which waited for the copy.
+  void* p = nullptr;
+  const std::size_t bytes = t.bytes();
+  FS_CHECK(cudaMallocAsync(&p, std::max<std::size_t>(bytes, 1), copy_stream_));
+  FS_CHECK(cudaMemcpyAsync(p, t.raw(), bytes, cudaMemcpyHostToDevice, copy_stream_));
+  FS_CHECK(cudaEventRecord(copied_, copy_stream_));
+  FS_CHECK(cudaStreamWaitEvent(stream_, copied_, 0));
+  std::shared_ptr<CudaContext> keep = self;
+  auto storage =
+      std::make_shared<Storage>(Device::Cuda, p, bytes, [keep](void* q) { cudaFreeAsync(q, keep->stream()); });
+  return Tensor::on_storage(std::move(storage), t.shape(), t.dtype());
 }
 
 void* CudaContext::workspace(std::size_t bytes) {

@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "trainer/precision.hpp"
+#include "trainer/recycling_memory.hpp"
 #include "trainer/tensor.hpp"
 
 namespace fanstore::trainer::cuda {
@@ -23,6 +24,8 @@ class CudaContext {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // The input batches' stream: their uploads run on it beside the kernels of the step before.
+  cudaStream_t copy_stream() const { return copy_stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
   const cudaDeviceProp& properties() const { return properties_; }
@@ -35,6 +38,11 @@ class CudaContext {
   std::shared_ptr<Storage> allocate(std::size_t bytes, const std::shared_ptr<CudaContext>& self);
   // At least `bytes` of scratch, valid until the next call (all kernels run in order on one stream).
   void* workspace(std::size_t bytes);
+  // `t` (plain, host) copied to new device memory on the copy stream; the kernel stream waits for the
+  // copy before the work queued after this call.
+  Tensor upload(const Tensor& t, const std::shared_ptr<CudaContext>& self);
+  // Page-locked host memory for input batches (RecyclingMemory over cudaHostAlloc).
+  std::pmr::memory_resource* input_memory() { return &input_memory_; }
   std::size_t workspace_limit() const { return workspace_limit_; }
 
   // Convolution algorithms found once per (operation, shapes, layout, type) key, shared by every
@@ -51,6 +59,8 @@ class CudaContext {
   Precision precision_;
   bool channels_last_, deterministic_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t copied_ = nullptr;  // recorded after each upload, waited for by stream_
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   cudaDeviceProp properties_{};
@@ -58,6 +68,7 @@ class CudaContext {
   std::size_t workspace_bytes_ = 0;
   std::size_t workspace_limit_ = 0;
   std::unordered_map<std::string, Algorithm> algorithms_;
+  RecyclingMemory input_memory_;
 };
 
 }  // namespace fanstore::trainer::cuda

@@ -1,25 +1,14 @@
 // The training loop's view of a model on a grid: the split path (DistributedModel) or the plain one.
 #include "trainer/distributed_run.hpp"
 
-#include <cstring>
-
 #include "trainer/distributed_losses.hpp"
 
 namespace fanstore::trainer {
-namespace {
-
-Tensor host_input(const data::Batch& batch) {
-  Tensor x = Tensor::zeros(Shape(batch.input_shape));
-  std::memcpy(x.data(), batch.input.data(), batch.input.size() * sizeof(float));
-  return x;
-}
-
-}  // namespace
 
 GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved, const GridOptions& options)
     : model_(model), world_(world), shape_(resolved.shape), shard_state_(options.shard_state) {
   check_grid_ranks(shape_, world.size());
-  model.set_input_gradient(false);  // training reads no gradient of the model input
+  model.set_input_gradient(false);                      // training reads no gradient of the model input
   if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
   grid_ = std::make_unique<ProcessGrid>(world, shape_);
   split_ = std::make_unique<DistributedModel>(
@@ -40,10 +29,9 @@ std::optional<SlabRead> GridRun::slab_read() const {
   return r;
 }
 
-Tensor GridRun::forward(const data::Batch& batch, Mode mode) {
-  Backend& b = model_.backend();
-  if (!split_) return model_.forward(b.to_device(host_input(batch)), mode);
-  return split_->forward(b.to_device(host_input(batch)), mode);
+Tensor GridRun::forward(const Tensor& input, Mode mode) {
+  if (!split_) return model_.forward(input, mode);
+  return split_->forward(input, mode);
 }
 
 LossResult GridRun::loss(TaskKind task, const Tensor& output, const data::Batch& batch) {

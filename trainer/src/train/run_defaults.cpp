@@ -1,7 +1,11 @@
 // Defaults of a training run: scaled learning rate, warm-up length, run directory name.
 #include "trainer/run_defaults.hpp"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace fanstore::trainer {
@@ -24,6 +28,35 @@ std::string default_run_directory(const std::string& model, std::time_t now) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
   return "run-" + model + "-" + stamp;
+}
+
+int decode_threads(int requested, bool gpu, int affinity_cpus, int online_cpus, int node_local_ranks) {
+  if (requested > 0) return requested;
+  if (!gpu) return 2;
+  int share = std::max(affinity_cpus, 1);
+  // Bound by the launcher (mpirun --bind-to, srun --cpu-bind): the affinity is the rank's share already.
+  if (share >= online_cpus && node_local_ranks > 1) share /= node_local_ranks;
+  return std::clamp(share - 1, 2, 32);
+}
+
+int decode_threads(int requested, bool gpu) {
+  if (requested > 0 || !gpu) return decode_threads(requested, gpu, 1, 1, 1);
+  cpu_set_t set;
+  const int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int online = static_cast<int>(std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L));
+  int local = -1;
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (*end == '\0' && n > 0 && n < (1 << 20)) {
+      local = static_cast<int>(n);
+      break;
+    }
+  }
+  return decode_threads(requested, gpu, affinity, online, local);
 }
 
 }  // namespace fanstore::trainer

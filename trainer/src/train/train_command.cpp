@@ -26,6 +26,7 @@
 #include "trainer/distributed_commands.hpp"
 #include "trainer/distributed_perf_model.hpp"
 #include "trainer/distributed_run.hpp"
+#include "trainer/input_feed.hpp"
 #include "trainer/loss_guard.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/run_defaults.hpp"
@@ -51,8 +52,8 @@ struct Validation {
 // batches because the model has a fixed batch); padding positions are left out of the sums, and a
 // group's samples count once however many spatial ranks share them. `with_loss` also averages the
 // batches' losses, exact when the set is whole batches (a tournament set).
-Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind task, Communicator& comm,
-                    std::int64_t batch, int prefetch_threads, bool with_loss = false) {
+Validation validate(GridRun& run, Backend& backend, const data::SampleDataset& dataset, TaskKind task,
+                    Communicator& comm, std::int64_t batch, int prefetch_threads, bool with_loss = false) {
   data::ShardSpec spec;
   spec.dataset_size = dataset.size();
   spec.batch_size = static_cast<std::size_t>(batch);
@@ -61,7 +62,7 @@ Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind t
   spec.shuffle = false;
   spec.last_batch = data::LastBatch::kPad;
   const auto shard = data::shard_indices(spec);
-  data::BatchLoader loader(dataset, {});
+  data::BatchLoader loader(dataset, {.input_memory = backend.input_memory()});
   data::Prefetcher prefetcher(loader, data::split_into_batches(shard, spec.batch_size), 0, {prefetch_threads, 4});
   MetricSums sums;
   std::vector<float> targets;  // regression: kept for the predict-the-mean baseline
@@ -72,7 +73,7 @@ Validation validate(GridRun& run, const data::SampleDataset& dataset, TaskKind t
     for (std::size_t k = 0; k < b->sample_indices.size(); ++k)
       if ((position + k) * spec.world_size + spec.rank < dataset.size()) ++valid;
     position += b->sample_indices.size();
-    const Tensor y = run.forward(*b, Mode::Eval);
+    const Tensor y = run.forward(upload_input(backend, *b), Mode::Eval);
     if (with_loss) {
       losses[0] += run.loss(task, y, *b).loss;
       losses[1] += 1;
@@ -298,6 +299,7 @@ struct TrainingLoop {
   int world_rank, trainer;
   std::size_t groups, per_step;
   std::int64_t group_batch;
+  int prefetch_threads;  // --prefetch-threads, or sized to the node (decode_threads)
   std::string checkpoint_path;
   Clock::time_point start = Clock::now();
   LossGuard guard{o.spike_factor};
@@ -325,8 +327,8 @@ struct TrainingLoop {
     if (!model.backend().all_finite(model.parameters().arena(Arena::Values)))
       return std::numeric_limits<double>::quiet_NaN();
     const bool by_loss = plan.metric == TournamentMetric::Loss;
-    const Validation v =
-        validate(grid_run, tournament.tournament_set(), task, comm, group_batch, o.prefetch_threads, by_loss);
+    const Validation v = validate(grid_run, model.backend(), tournament.tournament_set(), task, comm, group_batch,
+                                  prefetch_threads, by_loss);
     return by_loss ? v.loss : v.metric;
   }
 
@@ -334,7 +336,7 @@ struct TrainingLoop {
     for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch)
       train_epoch(epoch);
     if (val_set && !validated_at_end)
-      last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+      last_val = validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads);
   }
 
   void train_epoch(std::uint64_t epoch) {
@@ -350,9 +352,10 @@ struct TrainingLoop {
     std::vector<std::vector<std::size_t>> remaining(batches.begin() + static_cast<std::ptrdiff_t>(first),
                                                     batches.end());
     data::hint_epoch_order(train_set, remaining, world_rank);  // FanStore daemon prefetch; no-op without one
-    data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {o.prefetch_threads, 4});
+    data::Prefetcher prefetcher(loader, std::move(remaining), epoch, {prefetch_threads, 4});
+    InputFeed feed(model.backend(), prefetcher);
     validated_at_end = false;
-    for (std::size_t j = first; j < batches.size() && !stopped; ++j) step(prefetcher, epoch, j, batches.size());
+    for (std::size_t j = first; j < batches.size() && !stopped; ++j) step(feed, epoch, j, batches.size());
     if (position.next_batch == batches.size()) {
       position.epoch = epoch + 1;
       position.next_batch = 0;
@@ -363,18 +366,17 @@ struct TrainingLoop {
   }
 
   // Batch j of `batches` in `epoch`: one optimizer step (or a rollback), its metrics, a tournament round when due.
-  void step(data::Prefetcher& prefetcher, std::uint64_t epoch, std::size_t j, std::size_t batches) {
+  void step(InputFeed& feed, std::uint64_t epoch, std::size_t j, std::size_t batches) {
     Backend& backend = model.backend();
     ParameterTable& table = model.parameters();
-    // The loader's wait is part of the step: an I/O stall is exactly what users need to see.
-    const auto wait_start = Clock::now();
-    auto batch = prefetcher.next();
+    // The loader's wait is part of the step: an I/O stall is exactly what users need to see. The batch was
+    // taken while the previous step ran (its stall counted the time the device sat idle meanwhile), or now.
+    auto fed = feed.next();
     const auto step_start = Clock::now();
-    const double wait = std::chrono::duration<double>(step_start - wait_start).count();
     model.set_step(position.global_step);
-    Tensor y = grid_run.forward(*batch, Mode::Train);
-    LossResult loss = grid_run.loss(task, y, *batch);
-    double sums[2] = {loss.loss, wait};
+    Tensor y = grid_run.forward(fed->input, Mode::Train);
+    LossResult loss = grid_run.loss(task, y, fed->batch);
+    double sums[2] = {loss.loss, fed->stall_s};
     comm.sum(sums, 2);  // every rank takes the same guard decision; the stall is the ranks' mean
     const double mean_loss = sums[0] / static_cast<double>(comm.size());
     const double lr = learning_rate_at(schedule, static_cast<std::int64_t>(position.global_step)) * position.lr_scale;
@@ -413,8 +415,10 @@ struct TrainingLoop {
       if (step_ok) optimizer.step(table, static_cast<float>(lr));
     }
     last_loss = mean_loss;
+    // The next batch while this step's kernels run; its stall belongs to the next step, not to this one.
+    const double ahead_stall = j + 1 < batches ? feed.take_ahead() : 0.0;
     backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
-    const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start)};
+    const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start) - ahead_stall};
     run_time.wait_s += step.wait_s;
     run_time.compute_s += step.compute_s;
     samples_trained += per_step;
@@ -459,7 +463,7 @@ struct TrainingLoop {
 
   // Every trainer validates its own model on the whole validation set at the end of an epoch.
   void validate_epoch(std::uint64_t epoch) {
-    last_val = validate(grid_run, *val_set, task, comm, group_batch, o.prefetch_threads);
+    last_val = validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads);
     validated_at_end = true;
     const std::vector<double> vals = tournament.per_trainer({last_val.metric});
     for (int t = 0; t < plan.trainers && leader; ++t) {
@@ -628,7 +632,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   // Over every rank; each sample group's ranks hold parts of its gradient, so divide by the groups.
   GradientAllreduce allreduce(device_comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024), groups);
   grid_run.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
-  data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples});
+  data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples, model->backend().input_memory()});
   TrainingLoop loop{.o = o,
                     .task = task,
                     .plan = plan,
@@ -653,6 +657,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                     .groups = groups,
                     .per_step = per_step,
                     .group_batch = group_batch,
+                    .prefetch_threads = decode_threads(o.prefetch_threads, model->backend().device() == Device::Cuda),
                     .checkpoint_path = checkpoint_path};
   loop.run_epochs();
   const RunSummary summary = loop.summarize(world, checkpoint_dir);

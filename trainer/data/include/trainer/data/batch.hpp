@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <vector>
 
 #include "trainer/data/sample_dataset.hpp"
@@ -14,7 +15,7 @@ struct Batch {
   std::vector<std::size_t> sample_indices;  // dataset indices actually in the batch, in order
 
   std::vector<std::int64_t> input_shape;  // (N, C, H, W) or (N, C, D, H, W)
-  std::vector<float> input;
+  std::pmr::vector<float> input;          // in BatchLoaderOptions::input_memory
 
   TargetKind target_kind = TargetKind::kClassIndex;
   std::vector<std::int64_t> target_shape;   // (N), (N, T) or (N, D, H, W)

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory_resource>
 #include <span>
 
 #include "trainer/data/batch.hpp"
@@ -16,6 +17,9 @@ struct BatchLoaderOptions {
   // true: the bad sample's slot gets a copy of the next good sample of the same batch, one warning
   // line goes to stderr, and bad_sample_count() goes up by one. A batch with no good sample throws.
   bool skip_bad_samples = false;
+  // Where the batches' inputs are assembled (null: the default resource). The trainer passes its
+  // backend's input memory (page-locked on a GPU), so that a batch is uploaded without another copy.
+  std::pmr::memory_resource* input_memory = nullptr;
 };
 
 class BatchLoader {

@@ -1,6 +1,7 @@
 // Background batch decoding: N worker threads fill a bounded window of batches ahead of the trainer.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -36,6 +37,9 @@ class Prefetcher {
 
   // The next batch, or nullopt after the last one.
   std::optional<Batch> next();
+  // Waits up to `timeout` until next() would return without waiting for a worker; true when it
+  // would (always without workers: next() then decodes the batch itself).
+  bool wait_ready(std::chrono::microseconds timeout);
 
  private:
   struct Slot {

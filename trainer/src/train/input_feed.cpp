@@ -1,0 +1,50 @@
+// One batch ahead, its upload started while the step before runs (input_feed.hpp).
+#include "trainer/input_feed.hpp"
+
+#include <chrono>
+
+namespace fanstore::trainer {
+
+Tensor upload_input(Backend& backend, data::Batch& batch) {
+  return backend.upload(Tensor::view(Shape(batch.input_shape), batch.input.data()));
+}
+
+double idle_wait(const std::function<bool(std::chrono::microseconds)>& ready, const std::function<bool()>& idle,
+                 const std::function<double()>& now) {
+  // Waiting while the device still runs the step's kernels costs nothing: only the wait after it went idle
+  // is a stall.
+  std::optional<double> idle_since;
+  if (idle()) idle_since = now();
+  while (!ready(std::chrono::milliseconds(1)))
+    if (!idle_since && idle()) idle_since = now();
+  return idle_since ? now() - *idle_since : 0.0;
+}
+
+double InputFeed::take_ahead() {
+  if (ahead_ || done_) return 0;
+  const auto clock = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  double stall = idle_wait([&](std::chrono::microseconds t) { return prefetcher_.wait_ready(t); },
+                           [&] { return backend_.idle(); }, clock);
+  // Ready: next() returns at once, or (no prefetch threads) decodes the batch here, a stall if the device is idle.
+  const double taken_at = clock();
+  std::optional<data::Batch> batch = prefetcher_.next();
+  if (backend_.idle()) stall += clock() - taken_at;
+  if (!batch) {
+    done_ = true;
+    return stall;
+  }
+  ahead_.emplace(Fed{std::move(*batch), Tensor(), stall});
+  ahead_->input = upload_input(backend_, ahead_->batch);
+  return stall;
+}
+
+std::optional<InputFeed::Fed> InputFeed::next() {
+  take_ahead();
+  std::optional<Fed> fed = std::move(ahead_);
+  ahead_.reset();
+  return fed;
+}
+
+}  // namespace fanstore::trainer
