@@ -9,6 +9,7 @@
 
 #include "trainer/backend.hpp"
 #include "trainer/data/batch_loader.hpp"
+#include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
 #include "trainer/input_feed.hpp"
 #include "trainer/recycling_memory.hpp"
@@ -85,6 +86,30 @@ TEST(InputFeed, HandsOutEveryBatchInOrderWithItsInputInTheBackendsMemory) {
     EXPECT_LE(memory.blocks_obtained(), 5u);
   }
   EXPECT_EQ(gets, puts);  // every block returned upstream when the resource goes
+}
+
+TEST(InputFeed, ABatchThatFailsToLoadFailsTheStepThatWouldUseIt) {
+  // Sample 4 is bad: batch 2 (samples 4, 5) cannot be loaded. Taking it ahead during step 1 must not
+  // throw there (step 1's metrics and checkpoint come after); next() for step 2 throws its error.
+  struct Bad final : data::SampleDataset {
+    CountingDataset inner{6};
+    std::size_t size() const override { return inner.size(); }
+    const data::SampleLayout& layout() const override { return inner.layout(); }
+    std::string sample_path(std::size_t i) const override { return inner.sample_path(i); }
+    void load_sample(std::size_t i, std::uint64_t seed, const data::SampleBuffers& out) const override {
+      if (i == 4) throw data::DataError(sample_path(i), "unreadable");
+      inner.load_sample(i, seed, out);
+    }
+  } bad;
+  auto backend = make_cpu_backend({1});
+  const data::BatchLoader loader(bad, {});
+  data::Prefetcher prefetcher(loader, batches_of(6, 2), 0, {.threads = 1, .queue_depth = 2});
+  InputFeed feed(*backend, prefetcher);
+  ASSERT_TRUE(feed.next());
+  feed.take_ahead();
+  ASSERT_TRUE(feed.next());
+  EXPECT_NO_THROW(feed.take_ahead());
+  EXPECT_THROW(feed.next(), data::DataError);
 }
 
 TEST(InputFeed, CountsOnlyTheWaitAfterTheDeviceWentIdle) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <optional>
 
@@ -25,16 +26,20 @@ class InputFeed {
 
   // Takes the next batch and starts its upload, unless one is taken already or none is left. Call it
   // once a step's kernels are queued. Returns the batch's stall: the wait for the prefetcher since the
-  // device went idle (Backend::idle, asked every millisecond; on the CPU the whole wait).
+  // device went idle (Backend::idle, asked every millisecond; on the CPU the whole wait). A loading
+  // error is kept for next() to throw.
   double take_ahead();
   // The batch taken ahead (taken now if none was), or nullopt after the last one. The batch's memory
   // stays as the upload needs it for as long as the caller keeps the Fed (past the step's synchronize).
   std::optional<Fed> next();
 
  private:
+  double take();
+
   Backend& backend_;
   data::Prefetcher& prefetcher_;
   std::optional<Fed> ahead_;
+  std::exception_ptr error_;
   bool done_ = false;
 };
 

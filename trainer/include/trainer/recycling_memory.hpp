@@ -33,8 +33,12 @@ class RecyclingMemory final : public std::pmr::memory_resource {
 
   std::function<void*(std::size_t)> get_;
   std::function<void(void*, std::size_t)> put_;
+  struct Size {
+    std::vector<void*> kept;  // room for every block of this size obtained: giving one back never allocates
+    std::size_t obtained = 0;
+  };
   mutable std::mutex mutex_;
-  std::unordered_map<std::size_t, std::vector<void*>> kept_;  // by size
+  std::unordered_map<std::size_t, Size> sizes_;
   std::size_t obtained_ = 0;
 };
 

@@ -39,6 +39,17 @@ CudaContext::CudaContext(int device, Precision precision, bool channels_last, bo
   FS_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
   std::uint64_t keep = UINT64_MAX;
   FS_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  // The uploads' own pool, which never makes the copy stream wait for the kernel stream to reuse a block (as
+  // the default pool may for blocks freed there): the copy would then queue behind the step it should overlap.
+  // Blocks still in use give new ones instead; two or three make the pool's steady state.
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device_;
+  FS_CHECK(cudaMemPoolCreate(&input_pool_, &props));
+  int no = 0;
+  FS_CHECK(cudaMemPoolSetAttribute(input_pool_, cudaMemPoolReuseAllowInternalDependencies, &no));
+  FS_CHECK(cudaMemPoolSetAttribute(input_pool_, cudaMemPoolAttrReleaseThreshold, &keep));
   // Convolution workspaces up to 1/8 of the device memory (1 GiB on a 80 GB H100 is plenty).
   workspace_limit_ = std::min<std::size_t>(properties_.totalGlobalMem / 8, std::size_t{4} << 30);
 }
@@ -50,6 +61,7 @@ CudaContext::~CudaContext() {
   if (workspace_) cudaFree(workspace_);
   if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (cudnn_) cudnnDestroy(cudnn_);
+  if (input_pool_) cudaMemPoolDestroy(input_pool_);
   if (copied_) cudaEventDestroy(copied_);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -69,13 +81,13 @@ Tensor CudaContext::upload(const Tensor& t, const std::shared_ptr<CudaContext>& 
   // there), and not zeroed: the copy writes every byte. Freed on the kernel stream, which waited for the copy.
   void* p = nullptr;
   const std::size_t bytes = t.bytes();
-  FS_CHECK(cudaMallocAsync(&p, std::max<std::size_t>(bytes, 1), copy_stream_));
-  FS_CHECK(cudaMemcpyAsync(p, t.raw(), bytes, cudaMemcpyHostToDevice, copy_stream_));
-  FS_CHECK(cudaEventRecord(copied_, copy_stream_));
-  FS_CHECK(cudaStreamWaitEvent(stream_, copied_, 0));
+  FS_CHECK(cudaMallocFromPoolAsync(&p, std::max<std::size_t>(bytes, 1), input_pool_, copy_stream_));
   std::shared_ptr<CudaContext> keep = self;
   auto storage =
       std::make_shared<Storage>(Device::Cuda, p, bytes, [keep](void* q) { cudaFreeAsync(q, keep->stream()); });
+  FS_CHECK(cudaMemcpyAsync(p, t.raw(), bytes, cudaMemcpyHostToDevice, copy_stream_));
+  FS_CHECK(cudaEventRecord(copied_, copy_stream_));
+  FS_CHECK(cudaStreamWaitEvent(stream_, copied_, 0));
   return Tensor::on_storage(std::move(storage), t.shape(), t.dtype());
 }
 

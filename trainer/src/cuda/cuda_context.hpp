@@ -60,7 +60,8 @@ class CudaContext {
   bool channels_last_, deterministic_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
-  cudaEvent_t copied_ = nullptr;  // recorded after each upload, waited for by stream_
+  cudaEvent_t copied_ = nullptr;        // recorded after each upload, waited for by stream_
+  cudaMemPool_t input_pool_ = nullptr;  // the uploads' device memory (cuda_context.cpp says why apart)
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   cudaDeviceProp properties_{};

@@ -2,6 +2,8 @@
 #include "trainer/input_feed.hpp"
 
 #include <chrono>
+#include <exception>
+#include <utility>
 
 namespace fanstore::trainer {
 
@@ -21,7 +23,18 @@ double idle_wait(const std::function<bool(std::chrono::microseconds)>& ready, co
 }
 
 double InputFeed::take_ahead() {
-  if (ahead_ || done_) return 0;
+  if (ahead_ || done_ || error_) return 0;
+  // A batch that cannot be loaded fails the step that uses it, not the one running now (whose metrics and
+  // checkpoint come after this call).
+  try {
+    return take();
+  } catch (...) {
+    error_ = std::current_exception();
+    return 0;
+  }
+}
+
+double InputFeed::take() {
   const auto clock = [] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
@@ -35,13 +48,14 @@ double InputFeed::take_ahead() {
     done_ = true;
     return stall;
   }
-  ahead_.emplace(Fed{std::move(*batch), Tensor(), stall});
-  ahead_->input = upload_input(backend_, ahead_->batch);
+  Tensor input = upload_input(backend_, *batch);  // a view of the batch's memory, which moves with it
+  ahead_.emplace(Fed{std::move(*batch), std::move(input), stall});
   return stall;
 }
 
 std::optional<InputFeed::Fed> InputFeed::next() {
   take_ahead();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   std::optional<Fed> fed = std::move(ahead_);
   ahead_.reset();
   return fed;

@@ -84,6 +84,7 @@ Validation validate(GridRun& run, Backend& backend, const data::SampleDataset& d
       targets.insert(targets.end(), b->target_values.begin(),
                      b->target_values.begin() + static_cast<std::ptrdiff_t>(valid * per));
     }
+    backend.synchronize();  // the upload read b's memory, which goes back to the prefetch threads now
   }
   double totals[2] = {sums.sum, sums.count};
   comm.sum(totals, 2);
@@ -415,8 +416,11 @@ struct TrainingLoop {
       if (step_ok) optimizer.step(table, static_cast<float>(lr));
     }
     last_loss = mean_loss;
-    // The next batch while this step's kernels run; its stall belongs to the next step, not to this one.
-    const double ahead_stall = j + 1 < batches ? feed.take_ahead() : 0.0;
+    // The next batch while this step's kernels run, unless this step is the last; its stall belongs to the next
+    // step. (On a GPU the synchronize below also waits for that batch's copy: a late batch's copy counts here.)
+    const bool last =
+        j + 1 >= batches || (o.max_steps > 0 && position.global_step + 1 >= static_cast<std::uint64_t>(o.max_steps));
+    const double ahead_stall = last ? 0.0 : feed.take_ahead();
     backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
     const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start) - ahead_stall};
     run_time.wait_s += step.wait_s;
