@@ -57,7 +57,7 @@ enum class EltwiseKind { ReLU, LeakyReLU, Tanh, Scale };
 
 struct EltwiseSpec {
   EltwiseKind kind = EltwiseKind::ReLU;
-  float alpha = 0.f;  // LeakyReLU: negative slope; Scale: the factor
+  float alpha = 0.f;  // LeakyReLU: negative slope (>= 0); Scale: the factor
 };
 
 // Kernels are created once per layer and cache their backend primitives (oneDNN primitives, cuDNN
@@ -101,8 +101,10 @@ class EltwiseKernel {
  public:
   virtual ~EltwiseKernel() = default;
   virtual Tensor forward(const Tensor& x) = 0;
-  // dx from dy and the forward's input x.
-  virtual Tensor backward(const Tensor& dy, const Tensor& x) = 0;
+  // dx from dy and the forward's output y, which determines the derivative of every kind (ReLU and
+  // LeakyReLU with a non-negative slope keep the sign, tanh' = 1 - y^2, scale's is constant): a layer
+  // keeps its output, which the next layer keeps anyway, and its input can go after the forward.
+  virtual Tensor backward(const Tensor& dy, const Tensor& y) = 0;
 };
 
 class InnerProductKernel {

@@ -17,23 +17,26 @@ class DnnlEltwise final : public EltwiseKernel {
     return y;
   }
 
-  Tensor backward(const Tensor& dy, const Tensor& x) override {
-    prepare(desc_of(x));
+  Tensor backward(const Tensor& dy, const Tensor& y) override {
+    prepare(desc_of(y));
     Tensor diff_dst = dy_reorder_.to(dy, key_, ctx_);
-    Tensor dx = tensor_for(x.shape(), key_);
-    bwd_->execute(ctx_.stream, {{DNNL_ARG_SRC, memory_of(x, ctx_.engine)},
+    Tensor dx = tensor_for(y.shape(), key_);
+    // The *_use_dst_for_bwd algorithms read the output; linear's derivative is its slope whatever it reads.
+    const int data_arg = spec_.kind == EltwiseKind::Scale ? DNNL_ARG_SRC : DNNL_ARG_DST;
+    bwd_->execute(ctx_.stream, {{data_arg, memory_of(y, ctx_.engine)},
                                 {DNNL_ARG_DIFF_DST, memory_of(diff_dst, ctx_.engine)},
                                 {DNNL_ARG_DIFF_SRC, memory_of(dx, ctx_.engine)}});
     return dx;
   }
 
  private:
-  // oneDNN's (algorithm, alpha, beta) for the spec: relu's alpha is its negative slope, linear is alpha*x+beta.
+  // oneDNN's (algorithm, alpha, beta) for the spec, backward from the output: relu's alpha is its negative
+  // slope, linear is alpha*x+beta.
   std::tuple<dnnl::algorithm, float, float> parameters() const {
     switch (spec_.kind) {
-      case EltwiseKind::ReLU: return {dnnl::algorithm::eltwise_relu, 0.f, 0.f};
-      case EltwiseKind::LeakyReLU: return {dnnl::algorithm::eltwise_relu, spec_.alpha, 0.f};
-      case EltwiseKind::Tanh: return {dnnl::algorithm::eltwise_tanh, 0.f, 0.f};
+      case EltwiseKind::ReLU: return {dnnl::algorithm::eltwise_relu_use_dst_for_bwd, 0.f, 0.f};
+      case EltwiseKind::LeakyReLU: return {dnnl::algorithm::eltwise_relu_use_dst_for_bwd, spec_.alpha, 0.f};
+      case EltwiseKind::Tanh: return {dnnl::algorithm::eltwise_tanh_use_dst_for_bwd, 0.f, 0.f};
       case EltwiseKind::Scale: return {dnnl::algorithm::eltwise_linear, spec_.alpha, 0.f};
     }
     throw std::logic_error("eltwise: unknown kind");

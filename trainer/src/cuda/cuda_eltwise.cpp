@@ -18,11 +18,11 @@ class CudaEltwise final : public EltwiseKernel {
     return y;
   }
 
-  Tensor backward(const Tensor& dy_any, const Tensor& x) override {
-    const Tensor dy = backend_.to_layout_of(dy_any, x);
-    Tensor dx = backend_.zeros_like(x);
-    kernels::eltwise_backward(spec_.kind, spec_.alpha, x.dtype(), dy.raw(), x.raw(), dx.raw(),
-                              static_cast<std::int64_t>(x.capacity()), ctx_->stream());
+  Tensor backward(const Tensor& dy_any, const Tensor& y) override {
+    const Tensor dy = backend_.to_layout_of(dy_any, y);
+    Tensor dx = backend_.zeros_like(y);
+    kernels::eltwise_backward(spec_.kind, spec_.alpha, y.dtype(), dy.raw(), y.raw(), dx.raw(),
+                              static_cast<std::int64_t>(y.capacity()), ctx_->stream());
     return dx;
   }
 

@@ -40,7 +40,8 @@ void channel_sums(DType type, const void* x, float* out, std::int64_t n, std::in
 // ---- activations ----
 void eltwise_forward(EltwiseKind kind, float alpha, DType type, const void* x, void* y, std::int64_t n,
                      cudaStream_t stream);
-void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy, const void* x, void* dx,
+// dx from dy and the forward's output y (EltwiseKernel::backward).
+void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy, const void* y, void* dx,
                       std::int64_t n, cudaStream_t stream);
 
 // ---- batch norm helpers ----

@@ -122,15 +122,13 @@ __device__ __forceinline__ float activate(EltwiseKind kind, float alpha, float x
   return x;
 }
 
-// d activation / dx at x (oneDNN's conventions: ReLU's derivative at 0 is 0).
-__device__ __forceinline__ float derivative(EltwiseKind kind, float alpha, float x) {
+// d activation / dx from the output y (oneDNN's *_use_dst_for_bwd conventions: ReLU's derivative at 0 is 0;
+// a non-negative slope keeps x's sign in y).
+__device__ __forceinline__ float derivative(EltwiseKind kind, float alpha, float y) {
   switch (kind) {
-    case EltwiseKind::ReLU: return x > 0.f ? 1.f : 0.f;
-    case EltwiseKind::LeakyReLU: return x > 0.f ? 1.f : alpha;
-    case EltwiseKind::Tanh: {
-      const float t = tanhf(x);
-      return 1.f - t * t;
-    }
+    case EltwiseKind::ReLU: return y > 0.f ? 1.f : 0.f;
+    case EltwiseKind::LeakyReLU: return y > 0.f ? 1.f : alpha;
+    case EltwiseKind::Tanh: return 1.f - y * y;
     case EltwiseKind::Scale: return alpha;
   }
   return 1.f;
@@ -141,8 +139,8 @@ __global__ void eltwise_forward_kernel(EltwiseKind kind, float alpha, const T* x
   FS_GRID_STRIDE(i, n) y[i] = from_float<T>(activate(kind, alpha, to_float(x[i])));
 }
 template <class T>
-__global__ void eltwise_backward_kernel(EltwiseKind kind, float alpha, const T* dy, const T* x, T* dx, std::int64_t n) {
-  FS_GRID_STRIDE(i, n) dx[i] = from_float<T>(to_float(dy[i]) * derivative(kind, alpha, to_float(x[i])));
+__global__ void eltwise_backward_kernel(EltwiseKind kind, float alpha, const T* dy, const T* y, T* dx, std::int64_t n) {
+  FS_GRID_STRIDE(i, n) dx[i] = from_float<T>(to_float(dy[i]) * derivative(kind, alpha, to_float(y[i])));
 }
 
 __global__ void variance_kernel(const float* inv, float* var, std::int64_t c, float eps) {
@@ -282,12 +280,12 @@ void eltwise_forward(EltwiseKind kind, float alpha, DType type, const void* x, v
   check_launch("eltwise_forward_kernel");
 }
 
-void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy, const void* x, void* dx,
+void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy, const void* y, void* dx,
                       std::int64_t n, cudaStream_t stream) {
   dispatch(type, [&](auto t) {
     using T = decltype(t);
     eltwise_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(kind, alpha, static_cast<const T*>(dy),
-                                                                    static_cast<const T*>(x), static_cast<T*>(dx), n);
+                                                                    static_cast<const T*>(y), static_cast<T*>(dx), n);
   });
   check_launch("eltwise_backward_kernel");
 }

@@ -1,9 +1,19 @@
-// Element-wise activation layer: forwards to the backend's eltwise kernel, keeping the input layout.
+// Element-wise activation layer: forwards to the backend's eltwise kernel, keeping the input layout. It keeps
+// its output for backward, not its input: the next layer keeps the output anyway, so the input (a
+// convolution's or a normalisation's output) is freed after the forward (as PyTorch's inplace ReLU does).
 #include "trainer/layers/activation.hpp"
+
+#include <stdexcept>
+#include <string>
 
 namespace fanstore::trainer {
 
-Activation::Activation(std::string name, EltwiseSpec spec) : Layer(std::move(name)), spec_(spec) {}
+Activation::Activation(std::string name, EltwiseSpec spec) : Layer(std::move(name)), spec_(spec) {
+  // Backward reads the output (EltwiseKernel::backward): a negative slope would lose the input's sign.
+  if (spec_.kind == EltwiseKind::LeakyReLU && !(spec_.alpha >= 0.f))
+    throw std::invalid_argument(this->name() + ": LeakyReLU needs a non-negative slope, got " +
+                                std::to_string(spec_.alpha));
+}
 
 std::string Activation::kind() const {
   switch (spec_.kind) {
@@ -23,10 +33,13 @@ Shape Activation::output_shape(const std::vector<Shape>& inputs) const {
 Tensor Activation::forward(const std::vector<Tensor>& inputs, Mode mode) {
   (void)mode;
   if (!kernel_) kernel_ = backend().make_eltwise(spec_);
-  x_ = inputs.at(0);
-  return kernel_->forward(x_);
+  y_ = kernel_->forward(inputs.at(0));
+  return y_;
 }
 
-std::vector<Tensor> Activation::backward(const Tensor& dy) { return {kernel_->backward(dy, x_)}; }
+std::vector<Tensor> Activation::backward(const Tensor& dy) {
+  Tensor y = std::move(y_);  // not needed after this
+  return {kernel_->backward(dy, y)};
+}
 
 }  // namespace fanstore::trainer

@@ -66,9 +66,10 @@ Tensor Convolution::forward(const std::vector<Tensor>& inputs, Mode mode) {
 }
 
 std::vector<Tensor> Convolution::backward(const Tensor& dy) {
+  const Tensor x = std::move(x_);  // kept for this backward only: it goes when backward returns
   Tensor dw = table().gradient(weight_);
   Tensor db = spec_.bias ? table().gradient(bias_) : Tensor();
-  kernel_->backward_weights(x_, dy, dw, spec_.bias ? &db : nullptr);
+  kernel_->backward_weights(x, dy, dw, spec_.bias ? &db : nullptr);
   if (!input_gradient()) return {Tensor()};
   return {kernel_->backward_data(dy, table().value(weight_))};
 }

@@ -47,11 +47,12 @@ Tensor InstanceNorm::forward(const std::vector<Tensor>& inputs, Mode mode) {
 }
 
 std::vector<Tensor> InstanceNorm::backward(const Tensor& dy_any) {
+  const Tensor x = std::move(x_), forward_sums = std::move(sums_);  // for this backward only
   Tensor dy = backend().to_plain(dy_any);
-  const auto count = static_cast<double>(x_.shape().spatial_size());
-  Tensor sums = backend().norm_backward_sums(dy, x_, sums_, count, epsilon_, NormGroups::PerSampleChannel);
+  const auto count = static_cast<double>(x.shape().spatial_size());
+  Tensor sums = backend().norm_backward_sums(dy, x, forward_sums, count, epsilon_, NormGroups::PerSampleChannel);
   Tensor dg = table().gradient(gamma_), db = table().gradient(beta_);
-  return {backend().norm_backward_apply(dy, x_, sums_, sums, count, table().value(gamma_), epsilon_,
+  return {backend().norm_backward_apply(dy, x, forward_sums, sums, count, table().value(gamma_), epsilon_,
                                         NormGroups::PerSampleChannel, dg, db)};
 }
 

@@ -42,9 +42,10 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs, Mode mode) {
 }
 
 std::vector<Tensor> Linear::backward(const Tensor& dy) {
+  const Tensor x = std::move(x_);  // kept for this backward only: it goes when backward returns
   Tensor dw = table().gradient(weight_);
   Tensor db = bias_ ? table().gradient(bias_h_) : Tensor();
-  kernel_->backward_weights(x_, dy, dw, bias_ ? &db : nullptr);
+  kernel_->backward_weights(x, dy, dw, bias_ ? &db : nullptr);
   return {kernel_->backward_data(dy, table().value(weight_))};
 }
 

@@ -18,7 +18,7 @@ class Activation final : public Layer {
  private:
   EltwiseSpec spec_;
   std::unique_ptr<EltwiseKernel> kernel_;
-  Tensor x_;
+  Tensor y_;  // the forward's output, which backward reads
 };
 
 inline EltwiseSpec relu() { return {EltwiseKind::ReLU, 0.f}; }
