@@ -161,6 +161,14 @@ TEST(LayerReference, Activations) {
     Tensor x = random_tensor({2, 3, 4, 5}, rng, -2.f, 2.f);
     EXPECT_LE(tolerance_ratio(h.forward({x}), reference::eltwise(x, spec), kAtol, kRtol), 1.0) << h.layer().kind();
   }
+  // Backward reads the output: a negative slope would lose the input's sign, so it is refused by name.
+  try {
+    Activation("head.act", leaky_relu(-0.1f));
+    FAIL() << "a negative LeakyReLU slope was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head.act: LeakyReLU needs a non-negative slope"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(LayerReference, Linear) {
