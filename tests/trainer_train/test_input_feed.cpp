@@ -191,6 +191,30 @@ TEST(RecyclingMemory, GivesFreedBlocksOfTheSameSizeBackAndReturnsAllAtTheEnd) {
   EXPECT_EQ(puts, 3);
 }
 
+TEST(RecyclingMemory, KeepsNoMoreThanTheMostEverInUseAndFitsWithinAQuarter) {
+  int gets = 0, puts = 0;
+  RecyclingMemory memory = counted_memory(&gets, &puts);
+  void* big = memory.allocate(8192, 64);
+  memory.deallocate(big, 8192, 64);
+  EXPECT_EQ(memory.bytes_kept(), 8192u);  // within the peak (8 KiB in use once)
+  // 4 KiB: the kept 8 KiB block is more than a quarter larger, and both together would exceed the peak:
+  // the kept one goes back first.
+  void* small = memory.allocate(4096, 64);
+  EXPECT_EQ(puts, 1);
+  EXPECT_EQ(memory.bytes_kept(), 0u);
+  memory.deallocate(small, 4096, 64);
+  // A kept block up to a quarter larger serves a smaller request, and comes back at its own size.
+  void* fitted = memory.allocate(3500, 64);
+  EXPECT_EQ(fitted, small);
+  memory.deallocate(fitted, 3500, 64);
+  EXPECT_EQ(memory.bytes_kept(), 4096u);
+  EXPECT_EQ(memory.peak_bytes_in_use(), 8192u);
+  memory.release_kept();  // back upstream, and the peak is learnt again
+  EXPECT_EQ(memory.bytes_kept(), 0u);
+  EXPECT_EQ(memory.peak_bytes_in_use(), 0u);
+  EXPECT_EQ(gets, puts);
+}
+
 TEST(RecyclingMemory, ThreadsSharingItNeverGetOneBlockTwice) {
   int gets = 0, puts = 0;
   RecyclingMemory memory = counted_memory(&gets, &puts);

@@ -1,6 +1,8 @@
-// Freed blocks kept by size and handed out again (recycling_memory.hpp).
+// Freed blocks kept by size and handed out again, within the peak in use (recycling_memory.hpp).
 #include "trainer/recycling_memory.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <new>
 
 namespace fanstore::trainer {
@@ -8,10 +10,7 @@ namespace fanstore::trainer {
 RecyclingMemory::RecyclingMemory(std::function<void*(std::size_t)> get, std::function<void(void*, std::size_t)> put)
     : get_(std::move(get)), put_(std::move(put)) {}
 
-RecyclingMemory::~RecyclingMemory() {
-  for (auto& [bytes, size] : sizes_)
-    for (void* p : size.kept) put_(p, bytes);
-}
+RecyclingMemory::~RecyclingMemory() { release_kept(); }
 
 std::size_t RecyclingMemory::blocks_obtained() const {
   std::lock_guard lock(mutex_);
@@ -25,17 +24,66 @@ std::size_t RecyclingMemory::blocks_kept() const {
   return n;
 }
 
-void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
-  if (alignment > 64) throw std::bad_alloc();  // upstream promises 64
+std::size_t RecyclingMemory::bytes_kept() const {
+  std::lock_guard lock(mutex_);
+  return kept_;
+}
+
+std::size_t RecyclingMemory::peak_bytes_in_use() const {
+  std::lock_guard lock(mutex_);
+  return peak_;
+}
+
+void RecyclingMemory::release_kept() {
+  std::vector<std::pair<void*, std::size_t>> out;
   {
     std::lock_guard lock(mutex_);
-    auto it = sizes_.find(bytes);
-    if (it != sizes_.end() && !it->second.kept.empty()) {
-      void* p = it->second.kept.back();
-      it->second.kept.pop_back();
+    for (auto& [bytes, size] : sizes_) {
+      for (void* p : size.kept) out.emplace_back(p, bytes);
+      size.obtained -= size.kept.size();
+      size.kept.clear();
+    }
+    kept_ = 0;
+    peak_ = in_use_;
+  }
+  for (auto [p, bytes] : out) put_(p, bytes);
+}
+
+std::vector<std::pair<void*, std::size_t>> RecyclingMemory::evict_for(std::size_t room) {
+  std::vector<std::pair<void*, std::size_t>> out;
+  const std::size_t limit = std::max(peak_, in_use_ + room);
+  while (kept_ > 0 && in_use_ + kept_ + room > limit) {
+    auto largest = std::prev(sizes_.end());
+    while (largest->second.kept.empty()) --largest;  // kept_ > 0: one is not empty
+    out.emplace_back(largest->second.kept.back(), largest->first);
+    largest->second.kept.pop_back();
+    --largest->second.obtained;
+    kept_ -= largest->first;
+  }
+  return out;
+}
+
+void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
+  if (alignment > 64) throw std::bad_alloc();  // upstream promises 64
+  std::vector<std::pair<void*, std::size_t>> evicted;
+  {
+    std::lock_guard lock(mutex_);
+    // The smallest kept block of this size or up to a quarter larger (most hits are exact).
+    auto fit = sizes_.lower_bound(bytes);
+    while (fit != sizes_.end() && fit->first - bytes <= bytes / 4 && fit->second.kept.empty()) ++fit;
+    if (fit != sizes_.end() && fit->first - bytes > bytes / 4) fit = sizes_.end();
+    if (fit != sizes_.end()) {
+      void* p = fit->second.kept.back();
+      if (fit->first != bytes) larger_.emplace(p, fit->first);  // before any change: emplace may throw
+      fit->second.kept.pop_back();
+      kept_ -= fit->first;
+      in_use_ += fit->first;
+      peak_ = std::max(peak_, in_use_);
       return p;
     }
+    evicted = evict_for(bytes);
   }
+  for (auto [p, size] : evicted) put_(p, size);
   void* p = get_(bytes);  // outside the lock: pinning a large block takes milliseconds
   try {
     std::lock_guard lock(mutex_);
@@ -43,6 +91,8 @@ void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
     size.kept.reserve(size.obtained + 1);
     ++size.obtained;
     ++obtained_;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
   } catch (...) {
     put_(p, bytes);
     throw;
@@ -50,9 +100,24 @@ void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
   return p;
 }
 
-void RecyclingMemory::do_deallocate(void* p, std::size_t bytes, std::size_t) {
-  std::lock_guard lock(mutex_);
-  sizes_[bytes].kept.push_back(p);  // within the room reserved when it was obtained
+void RecyclingMemory::do_deallocate(void* p, std::size_t asked, std::size_t) {
+  std::size_t bytes = asked;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = larger_.find(p); it != larger_.end()) {
+      bytes = it->second;
+      larger_.erase(it);
+    }
+    in_use_ -= bytes;
+    Size& size = sizes_[bytes];
+    if (in_use_ + kept_ + bytes <= peak_) {
+      size.kept.push_back(p);  // within the room reserved when it was obtained
+      kept_ += bytes;
+      return;
+    }
+    --size.obtained;
+  }
+  put_(p, bytes);
 }
 
 }  // namespace fanstore::trainer

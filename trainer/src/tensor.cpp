@@ -1,6 +1,8 @@
 // Tensor and Shape: storage ownership, views, reshapes, slices and deep copies.
 #include "trainer/tensor.hpp"
 
+#include "trainer/recycling_memory.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -53,14 +55,41 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+namespace {
+
+void* aligned_block(std::size_t bytes) {
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+// A training step allocates its tensors in the same sizes every step. From the system each time, every block
+// glibc would map (128 KiB and more) costs an mmap, a page fault per page and a munmap: such blocks are kept when
+// freed and handed out again, within the most ever in use at once (RecyclingMemory). Never destroyed: tensors
+// may outlive any static object.
+constexpr std::size_t kRecycledBytes = 128u << 10;
+RecyclingMemory& large_blocks() {
+  static auto* memory = new RecyclingMemory(aligned_block, [](void* p, std::size_t) { std::free(p); });
+  return *memory;
+}
+
+}  // namespace
+
 std::shared_ptr<Storage> Storage::host(std::size_t bytes) {
   // Blocked layouts rely on zero padding, and a zeroed buffer is what every caller wants first.
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw std::bad_alloc();
+  if (rounded < kRecycledBytes) {
+    void* p = aligned_block(rounded);
+    std::memset(p, 0, rounded);
+    return std::make_shared<Storage>(Device::Host, p, bytes, [](void* q) { std::free(q); });
+  }
+  void* p = large_blocks().allocate(rounded, 64);  // a kept block is warm: no page faults
   std::memset(p, 0, rounded);
-  return std::make_shared<Storage>(Device::Host, p, bytes, [](void* q) { std::free(q); });
+  return std::make_shared<Storage>(Device::Host, p, bytes,
+                                   [rounded](void* q) { large_blocks().deallocate(q, rounded, 64); });
 }
+
+void Storage::release_kept_host() { large_blocks().release_kept(); }
 
 Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
                           std::shared_ptr<const NativeLayout> layout, std::size_t byte_offset) {

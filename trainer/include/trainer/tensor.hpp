@@ -39,8 +39,12 @@ class Storage {
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
 
-  // Zero-filled host memory (64-byte aligned, for vector loads).
+  // Zero-filled host memory (64-byte aligned, for vector loads). Blocks of 128 KiB and more are kept when
+  // freed and handed out again (a step allocates the same sizes every step), within the most ever in use.
   static std::shared_ptr<Storage> host(std::size_t bytes);
+  // Gives the kept host blocks back to the system: after a phase whose tensor sizes will not come
+  // again (--grid auto's trials of other grids).
+  static void release_kept_host();
 
  private:
   Device device_;

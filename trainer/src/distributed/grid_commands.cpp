@@ -232,6 +232,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   if (best < 0)
     throw GridError("--grid auto: no grid of " + std::to_string(ranks) + " ranks can run " + model_name +
                     " with a global batch of " + std::to_string(po.global_batch) + " (--explain says why for each)");
+  Storage::release_kept_host();  // the timed layers' and the trials' tensors, of other shapes than the run's
   const GridPrediction& p = predictions[static_cast<std::size_t>(best)];
   if (world.rank() == 0) {
     std::ostringstream s;
