@@ -1,5 +1,9 @@
-// Bucketed allreduce: buckets tile the arena in reverse order and start during backward.
+// Bucketed allreduce: buckets tile the arena in reverse order and start during backward, in waves within the
+// communicator's in-flight limit.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
 
 #include "trainer/distributed.hpp"
 #include "trainer/models.hpp"
@@ -16,9 +20,16 @@ class TwinRanks final : public Communicator {
   void start_sum(float* data, std::size_t n) override {
     started.emplace_back(data, n);
     for (std::size_t i = 0; i < n; ++i) data[i] *= 2;
+    in_flight += n * sizeof(float);
+    most_in_flight = std::max(most_in_flight, in_flight);
   }
-  bool poll() override { return true; }
-  void wait_all() override {}
+  // With a limit, a wave stays in flight until the second poll after it started (or wait_all).
+  bool poll() override {
+    if (limit == 0 || in_flight == 0 || std::exchange(polled, true)) return finish_wave();
+    return false;
+  }
+  void wait_all() override { finish_wave(); }
+  std::size_t sum_bytes_in_flight() const override { return limit; }
   void sum(double* data, std::size_t n) override {
     for (std::size_t i = 0; i < n; ++i) data[i] *= 2;
   }
@@ -31,17 +42,26 @@ class TwinRanks final : public Communicator {
   std::unique_ptr<MessageBatch> start_messages() override { throw std::logic_error("no messages"); }
   std::unique_ptr<Communicator> split(int, int) override { throw std::logic_error("no split"); }
   [[noreturn]] void abort(int code) override { std::exit(code); }
+  bool finish_wave() {
+    in_flight = 0;
+    polled = false;
+    return true;
+  }
   std::vector<std::pair<float*, std::size_t>> started;
+  std::size_t limit = 0, in_flight = 0, most_in_flight = 0;
+  bool polled = false;
 };
 
-TEST(GradientAllreduce, BucketsTileTheArenaInReverseAndOverlapBackward) {
+// Runs one step of CosmoFlow with `comm`'s allreduce: every gradient covered once, in reverse arena order,
+// averaged exactly.
+// `all_in_backward`: every bucket but the first layer's starts inside backward (else at least one).
+void expect_reverse_tiling(TwinRanks& comm, std::size_t bucket_bytes, bool all_in_backward) {
   ModelOptions o;
   o.batch = 2;
   o.input_size = 32;
   auto model = build_model("cosmoflow", make_cpu_backend({1}), o);
   ParameterTable& t = model->parameters();
-  TwinRanks comm;
-  GradientAllreduce allreduce(comm, t, 1u << 20);  // 1 MB buckets: several for 4.7M parameters
+  GradientAllreduce allreduce(comm, t, bucket_bytes);
   EXPECT_GT(allreduce.bucket_count(), 3u);
   Tensor x = Tensor::zeros(model->input_shape());
   for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>((i % 7) - 3) * 0.1f;
@@ -55,7 +75,7 @@ TEST(GradientAllreduce, BucketsTileTheArenaInReverseAndOverlapBackward) {
   model->forward(x, Mode::Train);
   allreduce.begin_step();
   model->backward(dy);
-  EXPECT_GE(allreduce.started_during_backward(), allreduce.bucket_count() - 1)
+  EXPECT_GE(allreduce.started_during_backward(), all_in_backward ? allreduce.bucket_count() - 1 : 1)
       << "buckets should start inside backward";
   allreduce.finish();
 
@@ -69,6 +89,20 @@ TEST(GradientAllreduce, BucketsTileTheArenaInReverseAndOverlapBackward) {
   EXPECT_EQ(expected_end, 0u);
   // x2 by the fake sum and x0.5 by the averaging are exact in float.
   for (std::size_t i = 0; i < t.parameter_count(); ++i) ASSERT_EQ(t.gradients()[i], reference[i]) << i;
+}
+
+TEST(GradientAllreduce, BucketsTileTheArenaInReverseAndOverlapBackward) {
+  TwinRanks comm;
+  expect_reverse_tiling(comm, 1u << 20, true);  // 1 MB buckets: several for 4.7M parameters
+}
+
+TEST(GradientAllreduce, NoMoreInFlightThanTheCommunicatorAllows) {
+  // MPI's nonblocking allreduce copies each message: 256 KiB at a time here, in pieces of the 1 MB buckets.
+  TwinRanks comm;
+  comm.limit = 256u << 10;
+  expect_reverse_tiling(comm, 1u << 20, false);
+  EXPECT_LE(comm.most_in_flight, comm.limit);
+  EXPECT_GT(comm.started.size(), 4u * 4u);  // the buckets went in pieces
 }
 
 }  // namespace

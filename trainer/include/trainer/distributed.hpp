@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -35,6 +36,9 @@ class Communicator {
   virtual void start_sum(float* data, std::size_t n) = 0;
   // Lets started sums progress (MPI only progresses inside MPI calls); returns true when all are done.
   virtual bool poll() = 0;
+  // At most this many bytes of started sums should be in flight at once (0: no limit): Open MPI's
+  // nonblocking allreduce keeps a temporary copy of each message until it completes.
+  virtual std::size_t sum_bytes_in_flight() const { return 0; }
   virtual void wait_all() = 0;
   // Blocking in-place sums and maxima (statistics, losses, metrics, memory).
   virtual void sum(double* data, std::size_t n) = 0;
@@ -92,15 +96,25 @@ class GradientAllreduce {
   struct Bucket {
     std::size_t begin = 0, end = 0;  // floats in the gradient arena
   };
+  struct Piece {
+    std::size_t begin = 0, end = 0;
+    bool first_of_bucket = false;
+  };
   void start_ready(std::size_t ready_from);
+  // Starts queued pieces as the communicator's in-flight limit allows: a new wave once the previous one
+  // is done (`block`: waits for each, until every piece is started).
+  void pump(bool block);
 
   Communicator& comm_;
   ParameterTable& table_;
   std::vector<Bucket> buckets_;  // reverse order: buckets_[0] holds the last parameters
   std::size_t replicas_;
+  std::size_t piece_floats_;  // the communicator's in-flight limit, in floats (max: none)
+  std::deque<Piece> queued_;  // ready, not started, in reverse arena order
   std::size_t next_bucket_ = 0;
   std::size_t ready_from_ = 0;
   std::size_t started_in_backward_ = 0;
+  bool in_backward_ = false;
 };
 
 }  // namespace fanstore::trainer

@@ -46,6 +46,10 @@ class SingleProcess final : public Communicator {
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 
+// MPI_Iallreduce (libnbc) mallocs a copy of the whole message for its duration: the gradient buckets go in
+// waves of at most this much, so that the copy does not add a model's worth of gradients to a rank's peak.
+constexpr std::size_t kSumBytesInFlight = 4u << 20;
+
 // MPI counts are int: larger transfers go in pieces.
 constexpr std::size_t kMaxCount = static_cast<std::size_t>(INT_MAX);
 
@@ -121,6 +125,7 @@ class Mpi final : public Communicator {
   }
   bool poll() override { return requests_.test(); }
   void wait_all() override { requests_.wait(); }
+  std::size_t sum_bytes_in_flight() const override { return kSumBytesInFlight; }
   void sum(double* data, std::size_t n) override {
     MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), MPI_DOUBLE, MPI_SUM, comm_);
   }

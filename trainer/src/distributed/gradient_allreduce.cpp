@@ -1,4 +1,5 @@
-// Bucketed gradient allreduce started from the backward hook, in reverse layer order.
+// Bucketed gradient allreduce started from the backward hook, in reverse layer order, in waves no larger
+// than the communicator lets be in flight.
 #include <algorithm>
 #include <limits>
 
@@ -9,7 +10,11 @@ namespace fanstore::trainer {
 
 GradientAllreduce::GradientAllreduce(Communicator& comm, ParameterTable& table, std::size_t bucket_bytes,
                                      std::size_t replicas)
-    : comm_(comm), table_(table), replicas_(replicas ? replicas : static_cast<std::size_t>(comm.size())) {
+    : comm_(comm),
+      table_(table),
+      replicas_(replicas ? replicas : static_cast<std::size_t>(comm.size())),
+      piece_floats_(comm.sum_bytes_in_flight() ? std::max<std::size_t>(1, comm.sum_bytes_in_flight() / sizeof(float))
+                                               : std::numeric_limits<std::size_t>::max()) {
   const std::size_t bucket_floats = std::max<std::size_t>(1, bucket_bytes / sizeof(float));
   const auto& entries = table.parameters();
   std::size_t end = table.parameter_count();
@@ -27,6 +32,7 @@ void GradientAllreduce::begin_step() {
   next_bucket_ = 0;
   ready_from_ = table_.parameter_count();
   started_in_backward_ = 0;
+  in_backward_ = true;
 }
 
 void GradientAllreduce::on_layer_ready(const Layer& layer) {
@@ -34,22 +40,47 @@ void GradientAllreduce::on_layer_ready(const Layer& layer) {
   std::size_t first = std::numeric_limits<std::size_t>::max();
   for (auto h : layer.parameter_handles()) first = std::min(first, table_.parameters()[h.index].offset);
   if (first < ready_from_) ready_from_ = first;
-  const std::size_t before = next_bucket_;
-  start_ready(ready_from_);
-  started_in_backward_ += next_bucket_ - before;
-  comm_.poll();  // drive the ones already in flight
+  start_ready(ready_from_);  // also drives the ones in flight
 }
 
 void GradientAllreduce::start_ready(std::size_t ready_from) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from) {
     const Bucket& b = buckets_[next_bucket_++];
-    comm_.start_sum(table_.gradients() + b.begin, b.end - b.begin);
+    // Pieces from the bucket's end down, as the buckets go: the arena is covered in reverse order.
+    for (std::size_t end = b.end; end > b.begin;) {
+      const std::size_t begin = end - std::min(end - b.begin, piece_floats_);
+      queued_.push_back({begin, end, end == b.end});
+      end = begin;
+    }
+  }
+  pump(false);
+}
+
+void GradientAllreduce::pump(bool block) {
+  for (;;) {
+    const bool done = comm_.poll();  // drives the wave in flight (MPI progresses only inside MPI calls)
+    if (queued_.empty()) return;
+    if (!done) {
+      if (!block) return;
+      comm_.wait_all();
+    }
+    std::size_t wave = 0;
+    while (!queued_.empty() && (wave == 0 || wave + (queued_.front().end - queued_.front().begin) <= piece_floats_)) {
+      const Piece p = queued_.front();
+      queued_.pop_front();
+      comm_.start_sum(table_.gradients() + p.begin, p.end - p.begin);
+      wave += p.end - p.begin;
+      if (p.first_of_bucket && in_backward_) ++started_in_backward_;
+    }
+    if (!block) return;
   }
 }
 
 void GradientAllreduce::finish() {
+  in_backward_ = false;
   if (comm_.size() == 1) return;
   start_ready(0);
+  pump(true);
   comm_.wait_all();
   if (replicas_ == 1) return;
   Tensor gradients = table_.arena(Arena::Gradients);
