@@ -317,6 +317,8 @@ struct TrainingLoop {
   void save() { save_to(checkpoint_path); }
   // Sharded optimizer state is gathered by every rank of its spatial group; the trainer's first rank writes.
   void save_to(const std::string& path) {
+    // The step's recycled tensors would sit beside the gathered state: a rank's peak was the checkpoint's.
+    Storage::release_kept_host();
     if (!optimizer.sharded() && !trainer_leader) return;
     const auto state = optimizer.whole_state();
     if (trainer_leader) save_checkpoint(path, model, optimizer, state, position);
