@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "trainer/data/batch_loader.hpp"
 #include "trainer/data/data_error.hpp"
 #include "trainer/data/prefetcher.hpp"
+#include "trainer/data/shard.hpp"
 #include "trainer/input_feed.hpp"
 #include "trainer/recycling_memory.hpp"
 #include "trainer/run_defaults.hpp"
@@ -38,13 +40,11 @@ class CountingDataset final : public data::SampleDataset {
   data::SampleLayout layout_;
 };
 
+// Samples 0..n-1 in batches of `per` (the last one shorter).
 std::vector<std::vector<std::size_t>> batches_of(std::size_t n, std::size_t per) {
-  std::vector<std::vector<std::size_t>> b;
-  for (std::size_t i = 0; i < n; i += per) {
-    b.emplace_back();
-    for (std::size_t k = i; k < std::min(n, i + per); ++k) b.back().push_back(k);
-  }
-  return b;
+  std::vector<std::size_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  return data::split_into_batches(all, per);
 }
 
 RecyclingMemory counted_memory(int* gets, int* puts) {
@@ -61,12 +61,12 @@ RecyclingMemory counted_memory(int* gets, int* puts) {
 
 TEST(InputFeed, HandsOutEveryBatchInOrderWithItsInputInTheBackendsMemory) {
   auto backend = make_cpu_backend({1});
-  const CountingDataset dataset(10);
+  const CountingDataset dataset(30);
   int gets = 0, puts = 0;
   {
     RecyclingMemory memory = counted_memory(&gets, &puts);
     const data::BatchLoader loader(dataset, {.input_memory = &memory});
-    data::Prefetcher prefetcher(loader, batches_of(10, 3), 0, {.threads = 2, .queue_depth = 2});
+    data::Prefetcher prefetcher(loader, batches_of(30, 3), 0, {.threads = 2, .queue_depth = 2});
     InputFeed feed(*backend, prefetcher);
     std::size_t number = 0;
     while (auto fed = feed.next()) {
@@ -80,9 +80,10 @@ TEST(InputFeed, HandsOutEveryBatchInOrderWithItsInputInTheBackendsMemory) {
       if (number % 2 == 0) feed.take_ahead();  // as the loop does while a step runs; next() takes it then
       ++number;
     }
-    EXPECT_EQ(number, 4u);
+    EXPECT_EQ(number, 10u);
     EXPECT_FALSE(feed.next());
-    // Blocks come back and are used again: at most the window, the one taken ahead and the one in use.
+    // Blocks come back and are used again: at most the window, the one taken ahead and the one in use (10
+    // batches without reuse).
     EXPECT_LE(memory.blocks_obtained(), 5u);
   }
   EXPECT_EQ(gets, puts);  // every block returned upstream when the resource goes

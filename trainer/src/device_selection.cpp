@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
 #include <stdexcept>
 
@@ -45,16 +46,31 @@ CudaAvailability cuda_availability(CudaProbe probe) {
 
 bool nvidia_device_plausible() { return cuda_module::nvidia_device_plausible(); }
 
-int node_local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                           "SLURM_LOCALID", "PALS_LOCAL_RANKID", "FLUX_TASK_LOCAL_ID"}) {
+namespace {
+
+// The first of the launcher variables `names` that holds a number in [min, 2^20); -1 when none does.
+int launcher_number(std::initializer_list<const char*> names, long min) {
+  for (const char* name : names) {
     const char* value = std::getenv(name);
     if (!value || !*value) continue;
     char* end = nullptr;
-    const long rank = std::strtol(value, &end, 10);
-    if (*end == '\0' && rank >= 0 && rank < (1 << 20)) return static_cast<int>(rank);
+    const long n = std::strtol(value, &end, 10);
+    if (*end == '\0' && n >= min && n < (1 << 20)) return static_cast<int>(n);
   }
   return -1;
+}
+
+}  // namespace
+
+int node_local_rank() {
+  return launcher_number({"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                          "PALS_LOCAL_RANKID", "FLUX_TASK_LOCAL_ID"},
+                         0);
+}
+
+int node_local_ranks() {
+  return launcher_number(
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
 }
 
 std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {

@@ -48,6 +48,9 @@ bool nvidia_device_plausible();
 // The rank's index on its node from the launcher's environment (Open MPI, MVAPICH, MPICH/Intel MPI,
 // Slurm srun, Cray PALS, Flux); -1 when not started by one of them.
 int node_local_rank();
+// The number of ranks on this node, from the same launchers' environment (Open MPI, MVAPICH,
+// MPICH/Intel MPI, Slurm srun with --ntasks-per-node); -1 when none says.
+int node_local_ranks();
 
 // auto: CUDA when built and a device is present, else the CPU (without loading the CUDA module when
 // nvidia_device_plausible() is false; with a one-line warning on stderr when it is true but the

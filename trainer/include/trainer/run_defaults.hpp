@@ -24,8 +24,7 @@ double default_warmup_epochs(int epochs);
 // (`node_local_ranks`, -1: unknown) when the rank is not bound to a part of the node.
 // `requested` > 0 is taken as it is.
 int decode_threads(int requested, bool gpu, int affinity_cpus, int online_cpus, int node_local_ranks);
-// The same for this process: its affinity, the online CPUs and the launcher's node-local rank count
-// (OMPI_COMM_WORLD_LOCAL_SIZE, MV2_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE).
+// The same for this process: its affinity, the online CPUs and node_local_ranks() (device_selection.hpp).
 int decode_threads(int requested, bool gpu);
 
 // The checkpoint directory when --checkpoint is left out: "run-<model>-<YYYYmmdd-HHMMSS>" (local

@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
+
+#include "trainer/device_selection.hpp"
 
 namespace fanstore::trainer {
 
@@ -44,19 +45,7 @@ int decode_threads(int requested, bool gpu) {
   cpu_set_t set;
   const int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   const int online = static_cast<int>(std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L));
-  int local = -1;
-  for (const char* name :
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
-    const char* value = std::getenv(name);
-    if (!value || !*value) continue;
-    char* end = nullptr;
-    const long n = std::strtol(value, &end, 10);
-    if (*end == '\0' && n > 0 && n < (1 << 20)) {
-      local = static_cast<int>(n);
-      break;
-    }
-  }
-  return decode_threads(requested, gpu, affinity, online, local);
+  return decode_threads(requested, gpu, affinity, online, node_local_ranks());
 }
 
 }  // namespace fanstore::trainer

@@ -314,6 +314,11 @@ struct TrainingLoop {
   std::vector<double> trainer_losses =
       std::vector<double>(static_cast<std::size_t>(plan.trainers), std::numeric_limits<double>::quiet_NaN());
 
+  // Whether the run stops once `steps` steps are done (--max-steps).
+  bool reaches_max_steps(std::uint64_t steps) const {
+    return o.max_steps > 0 && steps >= static_cast<std::uint64_t>(o.max_steps);
+  }
+
   void save() { save_to(checkpoint_path); }
   // Sharded optimizer state is gathered by every rank of its spatial group; the trainer's first rank writes.
   void save_to(const std::string& path) {
@@ -420,8 +425,7 @@ struct TrainingLoop {
     last_loss = mean_loss;
     // The next batch while this step's kernels run, unless this step is the last; its stall belongs to the next
     // step. (On a GPU the synchronize below also waits for that batch's copy: a late batch's copy counts here.)
-    const bool last =
-        j + 1 >= batches || (o.max_steps > 0 && position.global_step + 1 >= static_cast<std::uint64_t>(o.max_steps));
+    const bool last = j + 1 >= batches || reaches_max_steps(position.global_step + 1);
     const double ahead_stall = last ? 0.0 : feed.take_ahead();
     backend.synchronize();  // a GPU queues work: the step ends when its kernels have run
     const StepTime step{sums[1] / static_cast<double>(comm.size()), seconds_since(step_start) - ahead_stall};
@@ -464,7 +468,7 @@ struct TrainingLoop {
       progress.update(line.str());
     }
     if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
-    if (o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps)) stopped = true;
+    if (reaches_max_steps(position.global_step)) stopped = true;
   }
 
   // Every trainer validates its own model on the whole validation set at the end of an epoch.
