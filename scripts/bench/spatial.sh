@@ -119,6 +119,7 @@ if part cap && [ $QUICK = 0 ] && [ "${VM[1-128]:-0}" -gt 0 ] && [ "${VM[4-128]:-
 fi
 
 # --- strong scaling -----------------------------------------------------------------------------------------------
+declare -A SPATIAL_RATE=() DP_RATE=()
 part scaling && read -r one_step _ _ one_rate <<<"$(bench 1 1,1,1,1 1 64)"
 for g in "2 1,2,1,1" "4 1,2,2,1"; do
   part scaling || break
@@ -127,6 +128,7 @@ for g in "2 1,2,1,1" "4 1,2,2,1"; do
   case_name="one 64^3 sample per step, $np ranks spatial ($grid)"
   record "$case_name" spatial samples/s higher "$rate"
   record "$case_name" one-rank samples/s higher "$one_rate"
+  SPATIAL_RATE[$np]=$rate
 done
 for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"; do
   part scaling || break
@@ -136,7 +138,18 @@ for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"
   case_name="global batch $((np * dp_batch)) of 64^3 on $np ranks: $grid vs $dp"
   record "$case_name" spatial samples/s higher "$rate"
   record "$case_name" data-parallel samples/s higher "$dp_rate"
+  [ "$dp_batch" = 1 ] && DP_RATE[$np]=$dp_rate
 done
+# Scaling efficiency: samples/s on N ranks over N x one rank's. Spatial: the same single sample split N ways (strong
+# scaling); data parallel: N samples, one per rank (the same global batch as N spatial groups of one sample).
+for np in 2 4; do
+  part scaling || break
+  eff() { awk -v r="$1" -v one="$one_rate" -v n="$np" 'BEGIN {if (r + 0 > 0 && one + 0 > 0) printf "%.1f", 100 * r / (n * one); else print "error"}'; }
+  case_name="scaling efficiency on $np ranks (samples/s over $np x one rank's): one 64^3 sample split $np ways vs $np samples data parallel"
+  record "$case_name" spatial % higher "$(eff "${SPATIAL_RATE[$np]:-0}")"
+  record "$case_name" data-parallel % higher "$(eff "${DP_RATE[$np]:-0}")"
+done
+part scaling && note "Scaling efficiency: samples/s on N ranks over N x one rank's samples/s, for one sample split N ways (strong scaling) and for N samples one per rank (data parallelism at the same global batch). With more ranks than cores (--oversubscribe) it is at most cores / N: 50% for 4 ranks on 2 cores."
 
 # --- the performance model against measurement -------------------------------------------------------------------------
 for run in "cosmoflow 2" "cosmoflow 4" "unet3d 2" "unet3d 4"; do
