@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory_resource>
 #include <numeric>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -204,6 +205,28 @@ TEST(Conformance, BatchNorm) {
     Tensor host_mean = down(mean), host_var = down(var);
     EXPECT_CLOSE(down(k->forward(up(x), up(g), up(bt), mean, var, Mode::Eval)),
                  reference::batch_norm(x, g, bt, &host_mean, &host_var, 1e-5), what + " eval forward vs naive");
+    {
+      // Backward through fixed statistics: dx = g r / sqrt(v + eps), dgamma = sum r xhat, dbeta = sum r.
+      Tensor edg = be().zeros({s[1]}), edb = be().zeros({s[1]});
+      const Tensor edx = down(k->backward(up(r), up(g), edg, edb));
+      const std::int64_t c = s[1], inner = s.numel() / (s[0] * c);
+      Tensor want_dx = Tensor::zeros(s), want_dg = Tensor::zeros({c}), want_db = Tensor::zeros({c});
+      std::vector<double> dg_sum(static_cast<std::size_t>(c)), db_sum(static_cast<std::size_t>(c));
+      for (std::int64_t i = 0; i < s.numel(); ++i) {
+        const std::int64_t ch = (i / inner) % c;
+        const double inv = 1 / std::sqrt(static_cast<double>(host_var[ch]) + 1e-5);
+        want_dx[i] = static_cast<float>(g[ch] * inv * r[i]);
+        dg_sum[static_cast<std::size_t>(ch)] += r[i] * (x[i] - host_mean[ch]) * inv;
+        db_sum[static_cast<std::size_t>(ch)] += r[i];
+      }
+      for (std::int64_t ch = 0; ch < c; ++ch) {
+        want_dg[ch] = static_cast<float>(dg_sum[static_cast<std::size_t>(ch)]);
+        want_db[ch] = static_cast<float>(db_sum[static_cast<std::size_t>(ch)]);
+      }
+      EXPECT_CLOSE(edx, want_dx, what + " eval backward vs naive");
+      EXPECT_CLOSE(down(edg), want_dg, what + " eval dgamma vs naive");
+      EXPECT_CLOSE(down(edb), want_db, what + " eval dbeta vs naive");
+    }
     if (auto ck = cpu_kernel([&](Backend& c) { return c.make_batch_norm(1e-5f); })) {
       Tensor cm = Tensor::zeros({s[1]}), cv = Tensor::zeros({s[1]}), cdg = Tensor::zeros({s[1]}),
              cdb = Tensor::zeros({s[1]});
@@ -256,6 +279,19 @@ TEST(Conformance, InnerProduct) {
   Tensor expected = Tensor::zeros({4});
   for (std::int64_t i = 0; i < r.numel(); ++i) expected[i % 4] += r[i];
   EXPECT_CLOSE(down(db), expected, "linear bias gradient");
+  // Weights and their gradient as views one float into a buffer, as the parameter arena places them (no
+  // alignment beyond the element's): the results must not change.
+  Tensor host_w = Tensor::zeros({4 * 9 + 1});
+  std::memcpy(host_w.data() + 1, w.data(), sizeof(float) * 36);
+  const Tensor w_buffer = up(host_w), dw_buffer = be().zeros({4 * 9 + 1});
+  const Tensor w_odd = Tensor::on_storage(w_buffer.storage(), {4, 9}, DType::F32, nullptr, sizeof(float));
+  Tensor dw_odd = Tensor::on_storage(dw_buffer.storage(), {4, 9}, DType::F32, nullptr, sizeof(float));
+  auto k2 = be().make_inner_product(true);
+  EXPECT_CLOSE(down(k2->forward(up(x), w_odd, &dev_b)), y, "linear forward, weights 4 bytes into their buffer");
+  Tensor db2 = be().zeros({4});
+  k2->backward_weights(up(x), up(r), dw_odd, &db2);
+  EXPECT_CLOSE(down(dw_odd), down(dw), "linear weight gradient, 4 bytes into its buffer");
+  EXPECT_CLOSE(down(k2->backward_data(up(r), w_odd)), dx, "linear backward data, weights 4 bytes into their buffer");
 }
 
 // ---- the backend ops ----

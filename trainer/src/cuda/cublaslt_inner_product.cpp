@@ -1,9 +1,11 @@
 // Fully connected layer on cuBLASLt (y = x W^T + b), fp32 accumulation; the heuristic's algorithm
 // is cached per (operation, shape, type). Row-major tensors are read as their column-major
 // transposes, so every product below is written for column-major matrices.
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_layout_helpers.hpp"
@@ -19,6 +21,14 @@ cudaDataType_t blas_type(DType type) {
     case DType::F64: break;
   }
   throw std::invalid_argument("cuBLASLt: unsupported dtype");
+}
+
+// The largest power of two up to 256 that divides p's address: cuBLASLt's heuristic assumes 256-byte
+// aligned operands unless told otherwise, and parameter views sit anywhere in their arena.
+std::uint32_t alignment_of(const void* p) {
+  std::uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<std::uintptr_t>(p) % a != 0) a /= 2;
+  return a;
 }
 
 // One column-major matrix layout (rows x cols, leading dimension = rows).
@@ -96,8 +106,11 @@ class CublasLtInnerProduct final : public InnerProductKernel {
     FS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     FS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     MatrixLayout la(a_type, a_rows, a_cols), lb(b_type, b_rows, b_cols), ld(d_type, m, n);
-    // The heuristic's first choice, cached per shape and type (the same every step).
-    const auto key = std::make_tuple(std::string(what), m, n, k, static_cast<int>(a_type), static_cast<int>(d_type));
+    // The heuristic's first choice, cached per shape, type and operand alignment (the same every step).
+    const std::uint32_t align_a = alignment_of(a.raw()), align_b = alignment_of(b.raw()),
+                        align_d = alignment_of(d.raw());
+    const auto key = std::make_tuple(std::string(what), m, n, k, static_cast<int>(a_type), static_cast<int>(d_type),
+                                     align_a, align_b, align_d);
     auto it = algorithms_.find(key);
     if (it == algorithms_.end()) {
       cublasLtMatmulPreference_t pref = nullptr;
@@ -105,6 +118,11 @@ class CublasLtInnerProduct final : public InnerProductKernel {
       const std::size_t limit = std::size_t{64} << 20;
       FS_CHECK(
           cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit));
+      for (auto [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                                      std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                                      std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+                                      std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}})
+        FS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value));
       cublasLtMatmulHeuristicResult_t result{};
       int count = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx_->cublaslt(), op, la.get(), lb.get(), ld.get(),
@@ -131,7 +149,9 @@ class CublasLtInnerProduct final : public InnerProductKernel {
   Backend& backend_;
   std::shared_ptr<CudaContext> ctx_;
   Tensor x_;
-  std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t, int, int>, cublasLtMatmulHeuristicResult_t>
+  std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t, int, int, std::uint32_t, std::uint32_t,
+                      std::uint32_t>,
+           cublasLtMatmulHeuristicResult_t>
       algorithms_;
 };
 

@@ -25,7 +25,11 @@ CudaContext::CudaContext(int device, Precision precision, bool channels_last, bo
       channels_last_(channels_last),
       deterministic_(deterministic),
       input_memory_([device](std::size_t bytes) { return pinned(device, bytes); },
-                    [](void* p, std::size_t) { cudaFreeHost(p); }) {
+                    [device](void* p, std::size_t) {
+                      // A prefetch thread may free before it ever allocated: on its own device, not device 0.
+                      cudaSetDevice(device);
+                      cudaFreeHost(p);
+                    }) {
   FS_CHECK(cudaSetDevice(device_));
   FS_CHECK(cudaGetDeviceProperties(&properties_, device_));
   FS_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -97,7 +101,18 @@ void* CudaContext::workspace(std::size_t bytes) {
   if (workspace_) FS_CHECK(cudaFree(workspace_));
   workspace_ = nullptr;
   workspace_bytes_ = 0;
-  FS_CHECK(cudaMalloc(&workspace_, bytes));
+  cudaError_t rc = cudaMalloc(&workspace_, bytes);
+  if (rc == cudaErrorMemoryAllocation) {
+    // The default pool keeps what the steps freed (release threshold: all of it): hand that back and retry.
+    cudaGetLastError();
+    cudaMemPool_t pool = nullptr;
+    FS_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    FS_CHECK(cudaStreamSynchronize(stream_));
+    FS_CHECK(cudaMemPoolTrimTo(pool, 0));
+    workspace_ = nullptr;
+    rc = cudaMalloc(&workspace_, bytes);
+  }
+  FS_CHECK(rc);
   workspace_bytes_ = bytes;
   return workspace_;
 }

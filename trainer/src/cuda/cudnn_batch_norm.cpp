@@ -1,4 +1,4 @@
-// Batch normalisation on cuDNN (spatial mode; the persistent variant for half types in
+// Batch normalisation on cuDNN (spatial mode; in training the persistent variant for half types in
 // channels-last), batch statistics out in the layer's terms (mean, biased variance).
 #include <stdexcept>
 
@@ -31,9 +31,10 @@ class CudnnBatchNorm final : public BatchNormKernel {
       kernels::variance_from_inv_std(inv_std_.data(), variance.data(), variance.numel(), epsilon_, ctx_->stream());
       mean_ = mean;
     } else {
-      FS_CHECK(cudnnBatchNormalizationForwardInference(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x_.raw(),
-                                                       xd_.get(), y.raw(), bnd_.get(), gamma.raw(), beta.raw(),
-                                                       mean.raw(), variance.raw(), epsilon_));
+      // Plain spatial mode: the persistent variant is documented for training and backward only.
+      FS_CHECK(cudnnBatchNormalizationForwardInference(ctx_->cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd_.get(),
+                                                       x_.raw(), xd_.get(), y.raw(), bnd_.get(), gamma.raw(),
+                                                       beta.raw(), mean.raw(), variance.raw(), epsilon_));
       mean_ = mean;
       variance_ = variance;
     }

@@ -1,5 +1,7 @@
 // Optimizer updates on the GPU, element for element the CPU backend's formulas (optim.hpp).
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_kernels.hpp"
@@ -74,10 +76,18 @@ void lars(float* w, const float* g, float* momentum, const std::vector<Parameter
   if (count == 0) return;
   std::vector<std::int64_t> offsets;
   std::vector<std::uint8_t> excluded;
+  std::int64_t end = 0;  // the kernel finds an element's segment by binary search: the segments must tile [0, n)
   for (const auto& s : segments) {
+    if (static_cast<std::int64_t>(s.offset) != end)
+      throw std::invalid_argument("lars: parameter segments must be contiguous and in order (one at " +
+                                  std::to_string(s.offset) + ", expected " + std::to_string(end) + ")");
+    end += static_cast<std::int64_t>(s.count);
     offsets.push_back(static_cast<std::int64_t>(s.offset));
     excluded.push_back(s.lars_excluded ? 1 : 0);
   }
+  if (end != n)
+    throw std::invalid_argument("lars: parameter segments cover " + std::to_string(end) + " of " + std::to_string(n) +
+                                " elements");
   offsets.push_back(n);
   std::int64_t* d_offsets = nullptr;
   std::uint8_t* d_excluded = nullptr;
