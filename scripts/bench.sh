@@ -7,7 +7,9 @@
 #   --update-doc  put the table and machine description into docs/performance.md
 # Environment: BUILD_DIR (default build/), BENCH_TMPFS (default /dev/shm/fanstore-bench),
 #              BENCH_DISK (default /var/tmp/fanstore-bench; must be on a real disk, not tmpfs),
-#              BENCH_DRIVERS (where tools/bench is built when BUILD_DIR lacks the drivers; kept between runs).
+#              BENCH_DRIVERS (where tools/bench is built when BUILD_DIR lacks the drivers; kept between runs),
+#              BENCH_SKIP (sections that have their own script not to run, e.g. "spatial ltfb": spatial,
+#              remote-cost, staging, env, ltfb; their rows are then missing from this run's table).
 # A piece that is not built yet (pack, run, mount, serve, fanstore-train --benchmark) gives an "n/a" row, never a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -556,30 +558,42 @@ gpu_section() {
 }
 [ $GPU = 1 ] && gpu_section
 
+skipped() { [[ " ${BENCH_SKIP:-} " == *" $1 "* ]]; }
+
 # --- spatial: CosmoFlow on sample x spatial grids (memory, a memory cap, scaling, the model) -------------------------
 # Its own script (scripts/bench/spatial.sh, runnable alone); about 15 minutes on 2 cores, ~3 with --quick.
-log "spatial: CosmoFlow on sample x spatial grids"
-BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
+if skipped spatial; then log "spatial: skipped (BENCH_SKIP)"; else
+  log "spatial: CosmoFlow on sample x spatial grids"
+  BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
+fi
 
 # --- remote-cost: wall and CPU per 1,000 remote files, each daemon mechanism on and off ----------------------------
 # Its own script (scripts/bench/remote_cost.sh, runnable alone; TCP rows need root); about 6 minutes on 2 cores.
-log "remote-cost: CPU of remote reads, mechanisms on and off"
-BUILD_DIR=$BUILD_DIR IOBENCH=$IOBENCH bash "$HELPERS/remote_cost.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "remote-cost: failed"
+if skipped remote-cost; then log "remote-cost: skipped (BENCH_SKIP)"; else
+  log "remote-cost: CPU of remote reads, mechanisms on and off"
+  BUILD_DIR=$BUILD_DIR IOBENCH=$IOBENCH bash "$HELPERS/remote_cost.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "remote-cost: failed"
+fi
 
 # --- staging: 4 namespace nodes, an sshfs shared file system, tc-capped links -------------------------------------
 # Its own script (scripts/bench/staging.sh, runnable alone; needs root); about 2 minutes on 2 cores.
-log "staging: 4 nodes staging from an sshfs image directory"
-BUILD_DIR=$BUILD_DIR bash "$HELPERS/staging.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "staging: failed"
+if skipped staging; then log "staging: skipped (BENCH_SKIP)"; else
+  log "staging: 4 nodes staging from an sshfs image directory"
+  BUILD_DIR=$BUILD_DIR bash "$HELPERS/staging.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "staging: failed"
+fi
 
 # --- env: a Python environment from an image (16 x import torch; pack time and size vs mksquashfs) ------------------
 # Its own script (scripts/bench/env.sh, runnable alone); about 5 minutes on 2 cores, ~2 with --quick.
-log "env: a Python environment from an image"
-BUILD_DIR=$BUILD_DIR bash "$HELPERS/env.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "env: failed"
+if skipped env; then log "env: skipped (BENCH_SKIP)"; else
+  log "env: a Python environment from an image"
+  BUILD_DIR=$BUILD_DIR bash "$HELPERS/env.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "env: failed"
+fi
 
 # --- ltfb: tournament training, samples and time to a target for 1, 2 and 4 trainers ----------------------------------
 # Its own script (scripts/bench/ltfb.sh, runnable alone); about 12 minutes on 2 cores, ~4 with --quick (CosmoFlow only).
-log "ltfb: tournament training to a target score"
-BUILD_DIR=$BUILD_DIR bash "$HELPERS/ltfb.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "ltfb: failed (see $LOGS/ltfb-*.log)"
+if skipped ltfb; then log "ltfb: skipped (BENCH_SKIP)"; else
+  log "ltfb: tournament training to a target score"
+  BUILD_DIR=$BUILD_DIR bash "$HELPERS/ltfb.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "ltfb: failed (see $LOGS/ltfb-*.log)"
+fi
 
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))

@@ -43,6 +43,8 @@ namespace fanstore::env {
   X(kBenchDrivers, "BENCH_DRIVERS", Scope::kScript, "`scripts/bench.sh`",                                                   \
     "where the benchmark drivers are built when the build directory lacks them (kept between runs)",                        \
     "`/var/tmp/fanstore-bench-drivers`")                                                                                    \
+  X(kBenchSkip, "BENCH_SKIP", Scope::kScript, "`scripts/bench.sh`",                                                        \
+    "sections with a script of their own not to run (`spatial`, `remote-cost`, `staging`, `env`, `ltfb`)", "none")       \
   X(kBenchStepTimeout, "BENCH_STEP_TIMEOUT", Scope::kScript, "`scripts/bench.sh`, `trainer.sh`",                                       \
     "seconds one benchmark step may run before it is reported as timed out", "300")                                         \
   X(kBenchMpirun, "MPIRUN", Scope::kScript, "`scripts/bench/spatial.sh`, `ltfb.sh`",                                        \
