@@ -20,7 +20,7 @@ NA_TRAIN="n/a (fanstore-train --benchmark not available)"
 # would take minutes on 2 cores; both sides always run the same sizes. U-Net needs >= 64^3 (5 downsamplings).
 if [ $QUICK = 1 ]; then CASES=("resnet50|2|32" "cosmoflow|1|32"); else
   CASES=("resnet50|8|224" "cosmoflow|2|64" "unet3d|1|64"); fi
-ITERS=2
+ITERS=5
 THREADS=$(nproc)
 log "${CASES[*]} on $THREADS threads"
 note "CPU, $THREADS threads, synthetic inputs, $ITERS timed iterations after 1 warm-up. Train = forward + loss + backward + SGD-momentum step; inference = forward only. PyTorch: scripts/bench/torch_models.py (torchvision resnet50; MLPerf CosmoFlow; MLPerf 3D U-Net with instance norm)$([ $QUICK = 1 ] && echo "; --quick skips the 3D U-Net (one 64^3 training step takes ~10 s here)")."
