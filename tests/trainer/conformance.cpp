@@ -260,6 +260,31 @@ TEST(Conformance, Activations) {
     }
     EXPECT_CLOSE(dx, expected, "activation backward");
   }
+  // In a bf16/fp16 run the layers hand activations over in that type: the kernels' half paths, against the same
+  // formulas on the rounded values (the output's derivative from the rounded output, as the kernels take it).
+  if (env().precision == Precision::FP32) return;
+  const DType half = env().precision == Precision::BF16 ? DType::BF16 : DType::F16;
+  for (auto spec : {relu(), leaky_relu(0.3f), tanh_activation(), scale_by(1.2f)}) {
+    Rng rng(20);
+    const Tensor x = random_tensor({2, 3, 4, 5}, rng, -2.f, 2.f, 0.02f), r = random_tensor({2, 3, 4, 5}, rng);
+    const Tensor x_dev = be().cast(up(x), half), r_dev = be().cast(up(r), half);
+    auto k = be().make_eltwise(spec);
+    const Tensor y_dev = k->forward(x_dev);
+    EXPECT_EQ(y_dev.dtype(), half) << "activation forward keeps the input's type";
+    const Tensor y = down(y_dev), rounded_r = down(r_dev);
+    EXPECT_CLOSE(y, reference::eltwise(down(x_dev), spec), std::string("activation forward in ") + dtype_name(half));
+    const Tensor dx = down(k->backward(r_dev, y_dev));
+    Tensor expected = Tensor::zeros(x.shape());
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const double v = y[i];
+      const double d = spec.kind == EltwiseKind::ReLU        ? (v > 0 ? 1 : 0)
+                       : spec.kind == EltwiseKind::LeakyReLU ? (v > 0 ? 1 : spec.alpha)
+                       : spec.kind == EltwiseKind::Tanh      ? 1 - v * v
+                                                             : spec.alpha;
+      expected[i] = static_cast<float>(rounded_r[i] * d);
+    }
+    EXPECT_CLOSE(dx, expected, std::string("activation backward in ") + dtype_name(half));
+  }
 }
 
 TEST(Conformance, InnerProduct) {
