@@ -78,20 +78,6 @@ TEST(DeviceSelection, ParsesChoicesAndTheNodeLocalRank) {
   unsetenv("SLURM_LOCALID");
 }
 
-TEST(DeviceSelection, RefusesMoreRanksPerNodeThanGpusForNccl) {
-  EXPECT_NO_THROW(require_gpu_per_rank(4, 4));
-  EXPECT_NO_THROW(require_gpu_per_rank(-1, 4));  // the launcher did not say: NCCL's own check remains
-  EXPECT_NO_THROW(require_gpu_per_rank(1, 1));
-  try {
-    require_gpu_per_rank(8, 4);
-    ADD_FAILURE() << "8 ranks on 4 GPUs accepted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "8 ranks on this node share 4 GPU(s), and NCCL needs a GPU of its own per rank: start at most 4 ranks "
-              "per node (mpirun --map-by ppr:4:node, srun --ntasks-per-node=4), or use --device cpu");
-  }
-}
-
 // The objects mapped into this process whose path contains `name`.
 std::string mapped(const std::string& name) {
   std::ifstream maps("/proc/self/maps");

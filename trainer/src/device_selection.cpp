@@ -7,7 +7,6 @@
 #include <initializer_list>
 #include <iostream>
 #include <stdexcept>
-#include <string>
 
 #include "cuda_loader.hpp"
 
@@ -80,8 +79,7 @@ std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {
         cuda_availability(choice.device == DeviceChoice::Auto ? CudaProbe::IfNvidiaDevice : CudaProbe::Load);
     if (cuda.built && cuda.devices > 0) {
       const int local = choice.local_rank >= 0 ? choice.local_rank : std::max(0, node_local_rank());
-      // One rank per GPU; a single rank may take any (several ranks sharing one fail in NCCL's set-up:
-      // require_gpu_per_rank).
+      // One rank per GPU (ranks sharing one: NCCL refuses them, and the NCCL communicator says what to do).
       return cuda_module::make_cuda_backend(local % cuda.devices, choice.precision);
     }
     if (choice.device == DeviceChoice::Cuda)
@@ -100,17 +98,8 @@ std::shared_ptr<Backend> make_backend(const BackendChoice& choice) {
   return make_cpu_backend({choice.threads});
 }
 
-void require_gpu_per_rank(int ranks_on_node, int gpus) {
-  if (ranks_on_node <= gpus || gpus <= 0) return;
-  throw std::runtime_error(std::to_string(ranks_on_node) + " ranks on this node share " + std::to_string(gpus) +
-                           " GPU(s), and NCCL needs a GPU of its own per rank: start at most " + std::to_string(gpus) +
-                           " ranks per node (mpirun --map-by ppr:" + std::to_string(gpus) +
-                           ":node, srun --ntasks-per-node=" + std::to_string(gpus) + "), or use --device cpu");
-}
-
 std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backend& backend) {
   if (host.size() < 2 || backend.device() != Device::Cuda) return nullptr;
-  require_gpu_per_rank(node_local_ranks(), cuda_availability(CudaProbe::Load).devices);
   // A CUDA backend exists, so make_backend() loaded the module.
   return cuda_module::make_nccl_communicator(host, backend);
 }

@@ -59,11 +59,6 @@ int node_local_ranks();
 // A precision other than fp32 on the CPU throws std::invalid_argument.
 std::shared_ptr<Backend> make_backend(const BackendChoice& choice);
 
-// NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected"): throws
-// std::runtime_error with one line saying what to launch instead when `ranks_on_node` (-1: unknown,
-// not checked) exceeds `gpus`.
-void require_gpu_per_rank(int ranks_on_node, int gpus);
-
 // The communicator for device memory: NCCL between the GPUs of a CUDA run on several ranks (gradient
 // bucket sums on their own stream, overlapped with backward; the grid's halo messages and spatial
 // sums; its split() gives NCCL sub-communicators), otherwise null: use `host` itself. Host memory

@@ -59,7 +59,14 @@ class NcclCommunicator final : public Communicator {
       const auto w = static_cast<std::uint32_t>(words[i]);
       std::memcpy(reinterpret_cast<char*>(&id) + i * sizeof w, &w, sizeof w);
     }
-    FS_CHECK(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
+    const ncclResult_t made = ncclCommInitRank(&comm_, host.size(), id, host.rank());
+    // Its most common cause, two ranks on one GPU (more ranks per node than GPUs), in the user's terms.
+    if (made == ncclInvalidUsage)
+      throw CudaError(
+          "ncclCommInitRank: invalid usage, most often two ranks on one GPU (NCCL_DEBUG=WARN says "
+          "\"Duplicate GPU detected\"): start at most as many ranks per node as GPUs (mpirun --map-by "
+          "ppr:GPUS:node, srun --ntasks-per-node=GPUS --gpus-per-task=1), or use --device cpu");
+    FS_CHECK(made);
     create_stream();
   }
   // A sub-communicator: owns its host part and an NCCL communicator split from the parent's, and
