@@ -1,5 +1,5 @@
 // Fully connected layer on cuBLASLt (y = x W^T + b), fp32 accumulation; the heuristic's algorithm
-// is cached per (operation, shape, type). Row-major tensors are read as their column-major
+// is cached per (operation, shape, type, operand alignment). Row-major tensors are read as their column-major
 // transposes, so every product below is written for column-major matrices.
 #include <cstdint>
 #include <map>
