@@ -558,42 +558,32 @@ gpu_section() {
 }
 [ $GPU = 1 ] && gpu_section
 
-skipped() { [[ " ${BENCH_SKIP:-} " == *" $1 "* ]]; }
+# own_script_section NAME "WHAT" SCRIPT [FAILURE HINT]: a section with a script of its own, unless BENCH_SKIP names it.
+own_script_section() {
+  if [[ " ${BENCH_SKIP:-} " == *" $1 "* ]]; then log "$1: skipped (BENCH_SKIP)"; return; fi
+  log "$1: $2"
+  BUILD_DIR=$BUILD_DIR IOBENCH=$IOBENCH bash "$HELPERS/$3" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "$1: failed${4:-}"
+}
 
 # --- spatial: CosmoFlow on sample x spatial grids (memory, a memory cap, scaling, the model) -------------------------
 # Its own script (scripts/bench/spatial.sh, runnable alone); about 15 minutes on 2 cores, ~3 with --quick.
-if skipped spatial; then log "spatial: skipped (BENCH_SKIP)"; else
-  log "spatial: CosmoFlow on sample x spatial grids"
-  BUILD_DIR=$BUILD_DIR bash "$HELPERS/spatial.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "spatial: failed (see $LOGS/spatial-*.log)"
-fi
+own_script_section spatial "CosmoFlow on sample x spatial grids" spatial.sh " (see $LOGS/spatial-*.log)"
 
 # --- remote-cost: wall and CPU per 1,000 remote files, each daemon mechanism on and off ----------------------------
 # Its own script (scripts/bench/remote_cost.sh, runnable alone; TCP rows need root); about 6 minutes on 2 cores.
-if skipped remote-cost; then log "remote-cost: skipped (BENCH_SKIP)"; else
-  log "remote-cost: CPU of remote reads, mechanisms on and off"
-  BUILD_DIR=$BUILD_DIR IOBENCH=$IOBENCH bash "$HELPERS/remote_cost.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "remote-cost: failed"
-fi
+own_script_section remote-cost "CPU of remote reads, mechanisms on and off" remote_cost.sh
 
 # --- staging: 4 namespace nodes, an sshfs shared file system, tc-capped links -------------------------------------
 # Its own script (scripts/bench/staging.sh, runnable alone; needs root); about 2 minutes on 2 cores.
-if skipped staging; then log "staging: skipped (BENCH_SKIP)"; else
-  log "staging: 4 nodes staging from an sshfs image directory"
-  BUILD_DIR=$BUILD_DIR bash "$HELPERS/staging.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "staging: failed"
-fi
+own_script_section staging "4 nodes staging from an sshfs image directory" staging.sh
 
 # --- env: a Python environment from an image (16 x import torch; pack time and size vs mksquashfs) ------------------
 # Its own script (scripts/bench/env.sh, runnable alone); about 5 minutes on 2 cores, ~2 with --quick.
-if skipped env; then log "env: skipped (BENCH_SKIP)"; else
-  log "env: a Python environment from an image"
-  BUILD_DIR=$BUILD_DIR bash "$HELPERS/env.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "env: failed"
-fi
+own_script_section env "a Python environment from an image" env.sh
 
 # --- ltfb: tournament training, samples and time to a target for 1, 2 and 4 trainers ----------------------------------
 # Its own script (scripts/bench/ltfb.sh, runnable alone); about 12 minutes on 2 cores, ~4 with --quick (CosmoFlow only).
-if skipped ltfb; then log "ltfb: skipped (BENCH_SKIP)"; else
-  log "ltfb: tournament training to a target score"
-  BUILD_DIR=$BUILD_DIR bash "$HELPERS/ltfb.sh" "$OUT" $([ $QUICK = 1 ] && echo --quick) || log "ltfb: failed (see $LOGS/ltfb-*.log)"
-fi
+own_script_section ltfb "tournament training to a target score" ltfb.sh " (see $LOGS/ltfb-*.log)"
 
 # --- report -----------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))

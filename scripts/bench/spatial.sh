@@ -142,12 +142,14 @@ for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"
 done
 # Scaling efficiency: samples/s on N ranks over N x one rank's. Spatial: the same single sample split N ways (strong
 # scaling); data parallel: N samples, one per rank (the same global batch as N spatial groups of one sample).
+eff() {  # eff RATE NP: percent of NP x one rank's samples/s
+  awk -v r="$1" -v one="$one_rate" -v n="$2" 'BEGIN {if (r + 0 > 0 && one + 0 > 0) printf "%.1f", 100 * r / (n * one); else print "error"}'
+}
 for np in 2 4; do
   part scaling || break
-  eff() { awk -v r="$1" -v one="$one_rate" -v n="$np" 'BEGIN {if (r + 0 > 0 && one + 0 > 0) printf "%.1f", 100 * r / (n * one); else print "error"}'; }
   case_name="scaling efficiency on $np ranks (samples/s over $np x one rank's): one 64^3 sample split $np ways vs $np samples data parallel"
-  record "$case_name" spatial % higher "$(eff "${SPATIAL_RATE[$np]:-0}")"
-  record "$case_name" data-parallel % higher "$(eff "${DP_RATE[$np]:-0}")"
+  record "$case_name" spatial % higher "$(eff "${SPATIAL_RATE[$np]:-0}" "$np")"
+  record "$case_name" data-parallel % higher "$(eff "${DP_RATE[$np]:-0}" "$np")"
 done
 part scaling && note "Scaling efficiency: samples/s on N ranks over N x one rank's samples/s, for one sample split N ways (strong scaling) and for N samples one per rank (data parallelism at the same global batch). With more ranks than cores (--oversubscribe) it is at most cores / N: 50% for 4 ranks on 2 cores."
 

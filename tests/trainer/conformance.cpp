@@ -240,6 +240,18 @@ TEST(Conformance, BatchNorm) {
   }
 }
 
+// d activation / dx from the output y, as the kernels take it (for ReLU and LeakyReLU, whose slope is >= 0,
+// the input's sign serves as well).
+double derivative_at(const EltwiseSpec& spec, double y) {
+  switch (spec.kind) {
+    case EltwiseKind::ReLU: return y > 0 ? 1 : 0;
+    case EltwiseKind::LeakyReLU: return y > 0 ? 1 : spec.alpha;
+    case EltwiseKind::Tanh: return 1 - y * y;
+    case EltwiseKind::Scale: return spec.alpha;
+  }
+  return 1;
+}
+
 TEST(Conformance, Activations) {
   for (auto spec : {relu(), leaky_relu(0.3f), tanh_activation(), scale_by(1.2f)}) {
     Rng rng(20);
@@ -252,11 +264,7 @@ TEST(Conformance, Activations) {
     Tensor expected = Tensor::zeros(x.shape());
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const double v = x[i];
-      const double d = spec.kind == EltwiseKind::ReLU        ? (v > 0 ? 1 : 0)
-                       : spec.kind == EltwiseKind::LeakyReLU ? (v > 0 ? 1 : spec.alpha)
-                       : spec.kind == EltwiseKind::Tanh      ? 1 - std::tanh(v) * std::tanh(v)
-                                                             : spec.alpha;
-      expected[i] = static_cast<float>(r[i] * d);
+      expected[i] = static_cast<float>(r[i] * derivative_at(spec, spec.kind == EltwiseKind::Tanh ? std::tanh(v) : v));
     }
     EXPECT_CLOSE(dx, expected, "activation backward");
   }
@@ -275,14 +283,8 @@ TEST(Conformance, Activations) {
     EXPECT_CLOSE(y, reference::eltwise(down(x_dev), spec), std::string("activation forward in ") + dtype_name(half));
     const Tensor dx = down(k->backward(r_dev, y_dev));
     Tensor expected = Tensor::zeros(x.shape());
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      const double v = y[i];
-      const double d = spec.kind == EltwiseKind::ReLU        ? (v > 0 ? 1 : 0)
-                       : spec.kind == EltwiseKind::LeakyReLU ? (v > 0 ? 1 : spec.alpha)
-                       : spec.kind == EltwiseKind::Tanh      ? 1 - v * v
-                                                             : spec.alpha;
-      expected[i] = static_cast<float>(rounded_r[i] * d);
-    }
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      expected[i] = static_cast<float>(rounded_r[i] * derivative_at(spec, y[i]));
     EXPECT_CLOSE(dx, expected, std::string("activation backward in ") + dtype_name(half));
   }
 }

@@ -23,14 +23,6 @@ cudaDataType_t blas_type(DType type) {
   throw std::invalid_argument("cuBLASLt: unsupported dtype");
 }
 
-// The largest power of two up to 256 that divides p's address: cuBLASLt's heuristic assumes 256-byte
-// aligned operands unless told otherwise, and parameter views sit anywhere in their arena.
-std::uint32_t alignment_of(const void* p) {
-  std::uint32_t a = 256;
-  while (a > 1 && reinterpret_cast<std::uintptr_t>(p) % a != 0) a /= 2;
-  return a;
-}
-
 // One column-major matrix layout (rows x cols, leading dimension = rows).
 class MatrixLayout {
  public:
@@ -107,8 +99,9 @@ class CublasLtInnerProduct final : public InnerProductKernel {
     FS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     MatrixLayout la(a_type, a_rows, a_cols), lb(b_type, b_rows, b_cols), ld(d_type, m, n);
     // The heuristic's first choice, cached per shape, type and operand alignment (the same every step).
-    const std::uint32_t align_a = alignment_of(a.raw()), align_b = alignment_of(b.raw()),
-                        align_d = alignment_of(d.raw());
+    // cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise.
+    const std::uint32_t align_a = alignment_of(a.raw(), 256), align_b = alignment_of(b.raw(), 256),
+                        align_d = alignment_of(d.raw(), 256);
     const auto key = std::make_tuple(std::string(what), m, n, k, static_cast<int>(a_type), static_cast<int>(d_type),
                                      align_a, align_b, align_d);
     auto it = algorithms_.find(key);

@@ -4,7 +4,6 @@
 
 #include <cstring>
 #include <stdexcept>
-#include <string>
 
 #include "cuda/cuda_context.hpp"
 #include "cuda/cuda_kernels.hpp"
@@ -14,13 +13,6 @@
 
 namespace fanstore::trainer::cuda {
 namespace {
-
-// F64 tensors hold statistics sums, which no element op takes (the CPU's take F32 only): the kernels compute
-// in float and would narrow them silently.
-void refuse_f64(DType type, const char* op) {
-  if (type == DType::F64)
-    throw std::invalid_argument(std::string(op) + ": F64 tensors (statistics sums) are not element-op operands");
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -81,8 +73,6 @@ class CudaBackend final : public Backend {
   Tensor cast(const Tensor& t, DType to) override {
     require_device(t, "cast", "tensor");
     if (t.dtype() == to) return t;
-    refuse_f64(t.dtype(), "cast");
-    refuse_f64(to, "cast");
     Tensor out = Tensor::on_storage(allocate(t.capacity() * dtype_size(to)), t.shape(), to, t.layout());
     kernels::cast(t.dtype(), t.raw(), to, out.raw(), static_cast<std::int64_t>(t.capacity()), ctx_->stream());
     return out;
@@ -133,19 +123,16 @@ class CudaBackend final : public Backend {
     if (!x.same_layout(y))
       throw std::invalid_argument("axpby: x " + x.shape().to_string() + " and y " + y.shape().to_string() +
                                   " differ in shape, dtype or layout");
-    refuse_f64(y.dtype(), "axpby");
     kernels::axpby(y.dtype(), a, x.raw(), b, y.raw(), static_cast<std::int64_t>(y.capacity()), ctx_->stream());
   }
 
   void fill(Tensor& t, float value) override {
     require_device(t, "fill", "tensor");
-    refuse_f64(t.dtype(), "fill");
     kernels::fill(t.dtype(), t.raw(), value, static_cast<std::int64_t>(t.capacity()), ctx_->stream());
   }
 
   bool all_finite(const Tensor& t) override {
     require_device(t, "all_finite", "tensor");
-    refuse_f64(t.dtype(), "all_finite");
     int* flag = nullptr;
     FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&flag), sizeof(int), ctx_->stream()));
     FS_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), ctx_->stream()));

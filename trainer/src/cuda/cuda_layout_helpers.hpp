@@ -2,6 +2,8 @@
 // layout, and the per-side padding border (done in plain layout, where box copies work).
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/cuda_context.hpp"
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_layers.hpp"
@@ -9,6 +11,14 @@
 #include "trainer/backend.hpp"
 
 namespace fanstore::trainer::cuda {
+
+// The largest power of two up to `most` that divides p's address: cuBLASLt and cuDNN choose kernels for
+// operands aligned so, and parameter views sit at any float offset in their arena.
+inline std::uint32_t alignment_of(const void* p, std::uint32_t most) {
+  std::uint32_t a = most;
+  while (a > 1 && reinterpret_cast<std::uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
 
 // Rank 4/5 activations go channels-last when the context prefers it; others stay plain.
 inline bool wants_channels_last(const CudaContext& ctx, const Shape& s) {

@@ -1,7 +1,6 @@
 // Convolution and transposed convolution (2D/3D) on cuDNN: per-side padding through the symmetric
 // plan (a border copied in, or cropped off), algorithms found once per shape and cached, weights
 // converted to the activation type and layout, weight gradients converted back to the F32 arena.
-#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 
@@ -184,14 +183,9 @@ class CudnnConvolution final : public ConvolutionKernel {
   // once per process and shape: cudnnFind* runs the candidates on these very buffers.
   const CudaContext::Algorithm& algorithm(Op op, const Tensor& x, const Tensor& w, const Tensor& y) {
     auto& cache = ctx_->algorithm_cache();
-    // Measured on these buffers, so valid for buffers aligned as these (parameter views sit anywhere in
-    // their arena, and some engines need 16-byte aligned pointers).
-    const auto align = [](const Tensor& t) {
-      const auto at = reinterpret_cast<std::uintptr_t>(t.raw());
-      return at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : at % 4 == 0 ? 4 : 1;
-    };
-    const std::string k =
-        key(op) + " a" + std::to_string(align(x)) + "," + std::to_string(align(w)) + "," + std::to_string(align(y));
+    // Measured on these buffers, so valid for buffers aligned as these (some engines need 16 bytes).
+    const auto align = [](const Tensor& t) { return std::to_string(alignment_of(t.raw(), 16)); };
+    const std::string k = key(op) + " a" + align(x) + "," + align(w) + "," + align(y);
     if (auto it = cache.find(k); it != cache.end()) return it->second;
     conv_.set_math(ctx_->activation_type() == DType::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH);
     const std::size_t limit = ctx_->workspace_limit();

@@ -1,5 +1,5 @@
-// Device helpers shared by the CUDA backend's kernels: element loads/stores in float for every
-// dtype, the dtype dispatch, launch sizes, and a deterministic segmented sum.
+// Device helpers shared by the CUDA backend's kernels: element loads/stores in float for the
+// activation dtypes, the dtype dispatch, launch sizes, and a deterministic segmented sum.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +15,6 @@
 namespace fanstore::trainer::cuda {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(double v) { return static_cast<float>(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
@@ -23,10 +22,6 @@ template <class T>
 __device__ __forceinline__ T from_float(float v);
 template <>
 __device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ double from_float<double>(float v) {
   return v;
 }
 template <>
@@ -38,16 +33,26 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// Runs `body` with T the C++ type of `dtype`.
+// Runs `body` with T the C++ type of `dtype`, for kernels that compute in float. F64 tensors hold
+// statistics sums, which no such kernel takes (the CPU's element ops take F32 only): refused, not narrowed.
 template <class Body>
 void dispatch(DType dtype, Body&& body) {
   switch (dtype) {
     case DType::F32: body(float{}); return;
-    case DType::F64: body(double{}); return;
     case DType::F16: body(__half{}); return;
     case DType::BF16: body(__nv_bfloat16{}); return;
+    case DType::F64:
+      throw std::invalid_argument(
+          "CUDA kernels compute in float: F64 tensors (statistics sums) are "
+          "not their operands");
   }
   throw std::invalid_argument("CUDA kernels: unknown dtype");
+}
+// The same for kernels that only move elements (layout transposes): every dtype, F64 too.
+template <class Body>
+void dispatch_moves(DType dtype, Body&& body) {
+  if (dtype == DType::F64) return body(double{});
+  dispatch(dtype, body);
 }
 
 constexpr int kThreads = 256;

@@ -1,6 +1,7 @@
 // The CUDA backend's element-wise kernels: axpby, fill, the finite check, casts, layout transposes,
 // box copies, dropout, per-channel bias and sums, activations and batch-norm helpers.
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/device_common.cuh"
@@ -54,8 +55,8 @@ __global__ void copy_rows_kernel(ops::BoxCopyPlan plan, const T* src, T* dst, bo
     std::int64_t s = 0, d = 0;
     plan.row_offsets(i / length, s, d);
     const std::int64_t k = i % length;
-    if (accumulate) dst[d + k] = from_float<T>(to_float(dst[d + k]) + to_float(src[s + k]));
-    else dst[d + k] = src[s + k];
+    if constexpr (std::is_same_v<T, float>) dst[d + k] = accumulate ? dst[d + k] + src[s + k] : src[s + k];
+    else dst[d + k] = src[s + k];  // halves and doubles are only moved: copy_box accumulates floats alone
   }
 }
 
@@ -203,7 +204,7 @@ void cast(DType from, const void* src, DType to, void* dst, std::int64_t n, cuda
 
 void to_channels_last(DType type, const void* src, void* dst, std::int64_t n, std::int64_t c, std::int64_t s,
                       cudaStream_t stream) {
-  dispatch(type, [&](auto t) {
+  dispatch_moves(type, [&](auto t) {
     using T = decltype(t);
     to_channels_last_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<const T*>(src),
                                                                             static_cast<T*>(dst), n, c, s);
@@ -213,7 +214,7 @@ void to_channels_last(DType type, const void* src, void* dst, std::int64_t n, st
 
 void from_channels_last(DType type, const void* src, void* dst, std::int64_t n, std::int64_t c, std::int64_t s,
                         cudaStream_t stream) {
-  dispatch(type, [&](auto t) {
+  dispatch_moves(type, [&](auto t) {
     using T = decltype(t);
     from_channels_last_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(static_cast<const T*>(src),
                                                                               static_cast<T*>(dst), n, c, s);
