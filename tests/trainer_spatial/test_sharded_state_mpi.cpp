@@ -1,6 +1,7 @@
 // Optimizer state sharded over the ranks (ZeRO stage 1): every optimizer, after several steps on the
 // same gradients, leaves exactly the values and state of the unsharded one; the gathered state makes
-// the same checkpoint, and that checkpoint resumes sharded or not.
+// the same checkpoint, and that checkpoint resumes sharded or not. Gradients sharded too (ZeRO stage 2):
+// each rank keeps the sum of its part only, over its group and then over the replica groups.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 
 #include "spatial_testing.hpp"
 #include "trainer/checkpoint.hpp"
+#include "trainer/distributed.hpp"
 #include "trainer/layers/convolution.hpp"
 #include "trainer/layers/linear.hpp"
 #include "trainer/layers/structural.hpp"
@@ -139,6 +141,73 @@ TEST(ShardedState, ACheckpointOfShardedStateResumesShardedOrNot) {
   if (world().size() > 1) {
     EXPECT_THROW(save_checkpoint(path, *trained, *optimizer, TrainingPosition{}), std::logic_error)
         << "sharded state is gathered by every rank first";
+  }
+}
+
+// A gradient value that differs per rank and per arena position (exact in float, sums too).
+float rank_gradient(int rank, std::size_t position) {
+  return static_cast<float>(static_cast<int>((position * 7 + static_cast<std::size_t>(rank) * 13) % 61) - 30);
+}
+
+// Writes every layer's parameter gradients as backward would (rank_gradient of this world rank) and hands
+// each layer to `gradients` as the backward hook does, last layer first.
+void run_backward(Model& m, GradientReduction& gradients) {
+  ParameterTable& t = m.parameters();
+  gradients.begin_step();
+  for (NodeId id = m.output_node(); id >= 1; --id) {
+    Layer& layer = *m.node_layer(id);
+    for (auto h : layer.parameter_handles()) {
+      Tensor g = t.gradient(h);
+      for (std::int64_t i = 0; i < g.numel(); ++i)
+        g[i] = rank_gradient(world().rank(), t.parameters()[h.index].offset + static_cast<std::size_t>(i));
+    }
+    gradients.on_layer_ready(layer);
+  }
+  gradients.finish();
+}
+
+TEST(ShardedGradients, EachRankKeepsTheSumOfItsPartOnly) {
+  auto m = small_model();
+  ParameterTable& t = m->parameters();
+  auto optimizer = make_optimizer(t, OptimizerOptions{});
+  optimizer->shard_over(world());
+  GradientReduceScatter gradients(world(), nullptr, t, optimizer->parts());
+  const ArenaPart part = optimizer->part();
+  ASSERT_EQ(t.gradient_part(), part);
+  EXPECT_EQ(static_cast<std::size_t>(t.arena(Arena::Gradients).numel()), part.size());
+  for (int step = 0; step < 2; ++step) {  // the second step reuses nothing of the first
+    run_backward(*m, gradients);
+    const std::vector<float> own = t.read(Arena::Gradients);
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      float sum = 0;
+      for (int r = 0; r < world().size(); ++r) sum += rank_gradient(r, part.begin + i);
+      ASSERT_EQ(own[i], sum) << "position " << part.begin + i << " step " << step;
+    }
+  }
+  EXPECT_EQ(gradients.started_during_backward(), t.parameters().size());
+  // The optimizer steps on the part the table keeps.
+  optimizer->step(t, 0.1f);
+}
+
+TEST(ShardedGradients, ReplicaGroupsAverageTheirParts) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  // Two sample groups of size/2 ranks: a group's parts summed over it, then averaged over the groups.
+  const int half = world().size() / 2;
+  auto group = world().split(world().rank() / half, world().rank());
+  auto replicas = world().split(world().rank() % half, world().rank());
+  auto m = small_model();
+  ParameterTable& t = m->parameters();
+  auto optimizer = make_optimizer(t, OptimizerOptions{});
+  optimizer->shard_over(*group);
+  GradientReduceScatter gradients(*group, replicas.get(), t, optimizer->parts());
+  run_backward(*m, gradients);
+  const ArenaPart part = optimizer->part();
+  const std::vector<float> own = t.read(Arena::Gradients);
+  ASSERT_EQ(own.size(), part.size());
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    float sum = 0;
+    for (int r = 0; r < world().size(); ++r) sum += rank_gradient(r, part.begin + i);
+    ASSERT_EQ(own[i], sum / 2) << "position " << part.begin + i;
   }
 }
 

@@ -2,6 +2,7 @@
 #include "trainer/parameters.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 #include "trainer/backend.hpp"
 
@@ -37,6 +38,7 @@ void ParameterTable::finalize(Backend& backend) {
   values_ = Tensor::zeros(Shape{static_cast<std::int64_t>(parameter_floats_)});
   gradients_ = Tensor::zeros(Shape{static_cast<std::int64_t>(parameter_floats_)});
   buffer_values_ = Tensor::zeros(Shape{static_cast<std::int64_t>(buffer_floats_)});
+  gradient_part_ = {0, parameter_floats_};
   committed_ = backend.device() == Device::Host;  // host arenas are already the final ones
 }
 
@@ -63,7 +65,24 @@ Tensor ParameterTable::value(ParameterHandle h) const {
 Tensor ParameterTable::gradient(ParameterHandle h) const {
   require_finalized();
   const auto& e = parameters_.at(h.index);
-  return gradients_.slice(e.offset, e.shape);
+  if (!partial_gradients_) return gradients_.slice(e.offset, e.shape);
+  Tensor& own = own_gradients_.at(h.index);
+  if (!own.defined()) own = backend_->zeros(e.shape);
+  return own;
+}
+
+void ParameterTable::keep_gradient_part(ArenaPart part) {
+  if (!committed_) throw std::logic_error("ParameterTable::keep_gradient_part before commit()");
+  if (part.begin > part.end || part.end > parameter_floats_) throw std::invalid_argument("gradient part out of range");
+  gradient_part_ = part;
+  partial_gradients_ = true;
+  gradients_ = backend_->zeros(Shape{static_cast<std::int64_t>(part.size())});  // the whole arena goes
+  own_gradients_.assign(parameters_.size(), Tensor());
+}
+
+Tensor ParameterTable::take_gradient(ParameterHandle h) {
+  if (!partial_gradients_) throw std::logic_error("ParameterTable::take_gradient without a kept gradient part");
+  return std::exchange(own_gradients_.at(h.index), Tensor());
 }
 
 Tensor ParameterTable::buffer(BufferHandle h) const {

@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
                "their weights; with --grid auto, those where the performance model predicts that it pays)")
       ->capture_default_str();
   app.add_flag("--shard-state,!--no-shard-state", train.grid.shard_state,
-               "On a spatial grid: each rank of a spatial group keeps the optimizer state of, and updates, only "
-               "its part of the parameters, then the parts are gathered (ZeRO stage 1)")
+               "On a spatial grid: each rank of a spatial group keeps the gradients and optimizer state of, and "
+               "updates, only its part of the parameters, then the parts are gathered (ZeRO stage 2)")
       ->capture_default_str();
   app.add_option("--trainers", train.tournament.trainers,
                  "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "

@@ -34,6 +34,15 @@ class Communicator {
   virtual int size() const = 0;
   // Starts an in-place sum over ranks of data[0, n) (MPI_Iallreduce); finished by wait_all().
   virtual void start_sum(float* data, std::size_t n) = 0;
+  // Starts a sum over ranks of data[0, counts[0] + ... + counts[size-1]) of which this rank needs only its
+  // counts[rank()] floats, those after the counts before its own: once finished (like start_sum) they hold
+  // the sum, and the rest of `data` is undefined. By default the whole sum (start_sum); a communicator
+  // with a cheaper uneven reduce-scatter (NCCL) overrides it.
+  virtual void start_sum_scatter(float* data, const std::vector<std::size_t>& counts) {
+    std::size_t total = 0;
+    for (auto n : counts) total += n;
+    start_sum(data, total);
+  }
   // Lets started sums progress (MPI only progresses inside MPI calls); returns true when all are done.
   virtual bool poll() = 0;
   // At most this many bytes of started sums should be in flight at once (0: no limit): Open MPI's
@@ -70,11 +79,27 @@ void sum_tensor(Tensor& t, Communicator& comm);
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
 std::unique_ptr<Communicator> make_single_process_communicator();
 
+// What a training step needs of the gradient averaging: started from the backward hook, so that it
+// overlaps backward, and finished before the optimizer.
+class GradientReduction {
+ public:
+  virtual ~GradientReduction() = default;
+  virtual void begin_step() = 0;
+  // Model::GradientReadyHook target.
+  virtual void on_layer_ready(const Layer& layer) = 0;
+  // Starts what is not started yet, waits for all and divides by the number of replicas.
+  virtual void finish() = 0;
+  // Messages per step (buckets, or parameter tensors), and those started from the hook (before backward
+  // returned) in the last step: the overlap.
+  virtual std::size_t bucket_count() const = 0;
+  virtual std::size_t started_during_backward() const = 0;
+};
+
 // Gradient averaging in buckets of about `bucket_bytes`, cut at parameter boundaries in reverse
 // declaration order (= reverse layer order, the order backward produces them). Parameters are
 // declared in graph order, so once backward has finished a layer, every parameter at or after
 // that layer's first offset is final; each bucket inside that suffix is started at once.
-class GradientAllreduce {
+class GradientAllreduce final : public GradientReduction {
  public:
   // The sum over `comm` is divided by `replicas`: the number of ranks that each computed a whole
   // gradient (0 = comm.size(), plain data parallelism). Under a sample x spatial grid the ranks of one
@@ -82,15 +107,11 @@ class GradientAllreduce {
   GradientAllreduce(Communicator& comm, ParameterTable& table, std::size_t bucket_bytes = 25u << 20,
                     std::size_t replicas = 0);
 
-  void begin_step();
-  // Model::GradientReadyHook target.
-  void on_layer_ready(const Layer& layer);
-  // Starts the buckets not yet started, waits for all and divides by the number of replicas.
-  void finish();
-
-  std::size_t bucket_count() const { return buckets_.size(); }
-  // Buckets started from the hook (before backward returned) in the last step: the overlap.
-  std::size_t started_during_backward() const { return started_in_backward_; }
+  void begin_step() override;
+  void on_layer_ready(const Layer& layer) override;
+  void finish() override;
+  std::size_t bucket_count() const override { return buckets_.size(); }
+  std::size_t started_during_backward() const override { return started_in_backward_; }
 
  private:
   struct Bucket {
@@ -116,5 +137,56 @@ class GradientAllreduce {
   std::size_t started_in_backward_ = 0;
   bool in_backward_ = false;
 };
+
+// ZeRO stage 2 over a spatial group whose optimizer state is sharded (Optimizer::shard_over): the table
+// keeps the gradients of this rank's part only (ParameterTable::keep_gradient_part). Each parameter's
+// gradient, once its layer's backward is done, is summed over `group` for the ranks whose parts it
+// covers (start_sum_scatter), the own part copied into the kept gradients and the tensor released;
+// finish() then sums the own part over `replicas` (the ranks at the same place in the other sample
+// groups; nullptr with one sample group) and divides by their number. Every rank of the group reduces
+// the same parameters in the same order.
+class GradientReduceScatter final : public GradientReduction {
+ public:
+  // `parts`: every rank of `group`'s part of the arena, in its rank order.
+  GradientReduceScatter(Communicator& group, Communicator* replicas, ParameterTable& table,
+                        std::vector<ArenaPart> parts);
+
+  void begin_step() override;
+  void on_layer_ready(const Layer& layer) override;
+  void finish() override;
+  std::size_t bucket_count() const override { return table_.parameters().size(); }
+  std::size_t started_during_backward() const override { return started_in_backward_; }
+
+ private:
+  void start(ParameterHandle h);
+  // Releases the gradients in flight once their sums are done (`wait`: waits for them).
+  void release(bool wait);
+
+  Communicator& group_;
+  Communicator* replicas_;
+  ParameterTable& table_;
+  std::vector<ArenaPart> parts_;
+  ArenaPart own_;
+  std::vector<bool> started_;  // per parameter, this step
+  struct OwnPiece {
+    const float* sum;           // in a gradient in flight: this rank's part of a piece, summed once finished
+    std::size_t offset, count;  // where it goes in the kept part
+  };
+  std::vector<Tensor> in_flight_;  // gradients being summed: released once every started sum is done
+  std::vector<OwnPiece> own_pieces_;
+  std::size_t in_flight_bytes_ = 0;
+  std::size_t bound_bytes_ = 4u << 20;  // of gradients in flight: 4 MiB, or the largest tensor
+  std::size_t started_in_backward_ = 0;
+  bool in_backward_ = false;
+};
+
+class Optimizer;    // trainer/optim.hpp
+class ProcessGrid;  // trainer/distributed_grid.hpp
+
+// The reduction a training step uses: ZeRO stage 2 over the grid's spatial group when the optimizer is
+// sharded over it, else the bucketed allreduce over `world` divided by `replicas`.
+std::unique_ptr<GradientReduction> make_gradient_reduction(Communicator& world, ProcessGrid* grid,
+                                                           ParameterTable& table, const Optimizer& optimizer,
+                                                           std::size_t bucket_bytes, std::size_t replicas);
 
 }  // namespace fanstore::trainer

@@ -91,7 +91,7 @@ struct GridOptions {
   bool sync_bn = false;
   bool overlap = true;      // interior computation while halos travel
   std::string layer_split;  // --layer-split "NAME=D,H,W;...": parts per layer instead of the default plan's
-  bool shard_state = true;  // optimizer state sharded over the spatial group (ZeRO stage 1)
+  bool shard_state = true;  // gradients and optimizer state sharded over the spatial group (ZeRO stage 2)
   int auto_trials = 3;      // --grid auto: how many of the best predictions run two steps to choose from
 };
 

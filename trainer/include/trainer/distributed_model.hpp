@@ -42,8 +42,8 @@ struct SplitContext;
 // Gradients: backward() writes this rank's share of every parameter gradient. Summed over the
 // spatial group they are the sample group's gradient (layers whose work is replicated on every
 // spatial rank contribute on spatial rank 0 only; with sync_bn, batch-norm scales and shifts on world
-// rank 0 only), so the bucketed allreduce over all ranks, divided by the number of sample groups, is
-// the data-parallel average.
+// rank 0 only), so their sum over all ranks, divided by the number of sample groups, is the
+// data-parallel average (make_gradient_reduction: an allreduce, or each part summed to its owner).
 class DistributedModel {
  public:
   // Throws GridError when the grid cannot run the model (see SpatialPlan).

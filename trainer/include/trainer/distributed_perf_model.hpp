@@ -64,7 +64,7 @@ struct PerformanceModelOptions {
   int optimizer_states = 1;       // floats per parameter besides value and gradient (SGD 1, Adam 2)
   bool sync_bn = false;           // batch-norm statistics over every rank
   bool overlap = true;            // interior computed while halos travel
-  bool shard_state = true;        // optimizer state split over the spatial group (each step ends with a gather)
+  bool shard_state = true;        // optimizer state and gradients split over the spatial group (ZeRO stage 2)
   double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries)
 };
 

@@ -44,8 +44,13 @@ class GridRun {
   void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
                          MetricSums& sums);
   // On a spatial grid with --shard-state (the default): the optimizer's state sharded over the
-  // spatial group (Optimizer::shard_over). Before the first step and before a resume.
+  // spatial group (Optimizer::shard_over; make_gradient_reduction then shards the gradients too).
+  // Before the first step and before a resume.
   void shard(Optimizer& optimizer);
+  // The gradient averaging of a step (make_gradient_reduction): ZeRO stage 2 when shard() sharded the
+  // optimizer, else the bucketed allreduce over every rank divided by the sample groups (each sample
+  // group's ranks hold parts of its gradient).
+  std::unique_ptr<GradientReduction> make_gradient_reduction(const Optimizer& optimizer, std::size_t bucket_bytes);
 
  private:
   Model& model_;

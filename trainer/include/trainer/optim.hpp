@@ -21,13 +21,6 @@ struct OptimizerOptions {
 
 class Communicator;  // trainer/distributed.hpp
 
-// Elements [begin, end) of the parameter arena.
-struct ArenaPart {
-  std::size_t begin = 0, end = 0;
-  std::size_t size() const { return end - begin; }
-  bool operator==(const ArenaPart&) const = default;
-};
-
 // Part `index` of `parts` of the parameter arena: near-equal element counts, cut only between parameter
 // tensors when `whole_tensors` (an update that needs a tensor's norm on one rank).
 ArenaPart arena_part(const ParameterTable& table, int parts, int index, bool whole_tensors);
@@ -56,6 +49,8 @@ class Optimizer {
   bool sharded() const { return group_ != nullptr; }
   // What this rank updates and keeps state for (the whole arena unless sharded).
   ArenaPart part() const { return part_; }
+  // Every rank's part, in group rank order (one part, the whole arena, unless sharded).
+  const std::vector<ArenaPart>& parts() const { return parts_; }
   // After part() of the values was written (a step, a rollback): every rank's part to every rank of the
   // group. Collective over the group when sharded; nothing otherwise.
   void share_part(ParameterTable& table);
@@ -75,19 +70,20 @@ class Optimizer {
   // Declares a state arena (in the constructor); state(i) is arena i, part().size() elements.
   void add_state(const std::string& name);
   Tensor state(std::size_t i) const { return state_.at(i).second; }
-  // part() of the values or gradients arena.
+  // part() of the values or gradients arena (the table's whole gradient arena when it keeps that part only).
   Tensor arena_part_of(const ParameterTable& table, Arena which) const;
   const OptimizerOptions& options() const { return options_; }
   Backend& backend() const { return backend_; }
 
  private:
+  std::vector<std::size_t> part_sizes() const;
   Backend& backend_;
   std::size_t count_;
   OptimizerOptions options_;
   std::uint64_t steps_ = 0;
   std::vector<std::pair<std::string, Tensor>> state_;
   ArenaPart part_;
-  std::vector<std::size_t> part_sizes_;  // every rank's part, in group rank order
+  std::vector<ArenaPart> parts_;
   Communicator* group_ = nullptr;
   const ParameterTable* table_;
 };

@@ -29,6 +29,13 @@ struct BufferHandle {
 
 enum class Arena { Values, Gradients, Buffers };
 
+// Elements [begin, end) of the parameter arena.
+struct ArenaPart {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+  bool operator==(const ArenaPart&) const = default;
+};
+
 // Layers declare their tensors while the model is built; finalize() then allocates the arenas once.
 // Optimizers, the gradient allreduce and checkpoints work on whole arenas: one op or one loop, no
 // per-layer code.
@@ -72,6 +79,16 @@ class ParameterTable {
   const float* gradients() const { return gradients_.data(); }
   const float* buffer_values() const { return buffer_values_.data(); }
 
+  // ZeRO stage 2 (GradientReduceScatter): the table keeps the gradients of `part` only. arena(Gradients),
+  // gradients(), read/write(Gradients) are then that part; gradient(h) is a zero tensor of its own, made at
+  // its first use and the same until take_gradient(h) hands it over (backward writes it, the reduction sums
+  // it into the parts). After commit().
+  void keep_gradient_part(ArenaPart part);
+  // The gradients kept: the whole arena unless keep_gradient_part() was called.
+  ArenaPart gradient_part() const { return gradient_part_; }
+  // The tensor gradient(h) made since the last take, or an undefined one; only with a kept part.
+  Tensor take_gradient(ParameterHandle h);
+
   // Index of a parameter/buffer by name, or -1.
   std::ptrdiff_t find_parameter(const std::string& name) const;
   std::ptrdiff_t find_buffer(const std::string& name) const;
@@ -85,6 +102,9 @@ class ParameterTable {
   Backend* backend_ = nullptr;
   bool committed_ = false;
   Tensor values_, gradients_, buffer_values_;
+  ArenaPart gradient_part_;
+  bool partial_gradients_ = false;
+  mutable std::vector<Tensor> own_gradients_;  // per parameter, with a kept part: gradient(h)'s tensors
 };
 
 }  // namespace fanstore::trainer

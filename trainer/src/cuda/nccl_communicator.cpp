@@ -100,6 +100,21 @@ class NcclCommunicator final : public Communicator {
     after_compute();  // the bucket's gradients are final once the kernels queued so far have run
     FS_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
   }
+  // NCCL's reduce-scatter takes equal parts: one reduce per rank to that rank, grouped, is the uneven one
+  // (a part no rank has is skipped by every rank alike: the counts are the same everywhere).
+  void start_sum_scatter(float* data, const std::vector<std::size_t>& counts) override {
+    after_compute();
+    FS_CHECK(ncclGroupStart());
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      // In place on its root: the root's part of `data` gets the sum.
+      if (counts[r] > 0)
+        FS_CHECK(ncclReduce(data + offset, data + offset, counts[r], ncclFloat, ncclSum, static_cast<int>(r), comm_,
+                            stream_));
+      offset += counts[r];
+    }
+    FS_CHECK(ncclGroupEnd());
+  }
   bool poll() override {
     const cudaError_t status = cudaStreamQuery(stream_);
     if (status == cudaErrorNotReady) return false;

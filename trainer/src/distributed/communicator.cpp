@@ -123,6 +123,9 @@ class Mpi final : public Communicator {
   void start_sum(float* data, std::size_t n) override {
     MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(n), MPI_FLOAT, MPI_SUM, comm_, requests_.add());
   }
+  // start_sum_scatter is the whole sum (MPI_Iallreduce): libnbc's MPI_Ireduce_scatter sums on rank 0
+  // first, which then peaks above the others, and the blocking MPI_Reduce_scatter makes every rank wait
+  // at every layer of backward (docs/performance.md, "Sharded gradients over MPI, measured alone").
   bool poll() override { return requests_.test(); }
   void wait_all() override { requests_.wait(); }
   std::size_t sum_bytes_in_flight() const override { return kSumBytesInFlight; }

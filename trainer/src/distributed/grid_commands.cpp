@@ -73,9 +73,9 @@ class GridSteps {
         *model_, *grid_, distributed_options(g, model_->input_shape().spatial_rank(), resolved.one_kernel_layers));
     optimizer_ = make_sgd(model_->parameters(), OptimizerOptions{});
     if (g.shard_state) optimizer_->shard_over(grid_->spatial());
-    allreduce_ = std::make_unique<GradientAllreduce>(device_world, model_->parameters(), 25u << 20,
-                                                     static_cast<std::size_t>(resolved.shape.samples));
-    dm_->set_gradient_ready_hook([this](const Layer& layer) { allreduce_->on_layer_ready(layer); });
+    gradients_ = make_gradient_reduction(device_world, grid_.get(), model_->parameters(), *optimizer_, 25u << 20,
+                                         static_cast<std::size_t>(resolved.shape.samples));
+    dm_->set_gradient_ready_hook([this](const Layer& layer) { gradients_->on_layer_ready(layer); });
     batch_ = synthetic_slab_batch(*dm_, task_, seed);
     Tensor host = Tensor::zeros(dm_->local_input_shape());
     std::copy(batch_.input.begin(), batch_.input.end(), host.data());
@@ -88,9 +88,9 @@ class GridSteps {
     model_->set_step(step_++);
     Tensor y = dm_->forward(x_, Mode::Train);
     LossResult loss = grid_task_loss(task_, *dm_, y, batch_);
-    allreduce_->begin_step();
+    gradients_->begin_step();
     dm_->backward(loss.gradient);
-    allreduce_->finish();
+    gradients_->finish();
     optimizer_->step(model_->parameters(), 1e-4f);
   }
   void infer_step() { dm_->forward(x_, Mode::Eval); }
@@ -122,7 +122,7 @@ class GridSteps {
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<DistributedModel> dm_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<GradientAllreduce> allreduce_;
+  std::unique_ptr<GradientReduction> gradients_;
   data::Batch batch_;
   Tensor x_;
   std::uint64_t step_ = 0;

@@ -59,4 +59,10 @@ void GridRun::shard(Optimizer& optimizer) {
   if (split_ && shard_state_) optimizer.shard_over(grid_->spatial());
 }
 
+std::unique_ptr<GradientReduction> GridRun::make_gradient_reduction(const Optimizer& optimizer,
+                                                                    std::size_t bucket_bytes) {
+  return trainer::make_gradient_reduction(world_, grid_.get(), model_.parameters(), optimizer, bucket_bytes,
+                                          static_cast<std::size_t>(shape_.samples));
+}
+
 }  // namespace fanstore::trainer

@@ -387,6 +387,9 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
 
   const double parameters = static_cast<double>(model.parameters().parameter_count());
   const double parameter_bytes = parameters * kFloat;
+  double largest_parameter_bytes = 0;
+  for (const auto& e : model.parameters().parameters())
+    largest_parameter_bytes = std::max(largest_parameter_bytes, static_cast<double>(e.shape.numel()) * kFloat);
   for (std::size_t g = 0; g < grids.size(); ++g) {
     if (!plans[g]) continue;
     const SpatialPlan& plan = *plans[g];
@@ -500,19 +503,27 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     }
     if (spatial > 1) p.reduction_s += 2 * costs.allreduce(spatial, 64 * kDouble);  // loss and its statistics
     p.compute_s = forward + backward;
-    if (ranks > 1) {
-      p.allreduce_bytes = parameter_bytes;
+    const bool sharded = o.shard_state && spatial > 1;
+    if (ranks > 1) p.allreduce_bytes = parameter_bytes;
+    if (sharded) {
+      // ZeRO stage 2: each gradient summed into its owners' parts as backward goes (MPI: a blocking
+      // reduce-scatter, not hidden), the own part over the sample groups, and the updated parts gathered.
+      const double reduce_scatter =
+          costs.allreduce(spatial, parameter_bytes) - costs.allgather(spatial, parameter_bytes);
+      p.allreduce_s = reduce_scatter + costs.allreduce(grid.samples, parameter_bytes / spatial) +
+                      costs.allgather(spatial, parameter_bytes);
+    } else if (ranks > 1) {
       const double total = costs.allreduce(ranks, parameter_bytes);
       const double last_bucket = costs.allreduce(ranks, std::min(parameter_bytes, kBucketBytes));
       p.allreduce_s = std::max(last_bucket, total - backward);
     }
-    // Sharded state: each rank updates its part, then the parts are gathered (after backward: not hidden).
-    if (o.shard_state && spatial > 1) p.allreduce_s += costs.allgather(spatial, parameter_bytes);
     p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
-    // Parameters, gradients and (this rank's part of) the optimizer state; every node's output kept for backward, the
-    // haloed inputs that windowed layers keep, and about two of the largest activations in flight in backward.
-    const double states = o.optimizer_states / (o.shard_state ? static_cast<double>(spatial) : 1.0);
-    p.memory_bytes = o.base_memory_bytes + parameter_bytes * (2 + states) + activations + saved_inputs + 2 * largest;
+    // Parameters, gradients and the optimizer state (sharded: this rank's part of both, and the largest tensor's
+    // gradient on its way); every node's output kept for backward, the haloed inputs that windowed layers keep,
+    // and about two of the largest activations in flight in backward.
+    const double kept = sharded ? (1 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
+                                : (1 + o.optimizer_states) * parameter_bytes;
+    p.memory_bytes = o.base_memory_bytes + parameter_bytes + kept + activations + saved_inputs + 2 * largest;
   }
   return out;
 }

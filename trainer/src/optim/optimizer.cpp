@@ -30,6 +30,7 @@ Optimizer::Optimizer(const ParameterTable& table, const OptimizerOptions& option
       count_(table.parameter_count()),
       options_(options),
       part_{0, table.parameter_count()},
+      parts_{part_},
       table_(&table) {
   if (!table.committed()) throw std::logic_error("optimizer created before ParameterTable::commit()");
 }
@@ -44,9 +45,9 @@ void Optimizer::shard_over(Communicator& group) {
   if (steps_ != 0) throw std::logic_error("Optimizer::shard_over after the first step");
   if (group.size() == 1) return;
   group_ = &group;
-  part_ = arena_part(*table_, group.size(), group.rank(), needs_whole_tensors());
-  for (int r = 0; r < group.size(); ++r)
-    part_sizes_.push_back(arena_part(*table_, group.size(), r, needs_whole_tensors()).size());
+  parts_.clear();
+  for (int r = 0; r < group.size(); ++r) parts_.push_back(arena_part(*table_, group.size(), r, needs_whole_tensors()));
+  part_ = parts_.at(static_cast<std::size_t>(group.rank()));
   for (auto& [name, arena] : state_) arena = backend_.zeros(Shape{static_cast<std::int64_t>(part_.size())});
 }
 
@@ -57,10 +58,19 @@ void Optimizer::add_state(const std::string& name) {
 Tensor Optimizer::arena_part_of(const ParameterTable& table, Arena which) const {
   const Tensor arena = table.arena(which);
   if (part_.begin == 0 && part_.end == count_) return arena;
+  if (which == Arena::Gradients && table.gradient_part() == part_) return arena;
+  if (which == Arena::Gradients && table.gradient_part().size() != count_)
+    throw std::logic_error("the table keeps other gradients than the optimizer's part");
   return arena.slice(part_.begin, Shape{static_cast<std::int64_t>(part_.size())});
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return state_; }
+
+std::vector<std::size_t> Optimizer::part_sizes() const {
+  std::vector<std::size_t> sizes;
+  for (const ArenaPart& p : parts_) sizes.push_back(p.size());
+  return sizes;
+}
 
 std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state() const {
   std::vector<std::pair<std::string, std::vector<float>>> out;
@@ -71,14 +81,14 @@ std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state()
     const Tensor host = backend_.to_host(arena);
     std::vector<float> whole(count_);
     std::copy(host.data(), host.data() + host.numel(), whole.begin() + static_cast<std::ptrdiff_t>(part_.begin));
-    if (group_) group_->gather(whole.data(), part_sizes_);
+    if (group_) group_->gather(whole.data(), part_sizes());
     out.emplace_back(name, std::move(whole));
   }
   return out;
 }
 
 void Optimizer::share_part(ParameterTable& table) {
-  if (group_) group_->gather(table.values(), part_sizes_);  // every rank's updated part, on every rank
+  if (group_) group_->gather(table.values(), part_sizes());  // every rank's updated part, on every rank
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options) {

@@ -288,7 +288,7 @@ struct TrainingLoop {
   Model& model;
   Optimizer& optimizer;
   GridRun& grid_run;
-  GradientAllreduce& allreduce;
+  GradientReduction& gradients;
   const data::SampleDataset& train_set;
   const data::SampleDataset* val_set;  // null: no --val
   data::BatchLoader& loader;
@@ -405,15 +405,18 @@ struct TrainingLoop {
       // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
       // F32 gradients scaled back; an overflow skips the step and halves the scale.
       if (scaler.enabled()) backend.scale(loss.gradient, scaler.scale());
-      allreduce.begin_step();
+      gradients.begin_step();
       grid_run.backward(loss.gradient);
-      allreduce.finish();
+      gradients.finish();
       bool step_ok = true;
       if (scaler.enabled()) {
         const float used = scaler.scale();
-        Tensor gradients = table.arena(Arena::Gradients);
-        backend.scale(gradients, 1.f / used);
-        step_ok = scaler.update(backend.all_finite(gradients));
+        Tensor kept = table.arena(Arena::Gradients);
+        backend.scale(kept, 1.f / used);
+        // Each rank of a spatial group may keep only its part of the gradients: all decide alike.
+        double overflowed[1] = {backend.all_finite(kept) ? 0.0 : 1.0};
+        comm.max(overflowed, 1);
+        step_ok = scaler.update(overflowed[0] == 0.0);
         if (!step_ok && leader) {
           progress.finish();
           err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
@@ -516,8 +519,8 @@ struct TrainingLoop {
     summary.bad_samples = loader.bad_sample_count();
     summary.rollbacks = std::accumulate(all_rollbacks.begin(), all_rollbacks.end(), 0.0);
     summary.peak_rss = peak_rss[0];
-    summary.buckets = allreduce.bucket_count();
-    summary.buckets_in_backward = allreduce.started_during_backward();
+    summary.buckets = gradients.bucket_count();
+    summary.buckets_in_backward = gradients.started_during_backward();
     if (scaler.enabled()) {
       std::ostringstream f;
       f << "  fp16 overflow skips " << scaler.skipped_steps() << " (loss scale " << scaler.scale() << ")";
@@ -639,9 +642,9 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                                           *optimizer, position, err);
 
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
-  // Over every rank; each sample group's ranks hold parts of its gradient, so divide by the groups.
-  GradientAllreduce allreduce(device_comm, table, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024), groups);
-  grid_run.set_gradient_ready_hook([&](const Layer& layer) { allreduce.on_layer_ready(layer); });
+  const auto gradients =
+      grid_run.make_gradient_reduction(*optimizer, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
+  grid_run.set_gradient_ready_hook([&](const Layer& layer) { gradients->on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples, model->backend().input_memory()});
   TrainingLoop loop{.o = o,
                     .task = task,
@@ -651,7 +654,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                     .model = *model,
                     .optimizer = *optimizer,
                     .grid_run = grid_run,
-                    .allreduce = allreduce,
+                    .gradients = *gradients,
                     .train_set = *train_set,
                     .val_set = val_set.get(),
                     .loader = loader,

@@ -1,0 +1,105 @@
+// ZeRO stage 2: each parameter's gradient summed over the spatial group from the backward hook, this
+// rank's part of it kept, its tensor released once the sums in flight are done.
+#include <algorithm>
+
+#include "trainer/backend.hpp"
+#include "trainer/distributed.hpp"
+#include "trainer/distributed_grid.hpp"
+#include "trainer/optim.hpp"
+
+namespace fanstore::trainer {
+namespace {
+constexpr std::size_t kPieceFloats = 256u << 10;  // 1 MiB
+}  // namespace
+
+GradientReduceScatter::GradientReduceScatter(Communicator& group, Communicator* replicas, ParameterTable& table,
+                                             std::vector<ArenaPart> parts)
+    : group_(group),
+      replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
+      table_(table),
+      parts_(std::move(parts)),
+      own_(parts_.at(static_cast<std::size_t>(group.rank()))),
+      started_(table.parameters().size(), false) {
+  for (const auto& e : table.parameters())
+    bound_bytes_ = std::max(bound_bytes_, static_cast<std::size_t>(e.shape.numel()) * sizeof(float));
+  if (parts_.size() != static_cast<std::size_t>(group.size()))
+    throw std::logic_error("GradientReduceScatter: one part per rank of the group");
+  table_.keep_gradient_part(own_);
+}
+
+void GradientReduceScatter::begin_step() {
+  std::fill(started_.begin(), started_.end(), false);
+  started_in_backward_ = 0;
+  in_backward_ = true;
+}
+
+void GradientReduceScatter::on_layer_ready(const Layer& layer) {
+  release(false);  // also lets MPI progress the sums in flight
+  for (auto h : layer.parameter_handles()) start(h);
+}
+
+void GradientReduceScatter::release(bool wait) {
+  if (in_flight_.empty()) return;
+  if (wait) group_.wait_all();
+  else if (!group_.poll()) return;
+  // The own part of each finished sum into the kept gradients (on a GPU queued after the sums).
+  Backend& b = table_.backend();
+  const Device device = table_.device();
+  for (const OwnPiece& p : own_pieces_)
+    b.copy_bytes(table_.gradients() + p.offset, device, p.sum, device, p.count * sizeof(float));
+  own_pieces_.clear();
+  in_flight_.clear();
+  in_flight_bytes_ = 0;
+}
+
+void GradientReduceScatter::start(ParameterHandle h) {
+  if (started_.at(h.index)) return;
+  started_[h.index] = true;
+  const ParameterEntry& e = table_.parameters()[h.index];
+  Tensor gradient = table_.take_gradient(h);
+  // A layer that backward skipped (no gradient reached it) adds nothing; the group still sums in step.
+  if (!gradient.defined()) gradient = table_.backend().zeros(e.shape);
+  // In pieces, as the allreduce's buckets: MPI keeps a copy of each sum in flight, and these start at the
+  // beginning of backward, where the activations peak.
+  const std::size_t count = static_cast<std::size_t>(e.shape.numel());
+  for (std::size_t done = 0; done < count; done += kPieceFloats) {
+    const std::size_t begin = e.offset + done, end = e.offset + std::min(count, done + kPieceFloats);
+    std::vector<std::size_t> counts;
+    for (const ArenaPart& p : parts_)
+      counts.push_back(std::max(begin, p.begin) < std::min(end, p.end) ? std::min(end, p.end) - std::max(begin, p.begin)
+                                                                       : 0);
+    float* piece = gradient.data() + done;
+    group_.start_sum_scatter(piece, counts);
+    const std::size_t mine = counts[static_cast<std::size_t>(group_.rank())];
+    if (mine > 0) {
+      const std::size_t from = std::max(begin, own_.begin);
+      own_pieces_.push_back({piece + (from - begin), from - own_.begin, mine});
+    }
+  }
+  in_flight_bytes_ += count * sizeof(float);
+  in_flight_.push_back(std::move(gradient));
+  if (in_backward_) ++started_in_backward_;
+  // MPI's nonblocking sums keep a copy each (libnbc), and on a GPU they queue behind the kernels: past the
+  // bound, wait (on a GPU, on the device) before more are started.
+  release(in_flight_bytes_ > bound_bytes_);
+}
+
+void GradientReduceScatter::finish() {
+  in_backward_ = false;
+  for (std::size_t i = table_.parameters().size(); i-- > 0;) start({i});  // in backward's order, as the hook
+  release(true);
+  Tensor own = table_.arena(Arena::Gradients);
+  if (!replicas_ || own.numel() == 0) return;
+  replicas_->sum(own.data(), static_cast<std::size_t>(own.numel()));
+  table_.backend().scale(own, 1.f / static_cast<float>(replicas_->size()));
+}
+
+std::unique_ptr<GradientReduction> make_gradient_reduction(Communicator& world, ProcessGrid* grid,
+                                                           ParameterTable& table, const Optimizer& optimizer,
+                                                           std::size_t bucket_bytes, std::size_t replicas) {
+  if (grid && optimizer.sharded())
+    return std::make_unique<GradientReduceScatter>(grid->spatial(), &grid->samples(), table, optimizer.parts());
+  return std::make_unique<GradientAllreduce>(world, table, bucket_bytes, replicas);
+}
+
+}  // namespace fanstore::trainer
