@@ -61,7 +61,7 @@ mib() { awk -v b="$1" 'BEGIN {printf "%.0f", b / 1048576}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 log "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-note "CosmoFlow (MLPerf HPC), synthetic input, 1 oneDNN thread per rank, ranks oversubscribed on $(nproc) cores (mpirun --oversubscribe --bind-to none); load average at start $(cut -d' ' -f1 /proc/loadavg) (the machine is shared). Step time: mean of $STEPS steps after a warm-up step (forward, loss, backward, gradient allreduce, SGD). Peak RSS and peak virtual size: the largest over the ranks (getrusage, /proc/self/status VmPeak)."
+note "CosmoFlow (MLPerf HPC), synthetic input, 1 oneDNN thread per rank, ranks oversubscribed on $(nproc) cores (mpirun --oversubscribe --bind-to none); load average at start $(cut -d' ' -f1 /proc/loadavg) (the machine is shared). Step time: mean of $STEPS steps after a warm-up step (forward, loss, backward, gradient sums, SGD). Peak RSS and peak virtual size: the largest over the ranks (getrusage, /proc/self/status VmPeak)."
 
 # --- memory ------------------------------------------------------------------------------------------------------
 declare -A VM
