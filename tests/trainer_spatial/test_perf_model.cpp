@@ -2,6 +2,7 @@
 // a split, allreduce only with several ranks, memory per rank shrinking with the split), the table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "trainer/distributed_perf_model.hpp"
@@ -87,6 +88,17 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
     if (q.invalid.empty()) {
       EXPECT_GT(q.compute_s, 0);
     }
+  // Sharded state (the default) on the 2-way split keeps half of the gradients and of Adam's two states,
+  // plus the largest tensor's gradient on its way; data parallelism shards nothing.
+  PerformanceModelOptions whole = options;
+  whole.shard_state = false;
+  const auto q = predict_grids(*model, grids, whole, costs, *single);
+  double largest = 0;
+  for (const auto& e : model->parameters().parameters())
+    largest = std::max(largest, static_cast<double>(e.shape.numel()) * 4.0);
+  const double parameter_bytes = 4.0 * static_cast<double>(model->parameters().parameter_count());
+  EXPECT_DOUBLE_EQ(q[1].memory_bytes - p[1].memory_bytes, parameter_bytes * 3 / 2 - largest);
+  EXPECT_EQ(q[0].memory_bytes, p[0].memory_bytes);
   const int best = best_grid(p);
   ASSERT_GE(best, 0);
   const std::string table = explain_table(p, costs, best);

@@ -147,6 +147,9 @@ class GradientAllreduce final : public GradientReduction {
 // the same parameters in the same order.
 class GradientReduceScatter final : public GradientReduction {
  public:
+  // The sums go in pieces of at most this much: MPI keeps a copy of each sum in flight, and the first
+  // ones start at the beginning of backward, where the activations peak.
+  static constexpr std::size_t kPieceBytes = 1u << 20;
   // `parts`: every rank of `group`'s part of the arena, in its rank order.
   GradientReduceScatter(Communicator& group, Communicator* replicas, ParameterTable& table,
                         std::vector<ArenaPart> parts);

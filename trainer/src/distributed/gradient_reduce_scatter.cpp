@@ -9,7 +9,7 @@
 
 namespace fanstore::trainer {
 namespace {
-constexpr std::size_t kPieceFloats = 256u << 10;  // 1 MiB
+constexpr std::size_t kPieceFloats = GradientReduceScatter::kPieceBytes / sizeof(float);
 }  // namespace
 
 GradientReduceScatter::GradientReduceScatter(Communicator& group, Communicator* replicas, ParameterTable& table,
@@ -59,8 +59,6 @@ void GradientReduceScatter::start(ParameterHandle h) {
   Tensor gradient = table_.take_gradient(h);
   // A layer that backward skipped (no gradient reached it) adds nothing; the group still sums in step.
   if (!gradient.defined()) gradient = table_.backend().zeros(e.shape);
-  // In pieces, as the allreduce's buckets: MPI keeps a copy of each sum in flight, and these start at the
-  // beginning of backward, where the activations peak.
   const std::size_t count = static_cast<std::size_t>(e.shape.numel());
   for (std::size_t done = 0; done < count; done += kPieceFloats) {
     const std::size_t begin = e.offset + done, end = e.offset + std::min(count, done + kPieceFloats);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "trainer/backend.hpp"
+#include "trainer/distributed.hpp"
 #include "trainer/distributed_plan.hpp"
 #include "trainer/layers/convolution.hpp"
 #include "trainer/layers/linear.hpp"
@@ -506,11 +507,13 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     const bool sharded = o.shard_state && spatial > 1;
     if (ranks > 1) p.allreduce_bytes = parameter_bytes;
     if (sharded) {
-      // ZeRO stage 2: each gradient summed into its owners' parts as backward goes (MPI: a blocking
-      // reduce-scatter, not hidden), the own part over the sample groups, and the updated parts gathered.
-      const double reduce_scatter =
-          costs.allreduce(spatial, parameter_bytes) - costs.allgather(spatial, parameter_bytes);
-      p.allreduce_s = reduce_scatter + costs.allreduce(grid.samples, parameter_bytes / spatial) +
+      // ZeRO stage 2 over MPI (what the model measures): each gradient's whole sum over the spatial group in
+      // 1 MiB pieces as backward goes (exposed where it outlasts backward), then the own part's sum over the
+      // sample groups and the gather of the updated parts.
+      const double sums = costs.allreduce(spatial, parameter_bytes);
+      const double last_piece =
+          costs.allreduce(spatial, std::min(parameter_bytes, static_cast<double>(GradientReduceScatter::kPieceBytes)));
+      p.allreduce_s = std::max(last_piece, sums - backward) + costs.allreduce(grid.samples, parameter_bytes / spatial) +
                       costs.allgather(spatial, parameter_bytes);
     } else if (ranks > 1) {
       const double total = costs.allreduce(ranks, parameter_bytes);
@@ -521,7 +524,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     // Parameters, gradients and the optimizer state (sharded: this rank's part of both, and the largest tensor's
     // gradient on its way); every node's output kept for backward, the haloed inputs that windowed layers keep,
     // and about two of the largest activations in flight in backward.
-    const double kept = sharded ? (1 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
+    const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
                                 : (1 + o.optimizer_states) * parameter_bytes;
     p.memory_bytes = o.base_memory_bytes + parameter_bytes + kept + activations + saved_inputs + 2 * largest;
   }
