@@ -125,20 +125,25 @@ resnet50_grid)
     "abs($a - $b) <= 1e-4 * abs($a) and 0 <= $acc <= 1"
   ;;
 sharded_state)
-  # Optimizer state and gradients sharded over the spatial group (the default: reduce-scatter, ZeRO stage
-  # 2) vs not (--no-shard-state: allreduce): Adam, 5 steps of CosmoFlow 32^3 on 1,2,2,1, per-step losses
-  # within 1e-6 (the sums run in another order), and checkpoints that resume serially to the same sixth loss.
+  # Optimizer state and gradients sharded over the spatial group (the default: ZeRO stage 2) vs not
+  # (--no-shard-state: the allreduce of whole gradients): Adam, 5 steps of CosmoFlow 32^3 on 1,2,2,1, per-step losses
+  # within 1e-6 (the sums run in another order), and checkpoints that resume serially to the same sixth loss;
+  # then 4 steps on 2,1,2,1 (two sample groups) likewise.
   "$datagen" cosmoflow -o data --samples 12 --size 32 --seed 4 --val-fraction 0 > /dev/null
-  common=(--model cosmoflow --data data/train --epochs 1 --batch 2 --lr 0.001 --optimizer adam --seed 5
+  common=(--model cosmoflow --data data/train --epochs 1 --lr 0.001 --optimizer adam --seed 5
           --prefetch-threads 1 --threads 1)
-  mpirun_n 4 "$train" "${common[@]}" --grid 1,2,2,1 --max-steps 5 --no-shard-state --checkpoint whole > /dev/null
-  mpirun_n 4 "$train" "${common[@]}" --grid 1,2,2,1 --max-steps 5 --checkpoint sharded > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --batch 2 --grid 1,2,2,1 --max-steps 5 --no-shard-state --checkpoint whole > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --batch 2 --grid 1,2,2,1 --max-steps 5 --checkpoint sharded > /dev/null
   compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
   echo "peak RSS per rank: whole state $(summary peak_rss_bytes whole/metrics.jsonl) B," \
     "sharded $(summary peak_rss_bytes sharded/metrics.jsonl) B"
   check "checkpoints of the same size" "$(stat -c %s whole/checkpoint.bin) == $(stat -c %s sharded/checkpoint.bin)"
-  for run in whole sharded; do "$train" "${common[@]}" --checkpoint "$run" --resume --max-steps 6 > /dev/null 2>&1; done
+  for run in whole sharded; do "$train" "${common[@]}" --batch 2 --checkpoint "$run" --resume --max-steps 6 > /dev/null 2>&1; done
   compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
+  # Two sample groups: each part's sum over its group, then over the groups.
+  mpirun_n 4 "$train" "${common[@]}" --grid 2,1,2,1 --batch 1 --max-steps 4 --no-shard-state --checkpoint whole2 > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --grid 2,1,2,1 --batch 1 --max-steps 4 --checkpoint sharded2 > /dev/null
+  compare_losses whole2/metrics.jsonl sharded2/metrics.jsonl 1e-6
   ;;
 sharded_rollback)
   # A NaN written into a weight after step 3 on 1,2,2,1: every rank rolls back (with sharded state each

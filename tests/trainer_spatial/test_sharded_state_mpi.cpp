@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
+#include <string>
 
 #include "spatial_testing.hpp"
 #include "trainer/checkpoint.hpp"
@@ -150,20 +152,31 @@ float rank_gradient(int rank, std::size_t position) {
 }
 
 // Writes every layer's parameter gradients as backward would (rank_gradient of this world rank) and hands
-// each layer to `gradients` as the backward hook does, last layer first.
-void run_backward(Model& m, GradientReduction& gradients) {
+// each layer to `gradients` as the backward hook does, last layer first. Layers named in `unwritten` get
+// no gradient (backward did not reach them: they sum zeros), those in `unhooked` no hook (finish() sums them).
+void run_backward(Model& m, GradientReduction& gradients, const std::set<std::string>& unwritten = {},
+                  const std::set<std::string>& unhooked = {}) {
   ParameterTable& t = m.parameters();
   gradients.begin_step();
   for (NodeId id = m.output_node(); id >= 1; --id) {
     Layer& layer = *m.node_layer(id);
+    if (unwritten.count(layer.name())) continue;
     for (auto h : layer.parameter_handles()) {
       Tensor g = t.gradient(h);
       for (std::int64_t i = 0; i < g.numel(); ++i)
         g[i] = rank_gradient(world().rank(), t.parameters()[h.index].offset + static_cast<std::size_t>(i));
     }
-    gradients.on_layer_ready(layer);
+    if (!unhooked.count(layer.name())) gradients.on_layer_ready(layer);
   }
   gradients.finish();
+}
+
+// Whether arena position `i` belongs to a parameter of layer `name` (its parameters are "name.*").
+bool of_layer(const ParameterTable& t, std::size_t i, const std::string& name) {
+  for (const auto& e : t.parameters())
+    if (i >= e.offset && i < e.offset + static_cast<std::size_t>(e.shape.numel()))
+      return e.name.rfind(name + ".", 0) == 0;
+  return false;
 }
 
 TEST(ShardedGradients, EachRankKeepsTheSumOfItsPartOnly) {
@@ -187,6 +200,33 @@ TEST(ShardedGradients, EachRankKeepsTheSumOfItsPartOnly) {
   EXPECT_EQ(gradients.started_during_backward(), t.parameters().size());
   // The optimizer steps on the part the table keeps.
   optimizer->step(t, 0.1f);
+}
+
+TEST(ShardedGradients, LargeTensorsGoInPiecesAcrossParts) {
+  // A dense layer of 600 x 500 floats (2 pieces of 1 MiB, cut across the parts of 2, 3 or 4 ranks), a
+  // layer backward never reached and one whose hook never came: every part still gets its exact sum.
+  auto m = std::make_unique<Model>("large", make_cpu_backend({1}), Shape{1, 3, 6, 6});
+  NodeId x = m->add<Convolution>({m->input()}, "conv", convolution_spec(2, 3, 4, 3, 1, 1, /*bias=*/true));
+  x = m->add<Flatten>({x}, "flatten");
+  x = m->add<Linear>({x}, "fc1", 4 * 6 * 6, 600);
+  x = m->add<Linear>({x}, "fc2", 600, 500);
+  m->finalize(x, 1);
+  ParameterTable& t = m->parameters();
+  ASSERT_GT(600u * 500u * sizeof(float), GradientReduceScatter::kPieceBytes) << "fc2's weight goes in two pieces";
+  auto optimizer = make_optimizer(t, OptimizerOptions{});
+  optimizer->shard_over(world());
+  GradientReduceScatter gradients(world(), nullptr, t, optimizer->parts());
+  run_backward(*m, gradients, {"conv"}, {"fc1"});
+  const ArenaPart part = optimizer->part();
+  const std::vector<float> own = t.read(Arena::Gradients);
+  ASSERT_EQ(own.size(), part.size());
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    const std::size_t position = part.begin + i;
+    float sum = 0;
+    if (!of_layer(t, position, "conv"))
+      for (int r = 0; r < world().size(); ++r) sum += rank_gradient(r, position);
+    ASSERT_EQ(own[i], sum) << "position " << position;
+  }
 }
 
 TEST(ShardedGradients, ReplicaGroupsAverageTheirParts) {

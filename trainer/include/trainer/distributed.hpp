@@ -153,6 +153,7 @@ class GradientReduceScatter final : public GradientReduction {
   // `parts`: every rank of `group`'s part of the arena, in its rank order.
   GradientReduceScatter(Communicator& group, Communicator* replicas, ParameterTable& table,
                         std::vector<ArenaPart> parts);
+  ~GradientReduceScatter() override;
 
   void begin_step() override;
   void on_layer_ready(const Layer& layer) override;
@@ -178,7 +179,7 @@ class GradientReduceScatter final : public GradientReduction {
   std::vector<Tensor> in_flight_;  // gradients being summed: released once every started sum is done
   std::vector<OwnPiece> own_pieces_;
   std::size_t in_flight_bytes_ = 0;
-  std::size_t bound_bytes_ = 4u << 20;  // of gradients in flight: 4 MiB, or the largest tensor
+  std::size_t bound_bytes_ = 4u << 20;  // of gradients in flight: 4 MiB, or the largest tensor alone
   std::size_t started_in_backward_ = 0;
   bool in_backward_ = false;
 };

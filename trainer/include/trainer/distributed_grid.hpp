@@ -92,7 +92,7 @@ struct GridOptions {
   bool overlap = true;      // interior computation while halos travel
   std::string layer_split;  // --layer-split "NAME=D,H,W;...": parts per layer instead of the default plan's
   bool shard_state = true;  // gradients and optimizer state sharded over the spatial group (ZeRO stage 2)
-  int auto_trials = 3;      // --grid auto: how many of the best predictions run two steps to choose from
+  int auto_trials = 3;      // --grid auto: how many of the best predictions run three steps to choose from
 };
 
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.

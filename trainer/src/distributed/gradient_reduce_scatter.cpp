@@ -18,14 +18,17 @@ GradientReduceScatter::GradientReduceScatter(Communicator& group, Communicator* 
       replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
       table_(table),
       parts_(std::move(parts)),
-      own_(parts_.at(static_cast<std::size_t>(group.rank()))),
       started_(table.parameters().size(), false) {
-  for (const auto& e : table.parameters())
-    bound_bytes_ = std::max(bound_bytes_, static_cast<std::size_t>(e.shape.numel()) * sizeof(float));
   if (parts_.size() != static_cast<std::size_t>(group.size()))
     throw std::logic_error("GradientReduceScatter: one part per rank of the group");
+  own_ = parts_[static_cast<std::size_t>(group.rank())];
+  for (const auto& e : table.parameters())
+    bound_bytes_ = std::max(bound_bytes_, static_cast<std::size_t>(e.shape.numel()) * sizeof(float));
   table_.keep_gradient_part(own_);
 }
+
+// A step abandoned by an exception must not leave MPI or NCCL reading the tensors in flight.
+GradientReduceScatter::~GradientReduceScatter() { group_.wait_all(); }
 
 void GradientReduceScatter::begin_step() {
   std::fill(started_.begin(), started_.end(), false);
@@ -60,26 +63,33 @@ void GradientReduceScatter::start(ParameterHandle h) {
   // A layer that backward skipped (no gradient reached it) adds nothing; the group still sums in step.
   if (!gradient.defined()) gradient = table_.backend().zeros(e.shape);
   const std::size_t count = static_cast<std::size_t>(e.shape.numel());
+  // At most bound_bytes_ of gradients in flight (MPI's nonblocking sums keep a copy each, and on a GPU
+  // they queue behind the kernels): past it, wait for those in flight first (on a GPU, on the device).
+  if (in_flight_bytes_ + count * sizeof(float) > bound_bytes_) release(true);
+  float* data = in_flight_.emplace_back(std::move(gradient)).data();
+  in_flight_bytes_ += count * sizeof(float);
+  // MPI takes a tensor larger than its in-flight limit in waves.
+  const std::size_t wave_floats = group_.sum_bytes_in_flight() / sizeof(float);
+  std::size_t in_wave = 0;
   for (std::size_t done = 0; done < count; done += kPieceFloats) {
     const std::size_t begin = e.offset + done, end = e.offset + std::min(count, done + kPieceFloats);
+    if (wave_floats > 0 && in_wave > 0 && in_wave + (end - begin) > wave_floats) {
+      group_.wait_all();  // the own parts are copied, the tensors released at the next release()
+      in_wave = 0;
+    }
     std::vector<std::size_t> counts;
     for (const ArenaPart& p : parts_)
       counts.push_back(std::max(begin, p.begin) < std::min(end, p.end) ? std::min(end, p.end) - std::max(begin, p.begin)
                                                                        : 0);
-    float* piece = gradient.data() + done;
-    group_.start_sum_scatter(piece, counts);
+    group_.start_sum_scatter(data + done, counts);
+    in_wave += end - begin;
     const std::size_t mine = counts[static_cast<std::size_t>(group_.rank())];
     if (mine > 0) {
       const std::size_t from = std::max(begin, own_.begin);
-      own_pieces_.push_back({piece + (from - begin), from - own_.begin, mine});
+      own_pieces_.push_back({data + done + (from - begin), from - own_.begin, mine});
     }
   }
-  in_flight_bytes_ += count * sizeof(float);
-  in_flight_.push_back(std::move(gradient));
   if (in_backward_) ++started_in_backward_;
-  // MPI's nonblocking sums keep a copy each (libnbc), and on a GPU they queue behind the kernels: past the
-  // bound, wait (on a GPU, on the device) before more are started.
-  release(in_flight_bytes_ > bound_bytes_);
 }
 
 void GradientReduceScatter::finish() {

@@ -574,7 +574,7 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
       << p.allreduce_bytes / (1 << 20) << (static_cast<int>(i) == chosen ? "   <- chosen" : "") << "\n";
   }
   s << "(times in ms per step on the busiest rank; compute measured per layer and slab shape on this machine; "
-       "tried: two training steps measured on that grid)\n";
+       "tried: the fastest of three training steps measured on that grid)\n";
   return s.str();
 }
 

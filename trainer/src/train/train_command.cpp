@@ -411,12 +411,10 @@ struct TrainingLoop {
       bool step_ok = true;
       if (scaler.enabled()) {
         const float used = scaler.scale();
-        Tensor kept = table.arena(Arena::Gradients);
-        backend.scale(kept, 1.f / used);
-        // Each rank of a spatial group may keep only its part of the gradients: all decide alike.
-        double overflowed[1] = {backend.all_finite(kept) ? 0.0 : 1.0};
-        comm.max(overflowed, 1);
-        step_ok = scaler.update(overflowed[0] == 0.0);
+        // Whole gradients: fp16 runs data parallel only (a spatial grid refuses it), so every rank decides alike.
+        Tensor gradients = table.arena(Arena::Gradients);
+        backend.scale(gradients, 1.f / used);
+        step_ok = scaler.update(backend.all_finite(gradients));
         if (!step_ok && leader) {
           progress.finish();
           err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
