@@ -65,7 +65,7 @@ Tensor ParameterTable::value(ParameterHandle h) const {
 Tensor ParameterTable::gradient(ParameterHandle h) const {
   require_finalized();
   const auto& e = parameters_.at(h.index);
-  if (!partial_gradients_) return gradients_.slice(e.offset, e.shape);
+  if (own_gradients_.empty()) return gradients_.slice(e.offset, e.shape);
   Tensor& own = own_gradients_.at(h.index);
   if (!own.defined()) own = backend_->zeros(e.shape);
   return own;
@@ -75,13 +75,20 @@ void ParameterTable::keep_gradient_part(ArenaPart part) {
   if (!committed_) throw std::logic_error("ParameterTable::keep_gradient_part before commit()");
   if (part.begin > part.end || part.end > parameter_floats_) throw std::invalid_argument("gradient part out of range");
   gradient_part_ = part;
-  partial_gradients_ = true;
   gradients_ = backend_->zeros(Shape{static_cast<std::int64_t>(part.size())});  // the whole arena goes
   own_gradients_.assign(parameters_.size(), Tensor());
 }
 
+Tensor ParameterTable::gradients_of(ArenaPart part) const {
+  require_finalized();
+  if (part.intersect(gradient_part_) != part)
+    throw std::logic_error("the table keeps other gradients than those asked for");
+  if (part == gradient_part_) return gradients_;
+  return gradients_.slice(part.begin - gradient_part_.begin, Shape{static_cast<std::int64_t>(part.size())});
+}
+
 Tensor ParameterTable::take_gradient(ParameterHandle h) {
-  if (!partial_gradients_) throw std::logic_error("ParameterTable::take_gradient without a kept gradient part");
+  if (own_gradients_.empty()) throw std::logic_error("ParameterTable::take_gradient without a kept gradient part");
   return std::exchange(own_gradients_.at(h.index), Tensor());
 }
 

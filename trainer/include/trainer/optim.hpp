@@ -48,7 +48,7 @@ class Optimizer {
   void shard_over(Communicator& group);
   bool sharded() const { return group_ != nullptr; }
   // What this rank updates and keeps state for (the whole arena unless sharded).
-  ArenaPart part() const { return part_; }
+  ArenaPart part() const { return parts_[rank_]; }
   // Every rank's part, in group rank order (one part, the whole arena, unless sharded).
   const std::vector<ArenaPart>& parts() const { return parts_; }
   // After part() of the values was written (a step, a rollback): every rank's part to every rank of the
@@ -70,7 +70,7 @@ class Optimizer {
   // Declares a state arena (in the constructor); state(i) is arena i, part().size() elements.
   void add_state(const std::string& name);
   Tensor state(std::size_t i) const { return state_.at(i).second; }
-  // part() of the values or gradients arena (the table's whole gradient arena when it keeps that part only).
+  // part() of the values or gradients arena.
   Tensor arena_part_of(const ParameterTable& table, Arena which) const;
   const OptimizerOptions& options() const { return options_; }
   Backend& backend() const { return backend_; }
@@ -82,8 +82,8 @@ class Optimizer {
   OptimizerOptions options_;
   std::uint64_t steps_ = 0;
   std::vector<std::pair<std::string, Tensor>> state_;
-  ArenaPart part_;
   std::vector<ArenaPart> parts_;
+  std::size_t rank_ = 0;  // in the group: parts_[rank_] is part()
   Communicator* group_ = nullptr;
   const ParameterTable* table_;
 };

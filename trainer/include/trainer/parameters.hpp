@@ -3,6 +3,7 @@
 // each arena is one allocation on the backend's device.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -33,6 +34,11 @@ enum class Arena { Values, Gradients, Buffers };
 struct ArenaPart {
   std::size_t begin = 0, end = 0;
   std::size_t size() const { return end - begin; }
+  // The elements of both (empty, at the later begin, when they are disjoint).
+  ArenaPart intersect(const ArenaPart& p) const {
+    const std::size_t b = std::max(begin, p.begin);
+    return {b, std::max(b, std::min(end, p.end))};
+  }
   bool operator==(const ArenaPart&) const = default;
 };
 
@@ -86,6 +92,8 @@ class ParameterTable {
   void keep_gradient_part(ArenaPart part);
   // The gradients kept: the whole arena unless keep_gradient_part() was called.
   ArenaPart gradient_part() const { return gradient_part_; }
+  // Elements `part` of the gradients, which must lie within the kept ones (throws std::logic_error).
+  Tensor gradients_of(ArenaPart part) const;
   // The tensor gradient(h) made since the last take, or an undefined one; only with a kept part.
   Tensor take_gradient(ParameterHandle h);
 
@@ -103,8 +111,8 @@ class ParameterTable {
   bool committed_ = false;
   Tensor values_, gradients_, buffer_values_;
   ArenaPart gradient_part_;
-  bool partial_gradients_ = false;
-  mutable std::vector<Tensor> own_gradients_;  // per parameter, with a kept part: gradient(h)'s tensors
+  // Per parameter once keep_gradient_part() was called (empty before): gradient(h)'s tensors.
+  mutable std::vector<Tensor> own_gradients_;
 };
 
 }  // namespace fanstore::trainer

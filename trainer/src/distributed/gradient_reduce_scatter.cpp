@@ -72,22 +72,17 @@ void GradientReduceScatter::start(ParameterHandle h) {
   const std::size_t wave_floats = group_.sum_bytes_in_flight() / sizeof(float);
   std::size_t in_wave = 0;
   for (std::size_t done = 0; done < count; done += kPieceFloats) {
-    const std::size_t begin = e.offset + done, end = e.offset + std::min(count, done + kPieceFloats);
-    if (wave_floats > 0 && in_wave > 0 && in_wave + (end - begin) > wave_floats) {
+    const ArenaPart piece{e.offset + done, e.offset + std::min(count, done + kPieceFloats)};
+    if (wave_floats > 0 && in_wave > 0 && in_wave + piece.size() > wave_floats) {
       group_.wait_all();  // the own parts are copied, the tensors released at the next release()
       in_wave = 0;
     }
     std::vector<std::size_t> counts;
-    for (const ArenaPart& p : parts_)
-      counts.push_back(std::max(begin, p.begin) < std::min(end, p.end) ? std::min(end, p.end) - std::max(begin, p.begin)
-                                                                       : 0);
+    for (const ArenaPart& p : parts_) counts.push_back(piece.intersect(p).size());
     group_.start_sum_scatter(data + done, counts);
-    in_wave += end - begin;
-    const std::size_t mine = counts[static_cast<std::size_t>(group_.rank())];
-    if (mine > 0) {
-      const std::size_t from = std::max(begin, own_.begin);
-      own_pieces_.push_back({data + done + (from - begin), from - own_.begin, mine});
-    }
+    in_wave += piece.size();
+    if (const ArenaPart mine = piece.intersect(own_); mine.size() > 0)
+      own_pieces_.push_back({data + (mine.begin - e.offset), mine.begin - own_.begin, mine.size()});
   }
   if (in_backward_) ++started_in_backward_;
 }

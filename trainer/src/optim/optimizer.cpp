@@ -29,8 +29,7 @@ Optimizer::Optimizer(const ParameterTable& table, const OptimizerOptions& option
     : backend_(table.backend()),
       count_(table.parameter_count()),
       options_(options),
-      part_{0, table.parameter_count()},
-      parts_{part_},
+      parts_{{0, table.parameter_count()}},
       table_(&table) {
   if (!table.committed()) throw std::logic_error("optimizer created before ParameterTable::commit()");
 }
@@ -47,21 +46,19 @@ void Optimizer::shard_over(Communicator& group) {
   group_ = &group;
   parts_.clear();
   for (int r = 0; r < group.size(); ++r) parts_.push_back(arena_part(*table_, group.size(), r, needs_whole_tensors()));
-  part_ = parts_.at(static_cast<std::size_t>(group.rank()));
-  for (auto& [name, arena] : state_) arena = backend_.zeros(Shape{static_cast<std::int64_t>(part_.size())});
+  rank_ = static_cast<std::size_t>(group.rank());
+  for (auto& [name, arena] : state_) arena = backend_.zeros(Shape{static_cast<std::int64_t>(part().size())});
 }
 
 void Optimizer::add_state(const std::string& name) {
-  state_.emplace_back(name, backend_.zeros(Shape{static_cast<std::int64_t>(part_.size())}));
+  state_.emplace_back(name, backend_.zeros(Shape{static_cast<std::int64_t>(part().size())}));
 }
 
 Tensor Optimizer::arena_part_of(const ParameterTable& table, Arena which) const {
+  if (which == Arena::Gradients) return table.gradients_of(part());
   const Tensor arena = table.arena(which);
-  if (part_.begin == 0 && part_.end == count_) return arena;
-  if (which == Arena::Gradients && table.gradient_part() == part_) return arena;
-  if (which == Arena::Gradients && table.gradient_part().size() != count_)
-    throw std::logic_error("the table keeps other gradients than the optimizer's part");
-  return arena.slice(part_.begin, Shape{static_cast<std::int64_t>(part_.size())});
+  if (part().begin == 0 && part().end == count_) return arena;
+  return arena.slice(part().begin, Shape{static_cast<std::int64_t>(part().size())});
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return state_; }
@@ -80,7 +77,7 @@ std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state()
     // (Unsharded, part() is the whole arena.)
     const Tensor host = backend_.to_host(arena);
     std::vector<float> whole(count_);
-    std::copy(host.data(), host.data() + host.numel(), whole.begin() + static_cast<std::ptrdiff_t>(part_.begin));
+    std::copy(host.data(), host.data() + host.numel(), whole.begin() + static_cast<std::ptrdiff_t>(part().begin));
     if (group_) group_->gather(whole.data(), part_sizes());
     out.emplace_back(name, std::move(whole));
   }
