@@ -82,19 +82,24 @@ void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
       return p;
     }
     evicted = evict_for(bytes);
+    // Counted in use before the lock goes: a block freed while this one is obtained must not be kept
+    // beyond the peak, or a later free gives a block back that the next step obtains again.
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
   }
   for (auto [p, size] : evicted) put_(p, size);
-  void* p = get_(bytes);  // outside the lock: pinning a large block takes milliseconds
+  void* p = nullptr;
   try {
+    p = get_(bytes);  // outside the lock: pinning a large block takes milliseconds
     std::lock_guard lock(mutex_);
     Size& size = sizes_[bytes];
     size.kept.reserve(size.obtained + 1);
     ++size.obtained;
     ++obtained_;
-    in_use_ += bytes;
-    peak_ = std::max(peak_, in_use_);
   } catch (...) {
-    put_(p, bytes);
+    if (p) put_(p, bytes);
+    std::lock_guard lock(mutex_);
+    in_use_ -= bytes;
     throw;
   }
   return p;
