@@ -1,4 +1,4 @@
-// The daemon's MPI side. Messages (docs/daemon.md), all on MPI_COMM_WORLD:
+// The daemon's MPI side. Messages (docs/daemon.md), on MPI_COMM_WORLD but for the chunks:
 //   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe, 2 staged bytes only)
 //                                        | u64 offset | u64 length
 //   reply    tag kTagReplyBase + slot:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
@@ -13,9 +13,9 @@
 // ranges it reads into a pooled, already-faulted send buffer behind the header (one copy, from the page cache),
 // which costs less than a second message.
 // Every MPI call here is nonblocking or completes at once (Improbe, Imrecv, Isend, Testsome; Mrecv only of a
-// 32-byte request, which arrives whole): a receive from a peer killed mid-transfer (Open MPI's shared-memory
-// single copy then fails with "Read -1, expected N, errno = 3" and the receive never completes) is given up at
-// its deadline instead of wedging the thread.
+// request of at most 32 bytes, which arrives whole): a receive from a peer killed mid-transfer (Open MPI's
+// shared-memory single copy then fails with "Read -1, expected N, errno = 3" and the receive never completes) is given
+// up at its deadline instead of wedging the thread.
 #include "mpi_transport.hpp"
 
 #include <mpi.h>
@@ -82,14 +82,10 @@ class BufferPool {
     uint64_t cap = 0;
   };
   Buf Get(uint64_t n) {
-    size_t best = free_.size();
-    for (size_t i = 0; i < free_.size(); ++i)
-      if (free_[i].cap >= n && (best == free_.size() || free_[i].cap < free_[best].cap)) best = i;
-    if (best < free_.size()) {
-      Buf b = std::move(free_[best]);
-      free_[best] = std::move(free_.back());
-      free_.pop_back();
+    if (auto it = free_.lower_bound(n); it != free_.end()) {  // the smallest that fits
+      Buf b{std::move(it->second), it->first};
       free_bytes_ -= b.cap;
+      free_.erase(it);
       return b;
     }
     uint64_t cap = n < (64u << 10) ? (64u << 10) : (n + (1u << 20) - 1) & ~uint64_t((1u << 20) - 1);
@@ -102,22 +98,18 @@ class BufferPool {
     if (!b.mem) return;
     // Keep what a burst needed, up to a bound; the biggest go first when over it.
     free_bytes_ += b.cap;
-    free_.push_back(std::move(b));
-    while (free_bytes_ > kKeepBytes && !free_.empty()) {
-      auto big = std::max_element(free_.begin(), free_.end(), [](const Buf& a, const Buf& c) { return a.cap < c.cap; });
-      free_bytes_ -= big->cap;
-      *big = std::move(free_.back());
-      free_.pop_back();
+    free_.emplace(b.cap, std::move(b.mem));
+    while (free_bytes_ > kKeepBytes) {
+      free_bytes_ -= std::prev(free_.end())->first;
+      free_.erase(std::prev(free_.end()));
     }
   }
 
  private:
   static constexpr uint64_t kKeepBytes = 256ull << 20;
-  std::vector<Buf> free_;
+  std::multimap<uint64_t, std::unique_ptr<char[]>> free_;  // by capacity
   uint64_t free_bytes_ = 0;
 };
-
-enum class Phase { kSent, kReceiving, kChunks };
 
 // A fetch this rank started.
 struct Pending {
@@ -131,13 +123,12 @@ struct Pending {
   int64_t attempt_start = 0;
   int64_t attempt_deadline = 0;
   uint64_t attempt_gen = 0;  // bumps per attempt: completions of an abandoned attempt are recognised
-  Phase phase = Phase::kSent;
-  bool landed = false;  // sink memory handed out for this attempt
-  // Filled by AbandonLanding with the owner of that memory; the receive's completion callbacks hold the slot, so
-  // the memory is freed when MPI completes them (never, for a receive from a dead peer).
+  bool awaiting = true;      // the current attempt's reply has not been probed yet
+  // Set while sink memory is handed out for this attempt; AbandonLanding fills it with the owner of that memory.
+  // The receive's completion callbacks hold the slot, so the memory is freed when MPI completes them (never, for a
+  // receive from a dead peer).
   std::shared_ptr<std::shared_ptr<void>> keep;
-  Status last;                // why the previous attempt failed
-  char* chunk_dst = nullptr;  // a chunked reply's landed memory
+  Status last;  // why the previous attempt failed
   int current() const { return order[attempt]; }
 };
 
@@ -175,31 +166,26 @@ struct MpiTransport::Impl {
     bool busy = false;    // a receive of one of its chunks is in flight
     bool failed = false;  // broken: the rest of its chunks are dropped
   };
-  // A chunk probed before it could be taken (its header not received yet, or the previous chunk still arriving).
-  struct EarlyChunk {
-    MPI_Message m;
-    uint64_t count;
-    uint64_t seq;
-  };
   using ChunkKey = std::pair<int, int>;  // source, tag
   std::map<ChunkKey, std::deque<std::shared_ptr<ChunkWait>>> chunk_waits;
-  std::map<ChunkKey, std::deque<EarlyChunk>> early_chunks;
-  size_t early_count = 0;
-  uint64_t early_seq = 0;
-  // Per slot: chunked replies registered and chunks held. A slot with either is not given to a new fetch: what
-  // arrives on it must not be taken for that fetch's chunks.
-  std::unordered_map<int, int> slot_traffic;
+  // Chunks probed before they could be taken (their header not received yet, or the previous chunk still
+  // arriving), in arrival order (MPI keeps the order of one source's messages with one tag).
+  struct EarlyChunk {
+    ChunkKey key;
+    MPI_Message m;
+    uint64_t count;
+  };
+  std::deque<EarlyChunk> early_chunks;
   BufferPool pool;
 
   Impl(StagedReader* l, TransportOptions opts, DaemonStats* s) : local(l), o(opts), stats(s), peers(opts.nranks) {
     void* ub = nullptr;
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-    int tag_ub = flag ? *static_cast<int*>(ub) : 32767;
-    reply_slots = std::max(1, std::min(tag_ub, 1 << 30) - kTagReplyBase + 1);
+    const int tag_ub = flag ? *static_cast<int*>(ub) : 32767;
+    reply_slots = std::clamp(tag_ub - kTagReplyBase + 1, 1, 1 << 20);
     if (o.reply_slots > 0) reply_slots = std::min(reply_slots, std::max(o.reply_slots, 2));
-    slot_req.assign(static_cast<size_t>(std::min(reply_slots, 1 << 20)), 0);
-    reply_slots = static_cast<int>(slot_req.size());
+    slot_req.assign(static_cast<size_t>(reply_slots), 0);
   }
 
   // A peer that sent us anything within kPeerHotUs is still in its loop's hot window (kHotWindowUs of polling after
@@ -216,23 +202,35 @@ struct MpiTransport::Impl {
     on_complete.push_back(std::move(f));
   }
 
+  // Chunk messages of a payload of `n` bytes (this rank's cut: of max_message each, the last one shorter).
+  uint32_t ChunksOf(uint64_t n) const { return static_cast<uint32_t>((n + o.max_message - 1) / o.max_message); }
+
   int SlotOf(uint64_t req_id) const { return static_cast<int>(req_id % static_cast<uint64_t>(reply_slots)); }
 
+  // A chunked reply is registered or a chunk held on `slot`: what arrives on it must not be taken for a new fetch's.
+  bool SlotBusy(int slot) const {
+    const int tag = kTagReplyBase + slot;
+    return std::any_of(chunk_waits.begin(), chunk_waits.end(),
+                       [tag](const auto& w) { return w.first.second == tag; }) ||
+           std::any_of(early_chunks.begin(), early_chunks.end(), [tag](const auto& c) { return c.key.second == tag; });
+  }
+
+  // A request id whose slot (the reply's tag) nothing waits on, or 0 when every slot is taken. Slot 0 is the
+  // probes' (their answers carry req_id 0).
   uint64_t NewReqId() {
-    // The reply tag is the request's slot: skip slots a fetch still waits on.
-    // Slot 0 is the probes' (their answers carry req_id 0).
-    for (uint64_t tried = 0;; ++tried) {
-      if (tried == static_cast<uint64_t>(reply_slots)) {
-        // Every slot busy or lost: take the lost ones back rather than spin (only a peer breaking the protocol
-        // over and over gets here).
-        Error("every reply slot is in use or was lost to a peer breaking the protocol; reusing the lost ones");
-        poisoned.clear();
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int tried = 0; tried < reply_slots; ++tried) {
+        uint64_t id = next_req++;
+        int slot = SlotOf(id);
+        if (slot != 0 && !poisoned.count(slot) && slot_req[static_cast<size_t>(slot)] == 0 && !SlotBusy(slot))
+          return id;
       }
-      uint64_t id = next_req++;
-      int slot = SlotOf(id);
-      if (slot == 0 || poisoned.count(slot) || slot_traffic.count(slot)) continue;
-      if (slot_req[static_cast<size_t>(slot)] == 0) return id;
+      if (poisoned.empty()) break;
+      // Every slot busy or lost: take the lost ones back (only a peer breaking the protocol over and over gets here).
+      Error("every reply slot is in use or was lost to a peer breaking the protocol; reusing the lost ones");
+      poisoned.clear();
     }
+    return 0;
   }
 
   // ---- asking side ------------------------------------------------------------------------------------------
@@ -248,17 +246,15 @@ struct MpiTransport::Impl {
 
   // Gives up the current attempt's receive, if one is posted: its memory now belongs to the receive's callbacks.
   void AbandonLanding(Pending& p) {
-    if (!p.landed) return;
-    p.landed = false;
+    if (!p.keep) return;
     *p.keep = p.sink->Abandon();
+    p.keep.reset();
   }
 
   // Lands the current attempt's reply of `n` bytes in the sink's memory (null: none).
   char* Land(Pending& p, uint64_t n) {
     char* dst = p.sink->Land(n);
-    if (!dst) return nullptr;
-    p.landed = true;
-    p.keep = std::make_shared<std::shared_ptr<void>>();
+    if (dst) p.keep = std::make_shared<std::shared_ptr<void>>();
     return dst;
   }
 
@@ -299,19 +295,25 @@ struct MpiTransport::Impl {
     p.attempt_deadline = now + left / static_cast<int64_t>(p.order.size() - p.attempt);
     next_deadline = std::min(next_deadline, p.attempt_deadline);
     ++p.attempt_gen;
-    p.phase = Phase::kSent;
-    auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
-    Store64(buf->data(), req_id);
-    Store32(buf->data() + 8, p.range.part);
-    Store32(buf->data() + 12, p.kind);
-    Store64(buf->data() + 16, p.range.offset);
-    Store64(buf->data() + 24, p.range.length);
+    p.awaiting = true;
     stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
     Status err;
-    Send(
-        p.current(), kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &err);
+    SendRequest(p.current(), req_id, p.kind, p.range, &err);
     if (!err.ok()) return Fail(req_id, err);
-    Ring(p.current());
+  }
+
+  void SendRequest(int dest, uint64_t req_id, uint32_t kind, const ByteRange& r, Status* err) {
+    auto buf = std::make_shared<std::array<char, kRequestBytes>>();
+    Store64(buf->data(), req_id);
+    Store32(buf->data() + 8, r.part);
+    Store32(buf->data() + 12, kind);
+    Store64(buf->data() + 16, r.offset);
+    Store64(buf->data() + 24, r.length);
+    Status failed;
+    Send(
+        dest, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &failed);
+    if (failed.ok()) Ring(dest);
+    if (err) *err = failed;
   }
 
   void Fail(uint64_t req_id, const Status& why) {
@@ -329,7 +331,13 @@ struct MpiTransport::Impl {
       sink->Done(Status(Code::kIoError, "daemon is shutting down"), nullptr, 0);
       return;
     }
-    uint64_t req_id = NewReqId();
+    const uint64_t req_id = NewReqId();
+    if (req_id == 0) {
+      sink->Done(Status(Code::kIoError,
+                        "no reply slot is free (" + std::to_string(pending.size()) + " fetches in flight); try again"),
+                 nullptr, 0);
+      return;
+    }
     Pending p;
     p.req_id = req_id;
     p.range = r;
@@ -351,7 +359,7 @@ struct MpiTransport::Impl {
     auto it = pending.find(id);
     if (it == pending.end()) return nullptr;
     Pending& p = it->second;
-    if (p.phase != Phase::kSent || p.attempt >= p.order.size() || p.current() != src) return nullptr;
+    if (!p.awaiting || p.attempt >= p.order.size() || p.current() != src) return nullptr;
     return &p;
   }
 
@@ -362,10 +370,8 @@ struct MpiTransport::Impl {
       // Scratch first: small replies, and late answers (dropped once received; their chunks too).
       auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
       uint64_t req_id = p ? p->req_id : 0, gen = p ? p->attempt_gen : 0;
-      if (p) p->phase = Phase::kReceiving;
-      MPI_Request r;
-      MPI_Imrecv(scratch->data(), count, MPI_BYTE, &m, &r);
-      Track(r, [this, scratch, req_id, gen, src, tag](bool ok) {
+      if (p) p->awaiting = false;
+      Receive(m, scratch->data(), static_cast<uint64_t>(count), [this, scratch, req_id, gen, src, tag](bool ok) {
         if (!ok) return ReceiveFailed(req_id, gen, tag, src);
         OnScratchReply(req_id, gen, src, tag, *scratch);
       });
@@ -389,14 +395,19 @@ struct MpiTransport::Impl {
       Fail(p->req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(count) + "-byte reply"));
       return;
     }
-    p->phase = Phase::kReceiving;
-    MPI_Request r;
-    MPI_Imrecv(dst, count, MPI_BYTE, &m, &r);
+    p->awaiting = false;
     uint64_t req_id = p->req_id, gen = p->attempt_gen;
-    Track(r, [this, req_id, gen, dst, count, src, tag, keep = p->keep](bool ok) {
+    Receive(m, dst, static_cast<uint64_t>(count), [this, req_id, gen, dst, count, src, tag, keep = p->keep](bool ok) {
       if (!ok) return ReceiveFailed(req_id, gen, tag, src);
-      OnLandedReply(req_id, gen, dst, static_cast<uint64_t>(count));
+      OnLandedReply(req_id, gen, src, tag, dst, static_cast<uint64_t>(count));
     });
+  }
+
+  // Receives matched message `m` (`count` bytes) into `dst`; `done` runs when MPI completes it.
+  void Receive(MPI_Message m, char* dst, uint64_t count, std::function<void(bool ok)> done) {
+    MPI_Request r;
+    MPI_Imrecv(dst, static_cast<int>(count), MPI_BYTE, &m, &r);
+    Track(r, std::move(done));
   }
 
   // No later fetch uses `tag`'s slot. Bounded: should half the slots ever be lost this way, they are taken back.
@@ -412,7 +423,7 @@ struct MpiTransport::Impl {
   // reply may still be on their way.
   void ReceiveFailed(uint64_t req_id, uint64_t gen, int tag, int src) {
     Poison(tag);
-    if (req_id && Current(req_id, gen))
+    if (Current(req_id, gen))
       Fail(req_id, Status(Code::kIoError, "a reply from rank " + std::to_string(src) + " could not be received"));
   }
 
@@ -440,9 +451,7 @@ struct MpiTransport::Impl {
   static bool ParseHead(const char* b, uint64_t count, ReplyHead* h) {
     if (count < kReplyHeader) return false;
     h->req_id = Load64(b);
-    uint32_t code = Load32(b + 8);
-    if (code > static_cast<uint32_t>(Code::kNoMemory)) return false;
-    h->code = static_cast<Code>(code);
+    if (!dp::CodeFromWire(Load32(b + 8), &h->code)) return false;
     h->msg_len = Load32(b + 12);
     h->n = Load64(b + 16);
     h->chunks = Load32(b + 24);
@@ -452,35 +461,33 @@ struct MpiTransport::Impl {
   void OnScratchReply(uint64_t req_id, uint64_t gen, int src, int tag, const std::string& b) {
     ReplyHead h{};
     bool well = ParseHead(b.data(), b.size(), &h);
-    Pending* p = req_id ? Current(req_id, gen) : nullptr;
+    Pending* p = Current(req_id, gen);
     if (!p || !well || h.req_id != req_id) {
       // Not the awaited answer (a late one sharing the tag, a probe answer): dropped, chunks and all; the
       // fetch keeps waiting for its own. A header that cannot be read may have chunks we cannot count: its slot
       // is not used again.
       if (!well) Poison(tag);
-      if (well && h.chunks) ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
-      if (p && p->phase == Phase::kReceiving) p->phase = Phase::kSent;
+      if (well && h.chunks) ReceiveChunks(src, tag, h.n, h.chunks);
+      if (p) p->awaiting = true;
       return;
     }
     std::string msg(b.data() + kReplyHeader, h.msg_len);
     if (h.chunks) {
       // The payload follows in chunks: land it, then receive them in order.
       Status rs = h.code == Code::kOk ? Status::Ok() : Status(h.code, msg);
-      if (!rs.ok() || h.n != p->range.length || h.chunks != (h.n + o.max_message - 1) / o.max_message) {
+      if (!rs.ok() || h.n != p->range.length || h.chunks != ChunksOf(h.n)) {
         // Not what was asked for, or cut otherwise than this rank cuts: the chunks announced are dropped, and the
         // slot is not used again (what else this peer sends on it cannot be told apart).
         Poison(tag);
-        ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
+        ReceiveChunks(src, tag, h.n, h.chunks);
         return Fail(req_id, rs.ok() ? Status(Code::kIoError, "malformed reply") : rs);
       }
       char* dst = Land(*p, h.n);
       if (!dst) {
-        ReceiveChunks(src, tag, nullptr, h.n, h.chunks);
+        ReceiveChunks(src, tag, h.n, h.chunks);
         return Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
       }
-      p->phase = Phase::kChunks;
-      p->chunk_dst = dst;
-      ReceiveChunks(src, tag, p, h.n, h.chunks);
+      ReceiveChunks(src, tag, h.n, h.chunks, p, dst);
       return;
     }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
@@ -493,12 +500,17 @@ struct MpiTransport::Impl {
     Received(req_id, dst, h.n);
   }
 
-  void OnLandedReply(uint64_t req_id, uint64_t gen, const char* dst, uint64_t count) {
+  void OnLandedReply(uint64_t req_id, uint64_t gen, int src, int tag, const char* dst, uint64_t count) {
     Pending* p = Current(req_id, gen);
     if (!p) return;  // abandoned meanwhile; its memory is the graveyard's
     ReplyHead h{};
-    if (!ParseHead(dst, count, &h) || h.req_id != req_id || h.chunks)
+    const bool well = ParseHead(dst, count, &h);
+    if (!well || h.req_id != req_id || h.chunks) {
+      // As in OnScratchReply: chunks it may announce cannot be told from a later fetch's, so its slot goes.
+      Poison(tag);
+      if (well && h.chunks) ReceiveChunks(src, tag, h.n, h.chunks);
       return Fail(req_id, Status(Code::kIoError, "malformed reply"));
+    }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, std::string(dst + kReplyHeader, h.msg_len)));
     uint64_t off = kReplyHeader + h.msg_len;
     if (!RangeEndsAt(off, h.n, count) || h.n != p->range.length)
@@ -512,37 +524,26 @@ struct MpiTransport::Impl {
   }
 
   // Registers a reply whose header announced `chunks` (> 0) messages of payload, `total` bytes, from `src` on the
-  // chunk communicator with the reply's `tag`: they are received in order into `dst` (the landed memory of fetch
-  // req_id's attempt gen), or (dst null: a reply nobody waits for) into scratch memory that is dropped, counted by
+  // chunk communicator with the reply's `tag`: they are received in order into `dst` (the landed memory of the
+  // current attempt of `p`), or (p null: a reply nobody waits for) into scratch memory that is dropped, counted by
   // the header since its sender may cut otherwise than this rank does. PollChunks takes each chunk by matched probe,
   // so its size is known before a byte of it lands: one of another size than due ends the reply instead of being
   // received into memory too small for it (Open MPI's shared-memory single copy writes past the end of a receive
   // buffer smaller than the message: docs/daemon.md). An attempt abandoned meanwhile keeps receiving into its
   // memory (kept alive by `keep`): its chunks must not be taken for a later reply's.
-  void ReceiveChunks(int src, int tag, uint64_t req_id, uint64_t gen, char* dst,
-                     std::shared_ptr<std::shared_ptr<void>> keep, uint64_t total, uint32_t chunks) {
+  void ReceiveChunks(int src, int tag, uint64_t total, uint32_t chunks, Pending* p = nullptr, char* dst = nullptr) {
     auto w = std::make_shared<ChunkWait>();
-    w->req_id = req_id;
-    w->gen = gen;
-    w->dst = dst;
-    w->keep = std::move(keep);
+    if (p) {
+      w->req_id = p->req_id;
+      w->gen = p->attempt_gen;
+      w->dst = dst;
+      w->keep = p->keep;
+    }
     w->total = total;
     w->left = chunks;
     ChunkKey key{src, tag};
     chunk_waits[key].push_back(std::move(w));
-    ++slot_traffic[tag - kTagReplyBase];
     Feed(key);
-  }
-  void ReceiveChunks(int src, int tag, std::nullptr_t, uint64_t total, uint32_t chunks) {
-    ReceiveChunks(src, tag, 0, 0, nullptr, nullptr, total, chunks);
-  }
-  void ReceiveChunks(int src, int tag, Pending* p, uint64_t total, uint32_t chunks) {
-    ReceiveChunks(src, tag, p->req_id, p->attempt_gen, p->chunk_dst, p->keep, total, chunks);
-  }
-
-  void Untrack(int slot) {
-    auto it = slot_traffic.find(slot);
-    if (it != slot_traffic.end() && --it->second <= 0) slot_traffic.erase(it);
   }
 
   // Matches the next message waiting on `comm` (no other receive can take it then); false when none is. *count is
@@ -572,10 +573,12 @@ struct MpiTransport::Impl {
       any = true;
       if (count < 0) continue;
       ChunkKey key{st.MPI_SOURCE, st.MPI_TAG};
-      early_chunks[key].push_back(EarlyChunk{m, static_cast<uint64_t>(count), early_seq++});
-      ++slot_traffic[st.MPI_TAG - kTagReplyBase];
+      early_chunks.push_back(EarlyChunk{key, m, static_cast<uint64_t>(count)});
       // Bounded: chunks nothing takes (a broken or hostile peer) are received and dropped, oldest first.
-      if (++early_count > kMaxEarlyChunks) DropOldestEarlyChunk();
+      if (early_chunks.size() > kMaxEarlyChunks) {
+        Drop(early_chunks.front().m, early_chunks.front().count, nullptr);
+        early_chunks.pop_front();
+      }
       Feed(key);
     }
     return any;
@@ -585,39 +588,20 @@ struct MpiTransport::Impl {
   void Feed(const ChunkKey& key) {
     for (;;) {
       auto wi = chunk_waits.find(key);
-      auto ei = early_chunks.find(key);
-      if (wi == chunk_waits.end() || ei == early_chunks.end()) return;
+      if (wi == chunk_waits.end() || wi->second.front()->busy) return;
+      auto ei = std::find_if(early_chunks.begin(), early_chunks.end(), [&](const auto& c) { return c.key == key; });
+      if (ei == early_chunks.end()) return;
       std::shared_ptr<ChunkWait> w = wi->second.front();
-      if (w->busy) return;
-      EarlyChunk c = ei->second.front();
-      ei->second.pop_front();
-      if (ei->second.empty()) early_chunks.erase(ei);
-      --early_count;
-      Untrack(key.second - kTagReplyBase);
+      EarlyChunk c = *ei;
+      early_chunks.erase(ei);
       TakeChunk(key, w, c.m, c.count);
     }
-  }
-
-  void DropOldestEarlyChunk() {
-    auto oldest = early_chunks.end();
-    for (auto it = early_chunks.begin(); it != early_chunks.end(); ++it)
-      if (oldest == early_chunks.end() || it->second.front().seq < oldest->second.front().seq) oldest = it;
-    if (oldest == early_chunks.end()) return;
-    EarlyChunk c = oldest->second.front();
-    int slot = oldest->first.second - kTagReplyBase;
-    oldest->second.pop_front();
-    if (oldest->second.empty()) early_chunks.erase(oldest);
-    --early_count;
-    Untrack(slot);
-    Drop(c.m, c.count, nullptr);
   }
 
   // Receives a matched message into scratch memory of its size and drops it; then runs `then` (may be null).
   void Drop(MPI_Message m, uint64_t count, std::function<void(bool)> then) {
     auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
-    MPI_Request r;
-    MPI_Imrecv(scratch->data(), static_cast<int>(count), MPI_BYTE, &m, &r);
-    Track(r, [scratch, then = std::move(then)](bool ok) {
+    Receive(m, scratch->data(), count, [scratch, then = std::move(then)](bool ok) {
       if (then) then(ok);
     });
   }
@@ -653,15 +637,12 @@ struct MpiTransport::Impl {
           wi->second.pop_front();
           if (wi->second.empty()) chunk_waits.erase(wi);
         }
-        Untrack(key.second - kTagReplyBase);
         if (w->dst && !w->failed && Current(w->req_id, w->gen)) Received(w->req_id, w->dst, w->total);
       }
       Feed(key);
     };
     if (!w->dst || w->failed) return Drop(m, count, done);
-    MPI_Request r;
-    MPI_Imrecv(w->dst + off, static_cast<int>(count), MPI_BYTE, &m, &r);
-    Track(r, done);
+    Receive(m, w->dst + off, count, done);
   }
 
   void CheckDeadlines(int64_t now) {
@@ -711,12 +692,7 @@ struct MpiTransport::Impl {
       if (r == o.rank || !peers.TakeProbe(r)) continue;
       // One probe per down event: a stopped peer answers it when it runs again; a dead one never does, and
       // nothing more is ever queued towards it.
-      auto buf = std::make_shared<std::string>(kRequestBytes, '\0');
-      Store64(buf->data(), 0);
-      Store32(buf->data() + 12, kKindProbe);
-      Send(
-          r, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, nullptr);
-      Ring(r);
+      SendRequest(r, 0, kKindProbe, ByteRange{}, nullptr);
     }
   }
 
@@ -749,9 +725,7 @@ struct MpiTransport::Impl {
       if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
     }
     std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
-    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message
-                          ? static_cast<uint32_t>((n + o.max_message - 1) / o.max_message)
-                          : 0;
+    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? ChunksOf(n) : 0;
     auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
     if (!buf->mem) {
       s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");
@@ -794,7 +768,7 @@ struct MpiTransport::Impl {
   void SendMapped(int src, int tag, uint64_t req_id, uint32_t part, const char* mapped, uint64_t n) {
     auto head = std::make_shared<std::array<char, kReplyHeader>>();
     char* b = head->data();
-    auto chunks = static_cast<uint32_t>((n + o.max_message - 1) / o.max_message);
+    const uint32_t chunks = ChunksOf(n);
     StoreReplyHead(b, req_id, Code::kOk, 0, n, chunks);
     auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
     auto release = [this, head, sends, part](bool) {
@@ -851,14 +825,11 @@ struct MpiTransport::Impl {
       if (count < 0) continue;
       Heard(st.MPI_SOURCE);
       if (st.MPI_TAG == kTagRequest) {
-        // 32 bytes: complete on arrival (eager), so this Mrecv returns at once.
+        // At most 32 bytes: complete on arrival (eager), so this Mrecv returns at once. A longer one is received
+        // without waiting for it, dropped and answered as malformed.
         char req[kRequestBytes] = {};
-        if (count > static_cast<int>(kRequestBytes)) {
-          std::string big(static_cast<size_t>(count), '\0');
-          MPI_Mrecv(big.data(), count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-        } else {
-          MPI_Mrecv(req, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-        }
+        if (count > static_cast<int>(kRequestBytes)) Drop(m, static_cast<uint64_t>(count), nullptr);
+        else MPI_Mrecv(req, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
         ServePeer(st.MPI_SOURCE, req, count);
       } else if (st.MPI_TAG >= kTagReplyBase) {
         OnReply(m, st.MPI_SOURCE, st.MPI_TAG, count);
@@ -918,15 +889,12 @@ struct MpiTransport::Impl {
 
   void Shutdown() {
     if (shut) return;
-    std::vector<uint64_t> ids;
-    for (auto& [id, p] : pending) ids.push_back(id);
-    for (uint64_t id : ids) {
-      auto it = pending.find(id);
-      if (it == pending.end()) continue;
-      AbandonLanding(it->second);
-      Finish(id, Status(Code::kIoError, "daemon is shutting down"), nullptr, 0);
+    shut = true;  // first: a sink that fetches again from Done is refused
+    while (!pending.empty()) {
+      Pending& p = pending.begin()->second;
+      AbandonLanding(p);
+      Finish(p.req_id, Status(Code::kIoError, "daemon is shutting down"), nullptr, 0);
     }
-    shut = true;
   }
 
   ~Impl() {

@@ -79,6 +79,7 @@ enum class Rogue {
   kExtraChunk,      // a good chunked reply, then one chunk more than announced (1,000 bytes of junk)
   kChunkedAtOnce,   // a good chunked reply in chunks of rank 0's size, every message started at once (MPI_Isend)
   kHugeDirect,      // one message of 32 MiB for the 10,000 bytes asked for (no chunks)
+  kLandedChunked,   // a header with a 2 KiB message (received into the fetch's memory) announcing 3 chunks of junk
 };
 
 struct Step {
@@ -134,6 +135,16 @@ const Scenario kScenarios[] = {
      uint64_t{1} << 20,
      0,
      (uint64_t{3} << 20) + 1000},
+    // 4 slots: each such reply's slot must be drained or given up for good, never left busy (3 of them once took
+    // every slot, and the next fetch spun for a free one forever) nor handed its junk chunks to a later fetch.
+    {"headers too long for scratch announcing chunks, then good chunked fetches",
+     {{Rogue::kLandedChunked, false},
+      {Rogue::kLandedChunked, false},
+      {Rogue::kLandedChunked, false},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true}},
+     kMaxMessage,
+     4},
 };
 
 class Sink final : public fd::FetchSink {
@@ -227,6 +238,13 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
     case Rogue::kHugeDirect: {
       const uint64_t n = uint64_t{32} << 20;
       SendBytes(Header(req_id, 0, "", n, 0) + std::string(n, 'x'), tag, MPI_COMM_WORLD);
+      break;
+    }
+    case Rogue::kLandedChunked: {
+      SendBytes(Header(req_id, 0, std::string(2048, 'm'), len, 3), tag, MPI_COMM_WORLD);
+      std::string junk = Payload(off, len, true);
+      for (uint64_t at = 0; at < len; at += kMaxMessage)
+        SendBytes(junk.substr(at, std::min(kMaxMessage, len - at)), tag, chunk_comm);
       break;
     }
     case Rogue::kError:

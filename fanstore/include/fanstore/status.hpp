@@ -26,6 +26,8 @@ enum class Code : uint8_t {
   kNoMemory,         // allocation failed                              -> ENOMEM
   kLoop,             // too many symlinks, or O_NOFOLLOW on a symlink   -> ELOOP
 };
+// The last code: what a peer sends is checked against it (a code added above must move it).
+inline constexpr Code kLastCode = Code::kLoop;
 
 class [[nodiscard]] Status {
  public:

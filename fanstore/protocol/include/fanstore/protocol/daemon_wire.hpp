@@ -3,8 +3,8 @@
 // tests all speak it from this one definition (tools/python/fanstore_prefetch.py is checked against it).
 // Fixed little-endian headers. A fetch names a byte range of a partition (the daemon knows nothing of the file
 // format beyond that); its payload lands in a per-connection shared reply area (a sealed memfd both sides map
-// once, so a reply costs no page faults and no fd), in a one-off memfd when bigger than the area may grow, or
-// inline. No shared-memory names exist, so any number of daemons and clients can share a node.
+// once, so a reply costs no page faults and no fd), or in a one-off memfd when bigger than the area may grow. No
+// shared-memory names exist, so any number of daemons and clients can share a node.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,14 @@ using le::Load64;
 using le::Store16;
 using le::Store32;
 using le::Store64;
+
+// A status code read off the wire, or false for one this build does not know (a narrowing cast could turn 256
+// into kOk).
+inline bool CodeFromWire(uint32_t v, Code* c) {
+  if (v > static_cast<uint32_t>(kLastCode)) return false;
+  *c = static_cast<Code>(v);
+  return true;
+}
 
 inline constexpr uint32_t kRequestMagic = 0x51445346;  // "FSDQ" little-endian
 inline constexpr uint32_t kReplyMagic = 0x52445346;    // "FSDR"
@@ -87,8 +95,6 @@ struct ReplyHeader {
 // reply's payload. A fetch reply's payload must be exactly the requested length (or empty).
 inline constexpr uint32_t kMaxReplyMessage = 4096;
 inline constexpr uint64_t kMaxHelloPayload = 64 * 1024;
-// Payloads up to this size may travel inline on the socket (when no reply area can be had).
-inline constexpr uint64_t kInlineMax = 64 * 1024;
 
 // Hello reply payload: u32 rank | u32 nranks | u32 timeout_ms | u32 flags | u32 index_len | u32 pdir_len |
 // index dir bytes | partition dir bytes. Flags: kHelloStaged, every rank of the job has staged its partitions
@@ -161,9 +167,7 @@ inline bool DecodeReplyHeader(const unsigned char in[kReplyHeaderSize], ReplyHea
   if (Load32(in) != kReplyMagic || Load16(in + 4) != kVersion) return false;
   h->type = static_cast<MsgType>(Load16(in + 6));
   h->req_id = Load64(in + 8);
-  uint32_t code = Load32(in + 16);
-  if (code > static_cast<uint32_t>(Code::kNoMemory)) return false;  // (a narrowing cast could turn 256 into kOk)
-  h->code = static_cast<Code>(code);
+  if (!CodeFromWire(Load32(in + 16), &h->code)) return false;
   h->msg_len = Load32(in + 20);
   h->payload_size = Load64(in + 24);
   h->flags = Load32(in + 32);

@@ -20,11 +20,7 @@ inline int64_t NowUs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
-inline int64_t NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
+inline int64_t NowMs() { return NowUs() / 1000; }
 
 // Creates a memfd of `n` bytes mapped read-write at *map (caller munmaps). MFD_CLOEXEC; its size is sealed
 // (F_SEAL_SHRINK | F_SEAL_GROW), so a client that maps it can never fault past a truncated end (SIGBUS).
