@@ -20,6 +20,7 @@
 #include <deque>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -58,12 +59,13 @@ struct Conn {
   std::shared_ptr<ReplyArea> oneoff;  // the one-off memfd of the request being answered
   uint64_t busy_req = 0;
   uint64_t busy_len = 0;  // the length the fetch being answered asked for: a successful reply has exactly this
-  // A prefetch hint being received.
-  bool in_hint = false;
-  uint64_t hint_left = 0, hint_req = 0, hint_stream = 0;
-  bool hint_append = false, hint_bad = false;
-  std::vector<ByteRange> hint_ranges;
-  dp::PrefetchCounts hint_counts;
+  struct Hint {           // a prefetch hint being received
+    uint64_t left = 0, req = 0, stream = 0;
+    bool append = false, bad = false;
+    std::vector<ByteRange> ranges;
+    dp::PrefetchCounts counts;
+  };
+  std::optional<Hint> hint;
 };
 
 sockaddr_un Addr(const std::string& path) {
@@ -138,7 +140,7 @@ std::shared_ptr<ReplyArea> ReplyArea::Create(uint64_t size, Status* why) {
 struct SocketServer::Impl {
   ServerOptions o;
   DaemonStats* stats;
-  RequestHandler** handler;
+  RequestHandler* handler = nullptr;
   std::string path, tmp_path;
   int listen_fd = -1, wake_fd = -1, ep = -1;
   bool published = false;
@@ -149,9 +151,13 @@ struct SocketServer::Impl {
   std::unordered_map<uint64_t, Conn> conns;
   uint64_t next_conn = 3;
   std::function<void()> on_watch;  // the watched fd (Watch) is readable
-  std::vector<uint64_t> doomed;
 
-  RequestHandler* H() { return *handler; }
+  int Ctl(int op, int fd, uint32_t events, uint64_t key) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = key;
+    return epoll_ctl(ep, op, fd, &ev);
+  }
 
   // The epoll set and its wake-up eventfd (once).
   Status OpenLoop() {
@@ -160,10 +166,7 @@ struct SocketServer::Impl {
     if (wake_fd < 0) return Status::FromErrno(errno, "eventfd");
     ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return Status::FromErrno(errno, "epoll_create1");
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kWakeKey;
-    epoll_ctl(ep, EPOLL_CTL_ADD, wake_fd, &ev);
+    Ctl(EPOLL_CTL_ADD, wake_fd, EPOLLIN, kWakeKey);
     return Status::Ok();
   }
 
@@ -176,10 +179,7 @@ struct SocketServer::Impl {
     if (Accepting(c)) want |= EPOLLIN;
     if (!c.out.empty()) want |= EPOLLOUT;
     if (want == c.events) return;
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = id;
-    epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
+    Ctl(EPOLL_CTL_MOD, c.fd, want, id);
     c.events = want;
   }
 
@@ -205,67 +205,57 @@ struct SocketServer::Impl {
   }
 
   void Reply(uint64_t id, Conn& c, const Status& s, const char* data, uint64_t n) {
-    uint64_t req = c.busy_req;
+    const uint64_t req = c.busy_req;
     c.busy = false;
-    std::shared_ptr<ReplyArea> oneoff = std::move(c.oneoff);
+    std::shared_ptr<ReplyArea> a = std::move(c.oneoff);  // where the fetch landed, if it needed a one-off memfd
+    if (s.ok() && !(a && Holds(*a, data, n))) {
+      // Into the connection's area (in place when it landed there), or a one-off memfd for a huge payload.
+      a = c.area && !c.area->poisoned && Holds(*c.area, data, n) ? c.area : nullptr;
+      if (!a && (a = AreaFor(c, n))) {
+        if (n) std::memcpy(a->base, data, n);
+        data = a->base;
+      }
+      c.oneoff.reset();  // one AreaFor made goes with this reply: an idle connection pins one area only
+    }
+    const auto at = a ? static_cast<uint64_t>(data - a->base) : 0;
     if (!s.ok()) {
       Queue(c, dp::MsgType::kFetch, req, s, {});
-    } else if (oneoff && Holds(*oneoff, data, n)) {
-      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, static_cast<uint64_t>(data - oneoff->base),
-            oneoff);
+    } else if (!a) {
+      Queue(c, dp::MsgType::kFetch, req, Status(Code::kNoMemory, "daemon has no memory for the reply"), {});
+    } else if (a->oneoff) {
+      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, at, a);
     } else {
-      // Into the connection's area (in place when it landed there), or a one-off memfd for a huge payload.
-      std::shared_ptr<ReplyArea> a = c.area;
-      bool in_area = a && !a->poisoned && Holds(*a, data, n);
-      if (!in_area) {
-        a = AreaFor(c, n);
-        if (a && n) std::memcpy(a->base, data, n);
-        data = a ? a->base : nullptr;
-      }
-      if (!a) {
-        Queue(c, dp::MsgType::kFetch, req, Status(Code::kNoMemory, "daemon has no memory for the reply"), {});
-      } else if (a->oneoff) {
-        Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, 0, a);
-      } else {
-        uint32_t flags = dp::kPayloadInArea;
-        std::shared_ptr<ReplyArea> pass;
-        if (!c.area_known) {
-          flags |= dp::kNewArea;
-          pass = a;
-          c.area_known = true;
-        }
-        Queue(c, dp::MsgType::kFetch, req, s, {}, flags, n, static_cast<uint64_t>(data - a->base), pass);
-      }
+      const bool first = !c.area_known;  // its fd goes with the reply
+      c.area_known = true;
+      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInArea | (first ? dp::kNewArea : 0), n, at,
+            first ? a : nullptr);
     }
-    Flush(id, c);
+    Flush(c);
     SetEvents(id, c);
   }
 
   // The connection's area if it can take n bytes, else a new (bigger) one, or a one-off memfd past area_max.
   std::shared_ptr<ReplyArea> AreaFor(Conn& c, uint64_t n) {
     if (c.area && !c.area->poisoned && c.area->size >= n) return c.area;
+    const bool oneoff = n > o.area_max;
+    uint64_t want = std::max<uint64_t>(1u << 20, c.area && !c.area->poisoned ? c.area->size * 2 : 0);
+    while (want < n) want *= 2;
+    want = oneoff ? n : std::min(want, o.area_max);
     Status why;
-    if (n > o.area_max) {
-      auto a = ReplyArea::Create(n ? n : 1, &why);
-      if (!a) {
-        Error("reply memfd of %llu bytes: %s", static_cast<unsigned long long>(n), why.ToString().c_str());
-        return nullptr;
-      }
+    auto a = ReplyArea::Create(want, &why);
+    if (!a) {
+      Error("reply %s of %llu bytes: %s", oneoff ? "memfd" : "area", static_cast<unsigned long long>(want),
+            why.ToString().c_str());
+      return nullptr;
+    }
+    if (oneoff) {
       a->oneoff = true;
       c.oneoff = a;
       stats->memfd_replies.fetch_add(1, std::memory_order_relaxed);
-      return a;
+    } else {
+      c.area = a;
+      c.area_known = false;
     }
-    uint64_t want = std::max<uint64_t>(1u << 20, c.area && !c.area->poisoned ? c.area->size * 2 : 0);
-    while (want < n) want *= 2;
-    want = std::min(want, o.area_max);
-    auto a = ReplyArea::Create(want, &why);
-    if (!a) {
-      Error("reply area of %llu bytes: %s", static_cast<unsigned long long>(want), why.ToString().c_str());
-      return nullptr;
-    }
-    c.area = a;
-    c.area_known = false;
     return a;
   }
 
@@ -278,63 +268,52 @@ struct SocketServer::Impl {
     c.closing = true;
   }
 
-  void StartHint(Conn& c, const dp::Request& r) {
-    c.in_hint = true;
-    c.hint_left = r.body_len;
-    c.hint_req = r.req_id;
-    c.hint_stream = r.stream;
-    c.hint_append = (r.flags & dp::kAppend) != 0;
-    c.hint_bad = r.body_len > dp::kMaxPrefetchBody;
-    c.hint_ranges.clear();
-    c.hint_counts = {};
-  }
-
   // Consumes hint body bytes from c.in (complete lines only, unless the body ends); true when the hint is whole.
   bool TakeHintBody(Conn& c, size_t* used) {
-    size_t avail = std::min<uint64_t>(c.in.size() - *used, c.hint_left);
+    Conn::Hint& h = *c.hint;
+    size_t avail = std::min<uint64_t>(c.in.size() - *used, h.left);
     std::string_view chunk(c.in.data() + *used, avail);
-    bool last = avail == c.hint_left;
+    bool last = avail == h.left;
     size_t take = last ? avail : (chunk.rfind('\n') == std::string_view::npos ? 0 : chunk.rfind('\n') + 1);
-    if (!last && take == 0 && avail > kMaxPathLine) c.hint_bad = true;
-    if (!last && take == 0 && !c.hint_bad) return false;  // wait for the rest of the line
-    if (c.hint_bad) take = avail;                         // drain, answer with an error at the end
-    if (!c.hint_bad) {
+    if (!last && take == 0 && avail > kMaxPathLine) h.bad = true;
+    if (!last && take == 0 && !h.bad) return false;  // wait for the rest of the line
+    if (h.bad) take = avail;                         // drain, answer with an error at the end
+    if (!h.bad) {
       for (std::string_view p : dp::SplitPaths(chunk.substr(0, take))) {
         ByteRange br;
-        switch (H()->Resolve(p, &br)) {
+        switch (handler->Resolve(p, &br)) {
           case RequestHandler::PathKind::kRemote:
-            if (c.hint_ranges.size() >= o.max_hint_paths) {
-              c.hint_bad = true;
+            if (h.ranges.size() >= o.max_hint_paths) {
+              h.bad = true;
               break;
             }
-            c.hint_ranges.push_back(br);
-            ++c.hint_counts.remote;
-            c.hint_counts.remote_bytes += br.length;
+            h.ranges.push_back(br);
+            ++h.counts.remote;
+            h.counts.remote_bytes += br.length;
             break;
-          case RequestHandler::PathKind::kLocal: ++c.hint_counts.local; break;
-          case RequestHandler::PathKind::kMissing: ++c.hint_counts.missing; break;
+          case RequestHandler::PathKind::kLocal: ++h.counts.local; break;
+          case RequestHandler::PathKind::kMissing: ++h.counts.missing; break;
         }
       }
     }
     *used += take;
-    c.hint_left -= take;
-    return c.hint_left == 0;
+    h.left -= take;
+    return h.left == 0;
   }
 
-  void FinishHint(uint64_t id, Conn& c) {
-    c.in_hint = false;
-    if (c.hint_bad) {
-      Queue(c, dp::MsgType::kPrefetch, c.hint_req,
+  void FinishHint(Conn& c) {
+    Conn::Hint& h = *c.hint;
+    if (h.bad) {
+      Queue(c, dp::MsgType::kPrefetch, h.req,
             Status(Code::kInvalidArgument, "prefetch hint too big (at most " + std::to_string(dp::kMaxPrefetchBody) +
                                                " bytes, " + std::to_string(o.max_hint_paths) +
                                                " files, lines under 64 KiB)"),
             {});
     } else {
-      Status s = H()->OnHint(c.hint_stream, std::move(c.hint_ranges), c.hint_append);
-      Queue(c, dp::MsgType::kPrefetch, c.hint_req, s, s.ok() ? dp::EncodePrefetchCounts(c.hint_counts) : std::string());
+      Status s = handler->OnHint(h.stream, std::move(h.ranges), h.append);
+      Queue(c, dp::MsgType::kPrefetch, h.req, s, s.ok() ? dp::EncodePrefetchCounts(h.counts) : std::string());
     }
-    c.hint_ranges = {};
-    (void)id;
+    c.hint.reset();
   }
 
   // Handles what c.in holds; stops at a fetch (answered later) or when more bytes are needed.
@@ -344,11 +323,11 @@ struct SocketServer::Impl {
     bool ok = true;
     while (!c.busy && !c.closing) {
       // The previous reply is still queued (the client is not reading): the next request waits.
-      if (!c.out.empty() && !Flush(id, c)) break;
+      if (!c.out.empty() && !Flush(c)) break;
       if (!c.out.empty()) break;
-      if (c.in_hint) {
+      if (c.hint) {
         if (!TakeHintBody(c, &used)) break;
-        FinishHint(id, c);
+        FinishHint(c);
         continue;
       }
       if (c.in.size() - used < dp::kRequestSize) break;
@@ -370,15 +349,15 @@ struct SocketServer::Impl {
           Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"),
                 {});
         } else {
-          // A dup rides on the reply (OutMsg owns and closes it once sent).
+          // A dup rides on the reply (Flush closes it once sent).
           auto pass = std::make_shared<ReplyArea>();
           pass->fd = fcntl(o.cache_fd, F_DUPFD_CLOEXEC, 0);
-          pass->oneoff = true;
           if (pass->fd < 0) Queue(c, r.type, r.req_id, Status::FromErrno(errno, "dup of the cache memfd"), {});
           else Queue(c, r.type, r.req_id, Status::Ok(), {}, dp::kCacheMemfd, 0, 0, pass);
         }
       } else if (r.type == dp::MsgType::kPrefetch) {
-        StartHint(c, r);
+        c.hint = Conn::Hint{
+            r.body_len, r.req_id, r.stream, (r.flags & dp::kAppend) != 0, r.body_len > dp::kMaxPrefetchBody, {}, {}};
       } else {
         stats->client_requests.fetch_add(1, std::memory_order_relaxed);
         if (r.part >= o.partitions || r.length > dp::kMaxFetchLength ||
@@ -398,7 +377,7 @@ struct SocketServer::Impl {
         used = 0;
         // OnFetch may answer at once (cache, local partition): Deliver then leaves the next request to this loop.
         handling = id;
-        H()->OnFetch(id, r.req_id, ByteRange{r.part, r.offset, r.length});
+        handler->OnFetch(id, r.req_id, ByteRange{r.part, r.offset, r.length});
         handling = 0;
       }
     }
@@ -419,7 +398,7 @@ struct SocketServer::Impl {
         Close(id);
         continue;
       }
-      if (conns.count(id)) SetEvents(id, it->second);
+      SetEvents(id, it->second);
     }
     return true;
   }
@@ -448,12 +427,11 @@ struct SocketServer::Impl {
   }
 
   // Writes what it can; false when the peer is gone.
-  bool Flush(uint64_t id, Conn& c) {
-    (void)id;
+  bool Flush(Conn& c) {
     while (!c.out.empty()) {
       OutMsg& m = c.out.front();
       ssize_t n;
-      if (m.pass && m.off == 0) {
+      if (m.pass) {
         iovec iov{m.bytes.data(), m.bytes.size()};
         alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
         msghdr h{};
@@ -475,21 +453,16 @@ struct SocketServer::Impl {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
         return false;
       }
-      if (m.off == 0 && m.pass) {
-        // The client has its own reference now; a one-off memfd is ours no longer, an area stays mapped here.
-        if (m.pass->oneoff) {
-          m.pass.reset();
-        } else if (m.pass->fd >= 0) {
-          close(m.pass->fd);
-          m.pass->fd = -1;
-          m.pass.reset();
-        }
+      if (m.pass) {
+        // The client has its own reference now: the fd is ours no longer (an area stays mapped here).
+        close(m.pass->fd);
+        m.pass->fd = -1;
+        m.pass.reset();
       }
       m.off += static_cast<size_t>(n);
       if (m.off == m.bytes.size()) c.out.pop_front();
     }
-    if (c.closing) return false;
-    return true;
+    return !c.closing;
   }
 
   void Close(uint64_t id) {
@@ -541,11 +514,8 @@ struct SocketServer::Impl {
     }
     c.uid = cr.uid;
     uint64_t id = next_conn++;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = id;
     c.events = EPOLLIN;
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (Ctl(EPOLL_CTL_ADD, fd, EPOLLIN, id) != 0) {
       const int err = errno;  // for Adopt's message: close may change it
       close(fd);
       errno = err;
@@ -560,10 +530,7 @@ struct SocketServer::Impl {
     if (handled) timeout_us = 0;
     if (accept_paused_until && dp::NowUs() >= accept_paused_until) {
       accept_paused_until = 0;
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = kListenKey;
-      epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd, &ev);
+      Ctl(EPOLL_CTL_ADD, listen_fd, EPOLLIN, kListenKey);
     }
     if (timeout_us > 0) {
       // epoll_wait counts in milliseconds; the idle ladder needs microseconds: sleep in ppoll on the epoll fd.
@@ -597,7 +564,7 @@ struct SocketServer::Impl {
       // A hung-up client wants no answer; keeping it would make epoll report the hang-up forever.
       bool alive = !(evs[i].events & (EPOLLHUP | EPOLLERR));
       if (alive && (evs[i].events & EPOLLIN)) alive = OnReadable(key, c);
-      if (alive) alive = Flush(key, c);
+      if (alive) alive = Flush(c);
       if (!alive) {
         Close(key);
         continue;
@@ -615,8 +582,9 @@ void SocketServer::SetStaged() { impl_->o.hello.flags |= dp::kHelloStaged; }
 SocketServer::SocketServer(ServerOptions o, DaemonStats* stats) : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(o);
   impl_->stats = stats;
-  impl_->handler = &handler_;
 }
+
+void SocketServer::SetHandler(RequestHandler* h) { impl_->handler = h; }
 
 SocketServer::~SocketServer() {
   Stop();
@@ -648,10 +616,7 @@ Status SocketServer::Bind(const std::string& path) {
     return Status::FromErrno(errno, "chgrp " + m.tmp_path + " to gid " + std::to_string(m.o.group));
   if (chmod(m.tmp_path.c_str(), m.o.socket_mode & 0777) != 0) return Status::FromErrno(errno, "chmod " + m.tmp_path);
   if (listen(m.listen_fd, 4096) != 0) return Status::FromErrno(errno, "listen " + m.tmp_path);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenKey;
-  epoll_ctl(m.ep, EPOLL_CTL_ADD, m.listen_fd, &ev);
+  m.Ctl(EPOLL_CTL_ADD, m.listen_fd, EPOLLIN, kListenKey);
   return Status::Ok();
 }
 
@@ -685,6 +650,7 @@ Status SocketServer::Publish() {
     Status free = ClearStale(to);
     if (!free.ok()) return free;
   }
+  std::lock_guard<std::mutex> g(impl_->unlink_mu);  // Unpublish, on another thread, must remove the right name
   impl_->published = true;
   return Status::Ok();
 }
@@ -701,10 +667,7 @@ void SocketServer::Wake() {
 void SocketServer::Watch(int fd, std::function<void()> on_ready) {
   Impl& m = *impl_;
   m.on_watch = std::move(on_ready);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kWatchKey;
-  epoll_ctl(m.ep, EPOLL_CTL_ADD, fd, &ev);
+  m.Ctl(EPOLL_CTL_ADD, fd, EPOLLIN, kWatchKey);
 }
 
 void SocketServer::Unpublish() {
@@ -748,7 +711,5 @@ void SocketServer::Deliver(uint64_t conn, uint64_t req_id, const Status& s, cons
   // Handle, further up the stack, works through this connection's requests, it goes on by itself.)
   if (impl_->handling != conn && !it->second.in.empty() && Impl::Accepting(it->second)) impl_->ready.push_back(conn);
 }
-
-size_t SocketServer::connections() const { return impl_->conns.size(); }
 
 }  // namespace fanstore::daemon

@@ -1,5 +1,6 @@
 // The daemon's Unix-socket front: accepts this node's client processes (only the owner's uid, root, and what
-// --socket-mode / --group allow, checked with SO_PEERCRED), answers hellos, fetches and prefetch hints. Replies
+// --socket-mode / --group allow, checked with SO_PEERCRED), answers hellos, fetches, prefetch hints and requests for
+// the fetch cache's memfd. Replies
 // land in each connection's shared reply area (a size-sealed memfd mapped once by both sides). A connection is
 // answered one request at a time -- requests it pipelines wait in its socket -- so it can pin at most its area (or,
 // for a payload bigger than the area may grow, one memfd of that payload): bounded memory and fds per connection,
@@ -61,7 +62,7 @@ class SocketServer {
  public:
   SocketServer(ServerOptions o, DaemonStats* stats);
   ~SocketServer();
-  void SetHandler(RequestHandler* h) { handler_ = h; }
+  void SetHandler(RequestHandler* h);
   // Every rank has staged: hellos say so from now on (kHelloStaged). The progress thread's call.
   void SetStaged();
 
@@ -95,13 +96,11 @@ class SocketServer {
   // area or one-off memfd, else copied there. A gone connection is ignored. A success whose n is not the length
   // the fetch asked for is answered with an error instead (nothing is copied).
   void Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n);
-  size_t connections() const;
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
-  RequestHandler* handler_ = nullptr;
 };
 
 }  // namespace fanstore::daemon

@@ -119,10 +119,8 @@ struct Conn {
   }
 };
 
-// What a reply to one request may look like; checked before anything is allocated.
+// What a reply's payload may be besides the request's type and id; checked before anything is allocated.
 struct ReplyExpect {
-  dp::MsgType type = dp::MsgType::kFetch;
-  uint64_t req_id = 0;
   bool exact = false;    // payload_size must be 0 or exactly `payload` (fetch: the requested length)
   uint64_t payload = 0;  // otherwise the most it may be
 };
@@ -130,18 +128,17 @@ struct ReplyExpect {
 // How a reply is waited for, and what becomes of an fd it passes.
 struct ReplyIo {
   int64_t deadline_ms = 0;
-  int spin_us = 0;             // retry the non-blocking receive this long before the first blocking poll
-  FdKeeper* keeper = nullptr;  // holds passed memfds; null: `hook` marks them and they are closed after use
-  FdHook hook;
-  std::function<Status(int fd)> on_cache_fd;  // a passed fetch-cache memfd (kCacheMap replies only)
+  int spin_us = 0;             // retry the non-blocking receive this long before the first poll
+  FdKeeper* keeper = nullptr;  // holds passed memfds; null: they are closed after use
+  std::function<Status(int fd)> on_cache_fd = nullptr;  // a passed fetch-cache memfd (kCacheMap replies only)
 };
 
-// Reads one reply (header, message, payload) for `ex` on `c` and hands the payload to `use` (a view valid during
+// Reads the reply to `r` (header, message, payload) on `c` and hands the payload to `use` (a view valid during
 // the call). *consumed says whether the whole reply was read and was well-formed (the connection can carry the
 // next request); a daemon-reported error is returned with its message. A reply that breaks the protocol's limits
 // is kIoError and leaves *consumed false.
-Status ReadReply(Conn* c, const ReplyExpect& ex, const ReplyIo& io, const RemoteFetcher::StoredUse& use,
-                 bool* consumed) {
+Status ReadReply(Conn* c, const dp::Request& r, const ReplyExpect& ex, const ReplyIo& io,
+                 const RemoteFetcher::StoredUse& use, bool* consumed) {
   *consumed = false;
   const int64_t deadline_ms = io.deadline_ms;
   FdKeeper* const keeper = io.keeper;
@@ -158,8 +155,6 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, const ReplyIo& io, const Remote
       if (s.ok()) s = Status(Code::kIoError, "the daemon's payload fd vanished before it could be read");
     } else if (keeper) {
       keeper->Hold(held);
-    } else if (io.hook) {
-      io.hook(passed);
     }
   }
   auto release = [&] {
@@ -169,7 +164,7 @@ Status ReadReply(Conn* c, const ReplyExpect& ex, const ReplyIo& io, const Remote
     passed = -1;
   };
   dp::ReplyHeader h;
-  if (s.ok() && (!dp::DecodeReplyHeader(hb, &h) || h.req_id != ex.req_id || h.type != ex.type))
+  if (s.ok() && (!dp::DecodeReplyHeader(hb, &h) || h.req_id != r.req_id || h.type != r.type))
     s = Status(Code::kIoError, "daemon sent a malformed or out-of-order reply (fanstore version mismatch?)");
   if (s.ok() && h.msg_len > dp::kMaxReplyMessage)
     s = Status(Code::kIoError, "daemon reply carries a " + U64(h.msg_len) + "-byte message (at most " +
@@ -257,7 +252,7 @@ Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const Repl
   Status s = dp::SendAll(c->sock.fd, rb, sizeof rb, io.deadline_ms);
   if (s.ok() && !body.empty()) s = dp::SendAll(c->sock.fd, body.data(), body.size(), io.deadline_ms);
   if (!s.ok()) return s;
-  return ReadReply(c, ex, io, use, consumed);
+  return ReadReply(c, r, ex, io, use, consumed);
 }
 
 // Maps the fetch cache's shared memfd: read-only, but for its hit counters.
@@ -281,18 +276,12 @@ Status MapSharedCache(int fd, fetch_cache_view::View* view) {
 }
 
 // Sends a hello on a fresh connection and decodes the daemon's answer.
-Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keeper, FdHook hook) {
-  dp::Request r;
-  r.type = dp::MsgType::kHello;
-  r.req_id = 1;
-  ReplyExpect ex;
-  ex.type = dp::MsgType::kHello;
-  ex.req_id = 1;
-  ex.payload = dp::kMaxHelloPayload;
+Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keeper) {
   std::string payload;
   bool consumed = false;
   Status s = Exchange(
-      c, r, {}, ex, {deadline_ms, 0, keeper, hook, nullptr},
+      c, {.type = dp::MsgType::kHello, .req_id = 1}, {}, {.payload = dp::kMaxHelloPayload},
+      {.deadline_ms = deadline_ms, .keeper = keeper},
       [&](const char* d, size_t n) {
         payload.assign(d, n);
         return Status::Ok();
@@ -334,37 +323,17 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       if (copy.size() < length) copy.resize(length);
       if (v->Copy(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
     }
-    int64_t deadline = dp::NowMs() + timeout_ms_;
-    auto taken = Take(deadline);
-    if (!taken.ok()) return taken.status();
-    Conn* c = *taken;
-    dp::Request r;
-    r.type = dp::MsgType::kFetch;
-    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    r.part = part;
-    r.offset = offset;
-    r.length = length;
-    ReplyExpect ex;
-    ex.type = dp::MsgType::kFetch;
-    ex.req_id = r.req_id;
-    ex.exact = true;
-    ex.payload = length;
-    bool consumed = false;
-    bool got = false;
-    // `use` runs while we hold the connection: the area's bytes stay put until our next request on it.
-    Status s = Exchange(
-        c, r, {}, ex, {deadline, kReplySpinUs, this, hook_.load(std::memory_order_acquire), nullptr},
+    bool connected = false, got = false;
+    Status s = Call(
+        {.type = dp::MsgType::kFetch, .part = part, .offset = offset, .length = length}, {},
+        {.exact = true, .payload = length}, kReplySpinUs, nullptr,
         [&](const char* d, size_t n) {
           got = true;
           return use(d, n);
         },
-        &consumed);
-    // A socket failure, a timeout or a malformed reply leaves the stream at an unknown position (a late reply
-    // may still arrive), so that connection is dropped; a daemon-reported error was read completely and the
-    // connection is reused.
-    Give(c, consumed);
+        &connected);
     if (!s.ok()) {
-      if (got) return s;  // use's own verdict (e.g. a checksum mismatch), not a transport error
+      if (got || !connected) return s;  // use's own verdict (e.g. a checksum mismatch), or no connection
       return Status(s.code(), "partition " + U64(part) + " bytes " + U64(offset) + "+" + U64(length) + " via " + path_ +
                                   ": " + s.message());
     }
@@ -419,53 +388,28 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     AdoptIfForked();
     std::lock_guard<std::mutex> g(cache_mu_);
     if (cache_state_.load(std::memory_order_relaxed) != 0) return SharedCache();
-    int64_t deadline = dp::NowMs() + timeout_ms_;
-    auto taken = Take(deadline);
-    if (!taken.ok()) return nullptr;  // asked again next time
-    dp::Request r;
-    r.type = dp::MsgType::kCacheMap;
-    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    ReplyExpect ex;
-    ex.type = dp::MsgType::kCacheMap;
-    ex.req_id = r.req_id;
-    bool consumed = false;
     const auto map_cache = [this](int fd) {
       Status ms = MapSharedCache(fd, &view_);
       if (ms.ok()) KeepCacheFd(fd);
       return ms;
     };
-    Status s = Exchange(
-        *taken, r, {}, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), map_cache},
-        [](const char*, size_t) { return Status::Ok(); }, &consumed);
-    Give(*taken, consumed);
+    bool connected = false;
+    Status s = Call(
+        {.type = dp::MsgType::kCacheMap}, {}, {}, 0, map_cache, [](const char*, size_t) { return Status::Ok(); },
+        &connected);
+    if (!connected) return nullptr;  // asked again next time
     cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
     return s.ok() && view_.attached() ? &view_ : nullptr;
   }
 
   Result<dp::PrefetchCounts> Prefetch(uint64_t stream, bool append, std::string_view body) {
-    int64_t deadline = dp::NowMs() + timeout_ms_;
-    auto taken = Take(deadline);
-    if (!taken.ok()) return taken.status();
-    dp::Request r;
-    r.type = dp::MsgType::kPrefetch;
-    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    r.stream = stream;
-    r.flags = append ? dp::kAppend : 0;
-    r.body_len = body.size();
-    ReplyExpect ex;
-    ex.type = dp::MsgType::kPrefetch;
-    ex.req_id = r.req_id;
-    ex.payload = dp::kPrefetchReplySize;
     std::string payload;
-    bool consumed = false;
-    Status s = Exchange(
-        *taken, r, body, ex, {deadline, 0, this, hook_.load(std::memory_order_acquire), nullptr},
-        [&](const char* d, size_t n) {
+    Status s = Call(
+        {.type = dp::MsgType::kPrefetch, .stream = stream, .flags = append ? dp::kAppend : 0u, .body_len = body.size()},
+        body, {.payload = dp::kPrefetchReplySize}, 0, nullptr, [&](const char* d, size_t n) {
           payload.assign(d, n);
           return Status::Ok();
-        },
-        &consumed);
-    Give(*taken, consumed);
+        });
     if (!s.ok()) return s;
     dp::PrefetchCounts counts;
     if (!dp::DecodePrefetchCounts(payload, &counts))
@@ -502,19 +446,31 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       fork_locked_ = false;
       mu_.unlock();  // the forking thread's locks (the child's only thread)
       cache_mu_.unlock();
-    } else {
-      // No prepare hook ran: another thread may have held them at fork time and does not exist here.
-      new (&mu_) std::mutex;
-      new (&cache_mu_) std::mutex;
     }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      DropInheritedLocked();
-    }
-    owner_.store(getpid(), std::memory_order_release);
+    // owner_ names the parent: the inherited pool is dropped, and the locks (which, without a prepare hook, a
+    // thread that does not exist here may have held) are made afresh.
+    AdoptIfForked();
   }
 
  private:
+  // Sends `r` (a fresh req_id) and `body` on a pooled connection and hands the reply's payload to `use`, which runs
+  // while we hold the connection (the area's bytes stay put until our next request on it). A socket failure, a
+  // timeout or a malformed reply leaves the stream at an unknown position (a late reply may still arrive), so that
+  // connection is dropped; a daemon-reported error was read completely and the connection is reused. *connected:
+  // a connection was had.
+  Status Call(dp::Request r, std::string_view body, const ReplyExpect& ex, int spin_us,
+              std::function<Status(int fd)> on_cache_fd, const StoredUse& use, bool* connected = nullptr) {
+    const int64_t deadline = dp::NowMs() + timeout_ms_;
+    auto taken = Take(deadline);
+    if (connected) *connected = taken.ok();
+    if (!taken.ok()) return taken.status();
+    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    bool consumed = false;
+    Status s = Exchange(*taken, r, body, ex, {deadline, spin_us, this, std::move(on_cache_fd)}, use, &consumed);
+    Give(*taken, consumed);
+    return s;
+  }
+
   // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked
   // without the AtFork hooks (a raw clone), either may have been held by a parent thread that does not exist here: one
   // thread of the child re-creates them and drops the inherited connections; the others wait for it. owner_ is the
@@ -616,7 +572,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     auto fd = Connect(path_, deadline, hook, &conn->sock);
     if (!fd.ok()) return fd.status();
     DaemonInfo info;
-    Status s = Handshake(conn.get(), deadline, &info, this, hook);
+    Status s = Handshake(conn.get(), deadline, &info, this);
     if (!s.ok()) {
       Destroy(conn.get());
       return s;
@@ -673,7 +629,7 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
   auto fd = Connect(socket_path, deadline, nullptr, &c.sock);
   if (!fd.ok()) return fd.status();
   DaemonInfo info;
-  Status s = Handshake(&c, deadline, &info, nullptr, nullptr);
+  Status s = Handshake(&c, deadline, &info, nullptr);
   c.sock.CloseIfOurs();
   c.UnmapArea();
   if (!s.ok()) return Status(s.code(), "fanstore daemon at " + socket_path + ": " + s.message());
