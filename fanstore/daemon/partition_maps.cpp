@@ -83,10 +83,7 @@ PartitionMaps::PartitionMaps(const Image& img, int64_t break_grace_ms)
   parts_.resize(img.PartitionCount());
   paths_.resize(img.PartitionCount());
   polled_ms_ = NowMs();
-  for (uint32_t i = 0; i < parts_.size(); ++i) {
-    paths_[i] = img.PartitionPath(i);
-    if (img.HasPartition(i)) Map(i);
-  }
+  for (uint32_t i = 0; i < parts_.size(); ++i) paths_[i] = img.PartitionPath(i);
 }
 
 void PartitionMaps::Map(uint32_t i) {

@@ -31,8 +31,9 @@ namespace fanstore::daemon {
 
 class PartitionMaps {
  public:
-  // Maps every partition `img` has staged here that qualifies (see above). `break_grace_ms`: how long a send from
-  // a retired mapping may stay in flight before its pages are replaced (-1: half the kernel's lease-break time).
+  // Maps nothing yet (Map does, once a partition is staged: a file of an earlier run at its path may hold other
+  // bytes). `break_grace_ms`: how long a send from a retired mapping may stay in flight before its pages are
+  // replaced (-1: half the kernel's lease-break time).
   explicit PartitionMaps(const Image& img, int64_t break_grace_ms = -1);
   ~PartitionMaps();
   PartitionMaps(const PartitionMaps&) = delete;

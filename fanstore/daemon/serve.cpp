@@ -224,14 +224,9 @@ class Daemon {
     prefault_.reset();
     Wire();
     if (Failed("start-up")) return 1;
-    LoopOptions lo;
-    lo.spin = o_.progress_spin;
-    loop_ = std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(), lo);
     int sig = 0;
-    if (o_.strict_staging) {
-      if (!StageFirst(&sig)) return 1;
-      loop_ = std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(), lo);
-    }
+    if (o_.strict_staging && !StageFirst(&sig)) return 1;
+    loop_ = MakeLoop();
     if (sig == 0) {
       // "ready" only once every rank's socket is in place: a failed rename stops the job like a failed staging.
       st_ = server_->Publish();
@@ -247,6 +242,20 @@ class Daemon {
   }
 
  private:
+  std::unique_ptr<ProgressLoop> MakeLoop() {
+    LoopOptions lo;
+    lo.spin = o_.progress_spin;
+    return std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(), lo);
+  }
+
+  // The progress thread never blocks in MPI, but if it ever did, the daemon exits anyway.
+  void StopLoopOrExit(ProgressLoop& loop, const char* when) {
+    if (loop.Stop(5000)) return;
+    Error("progress thread did not stop within 5 s (%s); exiting", when);
+    if (o_.cleanup) staged_files_.RemoveAll();
+    _exit(1);
+  }
+
   double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
   bool InitMpi() {
@@ -292,11 +301,8 @@ class Daemon {
       if (l.ok()) lock_fd_ = *l;
       else st_ = l.status();
     }
-    if (!st_.ok()) Error("%s", st_.ToString().c_str());
-    if (AllOk(st_.ok(), rank_, "start-up")) return true;
-    if (lock_fd_ >= 0) close(lock_fd_);
-    FinalizeWithin(5, 1);
-    return false;
+    // With --cleanup a failure anywhere removes the --local directory this rank made (only if it made it).
+    return !Failed("start-up");
   }
 
   // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
@@ -312,7 +318,7 @@ class Daemon {
     startup_.SetSocket(nullptr);
     server_.reset();
     if (o_.cleanup) staged_files_.RemoveAll();
-    close(lock_fd_);
+    if (lock_fd_ >= 0) close(lock_fd_);
     FinalizeWithin(5, 1);
   }
 
@@ -325,10 +331,10 @@ class Daemon {
     if (!why.ok()) Error("no fetch cache: %s", why.ToString().c_str());
     uint64_t want = o_.cache_prefault && cache_->arena() ? PrefaultBudget(o_.cache_bytes) : 0;
     if (want > 0) prefault_ = std::make_unique<CachePrefault>(cache_->arena(), want);
-    st_ = CheckSpace(o_.image, local_, plan_, o_.reserve_bytes);
+    st_ = CheckSpace(local_, plan_, o_.reserve_bytes);
     if (st_.ok()) st_ = StageIndex(o_.image, local_, &staged_files_);
     local_ = Absolute(local_);
-    socket_ = o_.socket.empty() ? local_ + "/fanstore.sock" : Absolute(socket_);
+    if (o_.socket.empty()) socket_ = local_ + "/fanstore.sock";
     if (st_.ok()) {
       ImageOpenOptions io;
       io.partition_dir = local_;
@@ -337,14 +343,9 @@ class Daemon {
       else st_ = opened.status();
     }
     if (!st_.ok()) return;
-    std::vector<std::string> sources;
-    for (uint32_t p = 0; p < img_->PartitionCount(); ++p) {
-      std::string name = img_->PartitionPath(p);
-      sources.push_back(o_.image + "/" + name.substr(name.rfind('/') + 1));
-    }
-    image_dir_ = std::make_unique<ImageDirReader>(std::move(sources), o_.stage_bandwidth);
+    image_dir_ = std::make_unique<ImageDirReader>(plan_.sources, o_.stage_bandwidth);
     staged_ = std::make_unique<StagedReader>(img_->PartitionCount(), image_dir_.get());
-    auto made = PrepareParts(o_.image, local_, *img_, plan_, o_.piece_bytes, &staged_files_, staged_.get());
+    auto made = PrepareParts(*img_, plan_, o_.piece_bytes, &staged_files_, staged_.get());
     if (made.ok()) parts_ = std::move(made).value();
     else st_ = made.status();
   }
@@ -435,14 +436,11 @@ class Daemon {
   // anywhere stops every rank. The progress thread stages (it alone calls MPI meanwhile). False: the daemon stopped.
   bool StageFirst(int* sig) {
     stager_->Start();
-    loop_->Start();
+    auto loop = MakeLoop();
+    loop->Start();
     while (!stager_->done_everywhere() && !startup_.signalled())
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!loop_->Stop(5000)) {
-      Error("progress thread did not stop within 5 s; exiting");
-      if (o_.cleanup) staged_files_.RemoveAll();
-      _exit(1);
-    }
+    StopLoopOrExit(*loop, "after staging");
     if (startup_.signalled()) {
       *sig = startup_.Handover();
       return true;
@@ -464,11 +462,7 @@ class Daemon {
   // staging stops, every client connection is closed (clients see EIO at once).
   int Stop(int sig) {
     server_->Unpublish();
-    if (!loop_->Stop(5000)) {
-      Error("progress thread did not stop within 5 s on %s; exiting", strsignal(sig));
-      if (o_.cleanup) staged_files_.RemoveAll();
-      _exit(1);
-    }
+    StopLoopOrExit(*loop_, strsignal(sig));
     stager_->Stop();
     transport_->Shutdown();
     server_->Stop();

@@ -122,16 +122,6 @@ Status Stager::status() const {
   return status_;
 }
 
-Stager::Tally Stager::tally() const {
-  Tally t;
-  t.failed_ranks = tally_out_[0];
-  t.read_bytes = tally_out_[1];
-  t.received_bytes = tally_out_[2];
-  t.refetched = tally_out_[3];
-  t.staged_bytes = tally_out_[4];
-  return t;
-}
-
 void Stager::Post(Event e) {
   std::lock_guard<std::mutex> g(mu_);
   events_.push_back(e);
@@ -308,15 +298,18 @@ void Stager::OnPing(const Status& s) {
 }
 
 void Stager::StartTally() {
-  tally_in_[0] = status().ok() ? 0 : 1;
-  tally_in_[1] = image_dir_->staging_bytes();
-  tally_in_[2] = received_bytes_.load();
-  tally_in_[3] = refetched_;
-  tally_in_[4] = written_bytes_.load();
-  int rc = MPI_Iallreduce(tally_in_, tally_out_, 5, MPI_UINT64_T, MPI_SUM, o_.comm, &tally_req_);
+  tally_in_ = Tally{status().ok() ? 0u : 1u, image_dir_->staging_bytes(), received_bytes_.load(), refetched_,
+                    written_bytes_.load()};
+  static_assert(sizeof(Tally) == 5 * sizeof(uint64_t));
+  int rc = MPI_Iallreduce(&tally_in_, &tally_out_, 5, MPI_UINT64_T, MPI_SUM, o_.comm, &tally_req_);
   if (rc != MPI_SUCCESS) {
-    Error("staging: the tally of every rank's staging could not start (MPI error %d)", rc);
+    // Ended here rather than waited for forever: this rank's own counts, its staging counted as failed.
+    Error("staging: the tally of every rank's staging could not start (MPI error %d); counting it as failed", rc);
     tally_req_ = MPI_REQUEST_NULL;
+    tally_out_ = tally_in_;
+    tally_out_.failed_ranks = 1;
+    done_all_.store(true, std::memory_order_release);
+    if (on_tally) on_tally(tally_out_);
   }
 }
 
@@ -433,7 +426,7 @@ bool Stager::Poll() {
     MPI_Test(&tally_req_, &flag, MPI_STATUS_IGNORE);
     if (flag) {
       done_all_.store(true, std::memory_order_release);
-      if (on_tally) on_tally(tally());
+      if (on_tally) on_tally(tally_out_);
       did = true;
     }
   }

@@ -19,11 +19,6 @@
 namespace fanstore::daemon {
 namespace {
 
-std::string Base(const std::string& path) {
-  size_t s = path.rfind('/');
-  return s == std::string::npos ? path : path.substr(s + 1);
-}
-
 std::string HumanBytes(uint64_t b) {
   char buf[32];
   if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
@@ -33,10 +28,10 @@ std::string HumanBytes(uint64_t b) {
   return buf;
 }
 
-Result<uint64_t> FileSize(const std::string& path) {
+Result<struct stat> Stat(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "stat " + path);
-  return static_cast<uint64_t>(st.st_size);
+  return st;
 }
 
 // Copies src to dst via a temporary name in dst's directory, so a half-copied file never has the final name.
@@ -110,16 +105,19 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
   plan.regular_parts = sum.parts;
   plan.replicated_part = sum.replicated_part;
   for (uint32_t p = 0; p < (*img)->PartitionCount(); ++p) {
+    plan.sources.push_back((*img)->PartitionPath(p));  // opened from the image directory: a file there
     if (!Holds(rank, p, sum.replicated_part, nranks, replicas)) continue;
-    auto sz = FileSize((*img)->PartitionPath(p));
-    if (!sz.ok()) return sz.status();
+    auto st = Stat(plan.sources.back());
+    if (!st.ok()) return st.status();
     plan.parts.push_back(p);
-    plan.sizes.push_back(*sz);
-    plan.bytes += *sz;
+    plan.sizes.push_back(static_cast<uint64_t>(st->st_size));
+    plan.modes.push_back(st->st_mode & 07777);
+    plan.bytes += plan.sizes.back();
   }
-  auto isz = FileSize(image_dir + "/" + format::kIndexName);
-  if (!isz.ok()) return isz.status();
-  plan.bytes += *isz;
+  auto ist = Stat(image_dir + "/" + format::kIndexName);
+  if (!ist.ok()) return ist.status();
+  plan.index_bytes = static_cast<uint64_t>(ist->st_size);
+  plan.bytes += plan.index_bytes;
   return plan;
 }
 
@@ -167,20 +165,13 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
   return fd;
 }
 
-Status CheckSpace(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan,
-                  uint64_t reserve_bytes) {
-  struct stat dst;
-  if (stat(local_dir.c_str(), &dst) != 0) return Status::FromErrno(errno, "stat " + local_dir);
-  if (!S_ISDIR(dst.st_mode))
-    return Status(Code::kNotDirectory, "--local " + local_dir + " exists and is not a directory");
+Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes) {
   // A node that cannot hold its share must fail before copying anything, with the numbers.
   struct statvfs vfs;
   if (statvfs(local_dir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs " + local_dir);
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   const uint64_t avail = free_bytes > reserve_bytes ? free_bytes - reserve_bytes : 0;
-  auto isz = FileSize(image_dir + "/" + format::kIndexName);
-  if (!isz.ok()) return isz.status();
-  uint64_t need = *isz;
+  uint64_t need = plan.index_bytes;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     need += plan.sizes[i];
     if (need > avail)
@@ -199,21 +190,16 @@ Status StageIndex(const std::string& image_dir, const std::string& local_dir, St
   return CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, staged);
 }
 
-Result<std::vector<StagedPart>> PrepareParts(const std::string& image_dir, const std::string& local_dir,
-                                             const Image& index, const StagePlan& plan, uint64_t piece_bytes,
+Result<std::vector<StagedPart>> PrepareParts(const Image& index, const StagePlan& plan, uint64_t piece_bytes,
                                              StagedFiles* staged, StagedReader* reader) {
   auto layouts = CutPartitions(index, plan.parts, plan.sizes, piece_bytes);
   if (!layouts.ok()) return layouts.status();
   std::vector<StagedPart> out;
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     const uint32_t p = plan.parts[i];
-    const std::string name = Base(index.PartitionPath(p));
-    struct stat sst;
-    const std::string src = image_dir + "/" + name;
-    if (stat(src.c_str(), &sst) != 0) return Status::FromErrno(errno, "stat " + src);
     StagedPart sp;
     sp.layout = std::move((*layouts)[i]);
-    sp.final_path = local_dir + "/" + name;
+    sp.final_path = index.PartitionPath(p);
     sp.tmp = sp.final_path + ".tmp." + std::to_string(getpid());
     staged->BeginTemp(sp.tmp);
     sp.wfd = open(sp.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -225,7 +211,7 @@ Result<std::vector<StagedPart>> PrepareParts(const std::string& image_dir, const
     Status s;
     // The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask; its
     // space is taken now, so a node that runs out does so here and not halfway.
-    if (fchmod(sp.wfd, sst.st_mode & 07777) != 0) s = Status::FromErrno(errno, "chmod " + sp.tmp);
+    if (fchmod(sp.wfd, plan.modes[i]) != 0) s = Status::FromErrno(errno, "chmod " + sp.tmp);
     if (s.ok() && sp.layout.size > 0) {
       int rc = posix_fallocate(sp.wfd, 0, static_cast<off_t>(sp.layout.size));
       if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(sp.wfd, static_cast<off_t>(sp.layout.size)) ? errno : 0;

@@ -2,6 +2,8 @@
 // index copy and the files the partitions are staged into (the Stager fills them: stager.hpp).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -19,8 +21,11 @@ struct StagePlan {
   std::vector<uint32_t> parts;  // partition ids this rank keeps (regular ones it holds + the replicated one)
   uint32_t regular_parts = 0;
   uint32_t replicated_part = 0xFFFFFFFFu;
-  std::vector<uint64_t> sizes;  // their file sizes
-  uint64_t bytes = 0;           // bytes to copy (partition files + index)
+  std::vector<uint64_t> sizes;       // their file sizes
+  std::vector<mode_t> modes;         // and permission bits (each copy gets its source's)
+  std::vector<std::string> sources;  // every partition's file in the image directory, by partition id
+  uint64_t index_bytes = 0;
+  uint64_t bytes = 0;  // bytes to copy (partition files + index)
 };
 
 // Decides what `rank` of `nranks` keeps of the image at `image_dir` (see placement.hpp).
@@ -33,19 +38,18 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
 Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
 
 // Refuses up front, naming the partition and the bytes needed, when statvfs says the plan's files will not fit
-// in `local_dir` while leaving `reserve_bytes` free.
-Status CheckSpace(const std::string& image_dir, const std::string& local_dir, const StagePlan& plan,
-                  uint64_t reserve_bytes);
+// in `local_dir` (locked by LockLocal) while leaving `reserve_bytes` free.
+Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t reserve_bytes);
 
 // Copies the image's index into `local_dir` (which LockLocal made; the copy appears under its final name only
 // when complete, and is recorded in `staged`).
 Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
 
-// Creates the file each partition of the plan is staged into (a temporary name in `local_dir`, recorded in
-// `staged`, with the source's permission bits and its space allocated), cuts it into pieces of about
-// `piece_bytes`, and hands it to `reader` (StagedReader::Begin). `index` is the staged copy of the index.
-Result<std::vector<StagedPart>> PrepareParts(const std::string& image_dir, const std::string& local_dir,
-                                             const Image& index, const StagePlan& plan, uint64_t piece_bytes,
+// Creates the file each partition of the plan is staged into (a temporary name next to where `index`, the staged
+// copy of the index opened with the staging directory as its partition directory, places it; recorded in `staged`,
+// with the source's permission bits and its space allocated), cuts it into pieces of about `piece_bytes`, and
+// hands it to `reader` (StagedReader::Begin).
+Result<std::vector<StagedPart>> PrepareParts(const Image& index, const StagePlan& plan, uint64_t piece_bytes,
                                              StagedFiles* staged, StagedReader* reader);
 
 }  // namespace fanstore::daemon
