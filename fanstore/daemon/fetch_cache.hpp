@@ -42,7 +42,6 @@ class FetchCache {
   uint64_t budget() const { return budget_; }
   uint64_t used() const { return used_; }
   uint64_t tagged_bytes() const { return tagged_; }
-  size_t entries() const { return lru_.size() + tagged_list_.size(); }
   int shared_fd() const { return arena_ ? arena_->fd() : -1; }
   const SharedArena* arena() const { return arena_.get(); }  // null: a cache that keeps nothing
   // Ranges bigger than a quarter of the budget are not kept (one file must not flush the whole cache).

@@ -52,7 +52,6 @@ class FetchRouter final : public RequestHandler {
   class Fetch;
 
  private:
-  friend class Fetch;
   void Consumed(const FetchCache::Tag& tag);
   // Answers a range of a partition held here from the staged copy (or, not staged yet, the image directory);
   // false when that copy is unreadable (the caller goes to the other replicas).

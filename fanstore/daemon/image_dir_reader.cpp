@@ -9,15 +9,11 @@
 #include <chrono>
 #include <thread>
 
+#include "fanstore/protocol/payload_memfd.hpp"
+
 namespace fanstore::daemon {
-namespace {
 
-int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
+using daemon_proto::NowUs;
 
 ImageDirReader::ImageDirReader(std::vector<std::string> paths, uint64_t bytes_per_s)
     : paths_(std::move(paths)), fds_(paths_.size(), -1), rate_(bytes_per_s) {}

@@ -59,7 +59,6 @@ Result<std::vector<ByteRange>> Prefetcher::Hint(uint64_t id, std::vector<ByteRan
     other -= streams_[victim].order.size();
     Forget(victim, &released);
   }
-  hinted_ += ranges.size();
   s = Find(id);
   if (s && append) {
     s->order.insert(s->order.end(), ranges.begin(), ranges.end());

@@ -58,7 +58,6 @@ class Prefetcher {
   std::vector<ByteRange> ReleaseIdle(int64_t now_us, int64_t idle_us);
 
   size_t streams() const { return streams_.size(); }
-  uint64_t hinted() const { return hinted_; }
 
  private:
   struct Stream {
@@ -87,7 +86,6 @@ class Prefetcher {
   size_t max_ahead_, max_streams_, max_ranges_;
   std::deque<Stream> streams_;  // oldest hint first
   size_t turn_ = 0;
-  uint64_t hinted_ = 0;
   uint64_t next_gen_ = 1;
 };
 

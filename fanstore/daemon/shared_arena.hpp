@@ -37,7 +37,6 @@ class ArenaBlock {
   explicit operator bool() const { return arena_ != nullptr; }
   char* data() const;
   uint64_t capacity() const { return cap_; }
-  uint64_t offset() const { return off_; }  // in the data area
 
  private:
   friend class SharedArena;
