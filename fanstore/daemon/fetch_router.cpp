@@ -3,12 +3,13 @@
 #include "fetch_router.hpp"
 
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 
 #include "fanstore/protocol/daemon_wire.hpp"
 #include "fanstore/protocol/payload_memfd.hpp"
 #include "log.hpp"
-#include "slab.hpp"
 
 namespace fanstore::daemon {
 
@@ -34,7 +35,7 @@ class FetchRouter::Fetch final : public FetchSink {
   char* Land(uint64_t n) override {
     area_.reset();
     cache_buf_ = CacheBuffer();
-    buf_ = SlabBlock();
+    buf_.reset();
     // One client waits and nothing else wants the bytes yet: straight into its reply area (the cache copies them
     // after the reply). Otherwise into cache memory, or plain memory when the cache will not keep them.
     if (waiters.size() == 1 && !prefetch) {
@@ -45,8 +46,8 @@ class FetchRouter::Fetch final : public FetchSink {
       cache_buf_ = router_->cache_->Allocate(n);
       if (cache_buf_.mem) return cache_buf_.mem.data();
     }
-    buf_ = SlabBlock::Allocate(n);
-    return buf_.data();
+    buf_.reset(new (std::nothrow) char[n]);
+    return buf_.get();
   }
 
   std::shared_ptr<void> Abandon() override {
@@ -55,7 +56,7 @@ class FetchRouter::Fetch final : public FetchSink {
       return std::exchange(area_, nullptr);
     }
     if (cache_buf_.mem) return std::make_shared<CacheBuffer>(std::move(cache_buf_));
-    return std::make_shared<SlabBlock>(std::move(buf_));
+    return std::shared_ptr<char[]>(buf_.release());
   }
 
   void Done(const Status& status, const char* data, uint64_t len) override {
@@ -117,7 +118,7 @@ class FetchRouter::Fetch final : public FetchSink {
   ByteRange range_;
   std::shared_ptr<ReplyArea> area_;
   CacheBuffer cache_buf_;
-  SlabBlock buf_;
+  std::unique_ptr<char[]> buf_;
 };
 
 FetchRouter::FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, PeerFetcher* transport,

@@ -14,7 +14,6 @@
 #include "fetch_cache.hpp"
 #include "peer_table.hpp"
 #include "prefetcher.hpp"
-#include "slab.hpp"
 
 namespace fanstore::daemon {
 namespace {
@@ -260,21 +259,6 @@ TEST(PeerTable, DownOnceUntilHeardAndOneProbe) {
   EXPECT_TRUE(t.Heard(1, 3000));
   EXPECT_TRUE(t.up(1));
   EXPECT_FALSE(t.Heard(1, 3001));
-}
-
-TEST(Slab, BlocksAreReusedAndBigOnesWork) {
-  SlabBlock a = SlabBlock::Allocate(100000);
-  ASSERT_TRUE(a);
-  EXPECT_EQ(a.capacity(), 131072u);
-  char* p = a.data();
-  std::memset(p, 1, 100000);
-  a = SlabBlock();
-  SlabBlock b = SlabBlock::Allocate(131072);
-  EXPECT_EQ(b.data(), p) << "a freed block of the class is handed out again";
-  SlabBlock big = SlabBlock::Allocate(5 << 20);
-  ASSERT_TRUE(big);
-  EXPECT_GE(big.capacity(), 5u << 20);
-  std::memset(big.data(), 2, 5 << 20);
 }
 
 // A client's view of the cache memfd, mapped the way daemon_client.cpp maps it.
