@@ -65,23 +65,19 @@ Result<std::vector<ByteRange>> Prefetcher::Hint(uint64_t id, std::vector<ByteRan
     s->active_us = now_us;
     return released;
   }
-  if (s) {
-    for (auto& a : s->ahead)
-      if (!a.done) released.push_back(a.range);
-    s->order = std::move(ranges);
-    s->gen = next_gen_++;
-    s->next = s->read_to = 0;
-    s->ahead.clear();
-    s->active_us = now_us;
-    return released;
+  if (!s) {
+    if (streams_.size() >= max_streams_) Forget(0, &released);
+    s = &streams_.emplace_back();
+    s->id = id;
   }
-  if (streams_.size() >= max_streams_) Forget(0, &released);
-  Stream n;
-  n.id = id;
-  n.gen = next_gen_++;
-  n.order = std::move(ranges);
-  n.active_us = now_us;
-  streams_.push_back(std::move(n));
+  // A new order replaces the stream's: what it fetched ahead and nobody read is released.
+  for (auto& a : s->ahead)
+    if (!a.done) released.push_back(a.range);
+  s->order = std::move(ranges);
+  s->gen = next_gen_++;
+  s->next = s->read_to = 0;
+  s->ahead.clear();
+  s->active_us = now_us;
   return released;
 }
 

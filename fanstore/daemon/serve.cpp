@@ -414,10 +414,7 @@ class Daemon {
     if (const char* c = getenv(env::kTestCorruptPiece)) sto.corrupt_piece = std::atoll(c);
     stager_ = std::make_unique<Stager>(sto, img_, std::move(parts_), staged_.get(), image_dir_.get(), transport_.get(),
                                        &staged_files_);
-    PartitionMaps* mp = maps_.get();
-    stager_->on_complete = [mp](uint32_t part) {
-      if (mp) mp->Map(part);
-    };
+    if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };
     stager_->on_tally = [this](const Stager::Tally& t) {
       server_->SetStaged();
       if (rank_ == 0) PrintStaged(t, nranks_, Seconds());

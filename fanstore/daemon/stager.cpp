@@ -22,6 +22,7 @@ constexpr size_t kMaxQueued = 16;  // pieces read and waiting to be verified, at
 constexpr int kVerifiers = 2;
 constexpr int kMaxRefetch = 2;  // a piece refused this often more is read here instead
 constexpr int64_t kPingUs = 1000000;
+constexpr int kFetchWindow = 8;  // pieces being fetched from other ranks at once
 
 Status WriteAt(int fd, const char* data, uint64_t n, uint64_t off, const std::string& name) {
   while (n > 0) {
@@ -33,12 +34,6 @@ Status WriteAt(int fd, const char* data, uint64_t n, uint64_t off, const std::st
     n -= static_cast<uint64_t>(w);
   }
   return Status::Ok();
-}
-
-std::string Mib(uint64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
-  return buf;
 }
 
 }  // namespace
@@ -317,10 +312,10 @@ void Stager::Report(int64_t now) {
   if (!progress || done_here() || now - last_report_us_ < 1000000) return;
   last_report_us_ = now;
   char line[256];
-  double sec = static_cast<double>(now - start_us_) / 1e6;
-  uint64_t w = written_bytes_.load();
-  std::snprintf(line, sizeof line, "staging: %zu/%zu partitions, %s of %s (%.0f MiB/s)", complete_, parts_.size(),
-                Mib(w).c_str(), Mib(total_bytes_).c_str(), sec > 0 ? static_cast<double>(w) / sec / (1 << 20) : 0.0);
+  const double sec = static_cast<double>(now - start_us_) / 1e6, mib = 1 << 20;
+  const double w = static_cast<double>(written_bytes_.load()) / mib;
+  std::snprintf(line, sizeof line, "staging: %zu/%zu partitions, %.1f MiB of %.1f MiB (%.0f MiB/s)", complete_,
+                parts_.size(), w, static_cast<double>(total_bytes_) / mib, sec > 0 ? w / sec : 0.0);
   progress(line);
 }
 
@@ -397,7 +392,7 @@ bool Stager::Poll() {
     std::lock_guard<std::mutex> g(mu_);
     queued = verify_q_.size();
   }
-  while (!stop_ && inflight_ < o_.fetch_window && queued + static_cast<size_t>(inflight_) < 2 * kMaxQueued) {
+  while (!stop_ && inflight_ < kFetchWindow && queued + static_cast<size_t>(inflight_) < 2 * kMaxQueued) {
     Job j;
     if (!retry_.empty() && retry_.top().not_before_us <= now) {
       j = retry_.top();

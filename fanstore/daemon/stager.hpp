@@ -42,7 +42,6 @@ struct StagerOptions {
   int rank = 0, nranks = 1, replicas = 1;
   uint32_t replicated_part = 0xFFFFFFFFu;
   int readers = 0;                // --stage-readers: ranks reading the image directory at a time (0: all)
-  int fetch_window = 8;           // pieces being fetched from other ranks at once
   MPI_Comm comm = MPI_COMM_NULL;  // a duplicate of the world's: the readers' turns and the tally
   int64_t corrupt_piece = -1;     // (tests: FANSTORE_TEST_CORRUPT_PIECE) damage the n-th piece received (0-based)
 };
