@@ -13,23 +13,6 @@
 
 namespace fanstore::daemon {
 
-StagedReader::StagedReader(const Image& img) : parts_(img.PartitionCount()) {
-  for (uint32_t p = 0; p < parts_.size(); ++p) {
-    if (!img.HasPartition(p)) continue;
-    std::string name = img.PartitionPath(p);
-    int fd = open(name.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0) continue;
-    if (fstat(fd, &st) != 0) {
-      close(fd);
-      continue;
-    }
-    parts_[p].fd = fd;
-    parts_[p].size = static_cast<uint64_t>(st.st_size);
-    parts_[p].name = std::move(name);
-  }
-}
-
 StagedReader::StagedReader(uint32_t partitions, ImageDirReader* image_dir)
     : parts_(partitions), image_dir_(image_dir) {}
 

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "fanstore/image.hpp"
 #include "fanstore/status.hpp"
 #include "image_dir_reader.hpp"
 
@@ -21,8 +20,6 @@ namespace fanstore::daemon {
 
 class StagedReader {
  public:
-  // Every partition `img` has here (Image::HasPartition), complete.
-  explicit StagedReader(const Image& img);
   // None yet: Begin adds them. `image_dir` (may be null) reads what is not staged yet.
   StagedReader(uint32_t partitions, ImageDirReader* image_dir);
   ~StagedReader();

@@ -151,7 +151,16 @@ Daemon* MakeDaemon() {
     for (uint64_t i = 0; i < d->img->ChunkCount(e); ++i)
       if (auto c = d->img->GetChunk(e, i); c.ok()) d->ranges.push_back({e.part, c->offset, c->stored_size});
   }
-  d->staged = std::make_unique<StagedReader>(*d->img);
+  // Every partition here, complete (empty piece ends), as staging leaves them.
+  d->staged = std::make_unique<StagedReader>(d->img->PartitionCount(), nullptr);
+  for (uint32_t p = 0; p < d->img->PartitionCount(); ++p) {
+    if (!d->img->HasPartition(p)) continue;
+    const std::string path = d->img->PartitionPath(p);
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) abort();
+    d->staged->Begin(p, fd, path, static_cast<uint64_t>(st.st_size), {});
+  }
   d->peers = std::make_unique<FakePeers>(&d->parts);
   d->cache = std::make_unique<FetchCache>(8u << 20);
   ServerOptions so;
