@@ -506,8 +506,9 @@ struct MpiTransport::Impl {
     ReplyHead h{};
     const bool well = ParseHead(dst, count, &h);
     if (!well || h.req_id != req_id || h.chunks) {
-      // As in OnScratchReply: chunks it may announce cannot be told from a later fetch's, so its slot goes.
-      Poison(tag);
+      // As in OnScratchReply: chunks a header may announce (or that one unreadable may have) cannot be told from
+      // a later fetch's, so its slot goes; a late answer of another fetch costs only this attempt.
+      if (!well || h.chunks) Poison(tag);
       if (well && h.chunks) ReceiveChunks(src, tag, h.n, h.chunks);
       return Fail(req_id, Status(Code::kIoError, "malformed reply"));
     }

@@ -88,7 +88,7 @@ PartitionMaps::PartitionMaps(const Image& img, int64_t break_grace_ms)
 
 void PartitionMaps::Map(uint32_t i) {
   int sig = LeaseSignal();
-  if (sig < 0 || i >= parts_.size() || parts_[i].fd >= 0) return;
+  if (off_ || sig < 0 || i >= parts_.size() || parts_[i].fd >= 0) return;
   int fd = open(paths_[i].c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   struct stat st;
@@ -154,6 +154,7 @@ void PartitionMaps::CheckLeases() {
 }
 
 void PartitionMaps::TurnOff() {
+  off_ = true;
   for (uint32_t i = 0; i < parts_.size(); ++i)
     if (parts_[i].usable) Retire(i, "could not be sent from its mapping by this MPI");
 }

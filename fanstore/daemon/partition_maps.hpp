@@ -50,7 +50,8 @@ class PartitionMaps {
   // Notices broken leases and acts on them (cheap when nothing happened: an atomic load and a clock read); call it
   // every progress step, before the step's Pins (Pin does not look at the leases itself).
   void CheckLeases();
-  // No more sends from any mapping (the transport could not send from one); leases go back as sends drain.
+  // No more sends from any mapping, now or of partitions staged later (the transport could not send from one);
+  // leases go back as sends drain.
   void TurnOff();
 
   size_t mapped() const;  // partitions sent from their mapping now
@@ -73,6 +74,7 @@ class PartitionMaps {
   int64_t polled_ms_ = 0;           // when every lease was last asked about
   int64_t break_grace_ms_;          // sends from a retired mapping in flight longer than this read zeros
   size_t retired_held_ = 0;         // partitions broken whose lease is still ours (their deadline is watched)
+  bool off_ = false;                // TurnOff: Map maps nothing more
 };
 
 }  // namespace fanstore::daemon

@@ -217,18 +217,17 @@ struct SocketServer::Impl {
       }
       c.oneoff.reset();  // one AreaFor made goes with this reply: an idle connection pins one area only
     }
-    const auto at = a ? static_cast<uint64_t>(data - a->base) : 0;
     if (!s.ok()) {
       Queue(c, dp::MsgType::kFetch, req, s, {});
     } else if (!a) {
       Queue(c, dp::MsgType::kFetch, req, Status(Code::kNoMemory, "daemon has no memory for the reply"), {});
     } else if (a->oneoff) {
-      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, at, a);
+      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, static_cast<uint64_t>(data - a->base), a);
     } else {
       const bool first = !c.area_known;  // its fd goes with the reply
       c.area_known = true;
-      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInArea | (first ? dp::kNewArea : 0), n, at,
-            first ? a : nullptr);
+      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInArea | (first ? dp::kNewArea : 0), n,
+            static_cast<uint64_t>(data - a->base), first ? a : nullptr);
     }
     Flush(c);
     SetEvents(id, c);
@@ -637,7 +636,10 @@ Status SocketServer::Publish() {
   const std::string& to = impl_->path;
   // Never over another socket: two ranks of one node given the same --socket would otherwise both say "ready"
   // while one of them is unreachable. (A stale socket is cleared first; a file system without RENAME_NOREPLACE
-  // gets a plain rename after the same check.)
+  // gets a plain rename after the same check.) Under the lock Unpublish takes on another thread: it removes the
+  // name the socket has, never one it had.
+  std::lock_guard<std::mutex> g(impl_->unlink_mu);
+  if (impl_->unlinked) return Status(Code::kIoError, "the socket was removed before it was published (stopping)");
   for (int tries = 0;; ++tries) {
     int r = renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
     if (r != 0 && errno == EINVAL) {
@@ -650,7 +652,6 @@ Status SocketServer::Publish() {
     Status free = ClearStale(to);
     if (!free.ok()) return free;
   }
-  std::lock_guard<std::mutex> g(impl_->unlink_mu);  // Unpublish, on another thread, must remove the right name
   impl_->published = true;
   return Status::Ok();
 }

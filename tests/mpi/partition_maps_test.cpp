@@ -119,6 +119,18 @@ TEST_F(PartitionMapsTest, RangesAreTheStagedFilesBytes) {
   EXPECT_EQ(maps.Pin(2, 0, 1), nullptr) << "no such partition";
 }
 
+// Turned off (the transport could not send from a mapping), partitions staged later are not mapped either: each
+// would cost an asker a timed-out attempt.
+TEST_F(PartitionMapsTest, TurnedOffItMapsNothingStagedLater) {
+  PartitionMaps maps(*img_);
+  maps.Map(0);
+  ASSERT_EQ(maps.mapped(), 1u);
+  maps.TurnOff();
+  MapAll(maps);
+  EXPECT_EQ(maps.mapped(), 0u);
+  EXPECT_EQ(maps.Pin(1, 0, 1), nullptr);
+}
+
 // A process truncates a staged partition while a send from its mapping is in flight: it is held back until that
 // send is over (the bytes stay readable meanwhile), the partition is never sent from its mapping again, and once
 // the send is done the truncation goes through at once (not after the kernel's 45 s lease-break time).

@@ -216,6 +216,24 @@ TEST(RecyclingMemory, KeepsNoMoreThanTheMostEverInUseAndFitsWithinAQuarter) {
   EXPECT_EQ(gets, puts);
 }
 
+// Memory that could not be had leaves no trace: not in use, and not a peak that would let freed blocks be kept.
+TEST(RecyclingMemory, AFailedGetLeavesTheCountsAsTheyWere) {
+  bool fail = false;
+  RecyclingMemory memory(
+      [&fail](std::size_t bytes) -> void* {
+        if (fail) throw std::bad_alloc();
+        return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      },
+      [](void* p, std::size_t) { std::free(p); });
+  void* a = memory.allocate(4096, 64);
+  fail = true;
+  EXPECT_THROW((void)memory.allocate(1 << 20, 64), std::bad_alloc);
+  EXPECT_EQ(memory.peak_bytes_in_use(), 4096u);
+  memory.deallocate(a, 4096, 64);
+  EXPECT_EQ(memory.bytes_kept(), 4096u);
+  EXPECT_EQ(memory.blocks_obtained(), 1u);
+}
+
 TEST(RecyclingMemory, ThreadsSharingItNeverGetOneBlockTwice) {
   int gets = 0, puts = 0;
   RecyclingMemory memory = counted_memory(&gets, &puts);

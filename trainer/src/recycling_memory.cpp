@@ -66,6 +66,7 @@ std::vector<std::pair<void*, std::size_t>> RecyclingMemory::evict_for(std::size_
 void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
   if (alignment > 64) throw std::bad_alloc();  // upstream promises 64
   std::vector<std::pair<void*, std::size_t>> evicted;
+  std::size_t old_peak = 0;
   {
     std::lock_guard lock(mutex_);
     // The smallest kept block of this size or up to a quarter larger (most hits are exact).
@@ -85,6 +86,7 @@ void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
     // Counted in use before the lock goes: a block freed while this one is obtained must not be kept
     // beyond the peak, or a later free gives a block back that the next step obtains again.
     in_use_ += bytes;
+    old_peak = peak_;
     peak_ = std::max(peak_, in_use_);
   }
   for (auto [p, size] : evicted) put_(p, size);
@@ -99,6 +101,7 @@ void* RecyclingMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
   } catch (...) {
     if (p) put_(p, bytes);
     std::lock_guard lock(mutex_);
+    if (peak_ == in_use_ && peak_ > old_peak) peak_ = std::max(old_peak, in_use_ - bytes);  // it never happened
     in_use_ -= bytes;
     throw;
   }
