@@ -25,6 +25,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -166,7 +167,7 @@ struct MpiTransport::Impl {
     bool busy = false;    // a receive of one of its chunks is in flight
     bool failed = false;  // broken: the rest of its chunks are dropped
   };
-  using ChunkKey = std::pair<int, int>;  // source, tag
+  using ChunkKey = std::pair<int, int>;  // tag, source: a slot's replies are neighbours in chunk_waits
   std::map<ChunkKey, std::deque<std::shared_ptr<ChunkWait>>> chunk_waits;
   // Chunks probed before they could be taken (their header not received yet, or the previous chunk still
   // arriving), in arrival order (MPI keeps the order of one source's messages with one tag).
@@ -210,9 +211,10 @@ struct MpiTransport::Impl {
   // A chunked reply is registered or a chunk held on `slot`: what arrives on it must not be taken for a new fetch's.
   bool SlotBusy(int slot) const {
     const int tag = kTagReplyBase + slot;
-    return std::any_of(chunk_waits.begin(), chunk_waits.end(),
-                       [tag](const auto& w) { return w.first.second == tag; }) ||
-           std::any_of(early_chunks.begin(), early_chunks.end(), [tag](const auto& c) { return c.key.second == tag; });
+    // One look-up per fetch; the held chunks are a few outside a broken peer's traffic.
+    auto w = chunk_waits.lower_bound({tag, std::numeric_limits<int>::min()});
+    return (w != chunk_waits.end() && w->first.first == tag) ||
+           std::any_of(early_chunks.begin(), early_chunks.end(), [tag](const auto& c) { return c.key.first == tag; });
   }
 
   // A request id whose slot (the reply's tag) nothing waits on, or 0 when every slot is taken. Slot 0 is the
@@ -542,7 +544,7 @@ struct MpiTransport::Impl {
     }
     w->total = total;
     w->left = chunks;
-    ChunkKey key{src, tag};
+    ChunkKey key{tag, src};
     chunk_waits[key].push_back(std::move(w));
     Feed(key);
   }
@@ -573,7 +575,7 @@ struct MpiTransport::Impl {
     while (ProbeNext(o.chunk_comm, "chunk", &m, &st, &count)) {
       any = true;
       if (count < 0) continue;
-      ChunkKey key{st.MPI_SOURCE, st.MPI_TAG};
+      ChunkKey key{st.MPI_TAG, st.MPI_SOURCE};
       early_chunks.push_back(EarlyChunk{key, m, static_cast<uint64_t>(count)});
       // Bounded: chunks nothing takes (a broken or hostile peer) are received and dropped, oldest first.
       if (early_chunks.size() > kMaxEarlyChunks) {
@@ -609,7 +611,7 @@ struct MpiTransport::Impl {
 
   // Chunk `m` (`count` bytes) for reply `w`, the first one waiting on `key`, which has no receive in flight.
   void TakeChunk(const ChunkKey& key, const std::shared_ptr<ChunkWait>& w, MPI_Message m, uint64_t count) {
-    auto [src, tag] = key;
+    auto [tag, src] = key;
     uint64_t due = w->off < w->total ? std::min(o.max_message, w->total - w->off) : 0;
     if (w->dst && !w->failed && count != due) {
       // Not what this reply announced: it is over (the rest of its chunks are received and dropped), and its slot
@@ -629,7 +631,7 @@ struct MpiTransport::Impl {
       w->busy = false;
       if (!ok && w->dst && !w->failed) {
         w->failed = true;
-        ReceiveFailed(w->req_id, w->gen, key.second, key.first);
+        ReceiveFailed(w->req_id, w->gen, key.first, key.second);
       }
       if (w->left == 0) {
         // The last chunk is in: this reply leaves the queue (it is its front: only the front takes chunks).
