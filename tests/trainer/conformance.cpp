@@ -108,7 +108,7 @@ void check_convolution(const Shape& in, const ConvolutionSpec& spec) {
          b = random_tensor({spec.out_channels}, rng);
   auto k = be().make_convolution(spec);
   Tensor dev_b = up(b);
-  const Tensor y_dev = k->forward(up(x), up(w), spec.bias ? &dev_b : nullptr);
+  const Tensor y_dev = k->forward(up(x), up(w), spec.bias ? &dev_b : nullptr, Mode::Train);
   const Tensor y = down(y_dev);
   EXPECT_CLOSE(y, reference::convolution(x, w, spec.bias ? &b : nullptr, spec), what + " forward vs naive loops");
   Tensor r = random_tensor(y.shape(), rng);
@@ -126,7 +126,7 @@ void check_convolution(const Shape& in, const ConvolutionSpec& spec) {
     EXPECT_CLOSE(db, expected, what + " bias gradient");
   }
   if (auto ck = cpu_kernel([&](Backend& c) { return c.make_convolution(spec); })) {
-    ck->forward(x, w, spec.bias ? &b : nullptr);
+    ck->forward(x, w, spec.bias ? &b : nullptr, Mode::Train);
     Tensor cdw = Tensor::zeros(ws), cdb = Tensor::zeros({spec.out_channels});
     ck->backward_weights(x, r, cdw, spec.bias ? &cdb : nullptr);
     EXPECT_CLOSE(dx, env().cpu->to_plain(ck->backward_data(r, w)), what + " backward data vs CPU");
@@ -295,7 +295,7 @@ TEST(Conformance, InnerProduct) {
          r = random_tensor({5, 4}, rng);
   auto k = be().make_inner_product(true);
   Tensor dev_b = up(b);
-  const Tensor y = down(k->forward(up(x), up(w), &dev_b));
+  const Tensor y = down(k->forward(up(x), up(w), &dev_b, Mode::Train));
   EXPECT_CLOSE(y, reference::linear(x, w, &b), "linear forward");
   Tensor dw = be().zeros({4, 9}), db = be().zeros({4});
   k->backward_weights(up(x), up(r), dw, &db);
@@ -314,7 +314,8 @@ TEST(Conformance, InnerProduct) {
   const Tensor w_odd = Tensor::on_storage(w_buffer.storage(), {4, 9}, DType::F32, nullptr, sizeof(float));
   Tensor dw_odd = Tensor::on_storage(dw_buffer.storage(), {4, 9}, DType::F32, nullptr, sizeof(float));
   auto k2 = be().make_inner_product(true);
-  EXPECT_CLOSE(down(k2->forward(up(x), w_odd, &dev_b)), y, "linear forward, weights 4 bytes into their buffer");
+  EXPECT_CLOSE(down(k2->forward(up(x), w_odd, &dev_b, Mode::Train)), y,
+               "linear forward, weights 4 bytes into their buffer");
   Tensor db2 = be().zeros({4});
   k2->backward_weights(up(x), up(r), dw_odd, &db2);
   EXPECT_CLOSE(down(dw_odd), down(dw), "linear weight gradient, 4 bytes into its buffer");

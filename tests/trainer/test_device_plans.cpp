@@ -50,7 +50,7 @@ void expect_conv_plan_matches(const Shape& in, const ConvolutionSpec& spec) {
   Tensor x = random_tensor(in, rng), w = random_tensor(wshape, rng), b = random_tensor({spec.out_channels}, rng);
   auto direct = be->make_convolution(spec);
   auto symmetric = be->make_convolution(ops::symmetric_spec(spec));
-  Tensor y = be->to_plain(direct->forward(x, w, &b));
+  Tensor y = be->to_plain(direct->forward(x, w, &b, Mode::Train));
   Tensor dy = random_tensor(y.shape(), rng);
   Tensor dx = be->to_plain(direct->backward_data(dy, w));
   Tensor dw = be->zeros(wshape), db = be->zeros({spec.out_channels});
@@ -60,12 +60,12 @@ void expect_conv_plan_matches(const Shape& in, const ConvolutionSpec& spec) {
   if (!spec.transposed) {
     // Border around the input; the gradient of the bordered input cropped back.
     Tensor xb = bordered(*be, x, plan, 0.f);
-    y2 = be->to_plain(symmetric->forward(xb, w, &b));
+    y2 = be->to_plain(symmetric->forward(xb, w, &b, Mode::Train));
     dx2 = cropped(*be, symmetric->backward_data(dy, w), plan.interior(x.shape()));
     symmetric->backward_weights(xb, dy, dw2, &db2);
   } else {
     // The output cropped; its gradient zero-padded back to the uncropped shape.
-    Tensor full = be->to_plain(symmetric->forward(x, w, &b));
+    Tensor full = be->to_plain(symmetric->forward(x, w, &b, Mode::Train));
     ASSERT_EQ(full.shape(), plan.uncropped(y.shape()));
     y2 = cropped(*be, full, plan.crop(y.shape()));
     Tensor dy_full = bordered(*be, dy, plan, 0.f);

@@ -1,5 +1,6 @@
 // Every layer's forward pass against the naive-loop reference (reference_ops), 2D and 3D.
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -168,6 +169,30 @@ TEST(LayerReference, Activations) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("head.act: LeakyReLU needs a non-negative slope"), std::string::npos)
         << e.what();
+  }
+}
+
+TEST(LayerReference, ActivationGradientGoesOverAMovedDyOnly) {
+  // A caller that keeps dy gets it back untouched; one that moves it in gets dx in its storage, with
+  // the same values (the models move every activation's dy: one activation-sized buffer less).
+  const auto values = [](const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); };
+  for (auto spec : {relu(), leaky_relu(0.3f), tanh_activation(), scale_by(1.2f)}) {
+    LayerHarness h(std::make_unique<Activation>("act", spec));
+    Layer& layer = h.layer();
+    Rng rng(7);
+    const Tensor x = random_tensor({2, 3, 4, 5}, rng, -2.f, 2.f);
+    const Tensor dy = random_tensor(x.shape(), rng);
+    const Tensor dy_copy = h.backend().clone(dy);
+    layer.forward({x}, Mode::Train);
+    const Tensor kept_dx = h.backend().to_plain(layer.backward(dy).at(0));
+    EXPECT_NE(kept_dx.raw(), dy.raw()) << layer.kind();
+    EXPECT_EQ(values(dy), values(dy_copy)) << layer.kind() << ": the caller's dy changed";
+    layer.forward({x}, Mode::Train);
+    Tensor moved = h.backend().clone(dy);
+    const void* storage = moved.raw();
+    const Tensor moved_dx = layer.backward(std::move(moved)).at(0);
+    EXPECT_EQ(moved_dx.raw(), storage) << layer.kind() << ": dx did not reuse the moved dy";
+    EXPECT_EQ(values(h.backend().to_plain(moved_dx)), values(kept_dx)) << layer.kind();
   }
 }
 

@@ -1,6 +1,8 @@
 // Model builders: parameter counts, shape checks, the describe table, and a small training step.
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -103,6 +105,26 @@ TEST(Models, WithoutTheInputGradientTheParameterGradientsAreTheSame) {
     gradients.push_back(m->parameters().read(Arena::Gradients));
   }
   EXPECT_EQ(gradients[0], gradients[1]);
+}
+
+TEST(Models, InferenceKeepsNoActivations) {
+  // Mode::Eval forward frees each activation after its last reader: once its output is dropped, the tensors in use
+  // are what they were before it (parameters, gradients), also right after a training step. On the
+  // old code every layer kept its input or output, about the whole forward's activations.
+  for (const std::string name : {"cosmoflow", "unet3d"}) {
+    ModelOptions o;
+    o.input_size = name == "unet3d" ? 64 : 32;
+    o.input_depth = 32;
+    auto m = build_model(name, test_backend(), o);
+    Rng rng(5);
+    const Tensor x = random_tensor(m->input_shape(), rng);
+    m->backward(m->forward(x, Mode::Train));  // a training step's dy: any tensor of the output's shape
+    const std::size_t before = Storage::host_bytes_in_use();
+    m->forward(x, Mode::Eval);
+    EXPECT_EQ(Storage::host_bytes_in_use(), before) << name;
+    // Backward after an inference forward is refused: it kept nothing to compute the gradients from.
+    EXPECT_THROW(m->backward(m->forward(x, Mode::Eval)), std::logic_error) << name;
+  }
 }
 
 TEST(Models, ResNet50ForwardBackwardSmall) {

@@ -1,6 +1,8 @@
 // The three models on small inputs, split over 2 and 4 ranks (uneven splits included) against the
 // serial model: output, input gradient and every parameter gradient within 1e-5 of the serial maximum (CosmoFlow), or
 // within the serial run's own rounding sensitivity where that is larger (U-Net, ResNet-50: see calibrated()).
+#include <stdexcept>
+
 #include <gtest/gtest.h>
 
 #include "exactness.hpp"
@@ -112,6 +114,25 @@ TEST(SplitModels, TrainingSkipsTheInputGradientOnly) {
     gradients.push_back(model->parameters().read(Arena::Gradients));
   }
   EXPECT_EQ(gradients[0], gradients[1]);
+}
+
+TEST(SplitModels, InferenceKeepsNoActivations) {
+  // Mode::Eval on a grid frees every slab, haloed piece and redistributed tensor after its last reader: once the
+  // output is dropped, the tensors in use are what they were before (after a training step too).
+  const int n = testing::world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs on 2 or 4 ranks";
+  for (const std::string name : {"cosmoflow", "unet3d"}) {
+    auto model = builder(name, name == "unet3d" ? 64 : 32, 32)(1);
+    ProcessGrid pg(testing::world(), GridShape{1, n == 2 ? std::vector<int>{2, 1, 1} : std::vector<int>{2, 2, 1}});
+    DistributedModel dm(*model, pg, {});
+    Tensor x = Tensor::zeros(dm.local_input_shape());
+    for (std::int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
+    dm.backward(dm.forward(x, Mode::Train));  // a training step's dy: any tensor of the output's shape
+    const std::size_t before = Storage::host_bytes_in_use();
+    dm.forward(x, Mode::Eval);
+    EXPECT_EQ(Storage::host_bytes_in_use(), before) << name;
+    EXPECT_THROW(dm.backward(dm.forward(x, Mode::Eval)), std::logic_error) << name;
+  }
 }
 
 TEST(SplitModels, CosmoFlowUnevenSlabs) {

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace fanstore::trainer {
 
@@ -95,7 +96,9 @@ Tensor Model::forward(const Tensor& x, Mode mode) {
     for (auto id : nodes_[i].inputs)
       if (last_reader_[id] == i && id != output_) values_[id] = Tensor();
   }
-  return backend_->cast(backend_->to_plain(values_[output_]), DType::F32);
+  Tensor y = backend_->cast(backend_->to_plain(values_[output_]), DType::F32);
+  if (mode != Mode::Train) values_.clear();  // inference keeps nothing for a backward
+  return y;
 }
 
 void Model::accumulate(Tensor& slot, const Tensor& gradient) {
@@ -107,7 +110,8 @@ void Model::accumulate(Tensor& slot, const Tensor& gradient) {
 }
 
 Tensor Model::backward(const Tensor& dy) {
-  if (values_.size() != nodes_.size()) throw std::logic_error(name_ + ": backward before forward");
+  if (values_.size() != nodes_.size())
+    throw std::logic_error(name_ + ": backward needs a forward in Mode::Train first");
   if (dy.shape() != output_shape())
     throw std::invalid_argument(name_ + ": output gradient " + dy.shape().to_string() + ", expected " +
                                 output_shape().to_string());
@@ -116,14 +120,17 @@ Tensor Model::backward(const Tensor& dy) {
   for (NodeId i = output_; i >= 1; --i) {
     if (!gradients_[i].defined()) continue;  // does not reach the output
     Layer& layer = *nodes_[i].layer;
-    auto grads = in_layer(layer, "backward", [&] { return layer.backward(gradients_[i]); });
+    auto grads = in_layer(layer, "backward", [&] { return layer.backward(std::move(gradients_[i])); });
     if (gradient_ready_) gradient_ready_(*nodes_[i].layer);
     gradients_[i] = Tensor();  // release early: activations' gradients dominate memory
     for (std::size_t k = 0; k < grads.size(); ++k)
       if (grads[k].defined()) accumulate(gradients_[nodes_[i].inputs[k]], grads[k]);
   }
-  if (!gradients_[0].defined()) return Tensor();
-  return backend_->cast(backend_->to_plain(gradients_[0]), DType::F32);
+  values_.clear();  // one backward per forward: the output and input go now, not at the next step
+  const Tensor dx = std::move(gradients_[0]);
+  gradients_.clear();
+  if (!dx.defined()) return Tensor();
+  return backend_->cast(backend_->to_plain(dx), DType::F32);
 }
 
 Layer& Model::layer(const std::string& name) {

@@ -29,6 +29,11 @@ std::size_t RecyclingMemory::bytes_kept() const {
   return kept_;
 }
 
+std::size_t RecyclingMemory::bytes_in_use() const {
+  std::lock_guard lock(mutex_);
+  return in_use_;
+}
+
 std::size_t RecyclingMemory::peak_bytes_in_use() const {
   std::lock_guard lock(mutex_);
   return peak_;

@@ -70,8 +70,9 @@ struct EltwiseSpec {
 class ConvolutionKernel {
  public:
   virtual ~ConvolutionKernel() = default;
-  // x: (N, Cin, *in); w: (Cout, Cin, *k) or (Cin, Cout, *k) when transposed; b: (Cout) or null.
-  virtual Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b) = 0;
+  // x: (N, Cin, *in); w: (Cout, Cin, *k) or (Cin, Cout, *k) when transposed; b: (Cout) or null. A kernel that
+  // keeps its input for backward_weights keeps it in Mode::Train only, until backward_weights has run.
+  virtual Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b, Mode mode) = 0;
   // dy: (N, Cout, *out) -> dx: (N, Cin, *in).
   virtual Tensor backward_data(const Tensor& dy, const Tensor& w) = 0;
   // Overwrites dw (plain, shape of w) and db (Cout) if not null.
@@ -103,15 +104,16 @@ class EltwiseKernel {
   virtual Tensor forward(const Tensor& x) = 0;
   // dx from dy and the forward's output y, which determines the derivative of every kind (ReLU and
   // LeakyReLU with a non-negative slope keep the sign, tanh' = 1 - y^2, scale's is constant): a layer
-  // keeps its output, which the next layer keeps anyway, and its input can go after the forward.
-  virtual Tensor backward(const Tensor& dy, const Tensor& y) = 0;
+  // keeps its output, which the next layer keeps anyway, and its input can go after the forward. dx is
+  // written over dy when dy is its storage's sole owner (the caller moved it in).
+  virtual Tensor backward(Tensor dy, const Tensor& y) = 0;
 };
 
 class InnerProductKernel {
  public:
   virtual ~InnerProductKernel() = default;
-  // x: (N, Cin); w: (Cout, Cin); b: (Cout) or null -> y: (N, Cout).
-  virtual Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b) = 0;
+  // x: (N, Cin); w: (Cout, Cin); b: (Cout) or null -> y: (N, Cout). Keeps what it keeps as a convolution does.
+  virtual Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b, Mode mode) = 0;
   virtual Tensor backward_data(const Tensor& dy, const Tensor& w) = 0;
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) = 0;
 };

@@ -17,6 +17,9 @@ namespace fanstore::trainer {
 // Contract: forward() may be called any number of times; backward(dy) refers to the most recent
 // forward in Mode::Train, returns one gradient per input (in any backend layout) and OVERWRITES the
 // layer's parameter gradients (each parameter is used once per step, so no accumulation is needed).
+// A forward in Mode::Eval keeps nothing, and backward after it throws std::logic_error. dy is taken by
+// value: a caller that moves it in lets an activation write its gradient over it (one activation-sized
+// buffer less at the peak of backward).
 class Layer {
  public:
   explicit Layer(std::string name) : name_(std::move(name)) {}
@@ -36,7 +39,7 @@ class Layer {
   virtual void initialize(Rng& rng) { (void)rng; }
 
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
-  virtual std::vector<Tensor> backward(const Tensor& dy) = 0;
+  virtual std::vector<Tensor> backward(Tensor dy) = 0;
   // Whether backward must return its inputs' gradient. Off for a layer on the model input in training
   // (nothing reads that gradient, and a first convolution's data gradient over few channels is among the
   // slowest kernels of a step); a layer may then return undefined tensors (Convolution does).

@@ -24,10 +24,11 @@ class RecyclingMemory final : public std::pmr::memory_resource {
   RecyclingMemory(const RecyclingMemory&) = delete;
   RecyclingMemory& operator=(const RecyclingMemory&) = delete;
 
-  // Blocks obtained from `get` so far; blocks and bytes kept for reuse now; the most bytes in use at once.
+  // Blocks obtained from `get` so far; blocks and bytes kept for reuse now; bytes in use now and the most at once.
   std::size_t blocks_obtained() const;
   std::size_t blocks_kept() const;
   std::size_t bytes_kept() const;
+  std::size_t bytes_in_use() const;
   std::size_t peak_bytes_in_use() const;
   // Gives every kept block back (after a phase whose sizes will not come again), and forgets the peak.
   void release_kept();

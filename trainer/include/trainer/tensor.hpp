@@ -45,6 +45,8 @@ class Storage {
   // Gives the kept host blocks back to the system: after a phase whose tensor sizes will not come
   // again (--grid auto's trials of other grids).
   static void release_kept_host();
+  // Bytes of the host tensors of 128 KiB and more (the activations and gradients) alive now.
+  static std::size_t host_bytes_in_use();
 
  private:
   Device device_;
@@ -94,6 +96,8 @@ class Tensor {
   bool same_layout(const Tensor& other) const;
   // The storage this tensor keeps alive (null for views).
   const std::shared_ptr<Storage>& storage() const { return storage_; }
+  // Nothing else holds this tensor's storage: a kernel handed it may write its result over it.
+  bool sole_owner() const { return storage_ && storage_.use_count() == 1; }
 
   // F32 element pointer (a device pointer for device tensors); throws std::logic_error for another dtype.
   float* data();

@@ -39,7 +39,7 @@ class DnnlConvolution final : public ConvolutionKernel {
     bias_md_ = dnnl::memory::desc({spec.out_channels}, dt::f32, tag::a);
   }
 
-  Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b) override {
+  Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b, Mode) override {
     prepare(x.shape(), desc_of(x));
     Tensor src = src_fwd_.to(x, fwd_pd_.src_desc(), ctx_);
     dnnl::memory weights = weights_for(fwd_pd_.weights_desc(), w, w_fwd_);

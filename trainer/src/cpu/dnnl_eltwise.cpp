@@ -17,10 +17,12 @@ class DnnlEltwise final : public EltwiseKernel {
     return y;
   }
 
-  Tensor backward(const Tensor& dy, const Tensor& y) override {
+  Tensor backward(Tensor dy, const Tensor& y) override {
     prepare(desc_of(y));
     Tensor diff_dst = dy_reorder_.to(dy, key_, ctx_);
-    Tensor dx = tensor_for(y.shape(), key_);
+    dy = Tensor();
+    // oneDNN's eltwise backward may write diff_src over diff_dst: in place when nobody else reads it.
+    Tensor dx = diff_dst.sole_owner() ? diff_dst : tensor_for(y.shape(), key_);
     // The *_use_dst_for_bwd algorithms read the output; linear's derivative is its slope whatever it reads.
     const int data_arg = spec_.kind == EltwiseKind::Scale ? DNNL_ARG_SRC : DNNL_ARG_DST;
     bwd_->execute(ctx_.stream, {{data_arg, memory_of(y, ctx_.engine)},

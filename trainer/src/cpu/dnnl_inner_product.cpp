@@ -13,7 +13,7 @@ class DnnlInnerProduct final : public InnerProductKernel {
  public:
   DnnlInnerProduct(bool bias, DnnlContext& ctx) : bias_(bias), ctx_(ctx) {}
 
-  Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b) override {
+  Tensor forward(const Tensor& x, const Tensor& w, const Tensor* b, Mode) override {
     prepare(x, w);
     Tensor src = src_fwd_.to(x, fwd_pd_.src_desc(), ctx_);
     Tensor weights = w_fwd_.to(w, fwd_pd_.weights_desc(), ctx_);

@@ -29,8 +29,12 @@ class DnnlPooling final : public PoolingKernel {
     Tensor dx = tensor_for(in_shape_, bwd_pd_.diff_src_desc());
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, memory_of(diff_dst, ctx_.engine)},
                                                {DNNL_ARG_DIFF_SRC, memory_of(dx, ctx_.engine)}};
-    if (spec_.kind == PoolingKind::Max) args[DNNL_ARG_WORKSPACE] = workspace_;
+    if (spec_.kind == PoolingKind::Max) {
+      if (!workspace_) throw std::logic_error("max pooling: backward needs a forward in Mode::Train first");
+      args[DNNL_ARG_WORKSPACE] = workspace_;
+    }
     bwd_->execute(ctx_.stream, args);
+    workspace_ = dnnl::memory();  // the indices serve one backward
     return dx;
   }
 

@@ -44,13 +44,13 @@ class CublasLtInnerProduct final : public InnerProductKernel {
   CublasLtInnerProduct(bool bias, Backend& backend, std::shared_ptr<CudaContext> ctx)
       : bias_(bias), backend_(backend), ctx_(std::move(ctx)) {}
 
-  Tensor forward(const Tensor& x_any, const Tensor& w, const Tensor* b) override {
+  Tensor forward(const Tensor& x_any, const Tensor& w, const Tensor* b, Mode mode) override {
     const Tensor x = plain_activation(x_any);
     if (x.shape().rank() != 2 || w.shape().rank() != 2 || w.shape()[1] != x.shape()[1])
       throw std::invalid_argument("linear: input " + x.shape().to_string() + " does not match weight " +
                                   w.shape().to_string() + " (flatten first)");
     const std::int64_t n = x.shape()[0], cin = x.shape()[1], cout = w.shape()[0];
-    x_ = x;
+    x_ = mode == Mode::Train ? x : Tensor();
     const Tensor wk = backend_.cast(w, x.dtype());
     Tensor y = backend_.zeros(Shape{n, cout}, x.dtype());
     // y^T (cout x n) = W^T-as-stored (cin x cout), transposed, times x^T (cin x n).
@@ -73,12 +73,13 @@ class CublasLtInnerProduct final : public InnerProductKernel {
   }
 
   void backward_weights(const Tensor&, const Tensor& dy_any, Tensor& dw, Tensor* db) override {
-    if (!x_.defined()) throw std::logic_error("linear: backward called before forward");
+    if (!x_.defined()) throw std::logic_error("linear: backward_weights needs a forward in Mode::Train first");
+    const Tensor x = std::move(x_);  // freed stream-ordered, after the product below
     const Tensor dy = plain_activation(dy_any);
-    const std::int64_t n = dy.shape()[0], cout = dy.shape()[1], cin = x_.shape()[1];
+    const std::int64_t n = dy.shape()[0], cout = dy.shape()[1], cin = x.shape()[1];
     // dW^T (cin x cout) = x^T (cin x n) times (dy^T (cout x n)) transposed; written as F32 into the
     // arena whatever the activation type (cuBLASLt takes half inputs with a float output).
-    matmul("bwd-weights", x_, x_.dtype(), cin, n, false, dy, dy.dtype(), cout, n, true, dw, DType::F32, cin, cout, n);
+    matmul("bwd-weights", x, x.dtype(), cin, n, false, dy, dy.dtype(), cout, n, true, dw, DType::F32, cin, cout, n);
     if (bias_) {
       if (!db) throw std::invalid_argument("linear: a bias was declared but no bias gradient was given");
       kernels::channel_sums(dy.dtype(), dy.raw(), db->data(), n, cout, 1, false, ctx_->stream());

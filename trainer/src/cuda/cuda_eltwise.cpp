@@ -18,9 +18,11 @@ class CudaEltwise final : public EltwiseKernel {
     return y;
   }
 
-  Tensor backward(const Tensor& dy_any, const Tensor& y) override {
+  Tensor backward(Tensor dy_any, const Tensor& y) override {
     const Tensor dy = backend_.to_layout_of(dy_any, y);
-    Tensor dx = backend_.zeros_like(y);
+    dy_any = Tensor();
+    // Each element's dx reads only its own dy and y: in place when nobody else reads dy.
+    Tensor dx = dy.sole_owner() && dy.same_layout(y) ? dy : backend_.zeros_like(y);
     kernels::eltwise_backward(spec_.kind, spec_.alpha, y.dtype(), dy.raw(), y.raw(), dx.raw(),
                               static_cast<std::int64_t>(y.capacity()), ctx_->stream());
     return dx;

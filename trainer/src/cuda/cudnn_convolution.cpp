@@ -28,22 +28,23 @@ class CudnnConvolution final : public ConvolutionKernel {
     for (auto k : spec_.kernel) filter_shape_.dims.push_back(k);
   }
 
-  Tensor forward(const Tensor& x_any, const Tensor& w, const Tensor* b) override {
+  Tensor forward(const Tensor& x_any, const Tensor& w, const Tensor* b, Mode mode) override {
     const Tensor x = prepared(backend_, *ctx_, x_any);
     prepare(x.shape());
     const Tensor wk = filter_for(w);
-    Tensor y;
+    Tensor y, input;
     if (!spec_.transposed) {
-      saved_ = plan_.needs_border() ? bordered(backend_, *ctx_, x, plan_, 0.f) : x;
+      input = plan_.needs_border() ? bordered(backend_, *ctx_, x, plan_, 0.f) : x;
       y = activation_zeros(backend_, *ctx_, out_);
-      run(Op::Forward, saved_, wk, y);
+      run(Op::Forward, input, wk, y);
     } else {
       // Transposed = the backward-data pass of the convolution whose input is our (uncropped) output.
-      saved_ = x;
+      input = x;
       Tensor full = activation_zeros(backend_, *ctx_, conv_x_);
       run(Op::BackwardData, full, wk, x);
       y = plan_.needs_border() ? cropped(backend_, *ctx_, full, plan_.crop(out_)) : full;
     }
+    saved_ = mode == Mode::Train ? std::move(input) : Tensor();
     if (spec_.bias) {
       if (!b) throw std::invalid_argument("convolution: spec has a bias but none was given");
       const Shape& s = y.shape();
@@ -70,14 +71,16 @@ class CudnnConvolution final : public ConvolutionKernel {
 
   void backward_weights(const Tensor&, const Tensor& dy_any, Tensor& dw, Tensor* db) override {
     require_prepared();
+    if (!saved_.defined()) throw std::logic_error("convolution: backward_weights needs a forward in Mode::Train first");
+    const Tensor saved = std::move(saved_);  // freed once the kernels queued on the stream are done with it
     const Tensor dy = prepared(backend_, *ctx_, dy_any);
     const bool direct = ctx_->activation_type() == DType::F32 && !filter_channels_last();
     Tensor target = direct ? dw : filter_zeros();
     if (!spec_.transposed) {
-      run(Op::BackwardFilter, saved_, target, dy);
+      run(Op::BackwardFilter, saved, target, dy);
     } else {
       const Tensor dy_full = plan_.needs_border() ? bordered(backend_, *ctx_, dy, plan_, 0.f) : dy;
-      run(Op::BackwardFilter, dy_full, target, saved_);
+      run(Op::BackwardFilter, dy_full, target, saved);
     }
     if (!direct) filter_back(target, dw);
     if (spec_.bias) {
@@ -246,7 +249,7 @@ class CudnnConvolution final : public ConvolutionKernel {
   FilterDescriptor wd_;
   Shape filter_shape_, in_, out_, conv_x_, conv_y_;
   bool prepared_ = false;
-  Tensor saved_;  // forward's cuDNN input for backward_weights (bordered input, or the transposed layer's input)
+  Tensor saved_;  // Train forward's cuDNN input for backward_weights (bordered input, or the transposed layer's input)
 };
 
 }  // namespace

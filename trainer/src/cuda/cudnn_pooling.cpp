@@ -55,6 +55,7 @@ class CudnnPooling final : public PoolingKernel {
     const float one = 1.f, zero = 0.f;
     FS_CHECK(cudnnPoolingBackward(ctx_->cudnn(), pool_.get(), &one, yd_.get(), y_.raw(), yd_.get(), dy.raw(), xd_.get(),
                                   x_.raw(), &zero, xd_.get(), dx.raw()));
+    x_ = y_ = Tensor();  // they serve one backward (freed stream-ordered, after the kernel above)
     return plan_.needs_border() ? cropped(backend_, *ctx_, dx, plan_.interior(in_)) : dx;
   }
 

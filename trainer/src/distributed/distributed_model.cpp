@@ -4,6 +4,7 @@
 #include "trainer/distributed_model.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 #include "split_ops.hpp"
 #include "trainer/layers/linear.hpp"
@@ -42,7 +43,7 @@ class PassThrough final : public SplitOp {
  public:
   explicit PassThrough(Layer& layer) : layer_(layer) {}
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override { return layer_.forward(inputs, mode); }
-  std::vector<Tensor> backward(Tensor dy) override { return layer_.backward(dy); }
+  std::vector<Tensor> backward(Tensor dy) override { return layer_.backward(std::move(dy)); }
 
  private:
   Layer& layer_;
@@ -170,11 +171,14 @@ Tensor DistributedModel::forward(const Tensor& x, Mode mode) {
     for (NodeId input : inputs)  // backward reads no node value (Model::last_readers)
       if (model_.last_readers()[input] == id && input != model_.output_node()) values_[input] = Tensor();
   }
-  return b.to_plain(values_[model_.output_node()]);
+  Tensor y = b.to_plain(values_[model_.output_node()]);
+  if (mode != Mode::Train) values_.clear();  // inference keeps nothing for a backward
+  return y;
 }
 
 Tensor DistributedModel::backward(const Tensor& dy) {
-  if (values_.size() != model_.node_count()) throw std::logic_error(model_.name() + ": backward before forward");
+  if (values_.size() != model_.node_count())
+    throw std::logic_error(model_.name() + ": backward needs a forward in Mode::Train first");
   Backend& b = model_.backend();
   gradients_.assign(model_.node_count(), Tensor());
   gradients_[model_.output_node()] = b.to_device(dy);
@@ -203,7 +207,9 @@ Tensor DistributedModel::backward(const Tensor& dy) {
     }
   }
   values_.clear();
-  return gradients_[0].defined() ? b.to_plain(gradients_[0]) : Tensor();
+  const Tensor dx = std::move(gradients_[0]);
+  gradients_.clear();
+  return dx.defined() ? b.to_plain(dx) : Tensor();
 }
 
 }  // namespace fanstore::trainer

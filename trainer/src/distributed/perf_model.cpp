@@ -275,7 +275,7 @@ LayerCost LayerTimer::measure_piece(NodeId node, std::int64_t n, const WindowPie
   const LayerCost best = best_of_rounds(
       b, static_cast<std::uint32_t>(node),
       [&] {
-        return conv ? conv_kernel->forward(x, w, bias.defined() ? &bias : nullptr)
+        return conv ? conv_kernel->forward(x, w, bias.defined() ? &bias : nullptr, Mode::Train)
                     : pool_kernel->forward(x, Mode::Train);
       },
       [&](const Tensor& dy) {

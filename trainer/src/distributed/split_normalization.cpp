@@ -3,6 +3,7 @@
 // sums reduced the same way. Scale and shift gradients come out whole on every rank of the group, so
 // one rank contributes them.
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "split_ops.hpp"
@@ -45,19 +46,22 @@ class SplitNormalization final : public SplitOp {
     if (batch_norm_ && mode == Mode::Eval) return layer_.forward(inputs, mode);
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
-    x_ = b.to_plain(inputs.at(0));
+    Tensor x = b.to_plain(inputs.at(0));
     const NormGroups groups = batch_norm_ ? NormGroups::PerChannel : NormGroups::PerSampleChannel;
-    sums_ = reduced(ctx_, b.norm_sums(x_, groups), sync_, counts_);
-    count_ = spatial_volume_ * (batch_norm_ ? static_cast<double>(x_.shape()[0]) : 1.0) *
+    sums_ = reduced(ctx_, b.norm_sums(x, groups), sync_, counts_);
+    count_ = spatial_volume_ * (batch_norm_ ? static_cast<double>(x.shape()[0]) : 1.0) *
              (sync_ ? static_cast<double>(ctx_.grid.shape().samples) : 1.0);
     if (batch_norm_ && mode == Mode::Train) update_running_statistics();
-    return b.norm_apply(x_, sums_, count_, ctx_.table.value(handles[0]), ctx_.table.value(handles[1]), epsilon_,
-                        groups);
+    Tensor y =
+        b.norm_apply(x, sums_, count_, ctx_.table.value(handles[0]), ctx_.table.value(handles[1]), epsilon_, groups);
+    x_ = mode == Mode::Train ? std::move(x) : Tensor();  // inference keeps nothing
+    return y;
   }
 
   std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
+    if (!x_.defined()) throw std::logic_error(layer_.name() + ": backward needs a forward in Mode::Train first");
     const NormGroups groups = batch_norm_ ? NormGroups::PerChannel : NormGroups::PerSampleChannel;
     const Tensor dy = b.to_plain(dy_any);
     const Tensor backward_sums =

@@ -1,6 +1,9 @@
 // Where a split tensor becomes a replicated one: global average pooling (slab means weighted by the
 // slab's share, summed over the spatial group) and the dense layer after Flatten (each rank multiplies
 // its slab's features by its columns of the weight; the partial products are summed).
+#include <stdexcept>
+#include <utility>
+
 #include "split_ops.hpp"
 #include "trainer/layers/linear.hpp"
 
@@ -28,7 +31,7 @@ class SplitGlobalPooling final : public SplitOp {
     // d(global mean)/dx = 1/V = share / v: the slab pooling's backward of share * dy.
     Tensor scaled = ctx_.backend.clone(ctx_.backend.to_plain(dy));
     ctx_.backend.scale(scaled, share_);
-    return layer_.backward(scaled);
+    return layer_.backward(std::move(scaled));
   }
 
  private:
@@ -58,14 +61,20 @@ class SplitFlatLinear final : public SplitOp {
   }
 
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override {
-    (void)mode;
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
-    x_ = b.to_plain(inputs.at(0));  // (N, C * slab)
-    w_local_ = crop(b, ctx_.table.value(handles[0]).reshaped(weight_shape_), whole_, slab_)
-                   .reshaped(Shape{outputs_, local_features_});
+    Tensor x = b.to_plain(inputs.at(0));  // (N, C * slab)
+    Tensor w_local = crop(b, ctx_.table.value(handles[0]).reshaped(weight_shape_), whole_, slab_)
+                         .reshaped(Shape{outputs_, local_features_});
     Tensor bias = has_bias_ ? ctx_.table.value(handles[1]) : Tensor();
-    Tensor y = b.clone(b.to_plain(kernel_->forward(x_, w_local_, has_bias_ && ctx_.spatial_root() ? &bias : nullptr)));
+    Tensor y =
+        b.clone(b.to_plain(kernel_->forward(x, w_local, has_bias_ && ctx_.spatial_root() ? &bias : nullptr, mode)));
+    if (mode == Mode::Train) {  // inference keeps nothing
+      x_ = std::move(x);
+      w_local_ = std::move(w_local);
+    } else {
+      x_ = w_local_ = Tensor();
+    }
     if (!counts_) b.fill(y, 0.f);  // another replica adds this part's product
     ctx_.spatial_sum(y);
     return y;
@@ -74,6 +83,7 @@ class SplitFlatLinear final : public SplitOp {
   std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
+    if (!x_.defined()) throw std::logic_error(layer_.name() + ": backward needs a forward in Mode::Train first");
     const Tensor dy = b.to_plain(dy_any);
     Tensor dx = kernel_->backward_data(dy, w_local_);
     // This rank's columns of the weight gradient; the other ranks write theirs (the rest stays zero).
@@ -87,7 +97,7 @@ class SplitFlatLinear final : public SplitOp {
     Tensor dw_view = dw.reshaped(weight_shape_);
     copy_region(b, dw_local.reshaped(box_shape(outputs_, weight_shape_[1], slab_)), slab_, dw_view, whole_, slab_,
                 false);
-    x_ = Tensor();
+    x_ = w_local_ = Tensor();
     return {dx};
   }
 

@@ -41,6 +41,58 @@ class SplitWindowed final : public SplitOp {
   std::size_t kernels() const override { return pieces_.size(); }
 
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override {
+    in_channels_ = inputs.at(0).shape()[1];
+    Tensor y = forward_pieces(inputs, mode);
+    // Only a training convolution reads its pieces' inputs again (the weight gradient); pooling needs none.
+    if (!conv_ || mode != Mode::Train) x_pieces_.assign(pieces_.size(), Tensor());
+    return y;
+  }
+
+  std::vector<Tensor> backward(Tensor dy_any) override {
+    Backend& b = ctx_.backend;
+    const HaloPlan& plan = halo_.plan();
+    if (conv_ && !x_pieces_[0].defined())
+      throw std::logic_error(layer_.name() + ": backward needs a forward in Mode::Train first");
+    Tensor owned_grad;
+    if (!layer_.input_gradient()) {  // on the model input in training: the weight gradient only, no reverse halo
+      if (conv_) accumulate_weight_gradients(pieces_.size() == 1 ? std::vector<Tensor>{dy_any} : crop_pieces(dy_any));
+      x_pieces_.assign(pieces_.size(), Tensor());
+      return {Tensor()};
+    }
+    if (pieces_.size() == 1) {
+      Tensor dx = run_backward_data(0, dy_any);
+      if (direct_) {
+        if (conv_) accumulate_weight_gradients({dy_any});
+        x_pieces_.assign(1, Tensor());
+        return {dx};
+      }
+      // The reverse halo travels while the weight gradient is computed.
+      const Tensor local_grad = b.to_plain(dx);
+      halo_.start_reverse(local_grad);
+      if (conv_) accumulate_weight_gradients({dy_any});
+      halo_.finish_reverse(local_grad, owned_grad);
+      x_pieces_.assign(1, Tensor());
+      return {owned_grad};
+    }
+    std::vector<Tensor> dy_pieces = crop_pieces(std::move(dy_any));
+    Tensor local_grad = b.zeros(box_shape(dy_pieces[0].shape()[0], in_channels_, plan.local));
+    // Boundary pieces first: the halo positions get gradient only from them, so the reverse halo can
+    // leave before the interior's input gradient and every weight gradient are computed.
+    for (std::size_t k = 1; k < pieces_.size(); ++k)
+      copy_region(b, b.to_plain(run_backward_data(k, dy_pieces[k])), pieces_[k].in, local_grad, plan.local,
+                  pieces_[k].in, true);
+    halo_.start_reverse(local_grad);
+    copy_region(b, b.to_plain(run_backward_data(0, dy_pieces[0])), pieces_[0].in, local_grad, plan.local, pieces_[0].in,
+                true);
+    if (conv_) accumulate_weight_gradients(dy_pieces);
+    halo_.finish_reverse(local_grad, owned_grad);
+    x_pieces_.assign(pieces_.size(), Tensor());
+    return {owned_grad};
+  }
+
+ private:
+  // The forward proper: the pieces' inputs are left in x_pieces_.
+  Tensor forward_pieces(const std::vector<Tensor>& inputs, Mode mode) {
     Backend& b = ctx_.backend;
     const HaloPlan& plan = halo_.plan();
     const Tensor& x = inputs.at(0);
@@ -86,47 +138,6 @@ class SplitWindowed final : public SplitOp {
     return run_forward(0, local, mode);
   }
 
-  std::vector<Tensor> backward(Tensor dy_any) override {
-    Backend& b = ctx_.backend;
-    const HaloPlan& plan = halo_.plan();
-    Tensor owned_grad;
-    if (!layer_.input_gradient()) {  // on the model input in training: the weight gradient only, no reverse halo
-      if (conv_) accumulate_weight_gradients(pieces_.size() == 1 ? std::vector<Tensor>{dy_any} : crop_pieces(dy_any));
-      x_pieces_.assign(pieces_.size(), Tensor());
-      return {Tensor()};
-    }
-    if (pieces_.size() == 1) {
-      Tensor dx = run_backward_data(0, dy_any);
-      if (direct_) {
-        if (conv_) accumulate_weight_gradients({dy_any});
-        x_pieces_.assign(1, Tensor());
-        return {dx};
-      }
-      // The reverse halo travels while the weight gradient is computed.
-      const Tensor local_grad = b.to_plain(dx);
-      halo_.start_reverse(local_grad);
-      if (conv_) accumulate_weight_gradients({dy_any});
-      halo_.finish_reverse(local_grad, owned_grad);
-      x_pieces_.assign(1, Tensor());
-      return {owned_grad};
-    }
-    std::vector<Tensor> dy_pieces = crop_pieces(std::move(dy_any));
-    Tensor local_grad = b.zeros(box_shape(dy_pieces[0].shape()[0], x_pieces_[0].shape()[1], plan.local));
-    // Boundary pieces first: the halo positions get gradient only from them, so the reverse halo can
-    // leave before the interior's input gradient and every weight gradient are computed.
-    for (std::size_t k = 1; k < pieces_.size(); ++k)
-      copy_region(b, b.to_plain(run_backward_data(k, dy_pieces[k])), pieces_[k].in, local_grad, plan.local,
-                  pieces_[k].in, true);
-    halo_.start_reverse(local_grad);
-    copy_region(b, b.to_plain(run_backward_data(0, dy_pieces[0])), pieces_[0].in, local_grad, plan.local, pieces_[0].in,
-                true);
-    if (conv_) accumulate_weight_gradients(dy_pieces);
-    halo_.finish_reverse(local_grad, owned_grad);
-    x_pieces_.assign(pieces_.size(), Tensor());
-    return {owned_grad};
-  }
-
- private:
   // Each piece's part of the output gradient (dy dropped once cut).
   std::vector<Tensor> crop_pieces(Tensor dy_any) {
     Backend& b = ctx_.backend;
@@ -150,7 +161,7 @@ class SplitWindowed final : public SplitOp {
     if (pool_) return pool_kernels_[k]->forward(x, mode);
     const auto& handles = conv_->parameter_handles();
     Tensor bias = handles.size() > 1 ? ctx_.table.value(handles[1]) : Tensor();
-    return conv_kernels_[k]->forward(x, ctx_.table.value(handles[0]), handles.size() > 1 ? &bias : nullptr);
+    return conv_kernels_[k]->forward(x, ctx_.table.value(handles[0]), handles.size() > 1 ? &bias : nullptr, mode);
   }
 
   Tensor run_backward_data(std::size_t k, const Tensor& dy) {
@@ -187,7 +198,8 @@ class SplitWindowed final : public SplitOp {
   std::vector<WindowPiece> pieces_;  // [0] = the interior when there are several
   std::vector<std::unique_ptr<ConvolutionKernel>> conv_kernels_;  // one per piece: each keeps its own
   std::vector<std::unique_ptr<PoolingKernel>> pool_kernels_;      // primitives and max-pool workspace
-  std::vector<Tensor> x_pieces_;                                  // each piece's input, kept for backward
+  std::vector<Tensor> x_pieces_;  // each piece's input, kept for a training convolution's backward
+  std::int64_t in_channels_ = 0;  // the last forward's input channels
 };
 
 }  // namespace

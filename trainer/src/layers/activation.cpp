@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace fanstore::trainer {
 
@@ -31,15 +32,16 @@ Shape Activation::output_shape(const std::vector<Shape>& inputs) const {
 }
 
 Tensor Activation::forward(const std::vector<Tensor>& inputs, Mode mode) {
-  (void)mode;
   if (!kernel_) kernel_ = backend().make_eltwise(spec_);
-  y_ = kernel_->forward(inputs.at(0));
-  return y_;
+  Tensor y = kernel_->forward(inputs.at(0));
+  y_ = mode == Mode::Train ? y : Tensor();  // inference keeps nothing: its outputs go after their last reader
+  return y;
 }
 
-std::vector<Tensor> Activation::backward(const Tensor& dy) {
+std::vector<Tensor> Activation::backward(Tensor dy) {
+  if (!y_.defined()) throw std::logic_error(name() + ": backward needs a forward in Mode::Train first");
   Tensor y = std::move(y_);  // not needed after this
-  return {kernel_->backward(dy, y)};
+  return {kernel_->backward(std::move(dy), y)};
 }
 
 }  // namespace fanstore::trainer

@@ -63,7 +63,7 @@ Tensor BatchNorm::forward(const std::vector<Tensor>& inputs, Mode mode) {
   return y;
 }
 
-std::vector<Tensor> BatchNorm::backward(const Tensor& dy) {
+std::vector<Tensor> BatchNorm::backward(Tensor dy) {
   Tensor dg = table().gradient(gamma_), db = table().gradient(beta_);
   return {kernel_->backward(dy, table().value(gamma_), dg, db)};
 }

@@ -59,13 +59,13 @@ void Convolution::initialize(Rng& rng) {
 }
 
 Tensor Convolution::forward(const std::vector<Tensor>& inputs, Mode mode) {
-  (void)mode;
-  x_ = inputs.at(0);
+  x_ = mode == Mode::Train ? inputs.at(0) : Tensor();  // inference keeps nothing
   Tensor b = spec_.bias ? table().value(bias_) : Tensor();
-  return kernel_->forward(x_, table().value(weight_), spec_.bias ? &b : nullptr);
+  return kernel_->forward(inputs.at(0), table().value(weight_), spec_.bias ? &b : nullptr, mode);
 }
 
-std::vector<Tensor> Convolution::backward(const Tensor& dy) {
+std::vector<Tensor> Convolution::backward(Tensor dy) {
+  if (!x_.defined()) throw std::logic_error(name() + ": backward needs a forward in Mode::Train first");
   const Tensor x = std::move(x_);  // kept for this backward only: it goes when backward returns
   Tensor dw = table().gradient(weight_);
   Tensor db = spec_.bias ? table().gradient(bias_) : Tensor();

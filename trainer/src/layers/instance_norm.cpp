@@ -38,15 +38,23 @@ void InstanceNorm::initialize(Rng& rng) {
 }
 
 Tensor InstanceNorm::forward(const std::vector<Tensor>& inputs, Mode mode) {
-  (void)mode;  // no running statistics: Train and Eval normalise the same way
-  x_ = backend().to_plain(inputs.at(0));
-  sums_ = backend().norm_sums(x_, NormGroups::PerSampleChannel);
-  const auto count = static_cast<double>(x_.shape().spatial_size());
-  return backend().norm_apply(x_, sums_, count, table().value(gamma_), table().value(beta_), epsilon_,
-                              NormGroups::PerSampleChannel);
+  // No running statistics: Train and Eval normalise the same way; only Train keeps x and its sums.
+  Tensor x = backend().to_plain(inputs.at(0));
+  Tensor sums = backend().norm_sums(x, NormGroups::PerSampleChannel);
+  const auto count = static_cast<double>(x.shape().spatial_size());
+  Tensor y = backend().norm_apply(x, sums, count, table().value(gamma_), table().value(beta_), epsilon_,
+                                  NormGroups::PerSampleChannel);
+  if (mode == Mode::Train) {
+    x_ = std::move(x);
+    sums_ = std::move(sums);
+  } else {
+    x_ = sums_ = Tensor();
+  }
+  return y;
 }
 
-std::vector<Tensor> InstanceNorm::backward(const Tensor& dy_any) {
+std::vector<Tensor> InstanceNorm::backward(Tensor dy_any) {
+  if (!x_.defined()) throw std::logic_error(name() + ": backward needs a forward in Mode::Train first");
   const Tensor x = std::move(x_), forward_sums = std::move(sums_);  // for this backward only
   Tensor dy = backend().to_plain(dy_any);
   const auto count = static_cast<double>(x.shape().spatial_size());

@@ -35,13 +35,13 @@ void Linear::initialize(Rng& rng) {
 }
 
 Tensor Linear::forward(const std::vector<Tensor>& inputs, Mode mode) {
-  (void)mode;
-  x_ = inputs.at(0);
+  x_ = mode == Mode::Train ? inputs.at(0) : Tensor();  // inference keeps nothing
   Tensor b = bias_ ? table().value(bias_h_) : Tensor();
-  return kernel_->forward(x_, table().value(weight_), bias_ ? &b : nullptr);
+  return kernel_->forward(inputs.at(0), table().value(weight_), bias_ ? &b : nullptr, mode);
 }
 
-std::vector<Tensor> Linear::backward(const Tensor& dy) {
+std::vector<Tensor> Linear::backward(Tensor dy) {
+  if (!x_.defined()) throw std::logic_error(name() + ": backward needs a forward in Mode::Train first");
   const Tensor x = std::move(x_);  // kept for this backward only: it goes when backward returns
   Tensor dw = table().gradient(weight_);
   Tensor db = bias_ ? table().gradient(bias_h_) : Tensor();

@@ -36,7 +36,7 @@ Tensor Pooling::forward(const std::vector<Tensor>& inputs, Mode mode) {
   return kernel_->forward(inputs.at(0), mode);
 }
 
-std::vector<Tensor> Pooling::backward(const Tensor& dy) { return {kernel_->backward(dy)}; }
+std::vector<Tensor> Pooling::backward(Tensor dy) { return {kernel_->backward(dy)}; }
 
 std::string GlobalAveragePooling::kind() const { return "GlobalAvgPool"; }
 
@@ -65,6 +65,6 @@ Tensor GlobalAveragePooling::forward(const std::vector<Tensor>& inputs, Mode mod
   return kernel_->forward(inputs[0], mode);
 }
 
-std::vector<Tensor> GlobalAveragePooling::backward(const Tensor& dy) { return {kernel_->backward(dy)}; }
+std::vector<Tensor> GlobalAveragePooling::backward(Tensor dy) { return {kernel_->backward(dy)}; }
 
 }  // namespace fanstore::trainer

@@ -20,7 +20,7 @@ Tensor Add::forward(const std::vector<Tensor>& inputs, Mode mode) {
   return backend().add(inputs);
 }
 
-std::vector<Tensor> Add::backward(const Tensor& dy) { return std::vector<Tensor>(inputs_, dy); }
+std::vector<Tensor> Add::backward(Tensor dy) { return std::vector<Tensor>(inputs_, dy); }
 
 // ---- Concat ----
 
@@ -45,7 +45,7 @@ Tensor Concat::forward(const std::vector<Tensor>& inputs, Mode mode) {
   return backend().concat_channels(inputs);
 }
 
-std::vector<Tensor> Concat::backward(const Tensor& dy) { return backend().split_channels(dy, channels_); }
+std::vector<Tensor> Concat::backward(Tensor dy) { return backend().split_channels(dy, channels_); }
 
 // ---- Dropout ----
 
@@ -65,7 +65,7 @@ Tensor Dropout::forward(const std::vector<Tensor>& inputs, Mode mode) {
   return backend().dropout(inputs[0], last_);
 }
 
-std::vector<Tensor> Dropout::backward(const Tensor& dy) {
+std::vector<Tensor> Dropout::backward(Tensor dy) {
   if (identity_) return {dy};
   return {backend().dropout(dy, last_)};
 }
@@ -84,6 +84,6 @@ Tensor Flatten::forward(const std::vector<Tensor>& inputs, Mode mode) {
   return backend().to_plain(inputs[0]).reshaped(output_shape({input_shape_}));
 }
 
-std::vector<Tensor> Flatten::backward(const Tensor& dy) { return {backend().to_plain(dy).reshaped(input_shape_)}; }
+std::vector<Tensor> Flatten::backward(Tensor dy) { return {backend().to_plain(dy).reshaped(input_shape_)}; }
 
 }  // namespace fanstore::trainer

@@ -13,7 +13,7 @@ class Activation final : public Layer {
   std::string kind() const override;
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
 
  private:
   EltwiseSpec spec_;

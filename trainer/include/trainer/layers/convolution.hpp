@@ -19,7 +19,7 @@ class Convolution final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
   const ConvolutionSpec& spec() const { return spec_; }
 
  private:

@@ -14,7 +14,7 @@ class Linear final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
 
  private:
   void declare_parameters() override;

@@ -19,7 +19,7 @@ class BatchNorm final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
   float epsilon() const { return epsilon_; }
   float momentum() const { return momentum_; }
 
@@ -44,7 +44,7 @@ class InstanceNorm final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
   float epsilon() const { return epsilon_; }
 
  private:

@@ -17,7 +17,7 @@ class Pooling final : public Layer {
   std::string kind() const override;
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
   const PoolingSpec& spec() const { return spec_; }
 
  private:
@@ -33,7 +33,7 @@ class GlobalAveragePooling final : public Layer {
   std::string kind() const override;
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
 
  private:
   Shape built_for_;

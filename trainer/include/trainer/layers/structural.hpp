@@ -15,7 +15,7 @@ class Add final : public Layer {
   std::string kind() const override { return "Add"; }
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
 
  private:
   std::size_t inputs_;
@@ -28,7 +28,7 @@ class Concat final : public Layer {
   std::string kind() const override { return "Concat"; }
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
 
  private:
   std::vector<std::int64_t> channels_;  // of each input in the last forward
@@ -45,7 +45,7 @@ class Dropout final : public Layer {
   std::string kind() const override { return "Dropout"; }
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
   void set_step(std::uint64_t step) override { step_ = step; }
   // Restarts the mask sequence at step 0 (finite-difference tests need the same mask every forward).
   void reseed(std::uint64_t seed) {
@@ -71,7 +71,7 @@ class Flatten final : public Layer {
   std::string kind() const override { return "Flatten"; }
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
-  std::vector<Tensor> backward(const Tensor& dy) override;
+  std::vector<Tensor> backward(Tensor dy) override;
 
  private:
   Shape input_shape_;
