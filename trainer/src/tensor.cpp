@@ -91,6 +91,8 @@ std::shared_ptr<Storage> Storage::host(std::size_t bytes) {
 
 void Storage::release_kept_host() { large_blocks().release_kept(); }
 std::size_t Storage::host_bytes_in_use() { return large_blocks().bytes_in_use(); }
+std::size_t Storage::host_peak_bytes() { return large_blocks().peak_bytes_in_use(); }
+std::size_t Storage::host_bytes_kept() { return large_blocks().bytes_kept(); }
 
 Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
                           std::shared_ptr<const NativeLayout> layout, std::size_t byte_offset) {

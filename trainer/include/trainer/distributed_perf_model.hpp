@@ -65,7 +65,7 @@ struct PerformanceModelOptions {
   bool sync_bn = false;           // batch-norm statistics over every rank
   bool overlap = true;            // interior computed while halos travel
   bool shard_state = true;        // optimizer state and gradients split over the spatial group (ZeRO stage 2)
-  double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries)
+  double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries): the runtime's least
 };
 
 struct GridPrediction {
@@ -79,10 +79,12 @@ struct GridPrediction {
   double reduction_s = 0;       // statistics, global pooling, dense-head partial sums, loss
   double allreduce_s = 0;       // gradient allreduce not hidden behind backward, and the gather of sharded updates
   double step_s = 0;
-  double measured_s = 0;       // a tried grid's measured step (--grid auto tries the best predictions); 0 if not tried
-  double memory_bytes = 0;     // per rank
-  double halo_bytes = 0;       // received per step by the busiest rank (forward + reverse)
-  double allreduce_bytes = 0;  // gradient bytes each rank reduces per step
+  double measured_s = 0;        // a tried grid's measured step (--grid auto tries the best predictions); 0 if not tried
+  double memory_bytes = 0;      // per rank
+  double activation_bytes = 0;  // of memory_bytes: the activations at their peak (the input slab apart)
+  double runtime_bytes = 0;     // of memory_bytes: the runtime's own (runtime_rss_bytes, at least the base)
+  double halo_bytes = 0;        // received per step by the busiest rank (forward + reverse)
+  double allreduce_bytes = 0;   // gradient bytes each rank reduces per step
   // Split layers predicted faster as one kernel after their halo than in overlapping pieces (the run
   // follows this: DistributedOptions::one_kernel_layers).
   std::vector<std::string> one_kernel_layers;
@@ -114,6 +116,8 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
 
 // The peak resident set of this process (getrusage), in bytes.
 double peak_rss_bytes();
+// Resident bytes now, less the host tensors' blocks (in use or kept for reuse): the runtime's own.
+double runtime_rss_bytes();
 // The peak virtual size (VmPeak of /proc/self/status: what `ulimit -v` limits), in bytes; 0 if unknown.
 double peak_virtual_bytes();
 

@@ -40,6 +40,10 @@ class Layer {
 
   virtual Tensor forward(const std::vector<Tensor>& inputs, Mode mode) = 0;
   virtual std::vector<Tensor> backward(Tensor dy) = 0;
+  // What a Mode::Train forward keeps until its backward, besides parameters, on the CPU backend: its first
+  // input, its output or nothing (the performance model's memory estimate reads it).
+  enum class Saves { kNothing, kInput, kOutput };
+  virtual Saves saves() const { return Saves::kNothing; }
   // Whether backward must return its inputs' gradient. Off for a layer on the model input in training
   // (nothing reads that gradient, and a first convolution's data gradient over few channels is among the
   // slowest kernels of a step); a layer may then return undefined tensors (Convolution does).

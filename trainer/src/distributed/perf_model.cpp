@@ -99,6 +99,47 @@ std::vector<Shape> timing_inputs(const Model& model, const SpatialPlan& plan, No
 
 double bytes_of(const Shape& s) { return static_cast<double>(s.numel()) * kFloat; }
 
+// The most activation bytes alive at once in a training step, from what each layer keeps (Layer::saves).
+// Forward: the kept tensors so far, the outputs still to be read, and the new output. Backward: the kept
+// tensors of the layers not yet done, the layer's dy and its dx (an activation writes dx over dy). A kept
+// output goes with the backward of its earliest keeper (the last to run). out: each node's local output
+// bytes (the input batch, node 0, is counted apart); copies: the haloed input a split convolution keeps
+// instead of its producer's output.
+double activation_peak_bytes(const Model& model, const std::vector<double>& out, const std::vector<double>& copies) {
+  const NodeId nodes = model.node_count();
+  std::vector<NodeId> freed_by(nodes, nodes);  // `nodes`: no layer keeps it
+  for (NodeId id = 1; id < nodes; ++id) {
+    const Layer::Saves saves = model.node_layer(id)->saves();
+    const NodeId producer = model.node_inputs(id).at(0);
+    if (saves == Layer::Saves::kOutput) freed_by[id] = std::min(freed_by[id], id);
+    if (saves == Layer::Saves::kInput && copies[id] == 0 && producer != 0)
+      freed_by[producer] = std::min(freed_by[producer], id);
+  }
+  freed_by[model.output_node()] = std::min(freed_by[model.output_node()], model.output_node());  // kept to backward
+  std::vector<double> frees(nodes, 0.0);
+  double peak = 0, kept = 0;
+  for (NodeId id = 1; id < nodes; ++id) {
+    double unread = 0;
+    for (NodeId k = 1; k < id; ++k)
+      if (freed_by[k] == nodes && model.last_readers()[k] >= id) unread += out[k];
+    kept += copies[id];
+    frees[id] += copies[id];
+    peak = std::max(peak, kept + unread + out[id]);
+    if (freed_by[id] < nodes) {
+      kept += out[id];
+      frees[freed_by[id]] += out[id];
+    }
+  }
+  for (NodeId id = nodes - 1; id >= 1; --id) {
+    double dx = 0;
+    if (model.node_layer(id)->saves() != Layer::Saves::kOutput)
+      for (NodeId in : model.node_inputs(id)) dx += in == 0 ? 0.0 : out[in];  // none for the model input in training
+    peak = std::max(peak, kept + out[id] + dx);
+    kept -= frees[id];
+  }
+  return peak;
+}
+
 // The layers the run gives a SplitWindowed op (distributed_model.cpp): windowed, on a split input.
 bool split_windowed(const Model& model, const SpatialPlan& plan, NodeId id) {
   return plan.node(id).window && plan.node(model.node_inputs(id).at(0)).placement == Placement::kSplit;
@@ -380,6 +421,10 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     ++index;
   }
   world.sum(times.data(), times.size());
+  // What a rank holds besides its tensors once every layer has run (oneDNN's code, primitives and scratchpad,
+  // MPI's buffers): more than before the model, which is all the base saw.
+  double runtime[1] = {std::max(o.base_memory_bytes, runtime_rss_bytes())};
+  world.max(runtime, 1);
   index = 0;
   for (const auto& [k, item] : work) {
     timer.remember(k, {times[2 * index], times[2 * index + 1]});
@@ -399,7 +444,10 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     const int spatial = grid.spatial_ranks(), ranks = grid.ranks();
     const std::int64_t n = p.batch_per_group;
     const std::vector<int> origin(grid.spatial.size(), 0);
-    double forward = 0, backward = 0, activations = 0, largest = 0, saved_inputs = 0;
+    double forward = 0, backward = 0;
+    // Per node: its local output's bytes, and the haloed copy of its input a split convolution keeps.
+    std::vector<double> outputs(model.node_count(), 0.0), copies(model.node_count(), 0.0);
+    outputs[0] = bytes_of(local_output(model, plan, 0, origin, n));
     for (NodeId id = 1; id < model.node_count(); ++id) {
       const Layer& layer = *model.node_layer(id);
       const auto shapes = timing_inputs(model, plan, id, origin, n);
@@ -429,9 +477,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       }
       forward += c.forward_s;
       backward += c.backward_s;
-      const double out_bytes = bytes_of(local_output(model, plan, id, origin, n));
-      activations += out_bytes;
-      largest = std::max(largest, out_bytes);
+      outputs[id] = bytes_of(local_output(model, plan, id, origin, n));
       const NodePlacement& node = plan.node(id);
       const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
       // Redistributions into this layer: the busiest rank's receipts (there and back).
@@ -463,8 +509,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
             const auto coords = grid_coords(grid, r);
             const HaloPlan halo = node_halo(plan, id, coords);
             const double unit = static_cast<double>(n) * channels * kFloat;
+            if (!halo.exchanges() || plan.reads_loaded_input(id)) continue;  // it reads its input as it came
             worst_saved = std::max(worst_saved, static_cast<double>(halo.local.volume()) * unit);
-            if (!halo.exchanges() || plan.reads_loaded_input(id)) continue;
             const double received = static_cast<double>(halo.halo_volume()) * unit;
             const double sent = static_cast<double>(halo.send_volume()) * unit;
             const double transfer = halo_transfer_s(halo, unit, costs);
@@ -488,7 +534,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
           p.halo_s += worst_exposed;
           p.copy_s += worst_copy;
           p.halo_bytes += worst_bytes;
-          saved_inputs += worst_saved;
+          if (layer.saves() == Layer::Saves::kInput) copies[id] = worst_saved;
         } else if (dynamic_cast<const BatchNorm*>(&layer)) {
           const double stats = 2 * channels * kDouble;
           p.reduction_s +=
@@ -522,11 +568,12 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     }
     p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
     // Parameters, gradients and the optimizer state (sharded: this rank's part of both, and the largest tensor's
-    // gradient on its way); every node's output kept for backward, the haloed inputs that windowed layers keep,
-    // and about two of the largest activations in flight in backward.
+    // gradient on its way), the input batch, and the activations at their peak.
     const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
                                 : (1 + o.optimizer_states) * parameter_bytes;
-    p.memory_bytes = o.base_memory_bytes + parameter_bytes + kept + activations + saved_inputs + 2 * largest;
+    p.activation_bytes = activation_peak_bytes(model, outputs, copies);
+    p.runtime_bytes = runtime[0];
+    p.memory_bytes = p.runtime_bytes + parameter_bytes + kept + outputs[0] + p.activation_bytes;
   }
   return out;
 }
@@ -587,6 +634,18 @@ double peak_virtual_bytes() {
     if (std::sscanf(line, "VmPeak: %lf kB", &kib) == 1) break;
   std::fclose(f);
   return kib * 1024.0;
+}
+
+double runtime_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  const double tensors = static_cast<double>(Storage::host_bytes_in_use() + Storage::host_bytes_kept());
+  return std::max(0.0, kib * 1024.0 - tensors);
 }
 
 double peak_rss_bytes() {

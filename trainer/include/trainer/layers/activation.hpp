@@ -14,6 +14,7 @@ class Activation final : public Layer {
   Shape output_shape(const std::vector<Shape>& inputs) const override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(Tensor dy) override;
+  Saves saves() const override { return Saves::kOutput; }
 
  private:
   EltwiseSpec spec_;

@@ -20,6 +20,7 @@ class Convolution final : public Layer {
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(Tensor dy) override;
+  Saves saves() const override { return Saves::kInput; }
   const ConvolutionSpec& spec() const { return spec_; }
 
  private:

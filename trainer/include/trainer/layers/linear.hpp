@@ -15,6 +15,7 @@ class Linear final : public Layer {
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(Tensor dy) override;
+  Saves saves() const override { return Saves::kInput; }
 
  private:
   void declare_parameters() override;

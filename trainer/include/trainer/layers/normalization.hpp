@@ -20,6 +20,7 @@ class BatchNorm final : public Layer {
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(Tensor dy) override;
+  Saves saves() const override { return Saves::kInput; }
   float epsilon() const { return epsilon_; }
   float momentum() const { return momentum_; }
 
@@ -45,6 +46,7 @@ class InstanceNorm final : public Layer {
   void initialize(Rng& rng) override;
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override;
   std::vector<Tensor> backward(Tensor dy) override;
+  Saves saves() const override { return Saves::kInput; }
   float epsilon() const { return epsilon_; }
 
  private:
