@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -198,8 +200,17 @@ TEST(ShardedGradients, EachRankKeepsTheSumOfItsPartOnly) {
     }
   }
   EXPECT_EQ(gradients.started_during_backward(), t.parameters().size());
-  // The optimizer steps on the part the table keeps.
+  // The optimizer steps on the part the table keeps and gathers the parts: every rank's values are whole,
+  // each moved by the learning rate times its summed gradient (SGD's first step: the momentum is the gradient).
+  const std::vector<float> before = t.read(Arena::Values);
   optimizer->step(t, 0.1f);
+  const std::vector<float> after = t.read(Arena::Values);
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    float sum = 0;
+    for (int r = 0; r < world().size(); ++r) sum += rank_gradient(r, i);
+    ASSERT_NEAR(after[i], before[i] - 0.1f * sum, 1e-6f * std::max(1.f, std::fabs(before[i]))) << "position " << i;
+  }
 }
 
 TEST(ShardedGradients, LargeTensorsGoInPiecesAcrossParts) {
