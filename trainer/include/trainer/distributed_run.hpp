@@ -33,6 +33,9 @@ class GridRun {
   // What this rank loads of every sample when the model runs split: its slab plus the first layer's
   // halo, and the labels of its output slab. Empty: whole samples.
   std::optional<SlabRead> slab_read() const;
+  // This rank's input (its box of each sample) and output (its output slab, or the whole output) shapes.
+  Shape local_input_shape() const;
+  Shape local_output_shape() const;
 
   // A batch's input (this rank's box of it, on the device: upload_input, InputFeed) through the model;
   // the output plain on the device.

@@ -11,9 +11,8 @@
 #include <sstream>
 
 #include "trainer/device_selection.hpp"
-#include "trainer/distributed_losses.hpp"
-#include "trainer/distributed_model.hpp"
 #include "trainer/distributed_perf_model.hpp"
+#include "trainer/distributed_run.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/optim.hpp"
 #include "trainer/random.hpp"
@@ -27,15 +26,15 @@ int spatial_rank_of(const std::string& model) { return model == "resnet50" ? 2 :
 
 // This rank's synthetic batch: its input box of random values, and targets the same on every rank of
 // the sample group (replicated outputs) or for its output slab (segmentation).
-data::Batch synthetic_slab_batch(const DistributedModel& dm, TaskKind task, std::uint64_t seed) {
+data::Batch synthetic_slab_batch(const GridRun& run, int rank, TaskKind task, std::uint64_t seed) {
   Rng shared(seed);
-  Rng mine(seed + 1000003u * static_cast<std::uint64_t>(const_cast<DistributedModel&>(dm).grid().world().rank() + 1));
+  Rng mine(seed + 1000003u * static_cast<std::uint64_t>(rank + 1));
   data::Batch b;
-  const Shape& in = dm.local_input_shape();
+  const Shape in = run.local_input_shape();
   b.input_shape = in.dims;
   b.input.resize(static_cast<std::size_t>(in.numel()));
   for (auto& v : b.input) v = static_cast<float>(mine.normal());
-  const Shape out = dm.local_output_shape();
+  const Shape out = run.local_output_shape();
   const auto classes = static_cast<std::uint64_t>(out[1]);
   if (task == TaskKind::Regression) {
     b.target_values.resize(static_cast<std::size_t>(out.numel()));
@@ -57,44 +56,40 @@ void write_error_line(const std::exception& error, std::ostream& err) {
   err.flush();
 }
 
-// Training steps of one rank on a grid with synthetic slab input: what --benchmark times, and what
-// --grid auto tries for its best predictions.
+// Training steps of one rank on a grid with synthetic slab input, through the training loop's GridRun: what
+// --benchmark times, and what --grid auto tries for its best predictions.
 class GridSteps {
  public:
   GridSteps(const std::string& model_name, ModelOptions mo, std::shared_ptr<Backend> backend,
             const ResolvedGrid& resolved, const GridOptions& g, std::uint64_t seed, Communicator& world)
       : world_(world), task_(task_for_model(model_name)) {
     model_ = build_model(model_name, std::move(backend), mo);
-    model_->set_input_gradient(false);  // as in training
     // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
     nccl_ = make_device_communicator(world, model_->backend());
-    Communicator& device_world = nccl_ ? *nccl_ : world;
-    grid_ = std::make_unique<ProcessGrid>(device_world, resolved.shape);
-    dm_ = std::make_unique<DistributedModel>(
-        *model_, *grid_, distributed_options(g, model_->input_shape().spatial_rank(), resolved.one_kernel_layers));
+    run_ = std::make_unique<GridRun>(*model_, nccl_ ? *nccl_ : world, resolved, g);
     optimizer_ = make_sgd(model_->parameters(), OptimizerOptions{});
-    if (g.shard_state) optimizer_->shard_over(grid_->spatial());
-    gradients_ = make_gradient_reduction(device_world, grid_.get(), model_->parameters(), *optimizer_, 25u << 20,
-                                         static_cast<std::size_t>(resolved.shape.samples));
-    dm_->set_gradient_ready_hook([this](const Layer& layer) { gradients_->on_layer_ready(layer); });
-    batch_ = synthetic_slab_batch(*dm_, task_, seed);
-    Tensor host = Tensor::zeros(dm_->local_input_shape());
+    run_->shard(*optimizer_);
+    gradients_ = run_->make_gradient_reduction(*optimizer_, 25u << 20);
+    run_->set_gradient_ready_hook([this](const Layer& layer) { gradients_->on_layer_ready(layer); });
+    batch_ = synthetic_slab_batch(*run_, world.rank(), task_, seed);
+    Tensor host = Tensor::zeros(run_->local_input_shape());
     std::copy(batch_.input.begin(), batch_.input.end(), host.data());
     x_ = model_->backend().to_device(host);
   }
 
-  DistributedModel& model() { return *dm_; }
+  const GridRun& run() const { return *run_; }
+  Backend& backend() { return model_->backend(); }
 
   void train_step() {
     model_->set_step(step_++);
-    Tensor y = dm_->forward(x_, Mode::Train);
-    LossResult loss = grid_task_loss(task_, *dm_, y, batch_);
+    Tensor y = run_->forward(x_, Mode::Train);
+    LossResult loss = run_->loss(task_, y, batch_);
     gradients_->begin_step();
-    dm_->backward(loss.gradient);
+    run_->backward(loss.gradient);
     gradients_->finish();
     optimizer_->step(model_->parameters(), 1e-4f);
   }
-  void infer_step() { dm_->forward(x_, Mode::Eval); }
+  void infer_step() { run_->forward(x_, Mode::Eval); }
 
   // Seconds for n calls of `step` on the slowest rank: every rank's queued kernels done (a GPU runs
   // asynchronously) and every rank here, before and after.
@@ -120,8 +115,7 @@ class GridSteps {
   TaskKind task_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Communicator> nccl_;
-  std::unique_ptr<ProcessGrid> grid_;
-  std::unique_ptr<DistributedModel> dm_;
+  std::unique_ptr<GridRun> run_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientReduction> gradients_;
   data::Batch batch_;
@@ -256,16 +250,16 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
     GridSteps steps(o.model, mo, std::move(backend), resolved, g, o.seed, world);
-    DistributedModel& dm = steps.model();
     if (world.rank() == 0)
       err << "benchmark: model " << o.model << " grid " << resolved.shape.to_string() << " batch per group "
-          << resolved.batch_per_group << " slab input " << dm.local_input_shape().to_string() << " steps " << o.steps
-          << " threads " << (o.threads > 0 ? std::to_string(o.threads) : std::string("default")) << std::endl;
+          << resolved.batch_per_group << " slab input " << steps.run().local_input_shape().to_string() << " steps "
+          << o.steps << " threads " << (o.threads > 0 ? std::to_string(o.threads) : std::string("default"))
+          << std::endl;
     steps.train_step();  // warm-up: the backend creates its primitives on first use
     const double train_s = steps.time(o.steps, [&] { steps.train_step(); });
     steps.infer_step();
     const double infer_s = steps.time(o.steps, [&] { steps.infer_step(); });
-    Backend& b = dm.model().backend();
+    Backend& b = steps.backend();
 
     double peak[2] = {peak_rss_bytes(), peak_virtual_bytes()};
     world.max(peak, 2);

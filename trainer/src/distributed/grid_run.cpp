@@ -29,6 +29,10 @@ std::optional<SlabRead> GridRun::slab_read() const {
   return r;
 }
 
+Shape GridRun::local_input_shape() const { return split_ ? split_->local_input_shape() : model_.input_shape(); }
+
+Shape GridRun::local_output_shape() const { return split_ ? split_->local_output_shape() : model_.output_shape(); }
+
 Tensor GridRun::forward(const Tensor& input, Mode mode) {
   if (!split_) return model_.forward(input, mode);
   return split_->forward(input, mode);
