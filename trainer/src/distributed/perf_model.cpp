@@ -625,27 +625,27 @@ std::string explain_table(const std::vector<GridPrediction>& predictions, const 
   return s.str();
 }
 
-double peak_virtual_bytes() {
+namespace {
+
+// A "Name: N kB" line of /proc/self/status, in bytes (0 if absent).
+double status_bytes(const char* format) {
   std::FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return 0;
   char line[256];
   double kib = 0;
   while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmPeak: %lf kB", &kib) == 1) break;
+    if (std::sscanf(line, format, &kib) == 1) break;
   std::fclose(f);
   return kib * 1024.0;
 }
 
+}  // namespace
+
+double peak_virtual_bytes() { return status_bytes("VmPeak: %lf kB"); }
+
 double runtime_rss_bytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  double kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
-  std::fclose(f);
   const double tensors = static_cast<double>(Storage::host_bytes_in_use() + Storage::host_bytes_kept());
-  return std::max(0.0, kib * 1024.0 - tensors);
+  return std::max(0.0, status_bytes("VmRSS: %lf kB") - tensors);
 }
 
 double peak_rss_bytes() {
