@@ -122,7 +122,8 @@ TEST(PerfModel, ActivationPeakIsWhatATrainingStepHolds) {
     auto single = make_single_process_communicator();
     PerformanceModelOptions options;
     options.global_batch = 1;
-    const auto p = predict_grids(*model, {GridShape{1, {1, 1, 1}}}, options, MachineCosts{}, *single);
+    const GridShape serial{1, std::vector<int>(static_cast<std::size_t>(model->input_shape().spatial_rank()), 1)};
+    const auto p = predict_grids(*model, {serial}, options, MachineCosts{}, *single);
     ASSERT_EQ(p.at(0).invalid, "");
     Tensor x = Tensor::zeros(model->input_shape());
     Tensor dy = Tensor::zeros(model->output_shape());

@@ -103,7 +103,7 @@ Tensor Model::forward(const Tensor& x, Mode mode) {
 
 void Model::accumulate(Tensor& slot, const Tensor& gradient) {
   if (!slot.defined()) {
-    slot = gradient;  // shared, never modified in place
+    slot = gradient;  // shared: written over in place only once nothing else holds it (Tensor::sole_owner)
     return;
   }
   slot = backend_->add({slot, gradient});

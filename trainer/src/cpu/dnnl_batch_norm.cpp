@@ -30,7 +30,7 @@ class DnnlBatchNorm final : public BatchNormKernel {
   }
 
   Tensor backward(const Tensor& dy, const Tensor& gamma, Tensor& dgamma, Tensor& dbeta) override {
-    if (!bwd_) throw std::logic_error("batch norm: backward called before forward");
+    if (!bwd_ || !x_.defined()) throw std::logic_error("batch norm: backward needs a forward first");
     Tensor diff_dst = dy_reorder_.to(dy, key_, ctx_);
     Tensor dx = tensor_for(x_.shape(), bwd_pd_.diff_src_desc());
     bwd_->execute(ctx_.stream, {{DNNL_ARG_SRC, memory_of(x_, ctx_.engine)},
@@ -43,6 +43,7 @@ class DnnlBatchNorm final : public BatchNormKernel {
                                 {DNNL_ARG_DIFF_SRC, memory_of(dx, ctx_.engine)},
                                 {DNNL_ARG_DIFF_SCALE, memory_of(dgamma, ctx_.engine)},
                                 {DNNL_ARG_DIFF_SHIFT, memory_of(dbeta, ctx_.engine)}});
+    x_ = beta_ = mean_ = variance_ = Tensor();  // they serve one backward
     return dx;
   }
 

@@ -1,6 +1,7 @@
 // Batch normalisation on cuDNN (spatial mode; in training the persistent variant for half types in
 // channels-last), batch statistics out in the layer's terms (mean, biased variance).
 #include <stdexcept>
+#include <utility>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/cuda_layout_helpers.hpp"
@@ -42,19 +43,20 @@ class CudnnBatchNorm final : public BatchNormKernel {
   }
 
   Tensor backward(const Tensor& dy_any, const Tensor& gamma, Tensor& dgamma, Tensor& dbeta) override {
-    if (!x_.defined()) throw std::logic_error("batch norm: backward called before forward");
+    if (!x_.defined()) throw std::logic_error("batch norm: backward needs a forward first");
+    const Tensor x = std::move(x_);  // it serves one backward (freed stream-ordered, after the kernels below)
     const Tensor dy = prepared(backend_, *ctx_, dy_any);
-    Tensor dx = activation_zeros(backend_, *ctx_, x_.shape());
+    Tensor dx = activation_zeros(backend_, *ctx_, x.shape());
     if (mode_ == Mode::Eval) {
       // Statistics were constants: dx = gamma * inv * dy (cuDNN's backward assumes batch statistics).
-      const Shape& s = x_.shape();
-      kernels::batch_norm_fixed_backward(x_.dtype(), x_.raw(), dy.raw(), dx.raw(), gamma.data(), mean_.data(),
+      const Shape& s = x.shape();
+      kernels::batch_norm_fixed_backward(x.dtype(), x.raw(), dy.raw(), dx.raw(), gamma.data(), mean_.data(),
                                          variance_.data(), epsilon_, dgamma.data(), dbeta.data(), s[0], s[1],
-                                         s.rank() > 2 ? s.spatial_size() : 1, is_channels_last(x_), ctx_->stream());
+                                         s.rank() > 2 ? s.spatial_size() : 1, is_channels_last(x), ctx_->stream());
       return dx;
     }
     const float one = 1.f, zero = 0.f;
-    FS_CHECK(cudnnBatchNormalizationBackward(ctx_->cudnn(), bn_mode_, &one, &zero, &one, &zero, xd_.get(), x_.raw(),
+    FS_CHECK(cudnnBatchNormalizationBackward(ctx_->cudnn(), bn_mode_, &one, &zero, &one, &zero, xd_.get(), x.raw(),
                                              xd_.get(), dy.raw(), xd_.get(), dx.raw(), bnd_.get(), gamma.raw(),
                                              dgamma.raw(), dbeta.raw(), epsilon_, mean_.raw(), inv_std_.raw()));
     return dx;

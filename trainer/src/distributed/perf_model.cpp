@@ -21,6 +21,7 @@
 #include "trainer/layers/linear.hpp"
 #include "trainer/layers/normalization.hpp"
 #include "trainer/layers/pooling.hpp"
+#include "trainer/layers/structural.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -101,12 +102,14 @@ double bytes_of(const Shape& s) { return static_cast<double>(s.numel()) * kFloat
 
 // The most activation bytes alive at once in a training step, from what each layer keeps (Layer::saves).
 // Forward: the kept tensors so far, the outputs still to be read, and the new output. Backward: the kept
-// tensors of the layers not yet done, the layer's dy and its dx (an activation writes dx over dy). A kept
-// output goes with the backward of its earliest keeper (the last to run). out: each node's local output
-// bytes (the input batch, node 0, is counted apart); copies: the haloed input a split convolution keeps
-// instead of its producer's output.
+// tensors of the layers not yet done, the gradients waiting for their node's backward (several consumers
+// sum into one; an Add hands its dy to every input, alive until the last of them is done), and the new dx
+// (none for an activation, which writes it over dy). A kept output goes with the backward of its earliest
+// keeper (the last to run); the model's output stays to the end. out: each node's local output bytes (the
+// input batch, node 0, is counted apart); copies: the haloed input a split convolution keeps instead of
+// its producer's output.
 double activation_peak_bytes(const Model& model, const std::vector<double>& out, const std::vector<double>& copies) {
-  const NodeId nodes = model.node_count();
+  const NodeId nodes = model.node_count(), output = model.output_node();
   std::vector<NodeId> freed_by(nodes, nodes);  // `nodes`: no layer keeps it
   for (NodeId id = 1; id < nodes; ++id) {
     const Layer::Saves saves = model.node_layer(id)->saves();
@@ -115,26 +118,41 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
     if (saves == Layer::Saves::kInput && copies[id] == 0 && producer != 0)
       freed_by[producer] = std::min(freed_by[producer], id);
   }
-  freed_by[model.output_node()] = std::min(freed_by[model.output_node()], model.output_node());  // kept to backward
   std::vector<double> frees(nodes, 0.0);
   double peak = 0, kept = 0;
   for (NodeId id = 1; id < nodes; ++id) {
     double unread = 0;
     for (NodeId k = 1; k < id; ++k)
-      if (freed_by[k] == nodes && model.last_readers()[k] >= id) unread += out[k];
+      if (freed_by[k] == nodes && k != output && model.last_readers()[k] >= id) unread += out[k];
     kept += copies[id];
     frees[id] += copies[id];
     peak = std::max(peak, kept + unread + out[id]);
-    if (freed_by[id] < nodes) {
-      kept += out[id];
-      frees[freed_by[id]] += out[id];
-    }
+    if (freed_by[id] < nodes || id == output) kept += out[id];
+    if (freed_by[id] < nodes && id != output) frees[freed_by[id]] += out[id];
   }
+  std::vector<double> waiting(nodes, 0.0);  // gradient bytes held for each node until its backward
+  waiting[output] = out[output];
+  double held = out[output];
   for (NodeId id = nodes - 1; id >= 1; --id) {
+    const Layer& layer = *model.node_layer(id);
+    const auto& inputs = model.node_inputs(id);
+    const bool passes_dy = dynamic_cast<const Add*>(&layer) != nullptr;
     double dx = 0;
-    if (model.node_layer(id)->saves() != Layer::Saves::kOutput)
-      for (NodeId in : model.node_inputs(id)) dx += in == 0 ? 0.0 : out[in];  // none for the model input in training
-    peak = std::max(peak, kept + out[id] + dx);
+    if (layer.saves() != Layer::Saves::kOutput && !passes_dy)
+      for (NodeId in : inputs) dx += in == 0 ? 0.0 : out[in];  // none for the model input in training
+    peak = std::max(peak, kept + held + dx);
+    held -= waiting[id];
+    waiting[id] = 0;
+    // Where each input's gradient waits: an Add's one shared dy at its earliest input.
+    for (NodeId in : inputs) {
+      if (in == 0 || (passes_dy && in != *std::min_element(inputs.begin(), inputs.end()))) continue;
+      if (waiting[in] > 0) {
+        peak = std::max(peak, kept + held + out[in]);  // the sum of two, before both parts go
+      } else {
+        waiting[in] = out[in];
+        held += out[in];
+      }
+    }
     kept -= frees[id];
   }
   return peak;
