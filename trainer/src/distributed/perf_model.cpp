@@ -119,16 +119,20 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
       freed_by[producer] = std::min(freed_by[producer], id);
   }
   std::vector<double> frees(nodes, 0.0);
-  double peak = 0, kept = 0;
+  // Outputs no layer keeps, alive until their last reader has run (`read_by`: bytes that go there).
+  std::vector<double> read_by(nodes, 0.0);
+  double peak = 0, kept = 0, unread = 0;
   for (NodeId id = 1; id < nodes; ++id) {
-    double unread = 0;
-    for (NodeId k = 1; k < id; ++k)
-      if (freed_by[k] == nodes && k != output && model.last_readers()[k] >= id) unread += out[k];
     kept += copies[id];
     frees[id] += copies[id];
     peak = std::max(peak, kept + unread + out[id]);
+    unread -= read_by[id];
     if (freed_by[id] < nodes || id == output) kept += out[id];
     if (freed_by[id] < nodes && id != output) frees[freed_by[id]] += out[id];
+    if (freed_by[id] == nodes && id != output && model.last_readers()[id] > id) {
+      unread += out[id];
+      read_by[model.last_readers()[id]] += out[id];
+    }
   }
   std::vector<double> waiting(nodes, 0.0);  // gradient bytes held for each node until its backward
   waiting[output] = out[output];
@@ -144,8 +148,9 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
     held -= waiting[id];
     waiting[id] = 0;
     // Where each input's gradient waits: an Add's one shared dy at its earliest input.
+    const NodeId earliest = *std::min_element(inputs.begin(), inputs.end());
     for (NodeId in : inputs) {
-      if (in == 0 || (passes_dy && in != *std::min_element(inputs.begin(), inputs.end()))) continue;
+      if (in == 0 || (passes_dy && in != earliest)) continue;
       if (waiting[in] > 0) {
         peak = std::max(peak, kept + held + out[in]);  // the sum of two, before both parts go
       } else {
