@@ -5,7 +5,8 @@
 # logs to OUT_DIR/logs/spatial-*.log. Env: BUILD_DIR (default build/), MPIRUN (default: mpirun on PATH),
 # SPATIAL_PARTS (default "memory cap scaling model": rerun the timing parts alone at a quiet moment).
 #   memory   peak RSS (max over ranks) of one training step, batch 1, at 64^3 and 128^3: grids 1,2,1,1
-#            and 1,2,2,1 against one rank; and of a short training run that writes its checkpoint (64^3)
+#            and 1,2,2,1 (also with --shard-weights) against one rank; and of a short training run that writes
+#            its checkpoint (64^3)
 #   cap      CosmoFlow 128^3, one step, under a per-rank `ulimit -v` halfway between the 4-rank and the
 #            1-rank peak virtual size: one rank runs out of memory, 4 ranks (1,2,2,1) train
 #   scaling  one 64^3 sample per step on 1, 2, 4 ranks (spatial); global batch 2 and 4 on spatial, hybrid
@@ -40,14 +41,16 @@ launch() {
   if [ "$1" -gt 1 ]; then LAUNCH=("$MPIRUN" "${root_flag[@]}" --oversubscribe --bind-to none -np "$1"); fi
 }
 
-# bench NP GRID BATCH SIZE [prefix...]: one --benchmark run of $MODEL; prints "step_ms rss_bytes virtual_bytes samples_per_s"
-# or "error". The details line of grid_benchmark_command carries the step time and the peaks.
+# bench NP GRID BATCH SIZE [prefix...]: one --benchmark run of $MODEL (with the options in BENCH_FLAGS); prints
+# "step_ms rss_bytes virtual_bytes samples_per_s" or "error". The details line of grid_benchmark_command carries the
+# step time and the peaks.
+BENCH_FLAGS=()
 bench() {
-  local np=$1 grid=$2 batch=$3 size=$4 name="spatial-${MODEL}-$1-${2//,/x}-b$3-s$4"
+  local np=$1 grid=$2 batch=$3 size=$4 name="spatial-${MODEL}-$1-${2//,/x}-b$3-s$4${BENCH_FLAGS[*]// /}"
   shift 4
   launch "$np"
   local cmd=("${LAUNCH[@]}" "$TRAIN" --model "$MODEL" --benchmark "$STEPS" --grid "$grid" --batch "$batch"
-    --input-size "$size" --threads 1)
+    --input-size "$size" --threads 1 "${BENCH_FLAGS[@]}")
   # stdin from /dev/null: mpirun forwards stdin to rank 0 and would eat a calling loop's input.
   if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo error; return; fi
   local step rss vm rate
@@ -81,6 +84,15 @@ for size in 64 128; do
     record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
     log "memory ${size}^3 $grid: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
   done
+  # The weights sharded too (ZeRO stage 3, off by default).
+  part memory || continue
+  BENCH_FLAGS=(--shard-weights)
+  read -r _ rss _ _ <<<"$(bench 4 1,2,2,1 1 $size)"
+  BENCH_FLAGS=()
+  case_name="peak RSS per rank, ${size}^3 batch 1, grid 1,2,2,1 (4 ranks) with --shard-weights"
+  record "$case_name" spatial MiB lower "$(mib "$rss")"
+  record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
+  log "memory ${size}^3 1,2,2,1 --shard-weights: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
 done
 
 # Training holds more than a benchmark step: the loss guard's last good values and, at the end, the checkpoint

@@ -125,29 +125,41 @@ resnet50_grid)
     "abs($a - $b) <= 1e-4 * abs($a) and 0 <= $acc <= 1"
   ;;
 sharded_state)
-  # Optimizer state and gradients sharded over the spatial group (the default: ZeRO stage 2) vs not
-  # (--no-shard-state: the allreduce of whole gradients): Adam, 5 steps of CosmoFlow 32^3 on 1,2,2,1, per-step losses
-  # within 1e-6 (the sums run in another order), and checkpoints that resume serially to the same sixth loss;
-  # then 4 steps on 2,1,2,1 (two sample groups) likewise.
+  # Optimizer state and gradients sharded over the spatial group (the default: ZeRO stage 2), the weights too
+  # (--shard-weights: stage 3), vs not (--no-shard-state: the allreduce of whole gradients): Adam, 5 steps of
+  # CosmoFlow 32^3 on 1,2,2,1, per-step losses within 1e-6 (the sums run in another order), and checkpoints that
+  # resume to the same sixth loss (serially; stage 3's on its grid with its weights sharded); then 4 steps on
+  # 2,1,2,1 (two sample groups) likewise.
   "$datagen" cosmoflow -o data --samples 12 --size 32 --seed 4 --val-fraction 0 > /dev/null
   common=(--model cosmoflow --data data/train --epochs 1 --lr 0.001 --optimizer adam --seed 5
           --prefetch-threads 1 --threads 1)
   mpirun_n 4 "$train" "${common[@]}" --batch 2 --grid 1,2,2,1 --max-steps 5 --no-shard-state --checkpoint whole > /dev/null
   mpirun_n 4 "$train" "${common[@]}" --batch 2 --grid 1,2,2,1 --max-steps 5 --checkpoint sharded > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --batch 2 --grid 1,2,2,1 --max-steps 5 --shard-weights --checkpoint weights \
+    > /dev/null
   compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
+  compare_losses whole/metrics.jsonl weights/metrics.jsonl 1e-6
   echo "peak RSS per rank: whole state $(summary peak_rss_bytes whole/metrics.jsonl) B," \
-    "sharded $(summary peak_rss_bytes sharded/metrics.jsonl) B"
+    "sharded $(summary peak_rss_bytes sharded/metrics.jsonl) B, weights too $(summary peak_rss_bytes weights/metrics.jsonl) B"
   check "checkpoints of the same size" "$(stat -c %s whole/checkpoint.bin) == $(stat -c %s sharded/checkpoint.bin)"
+  cmp sharded/checkpoint.bin weights/checkpoint.bin  # the same values and state, gathered another way
   for run in whole sharded; do "$train" "${common[@]}" --batch 2 --checkpoint "$run" --resume --max-steps 6 > /dev/null 2>&1; done
+  mpirun_n 4 "$train" "${common[@]}" --batch 2 --grid 1,2,2,1 --shard-weights --checkpoint weights --resume \
+    --max-steps 6 > /dev/null 2>&1
   compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
+  compare_losses whole/metrics.jsonl weights/metrics.jsonl 1e-6
   # Two sample groups: each part's sum over its group, then over the groups.
   mpirun_n 4 "$train" "${common[@]}" --grid 2,1,2,1 --batch 1 --max-steps 4 --no-shard-state --checkpoint whole2 > /dev/null
   mpirun_n 4 "$train" "${common[@]}" --grid 2,1,2,1 --batch 1 --max-steps 4 --checkpoint sharded2 > /dev/null
+  mpirun_n 4 "$train" "${common[@]}" --grid 2,1,2,1 --batch 1 --max-steps 4 --shard-weights --checkpoint weights2 \
+    > /dev/null
   compare_losses whole2/metrics.jsonl sharded2/metrics.jsonl 1e-6
+  compare_losses whole2/metrics.jsonl weights2/metrics.jsonl 1e-6
   ;;
 sharded_rollback)
   # A NaN written into a weight after step 3 on 1,2,2,1: every rank rolls back (with sharded state each
-  # restores its part of the values and the parts are shared again), with or without sharding the same run.
+  # restores its part of the values and the parts are shared again), with or without sharding the same run;
+  # with the weights sharded too the NaN is in one rank's part, and every rank sees it.
   "$datagen" cosmoflow -o data --samples 12 --size 32 --seed 4 --val-fraction 0 > /dev/null
   common=(--model cosmoflow --data data/train --epochs 1 --batch 2 --lr 0.001 --optimizer adam --seed 5
           --prefetch-threads 1 --threads 1 --grid 1,2,2,1 --inject-nan-at-step 3)
@@ -157,6 +169,9 @@ sharded_rollback)
   rollbacks=$(summary rollbacks sharded/metrics.jsonl)
   check "sharded: $rollbacks rollback" "$rollbacks == 1"
   compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
+  mpirun_n 4 "$train" "${common[@]}" --shard-weights --checkpoint weights > /dev/null 2>&1
+  check "weights sharded: $(summary rollbacks weights/metrics.jsonl) rollback" "$(summary rollbacks weights/metrics.jsonl) == 1"
+  compare_losses whole/metrics.jsonl weights/metrics.jsonl 1e-6
   ;;
 resume_across_grids)
   # A checkpoint written on 1,2,2,1 (sharded state, batch 2) after 2 steps resumes on 2,1,1,1 (2 groups of

@@ -1,7 +1,8 @@
 // Optimizer state sharded over the ranks (ZeRO stage 1): every optimizer, after several steps on the
 // same gradients, leaves exactly the values and state of the unsharded one; the gathered state makes
 // the same checkpoint, and that checkpoint resumes sharded or not. Gradients sharded too (ZeRO stage 2):
-// each rank keeps the sum of its part only, over its group and then over the replica groups.
+// each rank keeps the sum of its part only, over its group and then over the replica groups. Weights sharded
+// too (ZeRO stage 3): a layer's weights are whole only between its gather and drop, and the same steps follow.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -75,6 +77,72 @@ TEST(ShardedState, EveryOptimizerUpdatesExactlyAsUnsharded) {
   }
 }
 
+// The values a rank reads of parameter `h` while its layer's weights are gathered.
+std::vector<float> gathered(ParameterTable& t, const Layer& layer, std::size_t k) {
+  t.gather_values(layer.parameter_handles());
+  const Tensor v = t.backend().to_host(t.value(layer.parameter_handles()[k]));
+  std::vector<float> out(v.data(), v.data() + v.numel());
+  t.drop_values(layer.parameter_handles());
+  return out;
+}
+
+TEST(ShardedWeights, LayersAreWholeOnlyWhileGatheredAndStepsMatch) {
+  for (const std::string kind : {"sgd", "lars"}) {
+    auto plain = small_model(), sharded = small_model();
+    OptimizerOptions o;
+    o.kind = kind;
+    auto a = make_optimizer(plain->parameters(), o), b = make_optimizer(sharded->parameters(), o);
+    b->shard_over(world());
+    ParameterTable& t = sharded->parameters();
+    t.keep_value_part(world(), b->parts());
+    const Layer& conv = *sharded->node_layer(1);
+    ASSERT_EQ(conv.parameter_handles().size(), 2u);
+    EXPECT_EQ(t.value_part(), b->part());
+    EXPECT_EQ(static_cast<std::size_t>(t.arena(Arena::Values).numel()), b->part().size());
+    if (world().size() > 1) {
+      EXPECT_THROW(t.value(conv.parameter_handles()[0]), std::logic_error) << "read outside a gather";
+    }
+    for (int step = 0; step < 3; ++step) {
+      set_gradients(plain->parameters(), step);
+      set_gradients(t, step);
+      a->step(plain->parameters(), 0.05f);
+      b->step(t, 0.05f);
+    }
+    // The whole arena read (collective) and each layer's gathered weights are the unsharded run's.
+    const std::vector<float> whole = plain->parameters().read(Arena::Values);
+    EXPECT_EQ(t.read(Arena::Values), whole) << kind;
+    for (std::size_t k = 0; k < 2; ++k) {
+      const auto& e = t.parameters()[conv.parameter_handles()[k].index];
+      const std::vector<float> expected(whole.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                                        whole.begin() + static_cast<std::ptrdiff_t>(e.offset) + e.shape.numel());
+      EXPECT_EQ(gathered(t, conv, k), expected) << kind << " " << e.name;
+    }
+    EXPECT_TRUE(t.all_values_finite());
+  }
+}
+
+TEST(ShardedWeights, WritesKeepTheOwnPartAndANaNAnywhereIsSeenEverywhere) {
+  auto m = small_model();
+  ParameterTable& t = m->parameters();
+  auto optimizer = make_optimizer(t, OptimizerOptions{});
+  optimizer->shard_over(world());
+  t.keep_value_part(world(), optimizer->parts());
+  std::vector<float> whole(t.parameter_count());
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i) * 0.5f;
+  t.write(Arena::Values, whole);
+  EXPECT_EQ(t.read(Arena::Values), whole);
+  const Layer& fc = *m->node_layer(m->output_node());
+  const auto& e = t.parameters()[fc.parameter_handles()[0].index];
+  EXPECT_EQ(gathered(t, fc, 0)[3], whole[e.offset + 3]);
+  // A NaN in the last rank's part only: every rank's answer is no.
+  if (world().rank() == world().size() - 1) {
+    Tensor last = t.arena(Arena::Values).slice(static_cast<std::size_t>(t.arena(Arena::Values).numel()) - 1, Shape{1});
+    t.backend().fill(last, std::numeric_limits<float>::quiet_NaN());
+  }
+  EXPECT_FALSE(t.all_values_finite());
+  EXPECT_THROW(t.write(Arena::Values, std::vector<float>(3)), std::invalid_argument);
+}
+
 TEST(ShardedState, PartsTileTheArena) {
   auto m = small_model();
   const ParameterTable& t = m->parameters();
@@ -113,7 +181,7 @@ TEST(ShardedState, ACheckpointOfShardedStateResumesShardedOrNot) {
   std::uint64_t size = 0;
   std::vector<char> bytes;
   if (world().rank() == 0) {
-    save_checkpoint(path, *trained, *optimizer, state, TrainingPosition{});
+    save_checkpoint(path, *trained, *optimizer, trained->parameters().read(Arena::Values), state, TrainingPosition{});
     bytes = read_checkpoint_file(path);
     std::filesystem::remove(path);
     size = bytes.size();

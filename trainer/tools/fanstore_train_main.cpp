@@ -115,6 +115,11 @@ int main(int argc, char** argv) {
                "On a spatial grid: each rank of a spatial group keeps the gradients and optimizer state of, and "
                "updates, only its part of the parameters, then the parts are gathered (ZeRO stage 2)")
       ->capture_default_str();
+  app.add_flag("--shard-weights,!--no-shard-weights", train.grid.shard_weights,
+               "With --shard-state: each rank keeps only its part of the weights as well, and a layer's weights are "
+               "gathered over the spatial group while it runs (ZeRO stage 3): less memory where activations, not "
+               "one large layer, make the peak; a gather per layer forward and backward")
+      ->capture_default_str();
   app.add_option("--trainers", train.tournament.trainers,
                  "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "
                  "disjoint data, that meet every --ltfb-interval steps and keep the better model (1 = no tournament)")

@@ -84,15 +84,16 @@ struct GridShape {
 };
 
 // fanstore-train's grid options (--grid, --explain, --sync-bn, --halo-overlap, --layer-split,
-// --shard-state).
+// --shard-state, --shard-weights).
 struct GridOptions {
   std::string grid;      // "S,D,H,W" / "S,H,W", "auto", or empty (data parallelism over every rank)
   bool explain = false;  // with "auto": print every candidate's prediction and stop
   bool sync_bn = false;
-  bool overlap = true;      // interior computation while halos travel
-  std::string layer_split;  // --layer-split "NAME=D,H,W;...": parts per layer instead of the default plan's
-  bool shard_state = true;  // gradients and optimizer state sharded over the spatial group (ZeRO stage 2)
-  int auto_trials = 3;      // --grid auto: how many of the best predictions run three steps to choose from
+  bool overlap = true;         // interior computation while halos travel
+  std::string layer_split;     // --layer-split "NAME=D,H,W;...": parts per layer instead of the default plan's
+  bool shard_state = true;     // gradients and optimizer state sharded over the spatial group (ZeRO stage 2)
+  bool shard_weights = false;  // with shard_state, the weights too, gathered per layer as it runs (stage 3)
+  int auto_trials = 3;         // --grid auto: how many of the best predictions run three steps to choose from
 };
 
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.

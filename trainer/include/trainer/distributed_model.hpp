@@ -79,6 +79,10 @@ class DistributedModel {
   std::size_t kernels_of(const std::string& layer) const;
 
  private:
+  // run() with node id's layer's parameters gathered (ParameterTable::gather_values).
+  template <typename F>
+  auto with_values(NodeId id, F&& run);
+
   Model& model_;
   ProcessGrid& grid_;
   DistributedOptions options_;

@@ -65,6 +65,7 @@ struct PerformanceModelOptions {
   bool sync_bn = false;           // batch-norm statistics over every rank
   bool overlap = true;            // interior computed while halos travel
   bool shard_state = true;        // optimizer state and gradients split over the spatial group (ZeRO stage 2)
+  bool shard_weights = false;     // with shard_state, the weights too, gathered per layer (stage 3)
   double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries): the runtime's least
 };
 

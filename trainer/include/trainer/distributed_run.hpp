@@ -47,8 +47,9 @@ class GridRun {
   void accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
                          MetricSums& sums);
   // On a spatial grid with --shard-state (the default): the optimizer's state sharded over the
-  // spatial group (Optimizer::shard_over; make_gradient_reduction then shards the gradients too).
-  // Before the first step and before a resume.
+  // spatial group (Optimizer::shard_over; make_gradient_reduction then shards the gradients too), and
+  // with --shard-weights (the default) the weights (ParameterTable::keep_value_part). Before the first
+  // step and before a resume.
   void shard(Optimizer& optimizer);
   // The gradient averaging of a step (make_gradient_reduction): ZeRO stage 2 when shard() sharded the
   // optimizer, else the bucketed allreduce over every rank divided by the sample groups (each sample
@@ -61,7 +62,7 @@ class GridRun {
   GridShape shape_;
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<DistributedModel> split_;
-  bool shard_state_ = false;
+  bool shard_state_ = false, shard_weights_ = false;
 };
 
 }  // namespace fanstore::trainer

@@ -13,6 +13,7 @@
 namespace fanstore::trainer {
 
 class Backend;
+class Communicator;
 
 struct ParameterEntry {
   std::string name;    // PyTorch state_dict name, e.g. "layer1.0.conv1.weight"
@@ -97,6 +98,23 @@ class ParameterTable {
   // The tensor gradient(h) made since the last take, or an undefined one; only with a kept part.
   Tensor take_gradient(ParameterHandle h);
 
+  // ZeRO stage 3 (with stage 2's keep_gradient_part): the table keeps the values of parts[group.rank()] only
+  // (the parts tile the arena in rank order); arena(Values) and values() are then that part. A parameter's
+  // value(h) exists between gather_values() and drop_values() of its layer: collective over `group`, every
+  // rank gathering the same layers in the same order. read(Values) and all_values_finite() are collective
+  // too (the whole arena gathered, the answer of every part); write(Values) keeps the own part of a whole
+  // arena. After commit().
+  void keep_value_part(Communicator& group, const std::vector<ArenaPart>& parts);
+  // The values kept: the whole arena unless keep_value_part() was called.
+  ArenaPart value_part() const { return value_part_; }
+  // Elements `part` of the values, which must lie within the kept ones (throws std::logic_error).
+  Tensor values_of(ArenaPart part) const;
+  // Whole copies of these parameters' values until drop_values(); no-ops unless a value part is kept.
+  void gather_values(const std::vector<ParameterHandle>& handles);
+  void drop_values(const std::vector<ParameterHandle>& handles);
+  // No NaN/Inf in any value (of any rank's part when a value part is kept).
+  bool all_values_finite() const;
+
   // Index of a parameter/buffer by name, or -1.
   std::ptrdiff_t find_parameter(const std::string& name) const;
   std::ptrdiff_t find_buffer(const std::string& name) const;
@@ -110,7 +128,11 @@ class ParameterTable {
   Backend* backend_ = nullptr;
   bool committed_ = false;
   Tensor values_, gradients_, buffer_values_;
-  ArenaPart gradient_part_;
+  ArenaPart gradient_part_, value_part_;
+  // With a kept value part: the group and every rank's part; gather_values()'s tensors per parameter.
+  Communicator* value_group_ = nullptr;
+  std::vector<ArenaPart> value_parts_;
+  std::vector<Tensor> gathered_;
   // Per parameter once keep_gradient_part() was called (empty before): gradient(h)'s tensors.
   mutable std::vector<Tensor> own_gradients_;
 };

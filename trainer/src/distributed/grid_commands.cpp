@@ -173,6 +173,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   po.sync_bn = g.sync_bn;
   po.overlap = g.overlap;
   po.shard_state = g.shard_state;
+  po.shard_weights = g.shard_weights;
   po.base_memory_bytes = peak_rss_bytes();  // predict_grids takes the most over the ranks
   mo.batch = 1;                             // the timing model's layers run on each grid's slab shapes and batch
   auto timing = build_model(model_name, make_cpu_backend({threads}), mo);

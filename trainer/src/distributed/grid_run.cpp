@@ -6,7 +6,11 @@
 namespace fanstore::trainer {
 
 GridRun::GridRun(Model& model, Communicator& world, const ResolvedGrid& resolved, const GridOptions& options)
-    : model_(model), world_(world), shape_(resolved.shape), shard_state_(options.shard_state) {
+    : model_(model),
+      world_(world),
+      shape_(resolved.shape),
+      shard_state_(options.shard_state),
+      shard_weights_(options.shard_weights) {
   check_grid_ranks(shape_, world.size());
   model.set_input_gradient(false);                      // training reads no gradient of the model input
   if (!resolved.spatial() && !options.sync_bn) return;  // plain data parallelism: every rank its own group
@@ -60,7 +64,9 @@ void GridRun::accumulate_metric(TaskKind task, const Tensor& output, const data:
 }
 
 void GridRun::shard(Optimizer& optimizer) {
-  if (split_ && shard_state_) optimizer.shard_over(grid_->spatial());
+  if (!split_ || !shard_state_) return;
+  optimizer.shard_over(grid_->spatial());
+  if (shard_weights_ && optimizer.sharded()) model_.parameters().keep_value_part(grid_->spatial(), optimizer.parts());
 }
 
 std::unique_ptr<GradientReduction> GridRun::make_gradient_reduction(const Optimizer& optimizer,

@@ -459,6 +459,16 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
   double largest_parameter_bytes = 0;
   for (const auto& e : model.parameters().parameters())
     largest_parameter_bytes = std::max(largest_parameter_bytes, static_cast<double>(e.shape.numel()) * kFloat);
+  std::vector<double> layer_parameter_bytes;  // per layer with parameters: what ZeRO stage 3 gathers for it
+  for (NodeId id = 1; id < model.node_count(); ++id) {
+    double bytes = 0;
+    for (auto h : model.node_layer(id)->parameter_handles())
+      bytes += static_cast<double>(model.parameters().parameters()[h.index].shape.numel()) * kFloat;
+    if (bytes > 0) layer_parameter_bytes.push_back(bytes);
+  }
+  const double largest_layer_bytes =
+      layer_parameter_bytes.empty() ? 0.0
+                                    : *std::max_element(layer_parameter_bytes.begin(), layer_parameter_bytes.end());
   for (std::size_t g = 0; g < grids.size(); ++g) {
     if (!plans[g]) continue;
     const SpatialPlan& plan = *plans[g];
@@ -574,6 +584,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     if (spatial > 1) p.reduction_s += 2 * costs.allreduce(spatial, 64 * kDouble);  // loss and its statistics
     p.compute_s = forward + backward;
     const bool sharded = o.shard_state && spatial > 1;
+    const bool sharded_weights = sharded && o.shard_weights;
     if (ranks > 1) p.allreduce_bytes = parameter_bytes;
     if (sharded) {
       // ZeRO stage 2 over MPI (what the model measures): each gradient's whole sum over the spatial group in
@@ -582,21 +593,27 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const double sums = costs.allreduce(spatial, parameter_bytes);
       const double last_piece =
           costs.allreduce(spatial, std::min(parameter_bytes, static_cast<double>(GradientReduceScatter::kPieceBytes)));
-      p.allreduce_s = std::max(last_piece, sums - backward) + costs.allreduce(grid.samples, parameter_bytes / spatial) +
-                      costs.allgather(spatial, parameter_bytes);
+      p.allreduce_s = std::max(last_piece, sums - backward) + costs.allreduce(grid.samples, parameter_bytes / spatial);
+      // Stage 3 gathers each layer's weights before its forward and again before its backward; stage 2 gathers
+      // the updated parts once.
+      if (sharded_weights)
+        for (double bytes : layer_parameter_bytes) p.allreduce_s += 2 * costs.allgather(spatial, bytes);
+      else p.allreduce_s += costs.allgather(spatial, parameter_bytes);
     } else if (ranks > 1) {
       const double total = costs.allreduce(ranks, parameter_bytes);
       const double last_bucket = costs.allreduce(ranks, std::min(parameter_bytes, kBucketBytes));
       p.allreduce_s = std::max(last_bucket, total - backward);
     }
     p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
-    // Parameters, gradients and the optimizer state (sharded: this rank's part of both, and the largest tensor's
-    // gradient on its way), the input batch, and the activations at their peak.
+    // Parameters (stage 3: this rank's part and the largest layer's gathered), gradients and the optimizer state
+    // (sharded: this rank's part of both, and the largest tensor's gradient on its way), the input batch, and the
+    // activations at their peak.
+    const double weights = sharded_weights ? parameter_bytes / spatial + largest_layer_bytes : parameter_bytes;
     const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
                                 : (1 + o.optimizer_states) * parameter_bytes;
     p.activation_bytes = activation_peak_bytes(model, outputs, copies);
     p.runtime_bytes = runtime[0];
-    p.memory_bytes = p.runtime_bytes + parameter_bytes + kept + outputs[0] + p.activation_bytes;
+    p.memory_bytes = p.runtime_bytes + weights + kept + outputs[0] + p.activation_bytes;
   }
   return out;
 }

@@ -56,6 +56,7 @@ void Optimizer::add_state(const std::string& name) {
 
 Tensor Optimizer::arena_part_of(const ParameterTable& table, Arena which) const {
   if (which == Arena::Gradients) return table.gradients_of(part());
+  if (which == Arena::Values) return table.values_of(part());
   const Tensor arena = table.arena(which);
   if (part().begin == 0 && part().end == count_) return arena;
   return arena.slice(part().begin, Shape{static_cast<std::int64_t>(part().size())});
@@ -85,7 +86,8 @@ std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state()
 }
 
 void Optimizer::share_part(ParameterTable& table) {
-  if (group_) group_->gather(table.values(), part_sizes());  // every rank's updated part, on every rank
+  // Every rank's updated part, on every rank; a table that keeps its part only (ZeRO stage 3) gathers per layer.
+  if (group_ && table.value_part().size() == table.parameter_count()) group_->gather(table.values(), part_sizes());
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options) {

@@ -150,10 +150,11 @@ class Reader {
 void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& p) {
   if (optimizer.sharded())
     throw std::logic_error("save_checkpoint: a sharded optimizer's state is gathered by every rank (whole_state)");
-  save_checkpoint(path, model, optimizer, optimizer.whole_state(), p);
+  save_checkpoint(path, model, optimizer, model.parameters().read(Arena::Values), optimizer.whole_state(), p);
 }
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
+                     const std::vector<float>& values,
                      const std::vector<std::pair<std::string, std::vector<float>>>& state, const TrainingPosition& p) {
   const ParameterTable& t = model.parameters();
   Writer w(path);
@@ -165,10 +166,10 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
   for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
   w.u64(std::bit_cast<std::uint64_t>(p.lr_scale));
   w.u64(optimizer.steps_taken());
-  for (Arena arena : {Arena::Values, Arena::Buffers}) {
-    const Tensor host = t.backend().to_host(t.arena(arena));  // host arenas as they are: no copy
-    w.floats(host.data(), static_cast<std::size_t>(host.numel()));
-  }
+  if (values.size() != t.parameter_count()) throw std::logic_error("save_checkpoint: the values are not whole");
+  w.floats(values.data(), values.size());
+  const Tensor buffers = t.backend().to_host(t.arena(Arena::Buffers));  // host arenas as they are: no copy
+  w.floats(buffers.data(), static_cast<std::size_t>(buffers.numel()));
   w.u64(state.size());
   for (const auto& [name, whole] : state) {
     if (whole.size() != t.parameter_count())

@@ -16,23 +16,19 @@ void snapshot(Backend& backend, const Tensor& src, Tensor& dst) {
 
 // The part of the values this rank's optimizer updates (all of them unless its state is sharded): the
 // other parts are snapshotted by their owners and shared again after a rollback.
-Tensor own_values(ParameterTable& table, const Optimizer& optimizer) {
-  const ArenaPart part = optimizer.part();
-  return table.arena(Arena::Values).slice(part.begin, Shape{static_cast<std::int64_t>(part.size())});
-}
+Tensor own_values(ParameterTable& table, const Optimizer& optimizer) { return table.values_of(optimizer.part()); }
 
 }  // namespace
 
 bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
   const bool spike = spike_factor_ > 0 && good_steps_ >= 20 && loss > spike_factor_ * average_;
   ParameterTable& table = model.parameters();
-  Backend& backend = table.backend();
   // NaN/Inf in any weight is checked besides the loss because a poisoned weight can hide from the
   // loss for a few steps (max pooling drops NaN), and a snapshot must never capture it.
-  reason_ = !std::isfinite(loss)                              ? "NaN/Inf loss"
-            : !backend.all_finite(table.arena(Arena::Values)) ? "NaN/Inf weight"
-            : spike                                           ? "loss spike"
-                                                              : "";
+  reason_ = !std::isfinite(loss)         ? "NaN/Inf loss"
+            : !table.all_values_finite() ? "NaN/Inf weight"
+            : spike                      ? "loss spike"
+                                         : "";
   if (*reason_ != '\0') {
     ++consecutive_;
     return false;

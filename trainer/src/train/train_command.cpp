@@ -326,14 +326,14 @@ struct TrainingLoop {
     Storage::release_kept_host();
     if (!optimizer.sharded() && !trainer_leader) return;
     const auto state = optimizer.whole_state();
-    if (trainer_leader) save_checkpoint(path, model, optimizer, state, position);
+    const auto values = model.parameters().read(Arena::Values);
+    if (trainer_leader) save_checkpoint(path, model, optimizer, values, state, position);
   }
 
   // The tournament score of the model as it stands: its metric on this trainer's tournament set; a model with a
   // NaN/Inf weight has diverged and scores NaN (max pooling can hide it from the loss).
   double tournament_score() {
-    if (!model.backend().all_finite(model.parameters().arena(Arena::Values)))
-      return std::numeric_limits<double>::quiet_NaN();
+    if (!model.parameters().all_values_finite()) return std::numeric_limits<double>::quiet_NaN();
     const bool by_loss = plan.metric == TournamentMetric::Loss;
     const Validation v = validate(grid_run, model.backend(), tournament.tournament_set(), task, comm, group_batch,
                                   prefetch_threads, by_loss);
@@ -438,8 +438,10 @@ struct TrainingLoop {
     position.next_batch = j + 1;
     if (o.inject_nan_at_step > 0 && position.global_step == static_cast<std::uint64_t>(o.inject_nan_at_step) &&
         (o.inject_nan_trainer < 0 || o.inject_nan_trainer == trainer)) {
-      Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
-      backend.fill(first, std::numeric_limits<float>::quiet_NaN());
+      if (table.value_part().begin == 0) {  // the rank that keeps it, with sharded weights
+        Tensor first = table.arena(Arena::Values).slice(0, Shape{1});
+        backend.fill(first, std::numeric_limits<float>::quiet_NaN());
+      }
     }
     // Every trainer's loss and learning rate (one curve per trainer).
     const std::vector<double> values = tournament.per_trainer({mean_loss, lr});
