@@ -35,11 +35,12 @@ class CheckpointError : public std::runtime_error {
 };
 
 // Writes PATH.tmp, fsyncs it and renames it over PATH, so a crash leaves the old or the new file.
-// `values` is model.parameters().read(Arena::Values) and `state` optimizer.whole_state(): with sharded
-// weights or state collectives, so every rank of the group gathers them and one writes. The file is the
-// same whatever the grid, so it resumes on any grid.
+// `state` is optimizer.whole_state(), and `gathered_values` model.parameters().read(Arena::Values) where the
+// table keeps a part of the values only (empty otherwise: the arena is written as it is): with sharded state
+// or weights collectives, so every rank of the group gathers them and one writes. The file is the same
+// whatever the grid, so it resumes on any grid.
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
-                     const std::vector<float>& values,
+                     const std::vector<float>& gathered_values,
                      const std::vector<std::pair<std::string, std::vector<float>>>& state,
                      const TrainingPosition& position);
 // The same for an optimizer that is not sharded (throws std::logic_error for a sharded one).

@@ -107,6 +107,7 @@ class ParameterTable {
   void keep_value_part(Communicator& group, const std::vector<ArenaPart>& parts);
   // The values kept: the whole arena unless keep_value_part() was called.
   ArenaPart value_part() const { return value_part_; }
+  bool values_sharded() const { return value_group_ != nullptr; }
   // Elements `part` of the values, which must lie within the kept ones (throws std::logic_error).
   Tensor values_of(ArenaPart part) const;
   // Whole copies of these parameters' values until drop_values(); no-ops unless a value part is kept.

@@ -87,7 +87,7 @@ std::vector<std::pair<std::string, std::vector<float>>> Optimizer::whole_state()
 
 void Optimizer::share_part(ParameterTable& table) {
   // Every rank's updated part, on every rank; a table that keeps its part only (ZeRO stage 3) gathers per layer.
-  if (group_ && table.value_part().size() == table.parameter_count()) group_->gather(table.values(), part_sizes());
+  if (group_ && !table.values_sharded()) group_->gather(table.values(), part_sizes());
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterTable& table, const OptimizerOptions& options) {

@@ -150,11 +150,13 @@ class Reader {
 void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& p) {
   if (optimizer.sharded())
     throw std::logic_error("save_checkpoint: a sharded optimizer's state is gathered by every rank (whole_state)");
-  save_checkpoint(path, model, optimizer, model.parameters().read(Arena::Values), optimizer.whole_state(), p);
+  const ParameterTable& t = model.parameters();
+  save_checkpoint(path, model, optimizer, t.values_sharded() ? t.read(Arena::Values) : std::vector<float>(),
+                  optimizer.whole_state(), p);
 }
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
-                     const std::vector<float>& values,
+                     const std::vector<float>& gathered_values,
                      const std::vector<std::pair<std::string, std::vector<float>>>& state, const TrainingPosition& p) {
   const ParameterTable& t = model.parameters();
   Writer w(path);
@@ -166,10 +168,16 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
   for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
   w.u64(std::bit_cast<std::uint64_t>(p.lr_scale));
   w.u64(optimizer.steps_taken());
-  if (values.size() != t.parameter_count()) throw std::logic_error("save_checkpoint: the values are not whole");
-  w.floats(values.data(), values.size());
-  const Tensor buffers = t.backend().to_host(t.arena(Arena::Buffers));  // host arenas as they are: no copy
-  w.floats(buffers.data(), static_cast<std::size_t>(buffers.numel()));
+  for (Arena arena : {Arena::Values, Arena::Buffers}) {
+    if (arena == Arena::Values && t.values_sharded()) {
+      if (gathered_values.size() != t.parameter_count())
+        throw std::logic_error("save_checkpoint: the table keeps a part of the values; gather them (read) first");
+      w.floats(gathered_values.data(), gathered_values.size());
+      continue;
+    }
+    const Tensor host = t.backend().to_host(t.arena(arena));  // host arenas as they are: no copy
+    w.floats(host.data(), static_cast<std::size_t>(host.numel()));
+  }
   w.u64(state.size());
   for (const auto& [name, whole] : state) {
     if (whole.size() != t.parameter_count())

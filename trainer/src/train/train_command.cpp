@@ -326,7 +326,9 @@ struct TrainingLoop {
     Storage::release_kept_host();
     if (!optimizer.sharded() && !trainer_leader) return;
     const auto state = optimizer.whole_state();
-    const auto values = model.parameters().read(Arena::Values);
+    const ParameterTable& table = model.parameters();
+    // Gathered where each rank keeps its part (--shard-weights); else the arena is written as it is.
+    const auto values = table.values_sharded() ? table.read(Arena::Values) : std::vector<float>();
     if (trainer_leader) save_checkpoint(path, model, optimizer, values, state, position);
   }
 
