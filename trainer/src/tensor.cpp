@@ -4,6 +4,7 @@
 #include "trainer/recycling_memory.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -73,25 +74,38 @@ RecyclingMemory& large_blocks() {
   return *memory;
 }
 
+// Bytes of every host tensor alive (small ones too: at batch 1 most of ResNet-50's are), and the most at once.
+std::atomic<std::size_t> tensor_bytes{0}, tensor_peak{0};
+void count_alloc(std::size_t bytes) {
+  const std::size_t now = tensor_bytes.fetch_add(bytes) + bytes;
+  std::size_t peak = tensor_peak.load();
+  while (now > peak && !tensor_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Storage> Storage::host(std::size_t bytes) {
   // Blocked layouts rely on zero padding, and a zeroed buffer is what every caller wants first.
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  if (rounded < kRecycledBytes) {
-    void* p = aligned_block(rounded);
-    std::memset(p, 0, rounded);
-    return std::make_shared<Storage>(Device::Host, p, bytes, [](void* q) { std::free(q); });
-  }
-  void* p = large_blocks().allocate(rounded, 64);  // a kept block is warm: no page faults
+  const bool small = rounded < kRecycledBytes;
+  void* p = small ? aligned_block(rounded) : large_blocks().allocate(rounded, 64);  // a kept block is warm
   std::memset(p, 0, rounded);
-  return std::make_shared<Storage>(Device::Host, p, bytes,
-                                   [rounded](void* q) { large_blocks().deallocate(q, rounded, 64); });
+  count_alloc(rounded);
+  return std::make_shared<Storage>(Device::Host, p, bytes, [rounded, small](void* q) {
+    if (small) std::free(q);
+    else large_blocks().deallocate(q, rounded, 64);
+    tensor_bytes.fetch_sub(rounded);
+  });
 }
 
-void Storage::release_kept_host() { large_blocks().release_kept(); }
-std::size_t Storage::host_bytes_in_use() { return large_blocks().bytes_in_use(); }
-std::size_t Storage::host_peak_bytes() { return large_blocks().peak_bytes_in_use(); }
+void Storage::release_kept_host() {
+  large_blocks().release_kept();
+  reset_host_peak();
+}
+void Storage::reset_host_peak() { tensor_peak.store(tensor_bytes.load()); }
+std::size_t Storage::host_bytes_in_use() { return tensor_bytes.load(); }
+std::size_t Storage::host_peak_bytes() { return tensor_peak.load(); }
 std::size_t Storage::host_bytes_kept() { return large_blocks().bytes_kept(); }
 
 Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,

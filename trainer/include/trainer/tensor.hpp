@@ -45,10 +45,11 @@ class Storage {
   // Gives the kept host blocks back to the system: after a phase whose tensor sizes will not come
   // again (--grid auto's trials of other grids).
   static void release_kept_host();
-  // Bytes of the host tensors of 128 KiB and more (the activations and gradients) alive now, and the most
-  // alive at once since the last release_kept_host().
+  // Bytes of the host tensors alive now, and the most alive at once since the last release_kept_host() or
+  // reset_host_peak().
   static std::size_t host_bytes_in_use();
   static std::size_t host_peak_bytes();
+  static void reset_host_peak();
   // Bytes of freed host blocks kept for reuse (RecyclingMemory): resident, though no tensor holds them.
   static std::size_t host_bytes_kept();
 

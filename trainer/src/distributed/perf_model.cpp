@@ -107,8 +107,9 @@ double bytes_of(const Shape& s) { return static_cast<double>(s.numel()) * kFloat
 // (none for an activation, which writes it over dy). A kept output goes with the backward of its earliest
 // keeper (the last to run); the model's output stays to the end. out: each node's local output bytes (the
 // input batch, node 0, is counted apart); copies: the haloed input a split convolution keeps instead of
-// its producer's output.
-double activation_peak_bytes(const Model& model, const std::vector<double>& out, const std::vector<double>& copies) {
+// its producer's output; scratch: what the node's kernels hold for a moment besides (LayerCost).
+double activation_peak_bytes(const Model& model, const std::vector<double>& out, const std::vector<double>& copies,
+                             const std::vector<double>& scratch) {
   const NodeId nodes = model.node_count(), output = model.output_node();
   std::vector<NodeId> freed_by(nodes, nodes);  // `nodes`: no layer keeps it
   for (NodeId id = 1; id < nodes; ++id) {
@@ -125,7 +126,7 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
   for (NodeId id = 1; id < nodes; ++id) {
     kept += copies[id];
     frees[id] += copies[id];
-    peak = std::max(peak, kept + unread + out[id]);
+    peak = std::max(peak, kept + unread + out[id] + scratch[id]);
     unread -= read_by[id];
     if (freed_by[id] < nodes || id == output) kept += out[id];
     if (freed_by[id] < nodes && id != output) frees[freed_by[id]] += out[id];
@@ -144,7 +145,7 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
     double dx = 0;
     if (layer.saves() != Layer::Saves::kOutput && !passes_dy)
       for (NodeId in : inputs) dx += in == 0 ? 0.0 : out[in];  // none for the model input in training
-    peak = std::max(peak, kept + held + dx);
+    peak = std::max(peak, kept + held + dx + scratch[id]);
     held -= waiting[id];
     waiting[id] = 0;
     // Where each input's gradient waits: an Add's one shared dy at its earliest input.
@@ -262,23 +263,41 @@ MachineCosts measure_machine_costs(Communicator& world) {
 
 // The best of rounds 2 and 3 of forward(), then backward(dy) on a random gradient made untimed (the first
 // round builds the backend's primitives for these shapes and is not counted); every kernel finished
-// before the clock is read.
+// before the clock is read. backward returns the bytes of the gradients it made. Round 2 also measures the
+// scratch: the host tensor bytes held at once beyond those alive after forward, and beyond those alive
+// before backward plus its gradients.
 template <class Forward, class Backward>
 LayerCost best_of_rounds(Backend& b, std::uint32_t seed, Forward forward, Backward backward) {
-  LayerCost best{1e9, 1e9};
+  LayerCost best{1e9, 1e9, 0};
   for (int round = 0; round < 3; ++round) {
+    Storage::reset_host_peak();
     auto t = Clock::now();
     const Tensor y = forward();
     b.synchronize();
     const double forward_s = since(t);
+    const double forward_scratch =
+        static_cast<double>(Storage::host_peak_bytes()) - static_cast<double>(Storage::host_bytes_in_use());
     const Tensor dy = b.to_device(random_plain(y.shape(), seed));
+    Storage::reset_host_peak();
+    const double before = static_cast<double>(Storage::host_bytes_in_use());
     t = Clock::now();
-    backward(dy);
+    const double gradients = backward(dy);
     b.synchronize();
     const double backward_s = since(t);
-    if (round > 0) best = {std::min(best.forward_s, forward_s), std::min(best.backward_s, backward_s)};
+    const double backward_scratch = static_cast<double>(Storage::host_peak_bytes()) - before - gradients;
+    if (round == 1) best.scratch_bytes = std::max({0.0, forward_scratch, backward_scratch});
+    if (round > 0)
+      best = {std::min(best.forward_s, forward_s), std::min(best.backward_s, backward_s), best.scratch_bytes};
   }
   return best;
+}
+
+// Bytes of a backward's gradients (tensors of their own: a view shares its owner's, counted there).
+double tensor_bytes(const std::vector<Tensor>& tensors) {
+  double bytes = 0;
+  for (const Tensor& t : tensors)
+    if (t.defined()) bytes += static_cast<double>(t.capacity() * dtype_size(t.dtype()));
+  return bytes;
 }
 
 std::string LayerTimer::key(NodeId node, const std::vector<Shape>& inputs) {
@@ -296,7 +315,7 @@ LayerCost LayerTimer::measure(NodeId node, const std::vector<Shape>& inputs) {
     xs.push_back(random_plain(inputs[i], static_cast<std::uint32_t>(node * 7 + i)));
   const LayerCost best = best_of_rounds(
       model_.backend(), static_cast<std::uint32_t>(node), [&] { return layer.forward(xs, Mode::Train); },
-      [&](const Tensor& dy) { layer.backward(dy); });
+      [&](const Tensor& dy) { return tensor_bytes(layer.backward(dy)); });
   cache_[k] = best;
   return best;
 }
@@ -343,12 +362,10 @@ LayerCost LayerTimer::measure_piece(NodeId node, std::int64_t n, const WindowPie
                     : pool_kernel->forward(x, Mode::Train);
       },
       [&](const Tensor& dy) {
-        if (!conv) {
-          pool_kernel->backward(dy);
-          return;
-        }
-        conv_kernel->backward_data(dy, w);
+        if (!conv) return tensor_bytes({pool_kernel->backward(dy)});
+        const Tensor dx = conv_kernel->backward_data(dy, w);
         conv_kernel->backward_weights(x, dy, dw, db.defined() ? &db : nullptr);
+        return tensor_bytes({dx});
       });
   cache_[k] = best;
   return best;
@@ -432,14 +449,15 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       for (const auto& piece : pieces) work.emplace(LayerTimer::piece_key(id, n, piece), Timing{id, {}, piece, n});
     }
   }
-  std::vector<double> times(2 * work.size(), 0.0);
+  std::vector<double> times(3 * work.size(), 0.0);
   std::size_t index = 0;
   for (const auto& [k, item] : work) {
     if (static_cast<int>(index % static_cast<std::size_t>(world.size())) == world.rank()) {
       const LayerCost c =
           item.piece ? timer.measure_piece(item.node, item.n, *item.piece) : timer.measure(item.node, item.inputs);
-      times[2 * index] = c.forward_s;
-      times[2 * index + 1] = c.backward_s;
+      times[3 * index] = c.forward_s;
+      times[3 * index + 1] = c.backward_s;
+      times[3 * index + 2] = c.scratch_bytes;
     }
     ++index;
   }
@@ -450,7 +468,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
   world.max(runtime, 1);
   index = 0;
   for (const auto& [k, item] : work) {
-    timer.remember(k, {times[2 * index], times[2 * index + 1]});
+    timer.remember(k, {times[3 * index], times[3 * index + 1], times[3 * index + 2]});
     ++index;
   }
 
@@ -479,12 +497,14 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     const std::vector<int> origin(grid.spatial.size(), 0);
     double forward = 0, backward = 0;
     // Per node: its local output's bytes, and the haloed copy of its input a split convolution keeps.
-    std::vector<double> outputs(model.node_count(), 0.0), copies(model.node_count(), 0.0);
+    std::vector<double> outputs(model.node_count(), 0.0), copies(model.node_count(), 0.0),
+        scratch(model.node_count(), 0.0);
     outputs[0] = bytes_of(local_output(model, plan, 0, origin, n));
     for (NodeId id = 1; id < model.node_count(); ++id) {
       const Layer& layer = *model.node_layer(id);
       const auto shapes = timing_inputs(model, plan, id, origin, n);
       LayerCost c = timer.cache().at(LayerTimer::key(id, shapes));
+      scratch[id] = c.scratch_bytes;
       // A layer the run may cut into pieces: each piece's kernel, as the run computes them, where that pays
       // (the interior, [0], hides the halo); else one kernel after the halo, and the run is told so.
       double interior_forward = 0;
@@ -611,7 +631,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     const double weights = sharded_weights ? parameter_bytes / spatial + largest_layer_bytes : parameter_bytes;
     const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
                                 : (1 + o.optimizer_states) * parameter_bytes;
-    p.activation_bytes = activation_peak_bytes(model, outputs, copies);
+    p.activation_bytes = activation_peak_bytes(model, outputs, copies, scratch);
     p.runtime_bytes = runtime[0];
     p.memory_bytes = p.runtime_bytes + weights + kept + outputs[0] + p.activation_bytes;
   }
