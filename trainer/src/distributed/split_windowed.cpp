@@ -173,6 +173,9 @@ class SplitWindowed final : public SplitOp {
   void accumulate_weight_gradients(const std::vector<Tensor>& dy_pieces) {
     Backend& b = ctx_.backend;
     const auto& handles = conv_->parameter_handles();
+    // The input gradient is done: with sharded weights their gathered copy goes before the whole-size weight
+    // gradient comes (the two would otherwise meet at the largest layer's backward).
+    ctx_.table.drop_values(handles);
     const bool has_bias = handles.size() > 1;
     Tensor dw = ctx_.table.gradient(handles[0]);
     Tensor db = has_bias ? ctx_.table.gradient(handles[1]) : Tensor();
