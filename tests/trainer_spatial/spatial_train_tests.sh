@@ -84,6 +84,8 @@ bad_grids)
     --layer-split conv9=1,1,1
   expect_grid_error "--layer-split without a grid" "--layer-split goes with a spatial --grid" 2 \
     --layer-split conv_blocks.0.conv=1,1,1
+  expect_grid_error "--shard-weights without sharded state" "leave out --no-shard-state" 2 --grid 1,2,1,1 \
+    --shard-weights --no-shard-state
   ;;
 losses_match_serial)
   # 5 SGD steps of CosmoFlow 64^3 serially (batch 1) and on a 1,2,2,1 grid: per-step losses within 1e-4.

@@ -141,6 +141,8 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
                           int optimizer_states, Device device, Communicator& world, std::ostream& out,
                           std::ostream& err) {
   const int ranks = world.size(), spatial_rank = spatial_rank_of(model_name);
+  if (g.shard_weights && !g.shard_state)
+    throw GridError("--shard-weights shards the weights on top of the sharded state: leave out --no-shard-state");
   // The plan per layer of `shape` (--explain), from a CPU instance of the model at this batch.
   auto print_plan = [&](const GridShape& shape, std::int64_t batch) {
     ModelOptions plan_options = mo;
