@@ -86,6 +86,8 @@ bad_grids)
     --layer-split conv_blocks.0.conv=1,1,1
   expect_grid_error "--shard-weights without sharded state" "leave out --no-shard-state" 2 --grid 1,2,1,1 \
     --shard-weights --no-shard-state
+  expect_grid_error "--shard-weights on a grid without a split" "2,1,1,1 splits no sample" 2 --grid 2,1,1,1 \
+    --shard-weights
   ;;
 losses_match_serial)
   # 5 SGD steps of CosmoFlow 64^3 serially (batch 1) and on a 1,2,2,1 grid: per-step losses within 1e-4.

@@ -102,16 +102,22 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
   const auto tensors = [](const GridPrediction& g) { return g.memory_bytes - g.runtime_bytes; };
   EXPECT_DOUBLE_EQ(tensors(q[1]) - tensors(p[1]), parameter_bytes * 3 / 2 - largest);
   EXPECT_EQ(tensors(q[0]), tensors(p[0]));
-  // The weights sharded too: half of them kept, plus the largest layer's (fc: weight and bias) gathered, and
-  // a gather per layer with parameters forward and backward in place of one gather of all.
+  // The weights sharded too: half of them kept, and in place of the largest gradient on its way a layer's
+  // gathered weights beside the next layer's gradient (conv1's and fc's here), and a gather per layer with
+  // parameters forward and backward in place of one gather of all.
   PerformanceModelOptions weights = options;
   weights.shard_weights = true;
   const auto w = predict_grids(*model, grids, weights, costs, *single);
-  const Layer& fc = *model->node_layer(model->output_node());
-  double fc_bytes = 0;
-  for (auto h : fc.parameter_handles())
-    fc_bytes += 4.0 * static_cast<double>(model->parameters().parameters()[h.index].shape.numel());
-  EXPECT_DOUBLE_EQ(tensors(p[1]) - tensors(w[1]), parameter_bytes / 2 - fc_bytes);
+  const auto layer_bytes = [&](const std::string& name) {
+    double bytes = 0;
+    for (NodeId id = 1; id < model->node_count(); ++id)
+      if (model->node_layer(id)->name() == name)
+        for (auto h : model->node_layer(id)->parameter_handles())
+          bytes += 4.0 * static_cast<double>(model->parameters().parameters()[h.index].shape.numel());
+    return bytes;
+  };
+  EXPECT_DOUBLE_EQ(tensors(p[1]) - tensors(w[1]),
+                   parameter_bytes / 2 + largest - layer_bytes("conv1") - layer_bytes("fc"));
   EXPECT_EQ(tensors(w[0]), tensors(p[0])) << "no spatial group: nothing to shard";
   EXPECT_GT(w[1].allreduce_s, p[1].allreduce_s);
   const int best = best_grid(p);

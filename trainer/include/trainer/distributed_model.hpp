@@ -79,9 +79,9 @@ class DistributedModel {
   std::size_t kernels_of(const std::string& layer) const;
 
  private:
-  // run() with node id's layer's parameters gathered (ParameterTable::gather_values).
+  // run() with node id's layer's parameters gathered (ParameterTable::gather_values) when it reads them.
   template <typename F>
-  auto with_values(NodeId id, F&& run);
+  auto with_values(NodeId id, bool reads_weights, F&& run);
 
   Model& model_;
   ProcessGrid& grid_;

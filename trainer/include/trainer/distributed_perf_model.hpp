@@ -37,8 +37,8 @@ MachineCosts measure_machine_costs(Communicator& world);
 struct LayerCost {
   double forward_s = 0, backward_s = 0;
   // The most host tensor bytes the layer held for a moment beyond what it returned and keeps (a weight in
-  // the kernel's layout, a blocked copy of a gradient), forward or backward.
-  double scratch_bytes = 0;
+  // the kernel's layout, a blocked copy of a gradient), in forward and in backward.
+  double forward_scratch_bytes = 0, backward_scratch_bytes = 0;
 };
 
 // Forward + backward time of one node of `model` on given local input shapes, measured the first

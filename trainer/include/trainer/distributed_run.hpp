@@ -48,8 +48,8 @@ class GridRun {
                          MetricSums& sums);
   // On a spatial grid with --shard-state (the default): the optimizer's state sharded over the
   // spatial group (Optimizer::shard_over; make_gradient_reduction then shards the gradients too), and
-  // with --shard-weights (the default) the weights (ParameterTable::keep_value_part). Before the first
-  // step and before a resume.
+  // with --shard-weights the weights (ParameterTable::keep_value_part). Before the first step and before
+  // a resume.
   void shard(Optimizer& optimizer);
   // The gradient averaging of a step (make_gradient_reduction): ZeRO stage 2 when shard() sharded the
   // optimizer, else the bucketed allreduce over every rank divided by the sample groups (each sample

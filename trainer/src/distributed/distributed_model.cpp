@@ -135,14 +135,14 @@ DistributedModel::DistributedModel(Model& model, ProcessGrid& grid, DistributedO
 DistributedModel::~DistributedModel() = default;
 
 template <typename F>
-auto DistributedModel::with_values(NodeId id, F&& run) {
+auto DistributedModel::with_values(NodeId id, bool reads_weights, F&& run) {
   // ZeRO stage 3: a layer's weights exist whole only while it runs (a no-op unless the table keeps a part).
   struct Gathered {
     ParameterTable& table;
     const std::vector<ParameterHandle>& handles;
     ~Gathered() { table.drop_values(handles); }  // also when the layer throws: no stale copy outlives a step
   } gathered{model_.parameters(), model_.node_layer(id)->parameter_handles()};
-  gathered.table.gather_values(gathered.handles);
+  if (reads_weights) gathered.table.gather_values(gathered.handles);
   return run();
 }
 
@@ -179,7 +179,7 @@ Tensor DistributedModel::forward(const Tensor& x, Mode mode) {
       Tensor v = inputs[k] == 0 && !loaded ? crop(b, values_[0], input_box_, input_slab_) : values_[inputs[k]];
       in.push_back(redistribution ? redistribution->forward(v) : v);
     }
-    values_[id] = with_values(id, [&] { return ops_[id]->forward(in, mode); });
+    values_[id] = with_values(id, true, [&] { return ops_[id]->forward(in, mode); });
     for (NodeId input : inputs)  // backward reads no node value (Model::last_readers)
       if (model_.last_readers()[input] == id && input != model_.output_node()) values_[input] = Tensor();
   }
@@ -196,7 +196,8 @@ Tensor DistributedModel::backward(const Tensor& dy) {
   gradients_[model_.output_node()] = b.to_device(dy);
   for (NodeId id = model_.output_node(); id >= 1; --id) {
     if (!gradients_[id].defined()) continue;
-    auto grads = with_values(id, [&] { return ops_[id]->backward(std::move(gradients_[id])); });
+    auto grads = with_values(id, ops_[id]->backward_reads_weights(),
+                             [&] { return ops_[id]->backward(std::move(gradients_[id])); });
     Layer& layer = *model_.node_layer(id);
     // A layer on a replicated tensor (or part) computes the same parameter gradient on every rank
     // holding it: count it once.

@@ -154,11 +154,15 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   if (g.grid.empty()) {
     if (g.explain) throw GridError("--explain goes with --grid (auto, or S,D,H,W / S,H,W)");
     if (!g.layer_split.empty()) throw GridError("--layer-split goes with a spatial --grid");
+    if (g.shard_weights) throw GridError("--shard-weights goes with a spatial --grid (it shards over a spatial group)");
     return {data_parallel_grid(ranks, spatial_rank), mo.batch, {}};
   }
   if (g.grid != "auto") {
     GridShape shape = parse_grid(g.grid, spatial_rank);
     check_grid_ranks(shape, ranks);
+    if (g.shard_weights && !shape.spatially_split())
+      throw GridError("--shard-weights goes with a spatial --grid (it shards over a spatial group); " +
+                      shape.to_string() + " splits no sample");
     if (g.explain) print_plan(shape, mo.batch);
     return {shape, mo.batch, {}};
   }

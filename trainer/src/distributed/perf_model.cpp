@@ -107,9 +107,10 @@ double bytes_of(const Shape& s) { return static_cast<double>(s.numel()) * kFloat
 // (none for an activation, which writes it over dy). A kept output goes with the backward of its earliest
 // keeper (the last to run); the model's output stays to the end. out: each node's local output bytes (the
 // input batch, node 0, is counted apart); copies: the haloed input a split convolution keeps instead of
-// its producer's output; scratch: what the node's kernels hold for a moment besides (LayerCost).
+// its producer's output; forward_scratch, backward_scratch: what the node's kernels hold for a moment besides
+// (LayerCost).
 double activation_peak_bytes(const Model& model, const std::vector<double>& out, const std::vector<double>& copies,
-                             const std::vector<double>& scratch) {
+                             const std::vector<double>& forward_scratch, const std::vector<double>& backward_scratch) {
   const NodeId nodes = model.node_count(), output = model.output_node();
   std::vector<NodeId> freed_by(nodes, nodes);  // `nodes`: no layer keeps it
   for (NodeId id = 1; id < nodes; ++id) {
@@ -126,7 +127,7 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
   for (NodeId id = 1; id < nodes; ++id) {
     kept += copies[id];
     frees[id] += copies[id];
-    peak = std::max(peak, kept + unread + out[id] + scratch[id]);
+    peak = std::max(peak, kept + unread + out[id] + forward_scratch[id]);
     unread -= read_by[id];
     if (freed_by[id] < nodes || id == output) kept += out[id];
     if (freed_by[id] < nodes && id != output) frees[freed_by[id]] += out[id];
@@ -145,7 +146,7 @@ double activation_peak_bytes(const Model& model, const std::vector<double>& out,
     double dx = 0;
     if (layer.saves() != Layer::Saves::kOutput && !passes_dy)
       for (NodeId in : inputs) dx += in == 0 ? 0.0 : out[in];  // none for the model input in training
-    peak = std::max(peak, kept + held + dx + scratch[id]);
+    peak = std::max(peak, kept + held + dx + backward_scratch[id]);
     held -= waiting[id];
     waiting[id] = 0;
     // Where each input's gradient waits: an Add's one shared dy at its earliest input.
@@ -268,7 +269,7 @@ MachineCosts measure_machine_costs(Communicator& world) {
 // before backward plus its gradients.
 template <class Forward, class Backward>
 LayerCost best_of_rounds(Backend& b, std::uint32_t seed, Forward forward, Backward backward) {
-  LayerCost best{1e9, 1e9, 0};
+  LayerCost best{1e9, 1e9, 0, 0};
   for (int round = 0; round < 3; ++round) {
     Storage::reset_host_peak();
     auto t = Clock::now();
@@ -285,9 +286,14 @@ LayerCost best_of_rounds(Backend& b, std::uint32_t seed, Forward forward, Backwa
     b.synchronize();
     const double backward_s = since(t);
     const double backward_scratch = static_cast<double>(Storage::host_peak_bytes()) - before - gradients;
-    if (round == 1) best.scratch_bytes = std::max({0.0, forward_scratch, backward_scratch});
-    if (round > 0)
-      best = {std::min(best.forward_s, forward_s), std::min(best.backward_s, backward_s), best.scratch_bytes};
+    if (round == 1) {
+      best.forward_scratch_bytes = std::max(0.0, forward_scratch);
+      best.backward_scratch_bytes = std::max(0.0, backward_scratch);
+    }
+    if (round > 0) {
+      best.forward_s = std::min(best.forward_s, forward_s);
+      best.backward_s = std::min(best.backward_s, backward_s);
+    }
   }
   return best;
 }
@@ -449,15 +455,16 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       for (const auto& piece : pieces) work.emplace(LayerTimer::piece_key(id, n, piece), Timing{id, {}, piece, n});
     }
   }
-  std::vector<double> times(3 * work.size(), 0.0);
+  std::vector<double> times(4 * work.size(), 0.0);
   std::size_t index = 0;
   for (const auto& [k, item] : work) {
     if (static_cast<int>(index % static_cast<std::size_t>(world.size())) == world.rank()) {
       const LayerCost c =
           item.piece ? timer.measure_piece(item.node, item.n, *item.piece) : timer.measure(item.node, item.inputs);
-      times[3 * index] = c.forward_s;
-      times[3 * index + 1] = c.backward_s;
-      times[3 * index + 2] = c.scratch_bytes;
+      times[4 * index] = c.forward_s;
+      times[4 * index + 1] = c.backward_s;
+      times[4 * index + 2] = c.forward_scratch_bytes;
+      times[4 * index + 3] = c.backward_scratch_bytes;
     }
     ++index;
   }
@@ -468,7 +475,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
   world.max(runtime, 1);
   index = 0;
   for (const auto& [k, item] : work) {
-    timer.remember(k, {times[3 * index], times[3 * index + 1], times[3 * index + 2]});
+    timer.remember(k, {times[4 * index], times[4 * index + 1], times[4 * index + 2], times[4 * index + 3]});
     ++index;
   }
 
@@ -484,9 +491,13 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       bytes += static_cast<double>(model.parameters().parameters()[h.index].shape.numel()) * kFloat;
     if (bytes > 0) layer_parameter_bytes.push_back(bytes);
   }
-  const double largest_layer_bytes =
-      layer_parameter_bytes.empty() ? 0.0
-                                    : *std::max_element(layer_parameter_bytes.begin(), layer_parameter_bytes.end());
+  // Stage 3's transient: a layer's gathered weights while the gradient of the layer after it is summed (a layer's
+  // own weights go before its gradient is made), or the largest gradient alone.
+  double gathered_bytes = largest_parameter_bytes;
+  for (std::size_t i = 0; i < layer_parameter_bytes.size(); ++i) {
+    const double next = i + 1 < layer_parameter_bytes.size() ? layer_parameter_bytes[i + 1] : 0.0;
+    gathered_bytes = std::max(gathered_bytes, layer_parameter_bytes[i] + next);
+  }
   for (std::size_t g = 0; g < grids.size(); ++g) {
     if (!plans[g]) continue;
     const SpatialPlan& plan = *plans[g];
@@ -498,13 +509,14 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     double forward = 0, backward = 0;
     // Per node: its local output's bytes, and the haloed copy of its input a split convolution keeps.
     std::vector<double> outputs(model.node_count(), 0.0), copies(model.node_count(), 0.0),
-        scratch(model.node_count(), 0.0);
+        forward_scratch(model.node_count(), 0.0), backward_scratch(model.node_count(), 0.0);
     outputs[0] = bytes_of(local_output(model, plan, 0, origin, n));
     for (NodeId id = 1; id < model.node_count(); ++id) {
       const Layer& layer = *model.node_layer(id);
       const auto shapes = timing_inputs(model, plan, id, origin, n);
       LayerCost c = timer.cache().at(LayerTimer::key(id, shapes));
-      scratch[id] = c.scratch_bytes;
+      forward_scratch[id] = c.forward_scratch_bytes;
+      backward_scratch[id] = c.backward_scratch_bytes;
       // A layer the run may cut into pieces: each piece's kernel, as the run computes them, where that pays
       // (the interior, [0], hides the halo); else one kernel after the halo, and the run is told so.
       double interior_forward = 0;
@@ -614,8 +626,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const double last_piece =
           costs.allreduce(spatial, std::min(parameter_bytes, static_cast<double>(GradientReduceScatter::kPieceBytes)));
       p.allreduce_s = std::max(last_piece, sums - backward) + costs.allreduce(grid.samples, parameter_bytes / spatial);
-      // Stage 3 gathers each layer's weights before its forward and again before its backward; stage 2 gathers
-      // the updated parts once.
+      // Stage 3 gathers each layer's weights before its forward and again before its backward (where that reads
+      // them: counted for every layer); stage 2 gathers the updated parts once.
       if (sharded_weights)
         for (double bytes : layer_parameter_bytes) p.allreduce_s += 2 * costs.allgather(spatial, bytes);
       else p.allreduce_s += costs.allgather(spatial, parameter_bytes);
@@ -625,13 +637,14 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       p.allreduce_s = std::max(last_bucket, total - backward);
     }
     p.step_s = p.compute_s + p.halo_s + p.redistribution_s + p.copy_s + p.reduction_s + p.allreduce_s;
-    // Parameters (stage 3: this rank's part and the largest layer's gathered), gradients and the optimizer state
-    // (sharded: this rank's part of both, and the largest tensor's gradient on its way), the input batch, and the
-    // activations at their peak.
-    const double weights = sharded_weights ? parameter_bytes / spatial + largest_layer_bytes : parameter_bytes;
-    const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes + largest_parameter_bytes
+    // Parameters, gradients and the optimizer state (sharded: this rank's part of both, and the largest tensor's
+    // gradient on its way; stage 3: this rank's part of the parameters too, and what is gathered beside that
+    // gradient), the input batch, and the activations at their peak.
+    const double weights = sharded_weights ? parameter_bytes / spatial : parameter_bytes;
+    const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes +
+                                      (sharded_weights ? gathered_bytes : largest_parameter_bytes)
                                 : (1 + o.optimizer_states) * parameter_bytes;
-    p.activation_bytes = activation_peak_bytes(model, outputs, copies, scratch);
+    p.activation_bytes = activation_peak_bytes(model, outputs, copies, forward_scratch, backward_scratch);
     p.runtime_bytes = runtime[0];
     p.memory_bytes = p.runtime_bytes + weights + kept + outputs[0] + p.activation_bytes;
   }

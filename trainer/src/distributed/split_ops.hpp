@@ -40,6 +40,9 @@ class SplitOp {
   virtual std::vector<Tensor> backward(Tensor dy) = 0;
   // Kernels one forward runs: an overlapped windowed layer its interior and boundary pieces, any other one.
   virtual std::size_t kernels() const { return 1; }
+  // Whether backward reads the layer's weights (with sharded weights, gathered only then). The same on
+  // every rank: it depends on the op and the graph alone.
+  virtual bool backward_reads_weights() const { return true; }
 };
 
 // Moves one input of a layer from its producer's split to the split the layer reads (forward) and its

@@ -80,6 +80,8 @@ class SplitFlatLinear final : public SplitOp {
     return y;
   }
 
+  bool backward_reads_weights() const override { return false; }  // its columns, kept from forward
+
   std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();

@@ -48,6 +48,9 @@ class SplitWindowed final : public SplitOp {
     return y;
   }
 
+  // Without an input gradient (the model input's consumer) only the weight gradient is computed.
+  bool backward_reads_weights() const override { return layer_.input_gradient(); }
+
   std::vector<Tensor> backward(Tensor dy_any) override {
     Backend& b = ctx_.backend;
     const HaloPlan& plan = halo_.plan();

@@ -67,11 +67,12 @@ Tensor Convolution::forward(const std::vector<Tensor>& inputs, Mode mode) {
 std::vector<Tensor> Convolution::backward(Tensor dy) {
   if (!x_.defined()) throw std::logic_error(name() + ": backward needs a forward in Mode::Train first");
   const Tensor x = std::move(x_);  // kept for this backward only: it goes when backward returns
+  Tensor dx = input_gradient() ? kernel_->backward_data(dy, table().value(weight_)) : Tensor();
+  table().drop_values(parameter_handles());  // sharded weights: gone before the whole gradient comes
   Tensor dw = table().gradient(weight_);
   Tensor db = spec_.bias ? table().gradient(bias_) : Tensor();
   kernel_->backward_weights(x, dy, dw, spec_.bias ? &db : nullptr);
-  if (!input_gradient()) return {Tensor()};
-  return {kernel_->backward_data(dy, table().value(weight_))};
+  return {dx};
 }
 
 }  // namespace fanstore::trainer

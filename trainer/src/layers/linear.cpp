@@ -43,10 +43,12 @@ Tensor Linear::forward(const std::vector<Tensor>& inputs, Mode mode) {
 std::vector<Tensor> Linear::backward(Tensor dy) {
   if (!x_.defined()) throw std::logic_error(name() + ": backward needs a forward in Mode::Train first");
   const Tensor x = std::move(x_);  // kept for this backward only: it goes when backward returns
+  Tensor dx = kernel_->backward_data(dy, table().value(weight_));
+  table().drop_values(parameter_handles());  // sharded weights: gone before the whole gradient comes
   Tensor dw = table().gradient(weight_);
   Tensor db = bias_ ? table().gradient(bias_h_) : Tensor();
   kernel_->backward_weights(x, dy, dw, bias_ ? &db : nullptr);
-  return {kernel_->backward_data(dy, table().value(weight_))};
+  return {dx};
 }
 
 }  // namespace fanstore::trainer
