@@ -506,7 +506,7 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     const int spatial = grid.spatial_ranks(), ranks = grid.ranks();
     const std::int64_t n = p.batch_per_group;
     const std::vector<int> origin(grid.spatial.size(), 0);
-    double forward = 0, backward = 0;
+    double forward = 0, backward = 0, weight_gathers_s = 0;
     // Per node: its local output's bytes, and the haloed copy of its input a split convolution keeps.
     std::vector<double> outputs(model.node_count(), 0.0), copies(model.node_count(), 0.0),
         forward_scratch(model.node_count(), 0.0), backward_scratch(model.node_count(), 0.0);
@@ -545,6 +545,12 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       outputs[id] = bytes_of(local_output(model, plan, id, origin, n));
       const NodePlacement& node = plan.node(id);
       const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
+      // Stage 3 gathers the layer's weights for its forward, and for its backward where that reads them (not the
+      // flat-split dense layer, which keeps its columns, nor a layer without an input gradient).
+      double layer_bytes = 0;
+      for (auto h : layer.parameter_handles()) layer_bytes += bytes_of(model.parameters().parameters()[h.index].shape);
+      const bool backward_gathers = layer.input_gradient() && !(in.placement == Placement::kSplitFlat && spatial > 1);
+      if (layer_bytes > 0) weight_gathers_s += (backward_gathers ? 2 : 1) * costs.allgather(spatial, layer_bytes);
       // Redistributions into this layer: the busiest rank's receipts (there and back).
       for (std::size_t k = 0; k < node.inputs.size() && spatial > 1; ++k) {
         if (!plan.redistributes(id, k)) continue;
@@ -626,11 +632,8 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const double last_piece =
           costs.allreduce(spatial, std::min(parameter_bytes, static_cast<double>(GradientReduceScatter::kPieceBytes)));
       p.allreduce_s = std::max(last_piece, sums - backward) + costs.allreduce(grid.samples, parameter_bytes / spatial);
-      // Stage 3 gathers each layer's weights before its forward and again before its backward (where that reads
-      // them: counted for every layer); stage 2 gathers the updated parts once.
-      if (sharded_weights)
-        for (double bytes : layer_parameter_bytes) p.allreduce_s += 2 * costs.allgather(spatial, bytes);
-      else p.allreduce_s += costs.allgather(spatial, parameter_bytes);
+      // Stage 3 gathers each layer's weights as it runs; stage 2 gathers the updated parts once.
+      p.allreduce_s += sharded_weights ? weight_gathers_s : costs.allgather(spatial, parameter_bytes);
     } else if (ranks > 1) {
       const double total = costs.allreduce(ranks, parameter_bytes);
       const double last_bucket = costs.allreduce(ranks, std::min(parameter_bytes, kBucketBytes));
