@@ -12,6 +12,7 @@
 #include "trainer/layers/pooling.hpp"
 #include "trainer/layers/structural.hpp"
 #include "trainer/models.hpp"
+#include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -120,6 +121,14 @@ TEST(PerfModel, PredictionsFollowTheGrid) {
                    parameter_bytes / 2 + largest - layer_bytes("conv1") - layer_bytes("fc"));
   EXPECT_EQ(tensors(w[0]), tensors(p[0])) << "no spatial group: nothing to shard";
   EXPECT_GT(w[1].allreduce_s, p[1].allreduce_s);
+  // LARS cuts the parts between tensors: the larger part (conv0 and conv1 here, 4328 of 8444 floats) is held.
+  PerformanceModelOptions lars = options;
+  lars.whole_tensor_parts = true;
+  const auto l = predict_grids(*model, grids, lars, costs, *single);
+  const double larger = 4.0 * static_cast<double>(std::max(arena_part(model->parameters(), 2, 0, true).size(),
+                                                           arena_part(model->parameters(), 2, 1, true).size()));
+  EXPECT_EQ(larger, 4.0 * 4328);
+  EXPECT_DOUBLE_EQ(tensors(l[1]) - tensors(p[1]), 3 * (larger - parameter_bytes / 2));
   const int best = best_grid(p);
   ASSERT_GE(best, 0);
   const std::string table = explain_table(p, costs, best);

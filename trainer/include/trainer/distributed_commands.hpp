@@ -29,9 +29,10 @@ struct ResolvedGrid {
 // on `err` (rank 0) and, with explain, the table on `out` (rank 0). Throws GridError (one line, the
 // same on every rank) for a grid that does not parse or whose product is not the number of ranks, and
 // for "auto" on a CUDA run (`device`): the model measures the CPU backend's layers and MPI, not a GPU.
+// `optimizer` is --optimizer (its state per parameter, and how it cuts sharded parts).
 ResolvedGrid resolve_grid(const GridOptions& grid, const std::string& model_name, ModelOptions model_options,
-                          int threads, int optimizer_states, Device device, Communicator& world, std::ostream& out,
-                          std::ostream& err);
+                          int threads, const std::string& optimizer, Device device, Communicator& world,
+                          std::ostream& out, std::ostream& err);
 
 // The one line of a GridError on `err` (a single write, so ranks do not interleave), then a collective
 // on `world`: every rank found the same error at the same point, and none exits (mpirun then stops the

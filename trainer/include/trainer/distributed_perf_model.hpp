@@ -63,13 +63,14 @@ class LayerTimer {
 };
 
 struct PerformanceModelOptions {
-  std::int64_t global_batch = 1;  // samples per step over all sample groups (each gets global/S)
-  int optimizer_states = 1;       // floats per parameter besides value and gradient (SGD 1, Adam 2)
-  bool sync_bn = false;           // batch-norm statistics over every rank
-  bool overlap = true;            // interior computed while halos travel
-  bool shard_state = true;        // optimizer state and gradients split over the spatial group (ZeRO stage 2)
-  bool shard_weights = false;     // with shard_state, the weights too, gathered per layer (stage 3)
-  double base_memory_bytes = 0;   // what a rank holds before the model (runtime, libraries): the runtime's least
+  std::int64_t global_batch = 1;    // samples per step over all sample groups (each gets global/S)
+  int optimizer_states = 1;         // floats per parameter besides value and gradient (SGD 1, Adam 2)
+  bool whole_tensor_parts = false;  // sharded parts cut between tensors (LARS), so uneven
+  bool sync_bn = false;             // batch-norm statistics over every rank
+  bool overlap = true;              // interior computed while halos travel
+  bool shard_state = true;          // optimizer state and gradients split over the spatial group (ZeRO stage 2)
+  bool shard_weights = false;       // with shard_state, the weights too, gathered per layer (stage 3)
+  double base_memory_bytes = 0;     // what a rank holds before the model (runtime, libraries): the runtime's least
 };
 
 struct GridPrediction {

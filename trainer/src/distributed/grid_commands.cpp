@@ -138,7 +138,7 @@ int report_error_and_abort(const std::exception& error, Communicator& world, std
 }
 
 ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, ModelOptions mo, int threads,
-                          int optimizer_states, Device device, Communicator& world, std::ostream& out,
+                          const std::string& optimizer, Device device, Communicator& world, std::ostream& out,
                           std::ostream& err) {
   const int ranks = world.size(), spatial_rank = spatial_rank_of(model_name);
   if (g.shard_weights && !g.shard_state)
@@ -175,7 +175,8 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
         std::string(spatial_rank == 3 ? "1,2,1,1" : "1,2,1") + "), or use --device cpu");
   PerformanceModelOptions po;
   po.global_batch = mo.batch * ranks;
-  po.optimizer_states = optimizer_states;
+  po.optimizer_states = optimizer == "adam" ? 2 : 1;
+  po.whole_tensor_parts = optimizer == "lars";  // LARS needs each tensor's norm: parts cut between tensors
   po.sync_bn = g.sync_bn;
   po.overlap = g.overlap;
   po.shard_state = g.shard_state;
@@ -253,7 +254,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
   try {
     ModelOptions mo = benchmark_model_options(o);
     auto backend = make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)});
-    const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, 1, backend->device(), world, out, err);
+    const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, "sgd", backend->device(), world, out, err);
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
     GridSteps steps(o.model, mo, std::move(backend), resolved, g, o.seed, world);

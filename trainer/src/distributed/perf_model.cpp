@@ -22,6 +22,7 @@
 #include "trainer/layers/normalization.hpp"
 #include "trainer/layers/pooling.hpp"
 #include "trainer/layers/structural.hpp"
+#include "trainer/optim.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -643,10 +644,15 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
     // Parameters, gradients and the optimizer state (sharded: this rank's part of both, and the largest tensor's
     // gradient on its way; stage 3: this rank's part of the parameters too, and what is gathered beside that
     // gradient), the input batch, and the activations at their peak.
-    const double weights = sharded_weights ? parameter_bytes / spatial : parameter_bytes;
-    const double kept = sharded ? (1.0 + o.optimizer_states) / spatial * parameter_bytes +
-                                      (sharded_weights ? gathered_bytes : largest_parameter_bytes)
-                                : (1 + o.optimizer_states) * parameter_bytes;
+    double part_bytes = 0;  // the largest rank's part (LARS cuts between tensors: uneven)
+    for (int r = 0; sharded && r < spatial; ++r)
+      part_bytes = std::max(
+          part_bytes,
+          static_cast<double>(arena_part(model.parameters(), spatial, r, o.whole_tensor_parts).size()) * kFloat);
+    const double weights = sharded_weights ? part_bytes : parameter_bytes;
+    const double kept =
+        sharded ? (1.0 + o.optimizer_states) * part_bytes + (sharded_weights ? gathered_bytes : largest_parameter_bytes)
+                : (1 + o.optimizer_states) * parameter_bytes;
     p.activation_bytes = activation_peak_bytes(model, outputs, copies, forward_scratch, backward_scratch);
     p.runtime_bytes = runtime[0];
     p.memory_bytes = p.runtime_bytes + weights + kept + outputs[0] + p.activation_bytes;
