@@ -120,7 +120,7 @@ Tensor ParameterTable::values_of(ArenaPart part) const {
 }
 
 void ParameterTable::gather_values(const std::vector<ParameterHandle>& handles) {
-  if (!value_group_ || handles.empty() || gathered_.at(handles[0].index).defined()) return;
+  if (!value_group_ || handles.empty()) return;
   // One gather for the span of the layer's parameters (declared one after the other): each rank's part
   // of it in rank order, as Communicator::gather lays them out.
   ArenaPart span{parameter_floats_, 0};
@@ -192,19 +192,14 @@ std::vector<float> ParameterTable::read(Arena which) const {
 }
 
 void ParameterTable::write(Arena which, const std::vector<float>& data) {
-  if (which == Arena::Values && value_group_) {
-    if (data.size() != parameter_floats_)
-      throw std::invalid_argument("ParameterTable::write: " + std::to_string(data.size()) + " values for an arena of " +
-                                  std::to_string(parameter_floats_));
-    backend_->copy_bytes(values_.raw(), values_.device(), data.data() + value_part_.begin, Device::Host,
-                         value_part_.size() * sizeof(float));
-    return;
-  }
   Tensor a = arena(which);
-  if (data.size() != static_cast<std::size_t>(a.numel()))
+  const bool part = which == Arena::Values && value_group_;  // a whole arena, of which the own part is kept
+  const std::size_t expected = part ? parameter_floats_ : static_cast<std::size_t>(a.numel());
+  if (data.size() != expected)
     throw std::invalid_argument("ParameterTable::write: " + std::to_string(data.size()) + " values for an arena of " +
-                                std::to_string(a.numel()));
-  backend_->copy_bytes(a.raw(), a.device(), data.data(), Device::Host, data.size() * sizeof(float));
+                                std::to_string(expected));
+  const float* from = data.data() + (part ? value_part_.begin : 0);
+  backend_->copy_bytes(a.raw(), a.device(), from, Device::Host, static_cast<std::size_t>(a.numel()) * sizeof(float));
 }
 
 std::ptrdiff_t ParameterTable::find_parameter(const std::string& name) const {

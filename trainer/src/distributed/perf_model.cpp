@@ -303,7 +303,7 @@ LayerCost best_of_rounds(Backend& b, std::uint32_t seed, Forward forward, Backwa
 double tensor_bytes(const std::vector<Tensor>& tensors) {
   double bytes = 0;
   for (const Tensor& t : tensors)
-    if (t.defined()) bytes += static_cast<double>(t.capacity() * dtype_size(t.dtype()));
+    if (t.defined()) bytes += static_cast<double>(t.bytes());
   return bytes;
 }
 
@@ -485,20 +485,18 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
   double largest_parameter_bytes = 0;
   for (const auto& e : model.parameters().parameters())
     largest_parameter_bytes = std::max(largest_parameter_bytes, static_cast<double>(e.shape.numel()) * kFloat);
-  std::vector<double> layer_parameter_bytes;  // per layer with parameters: what ZeRO stage 3 gathers for it
-  for (NodeId id = 1; id < model.node_count(); ++id) {
-    double bytes = 0;
+  std::vector<double> layer_bytes(model.node_count(), 0.0);  // per node: what ZeRO stage 3 gathers for it
+  for (NodeId id = 1; id < model.node_count(); ++id)
     for (auto h : model.node_layer(id)->parameter_handles())
-      bytes += static_cast<double>(model.parameters().parameters()[h.index].shape.numel()) * kFloat;
-    if (bytes > 0) layer_parameter_bytes.push_back(bytes);
-  }
-  // Stage 3's transient: a layer's gathered weights while the gradient of the layer after it is summed (a layer's
-  // own weights go before its gradient is made), or the largest gradient alone.
-  double gathered_bytes = largest_parameter_bytes;
-  for (std::size_t i = 0; i < layer_parameter_bytes.size(); ++i) {
-    const double next = i + 1 < layer_parameter_bytes.size() ? layer_parameter_bytes[i + 1] : 0.0;
-    gathered_bytes = std::max(gathered_bytes, layer_parameter_bytes[i] + next);
-  }
+      layer_bytes[id] += bytes_of(model.parameters().parameters()[h.index].shape);
+  // Stage 3's transient: a layer's gathered weights while the gradient of the next layer with parameters is
+  // summed (a layer's own weights go before its gradient is made), or the largest gradient alone.
+  double gathered_bytes = largest_parameter_bytes, next = 0;
+  for (NodeId id = model.node_count(); id-- > 1;)
+    if (layer_bytes[id] > 0) {
+      gathered_bytes = std::max(gathered_bytes, layer_bytes[id] + next);
+      next = layer_bytes[id];
+    }
   for (std::size_t g = 0; g < grids.size(); ++g) {
     if (!plans[g]) continue;
     const SpatialPlan& plan = *plans[g];
@@ -548,10 +546,9 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
       // Stage 3 gathers the layer's weights for its forward, and for its backward where that reads them (not the
       // flat-split dense layer, which keeps its columns, nor a layer without an input gradient).
-      double layer_bytes = 0;
-      for (auto h : layer.parameter_handles()) layer_bytes += bytes_of(model.parameters().parameters()[h.index].shape);
       const bool backward_gathers = layer.input_gradient() && !(in.placement == Placement::kSplitFlat && spatial > 1);
-      if (layer_bytes > 0) weight_gathers_s += (backward_gathers ? 2 : 1) * costs.allgather(spatial, layer_bytes);
+      if (layer_bytes[id] > 0)
+        weight_gathers_s += (backward_gathers ? 2 : 1) * costs.allgather(spatial, layer_bytes[id]);
       // Redistributions into this layer: the busiest rank's receipts (there and back).
       for (std::size_t k = 0; k < node.inputs.size() && spatial > 1; ++k) {
         if (!plan.redistributes(id, k)) continue;

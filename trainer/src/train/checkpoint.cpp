@@ -150,9 +150,8 @@ class Reader {
 void save_checkpoint(const std::string& path, const Model& model, Optimizer& optimizer, const TrainingPosition& p) {
   if (optimizer.sharded())
     throw std::logic_error("save_checkpoint: a sharded optimizer's state is gathered by every rank (whole_state)");
-  const ParameterTable& t = model.parameters();
-  save_checkpoint(path, model, optimizer, t.values_sharded() ? t.read(Arena::Values) : std::vector<float>(),
-                  optimizer.whole_state(), p);
+  // Whole values: GridRun::shard shards them only with the optimizer.
+  save_checkpoint(path, model, optimizer, {}, optimizer.whole_state(), p);
 }
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer,
