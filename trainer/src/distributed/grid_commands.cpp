@@ -13,6 +13,7 @@
 #include "trainer/device_selection.hpp"
 #include "trainer/distributed_perf_model.hpp"
 #include "trainer/distributed_run.hpp"
+#include "trainer/input_feed.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/optim.hpp"
 #include "trainer/random.hpp"
@@ -72,9 +73,7 @@ class GridSteps {
     gradients_ = run_->make_gradient_reduction(*optimizer_, 25u << 20);
     run_->set_gradient_ready_hook([this](const Layer& layer) { gradients_->on_layer_ready(layer); });
     batch_ = synthetic_slab_batch(*run_, world.rank(), task_, seed);
-    Tensor host = Tensor::zeros(run_->local_input_shape());
-    std::copy(batch_.input.begin(), batch_.input.end(), host.data());
-    x_ = model_->backend().to_device(host);
+    x_ = upload_input(model_->backend(), batch_);  // as training feeds it: on the CPU a view, not a second copy
   }
 
   const GridRun& run() const { return *run_; }

@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "trainer/device_selection.hpp"
+#include "trainer/input_feed.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/models.hpp"
 #include "trainer/optim.hpp"
@@ -64,11 +65,9 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     model->set_input_gradient(false);  // as in training
     auto optimizer = make_sgd(model->parameters(), OptimizerOptions{});
     Rng rng(o.seed);
-    const data::Batch batch = synthetic_batch(*model, task, rng);
-    Tensor host_x = Tensor::zeros(model->input_shape());
-    std::copy(batch.input.begin(), batch.input.end(), host_x.data());
+    data::Batch batch = synthetic_batch(*model, task, rng);
     Backend& backend = model->backend();
-    const Tensor x = backend.to_device(host_x);
+    const Tensor x = upload_input(backend, batch);  // as training feeds it: on the CPU a view, not a second copy
 
     // Details first, on stderr, so the one parsed stdout line is never interleaved with them.
     err << "benchmark: model " << o.model << " input " << model->input_shape().to_string() << " steps " << o.steps
