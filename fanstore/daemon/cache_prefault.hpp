@@ -3,11 +3,9 @@
 // daemon's one progress thread, while the readers wait for those very bytes. With --cache-prefault a thread of its
 // own does that work while the partitions are staged, and the daemon is ready once both are done: on a node whose
 // staging copies gigabytes from a parallel file system the faulting is hidden behind it. It is not the default: it
-// takes the cache's memory at start whether the job needs it or not, and where staging is quick it delays "ready".
-// Measured on this 2-core VM (4 daemons on one machine, 1 GiB caches, a hinted DataLoader epoch over 20,000 files of
-// 100-120 KB, four runs each): the first epoch took 0.69-0.77 s against 1.18-1.26 s, later epochs 0.82-0.91 s
-// either way, and start-up 2.6-5.7 s against 0.6 s (4 GiB faulted in on 2 cores). Faulting in never changes a byte
-// already there, so it is safe while the cache is in use.
+// takes the cache's memory at start whether the job needs it or not, and where staging is quick it delays "ready"
+// (measured in docs/performance.md). Faulting in never changes a byte already there, so it is safe while the cache
+// is in use.
 #pragma once
 
 #include <atomic>

@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
 
 namespace fanstore::daemon {
 namespace {

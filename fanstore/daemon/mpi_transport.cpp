@@ -1,11 +1,5 @@
-// The daemon's MPI side. Messages (docs/daemon.md), on MPI_COMM_WORLD but for the chunks:
-//   request  tag kTagRequest:            u64 req_id | u32 part | u32 kind (0 fetch, 1 probe, 2 staged bytes only)
-//                                        | u64 offset | u64 length
-//   reply    tag kTagReplyBase + slot:   u64 req_id | u32 code | u32 msg_len | u64 payload_size | u32 chunks | u32 0
-//                                        | message | payload (when chunks == 0)
-//   chunks   tag kTagReplyBase + slot on the chunk communicator: payloads sent from the owner's mapping, and
-//                                        those over max_message (1 GiB), follow as `chunks` messages of
-//                                        <= max_message, taken by matched probe (their size known first)
+// The daemon's MPI side. Its messages (request, reply, chunks) are laid out in docs/daemon.md, "Daemon <-> daemon";
+// all on MPI_COMM_WORLD but for the chunks, which travel on their own communicator.
 // The reply tag carries the request's slot, so the asker knows which fetch a reply is for from the probe alone and
 // receives it straight into that fetch's memory (the client's reply area): no copy in the asking daemon. The owner
 // sends a range of mapped_send_min bytes or more straight from its mapping of the staged partition (PartitionMaps),

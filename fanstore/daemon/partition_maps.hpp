@@ -1,7 +1,7 @@
 // Read-only mappings of the partitions staged on this rank, so that a peer's range is sent straight from the page
 // cache: Open MPI's shared-memory transport then copies it once, into the asking daemon (the receiver reads our
-// pages), instead of a pread into a send buffer first. Measured with bench_remote, 4 daemons on one machine: a
-// 4 MiB fetch took 639 us instead of 1,313 us.
+// pages), instead of a pread into a send buffer first
+// (measured: docs/performance.md, "Why the daemon is built as it is").
 //
 // A mapping must never be read past the file's end (SIGBUS), and a staged copy may be truncated under us (a
 // user, a script). So each mapping is guarded by a read lease (fcntl F_SETLEASE): whoever opens the file for

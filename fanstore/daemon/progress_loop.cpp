@@ -48,7 +48,7 @@ void ProgressLoop::Run() {
     // A reply to our own request is usually microseconds away; so is the next request right after traffic. Spinning
     // for it beat 50 us naps even with every CPU busy (docs/performance.md, "Why the daemon is built as it is").
     bool hot = now - last < kHotWindowUs || (awaiting && now - oldest < kAwaitSpinUs);
-    if (o_.spin || hot) {
+    if (spin_ || hot) {
       sched_yield();
       continue;
     }

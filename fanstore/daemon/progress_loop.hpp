@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <thread>
 
 #include "fetch_router.hpp"
@@ -19,15 +18,11 @@
 
 namespace fanstore::daemon {
 
-struct LoopOptions {
-  bool spin = false;  // never sleep
-};
-
 class ProgressLoop {
  public:
-  // `stager` may be null.
-  ProgressLoop(SocketServer* server, MpiTransport* transport, FetchRouter* router, Stager* stager, LoopOptions o)
-      : server_(server), transport_(transport), router_(router), stager_(stager), o_(o) {}
+  // `stager` may be null; `spin`: never sleep (--progress).
+  ProgressLoop(SocketServer* server, MpiTransport* transport, FetchRouter* router, Stager* stager, bool spin)
+      : server_(server), transport_(transport), router_(router), stager_(stager), spin_(spin) {}
   ~ProgressLoop();
   void Start();
   // Asks the thread to stop and waits up to `wait_ms` for it. False when it did not stop (the caller then exits
@@ -40,7 +35,7 @@ class ProgressLoop {
   MpiTransport* transport_;
   FetchRouter* router_;
   Stager* stager_;
-  LoopOptions o_;
+  bool spin_;
   std::thread th_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> exited_{false};

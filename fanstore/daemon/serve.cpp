@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <thread>
 
 #include "cache_prefault.hpp"
@@ -243,9 +242,8 @@ class Daemon {
 
  private:
   std::unique_ptr<ProgressLoop> MakeLoop() {
-    LoopOptions lo;
-    lo.spin = o_.progress_spin;
-    return std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(), lo);
+    return std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(),
+                                          o_.progress_spin);
   }
 
   // The progress thread never blocks in MPI, but if it ever did, the daemon exits anyway.
@@ -357,40 +355,37 @@ class Daemon {
     MPI_Comm stage_comm = MPI_COMM_NULL;
     MPI_Comm_dup(MPI_COMM_WORLD, &stage_comm);
     if (o_.mapped_send_min > 0) maps_ = std::make_unique<PartitionMaps>(*img_);
-    TransportOptions to;
-    to.rank = rank_;
-    to.nranks = nranks_;
-    to.replicas = o_.replicas;
-    to.replicated_part = plan_.replicated_part;
-    to.timeout_ms = static_cast<int>(o_.timeout_s * 1000);
-    to.max_message = o_.max_message;
-    to.chunk_comm = chunk_comm_;
-    to.doorbell = doorbell_.get();
-    to.maps = maps_.get();
-    to.mapped_send_min = o_.mapped_send_min;
+    const TransportOptions to{.rank = rank_,
+                              .nranks = nranks_,
+                              .replicas = o_.replicas,
+                              .replicated_part = plan_.replicated_part,
+                              .timeout_ms = static_cast<int>(o_.timeout_s * 1000),
+                              .max_message = o_.max_message,
+                              .chunk_comm = chunk_comm_,
+                              .doorbell = doorbell_.get(),
+                              .maps = maps_.get(),
+                              .mapped_send_min = o_.mapped_send_min};
     transport_ = std::make_unique<MpiTransport>(staged_.get(), to, &stats_);
-    ServerOptions so;
-    so.hello.rank = static_cast<uint32_t>(rank_);
-    so.hello.nranks = static_cast<uint32_t>(nranks_);
-    so.hello.timeout_ms = static_cast<uint32_t>(to.timeout_ms);
-    so.hello.index_dir = local_;
-    so.hello.partition_dir = local_;
-    so.partitions = img_->PartitionCount();
-    so.area_max = o_.conn_memory;
-    so.socket_mode = socket_mode_;
-    so.group = group_;
-    so.max_hint_paths = 4 * img_->size() + 1024;
-    so.cache_fd = cache_->shared_fd();
+    const ServerOptions so{.hello = {.rank = static_cast<uint32_t>(rank_),
+                                     .nranks = static_cast<uint32_t>(nranks_),
+                                     .timeout_ms = static_cast<uint32_t>(to.timeout_ms),
+                                     .index_dir = local_,
+                                     .partition_dir = local_},
+                           .partitions = img_->PartitionCount(),
+                           .area_max = o_.conn_memory,
+                           .socket_mode = socket_mode_,
+                           .group = group_,
+                           .max_hint_paths = 4 * img_->size() + 1024,
+                           .cache_fd = cache_->shared_fd()};
     server_ = std::make_unique<SocketServer>(so, &stats_);
-    RouterOptions ro;
-    ro.prefetch_window = o_.prefetch_window ? o_.prefetch_window : o_.cache_bytes / 2;
-    ro.max_hinted = so.max_hint_paths;
-    ro.prefetch_idle_us = static_cast<int64_t>(o_.prefetch_idle_s * 1e6);
-    ro.piece_reader = [rank = rank_, nranks = nranks_, replicas = o_.replicas, rep = plan_.replicated_part](
-                          uint32_t part, size_t piece) {
-      int r = PieceReader(part, piece, rep, nranks, replicas);
-      return r == rank ? -1 : r;
-    };
+    const RouterOptions ro{.prefetch_window = o_.prefetch_window ? o_.prefetch_window : o_.cache_bytes / 2,
+                           .max_hinted = so.max_hint_paths,
+                           .prefetch_idle_us = static_cast<int64_t>(o_.prefetch_idle_s * 1e6),
+                           .piece_reader = [rank = rank_, nranks = nranks_, replicas = o_.replicas,
+                                            rep = plan_.replicated_part](uint32_t part, size_t piece) {
+                             int r = PieceReader(part, piece, rep, nranks, replicas);
+                             return r == rank ? -1 : r;
+                           }};
     router_ = std::make_unique<FetchRouter>(img_, staged_.get(), transport_.get(), cache_.get(), server_.get(), &stats_,
                                             ro, image_dir_.get());
     server_->SetHandler(router_.get());
@@ -404,14 +399,14 @@ class Daemon {
   }
 
   void MakeStager(MPI_Comm stage_comm) {
-    StagerOptions sto;
-    sto.rank = rank_;
-    sto.nranks = nranks_;
-    sto.replicas = o_.replicas;
-    sto.replicated_part = plan_.replicated_part;
-    sto.readers = o_.stage_readers;
-    sto.comm = stage_comm;
-    if (const char* c = getenv(env::kTestCorruptPiece)) sto.corrupt_piece = std::atoll(c);
+    const char* corrupt = getenv(env::kTestCorruptPiece);
+    const StagerOptions sto{.rank = rank_,
+                            .nranks = nranks_,
+                            .replicas = o_.replicas,
+                            .replicated_part = plan_.replicated_part,
+                            .readers = o_.stage_readers,
+                            .comm = stage_comm,
+                            .corrupt_piece = corrupt ? std::atoll(corrupt) : -1};
     stager_ = std::make_unique<Stager>(sto, img_, std::move(parts_), staged_.get(), image_dir_.get(), transport_.get(),
                                        &staged_files_);
     if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };

@@ -8,7 +8,6 @@
 
 #include <cstring>
 
-#include "fanstore/protocol/daemon_wire.hpp"
 #include "fanstore/protocol/fetch_cache_view.hpp"
 #include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"

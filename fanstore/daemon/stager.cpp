@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 
-#include "fanstore/protocol/daemon_wire.hpp"
 #include "fanstore/protocol/payload_memfd.hpp"
 #include "log.hpp"
 #include "placement.hpp"

@@ -1,12 +1,9 @@
 // Deadline-bounded socket I/O with fd passing for the client<->daemon protocol.
 #include "daemon_protocol.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>

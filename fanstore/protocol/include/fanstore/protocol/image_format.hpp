@@ -1,10 +1,8 @@
 // The on-disk image format (docs/format.md) as constants and little-endian accessors, shared by pack and Image.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "fanstore/protocol/little_endian.hpp"
