@@ -4,8 +4,8 @@
 // own does that work while the partitions are staged, and the daemon is ready once both are done: on a node whose
 // staging copies gigabytes from a parallel file system the faulting is hidden behind it. It is not the default: it
 // takes the cache's memory at start whether the job needs it or not, and where staging is quick it delays "ready"
-// (measured in docs/performance.md). Faulting in never changes a byte already there, so it is safe while the cache
-// is in use.
+// (measured: docs/daemon.md, "The fetch cache"). Faulting in never changes a byte already there, so it is safe
+// while the cache is in use.
 #pragma once
 
 #include <atomic>

@@ -1,9 +1,9 @@
 // A memory resource that keeps the blocks it is given back and hands them out again for requests of
-// the same size, or of up to a quarter less: a training step allocates the same sizes every step, and memory from the
-// system costs page faults on every page and a munmap when it goes (page-locked memory far more: cudaHostAlloc pins
-// every page, cudaFreeHost waits for the whole device). Kept blocks never make the process bigger than
-// it was: blocks are kept only while those in use and those kept together stay within the most ever in
-// use at once, and kept ones go back to the system first when a new block would exceed that. Thread-safe.
+// the same size, or of a size the block exceeds by at most a quarter: a training step allocates the same sizes every
+// step, and memory from the system costs page faults on every page and a munmap when it goes (page-locked memory far
+// more: cudaHostAlloc pins every page, cudaFreeHost waits for the whole device). Kept blocks never make the process
+// bigger than it was: blocks are kept only while those in use and those kept together stay within the most ever in use
+// at once, and kept ones go back to the system first when a new block would exceed that. Thread-safe.
 #pragma once
 
 #include <cstddef>
