@@ -60,13 +60,13 @@ class Optimizer {
   // The state arenas whole, parameter_count() floats each on the host (checkpoints): collective over
   // the group when sharded, so every rank of it calls this.
   std::vector<std::pair<std::string, std::vector<float>>> whole_state() const;
+  // An update that needs each tensor's norm on one rank (LARS) shards only between tensors.
+  virtual bool needs_whole_tensors() const { return false; }
 
  protected:
   Optimizer(const ParameterTable& table, const OptimizerOptions& options);
   // `t` is the 1-based step number (Adam's bias correction needs it). Updates part() of the arena.
   virtual void update(ParameterTable& table, float learning_rate, std::uint64_t t) = 0;
-  // An update that needs each tensor's norm on one rank (LARS) shards only between tensors.
-  virtual bool needs_whole_tensors() const { return false; }
   // Declares a state arena (in the constructor); state(i) is arena i, part().size() elements.
   void add_state(const std::string& name);
   Tensor state(std::size_t i) const { return state_.at(i).second; }

@@ -174,8 +174,6 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
         std::string(spatial_rank == 3 ? "1,2,1,1" : "1,2,1") + "), or use --device cpu");
   PerformanceModelOptions po;
   po.global_batch = mo.batch * ranks;
-  po.optimizer_states = optimizer == "adam" ? 2 : 1;
-  po.whole_tensor_parts = optimizer == "lars";  // LARS needs each tensor's norm: parts cut between tensors
   po.sync_bn = g.sync_bn;
   po.overlap = g.overlap;
   po.shard_state = g.shard_state;
@@ -184,6 +182,12 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   mo.batch = 1;                             // the timing model's layers run on each grid's slab shapes and batch
   auto timing = build_model(model_name, make_cpu_backend({threads}), mo);
   timing->set_input_gradient(false);  // its layers are timed as training runs them
+  {
+    // What the optimizer keeps per parameter and how it cuts its sharded parts, from the optimizer itself.
+    const auto opt = make_optimizer(timing->parameters(), OptimizerOptions{.kind = optimizer});
+    po.optimizer_states = static_cast<int>(opt->state().size());
+    po.whole_tensor_parts = opt->needs_whole_tensors();
+  }
   const MachineCosts costs = measure_machine_costs(world);
   auto predictions = predict_grids(*timing, candidate_grids(ranks, spatial_rank), po, costs, world);
   timing.reset();

@@ -544,9 +544,11 @@ std::vector<GridPrediction> predict_grids(Model& model, const std::vector<GridSh
       outputs[id] = bytes_of(local_output(model, plan, id, origin, n));
       const NodePlacement& node = plan.node(id);
       const NodePlacement& in = plan.node(model.node_inputs(id).at(0));
-      // Stage 3 gathers the layer's weights for its forward, and for its backward where that reads them (not the
-      // flat-split dense layer, which keeps its columns, nor a layer without an input gradient).
-      const bool backward_gathers = layer.input_gradient() && !(in.placement == Placement::kSplitFlat && spatial > 1);
+      // Stage 3 gathers the layer's weights for its forward, and for its backward where the run's op reads them
+      // (SplitOp::backward_reads_weights): a split windowed layer only with an input gradient, the flat-split dense
+      // layer never (it keeps its columns).
+      const bool backward_gathers =
+          split_windowed(model, plan, id) ? layer.input_gradient() : in.placement != Placement::kSplitFlat;
       if (layer_bytes[id] > 0)
         weight_gathers_s += (backward_gathers ? 2 : 1) * costs.allgather(spatial, layer_bytes[id]);
       // Redistributions into this layer: the busiest rank's receipts (there and back).

@@ -11,9 +11,9 @@ class Lars final : public Optimizer {
     add_state("momentum");
   }
   std::string name() const override { return "lars"; }
+  bool needs_whole_tensors() const override { return true; }
 
  protected:
-  bool needs_whole_tensors() const override { return true; }
   void update(ParameterTable& table, float lr, std::uint64_t) override {
     // One segment per parameter tensor in this rank's part (which cuts only between tensors).
     const ArenaPart p = part();
