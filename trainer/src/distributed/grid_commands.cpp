@@ -215,6 +215,9 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
       GridPrediction& p = predictions[i];
       ModelOptions trial = mo;
       trial.batch = p.batch_per_group;
+      // From no kept blocks, as the run starts: those kept from the timed layers or an earlier trial would spare
+      // the trial the page faults that the run pays every step.
+      Storage::release_kept_host();
       GridSteps steps(model_name, trial, make_cpu_backend({threads}), {p.grid, p.batch_per_group, p.one_kernel_layers},
                       g, 1, world);
       steps.train_step();
