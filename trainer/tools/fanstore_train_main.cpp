@@ -10,6 +10,9 @@
 #include "trainer/distributed_commands.hpp"
 #include "trainer/train_loop.hpp"
 
+// CLI11 shows no default for a flag, and names a negated one "--no-x{false}": say the default in its place.
+static std::string default_of(bool on) { return on ? "(default: on)" : "(default: off)"; }
+
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
   CLI::App app{
@@ -110,16 +113,16 @@ int main(int argc, char** argv) {
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
                "Compute the interior of split layers while their halos travel (layers whose input slab outweighs "
                "their weights; with --grid auto, those where the performance model predicts that it pays)")
-      ->capture_default_str();
+      ->option_text(default_of(train.grid.overlap));
   app.add_flag("--shard-state,!--no-shard-state", train.grid.shard_state,
                "On a spatial grid: each rank of a spatial group keeps the gradients and optimizer state of, and "
                "updates, only its part of the parameters, then the parts are gathered (ZeRO stage 2)")
-      ->capture_default_str();
+      ->option_text(default_of(train.grid.shard_state));
   app.add_flag("--shard-weights,!--no-shard-weights", train.grid.shard_weights,
                "With --shard-state: each rank keeps only its part of the weights as well, and a layer's weights are "
                "gathered over the spatial group while it runs (ZeRO stage 3): less memory where activations, not "
                "one large layer, make the peak; a gather per layer forward and backward")
-      ->capture_default_str();
+      ->option_text(default_of(train.grid.shard_weights));
   app.add_option("--trainers", train.tournament.trainers,
                  "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "
                  "disjoint data, that meet every --ltfb-interval steps and keep the better model (1 = no tournament)")
