@@ -86,7 +86,7 @@ std::vector<std::int64_t> probe_indices(std::int64_t numel, int samples, Rng& rn
 double check_gradients(LayerHarness& h, std::vector<Tensor> inputs, const GradientCheck& o) {
   auto loss = [&]() {
     if (o.before_forward) o.before_forward();
-    return h.forward(inputs, o.mode);
+    return h.forward(inputs);
   };
   Tensor y = loss();
   Rng rng(99);

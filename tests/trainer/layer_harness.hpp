@@ -46,7 +46,6 @@ struct GradientCheck {
   double atol = 2e-3;
   double rtol = 2e-2;
   int samples = 20;  // elements probed per tensor (all of them when the tensor is smaller)
-  Mode mode = Mode::Train;
   std::vector<bool> differentiable_inputs;  // empty = all
   std::function<void()> before_forward;     // e.g. reseed a dropout mask
 };

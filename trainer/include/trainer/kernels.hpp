@@ -91,10 +91,11 @@ class BatchNormKernel {
  public:
   virtual ~BatchNormKernel() = default;
   // Train: normalises with batch statistics and writes them (biased variance) to mean/variance (C).
-  // Eval: normalises with the given mean/variance. gamma/beta: (C).
+  // Eval: normalises with the given mean/variance and keeps nothing for a backward. gamma/beta: (C).
   virtual Tensor forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& mean, Tensor& variance,
                          Mode mode) = 0;
-  // Uses x, mean and variance from the last forward; overwrites dgamma and dbeta.
+  // Uses x and the statistics of the last forward, which must be Train (else throws std::logic_error);
+  // overwrites dgamma and dbeta.
   virtual Tensor backward(const Tensor& dy, const Tensor& gamma, Tensor& dgamma, Tensor& dbeta) = 0;
 };
 

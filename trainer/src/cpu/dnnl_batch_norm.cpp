@@ -15,10 +15,6 @@ class DnnlBatchNorm final : public BatchNormKernel {
   Tensor forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& mean, Tensor& variance,
                  Mode mode) override {
     prepare(desc_of(x), mode);
-    x_ = x;
-    beta_ = beta;
-    mean_ = mean;
-    variance_ = variance;
     Tensor y = tensor_for(x.shape(), fwd_pd_.dst_desc());
     fwd_->execute(ctx_.stream, {{DNNL_ARG_SRC, memory_of(x, ctx_.engine)},
                                 {DNNL_ARG_SCALE, memory_of(gamma, ctx_.engine)},
@@ -26,11 +22,19 @@ class DnnlBatchNorm final : public BatchNormKernel {
                                 {DNNL_ARG_MEAN, memory_of(mean, ctx_.engine)},
                                 {DNNL_ARG_VARIANCE, memory_of(variance, ctx_.engine)},
                                 {DNNL_ARG_DST, memory_of(y, ctx_.engine)}});
+    if (mode == Mode::Train) {
+      x_ = x;
+      beta_ = beta;
+      mean_ = mean;
+      variance_ = variance;
+    } else {
+      x_ = beta_ = mean_ = variance_ = Tensor();  // inference keeps nothing
+    }
     return y;
   }
 
   Tensor backward(const Tensor& dy, const Tensor& gamma, Tensor& dgamma, Tensor& dbeta) override {
-    if (!bwd_ || !x_.defined()) throw std::logic_error("batch norm: backward needs a forward first");
+    if (!x_.defined()) throw std::logic_error("batch norm: backward needs a forward in Mode::Train first");
     Tensor diff_dst = dy_reorder_.to(dy, key_, ctx_);
     Tensor dx = tensor_for(x_.shape(), bwd_pd_.diff_src_desc());
     bwd_->execute(ctx_.stream, {{DNNL_ARG_SRC, memory_of(x_, ctx_.engine)},
@@ -53,8 +57,14 @@ class DnnlBatchNorm final : public BatchNormKernel {
     key_ = md;
     mode_ = mode;
     auto f = flags::use_scale | flags::use_shift;
-    // Eval normalises with the running statistics; its backward treats them as constants.
-    if (mode == Mode::Eval) f = f | flags::use_global_stats;
+    if (mode == Mode::Eval) {  // the running statistics, and no backward
+      dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_inference, md, epsilon_,
+                                                 f | flags::use_global_stats);
+      fwd_pd_ = dnnl::batch_normalization_forward::primitive_desc(fd, ctx_.engine);
+      fwd_.emplace(fwd_pd_);
+      bwd_.reset();
+      return;
+    }
     dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, md, epsilon_, f);
     fwd_pd_ = dnnl::batch_normalization_forward::primitive_desc(fd, ctx_.engine);
     fwd_.emplace(fwd_pd_);

@@ -15,6 +15,7 @@ class DnnlPooling final : public PoolingKernel {
     Tensor y = tensor_for(out_shape_, fwd_pd_.dst_desc());
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, memory_of(x, ctx_.engine)},
                                                {DNNL_ARG_DST, memory_of(y, ctx_.engine)}};
+    workspace_ = dnnl::memory();  // inference keeps nothing, also after a training forward without its backward
     if (mode == Mode::Train && spec_.kind == PoolingKind::Max) {
       workspace_ = dnnl::memory(fwd_pd_.workspace_desc(), ctx_.engine);
       args[DNNL_ARG_WORKSPACE] = workspace_;

@@ -44,13 +44,9 @@ void eltwise_forward(EltwiseKind kind, float alpha, DType type, const void* x, v
 void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy, const void* y, void* dx,
                       std::int64_t n, cudaStream_t stream);
 
-// ---- batch norm helpers ----
+// ---- batch norm helper ----
 // variance[c] = 1 / inv_std[c]^2 - epsilon (cuDNN saves 1/sqrt(var + eps), the layer wants var).
 void variance_from_inv_std(const float* inv_std, float* variance, std::int64_t c, float epsilon, cudaStream_t stream);
-// Eval-mode backward with fixed statistics: dx = gamma * inv * dy, dgamma = sum dy * x_hat, dbeta = sum dy.
-void batch_norm_fixed_backward(DType type, const void* x, const void* dy, void* dx, const float* gamma,
-                               const float* mean, const float* variance, float epsilon, float* dgamma, float* dbeta,
-                               std::int64_t n, std::int64_t c, std::int64_t s, bool channels_last, cudaStream_t stream);
 
 // ---- normalisation statistics (plain F32 (N, C, S); sums F64 (G, 2)) ----
 void norm_sums(const float* x, double* sums, std::int64_t n, std::int64_t c, std::int64_t s, bool per_channel,

@@ -17,44 +17,35 @@ class CudnnBatchNorm final : public BatchNormKernel {
 
   Tensor forward(const Tensor& x_any, const Tensor& gamma, const Tensor& beta, Tensor& mean, Tensor& variance,
                  Mode mode) override {
-    x_ = prepared(backend_, *ctx_, x_any);
-    prepare(x_);
-    mode_ = mode;
-    Tensor y = activation_zeros(backend_, *ctx_, x_.shape());
+    const Tensor x = prepared(backend_, *ctx_, x_any);
+    prepare(x);
+    Tensor y = activation_zeros(backend_, *ctx_, x.shape());
     const float one = 1.f, zero = 0.f;
     if (mode == Mode::Train) {
       if (!inv_std_.defined() || inv_std_.numel() != gamma.numel()) inv_std_ = backend_.zeros(gamma.shape());
       // No running averages here (the layer updates them, PyTorch's way); cuDNN saves the batch
       // mean and 1/sqrt(var + eps), which backward reuses.
-      FS_CHECK(cudnnBatchNormalizationForwardTraining(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x_.raw(),
+      FS_CHECK(cudnnBatchNormalizationForwardTraining(ctx_->cudnn(), bn_mode_, &one, &zero, xd_.get(), x.raw(),
                                                       xd_.get(), y.raw(), bnd_.get(), gamma.raw(), beta.raw(), 1.0,
                                                       nullptr, nullptr, epsilon_, mean.raw(), inv_std_.raw()));
       kernels::variance_from_inv_std(inv_std_.data(), variance.data(), variance.numel(), epsilon_, ctx_->stream());
+      x_ = x;
       mean_ = mean;
     } else {
       // Plain spatial mode: the persistent variant is documented for training and backward only.
       FS_CHECK(cudnnBatchNormalizationForwardInference(ctx_->cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd_.get(),
-                                                       x_.raw(), xd_.get(), y.raw(), bnd_.get(), gamma.raw(),
-                                                       beta.raw(), mean.raw(), variance.raw(), epsilon_));
-      mean_ = mean;
-      variance_ = variance;
+                                                       x.raw(), xd_.get(), y.raw(), bnd_.get(), gamma.raw(), beta.raw(),
+                                                       mean.raw(), variance.raw(), epsilon_));
+      x_ = mean_ = Tensor();  // inference keeps nothing (freed stream-ordered, after the kernel above)
     }
     return y;
   }
 
   Tensor backward(const Tensor& dy_any, const Tensor& gamma, Tensor& dgamma, Tensor& dbeta) override {
-    if (!x_.defined()) throw std::logic_error("batch norm: backward needs a forward first");
+    if (!x_.defined()) throw std::logic_error("batch norm: backward needs a forward in Mode::Train first");
     const Tensor x = std::move(x_);  // it serves one backward (freed stream-ordered, after the kernels below)
     const Tensor dy = prepared(backend_, *ctx_, dy_any);
     Tensor dx = activation_zeros(backend_, *ctx_, x.shape());
-    if (mode_ == Mode::Eval) {
-      // Statistics were constants: dx = gamma * inv * dy (cuDNN's backward assumes batch statistics).
-      const Shape& s = x.shape();
-      kernels::batch_norm_fixed_backward(x.dtype(), x.raw(), dy.raw(), dx.raw(), gamma.data(), mean_.data(),
-                                         variance_.data(), epsilon_, dgamma.data(), dbeta.data(), s[0], s[1],
-                                         s.rank() > 2 ? s.spatial_size() : 1, is_channels_last(x), ctx_->stream());
-      return dx;
-    }
     const float one = 1.f, zero = 0.f;
     FS_CHECK(cudnnBatchNormalizationBackward(ctx_->cudnn(), bn_mode_, &one, &zero, &one, &zero, xd_.get(), x.raw(),
                                              xd_.get(), dy.raw(), xd_.get(), dx.raw(), bnd_.get(), gamma.raw(),
@@ -82,8 +73,7 @@ class CudnnBatchNorm final : public BatchNormKernel {
   Shape shape_;
   DType type_ = DType::F32;
   bool ready_ = false;
-  Mode mode_ = Mode::Train;
-  Tensor x_, mean_, variance_, inv_std_;
+  Tensor x_, mean_, inv_std_;  // saved by a training forward for its backward
 };
 
 }  // namespace

@@ -95,20 +95,6 @@ struct ChannelValue {  // [x, 0] per element of a channel
   }
 };
 
-template <class T>
-struct FixedBatchNormTerms {  // [dy, dy * (x - mean)] per element of a channel
-  const T* x;
-  const T* dy;
-  const float* mean;
-  std::int64_t c, s;
-  bool channels_last;
-  __device__ Sum2 operator()(std::int64_t ch, std::int64_t i) const {
-    const std::int64_t at = channel_element(ch, i, c, s, channels_last);
-    const double d = to_float(dy[at]);
-    return Sum2{d, d * (static_cast<double>(to_float(x[at])) - mean[ch])};
-  }
-};
-
 __global__ void sums_to_float(const double* sums, float* out, std::int64_t c) {
   FS_GRID_STRIDE(i, c) out[i] = static_cast<float>(sums[2 * i]);
 }
@@ -146,23 +132,6 @@ __global__ void eltwise_backward_kernel(EltwiseKind kind, float alpha, const T* 
 
 __global__ void variance_kernel(const float* inv, float* var, std::int64_t c, float eps) {
   FS_GRID_STRIDE(i, c) var[i] = 1.f / (inv[i] * inv[i]) - eps;
-}
-
-template <class T>
-__global__ void fixed_bn_dx_kernel(const T* dy, T* dx, const float* gamma, const float* var, float eps,
-                                   std::int64_t total, std::int64_t c, std::int64_t s, bool cl) {
-  FS_GRID_STRIDE(i, total) {
-    const std::int64_t ch = channel_of(i, c, s, cl);
-    dx[i] = from_float<T>(to_float(dy[i]) * gamma[ch] * rsqrtf(var[ch] + eps));
-  }
-}
-
-__global__ void fixed_bn_params_kernel(const double* sums, const float* var, float eps, float* dgamma, float* dbeta,
-                                       std::int64_t c) {
-  FS_GRID_STRIDE(i, c) {
-    dbeta[i] = static_cast<float>(sums[2 * i]);
-    dgamma[i] = static_cast<float>(sums[2 * i + 1] / sqrt(static_cast<double>(var[i]) + eps));
-  }
 }
 
 }  // namespace
@@ -294,27 +263,6 @@ void eltwise_backward(EltwiseKind kind, float alpha, DType type, const void* dy,
 void variance_from_inv_std(const float* inv_std, float* variance, std::int64_t c, float epsilon, cudaStream_t stream) {
   variance_kernel<<<blocks_for(c), kThreads, 0, stream>>>(inv_std, variance, c, epsilon);
   check_launch("variance_kernel");
-}
-
-void batch_norm_fixed_backward(DType type, const void* x, const void* dy, void* dx, const float* gamma,
-                               const float* mean, const float* variance, float epsilon, float* dgamma, float* dbeta,
-                               std::int64_t n, std::int64_t c, std::int64_t s, bool channels_last,
-                               cudaStream_t stream) {
-  double* sums = nullptr;
-  FS_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&sums), sizeof(double) * 2 * static_cast<std::size_t>(c), stream));
-  dispatch(type, [&](auto t) {
-    using T = decltype(t);
-    const T* xp = static_cast<const T*>(x);
-    const T* dyp = static_cast<const T*>(dy);
-    // Per channel: [sum dy, sum dy * (x - mean)]; dgamma divides the second by sqrt(var + eps).
-    reduce_groups(FixedBatchNormTerms<T>{xp, dyp, mean, c, s, channels_last}, c, n * s, sums, stream);
-    fixed_bn_dx_kernel<<<blocks_for(n * c * s), kThreads, 0, stream>>>(dyp, static_cast<T*>(dx), gamma, variance,
-                                                                       epsilon, n * c * s, c, s, channels_last);
-  });
-  check_launch("fixed_bn_dx_kernel");
-  fixed_bn_params_kernel<<<blocks_for(c), kThreads, 0, stream>>>(sums, variance, epsilon, dgamma, dbeta, c);
-  check_launch("fixed_bn_params_kernel");
-  FS_CHECK(cudaFreeAsync(sums, stream));
 }
 
 }  // namespace fanstore::trainer::cuda::kernels
