@@ -34,9 +34,8 @@ ResolvedGrid resolve_grid(const GridOptions& grid, const std::string& model_name
                           int threads, const std::string& optimizer, Device device, Communicator& world,
                           std::ostream& out, std::ostream& err);
 
-// The one line of a GridError on `err` (a single write, so ranks do not interleave), then a collective
-// on `world`: every rank found the same error at the same point, and none exits (mpirun then stops the
-// rest) before all have printed.
+// A GridError, which every rank finds the same at the same point: rank 0 writes its one line on `err`, then a
+// collective on `world`, so that no rank exits (mpirun then stops the rest) before that line is out.
 void report_grid_error(const GridError& error, Communicator& world, std::ostream& err);
 
 // Any other error of one rank (a device, a file, a failed call): its one line on `err` (a single

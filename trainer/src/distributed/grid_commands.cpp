@@ -125,7 +125,7 @@ class GridSteps {
 }  // namespace
 
 void report_grid_error(const GridError& error, Communicator& world, std::ostream& err) {
-  write_error_line(error, err);
+  if (world.rank() == 0) write_error_line(error, err);
   double done[1] = {0};
   world.max(done, 1);
 }

@@ -686,9 +686,9 @@ int train_command(const TrainOptions& options, Communicator& comm, std::ostream&
   try {
     return run(options, comm, out, err);
   } catch (const GridError& e) {
-    // Every rank finds the same grid problem at the same point, before any work: each says so (one
-    // write, so ranks do not interleave) and waits for the others, so that mpirun, which stops the job
-    // when the first rank exits non-zero, does not cut a rank off before its line.
+    // Every rank finds the same grid problem at the same point, before any work: rank 0 says so in one
+    // line and the others wait for it, so that mpirun, which stops the job when the first rank exits
+    // non-zero, does not cut that line off.
     report_grid_error(e, comm, err);
     return 1;
   } catch (const std::exception& e) {
