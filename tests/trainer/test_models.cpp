@@ -124,6 +124,9 @@ TEST(Models, InferenceKeepsNoActivations) {
     const std::size_t before = Storage::host_bytes_in_use();
     m->forward(x, Mode::Eval);
     EXPECT_EQ(Storage::host_bytes_in_use(), before) << name;
+    m->forward(x, Mode::Train);  // a step the loss guard rolls back: no backward comes
+    m->forward(x, Mode::Eval);
+    EXPECT_EQ(Storage::host_bytes_in_use(), before) << name << ": inference after a training forward without backward";
     // Backward after an inference forward is refused: it kept nothing to compute the gradients from.
     EXPECT_THROW(m->backward(m->forward(x, Mode::Eval)), std::logic_error) << name;
   }

@@ -134,6 +134,9 @@ TEST(SplitModels, InferenceKeepsNoActivations) {
     const std::size_t before = Storage::host_bytes_in_use();
     dm.forward(x, Mode::Eval);
     EXPECT_EQ(Storage::host_bytes_in_use(), before) << name;
+    dm.forward(x, Mode::Train);  // a step the loss guard rolls back: no backward comes
+    dm.forward(x, Mode::Eval);
+    EXPECT_EQ(Storage::host_bytes_in_use(), before) << name << ": inference after a training forward without backward";
     EXPECT_THROW(dm.backward(dm.forward(x, Mode::Eval)), std::logic_error) << name;
   }
 }

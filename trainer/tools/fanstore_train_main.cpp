@@ -10,7 +10,7 @@
 #include "trainer/distributed_commands.hpp"
 #include "trainer/train_loop.hpp"
 
-// CLI11 shows no default for a flag, and names a negated one "--no-x{false}": say the default in its place.
+// CLI11 shows no default for a flag, and its "--no-x{false}" reads like one: say the default beside it.
 static std::string default_of(bool on) { return on ? "(default: on)" : "(default: off)"; }
 
 int main(int argc, char** argv) {

@@ -17,7 +17,7 @@ namespace fanstore::trainer {
 // Contract: forward() may be called any number of times; backward(dy) refers to the most recent
 // forward in Mode::Train, returns one gradient per input (in any backend layout) and OVERWRITES the
 // layer's parameter gradients (each parameter is used once per step, so no accumulation is needed).
-// A forward in Mode::Eval keeps nothing (batch norm aside), and a layer that would need what it kept throws
+// A forward in Mode::Eval keeps nothing, and a layer that would need what it kept throws
 // std::logic_error from a backward after it (a model's backward always does). dy is taken by
 // value: a caller that moves it in lets an activation write its gradient over it (one activation-sized
 // buffer less at the peak of backward).

@@ -42,8 +42,12 @@ class SplitNormalization final : public SplitOp {
   }
 
   Tensor forward(const std::vector<Tensor>& inputs, Mode mode) override {
-    // Batch norm in Eval normalises with the running statistics: nothing to reduce.
-    if (batch_norm_ && mode == Mode::Eval) return layer_.forward(inputs, mode);
+    // Batch norm in Eval normalises with the running statistics: nothing to reduce, and nothing kept (also
+    // after a training forward whose backward never came: a step the loss guard rolled back).
+    if (batch_norm_ && mode == Mode::Eval) {
+      x_ = Tensor();
+      return layer_.forward(inputs, mode);
+    }
     Backend& b = ctx_.backend;
     const auto& handles = layer_.parameter_handles();
     Tensor x = b.to_plain(inputs.at(0));
