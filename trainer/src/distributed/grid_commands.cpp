@@ -183,8 +183,11 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   auto timing = build_model(model_name, make_cpu_backend({threads}), mo);
   timing->set_input_gradient(false);  // its layers are timed as training runs them
   {
-    // What the optimizer keeps per parameter and how it cuts its sharded parts, from the optimizer itself.
-    const auto opt = make_optimizer(timing->parameters(), OptimizerOptions{.kind = optimizer});
+    // What the optimizer keeps per parameter and how it cuts its sharded parts, from the optimizer itself, built on
+    // no parameters: on the model's it would allocate its whole state only to be counted.
+    ParameterTable none;
+    none.finalize(timing->backend());
+    const auto opt = make_optimizer(none, OptimizerOptions{.kind = optimizer});
     po.optimizer_states = static_cast<int>(opt->state().size());
     po.whole_tensor_parts = opt->needs_whole_tensors();
   }
