@@ -56,18 +56,15 @@ class DnnlBatchNorm final : public BatchNormKernel {
     if (fwd_ && md == key_ && mode == mode_) return;
     key_ = md;
     mode_ = mode;
+    const bool train = mode == Mode::Train;
     auto f = flags::use_scale | flags::use_shift;
-    if (mode == Mode::Eval) {  // the running statistics, and no backward
-      dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_inference, md, epsilon_,
-                                                 f | flags::use_global_stats);
-      fwd_pd_ = dnnl::batch_normalization_forward::primitive_desc(fd, ctx_.engine);
-      fwd_.emplace(fwd_pd_);
-      bwd_.reset();
-      return;
-    }
-    dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, md, epsilon_, f);
+    if (!train) f = f | flags::use_global_stats;  // Eval normalises with the running statistics
+    dnnl::batch_normalization_forward::desc fd(
+        train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, md, epsilon_, f);
     fwd_pd_ = dnnl::batch_normalization_forward::primitive_desc(fd, ctx_.engine);
     fwd_.emplace(fwd_pd_);
+    bwd_.reset();
+    if (!train) return;  // no backward after inference
     dnnl::batch_normalization_backward::desc bd(dnnl::prop_kind::backward, md, md, epsilon_, f);
     bwd_pd_ = dnnl::batch_normalization_backward::primitive_desc(bd, ctx_.engine, fwd_pd_);
     bwd_.emplace(bwd_pd_);
