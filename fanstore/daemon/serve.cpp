@@ -399,14 +399,13 @@ class Daemon {
   }
 
   void MakeStager(MPI_Comm stage_comm) {
-    const char* corrupt = getenv(env::kTestCorruptPiece);
-    const StagerOptions sto{.rank = rank_,
-                            .nranks = nranks_,
-                            .replicas = o_.replicas,
-                            .replicated_part = plan_.replicated_part,
-                            .readers = o_.stage_readers,
-                            .comm = stage_comm,
-                            .corrupt_piece = corrupt ? std::atoll(corrupt) : -1};
+    StagerOptions sto{.rank = rank_,
+                      .nranks = nranks_,
+                      .replicas = o_.replicas,
+                      .replicated_part = plan_.replicated_part,
+                      .readers = o_.stage_readers,
+                      .comm = stage_comm};
+    if (const char* c = getenv(env::kTestCorruptPiece)) sto.corrupt_piece = std::atoll(c);
     stager_ = std::make_unique<Stager>(sto, img_, std::move(parts_), staged_.get(), image_dir_.get(), transport_.get(),
                                        &staged_files_);
     if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };
