@@ -266,6 +266,21 @@ assert chosen in tried and tried[chosen] == min(tried.values()), chosen' table.t
   grep -qF "conv_blocks.4.pool (MaxPool3d, (1, 512, 1, 1, 1)): split 1,1,1 x 4; input 0 redistributed from 2,2,1" \
     plan.txt
   echo "ok   --explain on 1,2,2,1 at 32^3 prints the plan per layer"
+  # Without --data the table still counts --optimizer's state: Adam keeps two values per weight, SGD one.
+  for opt in sgd adam; do
+    mpirun_n 2 "$train" --model cosmoflow --input-size 32 --batch 1 --threads 1 --grid auto --explain \
+      --optimizer $opt > opt_$opt.txt
+  done
+  $py -c '
+import sys
+def mem(path):
+    lines = open(path).read().splitlines()
+    col = lines[1].split().index("mem") - 1  # "step ms" is two words in the heading, one value in a row
+    return float([l.split() for l in lines if l.startswith("2,1,1,1 ")][0][col])
+sgd, adam = mem(sys.argv[1]), mem(sys.argv[2])
+print("mem MiB on 2,1,1,1: sgd", sgd, "adam", adam)
+assert adam > sgd + 10, (sgd, adam)' opt_sgd.txt opt_adam.txt
+  echo "ok   --explain without --data counts the --optimizer's state"
   ;;
 learn_cosmoflow_grid)
   # The serial learning test's recipe (Adam 1e-3 after a warm-up epoch, cosine) and threshold, on a

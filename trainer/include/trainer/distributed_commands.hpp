@@ -44,7 +44,7 @@ void report_grid_error(const GridError& error, Communicator& world, std::ostream
 int report_error_and_abort(const std::exception& error, Communicator& world, std::ostream& err);
 
 // --benchmark N on a grid: synthetic slabs for every rank, one warm-up step, N timed training steps
-// (split forward, loss, backward, gradient allreduce, SGD) and N timed inference forwards, on the
+// (split forward, loss, backward, gradient allreduce, the optimizer's update) and N timed inference forwards, on the
 // backend --device picks (a CUDA run exchanges halos and sums gradients over NCCL). Rank 0 prints the
 // same line as benchmark_command ("train: X samples/s, inference: Y samples/s, device: D", global
 // samples) and on `err` a details line with the step time and the peak RSS (max over ranks).

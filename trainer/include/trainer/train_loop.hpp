@@ -62,10 +62,11 @@ struct BenchmarkOptions {
   std::int64_t classes = 0;
   int threads = 0;
   std::uint64_t seed = 1;
+  std::string optimizer = "sgd";  // --optimizer: the update each training step makes
 };
 
 // Synthetic input, one untimed warm-up step, then `steps` timed training steps (forward, loss,
-// backward, SGD) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
+// backward, the optimizer's update) and `steps` timed inference forwards. Prints exactly one line that scripts parse:
 //   train: X samples/s, inference: Y samples/s, device: DESCRIPTION
 int benchmark_command(const BenchmarkOptions& options, std::ostream& out, std::ostream& err);
 

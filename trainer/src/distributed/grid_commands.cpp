@@ -62,13 +62,14 @@ void write_error_line(const std::exception& error, std::ostream& err) {
 class GridSteps {
  public:
   GridSteps(const std::string& model_name, ModelOptions mo, std::shared_ptr<Backend> backend,
-            const ResolvedGrid& resolved, const GridOptions& g, std::uint64_t seed, Communicator& world)
+            const ResolvedGrid& resolved, const GridOptions& g, const std::string& optimizer, std::uint64_t seed,
+            Communicator& world)
       : world_(world), task_(task_for_model(model_name)) {
     model_ = build_model(model_name, std::move(backend), mo);
     // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
     nccl_ = make_device_communicator(world, model_->backend());
     run_ = std::make_unique<GridRun>(*model_, nccl_ ? *nccl_ : world, resolved, g);
-    optimizer_ = make_sgd(model_->parameters(), OptimizerOptions{});
+    optimizer_ = make_optimizer(model_->parameters(), OptimizerOptions{.kind = optimizer});
     run_->shard(*optimizer_);
     gradients_ = run_->make_gradient_reduction(*optimizer_, 25u << 20);
     run_->set_gradient_ready_hook([this](const Layer& layer) { gradients_->on_layer_ready(layer); });
@@ -222,7 +223,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
       // the trial the page faults that the run pays every step.
       Storage::release_kept_host();
       GridSteps steps(model_name, trial, make_cpu_backend({threads}), {p.grid, p.batch_per_group, p.one_kernel_layers},
-                      g, 1, world);
+                      g, optimizer, 1, world);
       steps.train_step();
       // Its fastest of three steps: a step that other load on the machine slowed says little of the grid.
       p.measured_s = std::numeric_limits<double>::infinity();
@@ -263,10 +264,11 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
   try {
     ModelOptions mo = benchmark_model_options(o);
     auto backend = make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)});
-    const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, "sgd", backend->device(), world, out, err);
+    const ResolvedGrid resolved =
+        resolve_grid(g, o.model, mo, o.threads, o.optimizer, backend->device(), world, out, err);
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
-    GridSteps steps(o.model, mo, std::move(backend), resolved, g, o.seed, world);
+    GridSteps steps(o.model, mo, std::move(backend), resolved, g, o.optimizer, o.seed, world);
     if (world.rank() == 0)
       err << "benchmark: model " << o.model << " grid " << resolved.shape.to_string() << " batch per group "
           << resolved.batch_per_group << " slab input " << steps.run().local_input_shape().to_string() << " steps "
