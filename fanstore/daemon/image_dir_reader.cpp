@@ -45,7 +45,7 @@ Status ReadFullAt(int fd, char* dst, uint64_t n, uint64_t offset, const std::str
   return Status::Ok();
 }
 
-Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst) {
+Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, std::atomic<uint64_t>* counted) {
   if (part >= paths_.size()) return Status(Code::kInvalidArgument, "no partition " + std::to_string(part));
   int fd;
   {
@@ -59,7 +59,9 @@ Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* ds
     }
     fd = fds_[part];
   }
-  return ReadFullAt(fd, dst, n, offset, paths_[part], "the image is truncated (copy the image again or re-pack)");
+  Status s = ReadFullAt(fd, dst, n, offset, paths_[part], "the image is truncated (copy the image again or re-pack)");
+  if (s.ok()) counted->fetch_add(n, std::memory_order_relaxed);
+  return s;
 }
 
 Status ImageDirReader::ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst,
@@ -70,16 +72,12 @@ Status ImageDirReader::ReadForStaging(uint32_t part, uint64_t offset, uint64_t n
     if (cancelled && cancelled()) return Status(Code::kIoError, "staging interrupted");
     std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(due - now, 20000)));
   }
-  Status s = Read(part, offset, n, dst);
-  if (s.ok()) staging_bytes_.fetch_add(n, std::memory_order_relaxed);
-  return s;
+  return Read(part, offset, n, dst, &staging_bytes_);
 }
 
 Status ImageDirReader::ReadNow(uint32_t part, uint64_t offset, uint64_t n, char* dst) {
   Book(n);
-  Status s = Read(part, offset, n, dst);
-  if (s.ok()) reader_bytes_.fetch_add(n, std::memory_order_relaxed);
-  return s;
+  return Read(part, offset, n, dst, &reader_bytes_);
 }
 
 }  // namespace fanstore::daemon

@@ -38,7 +38,8 @@ class ImageDirReader {
   uint64_t reader_bytes() const { return reader_bytes_.load(std::memory_order_relaxed); }
 
  private:
-  Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst);
+  // Reads exactly n bytes, added to *counted.
+  Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, std::atomic<uint64_t>* counted);
   // Books n bytes at the cap; returns when (steady clock, us) their slot starts (0 without a cap).
   int64_t Book(uint64_t n);
 

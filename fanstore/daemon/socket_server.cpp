@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -124,19 +123,6 @@ ReplyArea::~ReplyArea() {
   if (fd >= 0) close(fd);
 }
 
-std::shared_ptr<ReplyArea> ReplyArea::Create(uint64_t size, Status* why) {
-  auto a = std::make_shared<ReplyArea>();
-  void* map = nullptr;
-  Status s = dp::CreatePayloadMemfd(size, &a->fd, &map);
-  if (!s.ok()) {
-    if (why) *why = s;
-    return nullptr;
-  }
-  a->base = static_cast<char*>(map);
-  a->size = size;
-  return a;
-}
-
 struct SocketServer::Impl {
   ServerOptions o;
   DaemonStats* stats;
@@ -151,6 +137,8 @@ struct SocketServer::Impl {
   std::unordered_map<uint64_t, Conn> conns;
   uint64_t next_conn = 3;
   std::function<void()> on_watch;  // the watched fd (Watch) is readable
+  uint64_t handling = 0;           // the connection whose requests Handle is working through
+  std::vector<uint64_t> ready;     // connections with a whole request buffered, to handle on the next Poll
 
   int Ctl(int op, int fd, uint32_t events, uint64_t key) {
     epoll_event ev{};
@@ -162,7 +150,7 @@ struct SocketServer::Impl {
   // The epoll set and its wake-up eventfd (once).
   Status OpenLoop() {
     if (ep >= 0) return Status::Ok();
-    wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd < 0) wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd < 0) return Status::FromErrno(errno, "eventfd");
     ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return Status::FromErrno(errno, "epoll_create1");
@@ -183,7 +171,7 @@ struct SocketServer::Impl {
     c.events = want;
   }
 
-  void Queue(Conn& c, dp::MsgType type, uint64_t req_id, const Status& s, const std::string& inline_payload,
+  void Queue(Conn& c, dp::MsgType type, uint64_t req_id, const Status& s, const std::string& inline_payload = {},
              uint32_t flags = 0, uint64_t size = 0, uint64_t offset = 0, std::shared_ptr<ReplyArea> pass = nullptr) {
     dp::ReplyHeader h;
     h.type = type;
@@ -195,17 +183,23 @@ struct SocketServer::Impl {
     h.flags = flags;
     h.payload_size = flags & (dp::kPayloadInArea | dp::kPayloadInMemfd) ? size : inline_payload.size();
     h.shm_offset = offset;
-    OutMsg m;
+    OutMsg& m = c.out.emplace_back();
     m.bytes.resize(dp::kReplyHeaderSize);
     dp::EncodeReplyHeader(h, reinterpret_cast<unsigned char*>(m.bytes.data()));
     m.bytes += msg;
     m.bytes += inline_payload;
     m.pass = std::move(pass);
-    c.out.push_back(std::move(m));
   }
 
-  void Reply(uint64_t id, Conn& c, const Status& s, const char* data, uint64_t n) {
-    const uint64_t req = c.busy_req;
+  void Deliver(uint64_t id, uint64_t req_id, Status s, const char* data, uint64_t n) {
+    auto it = conns.find(id);
+    if (it == conns.end() || !it->second.busy || it->second.busy_req != req_id) return;
+    Conn& c = it->second;
+    // A reply is never longer or shorter than what was asked for, whatever the path that produced it computed.
+    if (s.ok() && n != c.busy_len)
+      s = Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) + " bytes to a fetch of " +
+                                     std::to_string(c.busy_len) + " (not sent)");
+    if (!s.ok()) stats->client_errors.fetch_add(1, std::memory_order_relaxed);
     c.busy = false;
     std::shared_ptr<ReplyArea> a = std::move(c.oneoff);  // where the fetch landed, if it needed a one-off memfd
     if (s.ok() && !(a && Holds(*a, data, n))) {
@@ -217,38 +211,40 @@ struct SocketServer::Impl {
       }
       c.oneoff.reset();  // one AreaFor made goes with this reply: an idle connection pins one area only
     }
-    if (!s.ok()) {
-      Queue(c, dp::MsgType::kFetch, req, s, {});
-    } else if (!a) {
-      Queue(c, dp::MsgType::kFetch, req, Status(Code::kNoMemory, "daemon has no memory for the reply"), {});
-    } else if (a->oneoff) {
-      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInMemfd, n, static_cast<uint64_t>(data - a->base), a);
+    if (!s.ok() || !a) {
+      Queue(c, dp::MsgType::kFetch, req_id, s.ok() ? Status(Code::kNoMemory, "daemon has no memory for the reply") : s);
     } else {
-      const bool first = !c.area_known;  // its fd goes with the reply
-      c.area_known = true;
-      Queue(c, dp::MsgType::kFetch, req, s, {}, dp::kPayloadInArea | (first ? dp::kNewArea : 0), n,
-            static_cast<uint64_t>(data - a->base), first ? a : nullptr);
+      const bool pass = a->oneoff || !c.area_known;  // a one-off memfd's or a new area's fd goes with the reply
+      if (!a->oneoff) c.area_known = true;
+      const uint32_t flags = a->oneoff ? dp::kPayloadInMemfd : dp::kPayloadInArea | (pass ? dp::kNewArea : 0);
+      Queue(c, dp::MsgType::kFetch, req_id, s, {}, flags, n, static_cast<uint64_t>(data - a->base), pass ? a : nullptr);
     }
     Flush(c);
     SetEvents(id, c);
+    // A request already buffered waits for the next Poll: the caller may still read the bytes just delivered from
+    // this connection's area (e.g. to cache them). Handle, if it is what called, goes on by itself.
+    if (handling != id && !c.in.empty() && Accepting(c)) ready.push_back(id);
   }
 
   // The connection's area if it can take n bytes, else a new (bigger) one, or a one-off memfd past area_max.
   std::shared_ptr<ReplyArea> AreaFor(Conn& c, uint64_t n) {
-    if (c.area && !c.area->poisoned && c.area->size >= n) return c.area;
+    const bool usable = c.area && !c.area->poisoned;
+    if (usable && c.area->size >= n) return c.area;
     const bool oneoff = n > o.area_max;
-    uint64_t want = std::max<uint64_t>(1u << 20, c.area && !c.area->poisoned ? c.area->size * 2 : 0);
+    uint64_t want = std::max<uint64_t>(1u << 20, usable ? c.area->size * 2 : 0);
     while (want < n) want *= 2;
     want = oneoff ? n : std::min(want, o.area_max);
-    Status why;
-    auto a = ReplyArea::Create(want, &why);
-    if (!a) {
+    auto a = std::make_shared<ReplyArea>();
+    void* map = nullptr;
+    if (Status why = dp::CreatePayloadMemfd(want, &a->fd, &map); !why.ok()) {
       Error("reply %s of %llu bytes: %s", oneoff ? "memfd" : "area", static_cast<unsigned long long>(want),
             why.ToString().c_str());
       return nullptr;
     }
+    a->base = static_cast<char*>(map);
+    a->size = want;
+    a->oneoff = oneoff;
     if (oneoff) {
-      a->oneoff = true;
       c.oneoff = a;
       stats->memfd_replies.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -256,15 +252,6 @@ struct SocketServer::Impl {
       c.area_known = false;
     }
     return a;
-  }
-
-  void Refuse(Conn& c, const dp::Request& r) {
-    uid_t me = geteuid();
-    Queue(c, r.type, r.req_id,
-          Status(Code::kPermission, "uid " + std::to_string(c.uid) + " may not use this daemon (it serves uid " +
-                                        std::to_string(me) + "; `fanstore serve --socket-mode/--group` widen it)"),
-          {});
-    c.closing = true;
   }
 
   // Consumes hint body bytes from c.in (complete lines only, unless the body ends); true when the hint is whole.
@@ -306,8 +293,7 @@ struct SocketServer::Impl {
       Queue(c, dp::MsgType::kPrefetch, h.req,
             Status(Code::kInvalidArgument, "prefetch hint too big (at most " + std::to_string(dp::kMaxPrefetchBody) +
                                                " bytes, " + std::to_string(o.max_hint_paths) +
-                                               " files, lines under 64 KiB)"),
-            {});
+                                               " files, lines under 64 KiB)"));
     } else {
       Status s = handler->OnHint(h.stream, std::move(h.ranges), h.append);
       Queue(c, dp::MsgType::kPrefetch, h.req, s, s.ok() ? dp::EncodePrefetchCounts(h.counts) : std::string());
@@ -315,15 +301,12 @@ struct SocketServer::Impl {
     c.hint.reset();
   }
 
-  // Handles what c.in holds; stops at a fetch (answered later) or when more bytes are needed.
-  // false: protocol error, close.
+  // Handles what c.in holds, up to a fetch (answered later) or an incomplete request; false: protocol error, close.
   bool Handle(uint64_t id, Conn& c) {
     size_t used = 0;
-    bool ok = true;
     while (!c.busy && !c.closing) {
       // The previous reply is still queued (the client is not reading): the next request waits.
-      if (!c.out.empty() && !Flush(c)) break;
-      if (!c.out.empty()) break;
+      if (!c.out.empty() && (!Flush(c) || !c.out.empty())) break;
       if (c.hint) {
         if (!TakeHintBody(c, &used)) break;
         FinishHint(c);
@@ -333,27 +316,25 @@ struct SocketServer::Impl {
       dp::Request r;
       if (!dp::DecodeRequest(reinterpret_cast<const unsigned char*>(c.in.data() + used), &r)) {
         Error("client sent a malformed request (fanstore version mismatch?); closing its connection");
-        ok = false;
-        break;
+        return false;  // the caller closes the connection, dropping what it buffered
       }
       used += dp::kRequestSize;
       if (c.refused) {
-        Refuse(c, r);
-        break;
-      }
-      if (r.type == dp::MsgType::kHello) {
+        Queue(c, r.type, r.req_id,
+              Status(Code::kPermission, "uid " + std::to_string(c.uid) + " may not use this daemon (it serves uid " +
+                                            std::to_string(geteuid()) +
+                                            "; `fanstore serve --socket-mode/--group` widen it)"));
+        c.closing = true;
+      } else if (r.type == dp::MsgType::kHello) {
         Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(o.hello));
+      } else if (r.type == dp::MsgType::kCacheMap && o.cache_fd < 0) {
+        Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"));
       } else if (r.type == dp::MsgType::kCacheMap) {
-        if (o.cache_fd < 0) {
-          Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"),
-                {});
-        } else {
-          // A dup rides on the reply (Flush closes it once sent).
-          auto pass = std::make_shared<ReplyArea>();
-          pass->fd = fcntl(o.cache_fd, F_DUPFD_CLOEXEC, 0);
-          if (pass->fd < 0) Queue(c, r.type, r.req_id, Status::FromErrno(errno, "dup of the cache memfd"), {});
-          else Queue(c, r.type, r.req_id, Status::Ok(), {}, dp::kCacheMemfd, 0, 0, pass);
-        }
+        // A dup rides on the reply (Flush closes it once sent).
+        auto pass = std::make_shared<ReplyArea>();
+        pass->fd = fcntl(o.cache_fd, F_DUPFD_CLOEXEC, 0);
+        if (pass->fd < 0) Queue(c, r.type, r.req_id, Status::FromErrno(errno, "dup of the cache memfd"));
+        else Queue(c, r.type, r.req_id, Status::Ok(), {}, dp::kCacheMemfd, 0, 0, pass);
       } else if (r.type == dp::MsgType::kPrefetch) {
         c.hint = Conn::Hint{
             r.body_len, r.req_id, r.stream, (r.flags & dp::kAppend) != 0, r.body_len > dp::kMaxPrefetchBody, {}, {}};
@@ -365,8 +346,7 @@ struct SocketServer::Impl {
           Queue(c, r.type, r.req_id,
                 Status(Code::kInvalidArgument, "no partition " + std::to_string(r.part) + " or bytes " +
                                                    std::to_string(r.offset) + "+" + std::to_string(r.length) +
-                                                   " outside any partition"),
-                {});
+                                                   " outside any partition"));
           continue;
         }
         c.busy = true;
@@ -381,10 +361,8 @@ struct SocketServer::Impl {
       }
     }
     c.in.erase(0, used);
-    return ok;
+    return true;
   }
-  uint64_t handling = 0;        // the connection whose requests Handle is working through
-  std::vector<uint64_t> ready;  // connections with a whole request buffered, to handle on the next Poll
 
   bool HandleReady() {
     if (ready.empty()) return false;
@@ -393,11 +371,8 @@ struct SocketServer::Impl {
     for (uint64_t id : r) {
       auto it = conns.find(id);
       if (it == conns.end() || it->second.busy) continue;
-      if (!Handle(id, it->second)) {
-        Close(id);
-        continue;
-      }
-      SetEvents(id, it->second);
+      if (!Handle(id, it->second)) Close(id);
+      else SetEvents(id, it->second);
     }
     return true;
   }
@@ -425,17 +400,16 @@ struct SocketServer::Impl {
     return true;
   }
 
-  // Writes what it can; false when the peer is gone.
+  // Writes what it can; false when the peer is gone, or when a closing connection's output is all out.
   bool Flush(Conn& c) {
     while (!c.out.empty()) {
       OutMsg& m = c.out.front();
-      ssize_t n;
-      if (m.pass) {
-        iovec iov{m.bytes.data(), m.bytes.size()};
-        alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-        msghdr h{};
-        h.msg_iov = &iov;
-        h.msg_iovlen = 1;
+      iovec iov{m.bytes.data() + m.off, m.bytes.size() - m.off};
+      msghdr h{};
+      h.msg_iov = &iov;
+      h.msg_iovlen = 1;
+      alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+      if (m.pass) {  // only before the first byte is out (m.off == 0)
         h.msg_control = cbuf;
         h.msg_controllen = sizeof cbuf;
         cmsghdr* cm = CMSG_FIRSTHDR(&h);
@@ -443,14 +417,11 @@ struct SocketServer::Impl {
         cm->cmsg_type = SCM_RIGHTS;
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         std::memcpy(CMSG_DATA(cm), &m.pass->fd, sizeof(int));
-        n = sendmsg(c.fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
-      } else {
-        n = send(c.fd, m.bytes.data() + m.off, m.bytes.size() - m.off, MSG_NOSIGNAL | MSG_DONTWAIT);
       }
+      const ssize_t n = sendmsg(c.fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-        return false;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
       }
       if (m.pass) {
         // The client has its own reference now: the fd is ours no longer (an area stays mapped here).
@@ -475,9 +446,8 @@ struct SocketServer::Impl {
   bool Allowed(const ucred& cr) const {
     if (cr.uid == geteuid() || cr.uid == 0) return true;
     if (o.socket_mode & 0006) return true;  // the socket is open to everyone by choice
-    if (o.group != static_cast<gid_t>(-1) && (o.socket_mode & 0060) && (cr.gid == o.group || InGroup(cr.pid, o.group)))
-      return true;
-    return false;
+    return o.group != static_cast<gid_t>(-1) && (o.socket_mode & 0060) &&
+           (cr.gid == o.group || InGroup(cr.pid, o.group));
   }
 
   void Accept() {
@@ -542,35 +512,29 @@ struct SocketServer::Impl {
     int n = epoll_wait(ep, evs, 64, 0);
     if (n <= 0) return handled;
     for (int i = 0; i < n; ++i) {
-      uint64_t key = evs[i].data.u64;
+      const uint64_t key = evs[i].data.u64;
       if (key == kWakeKey) {
         uint64_t v;
         ssize_t r = read(wake_fd, &v, sizeof v);
         (void)r;
-        continue;
-      }
-      if (key == kListenKey) {
+      } else if (key == kListenKey) {
         Accept();
-        continue;
-      }
-      if (key == kWatchKey) {
+      } else if (key == kWatchKey) {
         on_watch();
-        continue;
+      } else if (auto it = conns.find(key); it != conns.end()) {
+        Conn& c = it->second;
+        // A hung-up client wants no answer; keeping it would make epoll report the hang-up forever.
+        bool alive = !(evs[i].events & (EPOLLHUP | EPOLLERR));
+        if (alive && (evs[i].events & EPOLLIN)) alive = OnReadable(key, c);
+        if (alive) alive = Flush(c);
+        if (!alive) {
+          Close(key);
+        } else {
+          // Its queue drained: requests it sent meanwhile may be buffered here already.
+          if (Accepting(c) && c.in.size() >= dp::kRequestSize) ready.push_back(key);
+          SetEvents(key, c);
+        }
       }
-      auto it = conns.find(key);
-      if (it == conns.end()) continue;
-      Conn& c = it->second;
-      // A hung-up client wants no answer; keeping it would make epoll report the hang-up forever.
-      bool alive = !(evs[i].events & (EPOLLHUP | EPOLLERR));
-      if (alive && (evs[i].events & EPOLLIN)) alive = OnReadable(key, c);
-      if (alive) alive = Flush(c);
-      if (!alive) {
-        Close(key);
-        continue;
-      }
-      // Its queue drained: requests it sent meanwhile may be buffered here already.
-      if (Accepting(c) && c.in.size() >= dp::kRequestSize) ready.push_back(key);
-      SetEvents(key, c);
     }
     return true;
   }
@@ -595,14 +559,11 @@ Status SocketServer::Bind(const std::string& path) {
   Impl& m = *impl_;
   m.path = path;
   m.tmp_path = path + ".starting." + std::to_string(getpid());
-  sockaddr_un probe{};
-  if (m.tmp_path.size() >= sizeof probe.sun_path)
+  if (m.tmp_path.size() >= sizeof(sockaddr_un::sun_path))
     return Status(Code::kNameTooLong, "socket path " + m.tmp_path + " is longer than " +
-                                          std::to_string(sizeof probe.sun_path - 1) + " bytes: use --socket");
-  Status free = ClearStale(path);
-  if (!free.ok()) return free;
-  Status loop = m.OpenLoop();
-  if (!loop.ok()) return loop;
+                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes: use --socket");
+  if (Status s = ClearStale(path); !s.ok()) return s;
+  if (Status s = m.OpenLoop(); !s.ok()) return s;
   m.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (m.listen_fd < 0) return Status::FromErrno(errno, "socket");
   unlink(m.tmp_path.c_str());
@@ -627,30 +588,26 @@ Status SocketServer::Adopt(int fd) {
     close(fd);
     return s;
   }
-  if (!impl_->AddConnection(fd)) return Status::FromErrno(errno, "epoll_ctl");
-  return Status::Ok();
+  return impl_->AddConnection(fd) ? Status::Ok() : Status::FromErrno(errno, "epoll_ctl");
 }
 
 Status SocketServer::Publish() {
   const std::string& from = impl_->tmp_path;
   const std::string& to = impl_->path;
-  // Never over another socket: two ranks of one node given the same --socket would otherwise both say "ready"
-  // while one of them is unreachable. (A stale socket is cleared first; a file system without RENAME_NOREPLACE
-  // gets a plain rename after the same check.) Under the lock Unpublish takes on another thread: it removes the
-  // name the socket has, never one it had.
+  // Never over another socket: two ranks of one node given the same --socket would both say "ready" with one of
+  // them unreachable. (A stale socket is cleared first; without RENAME_NOREPLACE, a plain rename after that check.)
+  // Under Unpublish's lock, so that it removes the name the socket has, never one it had.
   std::lock_guard<std::mutex> g(impl_->unlink_mu);
   if (impl_->unlinked) return Status(Code::kIoError, "the socket was removed before it was published (stopping)");
   for (int tries = 0;; ++tries) {
     int r = renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
     if (r != 0 && errno == EINVAL) {
-      Status free = ClearStale(to);
-      if (!free.ok()) return free;
+      if (Status s = ClearStale(to); !s.ok()) return s;
       r = rename(from.c_str(), to.c_str());
     }
     if (r == 0) break;
     if (errno != EEXIST || tries > 0) return Status::FromErrno(errno, "rename " + from + " -> " + to);
-    Status free = ClearStale(to);
-    if (!free.ok()) return free;
+    if (Status s = ClearStale(to); !s.ok()) return s;
   }
   impl_->published = true;
   return Status::Ok();
@@ -666,9 +623,8 @@ void SocketServer::Wake() {
 }
 
 void SocketServer::Watch(int fd, std::function<void()> on_ready) {
-  Impl& m = *impl_;
-  m.on_watch = std::move(on_ready);
-  m.Ctl(EPOLL_CTL_ADD, fd, EPOLLIN, kWatchKey);
+  impl_->on_watch = std::move(on_ready);
+  impl_->Ctl(EPOLL_CTL_ADD, fd, EPOLLIN, kWatchKey);
 }
 
 void SocketServer::Unpublish() {
@@ -697,20 +653,7 @@ std::shared_ptr<ReplyArea> SocketServer::LandFor(uint64_t conn, uint64_t n) {
 }
 
 void SocketServer::Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n) {
-  auto it = impl_->conns.find(conn);
-  if (it == impl_->conns.end() || !it->second.busy || it->second.busy_req != req_id) return;
-  // A reply is never longer or shorter than what was asked for, whatever the path that produced it computed.
-  const uint64_t asked = it->second.busy_len;
-  Status checked = s.ok() && n != asked
-                       ? Status(Code::kIoError, "daemon error: a reply of " + std::to_string(n) +
-                                                    " bytes to a fetch of " + std::to_string(asked) + " (not sent)")
-                       : s;
-  if (!checked.ok()) impl_->stats->client_errors.fetch_add(1, std::memory_order_relaxed);
-  impl_->Reply(conn, it->second, checked, data, n);
-  // The next request may already wait in the connection's buffer. It is handled on the next Poll, not now: the
-  // caller may still read the bytes just delivered (e.g. to cache them) from this connection's area. (When
-  // Handle, further up the stack, works through this connection's requests, it goes on by itself.)
-  if (impl_->handling != conn && !it->second.in.empty() && Impl::Accepting(it->second)) impl_->ready.push_back(conn);
+  impl_->Deliver(conn, req_id, s, data, n);
 }
 
 }  // namespace fanstore::daemon

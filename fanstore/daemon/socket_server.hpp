@@ -1,11 +1,9 @@
-// The daemon's Unix-socket front: accepts this node's client processes (only the owner's uid, root, and what
-// --socket-mode / --group allow, checked with SO_PEERCRED), answers hellos, fetches, prefetch hints and requests for
-// the fetch cache's memfd. Replies
-// land in each connection's shared reply area (a size-sealed memfd mapped once by both sides). A connection is
-// answered one request at a time -- requests it pipelines wait in its socket -- so it can pin at most its area (or,
-// for a payload bigger than the area may grow, one memfd of that payload): bounded memory and fds per connection,
-// whatever the client does. epoll: idle connections cost nothing. No thread of its own: the daemon's progress
-// thread calls Poll.
+// The daemon's Unix-socket front: serves hellos, fetches, prefetch hints and the fetch cache's memfd to this node's
+// clients (the owner's uid, root, and what --socket-mode / --group allow, checked with SO_PEERCRED). Replies land in
+// each connection's shared reply area (a size-sealed memfd mapped once by both sides). One request at a time per
+// connection -- pipelined ones wait in its socket -- so it pins at most its area (or one memfd for a payload bigger
+// than areas may grow), whatever the client does. epoll: idle connections cost nothing. No thread of its own: the
+// daemon's progress thread calls Poll.
 #pragma once
 
 #include <sys/types.h>
@@ -33,7 +31,6 @@ struct ReplyArea {
   bool oneoff = false;
   bool poisoned = false;
   ~ReplyArea();
-  static std::shared_ptr<ReplyArea> Create(uint64_t size, Status* why);
 };
 
 // What a client asked for, handled by the router (fetch_router.hpp).
@@ -88,18 +85,16 @@ class SocketServer {
   // Closes every connection (clients then get EIO at once) and removes the socket. Not concurrent with Poll.
   void Stop();
 
-  // For the router. Memory where `n` bytes of a reply for `conn` may be received directly: its reply area
-  // (grown or replaced as needed), or a one-off memfd when `n` exceeds the area limit. Null area: the
-  // connection is gone or no memory could be had.
+  // For the router: memory where `n` bytes of a reply for `conn` may land -- its reply area (grown or replaced as
+  // needed), or a one-off memfd past the area limit. Null: the connection is gone or no memory could be had.
   std::shared_ptr<ReplyArea> LandFor(uint64_t conn, uint64_t n);
   // Answers fetch `req_id` of `conn` with `n` bytes at `data`: in place when they lie in the connection's
   // area or one-off memfd, else copied there. A gone connection is ignored. A success whose n is not the length
   // the fetch asked for is answered with an error instead (nothing is copied).
   void Deliver(uint64_t conn, uint64_t req_id, const Status& s, const char* data, uint64_t n);
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,18 @@
 
 namespace fanstore::daemon {
 
+Status WriteFullAt(int fd, const char* data, uint64_t n, uint64_t offset, const std::string& what) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, data, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return Status::FromErrno(errno, what);
+    data += w;
+    offset += static_cast<uint64_t>(w);
+    n -= static_cast<uint64_t>(w);
+  }
+  return Status::Ok();
+}
+
 void StagedFiles::SetDirectory(const std::string& dir, bool created) {
   std::lock_guard<std::mutex> g(mu_);
   dir_ = dir;

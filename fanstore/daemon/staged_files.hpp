@@ -14,6 +14,9 @@
 
 namespace fanstore::daemon {
 
+// pwrite until all `n` bytes are at `offset` (EINTR retried), or an errno error saying `what`.
+Status WriteFullAt(int fd, const char* data, uint64_t n, uint64_t offset, const std::string& what);
+
 class StagedFiles {
  public:
   // The --local directory, and whether this process created it (only then may --cleanup remove it).

@@ -24,8 +24,7 @@ void StagedReader::Begin(uint32_t part, int fd, const std::string& name, uint64_
   p.fd = fd;
   p.size = size;
   p.name = name;
-  p.piece_done.reset(new std::atomic<bool>[piece_ends.size()]);
-  for (size_t k = 0; k < piece_ends.size(); ++k) p.piece_done[k].store(false, std::memory_order_relaxed);
+  p.piece_done.reset(new std::atomic<bool>[piece_ends.size()]());  // all false
   p.piece_ends = std::move(piece_ends);
 }
 
@@ -35,8 +34,7 @@ void StagedReader::MarkPiece(uint32_t part, size_t k) {
 
 bool StagedReader::Staged(uint32_t part, uint64_t offset, uint64_t n) const {
   const Part& p = parts_[part];
-  if (p.piece_ends.empty()) return true;
-  // The first piece ending past `offset`, up to the one holding the range's last byte.
+  // The first piece ending past `offset`, up to the one holding the range's last byte (none: complete).
   size_t k =
       static_cast<size_t>(std::upper_bound(p.piece_ends.begin(), p.piece_ends.end(), offset) - p.piece_ends.begin());
   for (; k < p.piece_ends.size(); ++k) {
@@ -104,10 +102,10 @@ Status StagedReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst,
   if (!s.ok()) return s;
   const Part& p = parts_[part];
   if (!Staged(part, offset, n)) {
-    bool failed = failed_.load(std::memory_order_acquire);
     if (staged_only)
-      return failed ? Status(Code::kIoError, "staging of " + p.name + " failed on this rank")
-                    : Status(kNotStagedYet, "not staged yet");
+      return failed_.load(std::memory_order_acquire)
+                 ? Status(Code::kIoError, "staging of " + p.name + " failed on this rank")
+                 : Status(kNotStagedYet, "not staged yet");
     if (!image_dir_) return Status(Code::kIoError, p.name + " is not staged yet");
     return image_dir_->ReadNow(part, offset, n, dst);
   }

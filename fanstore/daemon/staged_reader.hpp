@@ -53,9 +53,8 @@ class StagedReader {
   // piece)` moves it to the front of staging's reads; a wait lasts at most `wait_us`. Before serving starts.
   void SetWaits(int64_t wait_us, std::function<bool(uint32_t, size_t)> can_wait,
                 std::function<void(uint32_t, size_t)> hurry);
-  // (progress thread) When the range lies in one piece that staging here reads next: hurries it and calls
-  // `done()` once the piece is staged or the wait is up (the caller then reads as usual: Read serves it from the
-  // staged copy, or from the image directory); true. False, and no call, when there is nothing to wait for.
+  // (progress thread) True when the range lies in one piece that staging here reads next: hurries it, and calls
+  // `done()` once the piece is staged or the wait is up (the caller then reads as usual). False, and no call, else.
   bool Await(uint32_t part, uint64_t offset, uint64_t n, std::function<void()> done);
   // (progress thread) Calls the waits whose piece is in or whose time is up; true when it called any.
   bool PollWaits(int64_t now_us);

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 
 #include "fanstore/protocol/payload_memfd.hpp"
@@ -22,16 +21,11 @@ constexpr int kMaxRefetch = 2;  // a piece refused this often more is read here 
 constexpr int64_t kPingUs = 1000000;
 constexpr int kFetchWindow = 8;  // pieces being fetched from other ranks at once
 
-Status WriteAt(int fd, const char* data, uint64_t n, uint64_t off, const std::string& name) {
-  while (n > 0) {
-    ssize_t w = pwrite(fd, data, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Status::FromErrno(errno, "write " + name);
-    data += w;
-    off += static_cast<uint64_t>(w);
-    n -= static_cast<uint64_t>(w);
-  }
-  return Status::Ok();
+// MPI_Test that says whether `r` is complete.
+bool Tested(MPI_Request* r) {
+  int flag = 0;
+  MPI_Test(r, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
 }
 
 }  // namespace
@@ -76,15 +70,9 @@ Stager::Stager(StagerOptions o, std::shared_ptr<const Image> index, std::vector<
     remaining_[i].store(l.pieces(), std::memory_order_relaxed);
     total_bytes_ += l.size;
     for (uint32_t k = 0; k < l.pieces(); ++k) {
-      Job j;
-      j.idx = i;
-      j.piece = k;
-      if (PieceReader(l.part, k, o_.replicated_part, o_.nranks, o_.replicas) == o_.rank) {
-        j.own = true;
-        own_reads_.push_back(j);
-      } else {
-        fetch_q_.push_back(j);
-      }
+      const bool own = PieceReader(l.part, k, o_.replicated_part, o_.nranks, o_.replicas) == o_.rank;
+      if (own) own_reads_.push_back({i, k, true});
+      else fetch_q_.push_back({i, k});
     }
   }
 }
@@ -126,7 +114,7 @@ void Stager::Fail(const Status& s) {
     std::lock_guard<std::mutex> g(mu_);
     if (status_.ok()) status_ = s;
     stop_ = true;
-    events_.push_back({EventKind::kFailed, {}, -1});
+    events_.push_back({EventKind::kFailed, {}});
   }
   cv_.notify_all();
 }
@@ -152,20 +140,16 @@ void Stager::ReaderLoop() {
     const PartLayout& l = parts_[j.idx].layout;
     const uint64_t len = l.length(j.piece);
     std::unique_ptr<char[]> mem(new (std::nothrow) char[len ? len : 1]);
-    auto stopped = [this] { return stop_.load(); };
-    Status s = mem ? image_dir_->ReadForStaging(l.part, l.begin(j.piece), len, mem.get(), stopped)
-                   : Status(Code::kNoMemory, "no memory for a " + std::to_string(len) + "-byte piece");
+    Status s =
+        mem ? image_dir_->ReadForStaging(l.part, l.begin(j.piece), len, mem.get(), [this] { return stop_.load(); })
+            : Status(Code::kNoMemory, "no memory for a " + std::to_string(len) + "-byte piece");
     if (!s.ok()) {
       if (!stop_) Fail(s);
       return;
     }
     lk.lock();
-    Work w;
-    w.job = j;
-    w.data = mem.get();
-    w.mem = std::move(mem);
-    verify_q_.push_back(std::move(w));
-    if (j.own && --own_left_ == 0) events_.push_back({EventKind::kReadsDone, j, -1});
+    verify_q_.push_back({j, mem.get(), std::move(mem)});
+    if (j.own && --own_left_ == 0) events_.push_back({EventKind::kReadsDone, j});
     cv_.notify_all();
   }
 }
@@ -187,11 +171,11 @@ void Stager::VerifyLoop() {
     if (!s.ok() && w.from >= 0) {
       Error("staging: a piece of partition %u from rank %d was damaged in transit (%s); fetching it again", l.part,
             w.from, s.ToString().c_str());
-      Post({EventKind::kRefetch, w.job, w.from});
+      Post({EventKind::kRefetch, w.job});
       lk.lock();
       continue;
     }
-    if (s.ok()) s = WriteAt(p.wfd, w.data, len, l.begin(w.job.piece), p.tmp);
+    if (s.ok()) s = WriteFullAt(p.wfd, w.data, len, l.begin(w.job.piece), "write " + p.tmp);
     if (!s.ok()) return Fail(s);
     reader_->MarkPiece(l.part, w.job.piece);
     written_bytes_.fetch_add(len, std::memory_order_relaxed);
@@ -201,7 +185,7 @@ void Stager::VerifyLoop() {
       p.wfd = -1;
       s = files_->Commit(p.tmp, p.final_path);
       if (!s.ok()) return Fail(s);
-      Post({EventKind::kComplete, w.job, -1});
+      Post({EventKind::kComplete, w.job});
     }
     lk.lock();
   }
@@ -218,14 +202,9 @@ void Stager::Hurry(uint32_t part, size_t piece) {
   auto it = idx_of_.find(part);
   if (it == idx_of_.end()) return;
   std::lock_guard<std::mutex> g(mu_);
-  for (auto j = read_q_.begin(); j != read_q_.end(); ++j) {
-    if (j->idx == it->second && j->piece == piece) {
-      Job hurried = *j;
-      read_q_.erase(j);
-      read_q_.push_front(hurried);
-      return;
-    }
-  }
+  auto j = std::find_if(read_q_.begin(), read_q_.end(),
+                        [&](const Job& q) { return q.idx == it->second && q.piece == piece; });
+  if (j != read_q_.end()) std::rotate(read_q_.begin(), j, j + 1);
 }
 
 void Stager::StartReads() {
@@ -236,7 +215,7 @@ void Stager::StartReads() {
     for (const Job& j : own_reads_) read_q_.push_back(j);
   }
   cv_.notify_all();
-  if (own_reads_.empty()) Post({EventKind::kReadsDone, {}, -1});
+  if (own_reads_.empty()) Post({EventKind::kReadsDone, {}});
 }
 
 void Stager::OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const Status& s, const char* data,
@@ -247,14 +226,9 @@ void Stager::OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const 
   if (s.ok() && len == l.length(j.piece)) {
     received_bytes_.fetch_add(len, std::memory_order_relaxed);
     if (received_pieces_++ == o_.corrupt_piece && len > 0) mem[static_cast<size_t>(data - mem.get()) + len / 2] ^= 0x5A;
-    Work w;
-    w.job = j;
-    w.data = data;
-    w.mem = std::move(mem);
-    w.from = from;
     {
       std::lock_guard<std::mutex> g(mu_);
-      verify_q_.push_back(std::move(w));
+      verify_q_.push_back({j, data, std::move(mem), from});
     }
     cv_.notify_all();
     return;
@@ -275,9 +249,7 @@ void Stager::OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const 
         "directory itself",
         from, l.part, s.ok() ? "wrong length" : s.ToString().c_str());
   }
-  Job r = j;
-  r.own = false;
-  AddRead(r);
+  AddRead(j);
 }
 
 void Stager::OnPing(const Status& s) {
@@ -307,7 +279,7 @@ void Stager::StartTally() {
 }
 
 void Stager::Report(int64_t now) {
-  if (!progress || done_here() || now - last_report_us_ < 1000000) return;
+  if (!progress || done_here_ || now - last_report_us_ < 1000000) return;
   last_report_us_ = now;
   char line[256];
   const double sec = static_cast<double>(now - start_us_) / 1e6, mib = 1 << 20;
@@ -327,7 +299,7 @@ bool Stager::Poll() {
     start_us_ = last_report_us_ = now;
     if (!turns || o_.rank < o_.readers) StartReads();
     else MPI_Irecv(&turn_in_, 1, MPI_BYTE, o_.rank - o_.readers, kTagTurn, o_.comm, &turn_recv_);
-    if (parts_.empty()) done_here_.store(true, std::memory_order_release);
+    if (parts_.empty()) done_here_ = true;
     did = true;
   }
   std::vector<Event> ev;
@@ -343,24 +315,20 @@ bool Stager::Poll() {
         ++refetched_;
         Job j = e.job;
         j.wait_us = j.not_before_us = 0;
-        if (++j.tries > kMaxRefetch) {
-          j.own = false;
-          AddRead(j);
-        } else {
-          fetch_q_.push_front(j);
-        }
+        if (++j.tries > kMaxRefetch) AddRead(j);
+        else fetch_q_.push_front(j);
         break;
       }
       case EventKind::kComplete:
         ++complete_;
         if (on_complete) on_complete(parts_[e.job.idx].layout.part);
-        if (complete_ == parts_.size()) done_here_.store(true, std::memory_order_release);
+        if (complete_ == parts_.size()) done_here_ = true;
         break;
       case EventKind::kReadsDone: send_turn = true; break;
       case EventKind::kFailed:
         // Whoever waits for our turn must not wait for reads that will never happen.
         send_turn = true;
-        done_here_.store(true, std::memory_order_release);
+        done_here_ = true;
         break;
     }
   }
@@ -369,9 +337,7 @@ bool Stager::Poll() {
     MPI_Isend(&turn_out_, 1, MPI_BYTE, o_.rank + o_.readers, kTagTurn, o_.comm, &turn_send_);
   }
   if (!have_turn_ && turn_recv_ != MPI_REQUEST_NULL) {
-    int flag = 0;
-    MPI_Test(&turn_recv_, &flag, MPI_STATUS_IGNORE);
-    if (flag) {
+    if (Tested(&turn_recv_)) {
       StartReads();
       did = true;
     } else if (!ping_inflight_ && now - last_ping_us_ >= kPingUs) {
@@ -380,10 +346,7 @@ bool Stager::Poll() {
       transport_->FetchFrom(o_.rank - o_.readers, ByteRange{0, 0, 0}, true, new PieceSink(this, Job{}, -1, true));
     }
   }
-  if (turn_send_ != MPI_REQUEST_NULL) {
-    int flag = 0;
-    MPI_Test(&turn_send_, &flag, MPI_STATUS_IGNORE);
-  }
+  if (turn_send_ != MPI_REQUEST_NULL) Tested(&turn_send_);
   // Received pieces wait for the verifiers: no more fetches while they are behind (memory stays bounded).
   size_t queued = 0;
   if (!fetch_q_.empty() || !retry_.empty()) {
@@ -409,19 +372,15 @@ bool Stager::Poll() {
                           new PieceSink(this, j, from, false));
   }
   Report(now);
-  if (done_here() && !tally_started_) {
+  if (done_here_ && !tally_started_) {
     tally_started_ = true;
     StartTally();
     did = true;
   }
-  if (tally_req_ != MPI_REQUEST_NULL && !done_everywhere()) {
-    int flag = 0;
-    MPI_Test(&tally_req_, &flag, MPI_STATUS_IGNORE);
-    if (flag) {
-      done_all_.store(true, std::memory_order_release);
-      if (on_tally) on_tally(tally_out_);
-      did = true;
-    }
+  if (tally_req_ != MPI_REQUEST_NULL && !done_everywhere() && Tested(&tally_req_)) {
+    done_all_.store(true, std::memory_order_release);
+    if (on_tally) on_tally(tally_out_);
+    did = true;
   }
   return did;
 }

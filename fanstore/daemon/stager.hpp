@@ -88,34 +88,30 @@ class Stager {
   bool WillRead(uint32_t part, size_t piece) const;
   void Hurry(uint32_t part, size_t piece);
 
-  // This rank is done (every partition staged, or failed: status() says which); any thread.
-  bool done_here() const { return done_here_.load(std::memory_order_acquire); }
   // The tally is in: every rank is done.
   bool done_everywhere() const { return done_all_.load(std::memory_order_acquire); }
   Status status() const;
   Tally tally() const { return tally_out_; }
 
-  class PieceSink;
-
  private:
+  class PieceSink;
   struct Job {
     uint32_t idx = 0;  // into parts_
     uint32_t piece = 0;
-    bool own = false;  // one of this rank's own reads (counts for its turn)
+    bool own = false;  // one of this rank's own reads (counts for its turn), never fetched
     int tries = 0;     // times refused by its checksum
     int64_t wait_us = 0, not_before_us = 0;
   };
   struct Work {
     Job job;
+    const char* data = nullptr;  // in mem (before it, so that {job, mem.get(), std::move(mem)} works)
     std::unique_ptr<char[]> mem;
-    const char* data = nullptr;
     int from = -1;  // the rank it came from; -1: read here
   };
   enum class EventKind { kRefetch, kComplete, kReadsDone, kFailed };
   struct Event {
     EventKind kind;
     Job job;
-    int from;
   };
 
   void ReaderLoop();
@@ -169,7 +165,8 @@ class Stager {
   uint64_t refetched_ = 0;
   size_t complete_ = 0;
   std::vector<bool> said_down_;  // a line said once per rank whose pieces we read ourselves
-  std::atomic<bool> done_here_{false}, done_all_{false};
+  bool done_here_ = false;       // every partition staged, or failed (status() says which)
+  std::atomic<bool> done_all_{false};
   MPI_Request tally_req_ = MPI_REQUEST_NULL;
   Tally tally_in_, tally_out_;  // reduced as 5 uint64_t
   int64_t last_report_us_ = 0, start_us_ = 0;

@@ -33,65 +33,18 @@ Result<struct stat> Stat(const std::string& path) {
   return st;
 }
 
-// Copies src to dst via a temporary name in dst's directory, so a half-copied file never has the final name.
-// The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask.
-Status CopyFile(const std::string& src, const std::string& dst, StagedFiles* staged) {
-  int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return Status::FromErrno(errno, "open " + src);
-  struct stat sst;
-  if (fstat(in, &sst) != 0) {
-    int err = errno;
-    close(in);
-    return Status::FromErrno(err, "stat " + src);
-  }
-  std::string tmp = dst + ".tmp." + std::to_string(getpid());
-  staged->BeginTemp(tmp);
-  int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (out < 0) {
-    int err = errno;
-    close(in);
-    staged->AbortTemp(tmp);
-    return Status::FromErrno(err, "create " + tmp);
-  }
-  Status s;
-  if (fchmod(out, sst.st_mode & 07777) != 0) s = Status::FromErrno(errno, "chmod " + tmp);
-  bool use_cfr = true;  // copy_file_range stays in the kernel; fall back to read/write across file systems
-  std::unique_ptr<char[]> buf;
-  for (; s.ok();) {
-    ssize_t n;
-    if (use_cfr) {
-      n = copy_file_range(in, nullptr, out, nullptr, 64 << 20, 0);
-      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-        use_cfr = false;
-        continue;
-      }
-    } else {
-      if (!buf) buf.reset(new char[8 << 20]);
-      n = read(in, buf.get(), 8 << 20);
-      for (ssize_t off = 0; n > 0 && off < n;) {
-        ssize_t w = write(out, buf.get() + off, static_cast<size_t>(n - off));
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          n = -1;
-          break;
-        }
-        off += w;
-      }
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      s = Status::FromErrno(errno, "copy " + src + " -> " + tmp);
-      break;
-    }
-    if (n == 0) break;
-  }
-  close(in);
-  if (close(out) != 0 && s.ok()) s = Status::FromErrno(errno, "close " + tmp);
-  if (!s.ok()) {
-    staged->AbortTemp(tmp);
-    return s;
-  }
-  return staged->Commit(tmp, dst);
+// A temporary copy of `dst` next to it, recorded in `staged` (so --cleanup removes it), with its source's permission
+// bits `mode` whatever the umask (a 0600 image stays 0600 on the node).
+Result<int> CreateTemp(const std::string& dst, int flags, mode_t mode, StagedFiles* staged, std::string* tmp) {
+  *tmp = dst + ".tmp." + std::to_string(getpid());
+  staged->BeginTemp(*tmp);
+  int fd = open(tmp->c_str(), flags | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  Status s = fd < 0 ? Status::FromErrno(errno, "create " + *tmp) : Status::Ok();
+  if (s.ok() && fchmod(fd, mode) != 0) s = Status::FromErrno(errno, "chmod " + *tmp);
+  if (s.ok()) return fd;
+  if (fd >= 0) close(fd);
+  staged->AbortTemp(*tmp);
+  return s;
 }
 
 }  // namespace
@@ -186,7 +139,50 @@ Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t 
 }
 
 Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged) {
-  return CopyFile(image_dir + "/" + format::kIndexName, local_dir + "/" + format::kIndexName, staged);
+  const std::string src = image_dir + "/" + format::kIndexName, dst = local_dir + "/" + format::kIndexName;
+  int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return Status::FromErrno(errno, "open " + src);
+  struct stat sst;
+  if (fstat(in, &sst) != 0) {
+    int err = errno;
+    close(in);
+    return Status::FromErrno(err, "stat " + src);
+  }
+  std::string tmp;
+  auto out = CreateTemp(dst, O_WRONLY, sst.st_mode & 07777, staged, &tmp);
+  if (!out.ok()) {
+    close(in);
+    return out.status();
+  }
+  Status s;
+  bool use_cfr = true;  // copy_file_range stays in the kernel; fall back to read/write across file systems
+  std::unique_ptr<char[]> buf;
+  for (uint64_t copied = 0; s.ok();) {
+    ssize_t n;
+    if (use_cfr) {
+      n = copy_file_range(in, nullptr, *out, nullptr, 64 << 20, 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        use_cfr = false;
+        continue;
+      }
+    } else {
+      if (!buf) buf.reset(new char[8 << 20]);
+      n = read(in, buf.get(), 8 << 20);
+      // At `copied`, where copy_file_range left the file offset.
+      if (n > 0) s = WriteFullAt(*out, buf.get(), static_cast<uint64_t>(n), copied, "copy " + src + " -> " + tmp);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) s = Status::FromErrno(errno, "copy " + src + " -> " + tmp);
+    if (n <= 0) break;
+    copied += static_cast<uint64_t>(n);
+  }
+  close(in);
+  if (close(*out) != 0 && s.ok()) s = Status::FromErrno(errno, "close " + tmp);
+  if (!s.ok()) {
+    staged->AbortTemp(tmp);
+    return s;
+  }
+  return staged->Commit(tmp, dst);
 }
 
 Result<std::vector<StagedPart>> PrepareParts(const Image& index, const StagePlan& plan, uint64_t piece_bytes,
@@ -199,19 +195,12 @@ Result<std::vector<StagedPart>> PrepareParts(const Image& index, const StagePlan
     StagedPart sp;
     sp.layout = std::move((*layouts)[i]);
     sp.final_path = index.PartitionPath(p);
-    sp.tmp = sp.final_path + ".tmp." + std::to_string(getpid());
-    staged->BeginTemp(sp.tmp);
-    sp.wfd = open(sp.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (sp.wfd < 0) {
-      int err = errno;
-      staged->AbortTemp(sp.tmp);
-      return Status::FromErrno(err, "create " + sp.tmp);
-    }
+    auto wfd = CreateTemp(sp.final_path, O_RDWR, plan.modes[i], staged, &sp.tmp);
+    if (!wfd.ok()) return wfd.status();
+    sp.wfd = *wfd;
+    // Its space is taken now, so a node that runs out does so here and not halfway.
     Status s;
-    // The copy gets the source's permission bits (a 0600 image stays 0600 on the node), whatever the umask; its
-    // space is taken now, so a node that runs out does so here and not halfway.
-    if (fchmod(sp.wfd, plan.modes[i]) != 0) s = Status::FromErrno(errno, "chmod " + sp.tmp);
-    if (s.ok() && sp.layout.size > 0) {
+    if (sp.layout.size > 0) {
       int rc = posix_fallocate(sp.wfd, 0, static_cast<off_t>(sp.layout.size));
       if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(sp.wfd, static_cast<off_t>(sp.layout.size)) ? errno : 0;
       if (rc != 0) s = Status::FromErrno(rc, "allocate " + std::to_string(sp.layout.size) + " bytes for " + sp.tmp);

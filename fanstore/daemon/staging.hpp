@@ -44,10 +44,9 @@ Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t 
 // when complete, and is recorded in `staged`).
 Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
 
-// Creates the file each partition of the plan is staged into (a temporary name next to where `index`, the staged
-// copy of the index opened with the staging directory as its partition directory, places it; recorded in `staged`,
-// with the source's permission bits and its space allocated), cuts it into pieces of about `piece_bytes`, and
-// hands it to `reader` (StagedReader::Begin).
+// Creates each planned partition's temporary file where `index` (the staged index, opened with the staging directory
+// as its partition directory) places it, recorded in `staged`, with its source's permission bits and its space
+// allocated; cuts it into pieces of about `piece_bytes` and hands it to `reader` (StagedReader::Begin).
 Result<std::vector<StagedPart>> PrepareParts(const Image& index, const StagePlan& plan, uint64_t piece_bytes,
                                              StagedFiles* staged, StagedReader* reader);
 

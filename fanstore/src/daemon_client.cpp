@@ -15,9 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -49,11 +47,12 @@ class FdKeeper {
   virtual ~FdKeeper() = default;
   virtual void Hold(const OwnedFd& o) = 0;
   virtual void Release(const OwnedFd& o) = 0;  // closes it (if still ours)
+  virtual Status AttachCache(int fd) = 0;      // the fetch cache's memfd, passed in a kCacheMap reply
 };
 
-// Connects a CLOEXEC, non-blocking Unix stream socket to `path` (a full backlog is retried until the deadline).
-// The socket is handed to `hook` (marked internal) right after it is made, and identified in *id.
-Result<int> Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedFd* id) {
+// Connects a CLOEXEC, non-blocking Unix stream socket to `path` into *sock (a full backlog is retried until the
+// deadline). The socket is handed to `hook` (marked internal) right after it is made.
+Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedFd* sock) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path)
@@ -64,14 +63,11 @@ Result<int> Connect(const std::string& path, int64_t deadline_ms, FdHook hook, O
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::FromErrno(errno, "socket for the daemon connection");
     OwnedFd o;
-    if (!o.Identify(fd)) {
-      int err = errno;
-      return Status::FromErrno(err, "fstat of a new daemon socket (closed behind our back?)");
-    }
+    if (!o.Identify(fd)) return Status::FromErrno(errno, "fstat of a new daemon socket (closed behind our back?)");
     if (hook) hook(fd);
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      if (id) *id = o;
-      return fd;
+      *sock = o;
+      return Status::Ok();
     }
     int err = errno;
     o.CloseIfOurs();
@@ -117,49 +113,59 @@ struct Conn {
     area = nullptr;
     area_len = 0;
   }
+  void Close() {
+    sock.CloseIfOurs();
+    UnmapArea();
+  }
 };
 
-// What a reply's payload may be besides the request's type and id; checked before anything is allocated.
-struct ReplyExpect {
-  bool exact = false;    // payload_size must be 0 or exactly `payload` (fetch: the requested length)
+// What a reply's payload may be besides the request's type and id (checked before anything is allocated), how
+// the reply is waited for, and what becomes of an fd it passes.
+struct ReplyOpts {
+  bool exact = false;    // an ok reply's payload_size must be exactly `payload` (fetch: the requested length)
   uint64_t payload = 0;  // otherwise the most it may be
-};
-
-// How a reply is waited for, and what becomes of an fd it passes.
-struct ReplyIo {
+  int spin_us = 0;       // retry the non-blocking receive this long before the first poll
   int64_t deadline_ms = 0;
-  int spin_us = 0;             // retry the non-blocking receive this long before the first poll
   FdKeeper* keeper = nullptr;  // holds passed memfds; null: they are closed after use
-  std::function<Status(int fd)> on_cache_fd = nullptr;  // a passed fetch-cache memfd (kCacheMap replies only)
 };
 
-// Reads the reply to `r` (header, message, payload) on `c` and hands the payload to `use` (a view valid during
-// the call). *consumed says whether the whole reply was read and was well-formed (the connection can carry the
-// next request); a daemon-reported error is returned with its message. A reply that breaks the protocol's limits
-// is kIoError and leaves *consumed false.
-Status ReadReply(Conn* c, const dp::Request& r, const ReplyExpect& ex, const ReplyIo& io,
-                 const RemoteFetcher::StoredUse& use, bool* consumed) {
+// A reply's payload use that keeps a copy of it in *out.
+RemoteFetcher::StoredUse CopyTo(std::string* out) {
+  return [out](const char* d, size_t n) {
+    out->assign(d, n);
+    return Status::Ok();
+  };
+}
+
+// Sends `r` (and `body`) on `c`, reads the reply (header, message, payload) and hands the payload to `use` (a view
+// valid during the call). *consumed says whether the whole reply was read and was well-formed (the connection can
+// carry the next request); a daemon-reported error is returned with its message. A reply that breaks the
+// protocol's limits is kIoError and leaves *consumed false.
+Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyOpts& o,
+                const RemoteFetcher::StoredUse& use, bool* consumed) {
   *consumed = false;
-  const int64_t deadline_ms = io.deadline_ms;
-  FdKeeper* const keeper = io.keeper;
-  const auto& on_cache_fd = io.on_cache_fd;
   const int fd = c->sock.fd;
+  unsigned char rb[dp::kRequestSize];
+  dp::EncodeRequest(r, rb);
+  Status s = dp::SendAll(fd, rb, sizeof rb, o.deadline_ms);
+  if (s.ok() && !body.empty()) s = dp::SendAll(fd, body.data(), body.size(), o.deadline_ms);
+  if (!s.ok()) return s;
   unsigned char hb[dp::kReplyHeaderSize];
   int passed = -1;
-  Status s = dp::RecvAll(fd, hb, sizeof hb, deadline_ms, &passed, io.spin_us);
+  s = dp::RecvAll(fd, hb, sizeof hb, o.deadline_ms, &passed, o.spin_us);
   OwnedFd held;
   if (passed >= 0) {
     if (!held.Identify(passed)) {
       // Only possible when another thread closed it in between; the number is not ours to touch any more.
       passed = -1;
       if (s.ok()) s = Status(Code::kIoError, "the daemon's payload fd vanished before it could be read");
-    } else if (keeper) {
-      keeper->Hold(held);
+    } else if (o.keeper) {
+      o.keeper->Hold(held);
     }
   }
   auto release = [&] {
     if (passed < 0) return;
-    if (keeper) keeper->Release(held);
+    if (o.keeper) o.keeper->Release(held);
     else held.CloseIfOurs();
     passed = -1;
   };
@@ -169,43 +175,42 @@ Status ReadReply(Conn* c, const dp::Request& r, const ReplyExpect& ex, const Rep
   if (s.ok() && h.msg_len > dp::kMaxReplyMessage)
     s = Status(Code::kIoError, "daemon reply carries a " + U64(h.msg_len) + "-byte message (at most " +
                                    U64(dp::kMaxReplyMessage) + " allowed)");
-  if (s.ok() && (ex.exact ? (h.payload_size != 0 && h.payload_size != ex.payload) : h.payload_size > ex.payload))
+  // An error reply carries no payload.
+  const uint64_t want = h.code == Code::kOk ? o.payload : 0;
+  if (s.ok() && (o.exact ? h.payload_size != want : h.payload_size > o.payload))
     s = Status(Code::kIoError, "daemon reply carries " + U64(h.payload_size) + " payload bytes, expected " +
-                                   (ex.exact ? "" : "at most ") + U64(ex.payload));
+                                   (o.exact ? "" : "at most ") + U64(o.exact ? want : o.payload));
   const bool in_area = s.ok() && (h.flags & dp::kPayloadInArea);
   const bool in_memfd = s.ok() && (h.flags & dp::kPayloadInMemfd);
   const bool new_area = s.ok() && (h.flags & dp::kNewArea);
   const bool cache_fd = s.ok() && (h.flags & dp::kCacheMemfd);
-  if (s.ok() && (in_area && in_memfd)) s = Status(Code::kIoError, "daemon reply names two payload places");
-  if (s.ok() && cache_fd && (new_area || in_memfd || !on_cache_fd))
+  const bool fd_announced = new_area || in_memfd || cache_fd;
+  if (s.ok() && in_area && in_memfd) s = Status(Code::kIoError, "daemon reply names two payload places");
+  if (s.ok() && cache_fd && (new_area || in_memfd || r.type != dp::MsgType::kCacheMap || !o.keeper))
     s = Status(Code::kIoError, "daemon passed a cache memfd in the wrong reply");
-  if (s.ok() && (new_area || in_memfd || cache_fd) && passed < 0)
-    s = Status(Code::kIoError, "daemon announced a shared-memory payload but passed no fd");
-  if (s.ok() && !new_area && !in_memfd && !cache_fd && passed >= 0)
-    s = Status(Code::kIoError, "daemon passed an fd it did not announce");
+  if (s.ok() && fd_announced != (passed >= 0))
+    s = Status(Code::kIoError, fd_announced ? "daemon announced a shared-memory payload but passed no fd"
+                                            : "daemon passed an fd it did not announce");
   std::string msg;
   if (s.ok() && h.msg_len > 0) {
     msg.resize(h.msg_len);
-    s = dp::RecvAll(fd, msg.data(), msg.size(), deadline_ms, nullptr);
+    s = dp::RecvAll(fd, msg.data(), msg.size(), o.deadline_ms, nullptr);
   }
   if (s.ok() && new_area) {
     uint64_t len = 0;
     s = CheckPassedMemfd(passed, 0, 0, &len);
     if (s.ok() && len == 0) s = Status(Code::kIoError, "daemon passed an empty reply area");
+    void* m = s.ok() ? mmap(nullptr, static_cast<size_t>(len), PROT_READ, MAP_SHARED, passed, 0) : MAP_FAILED;
+    if (s.ok() && m == MAP_FAILED) s = Status::FromErrno(errno, "mmap of the daemon's reply area");
     if (s.ok()) {
-      void* m = mmap(nullptr, static_cast<size_t>(len), PROT_READ, MAP_SHARED, passed, 0);
-      if (m == MAP_FAILED) {
-        s = Status::FromErrno(errno, "mmap of the daemon's reply area");
-      } else {
-        c->UnmapArea();
-        c->area = static_cast<const char*>(m);
-        c->area_len = static_cast<size_t>(len);
-      }
+      c->UnmapArea();
+      c->area = static_cast<const char*>(m);
+      c->area_len = static_cast<size_t>(len);
     }
     release();  // the mapping keeps the area alive: no fd is held for it
   }
   if (s.ok() && cache_fd) {
-    s = on_cache_fd(passed);
+    s = o.keeper->AttachCache(passed);
     release();
   }
   Status used;
@@ -233,7 +238,7 @@ Status ReadReply(Conn* c, const dp::Request& r, const ReplyExpect& ex, const Rep
     } catch (...) {
       s = Status(Code::kNoMemory, "out of memory for a " + U64(h.payload_size) + "-byte reply");
     }
-    if (s.ok() && h.payload_size > 0) s = dp::RecvAll(fd, payload.data(), payload.size(), deadline_ms, nullptr);
+    if (s.ok() && h.payload_size > 0) s = dp::RecvAll(fd, payload.data(), payload.size(), o.deadline_ms, nullptr);
     if (s.ok() && h.code == Code::kOk) used = use(payload.data(), payload.size());
   }
   release();
@@ -243,50 +248,13 @@ Status ReadReply(Conn* c, const dp::Request& r, const ReplyExpect& ex, const Rep
   return used;
 }
 
-// Sends `r` (and `body`) and reads the reply whose payload goes to `use`.
-Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyExpect& ex, const ReplyIo& io,
-                const RemoteFetcher::StoredUse& use, bool* consumed) {
-  *consumed = false;
-  unsigned char rb[dp::kRequestSize];
-  dp::EncodeRequest(r, rb);
-  Status s = dp::SendAll(c->sock.fd, rb, sizeof rb, io.deadline_ms);
-  if (s.ok() && !body.empty()) s = dp::SendAll(c->sock.fd, body.data(), body.size(), io.deadline_ms);
-  if (!s.ok()) return s;
-  return ReadReply(c, r, ex, io, use, consumed);
-}
-
-// Maps the fetch cache's shared memfd: read-only, but for its hit counters.
-Status MapSharedCache(int fd, fetch_cache_view::View* view) {
-  uint64_t size = 0;
-  Status s = CheckPassedMemfd(fd, 0, 0, &size);
-  if (!s.ok()) return s;
-  void* ro = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
-  if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the fetch cache");
-  uint64_t hoff = 0, hlen = 0;
-  void* hits = MAP_FAILED;
-  if (fetch_cache_view::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
-    hits = mmap(nullptr, static_cast<size_t>(hlen), PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(hoff));
-  if (hits == MAP_FAILED || !view->Attach(static_cast<char*>(ro), size, static_cast<char*>(hits))) {
-    munmap(ro, static_cast<size_t>(size));
-    if (hits != MAP_FAILED) munmap(hits, static_cast<size_t>(hlen));
-    return Status(Code::kIoError, "the daemon's fetch cache has an unknown layout (fanstore version mismatch?)");
-  }
-  // Mapped for the life of the process (forked children share it): never unmapped.
-  return Status::Ok();
-}
-
 // Sends a hello on a fresh connection and decodes the daemon's answer.
 Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keeper) {
   std::string payload;
   bool consumed = false;
-  Status s = Exchange(
-      c, {.type = dp::MsgType::kHello, .req_id = 1}, {}, {.payload = dp::kMaxHelloPayload},
-      {.deadline_ms = deadline_ms, .keeper = keeper},
-      [&](const char* d, size_t n) {
-        payload.assign(d, n);
-        return Status::Ok();
-      },
-      &consumed);
+  Status s = Exchange(c, {.type = dp::MsgType::kHello, .req_id = 1}, {},
+                      {.payload = dp::kMaxHelloPayload, .deadline_ms = deadline_ms, .keeper = keeper}, CopyTo(&payload),
+                      &consumed);
   if (!s.ok()) return s;
   dp::HelloInfo h;
   if (!dp::DecodeHello(payload, &h)) return Status(Code::kIoError, "daemon sent a malformed hello");
@@ -303,16 +271,32 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
  public:
   DaemonFetcher(std::string path, int timeout_ms) : path_(std::move(path)), timeout_ms_(timeout_ms) {}
   ~DaemonFetcher() override {
-    for (auto& c : all_) Destroy(c.get());
-    for (const OwnedFd& m : held_) m.CloseIfOurs();
+    DropPoolLocked();
     if (cache_fd_.load(std::memory_order_acquire) >= 0) cache_fd_id_.CloseIfOurs();
   }
 
   bool CachesNodeWide() override { return SharedCache() != nullptr; }
 
+  // Copies a cached range with pread on our descriptor of the cache memfd (cache_fd_), or through the mapping once
+  // that descriptor is no longer ours or pread failed; either way the slot's sequence says whether the bytes changed
+  // meanwhile. The descriptor's identity is checked (one fstat, cheap against the copy) before each pread, so the
+  // bytes never come from the program's file.
   bool CopyCached(uint32_t part, uint64_t offset, uint64_t length, char* dst) override {
     const fetch_cache_view::View* v = SharedCache();
-    return v && CopyFromCache(*v, part, offset, length, dst);
+    if (!v) return false;
+    const int fd = cache_fd_.load(std::memory_order_acquire);
+    if (fd >= 0 && cache_fd_id_.StillOurs()) {
+      int err = 0;
+      bool ok = v->CopyWith(part, offset, length, [&](uint64_t d) {
+        ssize_t n = pread(fd, dst, static_cast<size_t>(length), static_cast<off_t>(v->data_offset() + d));
+        err = n < 0 ? errno : n != static_cast<ssize_t>(length) ? EIO : 0;
+        return err == 0;
+      });
+      if (err == 0 || err == EFAULT) return ok;  // EFAULT: the caller's buffer, not the descriptor
+    }
+    // Not ours any more, or pread failed on it: never read or closed by us again; the mapping from now on.
+    if (fd >= 0) cache_fd_.store(-1, std::memory_order_release);
+    return v->Copy(part, offset, length, dst);
   }
 
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
@@ -326,90 +310,23 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     bool connected = false, got = false;
     Status s = Call(
         {.type = dp::MsgType::kFetch, .part = part, .offset = offset, .length = length}, {},
-        {.exact = true, .payload = length}, kReplySpinUs, nullptr,
+        {.exact = true, .payload = length, .spin_us = kReplySpinUs},
         [&](const char* d, size_t n) {
           got = true;
           return use(d, n);
         },
         &connected);
-    if (!s.ok()) {
-      if (got || !connected) return s;  // use's own verdict (e.g. a checksum mismatch), or no connection
-      return Status(s.code(), "partition " + U64(part) + " bytes " + U64(offset) + "+" + U64(length) + " via " + path_ +
-                                  ": " + s.message());
-    }
-    if (!got && length != 0)
-      return Status(Code::kIoError, "daemon answered a " + U64(length) + "-byte read with no payload");
-    if (!got) return use("", 0);
-    return s;
-  }
-
-  // Copies a cached range with pread on the cache's memfd, or through the mapping once that descriptor is no
-  // longer ours (the program closed it behind our back, and may have reused the number) or pread failed. Either
-  // way the slot's sequence says whether the bytes changed meanwhile. The descriptor's identity is checked before
-  // each pread (an fstat, a fraction of a microsecond against the copy's microseconds), so the bytes never come
-  // from another file; the caller's checksum would catch that too.
-  bool CopyFromCache(const fetch_cache_view::View& v, uint32_t part, uint64_t offset, uint64_t length, char* dst) {
-    const int fd = cache_fd_.load(std::memory_order_acquire);
-    if (fd >= 0 && cache_fd_id_.StillOurs()) {
-      int err = 0;
-      bool ok = v.CopyWith(part, offset, length, [&](uint64_t d) {
-        ssize_t n = pread(fd, dst, static_cast<size_t>(length), static_cast<off_t>(v.data_offset() + d));
-        err = n < 0 ? errno : n != static_cast<ssize_t>(length) ? EIO : 0;
-        return err == 0;
-      });
-      if (err == 0 || err == EFAULT) return ok;  // EFAULT: the caller's buffer, not the descriptor
-    }
-    // Not ours any more, or pread failed on it: never read or closed by us again; the mapping from now on.
-    if (fd >= 0) cache_fd_.store(-1, std::memory_order_release);
-    return v.Copy(part, offset, length, dst);
-  }
-
-  // Called once, with the memfd the daemon passed (closed by the caller): keeps a duplicate for CopyFromCache,
-  // marked internal under mu_ (as SetInternalFdHook marks what we hold).
-  void KeepCacheFd(int passed) {
-    int fd = fcntl(passed, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) return;
-    OwnedFd id;
-    if (!id.Identify(fd)) {
-      close(fd);
-      return;
-    }
-    std::lock_guard<std::mutex> g(mu_);
-    if (FdHook hook = hook_.load(std::memory_order_acquire)) hook(fd);
-    cache_fd_id_ = id;
-    cache_fd_.store(fd, std::memory_order_release);
-  }
-
-  // The fetch cache's shared view, asked for once per process (null: the daemon has none, or it failed).
-  const fetch_cache_view::View* SharedCache() {
-    int st = cache_state_.load(std::memory_order_acquire);
-    if (st == 1) return &view_;
-    if (st == 2) return nullptr;
-    AdoptIfForked();
-    std::lock_guard<std::mutex> g(cache_mu_);
-    if (cache_state_.load(std::memory_order_relaxed) != 0) return SharedCache();
-    const auto map_cache = [this](int fd) {
-      Status ms = MapSharedCache(fd, &view_);
-      if (ms.ok()) KeepCacheFd(fd);
-      return ms;
-    };
-    bool connected = false;
-    Status s = Call(
-        {.type = dp::MsgType::kCacheMap}, {}, {}, 0, map_cache, [](const char*, size_t) { return Status::Ok(); },
-        &connected);
-    if (!connected) return nullptr;  // asked again next time
-    cache_state_.store(s.ok() && view_.attached() ? 1 : 2, std::memory_order_release);
-    return s.ok() && view_.attached() ? &view_ : nullptr;
+    // Every ok reply reached `use`: its verdict (e.g. a checksum mismatch) and a failed connect come back as they are.
+    if (got || !connected) return s;
+    return Status(s.code(), "partition " + U64(part) + " bytes " + U64(offset) + "+" + U64(length) + " via " + path_ +
+                                ": " + s.message());
   }
 
   Result<dp::PrefetchCounts> Prefetch(uint64_t stream, bool append, std::string_view body) {
     std::string payload;
     Status s = Call(
         {.type = dp::MsgType::kPrefetch, .stream = stream, .flags = append ? dp::kAppend : 0u, .body_len = body.size()},
-        body, {.payload = dp::kPrefetchReplySize}, 0, nullptr, [&](const char* d, size_t n) {
-          payload.assign(d, n);
-          return Status::Ok();
-        });
+        body, {.payload = dp::kPrefetchReplySize}, CopyTo(&payload));
     if (!s.ok()) return s;
     dp::PrefetchCounts counts;
     if (!dp::DecodePrefetchCounts(payload, &counts))
@@ -417,7 +334,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     return counts;
   }
 
-  void SetInternalFdHook(void (*hook)(int fd)) override {
+  void SetInternalFdHook(FdHook hook) override {
     AdoptIfForked();
     std::lock_guard<std::mutex> g(mu_);
     hook_.store(hook, std::memory_order_release);
@@ -453,28 +370,76 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   }
 
  private:
+  // The fetch cache's shared view, asked for once (null: the daemon has none, or it failed).
+  const fetch_cache_view::View* SharedCache() {
+    if (int st = cache_state_.load(std::memory_order_acquire)) return st == 1 ? &view_ : nullptr;
+    AdoptIfForked();
+    std::lock_guard<std::mutex> g(cache_mu_);
+    if (int st = cache_state_.load(std::memory_order_relaxed)) return st == 1 ? &view_ : nullptr;
+    bool connected = false;
+    Status s = Call(
+        {.type = dp::MsgType::kCacheMap}, {}, {}, [](const char*, size_t) { return Status::Ok(); }, &connected);
+    if (!connected) return nullptr;  // asked again next time
+    const bool ok = s.ok() && view_.attached();
+    cache_state_.store(ok ? 1 : 2, std::memory_order_release);
+    return ok ? &view_ : nullptr;
+  }
+
+  // The fetch cache's memfd the daemon passed (closed by the caller): mapped into view_ read-only, but for its hit
+  // counters, for the life of the process (forked children share it); a duplicate is kept for CopyCached, marked
+  // internal under mu_ (as SetInternalFdHook marks what we hold).
+  Status AttachCache(int passed) override {
+    uint64_t size = 0;
+    Status s = CheckPassedMemfd(passed, 0, 0, &size);
+    if (!s.ok()) return s;
+    void* ro = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, passed, 0);
+    if (ro == MAP_FAILED) return Status::FromErrno(errno, "mmap of the fetch cache");
+    uint64_t hoff = 0, hlen = 0;
+    void* hits = MAP_FAILED;
+    if (fetch_cache_view::View::HitsRange(static_cast<const char*>(ro), size, &hoff, &hlen))
+      hits = mmap(nullptr, static_cast<size_t>(hlen), PROT_READ | PROT_WRITE, MAP_SHARED, passed,
+                  static_cast<off_t>(hoff));
+    if (hits == MAP_FAILED || !view_.Attach(static_cast<char*>(ro), size, static_cast<char*>(hits))) {
+      munmap(ro, static_cast<size_t>(size));
+      if (hits != MAP_FAILED) munmap(hits, static_cast<size_t>(hlen));
+      return Status(Code::kIoError, "the daemon's fetch cache has an unknown layout (fanstore version mismatch?)");
+    }
+    int fd = fcntl(passed, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return s;
+    OwnedFd id;
+    if (!id.Identify(fd)) {
+      close(fd);
+      return s;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    if (FdHook hook = hook_.load(std::memory_order_acquire)) hook(fd);
+    cache_fd_id_ = id;
+    cache_fd_.store(fd, std::memory_order_release);
+    return s;
+  }
+
   // Sends `r` (a fresh req_id) and `body` on a pooled connection and hands the reply's payload to `use`, which runs
   // while we hold the connection (the area's bytes stay put until our next request on it). A socket failure, a
   // timeout or a malformed reply leaves the stream at an unknown position (a late reply may still arrive), so that
   // connection is dropped; a daemon-reported error was read completely and the connection is reused. *connected:
   // a connection was had.
-  Status Call(dp::Request r, std::string_view body, const ReplyExpect& ex, int spin_us,
-              std::function<Status(int fd)> on_cache_fd, const StoredUse& use, bool* connected = nullptr) {
-    const int64_t deadline = dp::NowMs() + timeout_ms_;
-    auto taken = Take(deadline);
+  Status Call(dp::Request r, std::string_view body, ReplyOpts o, const StoredUse& use, bool* connected = nullptr) {
+    o.deadline_ms = dp::NowMs() + timeout_ms_;
+    o.keeper = this;
+    auto taken = Take(o.deadline_ms);
     if (connected) *connected = taken.ok();
     if (!taken.ok()) return taken.status();
     r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
     bool consumed = false;
-    Status s = Exchange(*taken, r, body, ex, {deadline, spin_us, this, std::move(on_cache_fd)}, use, &consumed);
+    Status s = Exchange(*taken, r, body, o, use, &consumed);
     Give(*taken, consumed);
     return s;
   }
 
   // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked
-  // without the AtFork hooks (a raw clone), either may have been held by a parent thread that does not exist here: one
-  // thread of the child re-creates them and drops the inherited connections; the others wait for it. owner_ is the
-  // owning pid, or minus the pid of a process adopting (a parent forked mid-adoption leaves the child a foreign
+  // without the AtFork hooks (a raw clone), either may have been held by a parent thread that does not exist here:
+  // one thread of the child re-creates them and drops the inherited connections; the others wait for it. owner_ is
+  // the owning pid, or minus the pid of a process adopting (a parent forked mid-adoption leaves the child a foreign
   // negative pid: taken over).
   void AdoptIfForked() {
     const pid_t me = getpid();
@@ -491,25 +456,19 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       fork_locked_ = false;
       {
         std::lock_guard<std::mutex> g(mu_);
-        DropInheritedLocked();
+        DropPoolLocked();
       }
       owner_.store(me, std::memory_order_release);
       return;
     }
   }
 
-  static void Destroy(Conn* c) {
-    c->sock.CloseIfOurs();
-    c->UnmapArea();
-  }
-
-  // In a child: inherited connections carry the parent's conversations and must never be talked on. The
-  // child closes its copies of those still naming our sockets (the parent keeps its own; closing here also
-  // lets the daemon see EOF once the parent drops one), unmaps their areas, and closes memfds a parent thread
-  // held at fork time; numbers that name something else now are forgotten, not closed. A connection another
-  // thread was using at fork time is not in idle_ but is in all_: it is dropped too. New ones come lazily.
-  void DropInheritedLocked() {
-    for (auto& c : all_) Destroy(c.get());
+  // Closes every connection (unmapping its area) and held memfd whose number is still ours, and forgets them all:
+  // on destruction, and in a child, whose inherited connections carry the parent's conversations and must never be
+  // talked on (the parent keeps its own; closing ours lets the daemon see EOF once the parent drops one). A
+  // connection another thread was using at fork time is not in idle_ but is in all_. New ones come lazily.
+  void DropPoolLocked() {
+    for (auto& c : all_) c->Close();
     for (const OwnedFd& m : held_) m.CloseIfOurs();
     all_.clear();
     idle_.clear();
@@ -536,12 +495,11 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
     // Not found: dropped by a fork-without-hooks cleanup; nothing of ours to close.
   }
 
-  // Forgets `c` (it stays allocated while a thread may still hold the pointer in a parent that forked without
-  // hooks: the child's copy of the pointer is never used after DropInheritedLocked).
+  // Closes `c` and removes (frees) it; nothing when it is not in the pool (dropped by a fork meanwhile).
   void EraseLocked(Conn* c) {
     for (size_t i = 0; i < all_.size(); ++i)
       if (all_[i].get() == c) {
-        Destroy(c);
+        c->Close();
         all_[i] = std::move(all_.back());
         all_.pop_back();
         return;
@@ -567,19 +525,17 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       }
       gen = generation_;
     }
-    FdHook hook = hook_.load(std::memory_order_acquire);
     auto conn = std::make_unique<Conn>();
-    auto fd = Connect(path_, deadline, hook, &conn->sock);
-    if (!fd.ok()) return fd.status();
     DaemonInfo info;
-    Status s = Handshake(conn.get(), deadline, &info, this);
+    Status s = Connect(path_, deadline, hook_.load(std::memory_order_acquire), &conn->sock);
+    if (s.ok()) s = Handshake(conn.get(), deadline, &info, this);
     if (!s.ok()) {
-      Destroy(conn.get());
+      conn->Close();
       return s;
     }
     std::lock_guard<std::mutex> g(mu_);
     if (gen != generation_ || owner_.load(std::memory_order_acquire) != getpid()) {
-      Destroy(conn.get());
+      conn->Close();
       return Status(Code::kIoError, "daemon connection pool was reset while connecting (fork?)");
     }
     all_.push_back(std::move(conn));
@@ -588,14 +544,15 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
 
   void Give(Conn* c, bool reusable) {
     std::lock_guard<std::mutex> g(mu_);
-    bool known = false;
-    for (auto& k : all_) known |= k.get() == c;
-    if (!known) return;  // the pool was dropped (fork) meanwhile
-    if (reusable) {
-      idle_.push_back(c);
+    if (!reusable) {
+      EraseLocked(c);
       return;
     }
-    EraseLocked(c);
+    for (auto& k : all_)
+      if (k.get() == c) {
+        idle_.push_back(c);  // (not found: the pool was dropped by a fork meanwhile)
+        return;
+      }
   }
 
   const std::string path_;
@@ -608,11 +565,9 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   std::mutex cache_mu_;                     // asking for the fetch cache (not mu_: Take takes that)
   std::atomic<int> cache_state_{0};         // 0 not asked yet, 1 view_ attached, 2 none
   fetch_cache_view::View view_;
-  // A descriptor of the fetch cache's memfd, kept for pread (-1: none, or it stopped working). Copying a cached
-  // range with pread is a copy in the kernel, as a local file's read is; through the mapping, each process would
-  // first fault in the page-table entries of every page it touches (a DataLoader's fresh workers, every epoch).
-  // Measured here (8 epochs, 20,000 files, the remote part all in the cache): 0.445 and 0.467 s per epoch
-  // instead of 0.521 and 0.525 s.
+  // A descriptor of the fetch cache's memfd, kept for pread (-1: none, or it stopped working). pread copies in the
+  // kernel as a local file's read does; through the mapping, every process (a DataLoader's fresh workers, each
+  // epoch) would first fault in the page-table entries of each page it touches: about 15% slower per epoch.
   std::atomic<int> cache_fd_{-1};
   OwnedFd cache_fd_id_;       // its identity (set before cache_fd_ is published)
   bool fork_locked_ = false;  // AtForkPrepare holds mu_
@@ -624,14 +579,13 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
 }  // namespace
 
 Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
-  int64_t deadline = dp::NowMs() + timeout_ms;
+  const int64_t deadline = dp::NowMs() + timeout_ms;
   Conn c;
-  auto fd = Connect(socket_path, deadline, nullptr, &c.sock);
-  if (!fd.ok()) return fd.status();
+  Status s = Connect(socket_path, deadline, nullptr, &c.sock);
+  if (!s.ok()) return s;
   DaemonInfo info;
-  Status s = Handshake(&c, deadline, &info, nullptr);
-  c.sock.CloseIfOurs();
-  c.UnmapArea();
+  s = Handshake(&c, deadline, &info, nullptr);
+  c.Close();
   if (!s.ok()) return Status(s.code(), "fanstore daemon at " + socket_path + ": " + s.message());
   return info;
 }

@@ -24,7 +24,6 @@ Status WaitReady(int fd, short events, int64_t deadline_ms, const char* what) {
       if (errno == EINTR) continue;
       return Status::FromErrno(errno, std::string("daemon socket: poll while ") + what);
     }
-    if (r == 0) continue;  // re-checks the deadline
     if (p.revents & events) return Status::Ok();
     if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
       return Status(Code::kIoError, std::string("daemon socket closed while ") + what);

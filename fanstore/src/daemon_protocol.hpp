@@ -1,6 +1,6 @@
-// The client's socket I/O for the client <-> daemon protocol (fanstore/protocol/include/fanstore/protocol/
-// daemon_wire.hpp): deadline-bounded sends and receives with fd passing. MPI-free. The clock and the payload
-// memfds, which the daemon uses too, are in fanstore/protocol/include/fanstore/protocol/payload_memfd.hpp.
+// The client's socket I/O for the client <-> daemon protocol: deadline-bounded sends and receives with fd passing.
+// MPI-free. Brings in the wire format (daemon_wire.hpp) and the clock and payload memfds the daemon shares
+// (payload_memfd.hpp).
 #pragma once
 
 #include <cstdint>
@@ -11,11 +11,9 @@
 
 namespace fanstore::daemon_proto {
 
-// Blocking-with-deadline socket I/O for the client side (fd may be blocking or not; poll bounds every wait).
-// SendAll: kTimeout past the deadline, kIoError when the peer is gone. RecvAll additionally collects at most
-// one SCM_RIGHTS fd into *fd_out (-1 if none; the caller closes it). `spin_us`: before the first blocking poll,
-// retry the non-blocking receive for up to this long (a reply from a busy daemon is often microseconds away,
-// and a sleeping thread takes tens of microseconds to wake).
+// poll bounds every wait (fd blocking or not): kTimeout past the deadline, kIoError when the peer is gone.
+// RecvAll also collects at most one SCM_RIGHTS fd into *fd_out (-1 if none; the caller closes it), and retries the
+// non-blocking receive for up to `spin_us` before its first poll (a busy daemon answers within microseconds).
 Status SendAll(int fd, const void* p, size_t n, int64_t deadline_ms);
 Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out, int spin_us = 0);
 

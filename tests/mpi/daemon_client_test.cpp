@@ -403,6 +403,9 @@ void Handle(int c, const dp::Request& r, pid_t) {
       close(m);
       return;
     }
+    case 23:  // "ok" with no payload for a non-empty read
+      SendReply(c, OkHeader(r, 0), "");
+      return;
     case 22: {  // an fd nobody announced, with an inline payload
       int m = MakeMemfd(4096, 0, "", true);
       SendReply(c, OkHeader(r, kSmall.size()), kSmall, m);
@@ -491,6 +494,7 @@ TEST(DaemonClient, RepliesThatLieAboutSizesAreErrorsNotCrashes) {
       {20, kSmall.size(), "4096-byte reply area"},
       {21, kSmall.size(), "two payload places"},
       {22, kSmall.size(), "did not announce"},
+      {23, kSmall.size(), "0 payload bytes"},
       {7, kSmall.size(), "0-byte reply area"},
   };
   for (const Case& c : cases) {

@@ -47,16 +47,8 @@ class View {
   // Checks the header against the mapping's size; false: not a usable cache (the client then never uses it).
   // `hits` (optional): a separate writable mapping of the hit counters when `base` is mapped read-only.
   bool Attach(char* base, uint64_t size, char* hits = nullptr) {
-    if (size < 4096) return false;
     Header h;
-    std::memcpy(&h, base, sizeof h);
-    if (h.magic != kMagic || h.version != kVersion || h.slot_bytes != sizeof(Slot) || h.nslots == 0 ||
-        (h.nslots & (h.nslots - 1)) != 0)
-      return false;
-    if (!RangeWithin(h.slots_off, uint64_t{h.nslots} * sizeof(Slot), size) ||
-        !RangeWithin(h.hits_off, uint64_t{h.nslots} * 4, size) || !RangeWithin(h.data_off, h.data_len, size) ||
-        h.slots_off % 8 != 0 || h.hits_off % 4 != 0)
-      return false;
+    if (!ReadHeader(base, size, &h)) return false;
     slots_ = reinterpret_cast<Slot*>(base + h.slots_off);
     hits_ = reinterpret_cast<std::atomic<uint32_t>*>(hits ? hits : base + h.hits_off);
     data_ = base + h.data_off;
@@ -68,11 +60,8 @@ class View {
   bool attached() const { return slots_ != nullptr; }
   // Where the hit counters are and how long (to map them writable): false when `base` is not a cache.
   static bool HitsRange(const char* base, uint64_t size, uint64_t* off, uint64_t* len) {
-    if (size < sizeof(Header)) return false;
     Header h;
-    std::memcpy(&h, base, sizeof h);
-    if (h.magic != kMagic || h.hits_off % 4096 != 0 || !RangeWithin(h.hits_off, uint64_t{h.nslots} * 4, size))
-      return false;
+    if (!ReadHeader(base, size, &h) || h.hits_off % 4096 != 0) return false;
     *off = h.hits_off;
     *len = uint64_t{h.nslots} * 4;
     return true;
@@ -113,6 +102,16 @@ class View {
   uint64_t data_offset() const { return data_off_; }
 
  private:
+  // The header at `base`, if it is a cache of this layout whose parts all lie within the mapping's `size`.
+  static bool ReadHeader(const char* base, uint64_t size, Header* h) {
+    if (size < 4096) return false;
+    std::memcpy(h, base, sizeof *h);
+    return h->magic == kMagic && h->version == kVersion && h->slot_bytes == sizeof(Slot) && h->nslots != 0 &&
+           (h->nslots & (h->nslots - 1)) == 0 && RangeWithin(h->slots_off, uint64_t{h->nslots} * sizeof(Slot), size) &&
+           RangeWithin(h->hits_off, uint64_t{h->nslots} * 4, size) && RangeWithin(h->data_off, h->data_len, size) &&
+           h->slots_off % 8 == 0 && h->hits_off % 4 == 0;
+  }
+
   Slot* slots_ = nullptr;
   std::atomic<uint32_t>* hits_ = nullptr;
   const char* data_ = nullptr;
