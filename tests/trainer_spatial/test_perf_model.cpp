@@ -31,6 +31,14 @@ TEST(PerfModel, CandidateGridsAreEveryFactorisation) {
   EXPECT_EQ(candidate_grids(2, 2).size(), 3u);  // 2,1,1  1,2,1  1,1,2
 }
 
+TEST(PerfModel, BandwidthFitSurvivesATinyMessageSlowedByLoad) {
+  const double mib4 = 4 << 20;
+  EXPECT_DOUBLE_EQ(fit_bandwidth(2e-6, 402e-6, mib4), mib4 / 400e-6);  // the fit
+  // A partner descheduled through every tiny round trip (seen: 4.0 ms against 3.9 ms for 4 MiB): not 4 PB/s.
+  EXPECT_DOUBLE_EQ(fit_bandwidth(4.0e-3, 3.9e-3, mib4), mib4 / 3.9e-3);
+  EXPECT_DOUBLE_EQ(fit_bandwidth(4.0e-3, 4.1e-3, mib4), mib4 / 4.1e-3);
+}
+
 TEST(PerfModel, PiecesPayOnlyWhereTheOverlapSavesMoreThanTheyCost) {
   const LayerCost one{10e-3, 20e-3}, pieces{11e-3, 21e-3};
   // A 5 ms halo, of which the 8 ms interior hides all: 2 ms more compute for 5 ms less waiting.

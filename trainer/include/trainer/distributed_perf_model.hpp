@@ -33,6 +33,9 @@ struct MachineCosts {
 // Collective over `world`: ranks 0 and 1 ping-pong (8 B and 4 MiB), every rank times a 32 MiB copy;
 // every rank gets rank 0's figures. One rank: no messages, only the copy.
 MachineCosts measure_machine_costs(Communicator& world);
+// The bandwidth that a `bytes` message taking `large_s` against a tiny one's `small_s` shows: the fit
+// bytes / (large - small), or bytes / large where the two come out alike (a partner descheduled under load).
+double fit_bandwidth(double small_s, double large_s, double bytes);
 
 struct LayerCost {
   double forward_s = 0, backward_s = 0;
