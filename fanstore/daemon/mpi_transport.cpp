@@ -1,15 +1,8 @@
-// The daemon's MPI side. Its messages (request, reply, chunks) are laid out in docs/daemon.md, "Daemon <-> daemon";
-// all on MPI_COMM_WORLD but for the chunks, which travel on their own communicator.
-// The reply tag carries the request's slot, so the asker knows which fetch a reply is for from the probe alone and
-// receives it straight into that fetch's memory (the client's reply area): no copy in the asking daemon. The owner
-// sends a range of mapped_send_min bytes or more straight from its mapping of the staged partition (PartitionMaps),
-// as a header and then the payload as chunks (chunks >= 1 however small): no copy in the owner either. Smaller
-// ranges it reads into a pooled, already-faulted send buffer behind the header (one copy, from the page cache),
-// which costs less than a second message.
-// Every MPI call here is nonblocking or completes at once (Improbe, Imrecv, Isend, Testsome; Mrecv only of a
-// request of at most 32 bytes, which arrives whole): a receive from a peer killed mid-transfer (Open MPI's
-// shared-memory single copy then fails with "Read -1, expected N, errno = 3" and the receive never completes) is given
-// up at its deadline instead of wedging the thread.
+// The daemon's MPI side; its messages, and what it does with a broken peer's, are in docs/daemon.md ("Daemon <->
+// daemon"). A reply's tag names its fetch, so it is received straight into that fetch's memory; the owner sends big
+// ranges straight from its mapping of the staged partition, small ones from a pooled buffer behind the header.
+// Every MPI call here is nonblocking or completes at once (Mrecv only of a request of at most 32 bytes, which arrives
+// whole): a receive from a peer killed mid-transfer is given up at its deadline instead of wedging the thread.
 #include "mpi_transport.hpp"
 
 #include <mpi.h>
@@ -55,9 +48,8 @@ constexpr uint32_t kKindFetch = 0, kKindProbe = 1, kKindStaged = 2;
 constexpr int kSmallReply = 1024;
 // What a reply may carry besides the range asked for: its header and an error message.
 constexpr uint64_t kReplySlack = kReplyHeader + (64 << 10);
-// Chunks probed before their reply could take them (its header not received yet, or its previous chunk still
-// arriving), kept as matched messages at most this many; beyond, the oldest are received and dropped (a peer
-// sending chunks no header claims).
+// Chunks held before their reply can take them (early_chunks), at most this many: beyond, the oldest are dropped
+// (a peer sending chunks no header claims).
 constexpr size_t kMaxEarlyChunks = 4096;
 // The progress loop's hot window, less a margin for the message's time on the way and ours before we look at it.
 constexpr int64_t kPeerHotUs = kHotWindowUs * 3 / 4;
@@ -119,9 +111,8 @@ struct Pending {
   int64_t attempt_deadline = 0;
   uint64_t attempt_gen = 0;  // bumps per attempt: completions of an abandoned attempt are recognised
   bool awaiting = true;      // the current attempt's reply has not been probed yet
-  // Set while sink memory is handed out for this attempt; AbandonLanding fills it with the owner of that memory.
-  // The receive's completion callbacks hold the slot, so the memory is freed when MPI completes them (never, for a
-  // receive from a dead peer).
+  // Set while sink memory is handed out for this attempt; AbandonLanding fills it with that memory's owner, which
+  // the receive's callbacks keep until MPI completes them (never, for a receive from a dead peer).
   std::shared_ptr<std::shared_ptr<void>> keep;
   Status last;  // why the previous attempt failed
   int current() const { return order[attempt]; }
@@ -187,9 +178,6 @@ struct MpiTransport::Impl {
   // activity): it sees the message without a datagram, which would cost both sides a syscall.
   void Ring(int rank) {
     if (o.doorbell && dp::NowUs() - peers.last_heard_us(rank) > kPeerHotUs) o.doorbell->Ring(rank);
-  }
-  void FlushDoorbell() {
-    if (o.doorbell) o.doorbell->Flush();
   }
 
   void Track(MPI_Request r, std::function<void(bool ok)> f) {
@@ -293,23 +281,21 @@ struct MpiTransport::Impl {
     ++p.attempt_gen;
     p.awaiting = true;
     stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
-    Status err;
-    SendRequest(p.current(), req_id, p.kind, p.range, &err);
-    if (!err.ok()) return Fail(req_id, err);
+    if (Status err = SendRequest(p.current(), req_id, p.kind, p.range); !err.ok()) Fail(req_id, err);
   }
 
-  void SendRequest(int dest, uint64_t req_id, uint32_t kind, const ByteRange& r, Status* err) {
+  Status SendRequest(int dest, uint64_t req_id, uint32_t kind, const ByteRange& r) {
     auto buf = std::make_shared<std::array<char, kRequestBytes>>();
     Store64(buf->data(), req_id);
     Store32(buf->data() + 8, r.part);
     Store32(buf->data() + 12, kind);
     Store64(buf->data() + 16, r.offset);
     Store64(buf->data() + 24, r.length);
-    Status failed;
+    Status err;
     Send(
-        dest, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &failed);
-    if (failed.ok()) Ring(dest);
-    if (err) *err = failed;
+        dest, kTagRequest, buf->data(), buf->size(), [buf](bool) {}, &err);
+    if (err.ok()) Ring(dest);
+    return err;
   }
 
   void Fail(uint64_t req_id, const Status& why) {
@@ -334,7 +320,8 @@ struct MpiTransport::Impl {
                  nullptr, 0);
       return;
     }
-    Pending p;
+    slot_req[static_cast<size_t>(SlotOf(req_id))] = req_id;
+    Pending& p = pending[req_id];
     p.req_id = req_id;
     p.range = r;
     p.kind = kind;
@@ -342,8 +329,6 @@ struct MpiTransport::Impl {
     p.order = std::move(order);
     // 90% of the client's timeout: our "timeout" reply must reach the client before it gives up itself.
     p.final_deadline = dp::NowUs() + static_cast<int64_t>(o.timeout_ms) * 900;
-    slot_req[static_cast<size_t>(SlotOf(req_id))] = req_id;
-    pending.emplace(req_id, std::move(p));
     NextAttempt(req_id);
   }
 
@@ -359,43 +344,34 @@ struct MpiTransport::Impl {
     return &p;
   }
 
-  // A reply is waiting (probed as `m`, `count` bytes, from `src` on `tag`).
+  // A reply is waiting (probed as `m`, `count` bytes, from `src` on `tag`). Small replies and late answers are
+  // received into scratch first (late ones then dropped, chunks and all); bigger ones straight into the fetch's memory.
   void OnReply(MPI_Message m, int src, int tag, int count) {
     Pending* p = Expecting(src, tag);
+    const uint64_t n = static_cast<uint64_t>(count);
+    std::shared_ptr<std::string> scratch;
+    char* dst = nullptr;
     if (!p || count <= kSmallReply) {
-      // Scratch first: small replies, and late answers (dropped once received; their chunks too).
-      auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
-      uint64_t req_id = p ? p->req_id : 0, gen = p ? p->attempt_gen : 0;
-      if (p) p->awaiting = false;
-      Receive(m, scratch->data(), static_cast<uint64_t>(count), [this, scratch, req_id, gen, src, tag](bool ok) {
-        if (!ok) return ReceiveFailed(req_id, gen, tag, src);
-        OnScratchReply(req_id, gen, src, tag, *scratch);
-      });
-      return;
-    }
-    if (static_cast<uint64_t>(count) > kReplySlack + p->range.length) {
+      scratch = std::make_shared<std::string>(n, '\0');
+      dst = scratch->data();
+    } else if (n > kReplySlack + p->range.length) {
       // More than the range asked for (a broken or hostile peer): setting that much aside in the sink would make
-      // the fetch cache evict for nothing. Received into scratch and dropped instead (a receive into less than
-      // the message, truncated, corrupted the heap under Open MPI 4.1's shared-memory transport); chunks it may
-      // announce cannot be told apart, so its slot is not used again.
-      Drop(m, static_cast<uint64_t>(count), nullptr);
+      // the fetch cache evict for nothing, and a receive into less than the message corrupts the heap under Open
+      // MPI's shared-memory transport. Dropped; chunks it may announce cannot be told apart, so its slot goes.
+      Drop(m, n);
       Poison(tag);
       return Fail(p->req_id, Status(Code::kIoError, "malformed reply: " + std::to_string(count) + " bytes from rank " +
                                                         std::to_string(src) + " for " +
                                                         std::to_string(p->range.length) + " asked"));
+    } else if (!(dst = Land(*p, n))) {
+      Drop(m, n);  // must still be received
+      return Fail(p->req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(count) + "-byte reply"));
     }
-    char* dst = Land(*p, static_cast<uint64_t>(count));
-    if (!dst) {
-      // Must still be received; then the fetch fails.
-      Drop(m, static_cast<uint64_t>(count), nullptr);
-      Fail(p->req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(count) + "-byte reply"));
-      return;
-    }
-    p->awaiting = false;
-    uint64_t req_id = p->req_id, gen = p->attempt_gen;
-    Receive(m, dst, static_cast<uint64_t>(count), [this, req_id, gen, dst, count, src, tag, keep = p->keep](bool ok) {
+    uint64_t req_id = p ? p->req_id : 0, gen = p ? p->attempt_gen : 0;
+    if (p) p->awaiting = false;
+    Receive(m, dst, n, [this, req_id, gen, src, tag, dst, n, scratch, keep = p ? p->keep : nullptr](bool ok) {
       if (!ok) return ReceiveFailed(req_id, gen, tag, src);
-      OnLandedReply(req_id, gen, src, tag, dst, static_cast<uint64_t>(count));
+      OnReplyMessage(req_id, gen, src, tag, dst, n, !scratch);
     });
   }
 
@@ -454,65 +430,44 @@ struct MpiTransport::Impl {
     return RangeWithin(kReplyHeader, h->msg_len, count);
   }
 
-  void OnScratchReply(uint64_t req_id, uint64_t gen, int src, int tag, const std::string& b) {
-    ReplyHead h{};
-    bool well = ParseHead(b.data(), b.size(), &h);
+  // A reply message received whole into `b` (`count` bytes): scratch, or (`landed`) the attempt's landed memory.
+  void OnReplyMessage(uint64_t req_id, uint64_t gen, int src, int tag, const char* b, uint64_t count, bool landed) {
     Pending* p = Current(req_id, gen);
-    if (!p || !well || h.req_id != req_id) {
-      // Not the awaited answer (a late one sharing the tag, a probe answer): dropped, chunks and all; the
-      // fetch keeps waiting for its own. A header that cannot be read may have chunks we cannot count: its slot
-      // is not used again.
-      if (!well) Poison(tag);
+    if (landed && !p) return;  // abandoned meanwhile; its memory is the graveyard's
+    ReplyHead h{};
+    const bool well = ParseHead(b, count, &h);
+    if (!p || !well || h.req_id != req_id || (landed && h.chunks)) {
+      // Not the awaited answer: dropped, chunks and all. Chunks a header we cannot read may have, or that one too
+      // long for scratch announces (a good peer never sends one), cannot be told from a later fetch's: the slot goes.
+      if (!well || (landed && h.chunks)) Poison(tag);
       if (well && h.chunks) ReceiveChunks(src, tag, h.n, h.chunks);
+      // Landed memory is spent; from scratch, the fetch keeps waiting for its own (a late answer sharing the tag).
+      if (landed) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
       if (p) p->awaiting = true;
       return;
     }
-    std::string msg(b.data() + kReplyHeader, h.msg_len);
+    std::string msg(b + kReplyHeader, h.msg_len);
     if (h.chunks) {
-      // The payload follows in chunks: land it, then receive them in order.
-      Status rs = h.code == Code::kOk ? Status::Ok() : Status(h.code, msg);
-      if (!rs.ok() || h.n != p->range.length || h.chunks != ChunksOf(h.n)) {
-        // Not what was asked for, or cut otherwise than this rank cuts: the chunks announced are dropped, and the
-        // slot is not used again (what else this peer sends on it cannot be told apart).
-        Poison(tag);
-        ReceiveChunks(src, tag, h.n, h.chunks);
-        return Fail(req_id, rs.ok() ? Status(Code::kIoError, "malformed reply") : rs);
-      }
-      char* dst = Land(*p, h.n);
-      if (!dst) {
-        ReceiveChunks(src, tag, h.n, h.chunks);
-        return Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
-      }
+      // The payload follows in chunks, received in order into landed memory. Announced otherwise than asked for or
+      // than this rank cuts: they are drained, and the slot goes (what else the peer sends on it cannot be told apart).
+      const bool asked = h.code == Code::kOk && h.n == p->range.length && h.chunks == ChunksOf(h.n);
+      char* dst = asked ? Land(*p, h.n) : nullptr;
+      if (!asked) Poison(tag);
       ReceiveChunks(src, tag, h.n, h.chunks, p, dst);
+      if (!asked)
+        return Fail(req_id, h.code == Code::kOk ? Status(Code::kIoError, "malformed reply") : Status(h.code, msg));
+      if (!dst) Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
       return;
     }
     if (h.code != Code::kOk) return Fail(req_id, Status(h.code, msg));
-    uint64_t off = kReplyHeader + h.msg_len;
-    if (!RangeEndsAt(off, h.n, b.size()) || h.n != p->range.length)
-      return Fail(req_id, Status(Code::kIoError, "malformed reply"));
-    char* dst = Land(*p, h.n ? h.n : 1);
-    if (!dst) return Fail(req_id, Status(Code::kNoMemory, "no memory for a reply"));
-    std::memcpy(dst, b.data() + off, h.n);
-    Received(req_id, dst, h.n);
-  }
-
-  void OnLandedReply(uint64_t req_id, uint64_t gen, int src, int tag, const char* dst, uint64_t count) {
-    Pending* p = Current(req_id, gen);
-    if (!p) return;  // abandoned meanwhile; its memory is the graveyard's
-    ReplyHead h{};
-    const bool well = ParseHead(dst, count, &h);
-    if (!well || h.req_id != req_id || h.chunks) {
-      // As in OnScratchReply: chunks a header may announce (or that one unreadable may have) cannot be told from
-      // a later fetch's, so its slot goes; a late answer of another fetch costs only this attempt.
-      if (!well || h.chunks) Poison(tag);
-      if (well && h.chunks) ReceiveChunks(src, tag, h.n, h.chunks);
-      return Fail(req_id, Status(Code::kIoError, "malformed reply"));
-    }
-    if (h.code != Code::kOk) return Fail(req_id, Status(h.code, std::string(dst + kReplyHeader, h.msg_len)));
-    uint64_t off = kReplyHeader + h.msg_len;
+    const uint64_t off = kReplyHeader + h.msg_len;
     if (!RangeEndsAt(off, h.n, count) || h.n != p->range.length)
       return Fail(req_id, Status(Code::kIoError, "malformed reply"));
-    Received(req_id, dst + off, h.n);
+    if (landed) return Received(req_id, b + off, h.n);
+    char* dst = Land(*p, h.n ? h.n : 1);
+    if (!dst) return Fail(req_id, Status(Code::kNoMemory, "no memory for a reply"));
+    std::memcpy(dst, b + off, h.n);
+    Received(req_id, dst, h.n);
   }
 
   void Received(uint64_t req_id, const char* data, uint64_t n) {
@@ -520,17 +475,14 @@ struct MpiTransport::Impl {
     Finish(req_id, Status::Ok(), data, n);
   }
 
-  // Registers a reply whose header announced `chunks` (> 0) messages of payload, `total` bytes, from `src` on the
-  // chunk communicator with the reply's `tag`: they are received in order into `dst` (the landed memory of the
-  // current attempt of `p`), or (p null: a reply nobody waits for) into scratch memory that is dropped, counted by
-  // the header since its sender may cut otherwise than this rank does. PollChunks takes each chunk by matched probe,
-  // so its size is known before a byte of it lands: one of another size than due ends the reply instead of being
-  // received into memory too small for it (Open MPI's shared-memory single copy writes past the end of a receive
-  // buffer smaller than the message: docs/daemon.md). An attempt abandoned meanwhile keeps receiving into its
-  // memory (kept alive by `keep`): its chunks must not be taken for a later reply's.
+  // Registers a reply whose header announced `chunks` (> 0) messages, `total` bytes, from `src` on the chunk
+  // communicator with the reply's `tag`: received in order into `dst`, the landed memory of `p`'s current attempt, or
+  // (dst null) drained into scratch, counted by the header since the sender may cut otherwise than this rank. Each
+  // chunk is taken by matched probe, so one of another size than due ends the reply before a byte of it lands
+  // (docs/daemon.md). An attempt abandoned meanwhile keeps `keep` alive: its chunks must not go to a later reply.
   void ReceiveChunks(int src, int tag, uint64_t total, uint32_t chunks, Pending* p = nullptr, char* dst = nullptr) {
     auto w = std::make_shared<ChunkWait>();
-    if (p) {
+    if (dst) {
       w->req_id = p->req_id;
       w->gen = p->attempt_gen;
       w->dst = dst;
@@ -543,42 +495,37 @@ struct MpiTransport::Impl {
     Feed(key);
   }
 
-  // Matches the next message waiting on `comm` (no other receive can take it then); false when none is. *count is
-  // its size, or -1 for one over INT_MAX bytes (MPI_UNDEFINED): no `what` of ours is that big, so it is left
-  // matched and never received, with a line.
-  bool ProbeNext(MPI_Comm comm, const char* what, MPI_Message* m, MPI_Status* st, int* count) {
-    int flag = 0;
-    if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, m, st) != MPI_SUCCESS || !flag) return false;
-    *count = 0;
-    MPI_Get_count(st, MPI_BYTE, count);
-    if (*count < 0) {
-      Error("rank %d sent a %s too big to count; ignoring it", st->MPI_SOURCE, what);
-      *count = -1;
-    }
-    return true;
-  }
-
-  // Probes the chunk communicator: each chunk is held, then handed to the reply it belongs to (the first one
-  // registered from its source with its tag) as soon as that reply can take it.
-  bool PollChunks() {
-    if (o.chunk_comm == MPI_COMM_NULL) return false;
+  // Matches each message waiting on `comm` in turn (no other receive can take it then) and hands it to `take`; true
+  // if there was any. One over INT_MAX bytes (no `what` of ours is that big) is left matched and never received.
+  template <class F>
+  bool Drain(MPI_Comm comm, const char* what, F take) {
     bool any = false;
     MPI_Message m;
     MPI_Status st;
-    int count = 0;
-    while (ProbeNext(o.chunk_comm, "chunk", &m, &st, &count)) {
+    for (int flag = 0; MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &m, &st) == MPI_SUCCESS && flag;) {
       any = true;
-      if (count < 0) continue;
-      ChunkKey key{st.MPI_TAG, st.MPI_SOURCE};
+      int count = 0;
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      if (count < 0) Error("rank %d sent a %s too big to count; ignoring it", st.MPI_SOURCE, what);
+      else take(m, st.MPI_SOURCE, st.MPI_TAG, count);
+    }
+    return any;
+  }
+
+  // Each chunk is held, then handed to the reply it belongs to (the first one registered from its source with its
+  // tag) as soon as that reply can take it.
+  bool PollChunks() {
+    if (o.chunk_comm == MPI_COMM_NULL) return false;
+    return Drain(o.chunk_comm, "chunk", [this](MPI_Message m, int src, int tag, int count) {
+      ChunkKey key{tag, src};
       early_chunks.push_back(EarlyChunk{key, m, static_cast<uint64_t>(count)});
       // Bounded: chunks nothing takes (a broken or hostile peer) are received and dropped, oldest first.
       if (early_chunks.size() > kMaxEarlyChunks) {
-        Drop(early_chunks.front().m, early_chunks.front().count, nullptr);
+        Drop(early_chunks.front().m, early_chunks.front().count);
         early_chunks.pop_front();
       }
       Feed(key);
-    }
-    return any;
+    });
   }
 
   // Hands held chunks of `key` to its first reply while that reply has no receive in flight.
@@ -596,7 +543,7 @@ struct MpiTransport::Impl {
   }
 
   // Receives a matched message into scratch memory of its size and drops it; then runs `then` (may be null).
-  void Drop(MPI_Message m, uint64_t count, std::function<void(bool)> then) {
+  void Drop(MPI_Message m, uint64_t count, std::function<void(bool)> then = nullptr) {
     auto scratch = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
     Receive(m, scratch->data(), count, [scratch, then = std::move(then)](bool ok) {
       if (then) then(ok);
@@ -630,10 +577,8 @@ struct MpiTransport::Impl {
       if (w->left == 0) {
         // The last chunk is in: this reply leaves the queue (it is its front: only the front takes chunks).
         auto wi = chunk_waits.find(key);
-        if (wi != chunk_waits.end()) {
-          wi->second.pop_front();
-          if (wi->second.empty()) chunk_waits.erase(wi);
-        }
+        wi->second.pop_front();
+        if (wi->second.empty()) chunk_waits.erase(wi);
         if (w->dst && !w->failed && Current(w->req_id, w->gen)) Received(w->req_id, w->dst, w->total);
       }
       Feed(key);
@@ -680,16 +625,12 @@ struct MpiTransport::Impl {
     }
   }
 
-  void Heard(int src) {
-    if (peers.Heard(src, dp::NowUs())) Info("rank %d answers again: reading from it again", src);
-  }
-
   void ProbeDownPeers() {
     for (int r = 0; r < o.nranks; ++r) {
       if (r == o.rank || !peers.TakeProbe(r)) continue;
       // One probe per down event: a stopped peer answers it when it runs again; a dead one never does, and
       // nothing more is ever queued towards it.
-      SendRequest(r, 0, kKindProbe, ByteRange{}, nullptr);
+      (void)SendRequest(r, 0, kKindProbe, ByteRange{});
     }
   }
 
@@ -721,26 +662,25 @@ struct MpiTransport::Impl {
     if (o.maps && n >= o.mapped_send_min && local->Staged(part, off, n)) {
       if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
     }
-    std::string msg = s.ok() ? std::string() : s.message().substr(0, dp::kMaxReplyMessage);
-    uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? ChunksOf(n) : 0;
+    // An error's message takes the payload's place behind the header.
+    std::string msg;
+    auto error = [&](Status e) {
+      s = std::move(e);
+      msg = s.message().substr(0, dp::kMaxReplyMessage);
+      n = 0;
+    };
+    if (!s.ok()) error(s);
     auto buf = std::make_shared<BufferPool::Buf>(pool.Get(kReplyHeader + msg.size() + n));
     if (!buf->mem) {
-      s = Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range");
-      msg = s.message();
-      n = 0;
-      chunks = 0;
+      error(Status(Code::kNoMemory, "owner out of memory for a " + std::to_string(n) + "-byte range"));
       *buf = pool.Get(kReplyHeader + msg.size());
       if (!buf->mem) return;  // the asker times out and fails over
     }
     char* b = buf->mem.get();
     if (n > 0) {
-      s = local->Read(part, off, n, b + kReplyHeader + msg.size(), kind == kKindStaged);
-      if (!s.ok()) {
-        msg = s.message().substr(0, dp::kMaxReplyMessage);
-        n = 0;
-        chunks = 0;
-      }
+      if (Status rs = local->Read(part, off, n, b + kReplyHeader, kind == kKindStaged); !rs.ok()) error(rs);
     }
+    const uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? ChunksOf(n) : 0;
     StoreReplyHead(b, req_id, s.code(), static_cast<uint32_t>(msg.size()), n, chunks);
     std::memcpy(b + kReplyHeader, msg.data(), msg.size());
     // The buffer goes back to the pool when every send of it completed (never, if the asker died meanwhile).
@@ -748,59 +688,53 @@ struct MpiTransport::Impl {
     auto release = [this, buf, sends](bool) {
       if (--*sends == 0) pool.Put(std::move(*buf));
     };
-    uint64_t head = kReplyHeader + msg.size() + (chunks ? 0 : n);
-    Send(src, tag, b, head, release, nullptr);
-    for (uint64_t c = 0; c < chunks; ++c) {
-      uint64_t at = c * o.max_message;
-      Send(src, tag, b + kReplyHeader + msg.size() + at, std::min(o.max_message, n - at), release, nullptr,
-           o.chunk_comm);
-    }
+    Status err;
+    Send(src, tag, b, kReplyHeader + msg.size() + (chunks ? 0 : n), release, &err);
+    SendChunks(src, tag, b + kReplyHeader, n, chunks, release, &err);
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
     Ring(src);
   }
 
   // Replies `n` bytes at `mapped` (pinned in partition `part`'s mapping): the header alone, then the payload in
-  // chunks straight from the mapping. The pin is released when every send completed (never, if the asker died
-  // meanwhile: a writer of that partition then waits for the kernel's lease-break time).
+  // chunks straight from the mapping. Unpinned once every send completed (never, if the asker died meanwhile: a
+  // writer of that partition then waits for the kernel's lease-break time).
   void SendMapped(int src, int tag, uint64_t req_id, uint32_t part, const char* mapped, uint64_t n) {
     auto head = std::make_shared<std::array<char, kReplyHeader>>();
-    char* b = head->data();
     const uint32_t chunks = ChunksOf(n);
-    StoreReplyHead(b, req_id, Code::kOk, 0, n, chunks);
+    StoreReplyHead(head->data(), req_id, Code::kOk, 0, n, chunks);
     auto sends = std::make_shared<int>(1 + static_cast<int>(chunks));
     auto release = [this, head, sends, part](bool) {
       if (--*sends == 0) o.maps->Unpin(part);
     };
-    // A chunk that MPI could not send from the mapping, reported when it completes, to a peer that is not known to
-    // be down (a send to a dead peer says nothing about the mapping): as below, at posting time.
+    Status err;
+    Send(src, tag, head->data(), kReplyHeader, release, &err);
+    if (!err.ok()) {  // the asker is gone
+      for (uint32_t c = 0; c < chunks; ++c) release(false);
+      return;
+    }
+    // A chunk MPI could not send from the mapping (some transports cannot: RDMA registration of read-only file
+    // pages can fail), to a peer not known to be down (a send to a dead peer says nothing about the mapping): from
+    // now on every range is read into a send buffer; the asker waits out this attempt and asks again.
     auto chunk_done = [this, release, src](bool ok) {
       if (!ok && peers.up(src))
         MappedSendFailed("a send from a partition's mapping to rank " + std::to_string(src) + " failed");
       release(ok);
     };
-    Status head_err, chunk_err;
-    Send(src, tag, b, kReplyHeader, release, &head_err);
-    // Not a chunk after a header that did not go (the asker is gone: they would never be received, and stay
-    // pinned), nor after a chunk that did not.
-    for (uint64_t c = 0; c < chunks; ++c) {
-      if (!head_err.ok() || !chunk_err.ok()) {
-        release(false);
-        continue;
-      }
-      uint64_t at = c * o.max_message;
-      Send(src, tag, mapped + at, std::min(o.max_message, n - at), chunk_done, &chunk_err, o.chunk_comm);
-    }
-    if (!head_err.ok()) return;
-    if (!chunk_err.ok()) {
-      // The header went and its payload could not (some transports cannot send from a read-only file mapping:
-      // RDMA registration of such pages can fail): the asker waits out this attempt and asks again, and from now
-      // on every range is read into a send buffer.
-      MappedSendFailed(chunk_err.message());
-      return;
-    }
+    SendChunks(src, tag, mapped, n, chunks, chunk_done, &err);
+    if (!err.ok()) return MappedSendFailed(err.message());
     stats->mapped_sends.fetch_add(1, std::memory_order_relaxed);
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
     Ring(src);
+  }
+
+  // Posts `chunks` messages of the `n` bytes at `payload` on the chunk communicator, `done` for each; none after a
+  // send that failed to start (`*err`, the header's included: its asker is gone), whose `done(false)` runs at once.
+  void SendChunks(int src, int tag, const char* payload, uint64_t n, uint32_t chunks,
+                  const std::function<void(bool)>& done, Status* err) {
+    for (uint64_t c = 0, at = 0; c < chunks; ++c, at += o.max_message) {
+      if (!err->ok()) done(false);
+      else Send(src, tag, payload + at, std::min(o.max_message, n - at), done, err, o.chunk_comm);
+    }
   }
 
   void MappedSendFailed(const std::string& why) {
@@ -811,32 +745,24 @@ struct MpiTransport::Impl {
 
   // ---- progress ---------------------------------------------------------------------------------------------
 
-  // Drains every message that has arrived; true if there was any.
+  // Takes every message that has arrived on the world communicator; true if there was any.
   bool PollIncoming() {
-    bool any = false;
-    MPI_Message m;
-    MPI_Status st;
-    int count = 0;
-    while (ProbeNext(MPI_COMM_WORLD, "message", &m, &st, &count)) {
-      any = true;
-      if (count < 0) continue;
-      Heard(st.MPI_SOURCE);
-      if (st.MPI_TAG == kTagRequest) {
+    return Drain(MPI_COMM_WORLD, "message", [this](MPI_Message m, int src, int tag, int count) {
+      if (peers.Heard(src, dp::NowUs())) Info("rank %d answers again: reading from it again", src);
+      if (tag == kTagRequest) {
         // At most 32 bytes: complete on arrival (eager), so this Mrecv returns at once. A longer one is received
         // without waiting for it, dropped and answered as malformed.
         char req[kRequestBytes] = {};
-        if (count > static_cast<int>(kRequestBytes)) Drop(m, static_cast<uint64_t>(count), nullptr);
+        if (count > static_cast<int>(kRequestBytes)) Drop(m, static_cast<uint64_t>(count));
         else MPI_Mrecv(req, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-        ServePeer(st.MPI_SOURCE, req, count);
-      } else if (st.MPI_TAG >= kTagReplyBase) {
-        OnReply(m, st.MPI_SOURCE, st.MPI_TAG, count);
+        ServePeer(src, req, count);
+      } else if (tag >= kTagReplyBase) {
+        OnReply(m, src, tag, count);
       } else {
-        // Not ours (chunks travel on the chunk communicator, probed apart): receive and drop it so it does not sit
-        // in the queue forever.
-        Drop(m, static_cast<uint64_t>(count), nullptr);
+        // Not ours (chunks travel on the chunk communicator, probed apart): received and dropped, not left queued.
+        Drop(m, static_cast<uint64_t>(count));
       }
-    }
-    return any;
+    });
   }
 
   // Completes finished sends/receives (running their callbacks); true if any completed.
@@ -873,14 +799,14 @@ struct MpiTransport::Impl {
 
   bool Progress() {
     if (shut) return false;
-    FlushDoorbell();  // for the fetches started since the last step (clients, prefetch)
+    if (o.doorbell) o.doorbell->Flush();  // for the fetches started since the last step (clients, prefetch)
     if (o.maps) o.maps->CheckLeases();
     bool did = PollIncoming();
     did |= Reap();
     did |= PollChunks();
     CheckDeadlines(dp::NowUs());
     ProbeDownPeers();
-    FlushDoorbell();
+    if (o.doorbell) o.doorbell->Flush();
     return did;
   }
 
@@ -921,9 +847,8 @@ bool MpiTransport::Progress() { return impl_->Progress(); }
 
 bool MpiTransport::Awaiting(int64_t* oldest_us) const {
   if (impl_->pending.empty()) return false;
-  int64_t oldest = INT64_MAX;
-  for (auto& [id, p] : impl_->pending) oldest = std::min(oldest, p.attempt_start);
-  *oldest_us = oldest;
+  *oldest_us = INT64_MAX;
+  for (auto& [id, p] : impl_->pending) *oldest_us = std::min(*oldest_us, p.attempt_start);
   return true;
 }
 

@@ -64,9 +64,8 @@ class MpiTransport final : public PeerFetcher {
   // Fails every pending fetch ("shutting down") and leaves MPI requests to MPI_Finalize. Idempotent.
   void Shutdown();
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
