@@ -1,6 +1,6 @@
-// CachePrefault: the fetch cache's pages faulted in, 2 MiB at a time, on a thread of its own.
 #include "cache_prefault.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -15,12 +15,11 @@ uint64_t PrefaultBudget(uint64_t cache_bytes, const char* meminfo) {
   while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
   std::fclose(f);
   if (!found) return 0;
-  uint64_t half = static_cast<uint64_t>(kib) * 1024 / 2;
-  return cache_bytes < half ? cache_bytes : half;
+  return std::min<uint64_t>(cache_bytes, static_cast<uint64_t>(kib) * 1024 / 2);
 }
 
 CachePrefault::CachePrefault(const SharedArena* arena, uint64_t bytes)
-    : arena_(arena), want_(bytes < arena->data_len() ? bytes : arena->data_len()) {
+    : arena_(arena), want_(std::min(bytes, arena->data_len())) {
   th_ = std::thread([this] { Run(); });
 }
 
@@ -34,7 +33,7 @@ void CachePrefault::Run() {
   constexpr uint64_t kStep = 2u << 20;
   auto t0 = std::chrono::steady_clock::now();
   while (done_ < want_ && !stop_.load(std::memory_order_relaxed)) {
-    uint64_t n = want_ - done_ < kStep ? want_ - done_ : kStep;
+    uint64_t n = std::min(want_ - done_, kStep);
     status_ = arena_->Prefault(done_, n);
     if (!status_.ok()) break;
     done_ += n;

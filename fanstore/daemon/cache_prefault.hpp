@@ -1,11 +1,6 @@
-// Faulting the fetch cache's memory in before the job reads (`fanstore serve --cache-prefault`). A cache that fills
-// during the first epoch pays a page fault and the zeroing of a fresh page for every 4 KiB it receives, on the
-// daemon's one progress thread, while the readers wait for those very bytes. With --cache-prefault a thread of its
-// own does that work while the partitions are staged, and the daemon is ready once both are done: on a node whose
-// staging copies gigabytes from a parallel file system the faulting is hidden behind it. It is not the default: it
-// takes the cache's memory at start whether the job needs it or not, and where staging is quick it delays "ready"
-// (measured: docs/daemon.md, "The fetch cache"). Faulting in never changes a byte already there, so it is safe
-// while the cache is in use.
+// `fanstore serve --cache-prefault`: the fetch cache's memory faulted in on a thread of its own while the partitions
+// are staged, rather than a page fault per 4 KiB on the progress thread while the first epoch's readers wait. Not
+// the default: it takes the memory whether the job needs it or not (docs/daemon.md, "The fetch cache").
 #pragma once
 
 #include <atomic>

@@ -36,7 +36,6 @@ std::unique_ptr<Doorbell> Doorbell::Open(Status* why) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = 0;
   socklen_t len = sizeof a;
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
@@ -44,10 +43,7 @@ std::unique_ptr<Doorbell> Doorbell::Open(Status* why) {
     close(fd);
     return nullptr;
   }
-  Address self;
-  self.ip = AdvertisedIp();
-  self.port = a.sin_port;
-  return std::unique_ptr<Doorbell>(new Doorbell(fd, self));
+  return std::unique_ptr<Doorbell>(new Doorbell(fd, Address{.ip = AdvertisedIp(), .port = a.sin_port}));
 }
 
 Doorbell::~Doorbell() { close(fd_); }
@@ -63,9 +59,9 @@ void Doorbell::SetPeers(std::vector<Address> peers) {
 }
 
 void Doorbell::Ring(int rank) {
-  if (rank < 0 || static_cast<size_t>(rank) >= peers_.size() || marked_[static_cast<size_t>(rank)]) return;
-  if (peers_[static_cast<size_t>(rank)].sin_port == 0) return;
-  marked_[static_cast<size_t>(rank)] = 1;
+  auto r = static_cast<size_t>(rank);
+  if (rank < 0 || r >= peers_.size() || marked_[r] || peers_[r].sin_port == 0) return;
+  marked_[r] = 1;
   to_ring_.push_back(rank);
 }
 

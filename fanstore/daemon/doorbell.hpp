@@ -1,14 +1,8 @@
-// A wake-up channel next to MPI. MPI gives the progress thread no fd to sleep on, so a daemon between looks at
-// MPI would answer a peer's request only at its next look (0.2-2 ms later). Instead, whoever sends a peer a
-// request or a reply also sends it a 1-byte UDP datagram, unless it heard from that peer in the last 375 us (the
-// peer is then still polling: mpi_transport.cpp): the peer's progress thread sleeps in epoll on this socket (next
-// to its client sockets) and wakes at once, then finds the message in MPI. The datagram carries
-// nothing: the data always travels over MPI, a lost datagram only costs the old latency, and a stranger's
-// datagram only costs a look at MPI.
-//
-// Addresses: each rank advertises one IPv4 address of its own (the first that is up and not loopback, so peers on
-// other hosts and in other network namespaces reach it; loopback only when there is nothing else) and its port;
-// serve.cpp exchanges them with MPI_Allgather at start-up.
+// A wake-up channel next to MPI, which gives the progress thread no fd to sleep on: whoever sends a peer a request
+// or a reply also sends it a 1-byte UDP datagram, and the peer's epoll wakes at once and looks at MPI. The datagram
+// carries nothing: a lost one costs only the old latency, a stranger's only a look at MPI (docs/daemon.md,
+// "Progress"). Each rank advertises its first IPv4 address that is up and not loopback, so peers on other hosts and
+// in other network namespaces reach it; serve.cpp exchanges the addresses at start-up.
 #pragma once
 
 #include <netinet/in.h>

@@ -1,5 +1,3 @@
-// FetchCache: ranges by (partition, start offset) with containment lookup; two lists decide eviction order; the
-// shared arena holds the bytes and the index clients read.
 #include "fetch_cache.hpp"
 
 namespace fanstore::daemon {
@@ -33,9 +31,7 @@ std::vector<FetchCache::Tag> FetchCache::TakeSharedReads() {
     auto cur = it++;
     if (arena_->Hits(cur->slot) == 0) continue;
     read.push_back(cur->tag);
-    cur->tag = Tag{};
-    tagged_ -= cur->range.length;
-    lru_.splice(lru_.begin(), tagged_list_, cur);
+    DropTag(cur, lru_.begin());
   }
   return read;
 }
@@ -67,9 +63,7 @@ const char* FetchCache::Find(const ByteRange& r, Tag* consumed) {
   List::iterator it = *loc;
   if (it->tag.prefetched) {
     *consumed = it->tag;
-    it->tag = Tag{};
-    tagged_ -= it->range.length;
-    lru_.splice(lru_.begin(), tagged_list_, it);
+    DropTag(it, lru_.begin());
   } else {
     lru_.splice(lru_.begin(), lru_, it);
   }
@@ -81,11 +75,13 @@ void FetchCache::Untag(const ByteRange& r) {
   if (p == index_.end()) return;
   auto f = p->second.find(r.offset);
   if (f == p->second.end() || !(f->second->range == r) || !f->second->tag.prefetched) return;
-  List::iterator it = f->second;
+  DropTag(f->second, lru_.end());  // not read, so not recently used: the cold end
+}
+
+void FetchCache::DropTag(List::iterator it, List::iterator to) {
   it->tag = Tag{};
   tagged_ -= it->range.length;
-  // Not read, so not recently used: it goes to the cold end.
-  lru_.splice(lru_.end(), tagged_list_, it);
+  lru_.splice(to, tagged_list_, it);
 }
 
 void FetchCache::Erase(List::iterator it, List* from) {
@@ -118,15 +114,13 @@ bool FetchCache::EvictOne() {
 
 bool FetchCache::Insert(const ByteRange& r, CacheBuffer buf, Tag tag) {
   if (!Admits(r.length) || !arena_ || !buf.mem) return false;
+  // One entry per start offset; a range already covered by a bigger cached one needs no second copy.
   auto p = index_.find(r.part);
-  if (p != index_.end() && p->second.count(r.offset)) return false;
-  // A range already covered by a bigger cached one needs no second copy.
-  if (Contains(r)) return false;
+  if ((p != index_.end() && p->second.count(r.offset)) || Contains(r)) return false;
   while (used_ + r.length > budget_)
     if (!EvictOne()) return false;
   List& into = tag.prefetched ? tagged_list_ : lru_;
-  auto it = tag.prefetched ? into.insert(into.end(), Node{r, std::move(buf), tag, -1})
-                           : into.insert(into.begin(), Node{r, std::move(buf), tag, -1});
+  auto it = into.insert(tag.prefetched ? into.end() : into.begin(), Node{r, std::move(buf), tag, -1});
   it->slot = arena_->Publish(r.part, r.offset, r.length, it->buf.data);
   index_[r.part][r.offset] = it;
   used_ += r.length;

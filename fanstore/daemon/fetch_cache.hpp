@@ -1,10 +1,7 @@
-// The daemon's node RAM cache (`fanstore serve --cache-bytes`): stored bytes fetched from other nodes, shared by
-// every client process of the node, so N DataLoader workers reading one remote file cost one fetch. The bytes live
-// in a shared arena every client maps (shared_arena.hpp): a client finds a cached range and copies it out itself,
-// with no daemon round-trip; the daemon still answers the clients that ask. Bounded by bytes; least recently used
-// ranges go first, ranges prefetched but not read yet last. A range is withdrawn from the shared index before its
-// memory is reused, and clients only keep the copies they made: evicting never changes bytes a client holds.
-// Single-threaded (the daemon's progress thread).
+// The daemon's node RAM cache (`fanstore serve --cache-bytes`) of stored bytes fetched from other nodes, in a shared
+// arena every client maps and copies from itself (shared_arena.hpp). Least recently used ranges go first, ranges
+// prefetched but not read yet last. A range leaves the shared index before its memory is reused, so evicting never
+// changes bytes a client holds. Single-threaded (the daemon's progress thread).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +73,8 @@ class FetchCache {
   const List::iterator* Locate(const ByteRange& r) const;
   void Erase(List::iterator it, List* from);
   bool EvictOne();
+  // A prefetched range read or given up: an ordinary entry from now on, moved to `to` in the LRU list.
+  void DropTag(List::iterator it, List::iterator to);
 
   uint64_t budget_;
   std::unique_ptr<SharedArena> arena_;

@@ -1,13 +1,9 @@
-// FetchRouter: local read, cache hit, join, or a new peer fetch; prefetch pump; the fetch object that decides
-// where a peer's reply lands (the asking client's reply area when one client waits, else cache memory).
 #include "fetch_router.hpp"
 
 #include <cstring>
-#include <memory>
 #include <new>
 #include <string>
 
-#include "fanstore/protocol/daemon_wire.hpp"
 #include "fanstore/protocol/payload_memfd.hpp"
 #include "log.hpp"
 
@@ -15,19 +11,14 @@ namespace fanstore::daemon {
 
 namespace dp = daemon_proto;
 
-namespace {
-
-struct Waiter {
-  uint64_t conn = 0, req_id = 0;
-  int64_t t0_us = 0;
-};
-
-}  // namespace
-
 class FetchRouter::Fetch final : public FetchSink {
  public:
-  Fetch(FetchRouter* r, const ByteRange& range) : router_(r), range_(range) {}
+  Fetch(FetchRouter* r, const ByteRange& range) : router_(r), range_(range) { r->inflight_[range] = this; }
 
+  struct Waiter {
+    uint64_t conn = 0, req_id = 0;
+    int64_t t0_us = 0;
+  };
   std::vector<Waiter> waiters;
   bool prefetch = false;
   FetchCache::Tag tag;  // the hint position, for a prefetch
@@ -134,8 +125,6 @@ FetchRouter::FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, 
       image_dir_(image_dir),
       prefetcher_(4096, 64, o.max_hinted) {}
 
-FetchRouter::~FetchRouter() = default;  // fetches still in flight are finished (and deleted) by the transport
-
 void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   int64_t t0 = dp::NowUs();
   // A partition staged here (the client normally reads those itself: this covers a client whose view is older
@@ -185,7 +174,6 @@ void FetchRouter::JoinOrFetch(uint64_t conn, uint64_t req_id, const ByteRange& r
   }
   auto* f = new Fetch(this, r);
   f->waiters.push_back({conn, req_id, t0});
-  inflight_[r] = f;
   if (from >= 0) transport_->FetchFrom(from, r, false, f);
   else transport_->Fetch(r, f);
 }
@@ -224,11 +212,18 @@ RequestHandler::PathKind FetchRouter::Resolve(std::string_view path, ByteRange* 
   return PathKind::kRemote;
 }
 
-void FetchRouter::Settle() {
+bool FetchRouter::TakeSharedReads() {
+  bool any = false;
   for (const FetchCache::Tag& t : cache_->TakeSharedReads()) {
     stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
     Consumed(t);
+    any = true;
   }
+  return any;
+}
+
+void FetchRouter::Settle() {
+  TakeSharedReads();
   stats_->shared_hits.store(cache_->SharedHits(), std::memory_order_relaxed);
 }
 
@@ -255,11 +250,7 @@ bool FetchRouter::Pump() {
   int64_t now = dp::NowUs();
   if (now - last_scan_us_ >= 1000) {
     last_scan_us_ = now;
-    for (const FetchCache::Tag& t : cache_->TakeSharedReads()) {
-      stats_->prefetch_hits.fetch_add(1, std::memory_order_relaxed);
-      Consumed(t);
-      did = true;
-    }
+    did = TakeSharedReads();
   }
   for (;;) {
     if (prefetch_inflight_ >= o_.prefetch_inflight) break;
@@ -278,7 +269,6 @@ bool FetchRouter::Pump() {
     auto* f = new Fetch(this, item->range);
     f->prefetch = true;
     f->tag = FetchCache::Tag{true, item->stream, item->index, item->gen};
-    inflight_[item->range] = f;
     ++prefetch_inflight_;
     prefetch_inflight_bytes_ += item->range.length;
     stats_->prefetched.fetch_add(1, std::memory_order_relaxed);

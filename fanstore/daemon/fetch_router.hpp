@@ -1,8 +1,8 @@
 // Where a client's fetch is answered from: this node's staged partitions (or, not staged yet, the image directory),
-// the fetch cache, a fetch of the same
-// range already in flight (joined: N readers of one file cost one transfer), or a new fetch from a peer -- whose
-// reply lands directly in the asking client's reply area. Also runs the prefetch hints: ranges fetched ahead
-// into the fetch cache, within a bounded window. Single-threaded (the daemon's progress thread).
+// the fetch cache, a fetch of the same range already in flight (joined: N readers of one file cost one transfer),
+// or a new fetch from a peer -- whose reply lands directly in the asking client's reply area. Also runs the prefetch
+// hints: ranges fetched ahead into the fetch cache, within a bounded window. Single-threaded (the daemon's progress
+// thread).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +39,6 @@ class FetchRouter final : public RequestHandler {
   // `image_dir` (may be null) reads what no rank can send.
   FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, PeerFetcher* transport, FetchCache* cache,
               SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReader* image_dir = nullptr);
-  ~FetchRouter() override;
 
   void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
   PathKind Resolve(std::string_view path, ByteRange* r) override;
@@ -53,6 +52,8 @@ class FetchRouter final : public RequestHandler {
 
  private:
   void Consumed(const FetchCache::Tag& tag);
+  // Prefetched ranges that readers took straight from the shared cache count as read; true when there were any.
+  bool TakeSharedReads();
   // Answers a range of a partition held here from the staged copy (or, not staged yet, the image directory);
   // false when that copy is unreadable (the caller goes to the other replicas).
   bool ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0);

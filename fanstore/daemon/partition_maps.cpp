@@ -1,4 +1,3 @@
-// PartitionMaps: mmap + read lease per staged partition; a broken lease turns the mapping off.
 #include "partition_maps.hpp"
 
 #include <fcntl.h>
@@ -79,17 +78,16 @@ int64_t BreakGraceMs() {
 }  // namespace
 
 PartitionMaps::PartitionMaps(const Image& img, int64_t break_grace_ms)
-    : break_grace_ms_(break_grace_ms >= 0 ? break_grace_ms : BreakGraceMs()) {
-  parts_.resize(img.PartitionCount());
-  paths_.resize(img.PartitionCount());
-  polled_ms_ = NowMs();
-  for (uint32_t i = 0; i < parts_.size(); ++i) paths_[i] = img.PartitionPath(i);
+    : parts_(img.PartitionCount()),
+      polled_ms_(NowMs()),
+      break_grace_ms_(break_grace_ms >= 0 ? break_grace_ms : BreakGraceMs()) {
+  for (uint32_t i = 0; i < parts_.size(); ++i) parts_[i].path = img.PartitionPath(i);
 }
 
 void PartitionMaps::Map(uint32_t i) {
   int sig = LeaseSignal();
   if (off_ || sig < 0 || i >= parts_.size() || parts_[i].fd >= 0) return;
-  int fd = open(paths_[i].c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open(parts_[i].path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   struct stat st;
   // The lease first: from then on nobody changes the file without our saying so; the size is read after it.

@@ -1,24 +1,10 @@
 // Read-only mappings of the partitions staged on this rank, so that a peer's range is sent straight from the page
-// cache: Open MPI's shared-memory transport then copies it once, into the asking daemon (the receiver reads our
-// pages), instead of a pread into a send buffer first
-// (measured: docs/performance.md, "Why the daemon is built as it is").
-//
-// A mapping must never be read past the file's end (SIGBUS), and a staged copy may be truncated under us (a
-// user, a script). So each mapping is guarded by a read lease (fcntl F_SETLEASE): whoever opens the file for
-// writing or truncates it breaks the lease, the kernel signals this process and holds the writer back. From the
-// next CheckLeases on, that partition is never sent from its mapping again (Pin says no: the caller preads, which
-// reports a short file as an error reply), and the lease is given back as soon as no send from the mapping is in
-// flight, which lets the writer go on. A send that does not complete (its asker stopped or died) cannot hold the
-// writer past the kernel's lease-break time (/proc/sys/fs/lease-break-time, 45 s by default), after which the
-// kernel lets it go anyway: so halfway there the file's pages are replaced by zero pages of our own (mmap
-// MAP_FIXED) and the lease is given back. A late send then carries zeros, which the client's checksum rejects,
-// instead of faulting. Leases are also asked about once a second, in case a break signal was lost.
-//
-// Only partitions on a node-local file system are mapped (tmpfs, ext2/3/4, xfs, btrfs, f2fs): a lease guards
-// against writers on this node only, and a cluster file system's file can be truncated from another node.
-// A partition whose lease cannot be taken (leases disabled, a file we do not own) is not mapped either.
-//
-// Single-threaded: the daemon's progress thread makes every call (the lease signal's handler only counts).
+// cache: one copy into the asking daemon instead of two (docs/performance.md, "Why the daemon is built as it is").
+// A mapping read past the file's end faults (SIGBUS) and a staged copy may be truncated under us, so each mapping
+// is guarded by a read lease: a writer breaks it, the partition is sent by pread from the next CheckLeases on, and
+// the lease goes back once no send from the mapping is in flight (docs/daemon.md, "Protocols"). Only node-local
+// file systems are mapped: a lease holds back this node's writers only. Single-threaded: the progress thread makes
+// every call (the lease signal's handler only counts).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +44,7 @@ class PartitionMaps {
 
  private:
   struct Part {
+    std::string path;
     int fd = -1;
     char* base = nullptr;
     uint64_t size = 0;
@@ -68,13 +55,12 @@ class PartitionMaps {
   };
   void Retire(uint32_t i, const char* why);
   void GiveBackIfIdle(Part& p, int64_t now_ms);
-  std::vector<Part> parts_;
-  std::vector<std::string> paths_;  // by partition id
-  uint64_t seen_breaks_ = 0;        // lease-break signals already looked into
-  int64_t polled_ms_ = 0;           // when every lease was last asked about
-  int64_t break_grace_ms_;          // sends from a retired mapping in flight longer than this read zeros
-  size_t retired_held_ = 0;         // partitions broken whose lease is still ours (their deadline is watched)
-  bool off_ = false;                // TurnOff: Map maps nothing more
+  std::vector<Part> parts_;   // by partition id
+  uint64_t seen_breaks_ = 0;  // lease-break signals already looked into
+  int64_t polled_ms_ = 0;     // when every lease was last asked about
+  int64_t break_grace_ms_;    // sends from a retired mapping in flight longer than this read zeros
+  size_t retired_held_ = 0;   // partitions broken whose lease is still ours (their deadline is watched)
+  bool off_ = false;          // TurnOff: Map maps nothing more
 };
 
 }  // namespace fanstore::daemon

@@ -1,5 +1,3 @@
-// Prefetcher: per-stream cursors over the hinted order, a look-ahead bound, the list of ranges fetched ahead so
-// that ranges the readers skipped can be released, hint generations, and the bounds on what hints may hold.
 #include "prefetcher.hpp"
 
 #include <algorithm>

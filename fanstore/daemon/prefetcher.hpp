@@ -1,10 +1,6 @@
-// Clairvoyant prefetch: the hinted reading order of each stream (one per reader, e.g. per rank or per sampler)
-// and how far ahead of the reader the daemon may fetch. Pure bookkeeping, no I/O: the daemon asks Next() for the
-// range to fetch and reports what the readers consume. A new hint replaces the stream's previous one (a new epoch);
-// each hint is a new generation of its stream, so that fetches of a replaced (or forgotten) hint that complete
-// later are recognised as stale and never counted as the new hint's. Bounded: at most `max_ranges` hinted ranges
-// over all streams (appends past that are refused), and a stream whose reader stopped reading gives up what it had
-// fetched ahead when another, active stream needs the window.
+// Clairvoyant prefetch (docs/daemon.md, "Prefetch hints"): the hinted reading order of each stream (one per reader)
+// and how far ahead of it the daemon may fetch. Pure bookkeeping, no I/O. Each hint is a new generation of its
+// stream, so that fetches of a replaced (or forgotten) hint that complete later are recognised as stale.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +47,8 @@ class Prefetcher {
   // A fetch started by Next() failed: forget it (the reader will fetch the range itself). Returns passed-by
   // ranges as Consumed does.
   std::vector<ByteRange> Dropped(uint64_t id, uint64_t gen, uint64_t index);
-  // The window is full: streams whose reader read nothing for `idle_us` give up (are forgotten, returning the
-  // ranges they fetched ahead and nobody read) -- but only while another stream, active within `idle_us`, has
-  // more to fetch. A reader that stopped early (a `break` out of an epoch, a process that exited) would otherwise
-  // hold the window forever; a lone reader that pauses (a long first step) keeps its hint.
+  // The window is full: streams whose reader read nothing for `idle_us` are forgotten (returning the ranges they
+  // fetched ahead and nobody read), but only while another stream, active within `idle_us`, has more to fetch.
   std::vector<ByteRange> ReleaseIdle(int64_t now_us, int64_t idle_us);
 
   size_t streams() const { return streams_.size(); }

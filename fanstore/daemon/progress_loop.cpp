@@ -1,4 +1,3 @@
-// ProgressLoop: one step = client I/O, MPI progress, prefetch pump; then the adaptive wait.
 #include "progress_loop.hpp"
 
 #include <sched.h>
@@ -15,13 +14,6 @@ namespace dp = daemon_proto;
 // While a fetch of ours is younger than this, the loop polls for its reply (usually microseconds away).
 constexpr int64_t kAwaitSpinUs = 2000;
 
-ProgressLoop::~ProgressLoop() {
-  if (th_.joinable()) {
-    if (exited_) th_.join();
-    else th_.detach();
-  }
-}
-
 void ProgressLoop::Start() {
   th_ = std::thread([this] {
     // The default 50 us timer slack would stretch every short idle wait (and so every remote read) by 50 us.
@@ -37,7 +29,7 @@ void ProgressLoop::Run() {
     bool did = server_->Poll(0);
     did |= transport_->Progress();
     did |= router_->Pump();
-    if (stager_) did |= stager_->Poll();
+    did |= stager_->Poll();
     int64_t now = dp::NowUs();
     if (did) {
       last = now;
@@ -62,7 +54,6 @@ void ProgressLoop::Run() {
 bool ProgressLoop::Stop(int wait_ms) {
   stop_ = true;
   server_->Wake();
-  if (!th_.joinable()) return true;
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   while (!exited_ && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

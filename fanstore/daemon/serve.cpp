@@ -13,9 +13,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "cache_prefault.hpp"
@@ -36,7 +38,6 @@
 #include "staged_reader.hpp"
 #include "stager.hpp"
 #include "staging.hpp"
-#include "startup_signals.hpp"
 #include "stats.hpp"
 
 namespace fanstore::daemon {
@@ -48,26 +49,6 @@ std::string ExpandRank(std::string s, int rank) {
   return s;
 }
 
-std::string Absolute(const std::string& p) {
-  char buf[PATH_MAX];
-  if (realpath(p.c_str(), buf)) return buf;
-  return p;
-}
-
-// Agrees across ranks: true when every rank's `ok` is true. Ranks that were fine say why they stop.
-bool AllOk(bool ok, int rank, const char* phase) {
-  int bad = ok ? 0 : 1, nbad = 0;
-  MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (nbad > 0 && ok && rank == 0)
-    Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
-  return nbad == 0;
-}
-
-// After a termination signal during start-up, how long the watcher lets the main thread reach its own exit before
-// it ends the process itself (stuck in a collective with a dead peer). A healthy job, where every rank gets the
-// signal, stops within a fraction of this.
-constexpr int kStartupGraceMs = 10000;
-
 // MPI_Finalize waits for peers; a peer that was killed must not keep us from exiting.
 void FinalizeWithin(int seconds, int exit_code) {
   std::thread([seconds, exit_code] {
@@ -77,6 +58,75 @@ void FinalizeWithin(int seconds, int exit_code) {
   }).detach();
   MPI_Finalize();
 }
+
+// Termination signals, blocked before MPI_Init so that every thread MPI and we start inherits the mask and only
+// sigwait receives them: no handler runs inside an MPI call or a lock.
+sigset_t BlockTerminationSignals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  return sigs;
+}
+
+// Termination signals during start-up, taken by a watcher thread: a peer that died leaves the main thread in a
+// collective for good. Staging stops at its next step; if start-up has not ended kGraceMs after the signal, the
+// watcher removes the socket and (with --cleanup) what this rank staged, and exits (docs/daemon.md, "Faults").
+class StartupSignals {
+ public:
+  // `sigs` must be blocked in every thread. `staged`: removed on the way out when `cleanup`.
+  StartupSignals(const sigset_t& sigs, StagedFiles* staged, bool cleanup)
+      : sigs_(sigs), staged_(staged), cleanup_(cleanup), th_([this] { Run(); }) {}
+  ~StartupSignals() { Handover(); }
+  // A termination signal arrived (staging stops at its next step).
+  bool signalled() const { return sig_ != 0; }
+  // The socket to remove should the watcher end the process (null: none, or no longer).
+  void SetSocket(SocketServer* s) {
+    std::lock_guard<std::mutex> g(mu_);
+    socket_ = s;
+  }
+  // Start-up is over: the watcher stops and the caller waits for signals itself. The signal that arrived meanwhile,
+  // or 0.
+  int Handover() {
+    done_ = true;
+    if (th_.joinable()) th_.join();
+    return sig_;
+  }
+
+ private:
+  // A healthy job, where every rank gets the signal, stops well within this.
+  static constexpr int kGraceMs = 10000;
+
+  void Run() {
+    const timespec tick{0, 50 * 1000 * 1000};  // short waits, so that Handover returns promptly
+    while (!done_ && sig_ == 0)
+      if (int s = sigtimedwait(&sigs_, nullptr, &tick); s > 0) sig_ = s;
+    if (sig_ == 0) return;
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kGraceMs);
+    while (!done_ && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done_) return;  // start-up ended: the main thread handles the signal
+    std::lock_guard<std::mutex> g(mu_);
+    Error(
+        "stopping on %s during start-up: still waiting for the other ranks after %d s (one of them died?); "
+        "exiting%s",
+        strsignal(sig_), kGraceMs / 1000, cleanup_ ? " and removing what this rank staged" : "");
+    if (socket_) socket_->Unpublish();
+    if (cleanup_) staged_->RemoveAll();
+    _exit(1);
+  }
+
+  sigset_t sigs_;
+  StagedFiles* staged_;
+  bool cleanup_;
+  std::atomic<int> sig_{0};
+  std::atomic<bool> done_{false};
+  std::mutex mu_;  // guards socket_, and the exit path against a concurrent SetSocket
+  SocketServer* socket_ = nullptr;
+  std::thread th_;  // last: it runs Run() on the members above
+};
 
 // --socket-mode / --group into permission bits and a gid.
 Status SocketAccess(const ServeOptions& o, mode_t* mode, gid_t* gid) {
@@ -153,18 +203,17 @@ std::unique_ptr<Doorbell> OpenDoorbells(bool wanted, int nranks) {
   }
   Doorbell::Address self = doorbell ? doorbell->address() : Doorbell::Address{};
   std::vector<Doorbell::Address> all(static_cast<size_t>(nranks));
-  static_assert(sizeof(Doorbell::Address) == 8);
-  MPI_Allgather(&self, 8, MPI_BYTE, all.data(), 8, MPI_BYTE, MPI_COMM_WORLD);
+  MPI_Allgather(&self, sizeof self, MPI_BYTE, all.data(), sizeof self, MPI_BYTE, MPI_COMM_WORLD);
   if (doorbell) doorbell->SetPeers(std::move(all));
   return doorbell;
 }
 
 // Rank 0's "ready" line, which scripts wait for: the sockets are in place. Without --strict-staging staging goes on
 // behind it, and a "staged:" line follows (`fanstore wait --staged` waits for that).
-void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, bool staged, double seconds) {
+void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, double seconds) {
   std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %s in %.1f s, socket %s\n", nranks,
               plan.regular_parts, plan.replicated_part != kNoPartition ? "1 replicated" : "no replicated one",
-              o.replicas, o.replicas == 1 ? "" : "s", staged ? "staged" : "serving while staging", seconds,
+              o.replicas, o.replicas == 1 ? "" : "s", o.strict_staging ? "staged" : "serving while staging", seconds,
               o.socket.empty() ? (o.local + "/fanstore.sock").c_str() : o.socket.c_str());
   std::fflush(stdout);
 }
@@ -186,29 +235,14 @@ void PrintStaged(const Stager::Tally& t, int nranks, double seconds) {
   std::fflush(stdout);
 }
 
-// Termination signals, blocked before MPI_Init so that every thread MPI and we start inherits the mask and only
-// sigwait receives them: no handler runs inside an MPI call or a lock.
-sigset_t BlockTerminationSignals() {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  return sigs;
-}
-
-// One daemon, made phase by phase (Serve below): MPI, the checks and the --local lock, the index and the
-// partitions' files, the parts wired together, (with --strict-staging) staging before the socket, serving, the stop.
-// Members are declared in the order they are made, so they go in the reverse one.
+// One daemon, made phase by phase (Run). Members are declared in the order they are made, so they go in the reverse
+// one.
 class Daemon {
  public:
   explicit Daemon(const ServeOptions& o)
-      : o_(o), sigs_(BlockTerminationSignals()), startup_(sigs_, &staged_files_, o.cleanup, kStartupGraceMs) {}
+      : o_(o), sigs_(BlockTerminationSignals()), startup_(sigs_, &staged_files_, o.cleanup) {}
 
   int Run() {
-    // Until start-up is over a watcher thread takes the signals (the main thread may wait in a collective for a
-    // peer that died); then the main thread.
     if (!InitMpi()) return 1;
     t0_ = std::chrono::steady_clock::now();
     RaiseFdLimit();
@@ -235,7 +269,7 @@ class Daemon {
     }
     if (!o_.strict_staging) stager_->Start();
     loop_->Start();  // from here on only the progress thread calls MPI
-    if (rank_ == 0 && sig == 0) PrintReady(o_, plan_, nranks_, o_.strict_staging, Seconds());
+    if (rank_ == 0 && sig == 0) PrintReady(o_, plan_, nranks_, Seconds());
     if (sig == 0) sigwait(&sigs_, &sig);
     return Stop(sig);
   }
@@ -267,8 +301,6 @@ class Daemon {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks_);
-    // Collective, so here where every rank passes: the transport's chunks of big replies travel on their own.
-    MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm_);
     SetLogRank(rank_);
     if (provided < MPI_THREAD_SERIALIZED) {
       Error("this MPI provides thread level %d, the daemon needs MPI_THREAD_SERIALIZED", provided);
@@ -284,29 +316,29 @@ class Daemon {
     st_ = CheckOptions(o_);
     if (st_.ok()) st_ = SocketAccess(o_, &socket_mode_, &group_);
     // "{node}" (this node's Slurm or host name) next to "{rank}": per-node paths when nodes share a host.
-    auto local = ExpandNodeTemplate(ExpandRank(o_.local, rank_));
-    auto socket = ExpandNodeTemplate(ExpandRank(o_.socket, rank_));
-    if (st_.ok()) st_ = local.ok() ? socket.status() : local.status();
-    local_ = local.ok() ? *local : o_.local;
-    if (socket.ok()) socket_ = *socket;
-    if (st_.ok()) {
-      auto p = PlanStaging(o_.image, rank_, nranks_, o_.replicas);
-      if (p.ok()) plan_ = std::move(p).value();
-      else st_ = p.status();
-    }
-    if (st_.ok()) {
-      auto l = LockLocal(o_.image, local_, &staged_files_);
-      if (l.ok()) lock_fd_ = *l;
-      else st_ = l.status();
-    }
+    if (st_.ok()) Take(ExpandNodeTemplate(ExpandRank(o_.local, rank_)), &local_);
+    if (st_.ok()) Take(ExpandNodeTemplate(ExpandRank(o_.socket, rank_)), &socket_);
+    if (st_.ok()) Take(PlanStaging(o_.image, rank_, nranks_, o_.replicas), &plan_);
+    if (st_.ok()) Take(LockLocal(o_.image, local_, &staged_files_), &lock_fd_);
     // With --cleanup a failure anywhere removes the --local directory this rank made (only if it made it).
     return !Failed("start-up");
   }
 
-  // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged.
+  // The value of `r` into *out, or its error into st_.
+  template <class T, class U>
+  void Take(Result<T> r, U* out) {
+    if (r.ok()) *out = std::move(r).value();
+    else st_ = r.status();
+  }
+
+  // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged
+  // (ranks that were fine say why they stop).
   bool Failed(const char* phase) {
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
-    if (AllOk(st_.ok(), rank_, phase)) return false;
+    int bad = st_.ok() ? 0 : 1, nbad = 0;
+    MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (nbad == 0) return false;
+    if (st_.ok() && rank_ == 0) Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
     Abort();
     return true;
   }
@@ -320,9 +352,8 @@ class Daemon {
     FinalizeWithin(5, 1);
   }
 
-  // The fetch cache (with --cache-prefault its memory is faulted in on a thread of its own while the daemon sets
-  // up: cache_prefault.hpp), the index (the daemon serves from it while the partitions are staged behind it) and
-  // each partition's file, allocated.
+  // The fetch cache (with --cache-prefault, faulted in while the daemon sets up), the index (served from while the
+  // partitions are staged behind it) and each partition's file, allocated.
   void PrepareStaging() {
     Status why;
     cache_ = std::make_unique<FetchCache>(o_.cache_bytes, &why);
@@ -331,28 +362,25 @@ class Daemon {
     if (want > 0) prefault_ = std::make_unique<CachePrefault>(cache_->arena(), want);
     st_ = CheckSpace(local_, plan_, o_.reserve_bytes);
     if (st_.ok()) st_ = StageIndex(o_.image, local_, &staged_files_);
-    local_ = Absolute(local_);
+    char abs[PATH_MAX];
+    if (realpath(local_.c_str(), abs)) local_ = abs;
     if (o_.socket.empty()) socket_ = local_ + "/fanstore.sock";
-    if (st_.ok()) {
-      ImageOpenOptions io;
-      io.partition_dir = local_;
-      auto opened = Image::Open(local_, io);
-      if (opened.ok()) img_ = std::move(opened).value();
-      else st_ = opened.status();
-    }
+    ImageOpenOptions io;
+    io.partition_dir = local_;
+    if (st_.ok()) Take(Image::Open(local_, io), &img_);
     if (!st_.ok()) return;
     image_dir_ = std::make_unique<ImageDirReader>(plan_.sources, o_.stage_bandwidth);
     staged_ = std::make_unique<StagedReader>(img_->PartitionCount(), image_dir_.get());
-    auto made = PrepareParts(*img_, plan_, o_.piece_bytes, &staged_files_, staged_.get());
-    if (made.ok()) parts_ = std::move(made).value();
-    else st_ = made.status();
+    Take(PrepareParts(*img_, plan_, o_.piece_bytes, &staged_files_, staged_.get()), &parts_);
   }
 
   // Doorbells, the MPI transport, the socket server, the router between them and the stager; then the socket is
   // bound (published later).
   void Wire() {
     doorbell_ = OpenDoorbells(o_.doorbell, nranks_);
-    MPI_Comm stage_comm = MPI_COMM_NULL;
+    // The transport's chunks of big replies, and staging, travel on communicators of their own.
+    MPI_Comm chunk_comm = MPI_COMM_NULL, stage_comm = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &chunk_comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &stage_comm);
     if (o_.mapped_send_min > 0) maps_ = std::make_unique<PartitionMaps>(*img_);
     const TransportOptions to{.rank = rank_,
@@ -361,7 +389,7 @@ class Daemon {
                               .replicated_part = plan_.replicated_part,
                               .timeout_ms = static_cast<int>(o_.timeout_s * 1000),
                               .max_message = o_.max_message,
-                              .chunk_comm = chunk_comm_,
+                              .chunk_comm = chunk_comm,
                               .doorbell = doorbell_.get(),
                               .maps = maps_.get(),
                               .mapped_send_min = o_.mapped_send_min};
@@ -449,8 +477,8 @@ class Daemon {
   }
 
   // The socket goes first, so no client connects to a daemon on its way out and nothing stale is left even if the
-  // rest were to hang; then the progress thread stops (it never blocks in MPI, but if it ever did, exit anyway),
-  // staging stops, every client connection is closed (clients see EIO at once).
+  // rest were to hang; then the progress thread and staging stop, and every client connection is closed (clients
+  // see EIO at once).
   int Stop(int sig) {
     server_->Unpublish();
     StopLoopOrExit(*loop_, strsignal(sig));
@@ -477,7 +505,6 @@ class Daemon {
   StagedFiles staged_files_;
   StartupSignals startup_;
   int rank_ = 0, nranks_ = 1;
-  MPI_Comm chunk_comm_ = MPI_COMM_NULL;
   std::chrono::steady_clock::time_point t0_;
   Status st_;  // the current phase's verdict
   mode_t socket_mode_ = 0600;

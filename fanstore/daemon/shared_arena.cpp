@@ -1,4 +1,3 @@
-// SharedArena: the shared cache memfd's layout, its block allocator and the seqlocked index writes.
 #include "shared_arena.hpp"
 
 #include <errno.h>
@@ -112,12 +111,9 @@ ArenaBlock SharedArena::Allocate(uint64_t n) {
     if (free_chunks_.empty()) return ArenaBlock();
     uint32_t c = *free_chunks_.begin();
     free_chunks_.erase(free_chunks_.begin());
-    Chunk& ch = chunks_[c];
+    Chunk& ch = chunks_[c];  // free: nothing used, no free slots listed
     ch.cls = cls;
-    ch.used = 0;
-    uint32_t blocks = static_cast<uint32_t>(kChunk / bs);
-    ch.free_slots.clear();
-    for (uint32_t i = blocks; i-- > 0;) ch.free_slots.push_back(static_cast<uint16_t>(i));
+    for (uint32_t i = static_cast<uint32_t>(kChunk / bs); i-- > 0;) ch.free_slots.push_back(static_cast<uint16_t>(i));
     partial_[cls].insert(c);
   }
   uint32_t c = *partial_[cls].begin();
@@ -140,9 +136,8 @@ void SharedArena::Free(uint64_t off, uint64_t cap) {
     ch.run = 0;
     return;
   }
-  uint64_t bs = cap;
   bool was_full = ch.free_slots.empty();
-  ch.free_slots.push_back(static_cast<uint16_t>((off % kChunk) / bs));
+  ch.free_slots.push_back(static_cast<uint16_t>((off % kChunk) / cap));
   if (--ch.used == 0) {
     // Wholly free: back to the pool of chunks any class (or a run) can take.
     partial_[ch.cls].erase(c);

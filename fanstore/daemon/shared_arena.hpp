@@ -20,8 +20,7 @@ class SharedArena;
 class ArenaBlock {
  public:
   ArenaBlock() = default;
-  ArenaBlock(ArenaBlock&& o) noexcept
-      : arena_(std::exchange(o.arena_, nullptr)), off_(o.off_), cap_(std::exchange(o.cap_, 0)) {}
+  ArenaBlock(ArenaBlock&& o) noexcept { *this = std::move(o); }
   ArenaBlock& operator=(ArenaBlock&& o) noexcept {
     if (this != &o) {
       Release();
@@ -31,8 +30,6 @@ class ArenaBlock {
     }
     return *this;
   }
-  ArenaBlock(const ArenaBlock&) = delete;
-  ArenaBlock& operator=(const ArenaBlock&) = delete;
   ~ArenaBlock() { Release(); }
   explicit operator bool() const { return arena_ != nullptr; }
   char* data() const;

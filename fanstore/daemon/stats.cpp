@@ -1,4 +1,3 @@
-// DaemonStats: counters and the latency sample behind the daemon's exit line.
 #include "stats.hpp"
 
 #include <algorithm>
@@ -28,11 +27,10 @@ std::string DaemonStats::Line() const {
   char buf[1200];
   std::snprintf(
       buf, sizeof buf,
-      "served %llu client requests (%llu errors, %llu failovers), %llu peer requests (%llu sent from "
-      "mappings); bytes sent %llu, received %llu; client latency p50 %llu us, p99 %llu us; %llu peer fetches, %llu "
-      "cache hits, "
-      "%llu coalesced, %llu prefetched, %llu prefetch hits; %llu timeouts, %llu fast fails, "
-      "%llu peers down; %llu connections refused; %llu shared cache hits; %llu doorbells rung, %llu doorbells heard; "
+      "served %llu client requests (%llu errors, %llu failovers), %llu peer requests (%llu sent from mappings); "
+      "bytes sent %llu, received %llu; client latency p50 %llu us, p99 %llu us; %llu peer fetches, %llu cache hits, "
+      "%llu coalesced, %llu prefetched, %llu prefetch hits; %llu timeouts, %llu fast fails, %llu peers down; "
+      "%llu connections refused; %llu shared cache hits; %llu doorbells rung, %llu doorbells heard; "
       "%llu replies in memfds of their own",
       u(client_requests), u(client_errors), u(failovers), u(peer_requests), u(mapped_sends), u(bytes_sent),
       u(bytes_received), pct(0.50), pct(0.99), u(peer_fetches), u(cache_hits), u(coalesced), u(prefetched),
