@@ -187,7 +187,7 @@ void FinishPrefault(CachePrefault& prefault, StartupSignals& startup, int rank) 
   if (!why.ok())
     Error("fetch cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
           static_cast<double>(done) / (1 << 20));
-  else if (rank == 0)
+  else if (rank == 0 && !startup.signalled())  // (stopped short by the signal: the daemon is on its way out)
     Info("fetch cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
 }
 
