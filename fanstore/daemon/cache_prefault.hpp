@@ -30,8 +30,8 @@ class CachePrefault {
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
   // Whether the thread is done (Wait then returns at once).
   bool Finished() const { return finished_.load(std::memory_order_acquire); }
-  // Waits for the thread (after Stop: within a step); the bytes faulted in, the seconds it took, and why it stopped
-  // short of the whole (Ok when it did not).
+  // Waits for the thread (after Stop: within a step); the bytes faulted in, the seconds it took, and the error that
+  // stopped it short of the whole (Ok when none did, a Stop included).
   Status Wait(uint64_t* done_bytes, double* seconds);
 
  private:

@@ -14,6 +14,12 @@ namespace dp = daemon_proto;
 // While a fetch of ours is younger than this, the loop polls for its reply (usually microseconds away).
 constexpr int64_t kAwaitSpinUs = 2000;
 
+ProgressLoop::~ProgressLoop() {
+  if (!th_.joinable()) return;
+  if (exited_) th_.join();
+  else th_.detach();
+}
+
 void ProgressLoop::Start() {
   th_ = std::thread([this] {
     // The default 50 us timer slack would stretch every short idle wait (and so every remote read) by 50 us.

@@ -20,6 +20,7 @@ class ProgressLoop {
   // `spin`: never sleep (--progress).
   ProgressLoop(SocketServer* server, MpiTransport* transport, FetchRouter* router, Stager* stager, bool spin)
       : server_(server), transport_(transport), router_(router), stager_(stager), spin_(spin) {}
+  ~ProgressLoop();  // a thread still inside an MPI call is left behind (the process is exiting)
   void Start();
   // Asks the started thread to stop and waits up to `wait_ms` for it. False when it did not stop (the caller then
   // exits the process rather than hang: a thread cannot be interrupted inside an MPI call).

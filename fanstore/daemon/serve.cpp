@@ -346,6 +346,8 @@ class Daemon {
   // Every rank stops at start-up: the socket goes, what was staged too with --cleanup, and MPI ends.
   void Abort() {
     startup_.SetSocket(nullptr);
+    // First: failing its pending fetches calls into the router and the server, which go before it.
+    if (transport_) transport_->Shutdown();
     server_.reset();
     if (o_.cleanup) staged_files_.RemoveAll();
     if (lock_fd_ >= 0) close(lock_fd_);

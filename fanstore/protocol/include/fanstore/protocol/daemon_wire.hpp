@@ -92,7 +92,7 @@ struct ReplyHeader {
 
 // Limits a client enforces on a reply before allocating anything (a reply over them is a protocol error and
 // the connection is dropped): the error message (the daemon truncates longer ones), a hello's and a prefetch
-// reply's payload. A fetch reply's payload must be exactly the requested length (or empty).
+// reply's payload. A fetch reply's payload must be exactly the requested length (an error reply: empty).
 inline constexpr uint32_t kMaxReplyMessage = 4096;
 inline constexpr uint64_t kMaxHelloPayload = 64 * 1024;
 
