@@ -34,9 +34,15 @@ TEST(PerfModel, CandidateGridsAreEveryFactorisation) {
 TEST(PerfModel, BandwidthFitSurvivesATinyMessageSlowedByLoad) {
   const double mib4 = 4 << 20;
   EXPECT_DOUBLE_EQ(fit_bandwidth(2e-6, 402e-6, mib4), mib4 / 400e-6);  // the fit
-  // A partner descheduled through every tiny round trip (seen: 4.0 ms against 3.9 ms for 4 MiB): not 4 PB/s.
-  EXPECT_DOUBLE_EQ(fit_bandwidth(4.0e-3, 3.9e-3, mib4), mib4 / 3.9e-3);
-  EXPECT_DOUBLE_EQ(fit_bandwidth(4.0e-3, 4.1e-3, mib4), mib4 / 4.1e-3);
+  // A partner descheduled through every tiny round trip (seen: 4.0 ms against no more for 4 MiB): not 4 PB/s.
+  EXPECT_DOUBLE_EQ(fit_bandwidth(4.0e-3, 3.9e-3, mib4), mib4 / 1.95e-3);
+  // A slower large message never shows a higher bandwidth.
+  double last = fit_bandwidth(4.0e-3, 1e-3, mib4);
+  for (double large = 1.1e-3; large < 20e-3; large += 0.1e-3) {
+    const double bw = fit_bandwidth(4.0e-3, large, mib4);
+    EXPECT_LE(bw, last * (1 + 1e-12)) << large;
+    last = bw;
+  }
 }
 
 TEST(PerfModel, PiecesPayOnlyWhereTheOverlapSavesMoreThanTheyCost) {

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     b.device = train.device;
     b.precision = train.precision;
     b.seed = train.seed;
-    b.optimizer = train.optimizer.kind;
+    b.optimizer = train.optimizer;
     if (!on_grid && !train.grid.explain) return benchmark_command(b, std::cout, std::cerr);
     // On a grid (or --grid auto --explain without data: the shapes come from --input-size).
     if (b.steps <= 0) b.steps = 1;

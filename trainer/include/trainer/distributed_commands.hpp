@@ -29,9 +29,9 @@ struct ResolvedGrid {
 // on `err` (rank 0) and, with explain, the table on `out` (rank 0). Throws GridError (one line, the
 // same on every rank) for a grid that does not parse or whose product is not the number of ranks, and
 // for "auto" on a CUDA run (`device`): the model measures the CPU backend's layers and MPI, not a GPU.
-// `optimizer` is --optimizer (its state per parameter, and how it cuts sharded parts).
+// `optimizer` is the run's (its state per parameter, how it cuts sharded parts, and the trials' update).
 ResolvedGrid resolve_grid(const GridOptions& grid, const std::string& model_name, ModelOptions model_options,
-                          int threads, const std::string& optimizer, Device device, Communicator& world,
+                          int threads, const OptimizerOptions& optimizer, Device device, Communicator& world,
                           std::ostream& out, std::ostream& err);
 
 // A GridError, which every rank finds the same at the same point: rank 0 writes its one line on `err`, then a

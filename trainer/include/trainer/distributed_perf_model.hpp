@@ -34,7 +34,8 @@ struct MachineCosts {
 // every rank gets rank 0's figures. One rank: no messages, only the copy.
 MachineCosts measure_machine_costs(Communicator& world);
 // The bandwidth that a `bytes` message taking `large_s` against a tiny one's `small_s` shows: the fit
-// bytes / (large - small), or bytes / large where the two come out alike (a partner descheduled under load).
+// bytes / (large - small), with at least half of large for the transfer (a partner descheduled under load
+// makes the two alike).
 double fit_bandwidth(double small_s, double large_s, double bytes);
 
 struct LayerCost {

@@ -62,7 +62,7 @@ struct BenchmarkOptions {
   std::int64_t classes = 0;
   int threads = 0;
   std::uint64_t seed = 1;
-  std::string optimizer = "sgd";  // --optimizer: the update each training step makes
+  OptimizerOptions optimizer;  // --optimizer and its settings: the update each training step makes
 };
 
 // Synthetic input, one untimed warm-up step, then `steps` timed training steps (forward, loss,

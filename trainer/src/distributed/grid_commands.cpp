@@ -62,14 +62,14 @@ void write_error_line(const std::exception& error, std::ostream& err) {
 class GridSteps {
  public:
   GridSteps(const std::string& model_name, ModelOptions mo, std::shared_ptr<Backend> backend,
-            const ResolvedGrid& resolved, const GridOptions& g, const std::string& optimizer, std::uint64_t seed,
+            const ResolvedGrid& resolved, const GridOptions& g, const OptimizerOptions& optimizer, std::uint64_t seed,
             Communicator& world)
       : world_(world), task_(task_for_model(model_name)) {
     model_ = build_model(model_name, std::move(backend), mo);
     // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
     nccl_ = make_device_communicator(world, model_->backend());
     run_ = std::make_unique<GridRun>(*model_, nccl_ ? *nccl_ : world, resolved, g);
-    optimizer_ = make_optimizer(model_->parameters(), OptimizerOptions{.kind = optimizer});
+    optimizer_ = make_optimizer(model_->parameters(), optimizer);
     run_->shard(*optimizer_);
     gradients_ = run_->make_gradient_reduction(*optimizer_, 25u << 20);
     run_->set_gradient_ready_hook([this](const Layer& layer) { gradients_->on_layer_ready(layer); });
@@ -138,7 +138,7 @@ int report_error_and_abort(const std::exception& error, Communicator& world, std
 }
 
 ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, ModelOptions mo, int threads,
-                          const std::string& optimizer, Device device, Communicator& world, std::ostream& out,
+                          const OptimizerOptions& optimizer, Device device, Communicator& world, std::ostream& out,
                           std::ostream& err) {
   const int ranks = world.size(), spatial_rank = spatial_rank_of(model_name);
   if (g.shard_weights && !g.shard_state)
@@ -188,7 +188,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     // no parameters: on the model's it would allocate its whole state only to be counted.
     ParameterTable none;
     none.finalize(timing->backend());
-    const auto opt = make_optimizer(none, OptimizerOptions{.kind = optimizer});
+    const auto opt = make_optimizer(none, optimizer);
     po.optimizer_states = static_cast<int>(opt->state().size());
     po.whole_tensor_parts = opt->needs_whole_tensors();
   }

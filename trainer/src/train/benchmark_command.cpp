@@ -63,7 +63,7 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     auto model = build_model(
         o.model, make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)}), mo);
     model->set_input_gradient(false);  // as in training
-    auto optimizer = make_optimizer(model->parameters(), OptimizerOptions{.kind = o.optimizer});
+    auto optimizer = make_optimizer(model->parameters(), o.optimizer);
     Rng rng(o.seed);
     data::Batch batch = synthetic_batch(*model, task, rng);
     Backend& backend = model->backend();

@@ -589,9 +589,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
   // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
   // data parallelism. The batch is per sample group.
-  ResolvedGrid resolved =
-      resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer.kind, backend_of_run->device(), comm,
-                   trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
+  ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer, backend_of_run->device(),
+                                       comm, trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
   if (o.grid.explain) return 0;
   if (o.grid.grid == "auto") tournament.agree_on_grid(resolved);
   model_options.batch = resolved.batch_per_group;
