@@ -473,7 +473,6 @@ class Daemon {
       Error("staging failed on %llu rank(s) (their lines say why); every rank stops (--strict-staging)",
             static_cast<unsigned long long>(stager_->tally().failed_ranks));
     stager_->Stop();
-    transport_->Shutdown();
     Abort();
     return false;
   }
