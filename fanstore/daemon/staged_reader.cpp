@@ -33,6 +33,7 @@ void StagedReader::MarkPiece(uint32_t part, size_t k) {
 }
 
 bool StagedReader::Staged(uint32_t part, uint64_t offset, uint64_t n) const {
+  if (!Has(part)) return false;
   const Part& p = parts_[part];
   // The first piece ending past `offset`, up to the one holding the range's last byte (none: complete).
   size_t k =

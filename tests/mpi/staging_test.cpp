@@ -136,6 +136,9 @@ TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndTheImageDirectoryMea
   reader.Begin(0, open(staging.c_str(), O_RDONLY | O_CLOEXEC), staging, l.size, l.piece_ends);
   EXPECT_TRUE(reader.Has(0));
   EXPECT_FALSE(reader.Has(1));
+  // Nothing of a partition not held here, or of one out of range, is staged here.
+  EXPECT_FALSE(reader.Staged(1, 0, 1));
+  EXPECT_FALSE(reader.Staged(img_->PartitionCount(), 0, 1));
   std::string got(l.length(1), '\0');
   EXPECT_FALSE(reader.Staged(0, l.begin(1), l.length(1)));
   EXPECT_EQ(reader.Read(0, l.begin(1), l.length(1), got.data(), true).code(), StagedReader::kNotStagedYet);
