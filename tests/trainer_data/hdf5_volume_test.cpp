@@ -171,6 +171,42 @@ TEST(VolumeErrors, WrongDatasetNamesAndShapesNameTheFile) {
   EXPECT_NE(message.find("outside the volume"), std::string::npos) << message;
 }
 
+TEST(VolumeErrors, AUnetLabelOutsideTheClassesNamesTheFileAndTheVoxel) {
+  ScratchDir scratch;
+  std::filesystem::create_directories(scratch / "labels");
+  std::vector<std::uint8_t> labels(64, 2);
+  labels[(1 * 4 + 2) * 4 + 3] = 200;  // (z 1, y 2, x 3)
+  {
+    datagen::Hdf5Writer writer(scratch / "labels/a.h5");
+    writer.write_float32("image", {1, 4, 4, 4}, std::vector<float>(64));
+    writer.write_uint8("label", {4, 4, 4}, labels);
+    writer.close();
+  }
+  std::vector<float> image(64);
+  std::vector<std::int32_t> got(64);
+  const Unet3dDataset three(scratch / "labels", {});
+  std::string message = error_of([&] { three.load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()}); });
+  EXPECT_NE(message.find(scratch / "labels/a.h5"), std::string::npos) << message;
+  EXPECT_NE(message.find("label 200 at (1, 2, 3), outside 0..2"), std::string::npos) << message;
+  // A slab without the bad voxel reads; one with it names the voxel in the file's coordinates.
+  Unet3dOptions slab;
+  slab.slab = Slab{0, 1, 0, 4, 0, 4};
+  EXPECT_NO_THROW(
+      Unet3dDataset(scratch / "labels", slab).load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()}));
+  slab.slab = Slab{1, 2, 2, 4, 3, 4};
+  message = error_of([&] {
+    Unet3dDataset(scratch / "labels", slab).load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()});
+  });
+  EXPECT_NE(message.find("at (1, 2, 3)"), std::string::npos) << message;
+  // Two classes: every label 2 is out.
+  Unet3dOptions two;
+  two.classes = 2;
+  message = error_of([&] {
+    Unet3dDataset(scratch / "labels", two).load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()});
+  });
+  EXPECT_NE(message.find("label 2 at (0, 0, 0), outside 0..1 (--classes 2)"), std::string::npos) << message;
+}
+
 TEST(VolumeErrors, MissingOrEmptyDirectory) {
   ScratchDir scratch;
   std::string message = error_of([&] { CosmoFlowDataset(scratch / "missing", {}); });

@@ -44,6 +44,11 @@ TEST(Metrics, DiceOfArgmaxPerForegroundClass) {
   // class 1: |P|=2, |T|=1, |P and T|=1 -> 2/3; class 2: |P|=1, |T|=2, 1 -> 2/3.
   EXPECT_DOUBLE_EQ(sums.count, 2);
   EXPECT_NEAR(sums.value(), 2.0 / 3.0, 1e-12);
+  // A label outside the classes is an error, never a count written outside the sums.
+  for (std::int32_t bad : {3, -1}) {
+    b.target_labels = {0, 1, bad, 2};
+    EXPECT_THROW(accumulate_metric(TaskKind::Segmentation, logits, b, 1, sums), std::invalid_argument);
+  }
 }
 
 TEST(Metrics, ModelNamesMapToTasks) {

@@ -67,6 +67,18 @@ void Unet3dDataset::load_sample(std::size_t index, std::uint64_t /*augment_seed*
       {std::uint64_t(label_slab_.z0), std::uint64_t(label_slab_.y0), std::uint64_t(label_slab_.x0)},
       {std::uint64_t(label_slab_.depth()), std::uint64_t(label_slab_.height()), std::uint64_t(label_slab_.width())},
       out.target_labels);
+  const std::int64_t voxels = label_slab_.depth() * label_slab_.height() * label_slab_.width();
+  for (std::int64_t v = 0; v < voxels; ++v) {
+    const std::int32_t y = out.target_labels[v];
+    if (y >= 0 && y < options_.classes) continue;
+    const std::int64_t plane = label_slab_.height() * label_slab_.width();
+    throw DataError(file.path(), "dataset '" + options_.label_dataset + "' has label " + std::to_string(y) + " at (" +
+                                     std::to_string(label_slab_.z0 + v / plane) + ", " +
+                                     std::to_string(label_slab_.y0 + v % plane / label_slab_.width()) + ", " +
+                                     std::to_string(label_slab_.x0 + v % label_slab_.width()) + "), outside 0.." +
+                                     std::to_string(options_.classes - 1) + " (--classes " +
+                                     std::to_string(options_.classes) + ")");
+  }
 }
 
 }  // namespace fanstore::trainer::data

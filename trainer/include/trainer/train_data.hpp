@@ -21,9 +21,11 @@ struct SlabRead {
 // not) at image_size; cosmoflow -> CosmoFlow HDF5; unet3d -> U-Net HDF5 (a non-zero image_size
 // smaller than the slices reads the centred image_size^2 window of each slice). Throws data::DataError
 // naming the directory or file when it is missing or unreadable. With `slab`, each sample is only
-// that part (an HDF5 hyperslab; for images, the region of the augmented image).
+// that part (an HDF5 hyperslab; for images, the region of the augmented image). A non-zero `classes` (--classes)
+// bounds U-Net's voxel labels (else the model's default).
 std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, const std::string& directory, bool training,
-                                                  std::int64_t image_size, const SlabRead* slab = nullptr);
+                                                  std::int64_t image_size, std::int64_t classes,
+                                                  const SlabRead* slab = nullptr);
 
 // Model options that fit the dataset's samples: input edge/depth/channels from the volume shape,
 // classes from the class directories (resnet50) or target count (cosmoflow). A non-zero

@@ -22,7 +22,7 @@ data::Slab to_slab(const SpatialBox& b, std::int64_t dz = 0, std::int64_t dy = 0
 }  // namespace
 
 std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, const std::string& directory, bool training,
-                                                  std::int64_t image_size, const SlabRead* slab) {
+                                                  std::int64_t image_size, std::int64_t classes, const SlabRead* slab) {
   if (model == "resnet50") {
     data::ImageFolderOptions o;
     o.output_size = static_cast<int>(image_size > 0 ? image_size : 224);
@@ -42,7 +42,9 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
     return std::make_unique<data::CosmoFlowDataset>(directory, o);
   }
   if (model == "unet3d") {
-    auto whole = std::make_unique<data::Unet3dDataset>(directory, data::Unet3dOptions{});
+    data::Unet3dOptions o;
+    if (classes > 0) o.classes = static_cast<std::int32_t>(classes);
+    auto whole = std::make_unique<data::Unet3dDataset>(directory, o);
     const auto& dims = whole->image_dims();  // (C, D, H, W)
     const auto h = static_cast<std::int64_t>(dims.at(2)), w = static_cast<std::int64_t>(dims.at(3));
     const bool windowed = image_size > 0 && !(image_size == h && image_size == w);
@@ -54,7 +56,6 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
     // A centred image_size x image_size window of every slice, full depth: a smaller, deterministic
     // patch (MLPerf trains on patches of larger cases) read as one hyperslab; a rank of a spatial split
     // reads its slab of that window.
-    data::Unet3dOptions o;
     const std::int64_t y0 = windowed ? (h - image_size) / 2 : 0, x0 = windowed ? (w - image_size) / 2 : 0;
     const std::int64_t edge_h = windowed ? image_size : h, edge_w = windowed ? image_size : w;
     o.slab = data::Slab{0, static_cast<std::int64_t>(dims.at(1)), y0, y0 + edge_h, x0, x0 + edge_w};
@@ -97,7 +98,7 @@ ModelOptions model_options_for(const std::string& model, const data::SampleDatas
       throw data::DataError(directory, "unet3d needs square slices (H = W), got " + Shape(in).to_string());
     o.input_depth = in.at(1);
     o.input_size = in.at(2);
-    o.classes = classes > 0 ? classes : 3;
+    o.classes = classes > 0 ? classes : data::Unet3dOptions{}.classes;
   }
   return o;
 }

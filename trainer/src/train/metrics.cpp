@@ -75,6 +75,9 @@ std::vector<double> dice_counts(const Tensor& output, const data::Batch& batch, 
       for (std::int64_t c = 1; c < k; ++c)
         if (base[c * voxels + v] > base[best * voxels + v]) best = c;
       pred[best] += 1;
+      if (labels[v] < 0 || labels[v] >= k)
+        throw std::invalid_argument("dice: label " + std::to_string(labels[v]) + " outside 0.." +
+                                    std::to_string(k - 1));
       truth[labels[v]] += 1;
       if (best == labels[v]) inter[best] += 1;
     }

@@ -575,10 +575,10 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     check_grid_ranks(shape, comm.size());
   }
 
-  auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size);
+  auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size, o.classes);
   std::unique_ptr<data::SampleDataset> val_set;
   if (!o.val_dir.empty()) {
-    val_set = open_dataset(o.model, o.val_dir, false, o.input_size);
+    val_set = open_dataset(o.model, o.val_dir, false, o.input_size, o.classes);
     require_same_layout(*train_set, *val_set, o.val_dir);
   }
   // Trainers start from different initial weights (trainer 0 from the plain run's).
@@ -605,8 +605,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   grid_run.shard(*optimizer);
   if (const auto slab = grid_run.slab_read()) {
     // Each rank reads only its slab (plus the first layer's halo) of every sample.
-    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, &*slab);
-    if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, &*slab);
+    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, o.classes, &*slab);
+    if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, o.classes, &*slab);
   }
 
   const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());

@@ -18,6 +18,8 @@ struct Unet3dOptions {
   std::optional<Slab> label_slab{};
   std::string image_dataset = "image";
   std::string label_dataset = "label";
+  // Labels lie in [0, classes) (KiTS19: background, kidney, tumour); another is a DataError naming the file.
+  std::int32_t classes = 3;
 };
 
 // Samples are the sorted *.h5/*.hdf5 files of `directory`; the first fixes (C,D,H,W) and every
