@@ -75,7 +75,7 @@ bad_grids)
   }
   expect_grid_error "product differs from the ranks" "needs 8 ranks (the product), but 4 were started" 4 --grid 2,2,2,1
   expect_grid_error "2D grid for a 3D model" "takes S,D,H,W" 2 --grid 1,2,1
-  expect_grid_error "not a number" "'x' is not a positive integer" 2 --grid 1,x,1,1
+  expect_grid_error "not a number" "'x' is not an integer from 1 to 1048576" 2 --grid 1,x,1,1
   expect_grid_error "a layer forced finer than it" \
     "conv_blocks.4.pool (MaxPool3d, output (1, 512, 1, 1, 1)) has D = 1, fewer positions than the 2 parts" \
     2 --grid 1,2,1,1 --layer-split conv_blocks.4.pool=2,1,1

@@ -33,7 +33,9 @@ TEST(GridParse, AcceptsTheModelsFormAndRejectsOthersWithOneLine) {
   EXPECT_EQ(parse_grid("2,2,2,1", 3), (GridShape{2, {2, 2, 1}}));
   EXPECT_EQ(parse_grid("1,2,2", 2), (GridShape{1, {2, 2}}));
   EXPECT_EQ(parse_grid("2,2,2,1", 3).ranks(), 8);
-  for (const char* bad : {"2,2,2", "2,2,2,1,1", "", "1,0,2,1", "1,a,2,1", "1,2,2,", "1,-2,2,1", "1,2.5,2,1"}) {
+  // The last two: more than 2^20 ranks in all, one of them 2^32 + 1, which an int product wraps to 1.
+  for (const char* bad : {"2,2,2", "2,2,2,1,1", "", "1,0,2,1", "1,a,2,1", "1,2,2,", "1,-2,2,1", "1,2.5,2,1",
+                          "1,2000000,1,1", "65536,65536,1,1", "3,43,281,947881"}) {
     try {
       parse_grid(bad, 3);
       ADD_FAILURE() << bad << " was accepted";

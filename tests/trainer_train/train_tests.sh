@@ -220,6 +220,24 @@ bad_input)
   rm -f "$badh5" && cp cosmo64/train/univ_00000.h5 "$badh5"
   run_expect_fail "wrong shape" "$badh5" --model cosmoflow --data cosmo/train --batch 2 --epochs 1
   run_expect_fail "fewer samples than a batch" "cosmo64/train" --model cosmoflow --data cosmo64/train --batch 4
+  # Options that cannot be right: one line before any work (NaN passes a plain "< 0" check).
+  ok=(--model cosmoflow --data cosmo64/train --batch 1)
+  run_expect_fail "--lr nan" "--lr: a finite number >= 0 is needed, not nan" "${ok[@]}" --lr nan
+  run_expect_fail "--momentum inf" "--momentum: a finite number >= 0 is needed" "${ok[@]}" --momentum inf
+  run_expect_fail "negative --batch" "--batch: a finite number >= 0 is needed, not -3" "${ok[@]}" --batch -3
+  run_expect_fail "negative --classes" "--classes: a finite number >= 0" "${ok[@]}" --classes -3
+  run_expect_fail "--epochs 0" "--epochs: a finite number >= 1" "${ok[@]}" --epochs 0
+  run_expect_fail "warm-up past the run" "--warmup-epochs must lie between 0 and --epochs (1)" "${ok[@]}" \
+    --epochs 1 --warmup-epochs 1e300
+  run_expect_fail "a grid of 2^32 + 1 ranks" "more than 1048576 ranks in all" "${ok[@]}" --grid 3,43,281,947881
+  # An empty checkpoint.bin is a damaged checkpoint, not "none yet" (which started afresh over it).
+  "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_empty > /dev/null 2>&1
+  : > ck_empty/checkpoint.bin
+  if "$train" "${ok[@]}" --lr 0.001 --max-steps 2 --checkpoint ck_empty --resume > out.txt 2> err.txt \
+    || ! grep -q "too short to be a checkpoint" err.txt || [[ -s ck_empty/checkpoint.bin ]]; then
+    echo "FAIL an empty checkpoint.bin on --resume:"; cat err.txt; exit 1
+  fi
+  echo "ok   empty checkpoint on --resume: $(grep error: err.txt)"
   ;;
 benchmark_format)
   line=$("$train" --model cosmoflow --benchmark 2 --batch 2 --input-size 32 --threads 2 2> /dev/null)

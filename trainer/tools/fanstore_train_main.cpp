@@ -1,7 +1,9 @@
 // fanstore-train: parses the command line (CLI11) and calls the trainer library.
 #include <malloc.h>
 
+#include <cmath>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -12,6 +14,21 @@
 
 // CLI11 shows no default for a flag, and its "--no-x{false}" reads like one: say the default beside it.
 static std::string default_of(bool on) { return on ? "(default: on)" : "(default: off)"; }
+
+// A finite number of at least `min`: CLI11's NonNegativeNumber lets NaN through (every comparison with it is
+// false) and names its range in 300 digits.
+static CLI::Validator at_least(double min) {
+  std::ostringstream bound;
+  bound << min;
+  return CLI::Validator(
+      [min, b = bound.str()](std::string& text) -> std::string {
+        double v = 0;
+        if (CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v >= min) return {};
+        return "a finite number >= " + b + " is needed, not " + text;
+      },
+      ">=" + bound.str());
+}
+static const CLI::Validator kNonNegative = at_least(0), kPositive = at_least(1);
 
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
@@ -28,32 +45,44 @@ int main(int argc, char** argv) {
          "--input-size", options.model_options.input_size,
          "Spatial edge of the input (0 = model default: resnet50 224, unet3d 128, cosmoflow 128; "
          "cosmoflow training takes it from the files; unet3d training reads the centred S x S window of each slice)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--classes", options.model_options.classes,
                  "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4; "
                  "training takes it from the data)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--batch", batch,
                  "Batch size per sample group: per rank without --grid (0 = 1 for --describe, 32 otherwise)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
 
   app.add_option("--data", train.data_dir,
                  "Training data directory (resnet50: image folder; cosmoflow, unet3d: HDF5 files)");
   app.add_option("--val", train.val_dir, "Validation data directory (metric after every epoch)");
-  app.add_option("--epochs", train.epochs, "Epochs")->capture_default_str();
+  app.add_option("--epochs", train.epochs, "Epochs")->capture_default_str()->check(kPositive);
   app.add_option("--lr", train.lr,
                  "Peak learning rate (default: sgd 0.1 x global batch / 256, i.e. x ranks x --batch, as Goyal et al.; "
-                 "adam 1e-3; lars needs one)");
+                 "adam 1e-3; lars needs one)")
+      ->check(kNonNegative);
   app.add_option("--optimizer", train.optimizer.kind, "sgd, lars or adam")->capture_default_str();
-  app.add_option("--momentum", train.optimizer.momentum, "SGD/LARS momentum")->capture_default_str();
+  app.add_option("--momentum", train.optimizer.momentum, "SGD/LARS momentum")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--weight-decay", train.optimizer.weight_decay, "L2 weight decay (LARS skips BN and biases)")
-      ->capture_default_str();
-  app.add_option("--lars-eta", train.optimizer.lars_eta, "LARS trust coefficient")->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
+  app.add_option("--lars-eta", train.optimizer.lars_eta, "LARS trust coefficient")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--warmup-epochs", train.warmup_epochs,
-                 "Linear learning-rate warm-up, in epochs (default: 10% of --epochs, at most 5)");
+                 "Linear learning-rate warm-up, in epochs (default: 10% of --epochs, at most 5)")
+      ->check(kNonNegative);
   app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")
       ->capture_default_str();
-  app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")->capture_default_str();
+  app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option(
          "--device", train.device,
          "auto (CUDA when this build has it and a GPU is present, else the CPU), cpu, or cuda (one GPU per rank, "
@@ -65,7 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch-threads", train.prefetch_threads,
                  "Data decoding threads (0 = sized to the node: 2 on the CPU; on a GPU the rank's share of the "
                  "node's cores less one, 2 to 32)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--checkpoint", train.checkpoint_dir,
                  "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
                  "named in the first line of output");
@@ -75,13 +105,18 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-bad-samples", train.skip_bad_samples,
                "Skip unreadable samples with a counted warning instead of stopping");
   app.add_option("--max-steps", train.max_steps, "Stop with a checkpoint after this many steps in total (0 = none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--checkpoint-every", train.checkpoint_every, "Also checkpoint every N steps (0 = epoch ends only)")
-      ->capture_default_str();
-  app.add_option("--bucket-mb", train.bucket_mb, "Gradient allreduce bucket size in MB")->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
+  app.add_option("--bucket-mb", train.bucket_mb, "Gradient allreduce bucket size in MB")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--spike-factor", train.spike_factor,
                  "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")
       ->capture_default_str();
   app.add_option("--zero-init-residual", train.zero_init_residual,
@@ -89,8 +124,9 @@ int main(int argc, char** argv) {
                  "shallow and the scaled learning rate trains from step 1 (Goyal et al.; false = torchvision's init)")
       ->capture_default_str();
   app.add_option(
-      "--benchmark", benchmark_steps,
-      "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'");
+         "--benchmark", benchmark_steps,
+         "Run N timed steps on synthetic input and print 'train: X samples/s, inference: Y samples/s, device: D'")
+      ->check(kNonNegative);
   app.add_option("--grid", train.grid.grid,
                  "Sample x spatial process grid: S,D,H,W (cosmoflow, unet3d) or S,H,W (resnet50), product = ranks; "
                  "auto = pick with the performance model (keeps the global batch --batch x ranks). "
@@ -108,7 +144,7 @@ int main(int argc, char** argv) {
                  "them plain data parallelism, when it is not among the best) and choose the fastest measured "
                  "(0 or 1: the performance model's prediction alone)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_flag("--sync-bn", train.grid.sync_bn, "Batch-norm statistics over every rank, not only the spatial group");
   app.add_flag("--halo-overlap,!--no-halo-overlap", train.grid.overlap,
                "Compute the interior of split layers while their halos travel (layers whose input slab outweighs "
@@ -150,6 +186,10 @@ int main(int argc, char** argv) {
   app.add_option("--inject-nan-trainer", train.inject_nan_trainer,
                  "Testing: --inject-nan-at-step poisons only this trainer (-1 = every trainer)")
       ->capture_default_str();
+  // One line, as every other error of the trainer.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "fanstore-train: error: " + std::string(e.what()) + " (--help lists the options)\n";
+  });
   CLI11_PARSE(app, argc, argv);
 
   if (describe) {

@@ -99,12 +99,15 @@ struct GridOptions {
 // Plain data parallelism over `ranks` ranks: ranks sample groups of one spatial rank each.
 GridShape data_parallel_grid(int ranks, int spatial_rank);
 
-// The comma-separated positive integers (at most 2^20) of `text`, or nothing with *bad = the first
-// item that is not one.
+// The most ranks a grid may have, in all and along any axis.
+inline constexpr int kMaxGridRanks = 1 << 20;
+
+// The comma-separated positive integers (at most kMaxGridRanks) of `text`, or nothing with *bad = the
+// first item that is not one.
 std::optional<std::vector<int>> parse_counts(const std::string& text, std::string* bad);
 
-// Parses --grid "S,D,H,W" (spatial_rank 3) or "S,H,W" (2). Throws GridError with one line that says
-// what to pass instead ("auto" is handled by the caller).
+// Parses --grid "S,D,H,W" (spatial_rank 3) or "S,H,W" (2), of at most kMaxGridRanks ranks in all. Throws
+// GridError with one line that says what to pass instead ("auto" is handled by the caller).
 GridShape parse_grid(const std::string& text, int spatial_rank);
 
 // Throws GridError when the grid does not have exactly `ranks` ranks, naming the product

@@ -1,4 +1,6 @@
 // Ranges, boxes and partitions of the spatial axes; --grid parsing; the grid's communicators.
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -112,7 +114,7 @@ std::optional<std::vector<int>> parse_counts(const std::string& text, std::strin
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size() || value < 1 || value > 1 << 20) {
+    if (used == 0 || used != item.size() || value < 1 || value > kMaxGridRanks) {
       *bad = item;
       return std::nullopt;
     }
@@ -128,11 +130,18 @@ GridShape parse_grid(const std::string& text, int spatial_rank) {
                                (spatial_rank == 3 ? "1,2,2,1" : "1,2,2") + ", or auto";
   std::string bad;
   const auto parsed = parse_counts(text, &bad);
-  if (!parsed) throw GridError("--grid " + text + ": '" + bad + "' is not a positive integer; " + expected);
+  if (!parsed)
+    throw GridError("--grid " + text + ": '" + bad + "' is not an integer from 1 to " + std::to_string(kMaxGridRanks) +
+                    "; " + expected);
   const std::vector<int>& numbers = *parsed;
   if (text.empty() || text.back() == ',' || numbers.size() != static_cast<std::size_t>(spatial_rank) + 1)
     throw GridError("--grid " + text + ": " + std::to_string(numbers.size()) + " numbers, but for this model " +
                     expected);
+  // The product in 64 bits: an int would wrap, and a grid of 2^32 + 1 ranks would pass as one of 1.
+  std::int64_t product = 1;
+  for (int n : numbers) product = std::min<std::int64_t>(product * n, std::int64_t{kMaxGridRanks} + 1);
+  if (product > kMaxGridRanks)
+    throw GridError("--grid " + text + ": more than " + std::to_string(kMaxGridRanks) + " ranks in all; " + expected);
   return GridShape{numbers[0], std::vector<int>(numbers.begin() + 1, numbers.end())};
 }
 

@@ -232,13 +232,14 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
             Model& model, Optimizer& optimizer, TrainingPosition& position, std::ostream& err) {
   const bool leader = world.rank() == 0;
   const std::uint64_t groups = position.world_size, group_batch = position.batch_per_rank;
-  std::vector<char> bytes =
-      comm.rank() == 0 && std::filesystem::exists(path) ? read_checkpoint_file(path) : std::vector<char>();
-  std::uint64_t size = bytes.size();
+  const bool found = comm.rank() == 0 && std::filesystem::exists(path);
+  std::vector<char> bytes = found ? read_checkpoint_file(path) : std::vector<char>();
+  // One more than the bytes when the file exists: an empty one is a damaged checkpoint, not "none yet".
+  std::uint64_t size = found ? bytes.size() + 1 : 0;
   comm.broadcast(&size, sizeof size, 0);
-  bytes.resize(size);
-  comm.broadcast(bytes.data(), bytes.size(), 0);
   const bool resumed = size > 0;
+  bytes.resize(resumed ? size - 1 : 0);
+  comm.broadcast(bytes.data(), bytes.size(), 0);
   if (resumed) {
     position = restore_checkpoint(path, std::move(bytes), model, optimizer);
     if (leader && (position.world_size != groups || position.batch_per_rank != group_batch))
@@ -271,7 +272,8 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
 void check_options(const TrainOptions& o) {
   if (o.batch <= 0 || o.epochs <= 0) throw std::invalid_argument("--batch and --epochs must be positive");
   if (o.lr && *o.lr < 0) throw std::invalid_argument("--lr must not be negative");
-  if (o.warmup_epochs && *o.warmup_epochs < 0) throw std::invalid_argument("--warmup-epochs must not be negative");
+  if (o.warmup_epochs && !(*o.warmup_epochs >= 0 && *o.warmup_epochs <= o.epochs))
+    throw std::invalid_argument("--warmup-epochs must lie between 0 and --epochs (" + std::to_string(o.epochs) + ")");
   if (o.checkpoint_dir.empty() && o.resume)
     throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
 }
