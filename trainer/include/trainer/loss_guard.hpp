@@ -26,6 +26,7 @@ class LossGuard {
   // a sharded optimizer's group calls it (the ranks take the same decisions).
   void roll_back(Model& model, Optimizer& optimizer);
   std::uint64_t rollbacks() const { return rollbacks_; }
+  // Rejections since the last good loss of a state that an update made (not one a rollback restored).
   std::uint64_t consecutive_rejections() const { return consecutive_; }
   // Why the last accept() said no: "NaN/Inf loss", "NaN/Inf weight" or "loss spike".
   const char* last_reason() const { return reason_; }
@@ -34,7 +35,7 @@ class LossGuard {
   double spike_factor_;
   double average_ = 0;
   std::uint64_t good_steps_ = 0, rollbacks_ = 0, consecutive_ = 0;
-  bool have_snapshot_ = false;
+  bool have_snapshot_ = false, restored_ = false;
   const char* reason_ = "";
   // The last good state, on the model's device (copied there and back by backend ops). With sharded
   // optimizer state only the optimizer's part of the values: roll_back is then collective over its group.

@@ -33,7 +33,10 @@ bool LossGuard::accept(double loss, Model& model, Optimizer& optimizer) {
     ++consecutive_;
     return false;
   }
-  consecutive_ = 0;
+  // The state a rollback restored was good before: its loss says nothing of the update that failed, and
+  // counting it as a good step would let a diverging update alternate with rollbacks for ever.
+  if (!restored_) consecutive_ = 0;
+  restored_ = false;
   average_ = good_steps_ == 0 ? loss : 0.9 * average_ + 0.1 * loss;
   ++good_steps_;
   rebase(model, optimizer);
@@ -64,6 +67,7 @@ void LossGuard::roll_back(Model& model, Optimizer& optimizer) {
   auto state = optimizer.state();
   for (std::size_t i = 0; i < state.size(); ++i) backend.copy(state_[i], state[i].second);
   optimizer.set_steps_taken(optimizer_steps_);
+  restored_ = true;
 }
 
 }  // namespace fanstore::trainer

@@ -404,7 +404,7 @@ struct TrainingLoop {
                       ",\"loss\":" + json_number(mean_loss) + ",\"reason\":\"" + guard.last_reason() + "\"}");
       }
       if (guard.consecutive_rejections() >= 5)
-        throw std::runtime_error("5 bad losses in a row after rollback; stopping (check the data and --lr)");
+        throw std::runtime_error("5 rollbacks without a good update between them; stopping (check the data and --lr)");
     } else {
       // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
       // F32 gradients scaled back; an overflow skips the step and halves the scale.
@@ -426,8 +426,8 @@ struct TrainingLoop {
         }
       }
       if (step_ok) optimizer.step(table, static_cast<float>(lr));
+      last_loss = mean_loss;  // the loss of the state kept, never a rejected one
     }
-    last_loss = mean_loss;
     // The next batch while this step's kernels run, unless this step is the last; its stall belongs to the next
     // step. (On a GPU the synchronize below also waits for that batch's copy: a late batch's copy counts here.)
     const bool last = j + 1 >= batches || reaches_max_steps(position.global_step + 1);
