@@ -27,7 +27,7 @@ TEST(JpegDecoder, MatchesPillowWithinTwoLevels) {
   }
   ScratchDir scratch;
   testing::run_datagen("imagefolder --samples 4 --classes 2 --size 48 --val-fraction 0 -o " + (scratch / "d"));
-  // Also a greyscale and a 4:4:4 JPEG made by PIL itself, so it is not only our encoder's output.
+  // Also a greyscale, a 4:4:4 and a CMYK JPEG made by PIL itself, so it is not only our encoder's output.
   const std::string make_more = std::string(env::PythonInterpreter()) +
                                 " -c \"from PIL import Image; "
                                 "im = Image.open('" +
@@ -37,12 +37,15 @@ TEST(JpegDecoder, MatchesPillowWithinTwoLevels) {
                                 (scratch / "grey.jpg") +
                                 "', quality=85); "
                                 "im.save('" +
-                                (scratch / "full.jpg") + "', quality=95, subsampling=0)\"";
+                                (scratch / "full.jpg") +
+                                "', quality=95, subsampling=0); "
+                                "im.convert('CMYK').save('" +
+                                (scratch / "cmyk.jpg") + "', quality=90)\"";
   ASSERT_EQ(testing::run_command(make_more), 0);
 
   for (const std::string& path :
        {scratch / "d/train/class_0000/img_0000000.jpg", scratch / "d/train/class_0001/img_0000003.jpg",
-        scratch / "grey.jpg", scratch / "full.jpg"}) {
+        scratch / "grey.jpg", scratch / "full.jpg", scratch / "cmyk.jpg"}) {
     const std::string reference = scratch / "reference.rgb";
     const std::string decode =
         std::string(env::PythonInterpreter()) +
@@ -83,6 +86,20 @@ TEST(JpegDecoder, TruncatedJpegIsAnErrorNamingTheFile) {
     EXPECT_NE(std::string(error.what()).find(path), std::string::npos) << error.what();
     EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos) << "not one line: " << error.what();
   }
+}
+
+TEST(JpegDecoder, ASoundImageDecodesAfterABadOneOnTheSameThread) {
+  ScratchDir scratch;
+  testing::run_datagen("imagefolder --samples 2 --classes 1 --size 40 --val-fraction 0 -o " + (scratch / "d"));
+  const std::string bad = scratch / "d/train/class_0000/img_0000000.jpg";
+  const std::string good = scratch / "d/train/class_0000/img_0000001.jpg";
+  const RgbImage before = decode_jpeg(read_file_bytes(good), good);
+  auto bytes = testing::read_bytes(bad);
+  bytes.resize(300);  // a header and no scan: the decompressor fails inside libjpeg
+  EXPECT_THROW(decode_jpeg(bytes, bad), DataError);
+  // Before the decompressor was made anew after an error, this threw "zero-sized image".
+  const RgbImage after = decode_jpeg(read_file_bytes(good), good);
+  EXPECT_EQ(after.pixels, before.pixels);
 }
 
 TEST(JpegDecoder, GarbageIsAnErrorNamingTheFile) {
