@@ -46,14 +46,17 @@ struct Validation {
   double loss = std::numeric_limits<double>::quiet_NaN();      // with_loss: the mean of the batches' losses
   double baseline = std::numeric_limits<double>::quiet_NaN();  // MAE of predicting the mean (regression)
   std::size_t samples = 0;
+  std::uint64_t bad_samples = 0;  // skipped (skip_bad)
 };
 
 // Every sample group evaluates its strided share of the validation set (in order, padded to full
 // batches because the model has a fixed batch); padding positions are left out of the sums, and a
 // group's samples count once however many spatial ranks share them. `with_loss` also averages the
-// batches' losses, exact when the set is whole batches (a tournament set).
+// batches' losses, exact when the set is whole batches (a tournament set). With `skip_bad` (--skip-bad-samples)
+// a bad sample's slot takes its batch neighbour's copy, which the sums then count twice.
 Validation validate(GridRun& run, Backend& backend, const data::SampleDataset& dataset, TaskKind task,
-                    Communicator& comm, std::int64_t batch, int prefetch_threads, bool with_loss = false) {
+                    Communicator& comm, std::int64_t batch, int prefetch_threads, bool skip_bad,
+                    bool with_loss = false) {
   data::ShardSpec spec;
   spec.dataset_size = dataset.size();
   spec.batch_size = static_cast<std::size_t>(batch);
@@ -62,7 +65,7 @@ Validation validate(GridRun& run, Backend& backend, const data::SampleDataset& d
   spec.shuffle = false;
   spec.last_batch = data::LastBatch::kPad;
   const auto shard = data::shard_indices(spec);
-  data::BatchLoader loader(dataset, {.input_memory = backend.input_memory()});
+  data::BatchLoader loader(dataset, {.skip_bad_samples = skip_bad, .input_memory = backend.input_memory()});
   data::Prefetcher prefetcher(loader, data::split_into_batches(shard, spec.batch_size), 0, {prefetch_threads, 4});
   MetricSums sums;
   std::vector<float> targets;  // regression: kept for the predict-the-mean baseline
@@ -95,6 +98,7 @@ Validation validate(GridRun& run, Backend& backend, const data::SampleDataset& d
     v.loss = losses[1] > 0 ? losses[0] / losses[1] : v.loss;
   }
   v.samples = dataset.size();
+  v.bad_samples = loader.bad_sample_count();
   if (task == TaskKind::Regression) {
     // Baseline: always predict the mean target (one mean over all target values).
     double moments[2] = {0, static_cast<double>(targets.size())};
@@ -311,6 +315,7 @@ struct TrainingLoop {
   StepTime run_time{};            // summed over the run's steps
   double last_loss = std::numeric_limits<double>::quiet_NaN();
   std::uint64_t samples_trained = 0;
+  std::uint64_t val_bad_samples = 0;  // skipped by validations (--skip-bad-samples)
   Validation last_val{};
   bool stopped = false, validated_at_end = false;
   std::vector<double> trainer_losses =
@@ -340,7 +345,7 @@ struct TrainingLoop {
     if (!model.parameters().all_values_finite()) return std::numeric_limits<double>::quiet_NaN();
     const bool by_loss = plan.metric == TournamentMetric::Loss;
     const Validation v = validate(grid_run, model.backend(), tournament.tournament_set(), task, comm, group_batch,
-                                  prefetch_threads, by_loss);
+                                  prefetch_threads, o.skip_bad_samples, by_loss);
     return by_loss ? v.loss : v.metric;
   }
 
@@ -348,7 +353,8 @@ struct TrainingLoop {
     for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch)
       train_epoch(epoch);
     if (val_set && !validated_at_end)
-      last_val = validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads);
+      last_val =
+          validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads, o.skip_bad_samples);
   }
 
   void train_epoch(std::uint64_t epoch) {
@@ -373,8 +379,8 @@ struct TrainingLoop {
       position.next_batch = 0;
     }
     if (leader) progress.finish();
+    save();  // first: a validation sample that cannot be read must not cost the epoch's training
     if (val_set && (!stopped || position.next_batch == 0)) validate_epoch(epoch);
-    save();
   }
 
   // Batch j of `batches` in `epoch`: one optimizer step (or a rollback), its metrics, a tournament round when due.
@@ -480,7 +486,9 @@ struct TrainingLoop {
 
   // Every trainer validates its own model on the whole validation set at the end of an epoch.
   void validate_epoch(std::uint64_t epoch) {
-    last_val = validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads);
+    last_val =
+        validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads, o.skip_bad_samples);
+    val_bad_samples += last_val.bad_samples;
     validated_at_end = true;
     const std::vector<double> vals = tournament.per_trainer({last_val.metric});
     for (int t = 0; t < plan.trainers && leader; ++t) {
@@ -520,7 +528,7 @@ struct TrainingLoop {
     summary.last_loss = last_loss;
     summary.val = last_val;
     summary.has_val = val_set != nullptr;
-    summary.bad_samples = loader.bad_sample_count();
+    summary.bad_samples = loader.bad_sample_count() + val_bad_samples;
     summary.rollbacks = std::accumulate(all_rollbacks.begin(), all_rollbacks.end(), 0.0);
     summary.peak_rss = peak_rss[0];
     summary.buckets = gradients.bucket_count();
