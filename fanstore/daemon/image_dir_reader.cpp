@@ -32,6 +32,12 @@ int64_t ImageDirReader::Book(uint64_t n) {
   return start;
 }
 
+void ImageDirReader::Unbook(uint64_t n) {
+  if (rate_ == 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  next_free_us_ -= static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
+}
+
 Status ReadFullAt(int fd, char* dst, uint64_t n, uint64_t offset, const std::string& name, const char* why_short) {
   while (n > 0) {
     const ssize_t r = pread(fd, dst, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
@@ -65,11 +71,15 @@ Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* ds
 }
 
 Status ImageDirReader::ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst,
-                                      const std::function<bool()>& cancelled) {
+                                      const std::function<bool()>& cancelled, bool at_once, bool* interrupted) {
   // Paced before the read: the bytes go once the budget has room for them.
   const int64_t due = Book(n);
-  for (int64_t now; (now = NowUs()) < due;) {
-    if (cancelled && cancelled()) return Status(Code::kIoError, "staging interrupted");
+  for (int64_t now; !at_once && (now = NowUs()) < due;) {
+    if (cancelled && cancelled()) {
+      Unbook(n);
+      if (interrupted) *interrupted = true;
+      return Status(Code::kIoError, "staging interrupted");
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(due - now, 20000)));
   }
   return Read(part, offset, n, dst, &staging_bytes_);

@@ -28,9 +28,11 @@ class ImageDirReader {
   ImageDirReader(const ImageDirReader&) = delete;
   ImageDirReader& operator=(const ImageDirReader&) = delete;
 
-  // Staging's read: waits for the bandwidth budget (kIoError "interrupted" once `cancelled` says so), then reads
-  // exactly n bytes.
-  Status ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst, const std::function<bool()>& cancelled);
+  // Staging's read: waits for the bandwidth budget, then reads exactly n bytes. `cancelled` ends the wait early
+  // (kIoError "staging interrupted", *interrupted set): the bytes' booking is given back. `at_once`: no wait (a
+  // reader waits for this piece), charged to the budget as a reader's read is, counted as staging's.
+  Status ReadForStaging(uint32_t part, uint64_t offset, uint64_t n, char* dst, const std::function<bool()>& cancelled,
+                        bool at_once = false, bool* interrupted = nullptr);
   // A reader's read: now, charged to the budget.
   Status ReadNow(uint32_t part, uint64_t offset, uint64_t n, char* dst);
 
@@ -42,6 +44,8 @@ class ImageDirReader {
   Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, std::atomic<uint64_t>* counted);
   // Books n bytes at the cap; returns when (steady clock, us) their slot starts (0 without a cap).
   int64_t Book(uint64_t n);
+  // Gives a booking of n bytes back (a wait cut short): the bytes after it go that much sooner.
+  void Unbook(uint64_t n);
 
   std::vector<std::string> paths_;
   std::vector<int> fds_;  // opened on first use

@@ -132,22 +132,36 @@ void Stager::AddRead(Job j) {
 void Stager::ReaderLoop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || (!read_q_.empty() && verify_q_.size() < kMaxQueued); });
+    cv_.wait(lk, [&] { return stop_ || !hurried_.empty() || (!read_q_.empty() && verify_q_.size() < kMaxQueued); });
     if (stop_) return;
-    Job j = read_q_.front();
-    read_q_.pop_front();
+    const bool at_once = !hurried_.empty();
+    std::deque<Job>& q = at_once ? hurried_ : read_q_;
+    Job j = q.front();
+    q.pop_front();
+    reading_ = j;
+    rush_reading_ = false;
+    rush_ = false;
     lk.unlock();
     const PartLayout& l = parts_[j.idx].layout;
     const uint64_t len = l.length(j.piece);
     std::unique_ptr<char[]> mem(new (std::nothrow) char[len ? len : 1]);
-    Status s =
-        mem ? image_dir_->ReadForStaging(l.part, l.begin(j.piece), len, mem.get(), [this] { return stop_.load(); })
-            : Status(Code::kNoMemory, "no memory for a " + std::to_string(len) + "-byte piece");
+    bool interrupted = false;
+    Status s = mem ? image_dir_->ReadForStaging(
+                         l.part, l.begin(j.piece), len, mem.get(), [this] { return stop_.load() || rush_.load(); },
+                         at_once, &interrupted)
+                   : Status(Code::kNoMemory, "no memory for a " + std::to_string(len) + "-byte piece");
+    lk.lock();
+    reading_.reset();
+    if (interrupted && !stop_) {
+      // A reader waits for a piece: it goes first (this one, if it is the one), then this one in its turn.
+      (rush_reading_ ? hurried_ : read_q_).push_front(j);
+      continue;
+    }
     if (!s.ok()) {
+      lk.unlock();
       if (!stop_) Fail(s);
       return;
     }
-    lk.lock();
     verify_q_.push_back({j, mem.get(), std::move(mem)});
     if (j.own && --own_left_ == 0) events_.push_back({EventKind::kReadsDone, j});
     cv_.notify_all();
@@ -201,10 +215,20 @@ bool Stager::WillRead(uint32_t part, size_t piece) const {
 void Stager::Hurry(uint32_t part, size_t piece) {
   auto it = idx_of_.find(part);
   if (it == idx_of_.end()) return;
-  std::lock_guard<std::mutex> g(mu_);
-  auto j = std::find_if(read_q_.begin(), read_q_.end(),
-                        [&](const Job& q) { return q.idx == it->second && q.piece == piece; });
-  if (j != read_q_.end()) std::rotate(read_q_.begin(), j, j + 1);
+  auto same = [&](const Job& q) { return q.idx == it->second && q.piece == piece; };
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (reading_ && same(*reading_)) {
+      rush_reading_ = true;  // waiting for its turn, maybe: read it now
+    } else {
+      auto j = std::find_if(read_q_.begin(), read_q_.end(), same);
+      if (j == read_q_.end()) return;  // read already, or hurried already
+      hurried_.push_back(*j);
+      read_q_.erase(j);
+    }
+    rush_ = true;
+  }
+  cv_.notify_all();
 }
 
 void Stager::StartReads() {

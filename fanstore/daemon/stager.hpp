@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <string>
 #include <thread>
@@ -84,7 +85,8 @@ class Stager {
   void Stop();
 
   // (progress thread) Staging here reads piece `piece` of `part` itself, soon: this rank is its reader, has its
-  // turn and goes on. Then Hurry moves it to the front of the reads (a reader waits for it).
+  // turn and goes on. Then Hurry has it read next and at once, whatever --stage-bandwidth says (a reader waits
+  // for it).
   bool WillRead(uint32_t part, size_t piece) const;
   void Hurry(uint32_t part, size_t piece);
 
@@ -139,6 +141,12 @@ class Stager {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> read_q_;
+  // Pieces a reader waits for (Hurry): read before read_q_'s and at once, whatever --stage-bandwidth says (as the
+  // reader's own miss would be), cutting a paced wait short; `reading_` is the piece being read now.
+  std::deque<Job> hurried_;
+  std::optional<Job> reading_;
+  bool rush_reading_ = false;      // (mu_) reading_ was hurried while it waited for its turn
+  std::atomic<bool> rush_{false};  // a hurry came: a paced wait ends
   std::deque<Work> verify_q_;
   std::vector<Event> events_;
   Status status_;

@@ -2,7 +2,9 @@
 the replicated partition ask for; clients served right while staging is still going (slowed on purpose with
 --stage-bandwidth); a rank killed mid-staging; a piece damaged in transit; a damaged partition with and without
 --strict-staging; --stage-readers."""
+import hashlib
 import os
+import random
 import re
 import signal
 import subprocess
@@ -103,6 +105,48 @@ def case_staging_serve_early(ctx):
     out = job.output()
     readers = sum(counters(out, r)["for readers"] for r in range(4))
     log(f"bytes the readers' misses took from the image directory: {readers}")
+
+
+def case_staging_hurry(ctx):
+    """Staging slowed to 64 KiB/s, 2 ranks: small files that rank 0 stages last (after 512 KiB of big ones) are read
+    through rank 0 at once. Their piece is read next and at once, whatever the cap, cutting staging's paced wait
+    short, so the replies need not wait out a fifth of --timeout and the image directory is still read once: rank 0's
+    readers take no byte from it (before, each file waited 1 s and was then read from the image directory)."""
+    rnd = random.Random(7)
+    want = {}
+    for d, n, size in (("big", 4, 256 << 10), ("small", 8, 1000)):
+        os.makedirs(os.path.join(ctx.src, d), exist_ok=True)
+        for i in range(n):
+            data = rnd.randbytes(size)
+            with open(os.path.join(ctx.src, d, f"{d[0]}{i}"), "wb") as f:
+                f.write(data)
+            want[f"{d}/{d[0]}{i}"] = hashlib.md5(data).hexdigest()
+    r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", ctx.img, "--parts", "2"], capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode == 0, f"pack failed: {r.stderr}")
+    # Rank 0 stages partition 0: its small files come after its big ones (sorted paths), 8 pieces of 64 KiB later.
+    mine = []
+    for name in sorted(want):
+        st = subprocess.run([ctx.args.fanstore, "stat", ctx.img, name], capture_output=True, text=True).stdout
+        if name.startswith("small/") and "part: 0 " in st:
+            mine.append(name)
+    check(len(mine) >= 2, f"expected small files in partition 0, got {mine}")
+    job = Job(ctx, 2, "--stage-bandwidth", "64K", "--stage-piece", "64K", "--cleanup")
+    job.wait_ready(staged=False)
+    env = dict(ctx.env, FANSTORE_NODE_CACHE="off")
+    r = subprocess.run([ctx.args.fanstore, "run", "--daemon", ctx.sock(0), "--", "md5sum"] +
+                       [f"/fanstore/{n}" for n in mine], capture_output=True, text=True, env=env, timeout=120)
+    check(r.returncode == 0, f"reading {mine} through rank 0 failed: {r.stderr}")
+    got = {line.split()[1][len("/fanstore/"):]: line.split()[0] for line in r.stdout.splitlines()}
+    check(all(got.get(n) == want[n] for n in mine), f"wrong bytes: {got}")
+    out = job.output()
+    check("fanstore serve: staged:" not in out, "staging ended before the client read: slow it down further")
+    job.stop()
+    out = job.output()
+    readers = counters(out, 0)["for readers"]
+    log(f"rank 0's readers took {readers} bytes from the image directory")
+    check(readers == 0, f"rank 0's readers read {readers} bytes from the image directory: staging's read was not "
+          "hurried:\n" + out)
 
 
 def case_staging_kill(ctx):

@@ -54,6 +54,7 @@ CASES = {
     "startup_signal": cases_cleanup.case_startup_signal,
     "staging_once": cases_staging.case_staging_once,
     "staging_serve_early": cases_staging.case_staging_serve_early,
+    "staging_hurry": cases_staging.case_staging_hurry,
     "staging_kill": cases_staging.case_staging_kill,
     "staging_corrupt": cases_staging.case_staging_corrupt,
     "staging_failure": cases_staging.case_staging_failure,

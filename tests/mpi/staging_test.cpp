@@ -198,8 +198,22 @@ TEST_F(StagingTest, StagingReadsArePacedAtTheCap) {
   EXPECT_EQ(image_dir.staging_bytes(), 3u * buf.size());
   // The next read's turn is a quarter of a second away: a cancellation ends the wait without reading.
   std::string big(buf.size(), '\0');
-  EXPECT_FALSE(image_dir.ReadForStaging(0, 0, big.size(), big.data(), [] { return true; }).ok());
+  bool interrupted = false;
+  EXPECT_FALSE(image_dir
+                   .ReadForStaging(
+                       0, 0, big.size(), big.data(), [] { return true; }, false, &interrupted)
+                   .ok());
+  EXPECT_TRUE(interrupted);
   EXPECT_EQ(image_dir.staging_bytes(), 3u * buf.size());
+  // A piece a reader waits for goes at once, whatever the cap (no wait: nothing asks whether to stop waiting), and
+  // counts as staging's.
+  bool waited = false;
+  ASSERT_TRUE(image_dir
+                  .ReadForStaging(
+                      0, 0, big.size(), big.data(), [&] { return waited = true, false; }, true)
+                  .ok());
+  EXPECT_FALSE(waited);
+  EXPECT_EQ(image_dir.staging_bytes(), 4u * buf.size());
 }
 
 }  // namespace
