@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -166,7 +167,10 @@ void RaiseFdLimit() {
 // The options' own limits (the socket's access is SocketAccess's).
 Status CheckOptions(const ServeOptions& o) {
   if (o.replicas < 1) return Status(Code::kInvalidArgument, "--replicas must be >= 1");
-  if (!(o.timeout_s > 0)) return Status(Code::kInvalidArgument, "--timeout must be > 0 seconds");
+  // At most a day: its milliseconds go into ints (the transport's deadlines, the clients' hello), and past 2^31 ms
+  // one wrapped to a negative timeout that failed every remote read at once.
+  if (!(o.timeout_s > 0 && o.timeout_s <= 86400))
+    return Status(Code::kInvalidArgument, "--timeout must be between 0 and 86400 seconds (a day)");
   if (!(o.prefetch_idle_s > 0)) return Status(Code::kInvalidArgument, "--prefetch-idle must be > 0 seconds");
   if (o.conn_memory < (1u << 20)) return Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
   if (o.max_message < 4096 || o.max_message > (1ull << 30))
@@ -301,6 +305,7 @@ class Daemon {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks_);
+    o_.replicas = std::min(o_.replicas, nranks_);  // as placement caps it, so that the lines say what happens
     SetLogRank(rank_);
     if (provided < MPI_THREAD_SERIALIZED) {
       Error("this MPI provides thread level %d, the daemon needs MPI_THREAD_SERIALIZED", provided);
@@ -501,7 +506,7 @@ class Daemon {
     return 0;
   }
 
-  const ServeOptions& o_;
+  ServeOptions o_;  // a copy: --replicas is capped at the rank count
   sigset_t sigs_;
   StagedFiles staged_files_;
   StartupSignals startup_;

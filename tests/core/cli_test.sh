@@ -123,6 +123,9 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/x" --level 99
 [ "$(cat "$T/err")" = 'fanstore pack: --level 99 is outside 0-22; use 1-22, or 0 to store raw' ] || fail "level: $(cat "$T/err")"
 expect_rc 1 "$F" convert "$T/src" -o "$T/x" --level x
 one_line 'fanstore convert: --level x is not a whole number; use 1-22, or 0 to store raw'
+# A negative byte count, which CLI11's size parser took as a huge one.
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --chunk -64K
+one_line 'fanstore pack: --chunk: a size >= 0 is needed, not -64K'
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --parts 0
 one_line 'fanstore pack: --parts 0 is outside 1-100000'
 [ ! -e "$T/x" ] || fail "a refused command line made $T/x"

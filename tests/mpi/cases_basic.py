@@ -119,6 +119,16 @@ def case_replicas(ctx):
           "rank 1 must say that it stopped sending its truncated partitions from their mappings")
     for r in range(4):
         check(not os.path.exists(ctx.node(r)) or not parts_of(ctx.node(r)), f"--cleanup left data on rank {r}")
+    # More replicas than ranks: the lines say the 2 that placement makes. A --timeout past a day (whose milliseconds
+    # wrapped an int and failed every remote read) is refused in one line.
+    job = Job(ctx, 2, "--replicas", "9", "--cleanup", "--cache-bytes", "0")
+    job.wait_ready()
+    job.stop()
+    out = job.output()
+    check("(2 replicas per partition)" in out and "2 replicas," in out, "--replicas 9 on 2 ranks must say 2:\n" + out)
+    job = Job(ctx, 2, "--timeout", "1e9")
+    check(job.p.wait(timeout=60) != 0, "--timeout 1e9 must be refused")
+    check("--timeout must be between 0 and 86400 seconds (a day)" in job.output(), job.output())
 
 
 def case_nospace(ctx):

@@ -42,6 +42,14 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
   return Fail(cmd, why + "; `fanstore " + cmd + " --help` shows its usage");
 }
 
+CLI::Validator NotNegativeSize() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        return value.find('-') == std::string::npos ? std::string() : "a size >= 0 is needed, not " + value;
+      },
+      "");
+}
+
 CLI::Validator InRange(long lo, long hi, const std::string& advice) {
   std::string range = std::to_string(lo) + "-" + std::to_string(hi);
   return CLI::Validator(
