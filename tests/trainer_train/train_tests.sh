@@ -220,6 +220,9 @@ bad_input)
   rm -f "$badh5" && cp cosmo64/train/univ_00000.h5 "$badh5"
   run_expect_fail "wrong shape" "$badh5" --model cosmoflow --data cosmo/train --batch 2 --epochs 1
   run_expect_fail "fewer samples than a batch" "cosmo64/train" --model cosmoflow --data cosmo64/train --batch 4
+  "$datagen" imagefolder -o img2 --samples 8 --classes 2 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  run_expect_fail "--val with other classes" "give --val the same class directories" --model resnet50 \
+    --data img2/train --val img/train --input-size 32 --batch 4
   # Options that cannot be right: one line before any work (NaN passes a plain "< 0" check).
   ok=(--model cosmoflow --data cosmo64/train --batch 1)
   run_expect_fail "--lr nan" "--lr: a finite number >= 0 is needed, not nan" "${ok[@]}" --lr nan

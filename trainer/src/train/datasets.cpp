@@ -110,6 +110,20 @@ void require_same_layout(const data::SampleDataset& reference, const data::Sampl
   if (a.input_shape != b.input_shape || a.target_shape != b.target_shape)
     throw data::DataError(directory, "samples have shape " + Shape(b.input_shape).to_string() + ", the training data " +
                                          Shape(a.input_shape).to_string());
+  // An image folder's label is its class directory's position: other classes would score against wrong labels.
+  const auto* ref = dynamic_cast<const data::ImageFolderDataset*>(&reference);
+  const auto* oth = dynamic_cast<const data::ImageFolderDataset*>(&other);
+  if (ref && oth && ref->class_names() != oth->class_names()) {
+    const auto& r = ref->class_names();
+    const auto& o = oth->class_names();
+    std::size_t k = 0;
+    while (k < r.size() && k < o.size() && r[k] == o[k]) ++k;
+    const auto name = [](const std::vector<std::string>& v, std::size_t i) { return i < v.size() ? v[i] : "none"; };
+    throw data::DataError(directory, "has " + std::to_string(o.size()) + " class directories, the training data " +
+                                         std::to_string(r.size()) + "; class " + std::to_string(k) + " is '" +
+                                         name(o, k) + "' here and '" + name(r, k) +
+                                         "' there: give --val the same class directories");
+  }
 }
 
 }  // namespace fanstore::trainer
