@@ -207,6 +207,51 @@ TEST(VolumeErrors, AUnetLabelOutsideTheClassesNamesTheFileAndTheVoxel) {
   EXPECT_NE(message.find("label 2 at (0, 0, 0), outside 0..1 (--classes 2)"), std::string::npos) << message;
 }
 
+TEST(VolumeErrors, ANonFiniteValueNamesTheFileAndWhere) {
+  ScratchDir scratch;
+  std::filesystem::create_directories(scratch / "cosmo");
+  auto write_cosmo = [&](float voxel, float target) {
+    std::vector<float> full(4 * 4 * 4 * 4, 1.f);
+    full[((1 * 4 + 2) * 4 + 3) * 4 + 1] = voxel;  // (z 1, y 2, x 3, channel 1), channels last
+    datagen::Hdf5Writer writer(scratch / "cosmo/a.h5");
+    writer.write_float32("full", {4, 4, 4, 4}, full);
+    writer.write_float32("unitPar", {4}, {0.f, target, 0.f, 0.f});
+    writer.close();
+  };
+  std::vector<float> volume(4 * 4 * 4 * 4), targets(4);
+  auto load = [&] {
+    CosmoFlowDataset(scratch / "cosmo", {}).load_sample(0, 0, SampleBuffers{volume.data(), targets.data(), nullptr});
+  };
+  write_cosmo(NAN, 0.f);
+  std::string message = error_of(load);
+  EXPECT_NE(message.find("holds nan at (1, 2, 3, 1): the volume must be finite"), std::string::npos) << message;
+  write_cosmo(-5.f, 0.f);  // log(1 + x) of a count below -1
+  message = error_of(load);
+  EXPECT_NE(message.find("whose log(1 + x) is not finite"), std::string::npos) << message;
+  write_cosmo(1.f, INFINITY);
+  message = error_of(load);
+  EXPECT_NE(message.find("'unitPar' holds inf at 1"), std::string::npos) << message;
+  EXPECT_NE(message.find(scratch / "cosmo/a.h5"), std::string::npos) << message;
+  write_cosmo(1.f, 0.f);
+  EXPECT_NO_THROW(load());
+
+  std::filesystem::create_directories(scratch / "unet");
+  {
+    std::vector<float> image(64, 0.5f);
+    image[17] = NAN;
+    datagen::Hdf5Writer writer(scratch / "unet/a.h5");
+    writer.write_float32("image", {1, 4, 4, 4}, image);
+    writer.write_uint8("label", {4, 4, 4}, std::vector<std::uint8_t>(64));
+    writer.close();
+  }
+  std::vector<float> image(64);
+  std::vector<std::int32_t> labels(64);
+  message = error_of([&] {
+    Unet3dDataset(scratch / "unet", {}).load_sample(0, 0, SampleBuffers{image.data(), nullptr, labels.data()});
+  });
+  EXPECT_NE(message.find("'image' holds nan"), std::string::npos) << message;
+}
+
 TEST(VolumeErrors, MissingOrEmptyDirectory) {
   ScratchDir scratch;
   std::string message = error_of([&] { CosmoFlowDataset(scratch / "missing", {}); });

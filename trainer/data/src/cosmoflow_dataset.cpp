@@ -64,10 +64,28 @@ void CosmoFlowDataset::load_sample(std::size_t index, std::uint64_t /*augment_se
                   {std::uint64_t(slab_.depth()), std::uint64_t(slab_.height()), std::uint64_t(slab_.width()), channels},
                   channels_last.data());
   file.read_float(options_.target_dataset, {0}, {target_count_}, out.target_values);
+  for (std::uint64_t t = 0; t < target_count_; ++t)
+    if (!std::isfinite(out.target_values[t]))
+      throw DataError(file.path(), "dataset '" + options_.target_dataset + "' holds " +
+                                       std::to_string(out.target_values[t]) + " at " + std::to_string(t) +
+                                       ": a target must be finite");
   for (std::size_t voxel = 0; voxel < voxels; ++voxel) {
     for (std::uint64_t channel = 0; channel < channels; ++channel) {
       const float value = channels_last[voxel * channels + channel];
-      out.input[channel * voxels + voxel] = options_.apply_log ? std::log1p(value) : value;
+      const float x = options_.apply_log ? std::log1p(value) : value;
+      // A NaN here would reach the loss and be rolled back step after step, naming no file.
+      if (!std::isfinite(x)) {
+        const auto plane = static_cast<std::size_t>(slab_.height() * slab_.width());
+        const auto at = "(" + std::to_string(slab_.z0 + static_cast<std::int64_t>(voxel / plane)) + ", " +
+                        std::to_string(slab_.y0 + static_cast<std::int64_t>(voxel % plane) / slab_.width()) + ", " +
+                        std::to_string(slab_.x0 + static_cast<std::int64_t>(voxel) % slab_.width()) + ", " +
+                        std::to_string(channel) + ")";
+        throw DataError(file.path(), "dataset '" + options_.volume_dataset + "' holds " + std::to_string(value) +
+                                         " at " + at +
+                                         (std::isfinite(value) ? ", whose log(1 + x) is not finite (a count below -1)"
+                                                               : ": the volume must be finite"));
+      }
+      out.input[channel * voxels + voxel] = x;
     }
   }
 }

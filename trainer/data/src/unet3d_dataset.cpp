@@ -1,6 +1,8 @@
 // 3D U-Net samples: a spatial slab of `image` (C,D,H,W) and one of `label` (D,H,W) from one HDF5 case.
 #include "trainer/data/unet3d_dataset.hpp"
 
+#include <cmath>
+
 #include "trainer/data/data_error.hpp"
 
 namespace fanstore::trainer::data {
@@ -67,6 +69,11 @@ void Unet3dDataset::load_sample(std::size_t index, std::uint64_t /*augment_seed*
       {std::uint64_t(label_slab_.z0), std::uint64_t(label_slab_.y0), std::uint64_t(label_slab_.x0)},
       {std::uint64_t(label_slab_.depth()), std::uint64_t(label_slab_.height()), std::uint64_t(label_slab_.width())},
       out.target_labels);
+  const std::size_t inputs = image_dims_[0] * static_cast<std::size_t>(slab_.depth() * slab_.height() * slab_.width());
+  for (std::size_t i = 0; i < inputs; ++i)
+    if (!std::isfinite(out.input[i]))
+      throw DataError(file.path(), "dataset '" + options_.image_dataset + "' holds " + std::to_string(out.input[i]) +
+                                       " in the box read: the image must be finite");
   const std::int64_t voxels = label_slab_.depth() * label_slab_.height() * label_slab_.width();
   for (std::int64_t v = 0; v < voxels; ++v) {
     const std::int32_t y = out.target_labels[v];
