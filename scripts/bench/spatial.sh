@@ -42,8 +42,8 @@ launch() {
 }
 
 # bench NP GRID BATCH SIZE [prefix...]: one --benchmark run of $MODEL (with the options in BENCH_FLAGS); prints
-# "step_ms rss_bytes virtual_bytes samples_per_s" or "error". The details line of grid_benchmark_command carries the
-# step time and the peaks.
+# "step_ms rss_bytes virtual_bytes samples_per_s tensor_bytes" or "error". The details line of grid_benchmark_command
+# carries the step time and the peaks.
 BENCH_FLAGS=()
 bench() {
   local np=$1 grid=$2 batch=$3 size=$4 name="spatial-${MODEL}-$1-${2//,/x}-b$3-s$4${BENCH_FLAGS[*]// /}"
@@ -53,46 +53,53 @@ bench() {
     --input-size "$size" --threads 1 "${BENCH_FLAGS[@]}")
   # stdin from /dev/null: mpirun forwards stdin to rank 0 and would eat a calling loop's input.
   if ! OMP_NUM_THREADS=1 timeout 1500 "$@" "${cmd[@]}" </dev/null >"$LOGS/$name.log" 2>&1; then echo error; return; fi
-  local step rss vm rate
+  local step rss vm rate tensors
   step=$(grep -oE 'benchmark: step [0-9.]+ ms' "$LOGS/$name.log" | grep -oE '[0-9.]+' | head -1)
   rss=$(grep -oE 'peak_rss_bytes [0-9]+' "$LOGS/$name.log" | grep -oE '[0-9]+' | head -1)
   vm=$(grep -oE 'peak_virtual_bytes [0-9]+' "$LOGS/$name.log" | grep -oE '[0-9]+' | head -1)
   rate=$(grep -oE '^train: [0-9.]+' "$LOGS/$name.log" | grep -oE '[0-9.]+' | head -1)
-  echo "${step:-error} ${rss:-0} ${vm:-0} ${rate:-0}"
+  tensors=$(grep -oE 'peak_tensor_bytes [0-9]+' "$LOGS/$name.log" | grep -oE '[0-9]+' | head -1)
+  echo "${step:-error} ${rss:-0} ${vm:-0} ${rate:-0} ${tensors:-0}"
 }
 mib() { awk -v b="$1" 'BEGIN {printf "%.0f", b / 1048576}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 log "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-note "CosmoFlow (MLPerf HPC), synthetic input, 1 oneDNN thread per rank, ranks oversubscribed on $(nproc) cores (mpirun --oversubscribe --bind-to none); load average at start $(cut -d' ' -f1 /proc/loadavg) (the machine is shared). Step time: mean of $STEPS steps after a warm-up step (forward, loss, backward, gradient sums, SGD). Peak RSS and peak virtual size: the largest over the ranks (getrusage, /proc/self/status VmPeak)."
+note "CosmoFlow (MLPerf HPC), synthetic input, 1 oneDNN thread per rank, ranks oversubscribed on $(nproc) cores (mpirun --oversubscribe --bind-to none); load average at start $(cut -d' ' -f1 /proc/loadavg) (the machine is shared). Step time: mean of $STEPS steps after a warm-up step (forward, loss, backward, gradient sums, SGD). Peak RSS and peak virtual size: the largest over the ranks (getrusage, /proc/self/status VmPeak). Peak host tensors: the most bytes of host tensors alive at once in the run (Storage::host_peak_bytes, start-up included), the largest over the ranks: what a GPU would hold in device memory, without the libraries, the runtime and the memory kept for reuse."
 
 # --- memory ------------------------------------------------------------------------------------------------------
 declare -A VM
 for size in 64 128; do
   part memory || part cap || continue
   [ $QUICK = 1 ] && [ $size = 128 ] && continue
-  read -r _ one_rss one_vm _ <<<"$(bench 1 1,1,1,1 1 $size)"
+  read -r _ one_rss one_vm _ one_tensors <<<"$(bench 1 1,1,1,1 1 $size)"
   VM[1-$size]=$one_vm
   log "memory ${size}^3: one rank $(mib "$one_rss") MiB"
   for g in "2 1,2,1,1" "4 1,2,2,1"; do
     read -r np grid <<<"$g"
-    read -r _ rss vm _ <<<"$(bench "$np" "$grid" 1 $size)"
+    read -r _ rss vm _ tensors <<<"$(bench "$np" "$grid" 1 $size)"
     VM[$np-$size]=$vm
     part memory || continue
     case_name="peak RSS per rank, ${size}^3 batch 1, grid $grid ($np ranks)"
     record "$case_name" spatial MiB lower "$(mib "$rss")"
     record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
     log "memory ${size}^3 $grid: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
+    case_name="peak host tensors per rank, ${size}^3 batch 1, grid $grid ($np ranks)"
+    record "$case_name" spatial MiB lower "$(mib "$tensors")"
+    record "$case_name" one-rank MiB lower "$(mib "$one_tensors")"
   done
   # The weights sharded too (ZeRO stage 3, off by default).
   part memory || continue
   BENCH_FLAGS=(--shard-weights)
-  read -r _ rss _ _ <<<"$(bench 4 1,2,2,1 1 $size)"
+  read -r _ rss _ _ tensors <<<"$(bench 4 1,2,2,1 1 $size)"
   BENCH_FLAGS=()
   case_name="peak RSS per rank, ${size}^3 batch 1, grid 1,2,2,1 (4 ranks) with --shard-weights"
   record "$case_name" spatial MiB lower "$(mib "$rss")"
   record "$case_name" one-rank MiB lower "$(mib "$one_rss")"
   log "memory ${size}^3 1,2,2,1 --shard-weights: $(mib "$rss") MiB = $(ratio "$rss" "$one_rss") x one rank"
+  case_name="peak host tensors per rank, ${size}^3 batch 1, grid 1,2,2,1 (4 ranks) with --shard-weights"
+  record "$case_name" spatial MiB lower "$(mib "$tensors")"
+  record "$case_name" one-rank MiB lower "$(mib "$one_tensors")"
 done
 
 # Training holds more than a benchmark step: the loss guard's last good values and, at the end, the checkpoint
@@ -132,11 +139,11 @@ fi
 
 # --- strong scaling -----------------------------------------------------------------------------------------------
 declare -A SPATIAL_RATE=() DP_RATE=()
-part scaling && read -r one_step _ _ one_rate <<<"$(bench 1 1,1,1,1 1 64)"
+part scaling && read -r one_step _ _ one_rate _ <<<"$(bench 1 1,1,1,1 1 64)"
 for g in "2 1,2,1,1" "4 1,2,2,1"; do
   part scaling || break
   read -r np grid <<<"$g"
-  read -r step _ _ rate <<<"$(bench "$np" "$grid" 1 64)"
+  read -r step _ _ rate _ <<<"$(bench "$np" "$grid" 1 64)"
   case_name="one 64^3 sample per step, $np ranks spatial ($grid)"
   record "$case_name" spatial samples/s higher "$rate"
   record "$case_name" one-rank samples/s higher "$one_rate"
@@ -145,8 +152,8 @@ done
 for g in "2 1,2,1,1 2 2,1,1,1 1" "4 1,2,2,1 4 4,1,1,1 1" "4 2,2,1,1 2 4,1,1,1 1"; do
   part scaling || break
   read -r np grid batch dp dp_batch <<<"$g"
-  read -r _ _ _ rate <<<"$(bench "$np" "$grid" "$batch" 64)"
-  read -r _ _ _ dp_rate <<<"$(bench "$np" "$dp" "$dp_batch" 64)"
+  read -r _ _ _ rate _ <<<"$(bench "$np" "$grid" "$batch" 64)"
+  read -r _ _ _ dp_rate _ <<<"$(bench "$np" "$dp" "$dp_batch" 64)"
   case_name="global batch $((np * dp_batch)) of 64^3 on $np ranks: $grid vs $dp"
   record "$case_name" spatial samples/s higher "$rate"
   record "$case_name" data-parallel samples/s higher "$dp_rate"

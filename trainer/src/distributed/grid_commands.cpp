@@ -280,8 +280,8 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
     const double infer_s = steps.time(o.steps, [&] { steps.infer_step(); });
     Backend& b = steps.backend();
 
-    double peak[2] = {peak_rss_bytes(), peak_virtual_bytes()};
-    world.max(peak, 2);
+    double peak[3] = {peak_rss_bytes(), peak_virtual_bytes(), static_cast<double>(Storage::host_peak_bytes())};
+    world.max(peak, 3);
     const double samples = static_cast<double>(o.steps * resolved.batch_per_group * resolved.shape.samples);
     if (world.rank() == 0) {
       // One write: std::cerr is unbuffered, and under mpirun a line written in pieces can be split by the stdout
@@ -289,7 +289,7 @@ int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Comm
       std::ostringstream line;
       line << "benchmark: step " << std::fixed << std::setprecision(1) << train_s / static_cast<double>(o.steps) * 1e3
            << " ms, peak_rss_bytes " << std::setprecision(0) << peak[0] << " peak_virtual_bytes " << peak[1]
-           << " (max over " << world.size() << " ranks)\n";
+           << " peak_tensor_bytes " << peak[2] << " (max over " << world.size() << " ranks)\n";
       err << line.str() << std::flush;
       out << benchmark_line(samples, train_s, infer_s, b.describe()) << std::endl;
     }
