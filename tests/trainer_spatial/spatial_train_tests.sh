@@ -83,6 +83,8 @@ bad_grids)
     --layer-split conv9=1,1,1
   expect_grid_error "--layer-split without a grid" "--layer-split goes with a spatial --grid" 2 \
     --layer-split conv_blocks.0.conv=1,1,1
+  expect_grid_error "--layer-split on a grid that splits nothing" "2,1,1,1 splits no sample" 2 --grid 2,1,1,1 \
+    --layer-split conv9=1,1,1
   expect_grid_error "--shard-weights without sharded state" "leave out --no-shard-state" 2 --grid 1,2,1,1 \
     --shard-weights --no-shard-state
   expect_grid_error "--shard-weights on a grid without a split" "2,1,1,1 splits no sample" 2 --grid 2,1,1,1 \

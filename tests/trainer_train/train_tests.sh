@@ -241,6 +241,12 @@ bad_input)
     echo "FAIL an empty checkpoint.bin on --resume:"; cat err.txt; exit 1
   fi
   echo "ok   empty checkpoint on --resume: $(grep error: err.txt)"
+  # A run resumed at its end says so instead of a summary of no steps and a NaN loss.
+  "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_end > /dev/null 2>&1
+  "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_end --resume > out.txt 2> err.txt \
+    && grep -q "is at the run's end (step 1, epoch 0 of 1); nothing to train" out.txt \
+    || { echo "FAIL resuming a run at its end:"; cat out.txt err.txt; exit 1; }
+  echo "ok   resumed at the end: $(grep 'nothing to train' out.txt)"
   ;;
 benchmark_format)
   line=$("$train" --model cosmoflow --benchmark 2 --batch 2 --input-size 32 --threads 2 2> /dev/null)

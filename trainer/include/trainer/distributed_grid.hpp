@@ -14,8 +14,9 @@
 
 namespace fanstore::trainer {
 
-// A --grid that does not parse or cannot run a model: the message is one line that says what to
-// change. Every rank finds the same problem, so every rank prints it and exits (no MPI_Abort needed).
+// A --grid that does not parse or cannot run a model, or another option every rank checks alike: the
+// message is one line that says what to change. Every rank finds the same problem, so rank 0 prints it and
+// every rank exits (no MPI_Abort needed).
 class GridError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;

@@ -163,6 +163,8 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     if (g.shard_weights && !shape.spatially_split())
       throw GridError("--shard-weights goes with a spatial --grid (it shards over a spatial group); " +
                       shape.to_string() + " splits no sample");
+    if (!g.layer_split.empty() && !shape.spatially_split())
+      throw GridError("--layer-split goes with a spatial --grid; " + shape.to_string() + " splits no sample");
     if (g.explain) print_plan(shape, mo.batch);
     return {shape, mo.batch, {}};
   }

@@ -215,7 +215,9 @@ TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> d
   if (model_name != model.name()) r.fail("checkpoint is for model '" + model_name + "', not '" + model.name() + "'");
   ParameterTable& t = model.parameters();
   if (r.u64() != table_signature(t))
-    r.fail("parameter table differs (other --classes, --input-channels or model version); start without --resume");
+    r.fail(
+        "its layer shapes are not this model's (other classes, input size or channels of the data, or another "
+        "model version): resume with the data and options it was written with, or start without --resume");
   const auto optimizer_name = r.str();
   if (optimizer_name != optimizer.name())
     r.fail("checkpoint was written with --optimizer " + optimizer_name + ", not " + optimizer.name());

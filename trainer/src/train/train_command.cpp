@@ -553,12 +553,20 @@ struct TrainingLoop {
 int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostream& err) {
   const bool leader = world.rank() == 0;  // talks and writes the metrics
   const TaskKind task = task_for_model(o.model);
-  check_options(o);
-  const TournamentPlan plan = parse_tournament(o.tournament, task, world.size());
-  if (o.inject_nan_trainer >= plan.trainers)
-    throw std::invalid_argument("--inject-nan-trainer " + std::to_string(o.inject_nan_trainer) +
-                                ": pass a trainer below --trainers " + std::to_string(plan.trainers) +
-                                " (or -1 for all)");
+  // Options every rank checks alike, before any work: rank 0 alone says what is wrong, as for a --grid.
+  const auto [plan, decay] = [&] {
+    try {
+      check_options(o);
+      const TournamentPlan p = parse_tournament(o.tournament, task, world.size());
+      if (o.inject_nan_trainer >= p.trainers)
+        throw std::invalid_argument("--inject-nan-trainer " + std::to_string(o.inject_nan_trainer) +
+                                    ": pass a trainer below --trainers " + std::to_string(p.trainers) +
+                                    " (or -1 for all)");
+      return std::pair{p, parse_decay_kind(o.schedule)};
+    } catch (const std::invalid_argument& e) {
+      throw GridError(e.what());
+    }
+  }();
   // Each trainer is a contiguous block of ranks with a communicator of its own (one trainer: the world).
   Tournament tournament(plan, world, o.seed);
   const int trainer = tournament.trainer();
@@ -567,7 +575,6 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   std::ostream quiet(nullptr);                   // what other trainers would repeat
   const std::size_t ranks = static_cast<std::size_t>(world.size());
   const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
-  const DecayKind decay = parse_decay_kind(o.schedule);
   // Rank 0 chooses a default name; every trainer's first rank writes into the directory.
   std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir
                                : leader                  ? fresh_run_directory(o.model)
@@ -651,6 +658,16 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
   const bool resumed = o.resume && resume(checkpoint_path, checkpoint_dir, comm, world, plan.enabled(), *model,
                                           *optimizer, position, err);
+  // A run already at its end has nothing to train: say so, rather than a summary of no steps and a NaN loss.
+  const bool at_end = position.epoch >= static_cast<std::uint64_t>(o.epochs) ||
+                      (o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps));
+  if (resumed && at_end) {
+    if (leader)
+      out << "fanstore-train: --resume: " << checkpoint_path << " is at the run's end (step " << position.global_step
+          << ", epoch " << position.epoch << " of " << o.epochs
+          << "); nothing to train: pass more --epochs or --max-steps to go on" << std::endl;
+    return 0;
+  }
 
   MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
   const auto gradients =
