@@ -114,6 +114,24 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
                         "each job and each rank of a node its own directory, e.g. --local /nvme/job{rank})");
     return Status::FromErrno(err, "lock " + local_dir);
   }
+  // Another image's directory (a copy on the shared file system, say): staging would rename this image's files
+  // over its own, and --cleanup then delete them. A directory a daemon staged into carries kStagedMarker.
+  const std::string marker = local_dir + "/" + kStagedMarker;
+  if (access((local_dir + "/" + format::kIndexName).c_str(), F_OK) == 0 && access(marker.c_str(), F_OK) != 0) {
+    close(fd);
+    return Status(Code::kExists, "--local " + local_dir + " holds an image (" + format::kIndexName +
+                                     ") that no `fanstore serve` staged there: staging would overwrite it; give an "
+                                     "empty directory, or one a daemon staged into, e.g. --local /tmp/fanstore-{rank}");
+  }
+  std::string tmp;
+  auto out = CreateTemp(marker, O_WRONLY, 0644, staged, &tmp);
+  Status s = out.ok() ? Status::Ok() : out.status();
+  if (out.ok()) close(*out);
+  if (s.ok()) s = staged->Commit(tmp, marker);
+  if (!s.ok()) {
+    close(fd);
+    return s;
+  }
   return fd;
 }
 

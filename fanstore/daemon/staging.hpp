@@ -34,7 +34,12 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
 // an exclusive lock on it, held as long as the returned fd is open: a second `fanstore serve` on the same directory
 // is refused (kExists, one line saying what to do) before it writes anything there. The image directory itself
 // (by any path) is refused too: staging would copy each partition over itself, and --cleanup delete the image.
+// A directory holding an image's index without kStagedMarker (another image, not a staged copy) is refused too, and
+// the marker is written (recorded in `staged`, so --cleanup removes it).
 Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
+
+// Written into --local by every daemon that stages there.
+inline constexpr const char* kStagedMarker = ".fanstore-staged";
 
 // Refuses up front, naming the partition and the bytes needed, when statvfs says the plan's files will not fit
 // in `local_dir` (locked by LockLocal) while leaving `reserve_bytes` free.

@@ -168,6 +168,18 @@ def case_lock(ctx):
     check("a daemon is already serving at " + shared in out and "ready:" not in out,
           "one rank must say the socket is taken, and the job must not become ready")
     check(not os.path.exists(shared), "the refused job left its socket")
+    # A --local holding another image (no daemon staged it: no .fanstore-staged) is refused before anything is
+    # written there: staging renamed its files over that image's, and --cleanup then deleted them.
+    other = os.path.join(ctx.work, "other-image")
+    r = subprocess.run([ctx.args.fanstore, "pack", ctx.src, "-o", other, "--parts", "1"], capture_output=True, text=True)
+    check(r.returncode == 0, r.stderr)
+    before = {f: os.path.getsize(os.path.join(other, f)) for f in os.listdir(other)}
+    over = Job(ctx, 1, "--cleanup", local=other, wrap_exit=True)
+    over.p.wait(timeout=60)
+    out = over.output()
+    check("holds an image (index.fsi) that no `fanstore serve` staged there" in out, out)
+    after = {f: os.path.getsize(os.path.join(other, f)) for f in os.listdir(other)}
+    check(after == before, f"the other image changed: {before} -> {after}")
 
 
 def hostile_pipeline(sock_path, part, offset, length, n):
