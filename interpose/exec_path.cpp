@@ -1,6 +1,7 @@
 // execvp's PATH search on our execve, and posix_spawn[p] of programs stored in the image (exec_path.hpp).
 #include "exec_path.hpp"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -10,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cwd.hpp"
@@ -172,6 +175,86 @@ int SpawnFile(pid_t* pid, const char* file, const posix_spawn_file_actions_t* fa
   return r.kind == Resolved::kFail ? r.err : SpawnEntry(pid, r, file, fa, attr, argv, envp, depth);
 }
 
+// The $ORIGIN-relative DT_RPATH/DT_RUNPATH entries of ELF program `fd` (a 64-bit one: others are handed over), with
+// "$ORIGIN"/"${ORIGIN}" left out: "/../lib" for "$ORIGIN/../lib". Empty for anything unreadable.
+std::vector<std::string> OriginSearchDirs(int fd) {
+  std::vector<std::string> out;
+  auto read = [&](void* buf, size_t n, uint64_t at) {
+    return at < INT64_MAX && FS_REAL(pread, fd, buf, n, static_cast<off_t>(at)) == static_cast<ssize_t>(n);
+  };
+  Elf64_Ehdr eh;
+  if (!read(&eh, sizeof eh, 0) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 4096)
+    return out;
+  std::vector<Elf64_Phdr> ph(eh.e_phnum);
+  if (ph.empty() || !read(ph.data(), ph.size() * sizeof(Elf64_Phdr), eh.e_phoff)) return out;
+  std::vector<Elf64_Dyn> dyn;
+  for (const Elf64_Phdr& p : ph) {
+    if (p.p_type != PT_DYNAMIC || p.p_filesz > (1u << 20)) continue;
+    dyn.resize(p.p_filesz / sizeof(Elf64_Dyn));
+    if (!read(dyn.data(), dyn.size() * sizeof(Elf64_Dyn), p.p_offset)) return out;
+  }
+  uint64_t strtab = 0;
+  bool have_strtab = false;
+  for (const Elf64_Dyn& d : dyn) {
+    if (d.d_tag == DT_NULL) break;
+    if (d.d_tag != DT_STRTAB) continue;
+    for (const Elf64_Phdr& p : ph)  // an address: the file offset of the PT_LOAD that holds it
+      if (p.p_type == PT_LOAD && d.d_un.d_ptr >= p.p_vaddr && d.d_un.d_ptr - p.p_vaddr < p.p_filesz) {
+        strtab = d.d_un.d_ptr - p.p_vaddr + p.p_offset;
+        have_strtab = true;
+      }
+  }
+  if (!have_strtab) return out;
+  for (const Elf64_Dyn& d : dyn) {
+    if (d.d_tag == DT_NULL) break;
+    if (d.d_tag != DT_RPATH && d.d_tag != DT_RUNPATH) continue;
+    char buf[PATH_MAX];
+    ssize_t n = FS_REAL(pread, fd, buf, sizeof buf - 1, static_cast<off_t>(strtab + d.d_un.d_val));
+    if (n <= 0) continue;
+    buf[n] = '\0';
+    std::string_view list(buf, strlen(buf));
+    while (!list.empty()) {
+      std::string_view e = list.substr(0, list.find(':'));
+      list.remove_prefix(std::min(list.size(), e.size() + 1));
+      for (std::string_view tok : {std::string_view("$ORIGIN"), std::string_view("${ORIGIN}")})
+        if (e.substr(0, tok.size()) == tok && (e.size() == tok.size() || e[tok.size()] == '/'))
+          out.emplace_back(e.substr(tok.size()));
+    }
+  }
+  return out;
+}
+
+// The loader looks for the audit module's own libraries (libc.so.6 included) through the program's RUNPATH before
+// la_objsearch is active, and a directory it cannot stat then is never searched again in that process. So every
+// $ORIGIN-relative RPATH/RUNPATH directory of a copy that the image holds is made in the mirror before the exec.
+void MakeOriginDirs(int fd, const std::string& root, const Entry& e) {
+  std::string_view prog(e.path);
+  const size_t slash = prog.rfind('/');
+  const std::string origin(prog.substr(0, slash == std::string_view::npos ? 0 : slash));
+  for (const std::string& rest : OriginSearchDirs(fd)) {
+    // Lexically, as the kernel walks the mirror's path; a directory above the image's root is not ours.
+    std::vector<std::string_view> parts;
+    bool above = false;
+    const std::string path = origin + "/" + rest;
+    for (std::string_view p = path; !p.empty() && !above;) {
+      std::string_view c = p.substr(0, p.find('/'));
+      p.remove_prefix(std::min(p.size(), c.size() + 1));
+      if (c == "..") {
+        if (parts.empty()) above = true;
+        else parts.pop_back();
+      } else if (!c.empty() && c != ".") {
+        parts.push_back(c);
+      }
+    }
+    if (above || parts.empty()) continue;
+    std::string dir;
+    for (std::string_view c : parts) dir.append("/").append(c);
+    auto t = g_client->Resolve(std::string_view(dir).substr(1));
+    if (t.ok() && t->outside.empty() && g_client->image().Get(t->id).is_dir()) (void)mirror::MakeDirs(root + dir);
+  }
+}
+
 }  // namespace
 
 // The loader derives $ORIGIN from /proc/self/exe: from the copy, RUNPATH $ORIGIN/../lib finds the libraries next
@@ -195,6 +278,7 @@ bool ExecCopy(uint32_t id, int fd, std::string* path) {
         return Status::Ok();
       },
       path);
+  if (s.ok()) MakeOriginDirs(fd, *root, e);
   return s.ok();
 }
 

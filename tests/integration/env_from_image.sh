@@ -48,6 +48,18 @@ printf '#include <stdio.h>\nint foo(void);\nint main(void) { printf("foo() = %%d
   "$cc" -o "$tmp/foo-llp" "$tmp/main.c" -L"$src/env/lib" -lfoo || { echo "FAIL: cannot build the test libraries"; exit 1; }
 "$fanstore" pack "$src" -o "$tmp/img" --parts 2 > /dev/null || { echo "FAIL: pack"; exit 1; }
 
+# First, before any library of the image was loaded on this node: a program with RUNPATH $ORIGIN/../lib started
+# by a shell and by Python. The loader searches that RUNPATH for the audit module's own libraries before the
+# module runs; the mirror's lib/ must already exist then, or the loader never looks there again.
+"$fanstore" run --image "$tmp/img" -- sh -c '/fanstore/env/bin/foo-rpath; echo "sh: $?"
+  '"$py"' -c "import subprocess; print(subprocess.run([\"/fanstore/env/bin/foo-rpath\"]).returncode)"' \
+  > "$tmp/first" 2>&1
+if [ "$(cat "$tmp/first")" = "$(printf 'foo() = 42\nsh: 0\nfoo() = 42\n0')" ]; then
+  echo "ok    RUNPATH \$ORIGIN/../lib on a fresh node, from sh and from Python"
+else
+  fail "RUNPATH \$ORIGIN/../lib on a fresh node: $(head -3 "$tmp/first")"
+fi
+
 # probe ROOT: everything the environment is used for, with ROOT as its location.
 probe() {
   local root=$1
