@@ -478,6 +478,7 @@ bool Transfer(int fd, int64_t* pos, size_t n, ssize_t (*sink)(void*, const char*
   ssize_t w = 0;
   if (len) {
     int sink_err = 0;
+    ReentrancyGuard guard;  // the Client's own opens (a partition under the mount's prefix) must reach libc
     auto served = p->file->Visit(at, len, [&](const char* src, size_t c) -> size_t {
       ssize_t k = sink(ctx, src, c);
       if (k < 0) {

@@ -3,6 +3,8 @@
 //
 // Usage: lazy_fd_test REAL_FILE MOUNTED_FILE   (run under `fanstore run`; the file should be >= 16 KiB)
 // Every scenario runs on both paths and must print the same transcript. Exit 0 when all agree.
+// "lazy_fd_test --only NAME REAL_FILE MOUNTED_FILE" runs one scenario (and the placeholder check), e.g. one whose
+// first access to the image is its call, in a process of its own.
 // (Internal: "lazy_fd_test --child FD" reads FD to EOF and prints its length and hash: the exec'd child.)
 #include <errno.h>
 #include <fcntl.h>
@@ -272,6 +274,32 @@ void SendfileCopy(const char* path, T& t) {
   close(fd);
 }
 
+// sendfile and copy_file_range as the process's first reads of the image: nothing has opened a partition before.
+void SendfileFirst(const char* path, T& t) {
+  int fd = open(path, O_RDONLY);
+  int p[2];
+  pipe(p);
+  char buf[100];
+  ssize_t n = sendfile(p[1], fd, nullptr, 100);
+  t.Add("sendfile", RES(n));
+  close(p[1]);  // a failed sendfile leaves the pipe empty: read then sees its end, not a hang
+  t.Add("sendfile_bytes", ReadRes(read(p[0], buf, 100), errno, buf));
+  close(p[0]);
+  close(fd);
+}
+
+void CopyFileRangeFirst(const char* path, T& t) {
+  int fd = open(path, O_RDONLY);
+  char tmpl[] = "/tmp/lazy_fd_test.XXXXXX";
+  int out = mkstemp(tmpl);
+  unlink(tmpl);
+  t.Add("copy_file_range", RES(copy_file_range(fd, nullptr, out, nullptr, 3000, 0)));
+  lseek(out, 0, SEEK_SET);
+  t.Add("copied", Summary(ReadAll(out)));
+  close(out);
+  close(fd);
+}
+
 void ExecChild(const char* path, T& t) {
   int fd = open(path, O_RDONLY);  // no O_CLOEXEC: the exec'd child inherits it
   char buf[777];
@@ -463,8 +491,14 @@ int main(int argc, char** argv) {
   g_self = argv[0];
   if (argc == 3 && strcmp(argv[1], "--child") == 0) return Child(atoi(argv[2]));
   if (argc == 4 && strcmp(argv[1], "--stress") == 0) return Stress(argv[2], argv[3]);
+  const char* only = nullptr;
+  if (argc == 5 && strcmp(argv[1], "--only") == 0) {
+    only = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   if (argc != 3) {
-    fprintf(stderr, "usage: lazy_fd_test REAL_FILE MOUNTED_FILE\n");
+    fprintf(stderr, "usage: lazy_fd_test [--only NAME] REAL_FILE MOUNTED_FILE\n");
     return 2;
   }
   if (g_self.find('/') == std::string::npos) g_self = "/proc/self/exe";
@@ -479,7 +513,10 @@ int main(int argc, char** argv) {
       {"fork-shares-offset", ForkSharesOffset},
       {"spawn-cat", SpawnCat},
       {"reopen-and-stdin", ReopenAndStdin},
+      {"sendfile-first", SendfileFirst},
+      {"copy-file-range-first", CopyFileRangeFirst},
   };
+  if (only != nullptr) std::erase_if(scenarios, [&](const auto& s) { return strcmp(s.first, only) != 0; });
   int failed = 0;
   // The mounted file must really be served lazily (the point of the exercise): its fd is no memfd.
   {

@@ -21,6 +21,17 @@ for f in small.bin d/large.bin; do
     fi
   done
 done
+# The image inside the mount's prefix: the Client's own opens of its partitions (a read, sendfile, copy_file_range
+# on a lazy fd) must reach the real files, not the image. No node cache, which would serve the bytes without them.
+mkdir "$tmp/m"
+"$fanstore" pack "$tmp/src" -o "$tmp/m/img" --parts 2 > /dev/null
+for only in sendfile-first copy-file-range-first; do
+  echo "== $only, image under the prefix"
+  if ! FANSTORE_NODE_CACHE=off LAZY_EXPECT=1 "$fanstore" run --image "$tmp/m/img" --mount "$tmp/m" -- \
+      "$bin" --only $only "$tmp/src/small.bin" "$tmp/m/small.bin"; then
+    status=1
+  fi
+done
 echo "== stress: threads reading while the main thread forks"
 if ! "$fanstore" run --image "$tmp/img" --mount /fanstore -- "$bin" --stress "$tmp/src/d/large.bin" /fanstore/d/large.bin; then
   status=1
