@@ -117,11 +117,18 @@ bool Replicated(std::string_view path, const std::vector<std::string>& globs) {
 
 // Greedy largest-first into the least-loaded partition; ties go to the lower id (deterministic).
 void AssignPartitions(PackTree* tree, const PackOptions& opts, uint32_t rep_part) {
+  // A hard-linked file is replicated when any of its names matches: its bytes are stored once, under its first name.
+  std::vector<bool> rep(tree->nodes.size(), false);
+  for (uint32_t id = 0; id < tree->nodes.size() && !opts.replicate.empty(); ++id) {
+    const PackNode& n = tree->nodes[id];
+    if ((n.mode & S_IFMT) == S_IFREG && Replicated(tree->Path(n), opts.replicate))
+      rep[n.is_alias() ? n.link_of : id] = true;
+  }
   std::vector<uint32_t> files;
   for (uint32_t id = 0; id < tree->nodes.size(); ++id) {
     PackNode& n = tree->nodes[id];
     if ((n.mode & S_IFMT) != S_IFREG || n.is_alias()) continue;  // a hard link's bytes are its first name's
-    if (Replicated(tree->Path(n), opts.replicate)) n.part = rep_part;
+    if (rep[id]) n.part = rep_part;
     else files.push_back(id);
   }
   std::sort(files.begin(), files.end(), [&](uint32_t a, uint32_t b) {

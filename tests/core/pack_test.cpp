@@ -173,6 +173,19 @@ TEST(PackTest, ReplicateGlobsMatchDeepFiles) {
   EXPECT_EQ(test::ReadImageFile(*img, "val/a/b/2"), "v2");
 }
 
+// A hard-linked file belongs to the replicated partition when any of its names matches, not only its first.
+TEST(PackTest, ReplicateGlobMatchesAnyNameOfAHardLink) {
+  TempDir tmp;
+  test::WriteFile(tmp / "src/val/x", test::RandomBytes(1000, 1));
+  test::MakeDirs(tmp / "src/train");
+  ASSERT_EQ(::link((tmp / "src/val/x").c_str(), (tmp / "src/train/x").c_str()), 0);  // "train/x" sorts first
+  ASSERT_TRUE(test::PackTree(tmp / "src", tmp / "img", 2, {"val/*"}).ok());
+  auto img = test::OpenOrDie(tmp / "img");
+  ASSERT_EQ(img->Summary().replicated_part, 2u);
+  for (const char* p : {"val/x", "train/x"}) EXPECT_EQ(img->Get(*img->Lookup(p)).part, 2u) << p;
+  EXPECT_EQ(test::ReadImageFile(*img, "val/x"), test::RandomBytes(1000, 1));
+}
+
 TEST(PackTest, EmptySourceAndEmptyOutputDirectory) {
   TempDir tmp;
   test::MakeDirs(tmp / "src");

@@ -145,10 +145,12 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
       ->type_name("L")
       ->capture_default_str()
       ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
-  cmd->add_option("--replicate", opts->replicate,
-                  "repeatable: files whose relative path matches GLOB go to the replicated partition part-rep.fsp, "
-                  "which every node keeps (e.g. --replicate 'val/*' for the validation set); fnmatch(3) without "
-                  "FNM_PATHNAME and FNM_PERIOD, so '*' also matches '/' and leading dots")
+  cmd->add_option(
+         "--replicate", opts->replicate,
+         "repeatable: files whose relative path matches GLOB go to the replicated partition part-rep.fsp, "
+         "which every node keeps (e.g. --replicate 'val/*' for the validation set); fnmatch(3) without "
+         "FNM_PATHNAME and FNM_PERIOD, so '*' also matches '/' and leading dots; a hard-linked file goes there "
+         "when any of its names matches")
       ->type_name("GLOB")
       ->default_str("none");
   cmd->add_option("--threads", opts->threads, "threads reading and compressing chunks (0: all cores)")
