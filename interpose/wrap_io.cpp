@@ -16,6 +16,7 @@
 
 #include <string>
 
+#include "child_env.hpp"
 #include "exec_handover.hpp"
 #include "exec_path.hpp"
 #include "fd_identity.hpp"
@@ -280,9 +281,12 @@ FS_WRAPPER(int, ioctl, (int fd, unsigned long request, ...)) {
 
 // Each exec checks the program first: one the preload cannot reach (static, set-ID, 32-bit) is handed to
 // `fanstore run`, which serves it the image through FUSE (exec_handover.hpp).
-FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp[])) {
+FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp_in[])) {
   if (!Materialized(fd)) return -1;
   lazy::MaterializeAll(true);
+  std::string merged;
+  char** slots = static_cast<char**>(alloca(ChildEnvSlots(envp_in) * sizeof(char*)));
+  char* const* envp = Active() ? ChildEnv(envp_in, nullptr, slots, &merged) : envp_in;
   std::string why;
   if (Active() && handover::NeededForFd(fd, "the program behind fd", &why)) {
     // `fanstore run` reaches the file through the fd, which must survive the exec.
@@ -366,8 +370,11 @@ FS_WRAPPER(int, execle, (const char* path, const char* arg, ...)) {
 // posix_spawn's file actions may dup2 any fd (close-on-exec or not) into the child: materialize all.
 FS_WRAPPER(int, posix_spawn,
            (pid_t * pid, const char* path, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
-            char* const argv[], char* const envp[])) {
+            char* const argv[], char* const envp_in[])) {
   lazy::MaterializeAll(false);
+  std::string merged;
+  char** slots = static_cast<char**>(alloca(ChildEnvSlots(envp_in) * sizeof(char*)));
+  char* const* envp = Active() ? ChildEnv(envp_in, nullptr, slots, &merged) : envp_in;
   int rc;
   if (exec_path::Spawn(pid, path, false, fa, attr, argv, envp, &rc)) return rc;  // a program of the image
   std::string why;
@@ -377,8 +384,11 @@ FS_WRAPPER(int, posix_spawn,
 
 FS_WRAPPER(int, posix_spawnp,
            (pid_t * pid, const char* file, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
-            char* const argv[], char* const envp[])) {
+            char* const argv[], char* const envp_in[])) {
   lazy::MaterializeAll(false);
+  std::string merged;
+  char** slots = static_cast<char**>(alloca(ChildEnvSlots(envp_in) * sizeof(char*)));
+  char* const* envp = Active() ? ChildEnv(envp_in, nullptr, slots, &merged) : envp_in;
   int rc;
   if (exec_path::Spawn(pid, file, true, fa, attr, argv, envp, &rc)) return rc;  // found in the image
   std::string why;

@@ -1,4 +1,5 @@
 // fd lifetime (close, close_range, closefrom, dup*, fcntl) and processes (fork, vfork, execve).
+#include <alloca.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 
 #include <string>
 
+#include "child_env.hpp"
 #include "cwd.hpp"
 #include "exec_handover.hpp"
 #include "exec_path.hpp"
@@ -39,26 +41,6 @@ int CloseRangeSparing(unsigned first, unsigned last, int flags) {
   }
   if (lo > last) return 0;
   return FS_REAL(close_range, lo, last, flags);
-}
-
-// The environment for an exec'd child: the caller's, with FANSTORE_CWD set to our virtual cwd.
-// NULL when nothing needs to change.
-char** EnvWithCwd(char* const envp[], const std::string& cwd_value) {
-  const size_t key_len = strlen(env::kCwd);
-  size_t n = 0;
-  if (envp)
-    while (envp[n]) ++n;
-  char** out = static_cast<char**>(malloc((n + 2) * sizeof(char*)));
-  if (out == nullptr) return nullptr;
-  size_t k = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (strncmp(envp[i], env::kCwd, key_len) == 0 && envp[i][key_len] == '=') continue;
-    out[k++] = envp[i];
-  }
-  std::string kv = std::string(env::kCwd) + "=" + cwd_value;
-  out[k++] = strdup(kv.c_str());  // leaked on purpose: execve either replaces the image or fails rarely
-  out[k] = nullptr;
-  return out;
 }
 
 // After a successful dup of `from` onto `to`: `to` takes `from`'s status, whatever `to` was before
@@ -245,10 +227,10 @@ FS_WRAPPER(int, execve, (const char* path, char* const argv[], char* const envp[
   if (!Active()) return FS_REAL(execve, path, argv, envp);
   Resolved r = SafeClassify(AT_FDCWD, path);
   std::string v;
-  char** env2 = nullptr;
-  if (cwd::HasVirtual() && Serve([&] { return cwd::Virtual(&v); }, false))
-    env2 = Serve([&] { return EnvWithCwd(envp, v); }, static_cast<char**>(nullptr));
-  char* const* use_env = env2 ? env2 : envp;
+  std::string cwd_kv, merged;  // allocated only with a virtual cwd, or to merge a program's own LD_PRELOAD
+  if (cwd::HasVirtual() && Serve([&] { return cwd::Virtual(&v); }, false)) cwd_kv = std::string(env::kCwd) + "=" + v;
+  char** slots = static_cast<char**>(alloca(ChildEnvSlots(envp) * sizeof(char*)));
+  char* const* use_env = ChildEnv(envp, cwd_kv.empty() ? nullptr : cwd_kv.c_str(), slots, &merged);
   std::string why;
   exec_path::Shebang sb;
   if (r.pass()) {

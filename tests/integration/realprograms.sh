@@ -121,6 +121,17 @@ print(open(e + "/up/many/f001.txt").read(), sorted(os.listdir(e + "/lib64")))
 PY'
 check python         "$py '$here/pyread.py' \"\$ROOT\""
 check exec-image     "bash '$here/exec_from_image.sh' \"\$ROOT\" '$py'"
+# Children started with a cleared or explicit environment (env -i, subprocess's env=, posix_spawn's envp) see the
+# tree too: the interposer puts back what it needs.
+check env-cleared    'env -i /bin/cat "$ROOT/names/.hidden"; (cd "$ROOT/deep" && env -i /bin/ls d00)
+                      "'"$py"'" - "$ROOT" <<"PY"
+import os, subprocess, sys
+r = sys.argv[1]
+print(subprocess.run(["/bin/cat", r + "/names/.hidden"], env={}, capture_output=True, text=True).stdout.strip())
+sys.stdout.flush()
+pid = os.posix_spawn("/bin/cat", ["cat", r + "/names/.hidden"], {})
+print(os.waitpid(pid, 0)[1])
+PY'
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   check torchvision  "$py '$here/torchread.py' \"\$ROOT/imagefolder\""
 fi
