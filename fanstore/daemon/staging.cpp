@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "fanstore/image.hpp"
@@ -45,6 +46,17 @@ Result<int> CreateTemp(const std::string& dst, int flags, mode_t mode, StagedFil
   if (fd >= 0) close(fd);
   staged->AbortTemp(*tmp);
   return s;
+}
+
+// Whether `path` is a FanStore index (its magic), not merely a file of that name.
+bool HoldsIndex(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  char magic[sizeof format::kIndexMagic];
+  const bool is = pread(fd, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
+                  std::memcmp(magic, format::kIndexMagic, sizeof magic) == 0;
+  close(fd);
+  return is;
 }
 
 }  // namespace
@@ -115,9 +127,10 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
     return Status::FromErrno(err, "lock " + local_dir);
   }
   // Another image's directory (a copy on the shared file system, say): staging would rename this image's files
-  // over its own, and --cleanup then delete them. A directory a daemon staged into carries kStagedMarker.
+  // over its own, and --cleanup then delete them. A directory a daemon staged into carries kStagedMarker; other
+  // files that merely have our names are replaced, as before.
   const std::string marker = local_dir + "/" + kStagedMarker;
-  if (access((local_dir + "/" + format::kIndexName).c_str(), F_OK) == 0 && access(marker.c_str(), F_OK) != 0) {
+  if (HoldsIndex(local_dir + "/" + format::kIndexName) && access(marker.c_str(), F_OK) != 0) {
     close(fd);
     return Status(Code::kExists, "--local " + local_dir + " holds an image (" + format::kIndexName +
                                      ") that no `fanstore serve` staged there: staging would overwrite it; give an "
