@@ -11,6 +11,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <string_view>
 #include <vector>
 
 #include "fanstore/env.hpp"
@@ -125,12 +126,40 @@ bool NeededForFd(int fd, const char* shown_as, std::string* why) {
   }
 }
 
+namespace {
+
+// The loader's variables (LD_TRACE_LOADED_OBJECTS for ldd, LD_DEBUG, ...) would act on `fanstore run` itself, which
+// would then list or trace its own libraries: they travel in FANSTORE_LOADER_ENV, which it sets again for the
+// program it starts. LD_PRELOAD, LD_AUDIT and LD_LIBRARY_PATH stay: they are meant for every process.
+std::vector<char*> SupervisorEnv(char* const envp[], std::string* held) {
+  std::vector<char*> out;
+  for (size_t i = 0; envp && envp[i]; ++i) {
+    const std::string_view kv(envp[i]), name = kv.substr(0, kv.find('='));
+    if (name.substr(0, 3) == "LD_" && name != "LD_PRELOAD" && name != "LD_AUDIT" && name != "LD_LIBRARY_PATH") {
+      held->append(kv).push_back('\n');
+      continue;
+    }
+    if (name != env::kLoaderEnv) out.push_back(envp[i]);
+  }
+  if (!held->empty()) {
+    held->insert(0, std::string(env::kLoaderEnv) + "=");
+    out.push_back(held->data());
+  }
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
 int Exec(const char* path, char* const argv[], char* const envp[], const std::string& why) {
   CommandLine c;
+  std::string held;
+  std::vector<char*> env2;
   {
     ReentrancyGuard guard;
     try {
       c = Build(path, argv);
+      env2 = SupervisorEnv(envp, &held);
     } catch (...) {
       errno = ENOMEM;
       return -1;
@@ -141,7 +170,7 @@ int Exec(const char* path, char* const argv[], char* const envp[], const std::st
     errno = EACCES;
     return -1;
   }
-  FS_REAL(execve, c.argv[0], c.argv.data(), envp);
+  FS_REAL(execve, c.argv[0], c.argv.data(), env2.data());
   int err = errno;
   WriteLine("fanstore: cannot start ", c.words[0], " for ", why, ": ", strerror(err));
   errno = err;
@@ -151,10 +180,13 @@ int Exec(const char* path, char* const argv[], char* const envp[], const std::st
 int Spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* attr,
           char* const argv[], char* const envp[], const std::string& why) {
   CommandLine c;
+  std::string held;
+  std::vector<char*> env2;
   {
     ReentrancyGuard guard;
     try {
       c = Build(path, argv);
+      env2 = SupervisorEnv(envp, &held);
     } catch (...) {
       return ENOMEM;
     }
@@ -163,7 +195,7 @@ int Spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* fa, co
     SayImpossible(why);
     return EACCES;
   }
-  return FS_REAL(posix_spawn, pid, c.argv[0], fa, attr, c.argv.data(), envp);
+  return FS_REAL(posix_spawn, pid, c.argv[0], fa, attr, c.argv.data(), env2.data());
 }
 
 }  // namespace fanstore::interpose::handover

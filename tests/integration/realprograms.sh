@@ -121,6 +121,10 @@ print(open(e + "/up/many/f001.txt").read(), sorted(os.listdir(e + "/lib64")))
 PY'
 check python         "$py '$here/pyread.py' \"\$ROOT\""
 check exec-image     "bash '$here/exec_from_image.sh' \"\$ROOT\" '$py'"
+# ldd of a real program and of one in the tree: the loader's LD_TRACE_LOADED_OBJECTS must reach the program, not
+# `fanstore run` (to which ld.so, a static program, is handed) -- less the preload library and its own libraries.
+check ldd            'ldd /bin/true "$ROOT/bin/echo.elf" | sed "s/ (0x[0-9a-f]*)//; s|$ROOT|@|" |
+                      grep -v -e fanstore_preload -e libzstd -e libxxhash'
 # Children started with a cleared or explicit environment (env -i, subprocess's env=, posix_spawn's envp) see the
 # tree too: the interposer puts back what it needs.
 check env-cleared    'env -i /bin/cat "$ROOT/names/.hidden"; (cd "$ROOT/deep" && env -i /bin/ls d00)

@@ -46,6 +46,22 @@ namespace {
 
 constexpr long kFuseSuperMagic = 0x65735546;
 
+// The loader's variables the interposer kept from us (FANSTORE_LOADER_ENV: `ldd` of a program handed over), set
+// again for the program: for it, not for us, they were meant.
+void RestoreLoaderEnv() {
+  const char* held = ::getenv(env::kLoaderEnv);
+  if (held == nullptr) return;
+  const std::string all(held);
+  ::unsetenv(env::kLoaderEnv);
+  for (size_t at = 0, end; at < all.size(); at = end + 1) {
+    end = all.find('\n', at);
+    if (end == std::string::npos) end = all.size();
+    const std::string kv = all.substr(at, end - at);
+    if (const size_t eq = kv.find('='); eq != std::string::npos && eq > 0)
+      ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+  }
+}
+
 int Refuse(const FuseRun& r, const std::string& reason) {
   return Fail("run",
               r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " + reason +
@@ -264,6 +280,7 @@ int RunUnderFuse(const FuseRun& r) {
     argv.push_back(const_cast<char*>(r.argv0 ? r.argv0->c_str() : r.command[0].c_str()));
     for (size_t i = 1; i < r.command.size(); ++i) argv.push_back(const_cast<char*>(r.command[i].c_str()));
     argv.push_back(nullptr);
+    RestoreLoaderEnv();
     ::execvp(r.command[0].c_str(), argv.data());
     int err = errno;
     Fail("run", "cannot run '" + r.command[0] + "': " + strerror(err));

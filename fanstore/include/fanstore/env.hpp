@@ -48,7 +48,10 @@ enum class Scope {
   X(kCwd, "FANSTORE_CWD", Scope::kRuntime, "interposer",                                                                    \
     "virtual working directory handed to exec'd children (set by the interposer, not by users)", "unset")                   \
   X(kRunBinary, "FANSTORE_RUN", Scope::kRuntime, "interposer",                                                              \
-    "the `fanstore` binary, to which the interposer hands static programs (set by `fanstore run`, not by users)", "unset")
+    "the `fanstore` binary, to which the interposer hands static programs (set by `fanstore run`, not by users)", "unset") \
+  X(kLoaderEnv, "FANSTORE_LOADER_ENV", Scope::kRuntime, "`fanstore run`",                                                   \
+    "the loader's variables (`LD_TRACE_LOADED_OBJECTS` of `ldd`, `LD_DEBUG`, ...) of a program handed to `fanstore run`, " \
+    "kept from `fanstore run` itself and set again for the program (set by the interposer, not by users)", "unset")
 // clang-format on
 
 // The name of each variable as a constant: env::kImage is "FANSTORE_IMAGE". (The two row macros stay defined:
