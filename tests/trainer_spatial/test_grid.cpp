@@ -45,6 +45,12 @@ TEST(GridParse, AcceptsTheModelsFormAndRejectsOthersWithOneLine) {
       EXPECT_NE(what.find("S,D,H,W"), std::string::npos) << what;
     }
   }
+  try {  // four numbers and a comma: not "4 numbers" (which reads as right)
+    parse_grid("1,1,1,1,", 3);
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("it ends with a comma"), std::string::npos) << e.what();
+  }
   try {
     check_grid_ranks(parse_grid("2,2,2,1", 3), 4);
     ADD_FAILURE();

@@ -134,7 +134,8 @@ GridShape parse_grid(const std::string& text, int spatial_rank) {
     throw GridError("--grid " + text + ": '" + bad + "' is not an integer from 1 to " + std::to_string(kMaxGridRanks) +
                     "; " + expected);
   const std::vector<int>& numbers = *parsed;
-  if (text.empty() || text.back() == ',' || numbers.size() != static_cast<std::size_t>(spatial_rank) + 1)
+  if (!text.empty() && text.back() == ',') throw GridError("--grid " + text + ": it ends with a comma; " + expected);
+  if (text.empty() || numbers.size() != static_cast<std::size_t>(spatial_rank) + 1)
     throw GridError("--grid " + text + ": " + std::to_string(numbers.size()) + " numbers, but for this model " +
                     expected);
   // The product in 64 bits: an int would wrap, and a grid of 2^32 + 1 ranks would pass as one of 1.
