@@ -44,6 +44,20 @@ expect_rc 0 "$F" verify "$T/img" --threads 2
 
 expect_rc 1 "$F" cat "$T/img" nope
 grep -q '^fanstore cat: not found' "$T/err" || fail "missing: $(cat "$T/err")"
+# A damaged chunk of a file of 64 KiB chunks: the two good chunks before it go out, and one line says why.
+mkdir -p "$T/dmg"
+head -c $((4 * 65536)) /dev/urandom > "$T/dmg/f"
+expect_rc 0 "$F" pack "$T/dmg" -o "$T/dmg-img" --chunk 64K --level 0
+printf '\x5a' | dd of="$T/dmg-img/part-00000.fsp" bs=1 seek=$((64 + 2 * 65536 + 10)) conv=notrunc status=none
+expect_rc 1 "$F" cat "$T/dmg-img" f
+[ "$(stat -c %s "$T/out")" = 131072 ] && cmp -s "$T/out" <(head -c 131072 "$T/dmg/f") || fail "cat before the damage"
+[ "$(wc -l <"$T/err")" -eq 1 ] && grep -q 'checksum mismatch in chunk 2 of f' "$T/err" || fail "cat damaged: $(cat "$T/err")"
+# ls -l shows a symlink, set-ID and sticky bits as ls does.
+mkdir -p "$T/modes/sticky" && touch "$T/modes/suid" && chmod 4755 "$T/modes/suid" && chmod 1777 "$T/modes/sticky"
+ln -sf suid "$T/modes/lnk"
+expect_rc 0 "$F" pack "$T/modes" -o "$T/modes-img"
+expect_rc 0 "$F" ls "$T/modes-img" -l
+[ "$(cut -c1-10 "$T/out" | tr '\n' ' ')" = "lrwxrwxrwx drwxrwxrwt -rwsr-xr-x " ] || fail "ls -l modes: $(cat "$T/out")"
 expect_rc 1 "$F" pack "$T/src" -o "$T/img"            # non-empty output
 expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 [ ! -e "$T/img2" ] || fail "img2 left behind"
@@ -121,6 +135,8 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/x" --bogus
 one_line 'fanstore pack: the following argument was not expected: --bogus'
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --level 99
 [ "$(cat "$T/err")" = 'fanstore pack: --level 99 is outside 0-22; use 1-22, or 0 to store raw' ] || fail "level: $(cat "$T/err")"
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --threads 100000
+one_line 'fanstore pack: --threads 100000 is outside 0-1024; use 0 for all cores, or at most 1024'
 expect_rc 1 "$F" convert "$T/src" -o "$T/x" --level x
 one_line 'fanstore convert: --level x is not a whole number; use 1-22, or 0 to store raw'
 # A negative byte count, which CLI11's size parser took as a huge one.

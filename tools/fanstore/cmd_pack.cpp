@@ -109,7 +109,8 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
       ->check(InRange(0, 22, "use 1-22, or 0 to store raw"));
   cmd->add_option("--threads", opts->threads, "threads compressing chunks (0: all cores)")
       ->type_name("T")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(InRange(0, 1024, "use 0 for all cores, or at most 1024"));
   cmd->add_option("--chunk", opts->chunk_size, "chunk size: a power of two from 64K to 64M (K/M suffixes)")
       ->type_name("SIZE")
       ->transform(CLI::AsSizeValue(false))
@@ -155,7 +156,8 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
       ->default_str("none");
   cmd->add_option("--threads", opts->threads, "threads reading and compressing chunks (0: all cores)")
       ->type_name("T")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(InRange(0, 1024, "use 0 for all cores, or at most 1024"));
   cmd->add_option("--chunk", opts->chunk_size,
                   "chunk size: files are cut into chunks of SIZE bytes, each compressed and checksummed on its own, "
                   "so a read decodes only the chunks it touches; a power of two from 64K to 64M (K/M suffixes). "
