@@ -58,6 +58,14 @@ ln -sf suid "$T/modes/lnk"
 expect_rc 0 "$F" pack "$T/modes" -o "$T/modes-img"
 expect_rc 0 "$F" ls "$T/modes-img" -l
 [ "$(cut -c1-10 "$T/out" | tr '\n' ' ')" = "lrwxrwxrwx drwxrwxrwt -rwsr-xr-x " ] || fail "ls -l modes: $(cat "$T/out")"
+# Symlinks inside PATH are followed as through the mount: cat and ls through a link to a directory, cat of a link
+# to a file; stat shows the link itself.
+mkdir -p "$T/links/dir" && echo hello > "$T/links/dir/file" && ln -s dir "$T/links/dlink" && ln -s dir/file "$T/links/flink"
+expect_rc 0 "$F" pack "$T/links" -o "$T/links-img"
+expect_rc 0 "$F" cat "$T/links-img" dlink/file && [ "$(cat "$T/out")" = hello ] || fail "cat dlink/file: $(cat "$T/err")"
+expect_rc 0 "$F" cat "$T/links-img" flink && [ "$(cat "$T/out")" = hello ] || fail "cat flink: $(cat "$T/err")"
+expect_rc 0 "$F" ls "$T/links-img" dlink/ && [ "$(cat "$T/out")" = file ] || fail "ls dlink/: $(cat "$T/out")"
+expect_rc 0 "$F" stat "$T/links-img" flink && grep -q 'type: symlink' "$T/out" || fail "stat flink: $(cat "$T/out")"
 expect_rc 1 "$F" pack "$T/src" -o "$T/img"            # non-empty output
 expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 [ ! -e "$T/img2" ] || fail "img2 left behind"

@@ -56,13 +56,33 @@ std::shared_ptr<const Image> OpenOrFail(const std::string& cmd, const std::strin
   return *img;
 }
 
-bool LookupOrFail(const std::string& cmd, const Image& img, const std::string& path, uint32_t* id, int& exit_code) {
-  auto r = img.Lookup(ImageRel(path));
-  if (!r.ok()) {
-    exit_code = Fail(cmd, r.status());
+// A client of the image (no daemon, no node cache: a command reads a file or two), or null (exit code set).
+std::unique_ptr<Client> ClientOrFail(const std::string& cmd, const std::string& dir, int& exit_code) {
+  ClientOptions o;
+  o.image = dir;
+  o.cache_bytes = 64ull << 20;
+  auto client = Client::Create(o);
+  if (!client.ok()) {
+    exit_code = Fail(cmd, client.status());
+    return nullptr;
+  }
+  return std::move(*client);
+}
+
+// The entry `path` names with the symlinks on the way followed, as through the mount (the last one too when
+// `follow_last`: cat; not for stat, which shows the link).
+bool ResolveOrFail(const std::string& cmd, Client& client, const std::string& path, bool follow_last, uint32_t* id,
+                   int& exit_code) {
+  auto t = client.Resolve(ImageRel(path), follow_last);
+  if (!t.ok()) {
+    exit_code = Fail(cmd, t.status());
     return false;
   }
-  *id = *r;
+  if (!t->outside.empty()) {
+    exit_code = Fail(cmd, Status(Code::kNotFound, path + " leads out of the image, to " + t->outside));
+    return false;
+  }
+  *id = t->id;
   return true;
 }
 
@@ -84,9 +104,12 @@ void AddLs(CLI::App& app, int& exit_code) {
   cmd->add_option("PATH", a->path, "Path inside the image (default: the root)");
   cmd->add_flag("-l", a->long_format, "Long format: mode, links, size, mtime, name (default: off)");
   cmd->callback([a, &exit_code] {
-    auto img = OpenOrFail("ls", a->image, exit_code);
+    auto client = ClientOrFail("ls", a->image, exit_code);
     uint32_t id;
-    if (!img || !LookupOrFail("ls", *img, a->path, &id, exit_code)) return;
+    // Like ls: a link to a directory named on the command line is listed through, unless -l (without a '/').
+    const bool follow = !a->long_format || (!a->path.empty() && a->path.back() == '/');
+    if (!client || !ResolveOrFail("ls", *client, a->path, follow, &id, exit_code)) return;
+    const Image* img = &client->image();
     Entry e = img->Get(id);
     if (!e.is_dir()) {  // like ls: a file lists itself
       if (a->long_format) PrintLong(e);
@@ -111,17 +134,10 @@ void AddCat(CLI::App& app, int& exit_code) {
   cmd->callback([a, &exit_code] {
     // Through the client's range reads, as every front end: constant memory, chunks decoded in parallel
     // ahead of the writes, every chunk verified before a byte of it reaches stdout.
-    ClientOptions o;
-    o.image = a->image;
-    o.cache_bytes = 64ull << 20;
-    auto client = Client::Create(o);
-    if (!client.ok()) {
-      exit_code = Fail("cat", client.status());
-      return;
-    }
+    auto client = ClientOrFail("cat", a->image, exit_code);
     uint32_t id;
-    if (!LookupOrFail("cat", (*client)->image(), a->path, &id, exit_code)) return;
-    auto file = (*client)->Open(id);
+    if (!client || !ResolveOrFail("cat", *client, a->path, true, &id, exit_code)) return;
+    auto file = client->Open(id);
     if (!file.ok()) {
       exit_code = Fail("cat", file.status());
       return;
@@ -141,13 +157,13 @@ void AddCat(CLI::App& app, int& exit_code) {
       auto n = (*file)->ReadAt(at, buf.get(), kBlock);
       if (!n.ok()) {
         // A block fails whole: the good chunks before the damaged one still go out (chunks below 1 MiB).
-        const uint64_t chunk = (*client)->image().Summary().chunk_size;
+        const uint64_t chunk = client->image().Summary().chunk_size;
         for (uint64_t c = at; chunk > 0 && chunk < kBlock && c < at + kBlock && c < (*file)->size(); c += chunk) {
           auto m = (*file)->ReadAt(c, buf.get(), chunk);
           if (!m.ok() || write_out(*m) != 0) break;
         }
         // The client said why in one line when it counted the error (a damaged chunk): not twice.
-        exit_code = (*client)->stats().errors.load() > 0 ? 1 : Fail("cat", n.status());
+        exit_code = client->stats().errors.load() > 0 ? 1 : Fail("cat", n.status());
         return;
       }
       if ((exit_code = write_out(*n)) != 0) return;
@@ -163,9 +179,10 @@ void AddStat(CLI::App& app, int& exit_code) {
   cmd->add_option("IMAGE", a->image, "Image directory")->required();
   cmd->add_option("PATH", a->path, "Path inside the image ('' or / for the root)")->required();
   cmd->callback([a, &exit_code] {
-    auto img = OpenOrFail("stat", a->image, exit_code);
+    auto client = ClientOrFail("stat", a->image, exit_code);
     uint32_t id;
-    if (!img || !LookupOrFail("stat", *img, a->path, &id, exit_code)) return;
+    if (!client || !ResolveOrFail("stat", *client, a->path, false, &id, exit_code)) return;
+    const Image* img = &client->image();
     Entry e = img->Get(id);
     std::printf("  path: /%.*s\n", static_cast<int>(e.path.size()), e.path.data());
     std::printf("  type: %s\n", e.is_dir() ? "directory" : e.is_link() ? "symlink" : "regular file");
