@@ -41,7 +41,8 @@ ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& 
       // A chunk, or the largest stored form of one; a few spares (each resident) for the read-ahead.
       buffers(std::make_shared<BufferPool>(MaxStoredSize(image.ChunkSize()), 4)),
       pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))),
-      memfd_cap_(MemfdCap()) {}
+      memfd_cap_(MemfdCap()),
+      report_errors_(opts.report_errors) {}
 
 ClientCore::~ClientCore() {
   // First: decode tasks use the node chunk cache and the chunk cache, which are destroyed after this body.
@@ -141,7 +142,7 @@ Status ClientCore::Report(const Entry& e, Status s) {
     std::lock_guard<std::mutex> lk(report_mu_);
     first = reported_.insert(e.id).second;
   }
-  if (first) std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
+  if (first && report_errors_) std::fprintf(stderr, "fanstore: %s\n", s.ToString().c_str());
   return s;
 }
 

@@ -70,6 +70,7 @@ struct ClientCore {
   size_t memfd_cap_;
   std::mutex report_mu_;
   std::unordered_set<uint32_t> reported_;
+  bool report_errors_;
   // Whether chunk `c`, just loaded (`fetched`: from another node), goes to the node chunk cache.
   bool WorthSharing(const Chunk& c, Offer offer, bool fetched);
   // A remote chunk, decoded and verified into `out`.

@@ -49,6 +49,9 @@ struct ClientOptions {
   std::string node_cache_dir;             // the node-wide decoded-chunk cache (node_cache.hpp); empty = none
   std::string index_trust;                // Image::TrustToken() of a fully checked open (ImageOpenOptions)
   std::shared_ptr<RemoteFetcher> remote;  // for partitions not present locally; null = single node
+  // The first error of each file is said in one "fanstore: ..." line on stderr: the front ends' programs see only
+  // EIO. A command that says why itself turns it off.
+  bool report_errors = true;
 };
 
 namespace detail {
