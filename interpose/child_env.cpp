@@ -56,34 +56,36 @@ size_t ChildEnvSlots(char* const envp[]) {
 }
 
 char* const* ChildEnv(char* const envp[], const char* cwd_kv, char** slots, std::string* merged) {
+  // One pass into `slots` (the caller's stack, so nothing is allocated but a merged LD_PRELOAD); `envp` itself when
+  // nothing was added or replaced.
   const std::string& lib = kStarted.preload;
-  const char* now = getenv(env::kCwd);
-  bool lacks =
-      cwd_kv != nullptr || (now != nullptr && !Has(envp, env::kCwd)) || (!lib.empty() && !Has(envp, "LD_PRELOAD"));
-  for (size_t i = 0; envp && envp[i] && !lacks; ++i)
-    lacks = NameOf(envp[i]) == "LD_PRELOAD" && !lib.empty() &&
-            std::string_view(envp[i]).find(lib) == std::string_view::npos;
-  for (size_t k = 0; k < kStarted.kept.size() && !lacks; ++k) lacks = !Has(envp, NameOf(kStarted.kept[k]));
-  if (!lacks) return envp;
   size_t n = 0;
+  bool changed = false;
   for (size_t i = 0; envp && envp[i]; ++i) {
     const std::string_view kv(envp[i]), name = NameOf(kv);
     if (cwd_kv != nullptr && name == env::kCwd) continue;  // set below
     if (name == "LD_PRELOAD" && !lib.empty() && kv.find(lib) == std::string_view::npos) {
       *merged = kStarted.preload_kv + ":" + std::string(kv.substr(name.size() + 1));
       slots[n++] = merged->data();
+      changed = true;
       continue;
     }
     slots[n++] = envp[i];
   }
-  if (!lib.empty() && !Has(envp, "LD_PRELOAD")) slots[n++] = const_cast<char*>(kStarted.preload_kv.c_str());
+  auto add = [&](const char* kv) {
+    slots[n++] = const_cast<char*>(kv);
+    changed = true;
+  };
+  if (!lib.empty() && !Has(envp, "LD_PRELOAD")) add(kStarted.preload_kv.c_str());
   for (const std::string& kv : kStarted.kept)
-    if (!Has(envp, NameOf(kv))) slots[n++] = const_cast<char*>(kv.c_str());
-  if (cwd_kv != nullptr) slots[n++] = const_cast<char*>(cwd_kv);
-  else if (now != nullptr && !Has(envp, env::kCwd))
-    slots[n++] = const_cast<char*>(now - strlen(env::kCwd) - 1);  // its "NAME=value" in environ
+    if (!Has(envp, NameOf(kv))) add(kv.c_str());
+  if (cwd_kv != nullptr) {
+    add(cwd_kv);
+  } else if (const char* now = getenv(env::kCwd); now != nullptr && !Has(envp, env::kCwd)) {
+    add(now - strlen(env::kCwd) - 1);  // its "NAME=value" in environ
+  }
   slots[n] = nullptr;
-  return slots;
+  return changed ? slots : envp;
 }
 
 }  // namespace fanstore::interpose

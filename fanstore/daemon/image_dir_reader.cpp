@@ -28,14 +28,14 @@ int64_t ImageDirReader::Book(uint64_t n) {
   std::lock_guard<std::mutex> g(mu_);
   // A budget unused for a while is not saved up beyond a tenth of a second's worth.
   const int64_t start = std::max(next_free_us_, NowUs() - 100000);
-  next_free_us_ = start + static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
+  next_free_us_ = start + SlotUs(n);
   return start;
 }
 
 void ImageDirReader::Unbook(uint64_t n) {
   if (rate_ == 0) return;
   std::lock_guard<std::mutex> g(mu_);
-  next_free_us_ -= static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
+  next_free_us_ -= SlotUs(n);
 }
 
 Status ReadFullAt(int fd, char* dst, uint64_t n, uint64_t offset, const std::string& name, const char* why_short) {

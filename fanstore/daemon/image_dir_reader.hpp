@@ -46,6 +46,10 @@ class ImageDirReader {
   int64_t Book(uint64_t n);
   // Gives a booking of n bytes back (a wait cut short): the bytes after it go that much sooner.
   void Unbook(uint64_t n);
+  // How long n bytes take at the cap, us.
+  int64_t SlotUs(uint64_t n) const {
+    return static_cast<int64_t>(static_cast<double>(n) * 1e6 / static_cast<double>(rate_));
+  }
 
   std::vector<std::string> paths_;
   std::vector<int> fds_;  // opened on first use
