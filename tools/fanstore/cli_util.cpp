@@ -42,12 +42,14 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
   return Fail(cmd, why + "; `fanstore " + cmd + " --help` shows its usage");
 }
 
-CLI::Validator NotNegativeSize() {
+CLI::Validator SizeValue() {
+  const CLI::AsSizeValue as_size(false);
   return CLI::Validator(
-      [](std::string& value) -> std::string {
-        return value.find('-') == std::string::npos ? std::string() : "a size >= 0 is needed, not " + value;
+      [as_size](std::string& value) -> std::string {
+        if (value.find('-') != std::string::npos) return "a size >= 0 is needed, not " + value;
+        return as_size(value);
       },
-      "");
+      as_size.get_description());
 }
 
 CLI::Validator InRange(long lo, long hi, const std::string& advice) {

@@ -18,9 +18,9 @@ int Fail(const std::string& cmd, const Status& s);
 int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
 // A check that an integer option lies in [lo, hi], whose refusal says what to do ("99 is outside 0-22; <advice>").
 CLI::Validator InRange(long lo, long hi, const std::string& advice);
-// Refuses a negative byte count, which CLI11's AsSizeValue takes as a huge one. Transforms run in the reverse
-// order of adding: add it after AsSizeValue, so that it sees the text first.
-CLI::Validator NotNegativeSize();
+// A byte count with a unit (4G, 512MiB; k, m, g... are powers of 1024): CLI11's AsSizeValue, after refusing a
+// negative count, which AsSizeValue takes as a huge one.
+CLI::Validator SizeValue();
 std::string HumanBytes(uint64_t bytes);  // "1.5 GiB"
 bool StderrIsTerminal();
 

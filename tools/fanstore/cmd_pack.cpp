@@ -113,8 +113,7 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
       ->check(InRange(0, 1024, "use 0 for all cores, or at most 1024"));
   cmd->add_option("--chunk", opts->chunk_size, "chunk size: a power of two from 64K to 64M (K/M suffixes)")
       ->type_name("SIZE")
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize())
+      ->transform(SizeValue())
       ->default_str("1M");
   cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, true); });
 }
@@ -163,8 +162,7 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
                   "so a read decodes only the chunks it touches; a power of two from 64K to 64M (K/M suffixes). "
                   "Smaller chunks make small random reads of large files cheaper, larger ones compress a little better")
       ->type_name("SIZE")
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize())
+      ->transform(SizeValue())
       ->default_str("1M");
   cmd->add_flag("--follow-symlinks", opts->follow_symlinks,
                 "store what symlinks point at instead of the links: a link to a file becomes a copy of the file, a "

@@ -54,24 +54,21 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   serve->add_option("--reserve", so->reserve_bytes, "bytes to leave free on the local file system when staging")
       ->type_name("BYTES")
       ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   serve
       ->add_option("--cache-bytes", so->cache_bytes,
                    "the fetch cache: RAM for fetched remote ranges, shared by every client of the node (0: off, "
                    "and no prefetch)")
       ->type_name("BYTES")
       ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   serve
       ->add_option("--stage-bandwidth", so->stage_bandwidth,
                    "bytes per second this daemon reads from the image directory, staging and readers' misses "
                    "together (0: no cap)")
       ->type_name("BYTES")
       ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   serve
       ->add_option("--stage-readers", so->stage_readers,
                    "ranks reading the image directory at a time; rank r reads once rank r-N is done (0: all at once)")
@@ -91,8 +88,7 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                    "bytes fetched ahead of the readers on a prefetch hint (0: half of --cache-bytes)")
       ->type_name("BYTES")
       ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   serve
       ->add_option("--prefetch-idle", so->prefetch_idle_s,
                    "seconds after which a hint stream nobody reads gives its prefetched room to streams being read")
@@ -111,8 +107,7 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                    "shared memory one client connection may pin (its reply area; bigger files go one at a time)")
       ->type_name("BYTES")
       ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   serve->add_flag("--progress", so->progress_spin,
                   "poll MPI without ever sleeping: lowest remote latency, but a core at 100% even when idle");
   serve->add_flag("!--no-doorbell", so->doorbell,
@@ -124,15 +119,13 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                    "partition (0: never; for an MPI transport that cannot send from such memory)")
       ->type_name("BYTES")
       ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   // For tests: replies between daemons bigger than this travel in chunks (1 GiB in production: MPI counts are ints).
   serve->add_option("--max-message", so->max_message, "Largest message between daemons (tests)")->group("");
   // For tests: staging's pieces this size (4 MiB in production), so that a small image still has many.
   serve->add_option("--stage-piece", so->piece_bytes, "Staging's piece size (tests)")
       ->group("")
-      ->transform(CLI::AsSizeValue(false))
-      ->transform(NotNegativeSize());
+      ->transform(SizeValue());
   serve->callback([so, &exit_code] { exit_code = daemon::Serve(*so); });
 #else
   CLI::App* serve = app.add_subcommand("serve", "Per-node MPI daemon (this fanstore was built without MPI)");
