@@ -111,7 +111,7 @@ Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
     return DecodeChunk(e, c, data, n, out);
   });
   if (!s.ok() && s.code() != Code::kCorrupt)
-    return Status(s.code(), "remote read of " + std::string(e.path) + ": " + s.message());
+    return Status(s.code(), "remote read of " + Printable(e.path) + ": " + s.message());
   return s;
 }
 
@@ -124,7 +124,7 @@ Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, co
         auto b = OwnedBytes::Allocate(c.raw_size, buffers);
         if (!b)
           return Status(Code::kNoMemory,
-                        "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + std::string(e.path));
+                        "cannot allocate " + std::to_string(c.raw_size) + " bytes for " + Printable(e.path));
         Status s = LoadChunkInto(e, c, b->writable(), offer);
         if (!s.ok()) return s;
         return ChunkCache::Bytes(std::move(b));

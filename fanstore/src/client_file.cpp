@@ -219,7 +219,7 @@ Result<int> ClientFile::KernelFd(int flags) {
         if (!c.ok()) return c.status();
         PooledBuffer buf(core_.buffers);
         if (buf.get() == nullptr)
-          return Status(Code::kNoMemory, "no memory to decode a chunk of " + std::string(e_.path));
+          return Status(Code::kNoMemory, "no memory to decode a chunk of " + Printable(e_.path));
         return core_.LoadChunkInto(e_, *c, buf.get(), ClientCore::Offer::kMust);
       });
     });

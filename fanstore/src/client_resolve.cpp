@@ -47,13 +47,13 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
         stats_.lookups_missing.fetch_add(1, std::memory_order_relaxed);
         const size_t end = rel.find('/', next);
         if (r.status().code() == Code::kNotFound && (end == std::string::npos ? rel.size() : end) - next > NAME_MAX)
-          return Status(Code::kNameTooLong, "file name longer than NAME_MAX in the image: " + std::string(rel_in));
+          return Status(Code::kNameTooLong, "file name longer than NAME_MAX in the image: " + Printable(rel_in));
         if (missing != nullptr) *missing = std::move(rel);
         return r.status();
       }
     }
     if (++links > kMaxLinks)
-      return Status(Code::kLoop, "too many levels of symbolic links in the image: " + std::string(rel_in));
+      return Status(Code::kLoop, "too many levels of symbolic links in the image: " + Printable(rel_in));
     const Entry e = img.Get(link);
     auto target = img.LinkTarget(e);
     if (!target.ok()) return target.status();
@@ -61,18 +61,18 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
     if (std::string_view dir = DirOf(e.path); !dir.empty()) (base += '/') += dir;
     Classified c = ClassifyPath(*target, opts_.mount, base);
     if (c.cls == PathClass::kTooLong)
-      return Status(Code::kNameTooLong, "path longer than PATH_MAX through symlinks: " + std::string(rel_in));
+      return Status(Code::kNameTooLong, "path longer than PATH_MAX through symlinks: " + Printable(rel_in));
     if (c.cls == PathClass::kNotOurs) {
       Target t;
       t.outside = NormalizeAbsolute((*target)[0] == '/' ? std::string(*target) : base + "/" + std::string(*target));
       if (!rest.empty()) (t.outside += t.outside == "/" ? "" : "/") += rest;
       if (t.outside.size() >= PATH_MAX)
-        return Status(Code::kNameTooLong, "path longer than PATH_MAX through symlinks: " + std::string(rel_in));
+        return Status(Code::kNameTooLong, "path longer than PATH_MAX through symlinks: " + Printable(rel_in));
       return t;
     }
     rel = rest.empty() ? std::move(c.rel) : JoinRel(c.rel, rest);
     if (opts_.mount.size() + 1 + rel.size() >= PATH_MAX)
-      return Status(Code::kNameTooLong, "path longer than PATH_MAX through symlinks: " + std::string(rel_in));
+      return Status(Code::kNameTooLong, "path longer than PATH_MAX through symlinks: " + Printable(rel_in));
   }
 }
 

@@ -24,14 +24,14 @@ ZSTD_DCtx* ThreadDCtx() {
 }
 
 std::string ChunkName(const Entry& e, const Chunk& c) {
-  if (e.codec != Codec::kChunked) return std::string(e.path);
-  return "chunk " + std::to_string(c.index) + " of " + std::string(e.path);
+  if (e.codec != Codec::kChunked) return Printable(e.path);
+  return "chunk " + std::to_string(c.index) + " of " + Printable(e.path);
 }
 
 }  // namespace
 
 Status CorruptFile(const Entry& e, const std::string& where, const std::string& what) {
-  return Status(Code::kCorrupt, where + ": " + what + " for " + std::string(e.path) +
+  return Status(Code::kCorrupt, where + ": " + what + " for " + Printable(e.path) +
                                     " (the image is damaged: copy it again or re-pack)");
 }
 

@@ -198,7 +198,7 @@ Status ValidateHeader(const char* h, uint64_t len, bool trusted) {
 
 Status BadEntry(const Entry& e, const std::string& what) {
   return Status(Code::kCorrupt,
-                "index.fsi: bad entry for " + std::string(e.path) + " (" + what + "): re-pack or copy the image again");
+                "index.fsi: bad entry for " + Printable(e.path) + " (" + what + "): re-pack or copy the image again");
 }
 
 // The entry's offset, stored size and size are below format::kMaxStoredOffset: sums of two cannot wrap.
@@ -479,7 +479,7 @@ Result<Chunk> Image::GetChunk(const Entry& e, uint64_t i) const {
   if (!e.is_reg() || e.part >= impl_->parts || !SizesBounded(e)) return BadEntry(e, "type, partition, offset or size");
   const uint64_t n = format::ChunkCount(e.size, impl_->chunk_shift);
   if (i >= n)
-    return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + std::string(e.path));
+    return Status(Code::kInvalidArgument, "chunk " + std::to_string(i) + " is past the end of " + Printable(e.path));
   Chunk c;
   c.index = i;
   c.raw_offset = i << impl_->chunk_shift;
@@ -555,7 +555,7 @@ Status Image::ReadStoredRange(uint32_t id, uint64_t offset, uint64_t length, std
   Status s = FileChecks(*this, id, &e);
   if (!s.ok()) return s;
   if (!RangeWithin(offset, length, e.stored_size))
-    return Status(Code::kInvalidArgument, "stored range past the end of " + std::string(e.path));
+    return Status(Code::kInvalidArgument, "stored range past the end of " + Printable(e.path));
   auto part = impl_->Part(e.part);
   if (!part.ok()) return part.status();
   const std::string name(impl_->PartName(e.part));

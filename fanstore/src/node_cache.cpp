@@ -356,7 +356,7 @@ Status NodeCache::WithFileLock(const Entry& e, const std::function<Status()>& fi
 
 Result<int> NodeCache::OpenComplete(const Entry& e, int flags) {
   auto r = RegionFor(e, true);
-  if (!r) return Status(Code::kUnsupported, "no node-chunk-cache file for " + std::string(e.path));
+  if (!r) return Status(Code::kUnsupported, "no node-chunk-cache file for " + Printable(e.path));
   const uint64_t n = img_.ChunkCount(e);
   for (uint64_t i = 0; i < n; ++i)
     if (!r->Test(i)) return Status(Code::kUnsupported, "not every chunk is in the node chunk cache");
@@ -369,7 +369,7 @@ Result<int> NodeCache::OpenComplete(const Entry& e, int flags) {
     ::close(fd);
     fd = -1;
   }
-  if (fd < 0) return Status(Code::kUnsupported, "cannot reopen the node-chunk-cache file of " + std::string(e.path));
+  if (fd < 0) return Status(Code::kUnsupported, "cannot reopen the node-chunk-cache file of " + Printable(e.path));
   return fd;
 }
 

@@ -79,4 +79,25 @@ std::string Status::ToString() const {
   return std::string(CodeName(code_)) + ": " + message_;
 }
 
+std::string Printable(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (unsigned char c : name) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c >= 0x20 && c != 0x7f) {
+          out += static_cast<char>(c);
+        } else {
+          static const char kHex[] = "0123456789abcdef";
+          ((out += "\\x") += kHex[c >> 4]) += kHex[c & 15];
+        }
+    }
+  }
+  return out;
+}
+
 }  // namespace fanstore

@@ -84,6 +84,18 @@ off=$("$F" stat "$T/img" a/b/nums.txt | sed -n 's/^offset: //p')
 printf 'Z' | dd of="$T/bad/$part" bs=1 seek=$((off + 20)) conv=notrunc 2>/dev/null
 expect_rc 1 "$F" verify "$T/bad"
 grep -q 'BAD a/b/nums.txt' "$T/err" || fail "verify: $(cat "$T/err")"
+# A damaged file whose name holds a newline and a backslash: one line each, the name escaped as `ls -b` does.
+mkdir -p "$T/nl" && printf 'some text for a damaged file\n' >"$T/nl/a
+b\\c" && expect_rc 0 "$F" pack "$T/nl" -o "$T/nlimg"
+off=$("$F" stat "$T/nlimg" "a
+b\\c" | sed -n 's/^offset: //p')
+printf 'Z' | dd of="$T/nlimg/part-00000.fsp" bs=1 seek=$((off + 3)) conv=notrunc 2>/dev/null
+expect_rc 1 "$F" verify "$T/nlimg"
+[ "$(wc -l <"$T/err")" -eq 2 ] && grep -qF 'BAD a\nb\\c: corrupt: ' "$T/err" && grep -qF 'mismatch in a\nb\\c (' "$T/err" ||
+  fail "verify of a name with a newline: $(cat "$T/err")"
+expect_rc 1 "$F" cat "$T/nlimg" "a
+b\\c"
+[ "$(wc -l <"$T/err")" -eq 1 ] || fail "cat of a name with a newline: $(cat "$T/err")"
 # A format-2 image (tests/core/data/v2-image, made before symlinks and owners were kept) is still served as it is.
 V2=$(cd "$(dirname "$0")" && pwd)/data/v2-image
 expect_rc 0 "$F" verify "$V2"

@@ -251,5 +251,12 @@ TEST_F(FormatTest, TruncatedPartitionFailsOnlyTheFilesCutOff) {
   EXPECT_EQ(VerifyImage(*img, 1, {}), lost);
 }
 
+TEST(PrintableTest, ControlCharactersAndTheBackslashAreEscapedOtherBytesKept) {
+  EXPECT_EQ(Printable("train/x.jpg"), "train/x.jpg");
+  EXPECT_EQ(Printable("a\nb\\c\td\re"), "a\\nb\\\\c\\td\\re");
+  EXPECT_EQ(Printable(std::string_view("\x01\x7f\0z", 4)), "\\x01\\x7f\\x00z");
+  EXPECT_EQ(Printable("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");  // UTF-8 as it is
+}
+
 }  // namespace
 }  // namespace fanstore

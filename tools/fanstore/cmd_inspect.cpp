@@ -80,7 +80,8 @@ bool ResolveOrFail(const std::string& cmd, Client& client, const std::string& pa
     return false;
   }
   if (!t->outside.empty()) {
-    exit_code = Fail(cmd, Status(Code::kNotFound, path + " leads out of the image, to " + t->outside));
+    exit_code =
+        Fail(cmd, Status(Code::kNotFound, Printable(path) + " leads out of the image, to " + Printable(t->outside)));
     return false;
   }
   *id = t->id;
@@ -255,8 +256,7 @@ void AddVerify(CLI::App& app, int& exit_code) {
     auto img = OpenOrFail("verify", a->image, exit_code);
     if (!img) return;
     uint64_t bad = VerifyImage(*img, a->threads, [](const Entry& e, const Status& s) {
-      std::fprintf(stderr, "fanstore verify: BAD %.*s: %s\n", static_cast<int>(e.path.size()), e.path.data(),
-                   s.ToString().c_str());
+      std::fprintf(stderr, "fanstore verify: BAD %s: %s\n", Printable(e.path).c_str(), s.ToString().c_str());
     });
     ImageSummary s = img->Summary();
     if (bad) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -52,6 +53,9 @@ class [[nodiscard]] Status {
 // The errno a POSIX front end (interposer, FUSE) reports for a status. ok -> 0.
 int ToErrno(const Status& s);
 const char* CodeName(Code c);
+// A name as a one-line message shows it (as `ls -b` does): control characters, a newline in a file name say, and
+// the backslash written as C escapes ("a\\nb"), so the message stays one line and no two names look alike.
+std::string Printable(std::string_view name);
 
 // Either a value or a non-OK status.
 template <class T>
