@@ -451,7 +451,12 @@ std::string Image::PartitionPath(uint32_t part) const {
   return part < impl_->parts ? impl_->PartPath(part) : std::string();
 }
 
-bool Image::HasPartition(uint32_t part) const { return part < impl_->parts && impl_->Part(part).ok(); }
+bool Image::HasPartition(uint32_t part) const { return PartitionStatus(part).ok(); }
+
+Status Image::PartitionStatus(uint32_t part) const {
+  auto r = impl_->Part(part);
+  return r.ok() ? Status::Ok() : r.status();
+}
 
 uint32_t Image::PartitionCount() const { return impl_->parts; }
 

@@ -104,6 +104,55 @@ TEST(FuseCli, BusyMountPoint) {
   ExpectOneLineError(RunCommand({CliPath(), "mount", "-o", "nonempty", "--image", Env().image, Env().mnt}), "busy");
 }
 
+// A dead server's mount still answers stat of its root from the kernel's attribute cache: it must be named stale,
+// not busy.
+TEST(FuseCli, StaleMountIsNamedEvenWithItsRootCached) {
+  const std::string mp = NewDir("stale");
+  const std::string log = Env().root + "/stale.log";
+  const pid_t pid = Spawn({CliPath(), "mount", "-f", "--image", Env().image, mp}, log);
+  ASSERT_TRUE(WaitMounted(mp, true, kHangSeconds, pid)) << ReadWholeFile(log);
+  struct stat st;
+  ASSERT_EQ(::stat(mp.c_str(), &st), 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+  ExpectOneLineError(RunCommand({CliPath(), "mount", "--image", Env().image, mp}), "is a stale FUSE mount");
+  EXPECT_EQ(RunCommand({"/usr/bin/fusermount3", "-u", mp}).exit_code, 0);
+}
+
+// The command a message suggests can be pasted, whatever the mount point's name.
+TEST(FuseCli, BusyMountPointSuggestsAQuotedCommand) {
+  const std::string mp = NewDir("bu sy'q");
+  ASSERT_EQ(RunCommand({CliPath(), "mount", "--image", Env().image, mp}).exit_code, 0);
+  ExpectOneLineError(RunCommand({CliPath(), "mount", "--image", Env().image, mp}),
+                     "`fusermount3 -u '" + Env().root + "/bu sy'\\''q'`");
+  EXPECT_EQ(RunCommand({"/usr/bin/fusermount3", "-u", mp}).exit_code, 0);
+}
+
+// Alone (no --daemon), a partition that is not there gives EIO for its files: the mount says so before it detaches
+// (the server's own reasons then go to /dev/null), and the other files are still served.
+TEST(FuseCli, MissingPartitionIsNamedBeforeDetaching) {
+  const std::string img = Env().root + "/img-no-part";
+  fs::copy(Env().image, img, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::remove(img + "/part-00000.fsp"));
+  const std::string mp = NewDir("nopart");
+  const RunResult r = RunCommand({CliPath(), "mount", "--image", img, mp});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.output.rfind("fanstore mount: warning: 1 of ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("part-00000.fsp is missing"), std::string::npos) << r.output;
+  EXPECT_TRUE(IsMounted(mp));
+  EXPECT_EQ(RunCommand({"/usr/bin/fusermount3", "-u", mp}).exit_code, 0);
+}
+
+TEST(FuseCli, CacheBudgetOutOfRange) {
+  for (const char* mib : {"-5", "17592186044416"}) {
+    const std::string mp = NewDir(std::string("cache") + mib);
+    ExpectOneLineError(RunCommand({CliPath(), "mount", "--cache-mib", mib, "--image", Env().image, mp}),
+                       "--cache-mib " + std::string(mib) + " is outside");
+    EXPECT_FALSE(IsMounted(mp));
+  }
+}
+
 TEST(FuseCli, MissingFuseDevice) {
   // libfuse always opens /dev/fuse; the pre-check honours --fuse-device so the message can be tested.
   ExpectOneLineError(RunCommand({CliPath(), "mount", "--fuse-device", Env().root + "/no-fuse", "--image", Env().image,

@@ -36,7 +36,8 @@ void AddMountCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--cache-mib", *cache_mib, "the server's decoded-chunk cache budget, in MiB")
       ->type_name("N")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(InRange(0, 16l << 20, "give a budget in MiB, 0 for none, at most 16 TiB"));
   // Testing aid: the device checked before mounting (libfuse itself always uses /dev/fuse).
   cmd->add_option("--fuse-device", opts->fuse_device, "FUSE device to check before mounting")
       ->capture_default_str()

@@ -118,6 +118,20 @@ Status Mount(const MountOptions& opts) {
   copts.cache_bytes = opts.cache_bytes;
   Result<std::unique_ptr<Client>> client = Client::Create(copts);
   if (!client.ok()) return client.status();
+  // Alone (no daemon to fetch through), a partition that cannot be read here gives EIO for its files, and a
+  // detached server's reasons go nowhere: say it now. The other partitions' files are still served.
+  if (opts.daemon_socket.empty()) {
+    const Image& img = (*client)->image();
+    uint32_t bad = 0;
+    Status first;
+    for (uint32_t p = 0; p < img.PartitionCount(); ++p) {
+      Status s = img.PartitionStatus(p);
+      if (!s.ok() && bad++ == 0) first = s;
+    }
+    if (bad > 0)
+      std::fprintf(stderr, "fanstore mount: warning: %u of %u partitions cannot be read, so their files give EIO: %s\n",
+                   bad, img.PartitionCount(), first.ToString().c_str());
+  }
 
   FsContext ctx;
   ctx.client = client->get();

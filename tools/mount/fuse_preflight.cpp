@@ -5,8 +5,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -29,6 +31,29 @@ std::string UnescapeMountinfo(const std::string& s) {
     }
   }
   return out;
+}
+
+// `path` as one word a shell takes back as it is, for a command a message suggests: bare when nothing in it is
+// special, else quoted ('...', or $'...' with escapes when it holds a control character, so the message stays one
+// line).
+std::string ShellWord(const std::string& path) {
+  const bool plain = !path.empty() && path.find_first_not_of(
+                                          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                          "0123456789_/.,:+=@%-") == std::string::npos;
+  if (plain) return path;
+  const bool control = std::any_of(path.begin(), path.end(), [](char c) { return c >= 0 && (c < 0x20 || c == 0x7f); });
+  std::string out = control ? "$'" : "'";
+  for (char c : control ? Printable(path) : path) {
+    if (c != '\'') out += c;
+    else out += control ? "\\'" : "'\\''";
+  }
+  return out + "'";
+}
+
+Status StaleMount(const std::string& mountpoint) {
+  return Status(Code::kIoError, "mount point " + Printable(mountpoint) +
+                                    " is a stale FUSE mount (its server is gone); run `fusermount3 -u " +
+                                    ShellWord(mountpoint) + "` first");
 }
 
 }  // namespace
@@ -69,25 +94,29 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
   if (::stat(mountpoint.c_str(), &st) != 0) {
     const int err = errno;
     if (err == ENOENT)
-      return Status(Code::kNotFound, "mount point " + mountpoint + " does not exist (create it with mkdir)");
-    if (err == ENOTDIR) return Status(Code::kNotDirectory, "mount point " + mountpoint + " is not a directory");
-    // A FUSE mount whose server died answers ENOTCONN to everything until it is unmounted.
-    if (err == ENOTCONN)
-      return Status(Code::kIoError, "mount point " + mountpoint +
-                                        " is a stale FUSE mount (its server is gone); run `fusermount3 -u " +
-                                        mountpoint + "` first");
+      return Status(Code::kNotFound, "mount point " + Printable(mountpoint) + " does not exist (create it with mkdir)");
+    if (err == ENOTDIR)
+      return Status(Code::kNotDirectory, "mount point " + Printable(mountpoint) + " is not a directory");
+    // A FUSE mount whose server died answers ENOTCONN to what the kernel has not cached until it is unmounted.
+    if (err == ENOTCONN) return StaleMount(mountpoint);
     return Status::FromErrno(err, "stat " + mountpoint);
   }
-  if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "mount point " + mountpoint + " is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    return Status(Code::kNotDirectory, "mount point " + Printable(mountpoint) + " is not a directory");
 
   char real[PATH_MAX];
   if (::realpath(mountpoint.c_str(), real) == nullptr) return Status::FromErrno(errno, "realpath " + mountpoint);
   // Stacking a second mount would hide the first one and confuse whoever unmounts later.
-  if (IsMountPoint(real))
-    return Status(Code::kExists, "mount point " + mountpoint +
+  if (IsMountPoint(real)) {
+    // The stat above may have come from the kernel's attribute cache of a dead server's mount; statfs always
+    // asks the server.
+    struct statfs sf;
+    if (::statfs(real, &sf) != 0 && errno == ENOTCONN) return StaleMount(mountpoint);
+    return Status(Code::kExists, "mount point " + Printable(mountpoint) +
                                      " is busy: something is already mounted there "
                                      "(unmount it with `fusermount3 -u " +
-                                     mountpoint + "`)");
+                                     ShellWord(mountpoint) + "`)");
+  }
   if (allow_nonempty) return Status::Ok();
   DIR* d = ::opendir(real);
   if (d == nullptr) return Status::FromErrno(errno, "opendir " + mountpoint);
@@ -101,7 +130,7 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
   ::closedir(d);
   // libfuse 3 dropped this check; we keep it because mounting over files silently hides them.
   if (!empty)
-    return Status(Code::kExists, "mount point " + mountpoint +
+    return Status(Code::kExists, "mount point " + Printable(mountpoint) +
                                      " is not empty (its files would be hidden; "
                                      "use -o nonempty to mount over it anyway)");
   return Status::Ok();

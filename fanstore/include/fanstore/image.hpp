@@ -131,6 +131,9 @@ class Image {
   // readable here (multi-node: only the staged ones are).
   std::string PartitionPath(uint32_t part) const;
   bool HasPartition(uint32_t part) const;
+  // Why partition `part` cannot be read here (missing, not a file, a damaged or foreign header), in the words a
+  // read of it gives; Ok when it can.
+  Status PartitionStatus(uint32_t part) const;
   uint32_t PartitionCount() const;  // regular + replicated
   // The first 64 bytes of partition `part`'s file (e.g. received from another node) are its valid header for this
   // image: the same words as a read of a damaged or foreign partition otherwise.
