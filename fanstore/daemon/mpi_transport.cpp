@@ -12,11 +12,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <limits>
 #include <map>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "fanstore/protocol/daemon_wire.hpp"
@@ -138,9 +136,9 @@ struct MpiTransport::Impl {
   std::vector<std::function<void(bool ok)>> on_complete;
   std::vector<int> done_idx;            // Reap's scratch
   std::vector<MPI_Status> done_status;  // Reap's scratch
-  // Reply slots whose traffic can no longer be told apart (a reply that broke the protocol, a receive that failed):
-  // no later fetch uses them (their tags).
-  std::unordered_set<int> poisoned;
+  // Chunks carry their request's id in their tag (ChunkTag): of 2^31 tags under Open MPI, so a chunk is never taken
+  // for another request's, whatever a broken peer sent before, and a reply slot is free once its fetch ends.
+  uint64_t chunk_tags = 1;
   // A chunked reply being received: its chunks are taken one at a time (the next once the previous one's receive
   // completed, so the reply is whole when its last receive completes, whatever order MPI completes receives in).
   struct ChunkWait {
@@ -148,12 +146,14 @@ struct MpiTransport::Impl {
     char* dst = nullptr;  // null: received and dropped
     std::shared_ptr<std::shared_ptr<void>> keep;
     uint64_t off = 0, total = 0;
-    uint32_t left = 0;    // chunk messages still to come
-    bool busy = false;    // a receive of one of its chunks is in flight
-    bool failed = false;  // broken: the rest of its chunks are dropped
+    uint32_t left = 0;       // chunk messages still to come
+    bool busy = false;       // a receive of one of its chunks is in flight
+    bool failed = false;     // broken: the rest of its chunks are dropped
+    int64_t idle_since = 0;  // us: registered, or its last chunk received
   };
-  using ChunkKey = std::pair<int, int>;  // tag, source: a slot's replies are neighbours in chunk_waits
+  using ChunkKey = std::pair<int, int>;  // chunk tag, source
   std::map<ChunkKey, std::deque<std::shared_ptr<ChunkWait>>> chunk_waits;
+  int64_t next_wait_sweep = 0;
   // Chunks probed before they could be taken (their header not received yet, or the previous chunk still
   // arriving), in arrival order (MPI keeps the order of one source's messages with one tag).
   struct EarlyChunk {
@@ -172,6 +172,7 @@ struct MpiTransport::Impl {
     reply_slots = std::clamp(tag_ub - kTagReplyBase + 1, 1, 1 << 20);
     if (o.reply_slots > 0) reply_slots = std::min(reply_slots, std::max(o.reply_slots, 2));
     slot_req.assign(static_cast<size_t>(reply_slots), 0);
+    chunk_tags = static_cast<uint64_t>(tag_ub) + 1;
   }
 
   // A peer that sent us anything within kPeerHotUs is still in its loop's hot window (kHotWindowUs of polling after
@@ -189,30 +190,15 @@ struct MpiTransport::Impl {
   uint32_t ChunksOf(uint64_t n) const { return static_cast<uint32_t>((n + o.max_message - 1) / o.max_message); }
 
   int SlotOf(uint64_t req_id) const { return static_cast<int>(req_id % static_cast<uint64_t>(reply_slots)); }
+  int ChunkTag(uint64_t req_id) const { return static_cast<int>(req_id % chunk_tags); }
 
-  // A chunked reply is registered or a chunk held on `slot`: what arrives on it must not be taken for a new fetch's.
-  bool SlotBusy(int slot) const {
-    const int tag = kTagReplyBase + slot;
-    // One look-up per fetch; the held chunks are a few outside a broken peer's traffic.
-    auto w = chunk_waits.lower_bound({tag, std::numeric_limits<int>::min()});
-    return (w != chunk_waits.end() && w->first.first == tag) ||
-           std::any_of(early_chunks.begin(), early_chunks.end(), [tag](const auto& c) { return c.key.first == tag; });
-  }
-
-  // A request id whose slot (the reply's tag) nothing waits on, or 0 when every slot is taken. Slot 0 is the
-  // probes' (their answers carry req_id 0).
+  // A request id whose slot (the reply's tag) no fetch in flight holds, or 0 when every slot is taken. Slot 0 is
+  // the probes' (their answers carry req_id 0).
   uint64_t NewReqId() {
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int tried = 0; tried < reply_slots; ++tried) {
-        uint64_t id = next_req++;
-        int slot = SlotOf(id);
-        if (slot != 0 && !poisoned.count(slot) && slot_req[static_cast<size_t>(slot)] == 0 && !SlotBusy(slot))
-          return id;
-      }
-      if (poisoned.empty()) break;
-      // Every slot busy or lost: take the lost ones back (only a peer breaking the protocol over and over gets here).
-      Error("every reply slot is in use or was lost to a peer breaking the protocol; reusing the lost ones");
-      poisoned.clear();
+    for (int tried = 0; tried < reply_slots; ++tried) {
+      uint64_t id = next_req++;
+      int slot = SlotOf(id);
+      if (slot != 0 && slot_req[static_cast<size_t>(slot)] == 0) return id;
     }
     return 0;
   }
@@ -355,11 +341,10 @@ struct MpiTransport::Impl {
       scratch = std::make_shared<std::string>(n, '\0');
       dst = scratch->data();
     } else if (n > kReplySlack + p->range.length) {
-      // More than the range asked for (a broken or hostile peer): setting that much aside in the sink would make
-      // the fetch cache evict for nothing, and a receive into less than the message corrupts the heap under Open
-      // MPI's shared-memory transport. Dropped; chunks it may announce cannot be told apart, so its slot goes.
+      // More than the range asked for (a broken peer): setting that much aside in the sink would make the fetch
+      // cache evict for nothing, and a receive into less than the message corrupts the heap under Open MPI's
+      // shared-memory transport. Dropped (chunks it may announce are held, then dropped, as nobody's).
       Drop(m, n);
-      Poison(tag);
       return Fail(p->req_id, Status(Code::kIoError, "malformed reply: " + std::to_string(count) + " bytes from rank " +
                                                         std::to_string(src) + " for " +
                                                         std::to_string(p->range.length) + " asked"));
@@ -369,9 +354,9 @@ struct MpiTransport::Impl {
     }
     uint64_t req_id = p ? p->req_id : 0, gen = p ? p->attempt_gen : 0;
     if (p) p->awaiting = false;
-    Receive(m, dst, n, [this, req_id, gen, src, tag, dst, n, scratch, keep = p ? p->keep : nullptr](bool ok) {
-      if (!ok) return ReceiveFailed(req_id, gen, tag, src);
-      OnReplyMessage(req_id, gen, src, tag, dst, n, !scratch);
+    Receive(m, dst, n, [this, req_id, gen, src, dst, n, scratch, keep = p ? p->keep : nullptr](bool ok) {
+      if (!ok) return ReceiveFailed(req_id, gen, src);
+      OnReplyMessage(req_id, gen, src, dst, n, !scratch);
     });
   }
 
@@ -382,19 +367,9 @@ struct MpiTransport::Impl {
     Track(r, std::move(done));
   }
 
-  // No later fetch uses `tag`'s slot. Bounded: should half the slots ever be lost this way, they are taken back.
-  void Poison(int tag) {
-    int slot = tag - kTagReplyBase;
-    if (slot <= 0 || slot >= reply_slots) return;
-    if (poisoned.size() >= static_cast<size_t>(reply_slots) / 2) poisoned.clear();
-    poisoned.insert(slot);
-  }
-
-  // A receive of a reply on `tag` from `src` completed with an error (a transport failure): its bytes are not to
-  // be looked at. The fetch's attempt fails (the next holder is asked), and the slot is poisoned: chunks of that
-  // reply may still be on their way.
-  void ReceiveFailed(uint64_t req_id, uint64_t gen, int tag, int src) {
-    Poison(tag);
+  // A receive of a reply from `src` completed with an error (a transport failure): its bytes are not to be looked
+  // at. The fetch's attempt fails (the next holder is asked).
+  void ReceiveFailed(uint64_t req_id, uint64_t gen, int src) {
     if (Current(req_id, gen))
       Fail(req_id, Status(Code::kIoError, "a reply from rank " + std::to_string(src) + " could not be received"));
   }
@@ -431,29 +406,28 @@ struct MpiTransport::Impl {
   }
 
   // A reply message received whole into `b` (`count` bytes): scratch, or (`landed`) the attempt's landed memory.
-  void OnReplyMessage(uint64_t req_id, uint64_t gen, int src, int tag, const char* b, uint64_t count, bool landed) {
+  void OnReplyMessage(uint64_t req_id, uint64_t gen, int src, const char* b, uint64_t count, bool landed) {
     Pending* p = Current(req_id, gen);
-    if (landed && !p) return;  // abandoned meanwhile; its memory is the graveyard's
     ReplyHead h{};
     const bool well = ParseHead(b, count, &h);
     if (!p || !well || h.req_id != req_id || (landed && h.chunks)) {
-      // Not the awaited answer: dropped, chunks and all. Chunks a header we cannot read may have, or that one too
-      // long for scratch announces (a good peer never sends one), cannot be told from a later fetch's: the slot goes.
-      if (!well || (landed && h.chunks)) Poison(tag);
-      if (well && h.chunks) ReceiveChunks(src, tag, h.n, h.chunks);
+      // Not the awaited answer (a late one, another request's, one given up on meanwhile, or a header too long for
+      // scratch that announces chunks, which a good peer never sends): dropped, chunks and all. Chunks of a header
+      // that cannot be read are held, then dropped, as nobody's.
+      if (well && h.chunks) ReceiveChunks(src, h.req_id, h.n, h.chunks);
+      if (!p) return;  // landed memory of an abandoned attempt is the graveyard's
       // Landed memory is spent; from scratch, the fetch keeps waiting for its own (a late answer sharing the tag).
       if (landed) return Fail(req_id, Status(Code::kIoError, "malformed reply"));
-      if (p) p->awaiting = true;
+      p->awaiting = true;
       return;
     }
     std::string msg(b + kReplyHeader, h.msg_len);
     if (h.chunks) {
       // The payload follows in chunks, received in order into landed memory. Announced otherwise than asked for or
-      // than this rank cuts: they are drained, and the slot goes (what else the peer sends on it cannot be told apart).
+      // than this rank cuts: they are drained.
       const bool asked = h.code == Code::kOk && h.n == p->range.length && h.chunks == ChunksOf(h.n);
       char* dst = asked ? Land(*p, h.n) : nullptr;
-      if (!asked) Poison(tag);
-      ReceiveChunks(src, tag, h.n, h.chunks, p, dst);
+      ReceiveChunks(src, req_id, h.n, h.chunks, p, dst);
       if (!asked)
         return Fail(req_id, h.code == Code::kOk ? Status(Code::kIoError, "malformed reply") : Status(h.code, msg));
       if (!dst) Fail(req_id, Status(Code::kNoMemory, "no memory for a " + std::to_string(h.n) + "-byte reply"));
@@ -475,13 +449,15 @@ struct MpiTransport::Impl {
     Finish(req_id, Status::Ok(), data, n);
   }
 
-  // Registers a reply whose header announced `chunks` (> 0) messages, `total` bytes, from `src` on the chunk
-  // communicator with the reply's `tag`: received in order into `dst`, the landed memory of `p`'s current attempt, or
-  // (dst null) drained into scratch, counted by the header since the sender may cut otherwise than this rank. Each
-  // chunk is taken by matched probe, so one of another size than due ends the reply before a byte of it lands
-  // (docs/daemon.md). An attempt abandoned meanwhile keeps `keep` alive: its chunks must not go to a later reply.
-  void ReceiveChunks(int src, int tag, uint64_t total, uint32_t chunks, Pending* p = nullptr, char* dst = nullptr) {
+  // Registers a reply to `req_id` whose header announced `chunks` (> 0) messages, `total` bytes, from `src` on the
+  // chunk communicator (tag ChunkTag(req_id)): received in order into `dst`, the landed memory of `p`'s current
+  // attempt, or (dst null) drained into scratch, counted by the header since the sender may cut otherwise than this
+  // rank. Each chunk is taken by matched probe, so one of another size than due ends the reply before a byte of it
+  // lands (docs/daemon.md). An attempt abandoned meanwhile keeps `keep` alive until its chunks are in.
+  void ReceiveChunks(int src, uint64_t req_id, uint64_t total, uint32_t chunks, Pending* p = nullptr,
+                     char* dst = nullptr) {
     auto w = std::make_shared<ChunkWait>();
+    w->idle_since = dp::NowUs();
     if (dst) {
       w->req_id = p->req_id;
       w->gen = p->attempt_gen;
@@ -490,7 +466,7 @@ struct MpiTransport::Impl {
     }
     w->total = total;
     w->left = chunks;
-    ChunkKey key{tag, src};
+    ChunkKey key{ChunkTag(req_id), src};
     chunk_waits[key].push_back(std::move(w));
     Feed(key);
   }
@@ -513,13 +489,12 @@ struct MpiTransport::Impl {
   }
 
   // Each chunk is held, then handed to the reply it belongs to (the first one registered from its source with its
-  // tag) as soon as that reply can take it.
+  // tag) as soon as that reply can take it. Chunks nothing takes (a broken peer's) are dropped once over the bound.
   bool PollChunks() {
     if (o.chunk_comm == MPI_COMM_NULL) return false;
     return Drain(o.chunk_comm, "chunk", [this](MPI_Message m, int src, int tag, int count) {
       ChunkKey key{tag, src};
       early_chunks.push_back(EarlyChunk{key, m, static_cast<uint64_t>(count)});
-      // Bounded: chunks nothing takes (a broken or hostile peer) are received and dropped, oldest first.
       if (early_chunks.size() > kMaxEarlyChunks) {
         Drop(early_chunks.front().m, early_chunks.front().count);
         early_chunks.pop_front();
@@ -552,13 +527,11 @@ struct MpiTransport::Impl {
 
   // Chunk `m` (`count` bytes) for reply `w`, the first one waiting on `key`, which has no receive in flight.
   void TakeChunk(const ChunkKey& key, const std::shared_ptr<ChunkWait>& w, MPI_Message m, uint64_t count) {
-    auto [tag, src] = key;
+    const int src = key.second;
     uint64_t due = w->off < w->total ? std::min(o.max_message, w->total - w->off) : 0;
     if (w->dst && !w->failed && count != due) {
-      // Not what this reply announced: it is over (the rest of its chunks are received and dropped), and its slot
-      // is not used again, since what else this peer sends on it cannot be told apart.
+      // Not what this reply announced: it is over (the rest of its chunks are received and dropped).
       w->failed = true;
-      Poison(tag);
       if (Current(w->req_id, w->gen))
         Fail(w->req_id,
              Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " + std::to_string(count) +
@@ -570,9 +543,10 @@ struct MpiTransport::Impl {
     w->busy = true;
     auto done = [this, key, w](bool ok) {
       w->busy = false;
+      w->idle_since = dp::NowUs();
       if (!ok && w->dst && !w->failed) {
         w->failed = true;
-        ReceiveFailed(w->req_id, w->gen, key.first, key.second);
+        ReceiveFailed(w->req_id, w->gen, key.second);
       }
       if (w->left == 0) {
         // The last chunk is in: this reply leaves the queue (it is its front: only the front takes chunks).
@@ -587,7 +561,30 @@ struct MpiTransport::Impl {
     Receive(m, w->dst + off, count, done);
   }
 
+  // Forgets replies whose chunks stopped coming for a whole fetch timeout (a peer killed or stopped between a
+  // header and its chunks): the memory they would land in is released, and chunks that come later are held, then
+  // dropped, as nobody's. A reply with a receive in flight stays: MPI owns its memory until it completes.
+  void ForgetStalledReplies(int64_t now) {
+    if (now < next_wait_sweep) return;
+    next_wait_sweep = now + 100'000;
+    const int64_t limit = static_cast<int64_t>(o.timeout_ms) * 1000;
+    for (auto wi = chunk_waits.begin(); wi != chunk_waits.end();) {
+      const ChunkWait& front = *wi->second.front();
+      if (front.busy || now - front.idle_since < limit) {
+        ++wi;
+        continue;
+      }
+      for (const auto& w : wi->second) {
+        if (w->dst && !w->failed && Current(w->req_id, w->gen))
+          Fail(w->req_id, Status(Code::kTimeout,
+                                 "rank " + std::to_string(wi->first.second) + " stopped sending a reply's chunks"));
+      }
+      wi = chunk_waits.erase(wi);
+    }
+  }
+
   void CheckDeadlines(int64_t now) {
+    ForgetStalledReplies(now);
     if (now < next_deadline) return;
     next_deadline = INT64_MAX;
     std::vector<uint64_t> late;
@@ -690,7 +687,7 @@ struct MpiTransport::Impl {
     };
     Status err;
     Send(src, tag, b, kReplyHeader + msg.size() + (chunks ? 0 : n), release, &err);
-    SendChunks(src, tag, b + kReplyHeader, n, chunks, release, &err);
+    SendChunks(src, ChunkTag(req_id), b + kReplyHeader, n, chunks, release, &err);
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);
     Ring(src);
   }
@@ -720,7 +717,7 @@ struct MpiTransport::Impl {
         MappedSendFailed("a send from a partition's mapping to rank " + std::to_string(src) + " failed");
       release(ok);
     };
-    SendChunks(src, tag, mapped, n, chunks, chunk_done, &err);
+    SendChunks(src, ChunkTag(req_id), mapped, n, chunks, chunk_done, &err);
     if (!err.ok()) return MappedSendFailed(err.message());
     stats->mapped_sends.fetch_add(1, std::memory_order_relaxed);
     stats->bytes_sent.fetch_add(n, std::memory_order_relaxed);

@@ -52,14 +52,20 @@ std::string Header(uint64_t req_id, uint32_t code, const std::string& msg, uint6
   return h + msg;
 }
 
-int ReplySlots() {
+int TagUb() {
   void* ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-  int tag_ub = flag ? *static_cast<int*>(ub) : 32767;
-  int slots = std::max(1, std::min(tag_ub, 1 << 30) - kTagReplyBase + 1);
+  return flag ? *static_cast<int*>(ub) : 32767;
+}
+
+int ReplySlots() {
+  int slots = std::max(1, std::min(TagUb(), 1 << 30) - kTagReplyBase + 1);
   return std::min(slots, 1 << 20);
 }
+
+// A chunk's tag on the chunk communicator: its request's id, modulo the tags there are.
+int ChunkTag(uint64_t req_id) { return static_cast<int>(req_id % (static_cast<uint64_t>(TagUb()) + 1)); }
 
 long MaxRssKiB() {
   rusage u{};
@@ -80,6 +86,7 @@ enum class Rogue {
   kChunkedAtOnce,   // a good chunked reply in chunks of rank 0's size, every message started at once (MPI_Isend)
   kHugeDirect,      // one message of 32 MiB for the 10,000 bytes asked for (no chunks)
   kLandedChunked,   // a header with a 2 KiB message (received into the fetch's memory) announcing 3 chunks of junk
+  kNoChunks,        // a good header announcing 3 chunks, and then nothing (a peer killed between header and chunks)
 };
 
 struct Step {
@@ -94,6 +101,7 @@ struct Scenario {
   uint64_t max_message = kMaxMessage;  // rank 0's
   int slots = 0;                       // reply slots (tags) of rank 0; 0: as many as MPI_TAG_UB allows
   uint64_t length = kLength;           // of each fetch
+  int timeout_ms = 10000;              // rank 0's fetch timeout
 };
 
 const Scenario kScenarios[] = {
@@ -135,8 +143,8 @@ const Scenario kScenarios[] = {
      uint64_t{1} << 20,
      0,
      (uint64_t{3} << 20) + 1000},
-    // 4 slots: each such reply's slot must be drained or given up for good, never left busy (3 of them once took
-    // every slot, and the next fetch spun for a free one forever) nor handed its junk chunks to a later fetch.
+    // 4 slots: each such reply's slot must be free for the next fetch once its own failed (3 of them once took
+    // every slot, and the next fetch spun for a free one forever), and its junk chunks never handed to a later one.
     {"headers too long for scratch announcing chunks, then good chunked fetches",
      {{Rogue::kLandedChunked, false},
       {Rogue::kLandedChunked, false},
@@ -145,6 +153,18 @@ const Scenario kScenarios[] = {
       {Rogue::kGoodChunked, true}},
      kMaxMessage,
      4},
+    // 4 slots, a 300 ms timeout: chunks announced that never come time their fetch out, and must not keep its slot
+    // (3 such replies once refused every later fetch with "no reply slot is free").
+    {"headers whose chunks never come, then good chunked fetches",
+     {{Rogue::kNoChunks, false},
+      {Rogue::kNoChunks, false},
+      {Rogue::kNoChunks, false},
+      {Rogue::kGoodChunked, true},
+      {Rogue::kGoodChunked, true}},
+     kMaxMessage,
+     4,
+     kLength,
+     300},
 };
 
 class Sink final : public fd::FetchSink {
@@ -202,8 +222,9 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
     std::vector<MPI_Request> rs(msgs.size(), MPI_REQUEST_NULL);
     for (size_t i = 0; i < msgs.size(); ++i) {
       MPI_Comm comm = i ? chunk_comm : MPI_COMM_WORLD;
-      if (!at_once) SendBytes(msgs[i], tag, comm);
-      else MPI_Isend(msgs[i].data(), static_cast<int>(msgs[i].size()), MPI_BYTE, 0, tag, comm, &rs[i]);
+      const int t = i ? ChunkTag(id) : tag;
+      if (!at_once) SendBytes(msgs[i], t, comm);
+      else MPI_Isend(msgs[i].data(), static_cast<int>(msgs[i].size()), MPI_BYTE, 0, t, comm, &rs[i]);
     }
     MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
   };
@@ -213,9 +234,9 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
     case Rogue::kOversizedChunk: {
       SendBytes(Header(req_id, 0, "", len, 3), tag, MPI_COMM_WORLD);
       std::string junk = Payload(off, len, true);
-      SendBytes(junk.substr(0, 2 * kMaxMessage), tag, chunk_comm);
-      SendBytes(junk.substr(0, kMaxMessage), tag, chunk_comm);
-      SendBytes(junk.substr(0, len - 2 * kMaxMessage), tag, chunk_comm);
+      SendBytes(junk.substr(0, 2 * kMaxMessage), ChunkTag(req_id), chunk_comm);
+      SendBytes(junk.substr(0, kMaxMessage), ChunkTag(req_id), chunk_comm);
+      SendBytes(junk.substr(0, len - 2 * kMaxMessage), ChunkTag(req_id), chunk_comm);
       break;
     }
     case Rogue::kWrongLength:
@@ -232,7 +253,7 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
       // 1,000 bytes: small enough to go eagerly (a rendezvous message rank 0 never receives would block this
       // MPI_Send for good).
       chunked(req_id, len, kMaxMessage, false);
-      SendBytes(Payload(off, 1000, true), tag, chunk_comm);
+      SendBytes(Payload(off, 1000, true), ChunkTag(req_id), chunk_comm);
       break;
     case Rogue::kChunkedAtOnce: chunked(req_id, len, max_message, false, true); break;
     case Rogue::kHugeDirect: {
@@ -244,9 +265,10 @@ void PlayRogue(Rogue r, MPI_Comm chunk_comm, int slots, uint64_t max_message) {
       SendBytes(Header(req_id, 0, std::string(2048, 'm'), len, 3), tag, MPI_COMM_WORLD);
       std::string junk = Payload(off, len, true);
       for (uint64_t at = 0; at < len; at += kMaxMessage)
-        SendBytes(junk.substr(at, std::min(kMaxMessage, len - at)), tag, chunk_comm);
+        SendBytes(junk.substr(at, std::min(kMaxMessage, len - at)), ChunkTag(req_id), chunk_comm);
       break;
     }
+    case Rogue::kNoChunks: SendBytes(Header(req_id, 0, "", len, 3), tag, MPI_COMM_WORLD); break;
     case Rogue::kError:
       SendBytes(Header(req_id, static_cast<uint32_t>(Code::kNotFound), "no such range here", 0, 0), tag,
                 MPI_COMM_WORLD);
@@ -261,7 +283,7 @@ bool Fetch(const Scenario& sc, MPI_Comm chunk_comm) {
   fd::TransportOptions o;
   o.rank = 0;
   o.nranks = 2;
-  o.timeout_ms = 10000;  // no scenario waits for it: every error wanted is immediate
+  o.timeout_ms = sc.timeout_ms;  // only the scenario that sets it waits for it: other errors wanted are immediate
   o.max_message = sc.max_message;
   o.chunk_comm = chunk_comm;
   o.reply_slots = sc.slots;
