@@ -17,7 +17,8 @@ std::string_view DirOf(std::string_view rel) {
 
 }  // namespace
 
-Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last, std::string* missing) {
+Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last, std::string* missing,
+                                       LinkCheck may_follow, void* ctx) {
   const Image& img = *image_;
   std::string rel(rel_in);
   for (int links = 0;;) {
@@ -52,6 +53,8 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
         return r.status();
       }
     }
+    if (may_follow != nullptr && !may_follow(ctx, link))
+      return Status(Code::kPermission, "no search permission on the way to a symlink: " + std::string(rel_in));
     if (++links > kMaxLinks)
       return Status(Code::kLoop, "too many levels of symbolic links in the image: " + Printable(rel_in));
     const Entry e = img.Get(link);

@@ -104,8 +104,13 @@ class Client {
   };
   // On a miss (kNotFound, kNotDirectory), `missing` (if given) gets the link-free path that was not there: a front
   // end that creates names creates that one, as the kernel creates a dangling link's target.
-  Result<Target> Resolve(std::string_view rel, bool follow_last = true, std::string* missing = nullptr);
-  // stat(2) data of an entry: stable st_ino, st_dev of the image, uid/gid of this process.
+  // `may_follow` (if given) is asked about each symlink before it is followed, with `ctx`: a front end that checks
+  // search permission checks the directories the walk passed to reach it. False ends the walk with kPermission.
+  using LinkCheck = bool (*)(void* ctx, uint32_t link);
+  Result<Target> Resolve(std::string_view rel, bool follow_last = true, std::string* missing = nullptr,
+                         LinkCheck may_follow = nullptr, void* ctx = nullptr);
+  // stat(2) data of an entry: stable st_ino, st_dev of the image, uid/gid as packed (this process's for a
+  // version-2 image, which stores none).
   void FillStat(uint32_t id, struct stat* st) const;
   // Opens file `id` (counted in stats().opens): kIsDirectory for a directory, kCorrupt for an entry whose
   // chunk layout is impossible. Reads nothing: a damaged chunk fails (EIO) at the first read that touches it.
