@@ -12,6 +12,7 @@
 #include "async_io.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "perm.hpp"
 #include "real.hpp"
 #include "state.hpp"
 
@@ -30,7 +31,7 @@ int OpenDirFd(uint32_t id, int flags) {
   return fd;
 }
 
-int OpenEntry(uint32_t id, int flags, bool lazy) {
+int OpenEntry(uint32_t id, int flags, bool lazy, perm::Caller* check) {
   auto fail = [](int err) {
     errno = err;
     return -1;
@@ -54,10 +55,16 @@ int OpenEntry(uint32_t id, int flags, bool lazy) {
   bool writes = (flags & O_ACCMODE) != O_RDONLY;
   if (e.is_dir()) {
     if (writes || (flags & (O_CREAT | O_TRUNC))) return fail(EISDIR);
+    if (check) {
+      if (int err = perm::CheckEntry(e, perm::kRead, *check); err != 0) return fail(err);
+    }
     return OpenDirFd(id, flags);
   }
   if (flags & O_DIRECTORY) return fail(ENOTDIR);
   if (writes || (flags & O_TRUNC)) return fail(EROFS);
+  if (check) {
+    if (int err = perm::CheckEntry(e, perm::kRead, *check); err != 0) return fail(err);
+  }
   if (lazy && lazy::Enabled() && !async_io::Eager()) {
     // The first chunk is verified now (EIO at open for a damaged small file); reads decode what they touch.
     Result<std::shared_ptr<OpenFile>> file = [&]() -> Result<std::shared_ptr<OpenFile>> {
@@ -137,17 +144,11 @@ void StatxEntry(uint32_t id, struct statx* stx) {
 int AccessEntry(uint32_t id, int mode, bool effective) {
   if (mode & W_OK) return EROFS;
   if (mode == F_OK) return 0;
-  Entry e = g_client->image().Get(id);
-  uid_t uid = effective ? geteuid() : getuid();
-  // The image presents every entry as owned by this process's user (Client::FillStat), so the owner
-  // bits decide; root may read anything and execute what has any x bit (as the kernel does).
-  if (uid == 0) {
-    if ((mode & X_OK) && !e.is_dir() && (e.mode & 0111) == 0) return EACCES;
-    return 0;
-  }
-  if ((mode & R_OK) && !(e.mode & S_IRUSR)) return EACCES;
-  if ((mode & X_OK) && !(e.mode & S_IXUSR)) return EACCES;
-  return 0;
+  // The kernel decides with the entry's owner and mode as stat reports them (Client::FillStat: the packed owner,
+  // or the caller for a version-2 image), with the real ids unless AT_EACCESS asks for the effective ones.
+  int want = ((mode & R_OK) ? perm::kRead : 0) | ((mode & X_OK) ? perm::kExec : 0);
+  perm::RealIdsScope real(!effective);
+  return perm::CheckEntry(id, want);
 }
 
 }  // namespace fanstore::interpose

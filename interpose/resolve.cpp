@@ -9,6 +9,7 @@
 #include "fanstore/path.hpp"
 #include "fanstore/status.hpp"
 #include "fd_table.hpp"
+#include "perm.hpp"
 #include "state.hpp"
 
 namespace fanstore::interpose {
@@ -52,7 +53,7 @@ namespace {
 // /proc/self/fd/N[/rest], /proc/thread-self/fd/N, /proc/<our pid>/fd/N, /dev/fd/N, /dev/stdin|stdout|stderr:
 // the kernel follows such a link to the file behind fd N. When N is one of ours, that file is an image
 // entry: *out = its absolute path + rest. False otherwise (no allocation on that path).
-bool MapFdLink(const char* path, std::string* out, bool* bare) {
+bool MapFdLink(const char* path, std::string* out, bool* bare, uint32_t* fd_id) {
   const char* num = nullptr;
   int fixed = -1;
   if (strncmp(path, "/proc/", 6) == 0) {
@@ -101,6 +102,7 @@ bool MapFdLink(const char* path, std::string* out, bool* bare) {
   if (!FdTable::Lookup(fd, &id) || g_client == nullptr) return false;
   *out = AbsoluteOfId(id) + rest;
   *bare = *rest == '\0';
+  *fd_id = id;
   return true;
 }
 
@@ -108,10 +110,19 @@ bool MapFdLink(const char* path, std::string* out, bool* bare) {
 
 namespace {
 
+// Client::Resolve's question before it follows a symlink: may the caller search every directory leading to it?
+bool MayFollow(void* ctx, uint32_t link) {
+  perm::Caller who;
+  const uint32_t parent = g_client->image().Get(link).parent;
+  return perm::SearchUp(parent, who, *static_cast<const uint32_t*>(ctx)) == 0;
+}
+
 // Follows the image's symlinks on a classified path (kOurs): rel becomes link-free, or the path leaves the image.
 void FollowLinks(Resolved* r, bool follow_last) {
   std::string missing;
-  auto t = g_client->Resolve(r->rel, follow_last || r->want_dir, &missing);  // "link/" names what it points at
+  // "link/" names what it points at
+  auto t = g_client->Resolve(r->rel, follow_last || r->want_dir, &missing, r->no_search ? nullptr : MayFollow,
+                             &r->search_top);
   if (!t.ok()) {
     Code c = t.status().code();
     if (c == Code::kNotFound || c == Code::kNotDirectory) {
@@ -151,9 +162,14 @@ Resolved ClassifyLexically(int dirfd, const char* path) {
   bool virtual_base = false;
   std::string base;
   std::string mapped;
+  uint32_t fd_id = 0;
   if (path[0] == '/' && (path[1] == 'p' || path[1] == 'd') && FdTable::HighWater() != 0 &&
-      MapFdLink(path, &mapped, &r.fd_link))
+      MapFdLink(path, &mapped, &r.fd_link, &fd_id)) {
     path = mapped.c_str();
+    // The kernel jumps to the open file without a walk: below it, the walk starts there.
+    r.no_search = r.fd_link;
+    r.search_top = fd_id;
+  }
   if (path[0] == '/') {
     c = ClassifyPath(path, mount, mount);  // allocation-free when not under the mount
     // "/fanstore/../etc" climbs out through a directory the kernel may not have: resolve it lexically.
@@ -164,7 +180,8 @@ Resolved ClassifyLexically(int dirfd, const char* path) {
     uint32_t dir_raw = dirfd == AT_FDCWD ? 0 : FdTable::Raw(dirfd);
     if (dirfd != AT_FDCWD && FdTable::IsOurs(dir_raw)) {
       if (g_client == nullptr) return r;
-      base = AbsoluteOfId(FdTable::IdOf(dir_raw));
+      r.search_top = FdTable::IdOf(dir_raw);
+      base = AbsoluteOfId(r.search_top);
       virtual_base = true;
     } else if (dirfd != AT_FDCWD) {
       // A real directory fd: the kernel resolves the path, unless the fd is an ancestor of the mount
@@ -205,6 +222,38 @@ Resolved ClassifyLexically(int dirfd, const char* path) {
 
 }  // namespace
 
+namespace {
+
+// EACCES when the caller may not search a directory the kernel's walk passes through to reach entry `id` (the
+// directories above it, or only `search_top` when the walk starts at the entry itself). 0 otherwise.
+int SearchErr(const Resolved& r, uint32_t id) {
+  if (r.no_search || id == kRootId) return 0;
+  perm::Caller who;
+  if (id == r.search_top) return perm::CheckEntry(g_client->image().Get(id), perm::kExec, who);  // "." of an fd
+  return perm::SearchUp(g_client->image().Get(id).parent, who, r.search_top);
+}
+
+// A miss (ENOENT, ENOTDIR): the kernel's walk stopped at the deepest entry that exists, after searching every
+// directory on the way to it (and in it, when it is a directory). EACCES when one of them denies the caller.
+int MissSearchErr(const Resolved& r) {
+  if (r.no_search) return 0;
+  const Image& img = g_client->image();
+  std::string_view rel(r.rel);
+  for (size_t cut = rel.rfind('/');; cut = rel.rfind('/', cut - 1)) {
+    uint32_t found = kRootId;
+    if (cut != std::string_view::npos && cut > 0) {
+      auto p = img.Lookup(rel.substr(0, cut));
+      if (!p.ok()) continue;
+      found = *p;
+    }
+    const Entry e = img.Get(found);
+    perm::Caller who;
+    return perm::SearchUp(e.is_dir() ? found : e.parent, who, r.search_top);
+  }
+}
+
+}  // namespace
+
 void LookUp(Resolved* r) {
   if (r->kind != Resolved::kOurs) return;
   if (!Ready()) {
@@ -216,6 +265,12 @@ void LookUp(Resolved* r) {
   if (!id.ok()) {
     r->kind = Resolved::kFail;
     r->err = ToErrno(id.status());
+    if ((r->err == ENOENT || r->err == ENOTDIR) && MissSearchErr(*r) != 0) r->err = EACCES;
+    return;
+  }
+  if (int err = SearchErr(*r, *id); err != 0) {
+    r->kind = Resolved::kFail;
+    r->err = err;
     return;
   }
   r->id = *id;

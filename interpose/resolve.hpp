@@ -21,6 +21,11 @@ struct Resolved {
   // kOurs/kFail: the path was /proc/self/fd/N (or /dev/fd/N, /dev/stdin...) of one of our fds, with
   // nothing after N: it names that fd's entry, and readlink of it says the entry's absolute path.
   bool fd_link = false;
+  // Search permission (perm.hpp): the kernel asks it of every directory a walk passes through, from where the walk
+  // starts. `search_top`: the walk started at this directory of the image (an fd of ours), so directories above it
+  // are not checked; `no_search`: nothing is searched (/proc/self/fd/N names the open file itself).
+  uint32_t search_top = 0xFFFFFFFFu;
+  bool no_search = false;
 
   bool pass() const { return kind == kPass; }
   const char* PassPath(const char* path) const { return rewritten.empty() ? path : rewritten.c_str(); }
@@ -34,10 +39,11 @@ struct Resolved {
 Resolved Classify(int dirfd, const char* path, bool follow_last = true);
 
 // Classify, then look the path up: kOurs with `id`, or kFail with the errno POSIX would give
-// (EIO for every path under the mount when the image could not be opened).
+// (EIO for every path under the mount when the image could not be opened; EACCES when a directory on the way
+// denies the caller search permission, symlinks' ways included, as the kernel's path walk does).
 Resolved Resolve(int dirfd, const char* path, bool follow_last = true);
 
-// Looks up an already classified kOurs result in place.
+// Looks up an already classified kOurs result in place (search permission included).
 void LookUp(Resolved* r);
 
 // The errno a call that creates a new entry at a classified kOurs path gets on a read-only file system

@@ -6,6 +6,7 @@
 
 #include "cwd.hpp"
 #include "fd_table.hpp"
+#include "perm.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
@@ -67,7 +68,10 @@ FS_WRAPPER(int, chdir, (const char* path)) {
     return rc;
   }
   return ServePath("chdir", r, path, [&](uint32_t id) {
-    if (!g_client->image().Get(id).is_dir()) return ENOTDIR;
+    const fanstore::Entry e = g_client->image().Get(id);
+    if (!e.is_dir()) return ENOTDIR;
+    perm::Caller who;
+    if (int err = perm::CheckEntry(e, perm::kExec, who); err != 0) return err;  // as the kernel's chdir
     cwd::SetVirtual(AbsoluteOf(r.rel));
     return 0;
   });
@@ -93,7 +97,10 @@ FS_WRAPPER(int, fchdir, (int fd)) {
   int saved = errno;
   int err = Serve(
       [&] {
-        if (!g_client->image().Get(id).is_dir()) return ENOTDIR;
+        const fanstore::Entry e = g_client->image().Get(id);
+        if (!e.is_dir()) return ENOTDIR;
+        perm::Caller who;
+        if (int err = perm::CheckEntry(e, perm::kExec, who); err != 0) return err;  // fchdir checks it too
         cwd::SetVirtual(AbsoluteOfId(id));
         return 0;
       },

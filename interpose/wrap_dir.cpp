@@ -10,6 +10,7 @@
 #include "fd_table.hpp"
 #include "ops.hpp"
 #include "parent_listing.hpp"
+#include "perm.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
@@ -33,7 +34,10 @@ DIR* OpenOurDir(const char* call, int dirfd, const char* path, const Resolved& c
   int saved = errno;
   DIR* out = nullptr;
   int rc = ServePath(call, classified, path, [&](uint32_t id) {
-    if (!g_client->image().Get(id).is_dir()) return ENOTDIR;
+    const fanstore::Entry e = g_client->image().Get(id);
+    if (!e.is_dir()) return ENOTDIR;
+    perm::Caller who;
+    if (int err = perm::CheckEntry(e, perm::kRead, who); err != 0) return err;  // opendir opens it for reading
     int fd = OpenDirFd(id, O_CLOEXEC);
     if (fd < 0) return errno;
     out = WrapFd(fd, id);

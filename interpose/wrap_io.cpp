@@ -22,6 +22,7 @@
 #include "fd_identity.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "ops.hpp"
 #include "raw_syscall.hpp"
 #include "wrap.hpp"
 
@@ -282,6 +283,21 @@ FS_WRAPPER(int, ioctl, (int fd, unsigned long request, ...)) {
 // Each exec checks the program first: one the preload cannot reach (static, set-ID, 32-bit) is handed to
 // `fanstore run`, which serves it the image through FUSE (exec_handover.hpp).
 FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp_in[])) {
+  uint32_t id;
+  if (Active() && FdTable::Lookup(fd, &id)) {
+    // The memfd behind it is executable by anyone: the kernel would have checked the entry's own mode.
+    int err = Serve(
+        [&] {
+          if (g_client->image().Get(id).is_dir()) return EACCES;
+          return AccessEntry(id, X_OK, true);
+        },
+        ENOMEM);
+    if (err != 0) {
+      TraceFd("fexecve", fd, -1, err);
+      errno = err;
+      return -1;
+    }
+  }
   if (!Materialized(fd)) return -1;
   lazy::MaterializeAll(true);
   std::string merged;

@@ -12,6 +12,7 @@
 #include "fd_table.hpp"
 #include "lazy.hpp"
 #include "ops.hpp"
+#include "perm.hpp"
 #include "wrap.hpp"
 
 using namespace fanstore::interpose;
@@ -22,6 +23,8 @@ template <class Pass>
 int AccessCommon(const char* call, int dirfd, const char* path, int mode, bool effective, int flags,
                  Pass pass) noexcept {
   if (!Active()) return pass(dirfd, path);
+  // The kernel checks with the real ids for the whole call, the walk through the directories included.
+  perm::RealIdsScope ids(!effective);
   bool ours;
   uint32_t id;
   if (SafeEmptyPath(dirfd, path, flags, &ours, &id)) {  // faccessat(fd, "", mode, AT_EMPTY_PATH)

@@ -34,7 +34,8 @@ int OpenOurs(Resolved* r, int flags, bool lazy = false) {
     if (errno == EEXIST) errno = r->err;
     return -1;
   }
-  return OpenEntry(r->id, flags, lazy);
+  perm::Caller who;  // the program's open: read permission as the kernel checks it
+  return OpenEntry(r->id, flags, lazy, &who);
 }
 
 // What every open-style wrapper does; `pass(dirfd, path)` is the real call.
