@@ -301,6 +301,46 @@ void UnixSocket(const Args& a) {
   Report(a.line, rc, e);
 }
 
+// execv PATH / fexecve H: the program runs in a forked child with stdio on /dev/null; the result is the exec's
+// errno, or the program's exit status (a script whose interpreter cannot read it fails there).
+void RunChild(const Args& a) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    Report(a.line, -1, errno);
+    return;
+  }
+  int fd = a.op() == "fexecve" ? Fd(a.arg(1)) : -1;
+  std::string path = a.op() == "fexecve" ? "" : Path(a.arg(1));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    char* argv[] = {const_cast<char*>("prog"), nullptr};
+    if (fd >= 0) {
+      fexecve(fd, argv, environ);
+    } else {
+      execv(path.c_str(), argv);
+    }
+    int e = errno;
+    if (write(pipefd[1], &e, sizeof e) != sizeof e) _exit(126);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  int e = 0;
+  ssize_t got = read(pipefd[0], &e, sizeof e);
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got == sizeof e) {
+    Report(a.line, -1, e);
+  } else {
+    Report(a.line, 0, 0, "status=" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  }
+}
+
 // stat_t PATH / fstatat_t DIRH PATH FLAGS: type, mode, size
 void StatType(const Args& a) {
   struct stat st;
@@ -431,6 +471,16 @@ const std::unordered_map<std::string_view, Op> kOps = {
      [](const Args& a) {  // access PATH MODE
        int rc = access(Path(a.arg(1)).c_str(), Flags(a.arg(2)));
        Report(a.line, rc, errno);
+     }},
+    {"euidaccess",
+     [](const Args& a) {  // euidaccess PATH MODE
+       int rc = euidaccess(Path(a.arg(1)).c_str(), Flags(a.arg(2)));
+       Report(a.line, rc, errno);
+     }},
+    {"seteuid",
+     [](const Args& a) {  // seteuid UID: the effective uid only (access then checks the real one, AT_EACCESS this)
+       Call(a.line,
+            setresuid(static_cast<uid_t>(-1), static_cast<uid_t>(std::stoul(a.arg(1))), static_cast<uid_t>(-1)));
      }},
     {"faccessat",
      [](const Args& a) {  // faccessat DIRH PATH MODE [FLAGS] ("" path: write -)
@@ -603,6 +653,8 @@ const std::unordered_map<std::string_view, Op> kOps = {
        waitpid(pid, &status, 0);
        Report(a.line, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
      }},
+    {"execv", RunChild},         // execv PATH: exec'd in a forked child (stdio on /dev/null)
+    {"fexecve", RunChild},       // fexecve H: the same through an fd
     {"exec_read", ExecChild},    // exec_read H
     {"exec_getcwd", ExecChild},  // exec_getcwd
     // --- directory streams
