@@ -54,7 +54,7 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
       }
     }
     if (may_follow != nullptr && !may_follow(ctx, link))
-      return Status(Code::kPermission, "no search permission on the way to a symlink: " + std::string(rel_in));
+      return Status(Code::kPermission, "no search permission on the way to a symlink: " + Printable(rel_in));
     if (++links > kMaxLinks)
       return Status(Code::kLoop, "too many levels of symbolic links in the image: " + Printable(rel_in));
     const Entry e = img.Get(link);
