@@ -35,13 +35,24 @@ void LogToCaller(enum fuse_log_level, const char* fmt, va_list ap) {
     std::fputs(line, stderr);
     return;
   }
-  std::string s(line);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  if (s.rfind("fuse: ", 0) == 0) s.erase(0, 6);
-  if (!s.empty()) g_captured += (g_captured.empty() ? "" : "; ") + s;
+  g_captured += line;  // libfuse may write one message in pieces ("unknown option(s): `", "-o ", "bogus'\n")
 }
 
-std::string Captured(const char* fallback) { return g_captured.empty() ? std::string(fallback) : g_captured; }
+// What libfuse said, its lines joined with "; " (without its "fuse: " prefix), or `fallback`.
+std::string Captured(const char* fallback) {
+  std::string out;
+  size_t at = 0;
+  while (at < g_captured.size()) {
+    size_t end = g_captured.find('\n', at);
+    if (end == std::string::npos) end = g_captured.size();
+    std::string s = g_captured.substr(at, end - at);
+    at = end + 1;
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    if (s.rfind("fuse: ", 0) == 0) s.erase(0, 6);
+    if (!s.empty()) out += (out.empty() ? "" : "; ") + s;
+  }
+  return out.empty() ? std::string(fallback) : out;
+}
 
 // libfuse splits -o values at ',', so a comma inside fsname (an image path) must be escaped.
 std::string EscapeOptionValue(const std::string& v) {
