@@ -189,6 +189,27 @@ TEST_F(LinksTest, ResolveFollowsLinksAsTheKernelDoes) {
   EXPECT_EQ(h1.st_ino, h2.st_ino);
   EXPECT_EQ(h1.st_nlink, 2u);
   EXPECT_EQ(client.Open(*img.Lookup("lib64")).status().code(), Code::kLoop);  // open(O_NOFOLLOW) of a link
+
+  // A front end that checks search permission is asked before each link is followed, in the order the walk meets
+  // them; a "no" ends the walk with kPermission.
+  struct Asked {
+    const Image* img;
+    std::string refuse;
+    std::vector<std::string> links;
+  };
+  Client::LinkCheck ask = [](void* ctx, uint32_t link) {
+    auto* a = static_cast<Asked*>(ctx);
+    a->links.emplace_back(a->img->Get(link).path);
+    return a->links.back() != a->refuse;
+  };
+  Asked all{&img, ""};
+  auto t = client.Resolve("bin/via", true, nullptr, ask, &all);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(img.Get(t->id).path, "lib/libfoo.so.1.2");
+  EXPECT_EQ(all.links, (std::vector<std::string>{"bin/via", "lib64", "lib/libfoo.so"}));
+  Asked refused{&img, "lib64"};
+  EXPECT_EQ(client.Resolve("bin/via", true, nullptr, ask, &refused).status().code(), Code::kPermission);
+  EXPECT_EQ(refused.links, (std::vector<std::string>{"bin/via", "lib64"}));
 }
 
 }  // namespace
