@@ -138,6 +138,34 @@ TEST(SpatialPlan, RejectsPlansThatCannotWorkWithOneLine) {
   EXPECT_THROW(parse_layer_splits("conv=1,x,1", 3), GridError);
   EXPECT_THROW(parse_layer_splits("=1,1,1", 3), GridError);
   EXPECT_EQ(parse_layer_splits("a=1,2,1;b=2,2,2", 3).at("b"), (std::vector<int>{2, 2, 2}));
+  EXPECT_NE(forced(*cosmo32, "1,2,2,1", "input=1,1,1").find("the input is no layer"), std::string::npos);
+}
+
+// What --layer-split says for each malformed argument: one line that quotes it and names the fault.
+TEST(SpatialPlan, LayerSplitParsingNamesTheFault) {
+  auto message = [](const std::string& text) -> std::string {
+    try {
+      parse_layer_splits(text, 3);
+    } catch (const GridError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      return e.what();
+    }
+    return "";
+  };
+  // A layer named twice was taken with the last split winning.
+  EXPECT_EQ(message("a=1,1,1;a=2,1,1"),
+            "--layer-split \"a=1,1,1;a=2,1,1\": \"a\" is given twice; give each layer one split");
+  EXPECT_NE(message(" a = 1,1,1 ; a=2,1,1").find("\"a\" is given twice"), std::string::npos);
+  EXPECT_NE(message(";;").find("--layer-split \";;\": entry 1 is empty"), std::string::npos) << message(";;");
+  EXPECT_NE(message("a=1,1,1;;b=1,1,1").find("entry 2 is empty"), std::string::npos);
+  EXPECT_NE(message("a=1,1,1;").find("it ends with ';'"), std::string::npos);
+  EXPECT_NE(message("a=99999999999,1,1").find("\"99999999999\" is out of range"), std::string::npos)
+      << message("a=99999999999,1,1");
+  EXPECT_NE(message("a=0,1,1").find("\"0\" is not a positive number"), std::string::npos);
+  // Spaces around names and counts are dropped.
+  const LayerSplits spaced = parse_layer_splits(" conv_blocks.0.conv = 2,1,1 ; b=1,1,1 ", 3);
+  EXPECT_EQ(spaced.at("conv_blocks.0.conv"), (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(spaced.at("b"), (std::vector<int>{1, 1, 1}));
 }
 
 }  // namespace

@@ -70,22 +70,42 @@ std::string axis_problem(const std::optional<Window>& window, const std::vector<
 LayerSplits parse_layer_splits(const std::string& text, int spatial_rank) {
   LayerSplits out;
   const std::string form = spatial_rank == 3 ? "NAME=D,H,W" : "NAME=H,W";
+  const auto trim = [](const std::string& t) {
+    const auto first = t.find_first_not_of(" \t"), last = t.find_last_not_of(" \t");
+    return first == std::string::npos ? std::string() : t.substr(first, last - first + 1);
+  };
   std::stringstream entries(text);
   std::string entry;
+  std::size_t count = 0;
   while (std::getline(entries, entry, ';')) {
+    ++count;
+    if (trim(entry).empty())
+      throw GridError("--layer-split \"" + text + "\": entry " + std::to_string(count) +
+                      " is empty (two ';' in a row, or one at an end); expected " + form + " entries separated by ';'");
     const auto eq = entry.find('=');
-    if (eq == std::string::npos || eq == 0)
+    const std::string name = trim(entry.substr(0, eq == std::string::npos ? 0 : eq));
+    if (eq == std::string::npos || name.empty())
       throw GridError("--layer-split \"" + entry + "\": expected " + form + " (entries separated by ';')");
     std::string bad;
-    const auto parsed = parse_counts(entry.substr(eq + 1), &bad);
-    if (!parsed)
-      throw GridError("--layer-split \"" + entry + "\": \"" + bad + "\" is not a positive number (" + form + ")");
+    const auto parsed = parse_counts(trim(entry.substr(eq + 1)), &bad);
+    if (!parsed) {
+      const bool digits = !bad.empty() && bad.find_first_not_of("0123456789") == std::string::npos;
+      const bool zero = digits && bad.find_first_not_of('0') == std::string::npos;
+      throw GridError("--layer-split \"" + entry + "\": \"" + bad + "\" " +
+                      (digits && !zero ? "is out of range (a part count is from 1 to " + std::to_string(kMaxGridRanks) +
+                                             ", and divides the grid's ranks along its axis)"
+                                       : "is not a positive number (" + form + ")"));
+    }
     const std::vector<int>& parts = *parsed;
     if (static_cast<int>(parts.size()) != spatial_rank)
       throw GridError("--layer-split \"" + entry + "\": expected " + form + ", " + std::to_string(spatial_rank) +
                       " numbers after the name");
-    out[entry.substr(0, eq)] = parts;
+    if (!out.emplace(name, parts).second)
+      throw GridError("--layer-split \"" + text + "\": \"" + name + "\" is given twice; give each layer one split");
   }
+  const std::string whole = trim(text);
+  if (!whole.empty() && whole.back() == ';')
+    throw GridError("--layer-split \"" + text + "\": it ends with ';'; expected " + form + " entries separated by ';'");
   return out;
 }
 
@@ -208,10 +228,16 @@ SpatialPlan::SpatialPlan(const Model& model, GridShape grid, const LayerSplits& 
     node.partition = partition(shape, parts);
     for (std::size_t k = 0; k < inputs.size(); ++k) node.inputs[k] = partition(model.shape(inputs[k]), parts);
   }
-  for (const auto& [name, was_used] : used)
-    if (!was_used)
-      throw GridError("--layer-split " + name + ": " + model.name() + " has no layer of that name (--grid " +
-                      grid_.to_string() + " --explain lists them)");
+  for (const auto& [name, was_used] : used) {
+    if (was_used) continue;
+    if (name == "input")  // the first line of --explain's plan, but no layer
+      throw GridError(
+          "--layer-split \"input\": the input is no layer; it is split as the layers that read it "
+          "need, so split those (--grid " +
+          grid_.to_string() + " --explain lists the layers)");
+    throw GridError("--layer-split \"" + name + "\": " + model.name() + " has no layer of that name (--grid " +
+                    grid_.to_string() + " --explain lists them)");
+  }
 }
 
 bool SpatialPlan::redistributes(NodeId id, std::size_t k) const {
@@ -252,6 +278,7 @@ std::string SpatialPlan::describe(const Model& model) const {
         if (redistributes(id, k))
           s << "; input " << k << " redistributed from " << join(nodes_[input_of(id, k)].partition.parts);
     }
+    if (id == 0) s << " (not a layer: split as the layers that read it need)";
     s << "\n";
   }
   return s.str();
