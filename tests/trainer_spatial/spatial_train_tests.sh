@@ -284,6 +284,64 @@ print("mem MiB on 2,1,1,1: sgd", sgd, "adam", adam)
 assert adam > sgd + 10, (sgd, adam)' opt_sgd.txt opt_adam.txt
   echo "ok   --explain without --data counts the --optimizer's state"
   ;;
+one_line_errors)
+  # An error every rank finds after the grid check (on the data, the model, a checkpoint, the options) is one
+  # line from rank 0 for the whole job, a non-zero exit and no MPI_Abort; one that a single rank finds still
+  # ends the job.
+  "$datagen" cosmoflow -o c32 --samples 8 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  "$datagen" cosmoflow -o c64 --samples 2 --size 64 --seed 2 --val-fraction 0 > /dev/null
+  "$datagen" unet3d -o u32 --samples 2 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  one_error() {  # one_error "what" "text" NP ARGS...
+    local what=$1 expect=$2 np=$3
+    shift 3
+    if mpirun_n "$np" "$train" --threads 1 "$@" > out.txt 2> err.txt; then echo "FAIL $what: exit 0"; exit 1; fi
+    local lines
+    lines=$(grep -c "^fanstore-train: error: " err.txt || true)
+    if [[ $lines -ne 1 ]] || ! grep -qF -- "$expect" err.txt || grep -q "MPI_ABORT" out.txt err.txt; then
+      echo "FAIL $what: expected one line with '$expect' from $np ranks and no MPI_ABORT, got:"; cat err.txt; exit 1
+    fi
+    echo "ok   $what: $(grep -m1 "^fanstore-train: error: " err.txt)"
+  }
+  "$train" --model cosmoflow --data c32/train --batch 1 --optimizer adam --max-steps 1 --threads 2 \
+    --checkpoint ck32 > /dev/null
+  one_error "resume on a grid with another input size" "checkpoint.bin: its layer shapes" 4 --model cosmoflow \
+    --data c64/train --batch 1 --optimizer adam --grid 1,2,2,1 --max-steps 2 --resume --checkpoint ck32
+  one_error "fewer samples than one step" "has 8 samples, fewer than one step (5 per sample group x 2 groups)" 4 \
+    --model cosmoflow --data c32/train --grid 2,1,2,1 --batch 5 --checkpoint ck_few
+  one_error "U-Net input too small" "unet3d: input 32x32x32 needs edges that are multiples of 32" 4 --model unet3d \
+    --data u32/train --batch 1 --checkpoint ck_unet
+  one_error "an option given twice" "--batch: At Most 1 required but received 2" 3 --model cosmoflow \
+    --data c32/train --batch 1 --batch 2
+  # --explain without --data splits the ranks into trainers as training does.
+  mpirun_n 4 "$train" --model cosmoflow --input-size 32 --batch 1 --threads 1 --trainers 2 --grid 1,2,1,1 --explain \
+    > plan.txt 2> err.txt || { echo "FAIL --explain --trainers 2 --grid 1,2,1,1:"; cat err.txt; exit 1; }
+  [[ $(grep -c "^plan on --grid 1,2,1,1" plan.txt) -eq 1 ]] || { echo "FAIL one plan expected:"; cat plan.txt; exit 1; }
+  echo "ok   --explain --trainers 2 on 4 ranks plans 1,2,1,1 once"
+  one_error "--explain with a grid of all the ranks, not a trainer's" "but each of the 2 trainers has 2" 4 \
+    --model cosmoflow --input-size 32 --batch 1 --trainers 2 --grid 2,2,1,1 --explain
+  one_error "--benchmark with --trainers" "--benchmark times one grid, not a tournament" 4 --model cosmoflow \
+    --input-size 32 --batch 1 --trainers 2 --grid 1,2,1,1 --benchmark 1
+  # --benchmark on 2 ranks without --grid: data parallelism over both, one line of global throughput.
+  mpirun_n 2 "$train" --model cosmoflow --input-size 32 --batch 1 --benchmark 1 --threads 1 > out.txt 2> err.txt
+  [[ $(wc -l < out.txt) -eq 1 ]] && grep -qE '^train: [0-9.]+ samples/s, inference: [0-9.]+ samples/s' out.txt &&
+    [[ $(grep -c "^benchmark: model cosmoflow grid 2,1,1,1 " err.txt) -eq 1 ]] ||
+    { echo "FAIL --benchmark on 2 ranks:"; cat out.txt err.txt; exit 1; }
+  echo "ok   --benchmark on 2 ranks: $(cat out.txt)"
+  # --grid auto --shard-weights weighs only grids that split a sample (it was dropped for 2,1,1,1).
+  mpirun_n 2 "$train" --model cosmoflow --data c32/train --batch 1 --optimizer adam --max-steps 1 --threads 1 \
+    --grid auto --shard-weights --checkpoint ck_auto > out.txt 2> err.txt
+  grep -q "^fanstore-train: --grid auto chose 1," err.txt && ! grep -q "2,1,1,1" out.txt ||
+    { echo "FAIL --grid auto --shard-weights:"; cat out.txt err.txt; exit 1; }
+  echo "ok   $(grep -- '--grid auto chose' err.txt)"
+  one_error "--grid auto --shard-weights on 1 rank" "no grid of 1 rank(s) splits a sample" 1 --model cosmoflow \
+    --data c32/train --batch 1 --grid auto --shard-weights --checkpoint ck_auto1
+  # A file that one rank alone reads: that rank's line, and the job ends (no hang).
+  cp -r c32 bad && echo garbage > bad/train/univ_00005.h5
+  if mpirun_n 2 "$train" --model cosmoflow --data bad/train --batch 1 --threads 1 --checkpoint ck_bad \
+      > out.txt 2> err.txt; then echo "FAIL a corrupt file: exit 0"; exit 1; fi
+  grep -qF "bad/train/univ_00005.h5" err.txt || { echo "FAIL a corrupt file:"; cat err.txt; exit 1; }
+  echo "ok   a file one rank reads ends the job: $(grep -m1 "^fanstore-train: error: " err.txt)"
+  ;;
 learn_cosmoflow_grid)
   # The serial learning test's recipe (Adam 1e-3 after a warm-up epoch, cosine) and threshold, on a
   # 1,2,2,1 grid (64^3: every layer split 2 x 2). 8 epochs:

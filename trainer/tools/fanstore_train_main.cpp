@@ -154,10 +154,12 @@ int main(int argc, char** argv) {
                "On a spatial grid: each rank of a spatial group keeps the gradients and optimizer state of, and "
                "updates, only its part of the parameters, then the parts are gathered (ZeRO stage 2)")
       ->option_text(default_of(train.grid.shard_state));
-  app.add_flag("--shard-weights,!--no-shard-weights", train.grid.shard_weights,
-               "With --shard-state: each rank keeps only its part of the weights as well, and a layer's weights are "
-               "gathered over the spatial group while it runs (ZeRO stage 3): less memory where activations, not "
-               "one large layer, make the peak; a gather per layer forward and backward")
+  app.add_flag(
+         "--shard-weights,!--no-shard-weights", train.grid.shard_weights,
+         "With --shard-state: each rank keeps only its part of the weights as well, and a layer's weights are "
+         "gathered over the spatial group while it runs (ZeRO stage 3): less memory where activations, not "
+         "one large layer, make the peak; a gather per layer forward and backward; with --grid auto only grids that "
+         "split a sample are weighed")
       ->option_text(default_of(train.grid.shard_weights));
   app.add_option("--trainers", train.tournament.trainers,
                  "Tournament training (LTFB): split the ranks into K trainers of ranks/K consecutive ranks each, with "
@@ -190,7 +192,14 @@ int main(int argc, char** argv) {
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "fanstore-train: error: " + std::string(e.what()) + " (--help lists the options)\n";
   });
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Under mpirun every rank refuses the same command line before MPI starts: rank 0 alone says why.
+    if (e.get_exit_code() != static_cast<int>(CLI::ExitCodes::Success) && launcher_rank() != 0)
+      return e.get_exit_code();
+    return app.exit(e);
+  }
 
   if (describe) {
     options.model_options.batch = batch > 0 ? batch : 1;
@@ -214,11 +223,12 @@ int main(int argc, char** argv) {
     b.precision = train.precision;
     b.seed = train.seed;
     b.optimizer = train.optimizer;
-    if (!on_grid && !train.grid.explain) return benchmark_command(b, std::cout, std::cerr);
-    // On a grid (or --grid auto --explain without data: the shapes come from --input-size).
-    if (b.steps <= 0) b.steps = 1;
     auto comm = make_communicator(&argc, &argv);
-    return grid_benchmark_command(b, train.grid, *comm, std::cout, std::cerr);
+    // One rank without a grid: no MPI at all. On a grid, on several ranks (plain data parallelism over them all,
+    // one line of global throughput), or --explain without data (the shapes come from --input-size): the grid's.
+    if (!on_grid && !train.grid.explain && comm->size() == 1) return benchmark_command(b, std::cout, std::cerr);
+    if (b.steps <= 0) b.steps = 1;
+    return grid_benchmark_command(b, train.grid, train.tournament, *comm, std::cout, std::cerr);
   }
   if (train.data_dir.empty()) {
     std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR to train\n";

@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <exception>
 #include <iosfwd>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "trainer/distributed.hpp"
@@ -43,12 +46,53 @@ void report_grid_error(const GridError& error, Communicator& world, std::ostream
 // Returns the exit code, 1, where there are none.
 int report_error_and_abort(const std::exception& error, Communicator& world, std::ostream& err);
 
+// Whether a step that every rank of `world` ran failed anywhere: `error` is this rank's (nullptr when its step
+// went through). A collective over `world`; when some rank's step threw, every rank throws GridError with the
+// message of the lowest such rank (sent to the others), so that rank 0 prints it once for the whole job and every
+// rank exits cleanly (report_grid_error). Returns when no rank's step threw.
+void agree_on_failure(Communicator& world, const std::exception* error);
+
+// Runs `step` on this rank, then agrees with every rank of `world` whether it failed anywhere (agree_on_failure):
+// an error that every rank finds alike (the data's layout, a model that cannot take the input, too few samples)
+// and one that only some ranks find (a file one rank reads) both end the job with one line from rank 0 and no
+// MPI_Abort. `step` must call no collective that a rank whose step threw would skip: the others would wait
+// in it. Returns what `step` returns.
+template <typename Step>
+auto agree_on_errors(Communicator& world, Step&& step) {
+  using Result = std::invoke_result_t<Step&>;
+  if constexpr (std::is_void_v<Result>) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      agree_on_failure(world, &e);
+    }
+    agree_on_failure(world, nullptr);
+  } else {
+    std::optional<Result> result;
+    try {
+      result.emplace(step());
+    } catch (const std::exception& e) {
+      agree_on_failure(world, &e);
+    }
+    agree_on_failure(world, nullptr);
+    return std::move(*result);
+  }
+}
+
+// With --trainers K, each trainer's ranks run the grid: an explicit --grid (not auto) must have ranks / K ranks.
+// Throws GridError saying so (the same on every rank); `trainers` 1 is the plain check_grid_ranks.
+void check_trainer_grid(const GridOptions& grid, const std::string& model_name, int trainers, int trainer_ranks);
+
 // --benchmark N on a grid: synthetic slabs for every rank, one warm-up step, N timed training steps
 // (split forward, loss, backward, gradient allreduce, the optimizer's update) and N timed inference forwards, on the
 // backend --device picks (a CUDA run exchanges halos and sums gradients over NCCL). Rank 0 prints the
 // same line as benchmark_command ("train: X samples/s, inference: Y samples/s, device: D", global
 // samples) and on `err` a details line with the step time and the peak RSS (max over ranks).
-int grid_benchmark_command(const BenchmarkOptions& options, const GridOptions& grid, Communicator& world,
-                           std::ostream& out, std::ostream& err);
+// With more than one rank and no --grid the ranks run plain data parallelism (--grid S,1,1,1 for S ranks).
+// `tournament` is --trainers and the rest: --explain plans each trainer's grid on its ranks as training
+// does; --benchmark times one grid and refuses --trainers > 1 (GridError).
+int grid_benchmark_command(const BenchmarkOptions& options, const GridOptions& grid,
+                           const TournamentOptions& tournament, Communicator& world, std::ostream& out,
+                           std::ostream& err);
 
 }  // namespace fanstore::trainer

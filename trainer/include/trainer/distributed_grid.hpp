@@ -14,9 +14,9 @@
 
 namespace fanstore::trainer {
 
-// A --grid that does not parse or cannot run a model, or another option every rank checks alike: the
-// message is one line that says what to change. Every rank finds the same problem, so rank 0 prints it and
-// every rank exits (no MPI_Abort needed).
+// A --grid that does not parse or cannot run a model, another option every rank checks alike, or any error that
+// every rank learns of at the same point (agree_on_errors, distributed_commands.hpp): the message is one line
+// that says what to change. Every rank has it, so rank 0 prints it and every rank exits (no MPI_Abort needed).
 class GridError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;

@@ -17,6 +17,7 @@
 #include "trainer/metrics.hpp"
 #include "trainer/optim.hpp"
 #include "trainer/random.hpp"
+#include "trainer/tournament.hpp"
 
 namespace fanstore::trainer {
 namespace {
@@ -65,7 +66,8 @@ class GridSteps {
             const ResolvedGrid& resolved, const GridOptions& g, const OptimizerOptions& optimizer, std::uint64_t seed,
             Communicator& world)
       : world_(world), task_(task_for_model(model_name)) {
-    model_ = build_model(model_name, std::move(backend), mo);
+    // A model that cannot take the input is the same error on every rank: one line for all.
+    model_ = agree_on_errors(world, [&] { return build_model(model_name, std::move(backend), mo); });
     // A CUDA run's halos and gradient buckets are device memory: over NCCL (docs/gpu.md).
     nccl_ = make_device_communicator(world, model_->backend());
     run_ = std::make_unique<GridRun>(*model_, nccl_ ? *nccl_ : world, resolved, g);
@@ -137,6 +139,31 @@ int report_error_and_abort(const std::exception& error, Communicator& world, std
   return 1;
 }
 
+void agree_on_failure(Communicator& world, const std::exception* error) {
+  // The lowest failed rank r as size - r (0: none failed), so that the maximum names it.
+  double failed[1] = {error ? static_cast<double>(world.size() - world.rank()) : 0.0};
+  world.max(failed, 1);
+  if (failed[0] == 0) return;
+  const int from = world.size() - static_cast<int>(failed[0]);
+  std::string message = world.rank() == from ? std::string(error->what()) : std::string();
+  std::uint64_t length = message.size();
+  world.broadcast(&length, sizeof length, from);
+  message.resize(static_cast<std::size_t>(length));
+  world.broadcast(message.data(), message.size(), from);
+  throw GridError(message);
+}
+
+void check_trainer_grid(const GridOptions& g, const std::string& model_name, int trainers, int trainer_ranks) {
+  if (g.grid.empty() || g.grid == "auto") return;
+  const GridShape shape = parse_grid(g.grid, spatial_rank_of(model_name));
+  if (trainers > 1 && shape.ranks() != trainer_ranks)
+    throw GridError("--grid " + shape.to_string() + " needs " + std::to_string(shape.ranks()) +
+                    " ranks, but each of the " + std::to_string(trainers) + " trainers has " +
+                    std::to_string(trainer_ranks) + ": pass a grid whose product is " + std::to_string(trainer_ranks) +
+                    " (ranks / --trainers)");
+  check_grid_ranks(shape, trainer_ranks);
+}
+
 ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, ModelOptions mo, int threads,
                           const OptimizerOptions& optimizer, Device device, Communicator& world, std::ostream& out,
                           std::ostream& err) {
@@ -147,9 +174,11 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   auto print_plan = [&](const GridShape& shape, std::int64_t batch) {
     ModelOptions plan_options = mo;
     plan_options.batch = batch;
-    auto m = build_model(model_name, make_cpu_backend({threads}), plan_options);
-    const SpatialPlan plan(*m, shape, distributed_options(g, spatial_rank).layer_splits);
-    if (world.rank() == 0) out << plan.describe(*m) << std::flush;
+    const std::string table = agree_on_errors(world, [&] {
+      auto m = build_model(model_name, make_cpu_backend({threads}), plan_options);
+      return SpatialPlan(*m, shape, distributed_options(g, spatial_rank).layer_splits).describe(*m);
+    });
+    if (world.rank() == 0) out << table << std::flush;
   };
   if (g.grid.empty()) {
     if (g.explain) throw GridError("--explain goes with --grid (auto, or S,D,H,W / S,H,W)");
@@ -183,7 +212,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   po.shard_weights = g.shard_weights;
   po.base_memory_bytes = peak_rss_bytes();  // predict_grids takes the most over the ranks
   mo.batch = 1;                             // the timing model's layers run on each grid's slab shapes and batch
-  auto timing = build_model(model_name, make_cpu_backend({threads}), mo);
+  auto timing = agree_on_errors(world, [&] { return build_model(model_name, make_cpu_backend({threads}), mo); });
   timing->set_input_gradient(false);  // its layers are timed as training runs them
   {
     // What the optimizer keeps per parameter and how it cuts its sharded parts, from the optimizer itself, built on
@@ -194,8 +223,18 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     po.optimizer_states = static_cast<int>(opt->state().size());
     po.whole_tensor_parts = opt->needs_whole_tensors();
   }
+  // --shard-weights shards over a spatial group, so with it auto weighs only the grids that split a sample
+  // (as an explicit grid that splits none is refused), never silently dropping it for plain data parallelism.
+  std::vector<GridShape> candidates = candidate_grids(ranks, spatial_rank);
+  if (g.shard_weights) {
+    std::erase_if(candidates, [](const GridShape& c) { return !c.spatially_split(); });
+    if (candidates.empty())
+      throw GridError("--grid auto --shard-weights: no grid of " + std::to_string(ranks) +
+                      " rank(s) splits a sample, and --shard-weights shards over a spatial group: start more ranks "
+                      "or leave out --shard-weights");
+  }
   const MachineCosts costs = measure_machine_costs(world);
-  auto predictions = predict_grids(*timing, candidate_grids(ranks, spatial_rank), po, costs, world);
+  auto predictions = predict_grids(*timing, candidates, po, costs, world);
   timing.reset();
   int best = best_grid(predictions);
   // What the model cannot see (each kernel's speed in the run's layouts, boundary pieces, the MPI
@@ -261,13 +300,32 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   return {p.grid, p.batch_per_group, p.one_kernel_layers};
 }
 
-int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, Communicator& world, std::ostream& out,
-                           std::ostream& err) {
+int grid_benchmark_command(const BenchmarkOptions& o, const GridOptions& g, const TournamentOptions& t,
+                           Communicator& world, std::ostream& out, std::ostream& err) {
   try {
-    ModelOptions mo = benchmark_model_options(o);
-    auto backend = make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)});
-    const ResolvedGrid resolved =
-        resolve_grid(g, o.model, mo, o.threads, o.optimizer, backend->device(), world, out, err);
+    // Every option every rank checks alike, before any collective: one line from rank 0 for all.
+    const TournamentPlan plan = agree_on_errors(world, [&] {
+      const TournamentPlan p = parse_tournament(t, task_for_model(o.model), world.size());
+      if (p.enabled() && !g.explain)
+        throw GridError("--benchmark times one grid, not a tournament: leave out --trainers " +
+                        std::to_string(p.trainers) + " and start the " + std::to_string(p.ranks_per_trainer) +
+                        " ranks of one trainer");
+      check_trainer_grid(g, o.model, p.trainers, p.ranks_per_trainer);
+      return p;
+    });
+    auto [mo, backend] = agree_on_errors(world, [&] {
+      ModelOptions m = benchmark_model_options(o);
+      auto b = make_backend({parse_device_choice(o.device), o.threads, parse_precision(o.precision)});
+      return std::pair{m, std::move(b)};
+    });
+    // --explain with --trainers K plans each trainer's grid on its ranks, as training does; trainer 0 talks.
+    std::unique_ptr<Communicator> trainer_comm;
+    if (plan.enabled()) trainer_comm = world.split(plan.trainer_of(world.rank()), world.rank());
+    Communicator& comm = trainer_comm ? *trainer_comm : world;
+    std::ostream quiet(nullptr);
+    const bool talks = plan.trainer_of(world.rank()) == 0;
+    const ResolvedGrid resolved = resolve_grid(g, o.model, mo, o.threads, o.optimizer, backend->device(), comm,
+                                               talks ? out : quiet, talks ? err : quiet);
     if (g.explain) return 0;
     mo.batch = resolved.batch_per_group;
     GridSteps steps(o.model, mo, std::move(backend), resolved, g, o.optimizer, o.seed, world);

@@ -237,15 +237,19 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
   const bool leader = world.rank() == 0;
   const std::uint64_t groups = position.world_size, group_batch = position.batch_per_rank;
   const bool found = comm.rank() == 0 && std::filesystem::exists(path);
-  std::vector<char> bytes = found ? read_checkpoint_file(path) : std::vector<char>();
+  // Every rank of every trainer agrees on each step's errors (agree_on_errors), even where it has no file to read.
+  std::vector<char> bytes =
+      agree_on_errors(world, [&] { return found ? read_checkpoint_file(path) : std::vector<char>(); });
   // One more than the bytes when the file exists: an empty one is a damaged checkpoint, not "none yet".
   std::uint64_t size = found ? bytes.size() + 1 : 0;
   comm.broadcast(&size, sizeof size, 0);
   const bool resumed = size > 0;
   bytes.resize(resumed ? size - 1 : 0);
   comm.broadcast(bytes.data(), bytes.size(), 0);
+  agree_on_errors(world, [&] {
+    if (resumed) position = restore_checkpoint(path, std::move(bytes), model, optimizer);
+  });
   if (resumed) {
-    position = restore_checkpoint(path, std::move(bytes), model, optimizer);
     if (leader && (position.world_size != groups || position.batch_per_rank != group_batch))
       err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
           << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
@@ -263,11 +267,11 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
     double lo[2] = {-hi[0], -hi[1]};
     world.max(hi, 2);
     world.max(lo, 2);
-    if (hi[0] != -lo[0] || hi[1] != -lo[1])
-      throw CheckpointError(dir + ": the trainers' checkpoint-tT.bin files are missing or from different steps (" +
-                            std::to_string(static_cast<long long>(-lo[1])) + " to " +
-                            std::to_string(static_cast<long long>(hi[1])) +
-                            "); resume needs every trainer's file of one run, or start without --resume");
+    if (hi[0] != -lo[0] || hi[1] != -lo[1])  // every rank finds it alike
+      throw GridError(dir + ": the trainers' checkpoint-tT.bin files are missing or from different steps (" +
+                      std::to_string(static_cast<long long>(-lo[1])) + " to " +
+                      std::to_string(static_cast<long long>(hi[1])) +
+                      "); resume needs every trainer's file of one run, or start without --resume");
   }
   return resumed;
 }
@@ -409,8 +413,13 @@ struct TrainingLoop {
         metrics.write("{\"event\":\"rollback\",\"step\":" + std::to_string(position.global_step) +
                       ",\"loss\":" + json_number(mean_loss) + ",\"reason\":\"" + guard.last_reason() + "\"}");
       }
-      if (guard.consecutive_rejections() >= 5)
-        throw std::runtime_error("5 rollbacks without a good update between them; stopping (check the data and --lr)");
+      if (guard.consecutive_rejections() >= 5) {
+        const std::string why = "5 rollbacks without a good update between them; stopping (check the data and --lr)";
+        // The guard decides on the trainer's summed loss: without a tournament every rank stops here alike (one
+        // line from rank 0); one trainer of several must end the others, which wait in the next tournament.
+        if (!plan.enabled()) throw GridError(why);
+        throw std::runtime_error(why);
+      }
     } else {
       // fp16: the loss gradient is scaled up so small gradients survive the half type, and the
       // F32 gradients scaled back; an overflow skips the step and halves the scale.
@@ -582,28 +591,27 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   if (o.checkpoint_dir.empty()) tournament.agree_on_directory(checkpoint_dir);
 
   // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
-  if (!o.grid.grid.empty() && o.grid.grid != "auto") {
-    const GridShape shape = parse_grid(o.grid.grid, o.model == "resnet50" ? 2 : 3);
-    if (plan.enabled() && shape.ranks() != comm.size())
-      throw GridError("--grid " + shape.to_string() + " needs " + std::to_string(shape.ranks()) +
-                      " ranks, but each of the " + std::to_string(plan.trainers) + " trainers has " +
-                      std::to_string(comm.size()) + ": pass a grid whose product is " + std::to_string(comm.size()) +
-                      " (ranks / --trainers)");
-    check_grid_ranks(shape, comm.size());
-  }
+  check_trainer_grid(o.grid, o.model, plan.trainers, comm.size());
 
-  auto train_set = open_dataset(o.model, o.data_dir, true, o.input_size, o.classes);
-  std::unique_ptr<data::SampleDataset> val_set;
-  if (!o.val_dir.empty()) {
-    val_set = open_dataset(o.model, o.val_dir, false, o.input_size, o.classes);
-    require_same_layout(*train_set, *val_set, o.val_dir);
-  }
-  // Trainers start from different initial weights (trainer 0 from the plain run's).
-  ModelOptions model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes,
-                                                 o.seed + static_cast<std::uint64_t>(trainer));
-  model_options.zero_init_residual = o.zero_init_residual;
+  // From here on each step that every rank runs agrees whether it failed anywhere (agree_on_errors): rank 0 then
+  // prints the one line for the whole job, whether every rank found the error (the data's layout, a model that
+  // cannot take the input) or only some (a file one rank reads), and every rank exits without MPI_Abort.
+  std::unique_ptr<data::SampleDataset> train_set, val_set;
+  ModelOptions model_options;
   const Precision precision = parse_precision(o.precision);
-  auto backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
+  std::shared_ptr<Backend> backend_of_run;
+  agree_on_errors(world, [&] {
+    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, o.classes);
+    if (!o.val_dir.empty()) {
+      val_set = open_dataset(o.model, o.val_dir, false, o.input_size, o.classes);
+      require_same_layout(*train_set, *val_set, o.val_dir);
+    }
+    // Trainers start from different initial weights (trainer 0 from the plain run's).
+    model_options = model_options_for(o.model, *train_set, o.data_dir, o.batch, o.classes,
+                                      o.seed + static_cast<std::uint64_t>(trainer));
+    model_options.zero_init_residual = o.zero_init_residual;
+    backend_of_run = make_backend({parse_device_choice(o.device), o.threads, precision});
+  });
   // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
   // data parallelism. The batch is per sample group.
   ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer, backend_of_run->device(),
@@ -611,20 +619,25 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   if (o.grid.explain) return 0;
   if (o.grid.grid == "auto") tournament.agree_on_grid(resolved);
   model_options.batch = resolved.batch_per_group;
-  auto model = build_model(o.model, std::move(backend_of_run), model_options);
-  ParameterTable& table = model->parameters();
-  auto optimizer = make_optimizer(table, o.optimizer);
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Optimizer> optimizer;
+  agree_on_errors(world, [&] {
+    model = build_model(o.model, std::move(backend_of_run), model_options);
+    optimizer = make_optimizer(model->parameters(), o.optimizer);
+  });
   // On GPUs device memory travels over NCCL (gradient buckets on their own stream, the grid's halos
   // and spatial sums); host values (losses, metrics, decisions) and CPU runs over MPI.
   const auto nccl = make_device_communicator(comm, model->backend());
   Communicator& device_comm = nccl ? *nccl : comm;
   GridRun grid_run(*model, device_comm, resolved, o.grid);
   grid_run.shard(*optimizer);
-  if (const auto slab = grid_run.slab_read()) {
-    // Each rank reads only its slab (plus the first layer's halo) of every sample.
-    train_set = open_dataset(o.model, o.data_dir, true, o.input_size, o.classes, &*slab);
-    if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, o.classes, &*slab);
-  }
+  agree_on_errors(world, [&] {
+    if (const auto slab = grid_run.slab_read()) {
+      // Each rank reads only its slab (plus the first layer's halo) of every sample.
+      train_set = open_dataset(o.model, o.data_dir, true, o.input_size, o.classes, &*slab);
+      if (val_set) val_set = open_dataset(o.model, o.val_dir, false, o.input_size, o.classes, &*slab);
+    }
+  });
 
   const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
   const std::int64_t group_batch = resolved.batch_per_group;
@@ -632,10 +645,12 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   tournament.split_samples(train_set, per_step);  // each trainer's share, less its tournament set
   const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const std::size_t steps_per_epoch = train_set->size() / per_step;
-  if (steps_per_epoch == 0)
-    throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
-                                          std::to_string(group_batch) + " per sample group x " +
-                                          std::to_string(groups) + " groups)");
+  agree_on_errors(world, [&] {  // a trainer's share may fall short where another's does not
+    if (steps_per_epoch == 0)
+      throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
+                                            std::to_string(group_batch) + " per sample group x " +
+                                            std::to_string(groups) + " groups)");
+  });
 
   ScheduleOptions schedule;
   schedule.base_lr = base_lr;
@@ -643,7 +658,9 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   schedule.total_steps = static_cast<std::int64_t>(steps_per_epoch) * o.epochs;
   schedule.warmup_steps = static_cast<std::int64_t>(std::llround(warmup_epochs * static_cast<double>(steps_per_epoch)));
 
-  if (trainer_leader) std::filesystem::create_directories(checkpoint_dir);
+  agree_on_errors(world, [&] {
+    if (trainer_leader) std::filesystem::create_directories(checkpoint_dir);
+  });
   // With a tournament every trainer has its file; checkpoint.bin is then the best trainer's at the end.
   const std::string checkpoint_path =
       checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(trainer) + ".bin" : "/checkpoint.bin");
@@ -669,7 +686,9 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     return 0;
   }
 
-  MetricsLog metrics(leader ? metrics_path : std::string(), resumed);
+  const auto metrics_log = agree_on_errors(
+      world, [&] { return std::make_unique<MetricsLog>(leader ? metrics_path : std::string(), resumed); });
+  MetricsLog& metrics = *metrics_log;
   const auto gradients =
       grid_run.make_gradient_reduction(*optimizer, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
   grid_run.set_gradient_ready_hook([&](const Layer& layer) { gradients->on_layer_ready(layer); });
