@@ -31,7 +31,13 @@ def read(path):
         pos += 4 * n
         return a
 
-    string(), u64(), string()  # model, table signature, optimizer
+    string(), u64()  # model, table signature
+    if version >= 4:
+        for _ in range(u64()):  # layer shapes: name, rank, dims
+            string()
+            for _ in range(u64()):
+                u64()
+    string()  # optimizer
     position = [u64() for _ in range(6)]
     if version >= 3:
         u64()  # learning-rate scale (f64 bits)

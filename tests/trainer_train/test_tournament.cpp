@@ -220,17 +220,24 @@ TEST(ModelExchange, CheckpointKeepsTheLearningRateScaleAndReadsVersion2) {
   save_checkpoint(path, *a, *oa, p);
   EXPECT_EQ(load_checkpoint(path, *a, *oa).lr_scale, 1.25);
 
-  // A version 2 file: the same without the scale (and its own checksum).
-  std::vector<char> v3 = read_checkpoint_file(path), v2;
-  std::size_t scale_at = 8 + 4;
-  for (int s = 0; s < 2; ++s) {  // model and optimizer strings, with the table signature between
+  // A version 2 file: the same without the layer shapes and the scale (and its own checksum).
+  std::vector<char> v4 = read_checkpoint_file(path), v2;
+  auto u64_at = [&](std::size_t at) {
     std::uint64_t n;
-    std::memcpy(&n, v3.data() + scale_at, 8);
-    scale_at += 8 + n + (s == 0 ? 8 : 0);
+    std::memcpy(&n, v4.data() + at, 8);
+    return static_cast<std::size_t>(n);
+  };
+  const std::size_t shapes_at = 8 + 4 + 8 + u64_at(12) + 8;  // after the model string and the table signature
+  std::size_t optimizer_at = shapes_at + 8;
+  for (std::size_t i = 0, count = u64_at(shapes_at); i < count; ++i) {  // name, rank, dims
+    optimizer_at += 8 + u64_at(optimizer_at);
+    optimizer_at += 8 + 8 * u64_at(optimizer_at);
   }
-  scale_at += 6 * 8;
-  v2.assign(v3.begin(), v3.begin() + static_cast<std::ptrdiff_t>(scale_at));
-  v2.insert(v2.end(), v3.begin() + static_cast<std::ptrdiff_t>(scale_at + 8), v3.end() - 8);
+  const std::size_t scale_at = optimizer_at + 8 + u64_at(optimizer_at) + 6 * 8;
+  v2.assign(v4.begin(), v4.begin() + static_cast<std::ptrdiff_t>(shapes_at));
+  v2.insert(v2.end(), v4.begin() + static_cast<std::ptrdiff_t>(optimizer_at),
+            v4.begin() + static_cast<std::ptrdiff_t>(scale_at));
+  v2.insert(v2.end(), v4.begin() + static_cast<std::ptrdiff_t>(scale_at + 8), v4.end() - 8);
   const std::uint32_t two = 2;
   std::memcpy(v2.data() + 8, &two, 4);
   std::uint64_t h = 0xcbf29ce484222325ull;

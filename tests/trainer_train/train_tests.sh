@@ -241,6 +241,21 @@ bad_input)
     echo "FAIL an empty checkpoint.bin on --resume:"; cat err.txt; exit 1
   fi
   echo "ok   empty checkpoint on --resume: $(grep error: err.txt)"
+  # A checkpoint of other layer shapes names the first that differs, both shapes and the likely cause.
+  "$datagen" imagefolder -o img3 --samples 12 --classes 3 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  "$train" --model resnet50 --data img3/train --input-size 32 --batch 4 --optimizer adam --max-steps 1 --threads 2 \
+    --checkpoint ck_classes > /dev/null 2>&1
+  rm -rf ck_fail && cp -r ck_classes ck_fail  # run_expect_fail resumes from ck_fail
+  run_expect_fail "resume on other classes" \
+    "fc.weight is [3, 2048] in the checkpoint and [2, 2048] here (other classes in the data, or --classes?)" \
+    --model resnet50 --data img2/train --input-size 32 --batch 4 --optimizer adam --max-steps 2 --resume
+  "$datagen" cosmoflow -o cosmo32 --samples 2 --size 32 --seed 2 --val-fraction 0 > /dev/null
+  "$train" --model cosmoflow --data cosmo32/train --batch 1 --lr 0.001 --max-steps 1 --threads 2 --checkpoint ck_size \
+    > /dev/null 2>&1
+  rm -rf ck_fail && cp -r ck_size ck_fail
+  run_expect_fail "resume on another input size" \
+    "fc1.weight is [128, 512] in the checkpoint and [128, 4096] here (another input size of the data, or --input-size?)" \
+    "${ok[@]}" --lr 0.001 --max-steps 2 --resume
   # A run resumed at its end says so instead of a summary of no steps and a NaN loss.
   "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_end > /dev/null 2>&1
   "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_end --resume > out.txt 2> err.txt \

@@ -12,10 +12,12 @@
 namespace fanstore::trainer {
 
 inline constexpr char kCheckpointMagic[8] = {'F', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
-// Version 3 adds the tournament's learning-rate scale; version 2 files still load (scale 1). Version 2:
+// Version 4 adds every parameter's and buffer's name and shape, so that a checkpoint of another model
+// configuration is refused naming the first that differs; version 3 adds the tournament's learning-rate scale;
+// versions 3 and 2 still load (version 2 with scale 1). Version 2:
 // the shuffle and the dropout masks come from Philox (fanstore/random.hpp); version 1 was written
 // while they came from xoshiro256**, whose data order a resumed run can no longer reproduce.
-inline constexpr std::uint32_t kCheckpointVersion = 3;
+inline constexpr std::uint32_t kCheckpointVersion = 4;
 
 // Where training stands; with the seed it fixes the data order (the shuffle and the augmentation
 // are pure functions of (seed, epoch, sample)), so this is the whole RNG/shuffle state.

@@ -38,6 +38,44 @@ std::uint64_t table_signature(const ParameterTable& t) {
   return h;
 }
 
+// Every parameter's and buffer's name and shape, in the table's order (version 4's layer shapes).
+using LayerShapes = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+LayerShapes layer_shapes(const ParameterTable& t) {
+  LayerShapes shapes;
+  for (const auto* list : {&t.parameters(), &t.buffers()})
+    for (const auto& e : *list) shapes.emplace_back(e.name, e.shape.dims);
+  return shapes;
+}
+
+std::string dims_text(const std::vector<std::int64_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// The first difference between a checkpoint's layer shapes and this model's (`here`, whose first `parameters` are
+// parameters, then buffers), as one line's start: what differs, then the likely cause (the first layer: the
+// input's channels; the output layer, the last with parameters: the classes; the others: the input's size).
+std::string shapes_difference(const LayerShapes& stored, const LayerShapes& here, std::size_t parameters) {
+  const auto layer = [](const std::string& name) { return name.substr(0, name.rfind('.')); };
+  const std::string first = here.empty() ? "" : layer(here.front().first);
+  const std::string output = parameters == 0 ? "" : layer(here[parameters - 1].first);
+  for (std::size_t i = 0; i < std::min(stored.size(), here.size()); ++i) {
+    const auto& [name, dims] = here[i];
+    if (stored[i].first != name)
+      return "its entry " + std::to_string(i) + " is " + stored[i].first + ", here " + name +
+             " (another model version?)";
+    if (stored[i].second == dims) continue;
+    const std::string hint = layer(name) == first    ? "other channels in the data?"
+                             : layer(name) == output ? "other classes in the data, or --classes?"
+                                                     : "another input size of the data, or --input-size?";
+    return name + " is " + dims_text(stored[i].second) + " in the checkpoint and " + dims_text(dims) + " here (" +
+           hint + ")";
+  }
+  return "it has " + std::to_string(stored.size()) + " parameters and buffers, this model " +
+         std::to_string(here.size()) + " (another model version?)";
+}
+
 // Streams the fields into `path`.tmp through a small buffer with a running checksum (a whole
 // checkpoint held in memory would add its size to the peak of the rank that writes it); commit()
 // appends the checksum and makes the file durable, then visible as `path`.
@@ -163,6 +201,13 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
   w.u32(kCheckpointVersion);
   w.str(model.name());
   w.u64(table_signature(t));
+  const LayerShapes shapes = layer_shapes(t);
+  w.u64(shapes.size());
+  for (const auto& [name, dims] : shapes) {
+    w.str(name);
+    w.u64(dims.size());
+    for (auto d : dims) w.u64(static_cast<std::uint64_t>(d));
+  }
   w.str(optimizer.name());
   for (auto v : {p.global_step, p.epoch, p.next_batch, p.seed, p.world_size, p.batch_per_rank}) w.u64(v);
   w.u64(std::bit_cast<std::uint64_t>(p.lr_scale));
@@ -207,17 +252,35 @@ TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> d
   r.bytes(magic, sizeof magic);
   if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0) r.fail("not a fanstore-train checkpoint (bad magic)");
   const auto version = r.u32();
-  if (version != kCheckpointVersion && version != 2)
-    r.fail("checkpoint version " + std::to_string(version) + " is not 2 or " + std::to_string(kCheckpointVersion) +
+  if (version < 2 || version > kCheckpointVersion)
+    r.fail("checkpoint version " + std::to_string(version) + " is not 2 to " + std::to_string(kCheckpointVersion) +
            " (this fanstore-train): use the fanstore-train that wrote it, or start without --resume");
   if (fnv1a(data.data(), data.size() - 8) != stored_sum) r.fail("checksum mismatch; the file is damaged");
   const auto model_name = r.str();
   if (model_name != model.name()) r.fail("checkpoint is for model '" + model_name + "', not '" + model.name() + "'");
   ParameterTable& t = model.parameters();
-  if (r.u64() != table_signature(t))
+  const std::uint64_t signature = r.u64();
+  LayerShapes stored;  // version 4 on
+  if (version >= 4) {
+    const auto count = r.u64();
+    if (count > data.size()) r.fail("corrupt layer-shape count");
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::string name = r.str();
+      const auto rank = r.u64();
+      if (rank > 8) r.fail("corrupt layer shape");
+      std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
+      for (auto& d : dims) d = static_cast<std::int64_t>(r.u64());
+      stored.emplace_back(std::move(name), std::move(dims));
+    }
+  }
+  if (signature != table_signature(t)) {
+    const std::string resume_hint = "resume with the data and options it was written with, or start without --resume";
+    if (version >= 4) r.fail(shapes_difference(stored, layer_shapes(t), t.parameters().size()) + ": " + resume_hint);
     r.fail(
         "its layer shapes are not this model's (other classes, input size or channels of the data, or another "
-        "model version): resume with the data and options it was written with, or start without --resume");
+        "model version): " +
+        resume_hint);
+  }
   const auto optimizer_name = r.str();
   if (optimizer_name != optimizer.name())
     r.fail("checkpoint was written with --optimizer " + optimizer_name + ", not " + optimizer.name());
