@@ -252,8 +252,11 @@ struct MpiTransport::Impl {
       ++p.attempt;
     }
     if (p.attempt >= p.order.size() || now >= p.final_deadline) {
-      Status why = p.last.ok() ? Status(Code::kIoError, "no other rank holds partition " + std::to_string(p.range.part))
-                               : p.last;
+      Status why =
+          !p.last.ok() ? p.last
+          : p.attempt < p.order.size()
+              ? Status(Code::kTimeout, "--timeout ran out before rank " + std::to_string(p.current()) + " was asked")
+              : Status(Code::kIoError, "no other rank holds partition " + std::to_string(p.range.part));
       Finish(req_id, why, nullptr, 0);
       return;
     }

@@ -167,10 +167,10 @@ void RaiseFdLimit() {
 // The options' own limits (the socket's access is SocketAccess's).
 Status CheckOptions(const ServeOptions& o) {
   if (o.replicas < 1) return Status(Code::kInvalidArgument, "--replicas must be >= 1");
-  // At most a day: its milliseconds go into ints (the transport's deadlines, the clients' hello), and past 2^31 ms
-  // one wrapped to a negative timeout that failed every remote read at once.
-  if (!(o.timeout_s > 0 && o.timeout_s <= 86400))
-    return Status(Code::kInvalidArgument, "--timeout must be between 0 and 86400 seconds (a day)");
+  // Whole milliseconds, at most a day: they go into ints (the transport's deadlines, the clients' hello); past 2^31
+  // ms one wrapped to a negative timeout, and under 1 ms one became 0: either failed every remote read at once.
+  if (!(o.timeout_s >= 0.001 && o.timeout_s <= 86400))
+    return Status(Code::kInvalidArgument, "--timeout must be from 0.001 (1 ms) to 86400 seconds (a day)");
   if (!(o.prefetch_idle_s > 0)) return Status(Code::kInvalidArgument, "--prefetch-idle must be > 0 seconds");
   if (o.conn_memory < (1u << 20)) return Status(Code::kInvalidArgument, "--conn-memory must be >= 1 MiB");
   if (o.max_message < 4096 || o.max_message > (1ull << 30))

@@ -96,6 +96,11 @@ expect_rc 1 "$F" verify "$T/nlimg"
 expect_rc 1 "$F" cat "$T/nlimg" "a
 b\\c"
 [ "$(wc -l <"$T/err")" -eq 1 ] || fail "cat of a name with a newline: $(cat "$T/err")"
+# `wait --timeout` in whole milliseconds of an int: 1e10 s once wrapped to "-2147483648 ms" and gave up at once.
+for t in 1e10 -5 nan; do
+  expect_rc 1 "$F" wait "$T/no.sock" --timeout $t
+  grep -q "^fanstore wait: --timeout: $t is not a number of seconds from 0 to 2000000" "$T/err" || fail "wait --timeout $t: $(cat "$T/err")"
+done
 # A format-2 image (tests/core/data/v2-image, made before symlinks and owners were kept) is still served as it is.
 V2=$(cd "$(dirname "$0")" && pwd)/data/v2-image
 expect_rc 0 "$F" verify "$V2"

@@ -126,9 +126,12 @@ def case_replicas(ctx):
     job.stop()
     out = job.output()
     check("(2 replicas per partition)" in out and "2 replicas," in out, "--replicas 9 on 2 ranks must say 2:\n" + out)
-    job = Job(ctx, 2, "--timeout", "1e9")
-    check(job.p.wait(timeout=60) != 0, "--timeout 1e9 must be refused")
-    check("--timeout must be between 0 and 86400 seconds (a day)" in job.output(), job.output())
+    # Under 1 ms, whose milliseconds were 0, every remote range was read from the image directory ("no other rank
+    # holds partition 1" while rank 1 held it).
+    for t in ("1e9", "0.0004"):
+        job = Job(ctx, 2, "--timeout", t)
+        check(job.p.wait(timeout=60) != 0, f"--timeout {t} must be refused")
+        check("--timeout must be from 0.001 (1 ms) to 86400 seconds (a day)" in job.output(), job.output())
 
 
 def case_nospace(ctx):

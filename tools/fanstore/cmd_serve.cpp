@@ -142,7 +142,19 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
   CLI::App* wait =
       app.add_subcommand("wait", "Wait until the daemon at SOCKET accepts connections (exit 0) or time out (exit 1)");
   wait->add_option("SOCKET", *socket, "the daemon's Unix socket ({node} expands to this node's name)")->required();
-  wait->add_option("--timeout", *timeout, "seconds to wait")->type_name("SECONDS")->capture_default_str();
+  // Its milliseconds go into an int: 2,000,000 s (23 days) is below 2^31 ms; NaN and minus values are refused too.
+  wait->add_option("--timeout", *timeout, "seconds to wait")
+      ->type_name("SECONDS")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double t = std::strtod(v.c_str(), &end);
+            return end != v.c_str() && *end == '\0' && t >= 0 && t <= 2e6
+                       ? std::string()
+                       : v + " is not a number of seconds from 0 to 2000000 (23 days)";
+          },
+          ""));
   wait->add_flag("--staged", *staged,
                  "wait until every rank has staged its partitions too (the daemons serve before that)");
   wait->callback([socket, timeout, staged, &exit_code] {
