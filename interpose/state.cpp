@@ -107,7 +107,10 @@ void InitOnce() {
     if (!c.ok()) {
       // Documented choice: the program still runs (its exit code is its own), but every path under
       // the mount fails with EIO, so a job never silently reads nothing.
-      WriteLine("fanstore: cannot open image ", image ? image : "(none)", ": ", c.status().ToString());
+      // FANSTORE_DAEMON wins over FANSTORE_IMAGE (Client::FromEnv): name what was tried.
+      if (daemon != nullptr && *daemon != '\0')
+        WriteLine("fanstore: cannot open the image through the daemon at ", daemon, ": ", c.status().ToString());
+      else WriteLine("fanstore: cannot open image ", image, ": ", c.status().ToString());
       g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);
       return;
     }

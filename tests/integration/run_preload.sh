@@ -130,6 +130,15 @@ if [ $rc -ne 0 ] && grep -q "^fanstore: cannot open image $tmp/trunc" "$tmp/err"
 else
   fail "preload with a truncated index: rc=$rc $(cat "$tmp/err")"
 fi
+# Through a daemon that is not there, the line names its socket (it once said "cannot open image (none)").
+LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_DAEMON=$tmp/no-daemon.sock FANSTORE_MOUNT=/fanstore \
+  ls /fanstore > /dev/null 2> "$tmp/err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "^fanstore: cannot open the image through the daemon at $tmp/no-daemon.sock: " "$tmp/err"; then
+  pass "preload with no daemon: $(head -1 "$tmp/err")"
+else
+  fail "preload with no daemon: rc=$rc $(cat "$tmp/err")"
+fi
 # ... and everything outside the mount still works in that process.
 if LD_PRELOAD=$build/lib/libfanstore_preload.so FANSTORE_IMAGE=$tmp/trunc cat /etc/hostname > /dev/null 2>&1; then
   pass "paths outside the mount pass through with a broken image"
