@@ -11,7 +11,9 @@ No install step and no dependency (PyTorch optional): put tools/python on PYTHON
     # each epoch, iter(loader) -> iter(sampler): this epoch's order goes to the daemon, then the indices
 
 Run it under `fanstore run --daemon SOCKET ...` (which sets FANSTORE_DAEMON), or pass socket_path. Hints are an
-optimisation: without a daemon, or when it does not answer, the sampler warns once and yields the same order.
+optimisation: without a daemon the sampler warns once and yields the same order (and tries again next epoch: a
+daemon may start or come back); a daemon that does not answer within `timeout` costs that wait once, after which
+the sampler sends no more hints.
 The wire format (docs/daemon.md, "prefetch"): a 48-byte little-endian request header and '\n'-separated
 image-relative paths; the reply carries four u64 counters.
 """
@@ -133,15 +135,17 @@ class HintingSampler:
     epoch's file order to the node's daemon, then yields the same indices. `paths`: file path per dataset index
     (a list, or a callable index -> path)."""
 
-    def __init__(self, sampler, paths, socket_path=None, stream=None, mount=None):
+    def __init__(self, sampler, paths, socket_path=None, stream=None, mount=None, timeout=10.0):
         self.sampler = sampler
         self.paths = paths
         self.socket_path = socket_path
         self.mount = mount
+        self.timeout = timeout
         # One stream per sampler per process: each epoch's hint replaces the previous one.
         self.stream = stream if stream is not None else zlib.crc32(f"{os.getpid()}:{id(self)}".encode())
         self.last = None  # the daemon's counters for the latest hint
         self._warned = False
+        self._silent_daemon = False  # it once let a hint time out: no more waits on it
 
     def __len__(self):
         return len(self.sampler)
@@ -152,11 +156,16 @@ class HintingSampler:
 
     def __iter__(self):
         order = list(self.sampler)
+        if self._silent_daemon:
+            return iter(order)
         path = self.paths if callable(self.paths) else self.paths.__getitem__
         try:
-            self.last = send_hint([path(i) for i in order], self.socket_path, self.stream, self.mount)
+            self.last = send_hint([path(i) for i in order], self.socket_path, self.stream, self.mount, self.timeout)
         except OSError as e:
+            self._silent_daemon = isinstance(e, TimeoutError)
             if not self._warned:
-                print(f"fanstore_prefetch: no prefetch hints ({e})", file=sys.stderr)
+                where = self.socket_path or os.environ.get("FANSTORE_DAEMON") or "(FANSTORE_DAEMON is not set)"
+                after = "; no more hints from this sampler" if self._silent_daemon else ""
+                print(f"fanstore_prefetch: no prefetch hints from the daemon at {where} ({e}){after}", file=sys.stderr)
                 self._warned = True
         return iter(order)
