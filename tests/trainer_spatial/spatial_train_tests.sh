@@ -333,7 +333,7 @@ one_line_errors)
   grep -q "^fanstore-train: --grid auto chose 1," err.txt && ! grep -q "2,1,1,1" out.txt ||
     { echo "FAIL --grid auto --shard-weights:"; cat out.txt err.txt; exit 1; }
   echo "ok   $(grep -- '--grid auto chose' err.txt)"
-  one_error "--grid auto --shard-weights on 1 rank" "no grid of 1 rank(s) splits a sample" 1 --model cosmoflow \
+  one_error "--grid auto --shard-weights on 1 rank" "no grid of one rank splits a sample" 1 --model cosmoflow \
     --data c32/train --batch 1 --grid auto --shard-weights --checkpoint ck_auto1
   # A file that one rank alone reads: that rank's line, and the job ends (no hang).
   cp -r c32 bad && echo garbage > bad/train/univ_00005.h5

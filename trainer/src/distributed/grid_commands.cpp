@@ -229,8 +229,9 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
   if (g.shard_weights) {
     std::erase_if(candidates, [](const GridShape& c) { return !c.spatially_split(); });
     if (candidates.empty())
-      throw GridError("--grid auto --shard-weights: no grid of " + std::to_string(ranks) +
-                      " rank(s) splits a sample, and --shard-weights shards over a spatial group: start more ranks "
+      throw GridError("--grid auto --shard-weights: no grid of " +
+                      (ranks == 1 ? std::string("one rank") : std::to_string(ranks) + " ranks") +
+                      " splits a sample, and --shard-weights shards over a spatial group: start more ranks "
                       "or leave out --shard-weights");
   }
   const MachineCosts costs = measure_machine_costs(world);
