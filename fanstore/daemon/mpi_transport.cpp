@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -198,9 +199,16 @@ struct MpiTransport::Impl {
     for (int tried = 0; tried < reply_slots; ++tried) {
       uint64_t id = next_req++;
       int slot = SlotOf(id);
-      if (slot != 0 && slot_req[static_cast<size_t>(slot)] == 0) return id;
+      if (slot != 0 && slot_req[static_cast<size_t>(slot)] == 0 && !ChunkTagBusy(ChunkTag(id))) return id;
     }
     return 0;
+  }
+
+  // A reply registered on chunk tag `tag` is still taking chunks: where MPI_TAG_UB is small (the standard's least is
+  // 32767), a request 2^15 ids later would share its chunks' tag.
+  bool ChunkTagBusy(int tag) const {
+    auto w = chunk_waits.lower_bound({tag, std::numeric_limits<int>::min()});
+    return w != chunk_waits.end() && w->first.first == tag;
   }
 
   // ---- asking side ------------------------------------------------------------------------------------------
@@ -532,6 +540,10 @@ struct MpiTransport::Impl {
   void TakeChunk(const ChunkKey& key, const std::shared_ptr<ChunkWait>& w, MPI_Message m, uint64_t count) {
     const int src = key.second;
     uint64_t due = w->off < w->total ? std::min(o.max_message, w->total - w->off) : 0;
+    uint64_t off = w->off;
+    w->off += due;
+    --w->left;
+    w->busy = true;  // before Fail, whose sink may start other fetches: this wait is taken
     if (w->dst && !w->failed && count != due) {
       // Not what this reply announced: it is over (the rest of its chunks are received and dropped).
       w->failed = true;
@@ -540,10 +552,6 @@ struct MpiTransport::Impl {
              Status(Code::kIoError, "rank " + std::to_string(src) + " sent a chunk of " + std::to_string(count) +
                                         " bytes where " + std::to_string(due) + " were due"));
     }
-    uint64_t off = w->off;
-    w->off += due;
-    --w->left;
-    w->busy = true;
     auto done = [this, key, w](bool ok) {
       w->busy = false;
       w->idle_since = dp::NowUs();
@@ -553,9 +561,10 @@ struct MpiTransport::Impl {
       }
       if (w->left == 0) {
         // The last chunk is in: this reply leaves the queue (it is its front: only the front takes chunks).
-        auto wi = chunk_waits.find(key);
-        wi->second.pop_front();
-        if (wi->second.empty()) chunk_waits.erase(wi);
+        if (auto wi = chunk_waits.find(key); wi != chunk_waits.end()) {
+          wi->second.pop_front();
+          if (wi->second.empty()) chunk_waits.erase(wi);
+        }
         if (w->dst && !w->failed && Current(w->req_id, w->gen)) Received(w->req_id, w->dst, w->total);
       }
       Feed(key);
