@@ -39,6 +39,15 @@ uid_t Caller::Uid() {
 }
 
 bool Caller::InGroup(gid_t gid) {
+  if (!have_group_ || group_ != gid) {
+    in_group_ = LookUpGroup(gid);
+    group_ = gid;
+    have_group_ = true;
+  }
+  return in_group_;
+}
+
+bool Caller::LookUpGroup(gid_t gid) const {
   if (gid == (real_ ? getgid() : getegid())) return true;
   gid_t local[kStackGroups];
   long n = RawSyscall(SYS_getgroups, kStackGroups, reinterpret_cast<long>(local));

@@ -14,10 +14,10 @@ inline constexpr int kWrite = 2;
 inline constexpr int kExec = 1;
 
 // The ids a check runs with, read only when a mode needs them (most do not: 0644 grants reading, 0755 searching,
-// to everyone) and at most once per call. Effective ids by default; real ids while a RealIdsScope is alive
-// (access(2), faccessat without AT_EACCESS: the kernel swaps its credentials for the whole call, path walk
-// included). Never allocates: the supplementary groups go to a stack array, or, past 256 of them, to pages
-// mapped for the call.
+// to everyone): the uid at most once per Caller, the groups once per owning group asked about in a row. Effective ids
+// by default; real ids while a RealIdsScope is alive (access(2), faccessat without AT_EACCESS: the kernel swaps its
+// credentials for the whole call, path walk included). Never allocates: the supplementary groups go to a stack array,
+// or, past 256 of them, to pages mapped for the call.
 class Caller {
  public:
   Caller();
@@ -26,9 +26,13 @@ class Caller {
   bool InGroup(gid_t gid);
 
  private:
+  bool LookUpGroup(gid_t gid) const;
   bool real_;
   bool have_uid_ = false;
   uid_t uid_ = 0;
+  bool have_group_ = false;  // the last group asked about: a path's directories mostly share one
+  gid_t group_ = 0;
+  bool in_group_ = false;
 };
 
 // Makes the checks on this thread use the real ids until it ends, when `real` (nests).
