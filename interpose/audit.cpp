@@ -123,12 +123,12 @@ Status WriteFile(State* s, const Entry& e, int fd) {
       r = s->remote->WithStored(e.part, c->offset, c->stored_size,
                                 [&](const char* p, size_t n) { return DecodeChunk(e, *c, p, n, buf.get()); });
     } else {
-      r = Status(Code::kIoError, "the partition of " + std::string(e.path) + " is not on this node");
+      r = Status(Code::kIoError, "the partition of " + Printable(e.path) + " is not on this node");
     }
     for (uint64_t done = 0; r.ok() && done < c->raw_size;) {
       ssize_t w = ::pwrite(fd, buf.get() + done, c->raw_size - done, static_cast<off_t>(c->raw_offset + done));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) r = Status::FromErrno(w < 0 ? errno : ENOSPC, "cannot write a copy of " + std::string(e.path));
+      if (w <= 0) r = Status::FromErrno(w < 0 ? errno : ENOSPC, "cannot write a copy of " + Printable(e.path));
       else done += static_cast<uint64_t>(w);
     }
     if (!r.ok()) return r;
@@ -177,7 +177,7 @@ const char* Search(const char* name) {
   Status m = mirror::Install(
       s->mirror, e, [&](int fd) { return WriteFile(s, e, fd); }, &dst);
   if (!m.ok()) {
-    Say("cannot make a loadable copy of " + s->mount + "/" + std::string(e.path) + ": " + m.ToString());
+    Say("cannot make a loadable copy of " + s->mount + "/" + Printable(e.path) + ": " + m.ToString());
     return nullptr;
   }
   return Keep(std::move(dst));

@@ -273,7 +273,7 @@ bool ExecCopy(uint32_t id, int fd, std::string* path) {
         while (static_cast<uint64_t>(off) < e.size) {
           ssize_t n = FS_REAL(sendfile, out, fd, &off, e.size - static_cast<uint64_t>(off));
           if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot copy " + std::string(e.path));
+          if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot copy " + Printable(e.path));
         }
         return Status::Ok();
       },

@@ -30,7 +30,7 @@ Result<std::vector<PartLayout>> CutPartitions(const Image& img, const std::vecto
       if (!ch.ok()) return ch.status();
       if (ch->stored_size == 0) continue;  // a chunk of zeros: nothing stored
       if (ch->offset < format::kPartHeaderSize || ch->offset + ch->stored_size > l.size)
-        return Status(Code::kCorrupt, "index.fsi places " + std::string(e.path) + " outside " +
+        return Status(Code::kCorrupt, "index.fsi places " + Printable(e.path) + " outside " +
                                           img.PartitionPath(l.part) + ": re-pack or copy the image again");
       l.units.push_back({ch->offset, e.id, static_cast<uint32_t>(c)});
     }
@@ -73,7 +73,7 @@ Status VerifyPiece(const Image& img, const PartLayout& l, size_t k, const char* 
     auto c = img.GetChunk(e, l.units[u].chunk);
     if (!c.ok()) return c.status();
     if (c->offset < begin || c->offset + c->stored_size > end)
-      return Status(Code::kCorrupt, "a chunk of " + std::string(e.path) + " straddles a staging piece");
+      return Status(Code::kCorrupt, "a chunk of " + Printable(e.path) + " straddles a staging piece");
     scratch->resize(std::max<size_t>(c->raw_size, 1));
     Status s = DecodeChunk(e, *c, data + (c->offset - begin), c->stored_size, scratch->data());
     if (!s.ok()) return s;

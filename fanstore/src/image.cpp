@@ -393,10 +393,10 @@ Result<uint32_t> Image::Lookup(std::string_view rel) const {
     uint32_t parent = FindExact(*impl_, rel.substr(0, cut));
     if (parent == kEmptyBucket) continue;
     if (!Get(parent).is_dir())
-      return Status(Code::kNotDirectory, "not a directory in the image: " + std::string(rel.substr(0, cut)));
+      return Status(Code::kNotDirectory, "not a directory in the image: " + Printable(rel.substr(0, cut)));
     break;
   }
-  return Status(Code::kNotFound, "no such file in the image: " + std::string(rel));
+  return Status(Code::kNotFound, "no such file in the image: " + Printable(rel));
 }
 
 Result<std::string_view> Image::LinkTarget(const Entry& e) const {

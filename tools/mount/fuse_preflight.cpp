@@ -33,13 +33,16 @@ std::string UnescapeMountinfo(const std::string& s) {
   return out;
 }
 
-// `path` as one word a shell takes back as it is, for a command a message suggests: bare when nothing in it is
+// `given` as one word a shell takes back as it is, for a command a message suggests: bare when nothing in it is
 // special, else quoted ('...', or $'...' with escapes when it holds a control character, so the message stays one
 // line).
-std::string ShellWord(const std::string& path) {
-  const bool plain = !path.empty() && path.find_first_not_of(
-                                          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                          "0123456789_/.,:+=@%-") == std::string::npos;
+std::string ShellWord(const std::string& given) {
+  // A relative name that starts with '-' would be taken for an option.
+  const std::string path = !given.empty() && given[0] == '-' ? "./" + given : given;
+  const bool plain = !path.empty() && path[0] != '=' &&  // zsh expands a leading '='
+                     path.find_first_not_of(
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                         "0123456789_/.,:+=@%-") == std::string::npos;
   if (plain) return path;
   const bool control = std::any_of(path.begin(), path.end(), [](char c) { return c >= 0 && (c < 0x20 || c == 0x7f); });
   std::string out = control ? "$'" : "'";
@@ -99,13 +102,14 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
       return Status(Code::kNotDirectory, "mount point " + Printable(mountpoint) + " is not a directory");
     // A FUSE mount whose server died answers ENOTCONN to what the kernel has not cached until it is unmounted.
     if (err == ENOTCONN) return StaleMount(mountpoint);
-    return Status::FromErrno(err, "stat " + mountpoint);
+    return Status::FromErrno(err, "stat " + Printable(mountpoint));
   }
   if (!S_ISDIR(st.st_mode))
     return Status(Code::kNotDirectory, "mount point " + Printable(mountpoint) + " is not a directory");
 
   char real[PATH_MAX];
-  if (::realpath(mountpoint.c_str(), real) == nullptr) return Status::FromErrno(errno, "realpath " + mountpoint);
+  if (::realpath(mountpoint.c_str(), real) == nullptr)
+    return Status::FromErrno(errno, "realpath " + Printable(mountpoint));
   // Stacking a second mount would hide the first one and confuse whoever unmounts later.
   if (IsMountPoint(real)) {
     // The stat above may have come from the kernel's attribute cache of a dead server's mount; statfs always
@@ -119,7 +123,7 @@ Status CheckMountPoint(const std::string& mountpoint, bool allow_nonempty) {
   }
   if (allow_nonempty) return Status::Ok();
   DIR* d = ::opendir(real);
-  if (d == nullptr) return Status::FromErrno(errno, "opendir " + mountpoint);
+  if (d == nullptr) return Status::FromErrno(errno, "opendir " + Printable(mountpoint));
   bool empty = true;
   while (const dirent* de = ::readdir(d)) {
     if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
