@@ -162,7 +162,8 @@ class HintingSampler:
         try:
             self.last = send_hint([path(i) for i in order], self.socket_path, self.stream, self.mount, self.timeout)
         except OSError as e:
-            self._silent_daemon = isinstance(e, TimeoutError)
+            # socket.timeout is TimeoutError from Python 3.10 on, only an OSError before
+            self._silent_daemon = isinstance(e, (TimeoutError, socket.timeout))
             if not self._warned:
                 where = self.socket_path or os.environ.get("FANSTORE_DAEMON") or "(FANSTORE_DAEMON is not set)"
                 after = "; no more hints from this sampler" if self._silent_daemon else ""
