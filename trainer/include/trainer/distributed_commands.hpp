@@ -6,6 +6,7 @@
 #include <exception>
 #include <iosfwd>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -57,6 +58,8 @@ void agree_on_failure(Communicator& world, const std::exception* error);
 // and one that only some ranks find (a file one rank reads) both end the job with one line from rank 0 and no
 // MPI_Abort. `step` must call no collective that a rank whose step threw would skip: the others would wait
 // in it. Returns what `step` returns.
+inline const std::runtime_error kUnknownError("an error that is not a std::exception");
+
 template <typename Step>
 auto agree_on_errors(Communicator& world, Step&& step) {
   using Result = std::invoke_result_t<Step&>;
@@ -65,6 +68,8 @@ auto agree_on_errors(Communicator& world, Step&& step) {
       step();
     } catch (const std::exception& e) {
       agree_on_failure(world, &e);
+    } catch (...) {  // not one of ours: it must still reach the collective, or the other ranks wait there
+      agree_on_failure(world, &kUnknownError);
     }
     agree_on_failure(world, nullptr);
   } else {
@@ -73,6 +78,8 @@ auto agree_on_errors(Communicator& world, Step&& step) {
       result.emplace(step());
     } catch (const std::exception& e) {
       agree_on_failure(world, &e);
+    } catch (...) {
+      agree_on_failure(world, &kUnknownError);
     }
     agree_on_failure(world, nullptr);
     return std::move(*result);

@@ -614,8 +614,12 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   });
   // The grid: --grid S,D,H,W, "auto" (the performance model; --explain prints its table and stops), or
   // data parallelism. The batch is per sample group.
-  ResolvedGrid resolved = resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer, backend_of_run->device(),
-                                       comm, trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
+  // Its collectives are on the trainer's ranks, which fail alike; with --trainers one trainer may fail where another
+  // does not, and the others must not go on to agree on the grid without it.
+  ResolvedGrid resolved = agree_on_errors(world, [&] {
+    return resolve_grid(o.grid, o.model, model_options, o.threads, o.optimizer, backend_of_run->device(), comm,
+                        trainer == 0 ? out : quiet, trainer == 0 ? err : quiet);
+  });
   if (o.grid.explain) return 0;
   if (o.grid.grid == "auto") tournament.agree_on_grid(resolved);
   model_options.batch = resolved.batch_per_group;
