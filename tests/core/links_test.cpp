@@ -202,12 +202,12 @@ TEST_F(LinksTest, ResolveFollowsLinksAsTheKernelDoes) {
     a->links.emplace_back(a->img->Get(link).path);
     return a->links.back() != a->refuse;
   };
-  Asked all{&img, ""};
+  Asked all{&img, "", {}};
   auto t = client.Resolve("bin/via", true, nullptr, ask, &all);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(img.Get(t->id).path, "lib/libfoo.so.1.2");
   EXPECT_EQ(all.links, (std::vector<std::string>{"bin/via", "lib64", "lib/libfoo.so"}));
-  Asked refused{&img, "lib64"};
+  Asked refused{&img, "lib64", {}};
   EXPECT_EQ(client.Resolve("bin/via", true, nullptr, ask, &refused).status().code(), Code::kPermission);
   EXPECT_EQ(refused.links, (std::vector<std::string>{"bin/via", "lib64"}));
 }
