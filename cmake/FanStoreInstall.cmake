@@ -27,6 +27,8 @@ foreach(dir fanstore interpose tools)
   fanstore_executables_under(${PROJECT_SOURCE_DIR}/${dir} exes)
   list(APPEND FANSTORE_INSTALLED_PROGRAMS ${exes})
 endforeach()
+# The docs check's table printer (tests/meta) is built with the CLI it reads, but is no program for users.
+list(REMOVE_ITEM FANSTORE_INSTALLED_PROGRAMS fanstore_option_tables)
 if(FANSTORE_TRAINER)
   fanstore_executables_under(${PROJECT_SOURCE_DIR}/trainer exes)
   list(APPEND FANSTORE_INSTALLED_PROGRAMS ${exes})
@@ -97,6 +99,9 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME fanstore-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # The static client library needs the headers and pkg-config files of its two dependencies to link.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libzstd-dev, libxxhash-dev, pkg-config")
+# mpirun (for `fanstore serve` and multi-rank training) and fusermount3 (`fanstore mount` without root, unmounting)
+# come with these; the libraries dpkg-shlibdeps finds do not pull them in.
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "openmpi-bin, fuse3")
 include(CPack)
 cpack_add_component(runtime DISPLAY_NAME "FanStore programs and preload library" REQUIRED
                     DESCRIPTION "fanstore (pack, run, serve, mount, ...), fanstore-train, fanstore-datagen, the benchmark drivers, libfanstore_preload.so, libfanstore_audit.so and (in a CUDA build) the trainer's CUDA module libfanstore-trainer-cuda.so")

@@ -6,15 +6,18 @@
 # xxHash, libfuse3, the compiler runtime). The CUDA libraries are found on the node (bin/fanstore-env). Binaries are
 # stripped; their debug info goes to fanstore-VERSION-linux-x86_64-debug.tar.zst beside it. docs/gpu.md, "Bundle".
 # Usage: scripts/bundle.sh [--build DIR] [--out DIR] [--level N]   (after scripts/build.sh; needs patchelf, zstd)
+# --build defaults to the checkout's build/, --out to the current directory; relative paths are from the latter.
 set -euo pipefail
+caller=$PWD  # relative --build and --out name directories from where the script was started
 cd "$(dirname "$0")/.."
-src=$PWD build=build out=. level=19
+src=$PWD build=build out=$caller level=19
+value() { [ $# -ge 2 ] || { echo "bundle: $1 needs a value (see --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build) build=$2; shift ;;
-    --out) out=$2; shift ;;
-    --level) level=$2; shift ;;  # zstd level (tests use a fast one; the size limit is for 19)
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build) value "$@"; build=$(cd "$caller" && realpath -m "$2"); shift ;;
+    --out) value "$@"; out=$(cd "$caller" && realpath -m "$2"); shift ;;
+    --level) value "$@"; level=$2; shift ;;  # zstd level (tests use a fast one; the size limit is for 19)
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bundle: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

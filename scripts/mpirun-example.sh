@@ -30,8 +30,20 @@ serve_pid=$!
 # socket (and, with --cleanup, the staged data).
 trap 'kill -TERM $serve_pid 2>/dev/null; wait $serve_pid 2>/dev/null || true' EXIT
 
-# 2. Wait until every node's daemon is ready (the socket appears only after staging and verification).
-mpirun --hostfile "$hostfile" --map-by ppr:1:node "$fanstore" wait "$sock" --timeout "${FANSTORE_STAGE_TIMEOUT:-3600}"
+# 2. Wait until every node's daemon is ready (the socket appears once the node serves). A daemon that fails (a bad
+#    image, no room on its node) makes every daemon exit, and then waiting is pointless.
+mpirun --hostfile "$hostfile" --map-by ppr:1:node "$fanstore" wait "$sock" --timeout "${FANSTORE_STAGE_TIMEOUT:-3600}" &
+wait_pid=$!
+while kill -0 "$wait_pid" 2>/dev/null; do
+  if ! kill -0 "$serve_pid" 2>/dev/null; then
+    kill -TERM "$wait_pid" 2>/dev/null || true
+    wait "$wait_pid" 2>/dev/null || true
+    echo "fanstore: the daemons stopped before every node was ready (their lines above say why)" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
+wait "$wait_pid" || { echo "fanstore: the daemons were not ready within ${FANSTORE_STAGE_TIMEOUT:-3600} s" >&2; exit 1; }
 
 # 3. The job itself, any number of ranks per node, each process talking to its own node's daemon.
 mpirun --hostfile "$hostfile" --map-by "ppr:${FANSTORE_PPN:-1}:node" \

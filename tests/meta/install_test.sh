@@ -35,6 +35,9 @@ elif [ "$case" = deb ]; then
   for f in "${runtime_files[@]}"; do
     grep -qx "$f" "$work/runtime.list" || fail "$(basename "$runtime") lacks $f"
   done
+  ! grep -qx ./usr/bin/fanstore_option_tables "$work/runtime.list" || fail "$(basename "$runtime") ships the docs check's fanstore_option_tables"
+  recommends=$(dpkg-deb -f "$runtime" Recommends)
+  [[ "$recommends" == *openmpi-bin* && "$recommends" == *fuse3* ]] || fail "$(basename "$runtime") recommends '$recommends', not openmpi-bin and fuse3"
   for f in ./usr/include/fanstore/client.hpp ./usr/include/fanstore/image.hpp ./usr/lib/libfanstore_core.a \
            ./usr/lib/cmake/FanStore/FanStoreConfig.cmake ./usr/lib/cmake/FanStore/FanStoreTargets.cmake; do
     grep -qx "$f" "$work/dev.list" || fail "$(basename "$dev") lacks $f"
@@ -123,5 +126,15 @@ else
   echo "NOTE install.$case: no mount namespace available; the build tree could not be hidden (relocation still checked)"
   bash "$work/isolated.sh" visible
   ! grep -rqsF "$build" "$work/consumer/build/CMakeCache.txt" || fail "the consumer's build refers to the build tree $build"
+fi
+if [ "$case" = prefix ]; then
+  # Under a path with a space the loader would drop LD_PRELOAD in every process: refused in one line, not run
+  # without the image.
+  cp -a "$prefix" "$work/pre fix"
+  if out=$("$work/pre fix/bin/fanstore" run --image "$work/image" -- cat /fanstore/x 2>&1); then
+    fail "fanstore run under a prefix with a space ran: $out"
+  fi
+  echo "$out" | grep -q "^fanstore run: .* with a space or ':' .*, which LD_PRELOAD cannot carry" ||
+    fail "fanstore run under a prefix with a space: $out"
 fi
 echo "install.$case: ok ($isolation): fanstore run and a find_package(FanStore) consumer work from $prefix"

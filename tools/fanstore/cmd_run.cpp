@@ -95,6 +95,11 @@ int Run(const RunArgs& a) {
                 "libfanstore_preload.so not found next to this fanstore binary (../lib/ or " FANSTORE_PRELOAD_FROM_BIN
                 "/): rebuild with scripts/build.sh or reinstall");
 
+  // The loader splits LD_PRELOAD (and LD_AUDIT) at spaces and colons and has no escape: such a path would be
+  // dropped with a warning in every process, which would then run without the image.
+  if (lib.find_first_of(" :") != std::string::npos)
+    return Fail("run", "FanStore is installed under a path with a space or ':' (" + lib +
+                           "), which LD_PRELOAD cannot carry: install or unpack it under a path without them");
   std::string preload = lib;
   if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
