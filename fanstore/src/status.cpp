@@ -79,23 +79,58 @@ std::string Status::ToString() const {
   return std::string(CodeName(code_)) + ": " + message_;
 }
 
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlongs, surrogates or code points past
+// U+10FFFF), or 0.
+size_t Utf8Length(std::string_view s, size_t i) {
+  auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = at(i);
+  size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+  if (c < 0xc2 || c > 0xf4 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; k++)
+    if ((at(i + k) & 0xc0) != 0x80) return 0;
+  unsigned char c1 = at(i + 1);
+  if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f))
+    return 0;
+  return n;
+}
+
+void Hex(std::string* out, unsigned char c) {
+  static const char kHex[] = "0123456789abcdef";
+  ((*out += "\\x") += kHex[c >> 4]) += kHex[c & 15];
+}
+
+}  // namespace
+
 std::string Printable(std::string_view name) {
   std::string out;
   out.reserve(name.size());
-  for (unsigned char c : name) {
+  for (size_t i = 0; i < name.size();) {
+    unsigned char c = name[i];
+    if (c >= 0x80) {
+      // Well-formed UTF-8 is kept, except the C1 controls (U+0080-U+009F); any other byte above 0x7f is
+      // escaped, so that a terminal never sees a raw C1 control (0x9b is CSI on some).
+      size_t n = Utf8Length(name, i);
+      if (n == 0 || (c == 0xc2 && static_cast<unsigned char>(name[i + 1]) < 0xa0)) {
+        Hex(&out, c);
+        i++;
+      } else {
+        out.append(name.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
     switch (c) {
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
       default:
-        if (c >= 0x20 && c != 0x7f) {
-          out += static_cast<char>(c);
-        } else {
-          static const char kHex[] = "0123456789abcdef";
-          ((out += "\\x") += kHex[c >> 4]) += kHex[c & 15];
-        }
+        if (c >= 0x20 && c != 0x7f) out += static_cast<char>(c);
+        else Hex(&out, c);
     }
+    i++;
   }
   return out;
 }

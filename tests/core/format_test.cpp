@@ -251,11 +251,16 @@ TEST_F(FormatTest, TruncatedPartitionFailsOnlyTheFilesCutOff) {
   EXPECT_EQ(VerifyImage(*img, 1, {}), lost);
 }
 
-TEST(PrintableTest, ControlCharactersAndTheBackslashAreEscapedOtherBytesKept) {
+TEST(PrintableTest, ControlCharactersTheBackslashAndBytesNotUtf8AreEscaped) {
   EXPECT_EQ(Printable("train/x.jpg"), "train/x.jpg");
   EXPECT_EQ(Printable("a\nb\\c\td\re"), "a\\nb\\\\c\\td\\re");
   EXPECT_EQ(Printable(std::string_view("\x01\x7f\0z", 4)), "\\x01\\x7f\\x00z");
   EXPECT_EQ(Printable("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");  // UTF-8 as it is
+  // Bytes that are not well-formed UTF-8, and the C1 controls, are escaped: a lone 0x9b is CSI to some terminals.
+  EXPECT_EQ(Printable("a\x9b[2Jb"), "a\\x9b[2Jb");
+  EXPECT_EQ(Printable("\xc2\x85\xc2\xa0"), "\\xc2\\x85\xc2\xa0");             // U+0085 escaped, U+00A0 kept
+  EXPECT_EQ(Printable("\xff\xc3"), "\\xff\\xc3");                             // invalid, and cut short
+  EXPECT_EQ(Printable("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");  // overlong, surrogate
 }
 
 }  // namespace
