@@ -210,7 +210,7 @@ TEST(ModelExchange, InstallMakesTheStateBitIdentical) {
   EXPECT_THROW(install_state(std::vector<float>(5), *c, *oc, true), std::invalid_argument);
 }
 
-TEST(ModelExchange, CheckpointKeepsTheLearningRateScaleAndReadsVersion2) {
+TEST(ModelExchange, CheckpointKeepsTheLearningRateScaleAndReadsVersions2And3) {
   auto a = small_cosmoflow(1);
   auto oa = adam_after_steps(*a, 1);
   TrainingPosition p{7, 2, 3, 42, 2, 8, 1.25};
@@ -220,8 +220,9 @@ TEST(ModelExchange, CheckpointKeepsTheLearningRateScaleAndReadsVersion2) {
   save_checkpoint(path, *a, *oa, p);
   EXPECT_EQ(load_checkpoint(path, *a, *oa).lr_scale, 1.25);
 
-  // A version 2 file: the same without the layer shapes and the scale (and its own checksum).
-  std::vector<char> v4 = read_checkpoint_file(path), v2;
+  // Older files, cut out of this one: version 3 has no layer shapes, version 2 no shapes and no scale; each
+  // with its own checksum.
+  const std::vector<char> v4 = read_checkpoint_file(path);
   auto u64_at = [&](std::size_t at) {
     std::uint64_t n;
     std::memcpy(&n, v4.data() + at, 8);
@@ -234,18 +235,37 @@ TEST(ModelExchange, CheckpointKeepsTheLearningRateScaleAndReadsVersion2) {
     optimizer_at += 8 + 8 * u64_at(optimizer_at);
   }
   const std::size_t scale_at = optimizer_at + 8 + u64_at(optimizer_at) + 6 * 8;
-  v2.assign(v4.begin(), v4.begin() + static_cast<std::ptrdiff_t>(shapes_at));
-  v2.insert(v2.end(), v4.begin() + static_cast<std::ptrdiff_t>(optimizer_at),
-            v4.begin() + static_cast<std::ptrdiff_t>(scale_at));
-  v2.insert(v2.end(), v4.begin() + static_cast<std::ptrdiff_t>(scale_at + 8), v4.end() - 8);
-  const std::uint32_t two = 2;
-  std::memcpy(v2.data() + 8, &two, 4);
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : v2) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  v2.insert(v2.end(), reinterpret_cast<const char*>(&h), reinterpret_cast<const char*>(&h) + 8);
-  const TrainingPosition q = restore_checkpoint("v2.bin", v2, *a, *oa);
-  EXPECT_EQ(q.global_step, 7u);
-  EXPECT_EQ(q.lr_scale, 1.0);
+  auto older = [&](std::uint32_t version) {
+    auto at = [&](std::size_t offset) { return v4.begin() + static_cast<std::ptrdiff_t>(offset); };
+    std::vector<char> v(v4.begin(), at(shapes_at));
+    v.insert(v.end(), at(optimizer_at), at(version >= 3 ? scale_at + 8 : scale_at));
+    v.insert(v.end(), at(scale_at + 8), v4.end() - 8);
+    std::memcpy(v.data() + 8, &version, 4);
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : v) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    v.insert(v.end(), reinterpret_cast<const char*>(&h), reinterpret_cast<const char*>(&h) + 8);
+    return v;
+  };
+  const TrainingPosition q2 = restore_checkpoint("v2.bin", older(2), *a, *oa);
+  EXPECT_EQ(q2.global_step, 7u);
+  EXPECT_EQ(q2.lr_scale, 1.0);
+  const TrainingPosition q3 = restore_checkpoint("v3.bin", older(3), *a, *oa);
+  EXPECT_EQ(q3.global_step, 7u);
+  EXPECT_EQ(q3.next_batch, 3u);
+  EXPECT_EQ(q3.lr_scale, 1.25);
+
+  // A version 3 file has no shapes to name the layer that differs: the message says what may differ instead.
+  ModelOptions other;
+  other.batch = 1;
+  other.input_size = 64;
+  auto wide = build_model("cosmoflow", make_cpu_backend({1}), other);
+  auto ow = adam_after_steps(*wide, 0);
+  try {
+    restore_checkpoint("v3.bin", older(3), *wide, *ow);
+    ADD_FAILURE() << "a version 3 checkpoint of 32^3 loaded into a 64^3 model";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("its layer shapes are not this model's"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
