@@ -321,6 +321,8 @@ one_line_errors)
     --model cosmoflow --input-size 32 --batch 1 --trainers 2 --grid 2,2,1,1 --explain
   one_error "--benchmark with --trainers" "--benchmark times one grid, not a tournament" 4 --model cosmoflow \
     --input-size 32 --batch 1 --trainers 2 --grid 1,2,1,1 --benchmark 1
+  one_error "--benchmark with --data" "--benchmark times synthetic batches and reads or writes no files" 2 \
+    --model cosmoflow --input-size 32 --batch 1 --data c32/train --benchmark 1
   # --benchmark on 2 ranks without --grid: data parallelism over both, one line of global throughput.
   mpirun_n 2 "$train" --model cosmoflow --input-size 32 --batch 1 --benchmark 1 --threads 1 > out.txt 2> err.txt
   [[ $(wc -l < out.txt) -eq 1 ]] && grep -qE '^train: [0-9.]+ samples/s, inference: [0-9.]+ samples/s' out.txt &&

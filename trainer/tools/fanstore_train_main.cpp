@@ -201,6 +201,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  // A benchmark reads and writes no files: refuse what it would silently ignore (rank 0 alone says so).
+  if (benchmark_steps > 0 && (!train.data_dir.empty() || !train.checkpoint_dir.empty() || train.resume)) {
+    if (launcher_rank() == 0)
+      std::cerr << "fanstore-train: error: --benchmark times synthetic batches and reads or writes no files: drop "
+                   "--data, --checkpoint and --resume (to time real data, train with --data DIR --max-steps N)\n";
+    return 1;
+  }
   if (describe) {
     options.model_options.batch = batch > 0 ? batch : 1;
     return describe_command(options, std::cout, std::cerr);
