@@ -243,6 +243,7 @@ void ClientCore::KeepMemfd(uint32_t id, int fd) {
 }
 
 void ClientCore::LockForFork() {
+  fork_gate.lock();
   cache.LockForFork();
   pool.LockForFork();
   memfd_mu_.lock();
@@ -258,6 +259,7 @@ void ClientCore::UnlockForFork(bool child) {
   memfd_mu_.unlock();
   pool.UnlockForFork(child);
   cache.UnlockForFork(child);
+  fork_gate.unlock();
 }
 
 }  // namespace detail

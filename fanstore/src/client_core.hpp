@@ -77,6 +77,10 @@ struct ClientCore {
   Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out);
 
  public:
+  // Held from mapping a memfd writable to its MADV_DONTFORK, and by LockForFork: a child forked in between keeps a
+  // writable mapping, and F_SEAL_WRITE fails (EBUSY) for as long as it lives. Not a shared lock: the kernel takes
+  // mmap's lock for writing anyway, and glibc's rwlock cannot be released in the child (another thread id).
+  std::mutex fork_gate;
   // fork: hold every lock across fork() (taken in this order), release on both sides.
   void LockForFork();
   void UnlockForFork(bool child);

@@ -238,10 +238,14 @@ Result<int> ClientFile::KernelFd(int flags) {
   if (ftruncate(mfd, static_cast<off_t>(e_.size)) != 0) return fail(Status::FromErrno(errno, "sizing a memfd"));
   fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
   if (e_.size > 0) {
-    void* p = mmap(nullptr, e_.size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    void* p;
+    {
+      // A fork while we fill it must not give the child a writable mapping: F_SEAL_WRITE would fail (EBUSY).
+      std::lock_guard gate(core_.fork_gate);
+      p = mmap(nullptr, e_.size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+      if (p != MAP_FAILED) madvise(p, e_.size, MADV_DONTFORK);
+    }
     if (p == MAP_FAILED) return fail(Status::FromErrno(errno, "mapping a memfd"));
-    // A fork while we fill it must not give the child a writable mapping: F_SEAL_WRITE would fail (EBUSY).
-    madvise(p, e_.size, MADV_DONTFORK);
     char* base = static_cast<char*>(p);
     Status s = core_.ParallelFor(chunks_, [&](uint64_t i) -> Status {
       auto c = core_.img.GetChunk(e_, i);

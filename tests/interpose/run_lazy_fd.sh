@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs lazy_fd_test on a small (in-cache, heap-backed) and a large (memfd-backed) file of a packed tree,
 # with lazy fds (the default) and with FANSTORE_LAZY=0 (a memfd at every open): both must match the real file.
-# Usage: run_lazy_fd.sh BUILD_DIR LAZY_FD_TEST_BINARY
+# Then two stresses of forks beside readers. Usage: run_lazy_fd.sh BUILD_DIR LAZY_FD_TEST_BINARY
 set -euo pipefail
 build=$1 bin=$2
 fanstore=$build/bin/fanstore
@@ -34,6 +34,14 @@ for only in sendfile-first copy-file-range-first; do
 done
 echo "== stress: threads reading while the main thread forks"
 if ! "$fanstore" run --image "$tmp/img" --mount /fanstore -- "$bin" --stress "$tmp/src/d/large.bin" /fanstore/d/large.bin; then
+  status=1
+fi
+echo "== stress: FANSTORE_LAZY=0 (a memfd per open) while the main thread forks"
+mkdir "$tmp/many"
+for i in $(seq 0 1499); do head -c $((1000 + i * 7)) /dev/urandom > "$tmp/many/f$i"; done
+"$fanstore" pack "$tmp/many" -o "$tmp/many-img" > /dev/null
+if ! FANSTORE_LAZY=0 "$fanstore" run --image "$tmp/many-img" --mount /fanstore -- \
+    "$bin" --fork-while-opening "$tmp/many" /fanstore 1500; then
   status=1
 fi
 exit $status
