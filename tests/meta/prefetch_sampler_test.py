@@ -1,12 +1,14 @@
 """HintingSampler (tools/python/fanstore_prefetch.py) without a daemon that answers: the order is always the
 sampler's; a missing socket warns once and is tried again each epoch; a daemon that takes the connection and never
-replies costs one timeout, not one per epoch (it once cost 10 s every epoch). Usage: prefetch_sampler_test.py SRC"""
+replies costs one timeout, not one per epoch (it once cost 10 s every epoch); a name that is not UTF-8
+is sent as its bytes. Usage: prefetch_sampler_test.py SRC"""
 import contextlib
 import io
 import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(sys.argv[1], "tools", "python"))
@@ -47,6 +49,35 @@ with tempfile.TemporaryDirectory() as d:
     check(took < 1.4, f"a silent daemon: 3 epochs cost one timeout (0.5 s), not three: {took:.2f} s")
     check(err.count("\n") == 1 and "no more hints from this sampler" in err, f"a silent daemon: one warning: {err!r}")
     srv.close()
+
+    # A name that is not UTF-8 (os.listdir gives it surrogate-escaped) goes to the daemon as its own bytes; it
+    # once raised UnicodeEncodeError out of the epoch.
+    odd = [paths[0], os.fsdecode(b"/fanstore/caf\xe9.bin")]
+    orders, _, err = epochs(HintingSampler([1, 0], odd, socket_path=missing), 1)
+    check(orders == [[1, 0]], f"a name that is not UTF-8, no daemon: the sampler's order: {err!r}")
+    recording = os.path.join(d, "recording.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(recording)
+    srv.listen(1)
+    got = bytearray()
+
+    def record():
+        conn, _ = srv.accept()
+        conn.settimeout(5)
+        with conn:
+            while b"caf" not in got:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                got.extend(chunk)
+
+    t = threading.Thread(target=record)
+    t.start()
+    orders, _, err = epochs(HintingSampler([1, 0], odd, socket_path=recording, timeout=2), 1)
+    t.join()
+    srv.close()
+    check(orders == [[1, 0]], "a name that is not UTF-8: the sampler's order")
+    check(b"caf\xe9.bin" in got and b"f0" in got, f"a name that is not UTF-8 is sent as its bytes: {bytes(got)!r}")
 
 print(f"prefetch_sampler_test: {len(failed)} failure(s)")
 sys.exit(1 if failed else 0)

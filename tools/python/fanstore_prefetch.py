@@ -53,7 +53,7 @@ def _mount():
 def image_relative(path, mount=None):
     """The image-relative form of `path` ("/fanstore/train/x.jpg" -> "train/x.jpg"); relative paths are taken as
     image-relative already; None for an absolute path outside the mount."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)  # bytes too; a name that is not UTF-8 stays surrogate-escaped until os.fsencode
     if not path.startswith("/"):
         return os.path.normpath(path).lstrip("/")
     mount = (mount or _mount()).rstrip("/")
@@ -88,7 +88,7 @@ def send_hint(paths, socket_path=None, stream=0, mount=None, timeout=10.0):
         if r is None or "\n" in r:
             outside += 1
         else:
-            rels.append(r.encode())
+            rels.append(os.fsencode(r))  # the name's own bytes, UTF-8 or not
     totals = {"remote": 0, "local": 0, "missing": 0, "outside": outside, "remote_bytes": 0}
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
