@@ -45,27 +45,38 @@ Started TakeStarted() {
   return s;
 }
 
-const Started kStarted = TakeStarted();
+// Taken when the library loads (kTaken); on first use instead when the start-up code of state.cpp runs first.
+Started& StartedEnv() {
+  static Started* s = new Started(TakeStarted());
+  return *s;
+}
+const bool kTaken = (StartedEnv(), true);
 
 }  // namespace
+
+void SetStartedVariable(const char* name, const char* value) {
+  for (std::string& kv : StartedEnv().kept)
+    if (NameOf(kv) == name) kv = std::string(name) + "=" + value;
+}
 
 size_t ChildEnvSlots(char* const envp[]) {
   size_t n = 0;
   while (envp && envp[n]) ++n;
-  return n + kStarted.kept.size() + 3;  // + LD_PRELOAD, FANSTORE_CWD and the null
+  return n + StartedEnv().kept.size() + 3;  // + LD_PRELOAD, FANSTORE_CWD and the null
 }
 
 char* const* ChildEnv(char* const envp[], const char* cwd_kv, char** slots, std::string* merged) {
   // One pass into `slots` (the caller's stack, so nothing is allocated but a merged LD_PRELOAD); `envp` itself when
   // nothing was added or replaced.
-  const std::string& lib = kStarted.preload;
+  const Started& started = StartedEnv();
+  const std::string& lib = started.preload;
   size_t n = 0;
   bool changed = false;
   for (size_t i = 0; envp && envp[i]; ++i) {
     const std::string_view kv(envp[i]), name = NameOf(kv);
     if (cwd_kv != nullptr && name == env::kCwd) continue;  // set below
     if (name == "LD_PRELOAD" && !lib.empty() && kv.find(lib) == std::string_view::npos) {
-      *merged = kStarted.preload_kv + ":" + std::string(kv.substr(name.size() + 1));
+      *merged = started.preload_kv + ":" + std::string(kv.substr(name.size() + 1));
       slots[n++] = merged->data();
       changed = true;
       continue;
@@ -76,8 +87,8 @@ char* const* ChildEnv(char* const envp[], const char* cwd_kv, char** slots, std:
     slots[n++] = const_cast<char*>(kv);
     changed = true;
   };
-  if (!lib.empty() && !Has(envp, "LD_PRELOAD")) add(kStarted.preload_kv.c_str());
-  for (const std::string& kv : kStarted.kept)
+  if (!lib.empty() && !Has(envp, "LD_PRELOAD")) add(started.preload_kv.c_str());
+  for (const std::string& kv : started.kept)
     if (!Has(envp, NameOf(kv))) add(kv.c_str());
   if (cwd_kv != nullptr) {
     add(cwd_kv);

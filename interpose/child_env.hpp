@@ -19,4 +19,7 @@ size_t ChildEnvSlots(char* const envp[]);
 // lacks nothing; else `slots` (ChildEnvSlots entries), filled.
 char* const* ChildEnv(char* const envp[], const char* cwd_kv, char** slots, std::string* merged);
 
+// Changes the value this process started with of a kept variable (one it has), for the children of an `env -i`.
+void SetStartedVariable(const char* name, const char* value);
+
 }  // namespace fanstore::interpose

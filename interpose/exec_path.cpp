@@ -260,14 +260,13 @@ void MakeOriginDirs(int fd, const std::string& root, const Entry& e) {
 // The loader derives $ORIGIN from /proc/self/exe: from the copy, RUNPATH $ORIGIN/../lib finds the libraries next
 // to it (through the audit module). The copy is made from `fd`, the file's kernel fd.
 bool ExecCopy(uint32_t id, int fd, std::string* path) {
-  static const std::string* root = [] {
-    std::string why;
-    return new std::string(mirror::Root(g_client->image(), &why));
-  }();
-  if (root->empty()) return false;
+  // Asked each time: the directory depends on the effective user, which a process may change between execs.
+  std::string why;
+  const std::string root = mirror::Root(g_client->image(), &why);
+  if (root.empty()) return false;
   const Entry e = g_client->image().Get(id);
   Status s = mirror::Install(
-      *root, e,
+      root, e,
       [&](int out) {
         off_t off = 0;
         while (static_cast<uint64_t>(off) < e.size) {
@@ -278,7 +277,7 @@ bool ExecCopy(uint32_t id, int fd, std::string* path) {
         return Status::Ok();
       },
       path);
-  if (s.ok()) MakeOriginDirs(fd, *root, e);
+  if (s.ok()) MakeOriginDirs(fd, root, e);
   return s.ok();
 }
 

@@ -25,21 +25,38 @@ Status MakeDirs(const std::string& dir) {
   return Status::FromErrno(errno, "cannot create " + dir);
 }
 
+namespace {
+
+// The node chunk cache's libs/ tree when this process may use it: the cache is the directory of the user who
+// started `fanstore run` (mode 0700). A process of the job that runs as another user (a root entrypoint that
+// switched users with setpriv, runuser or gosu) can neither write there nor should share copies with that user.
+std::string NodeLibs() {
+  const char* node = std::getenv(env::kNodeCacheDir);
+  if (node == nullptr || *node == '\0') return {};
+  struct stat st;
+  if (::lstat(node, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) return {};
+  return std::string(node) + "/libs";
+}
+
+}  // namespace
+
 std::string Base() {
-  if (const char* node = std::getenv(env::kNodeCacheDir); node && *node) return std::string(node) + "/libs";
+  if (std::string node = NodeLibs(); !node.empty()) return node;
   const char* tmp = std::getenv("TMPDIR");
-  return std::string(tmp && *tmp ? tmp : "/tmp") + "/fanstore-libs-" + std::to_string(::getuid());
+  return std::string(tmp && *tmp ? tmp : "/tmp") + "/fanstore-libs-" + std::to_string(::geteuid());
 }
 
 std::string Root(const Image& img, std::string* error) {
+  if (std::string node = NodeLibs(); !node.empty()) return node;  // per image already
   const std::string base = Base();
-  if (const char* node = std::getenv(env::kNodeCacheDir); node && *node) return base;  // per image already
   if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) {
     *error = Status::FromErrno(errno, "cannot create " + base).message() + " (set TMPDIR to a writable directory)";
     return {};
   }
   struct stat st;
-  if (::lstat(base.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+  // Files are created with the effective uid: the directory must be that user's alone, or another user could plant
+  // a library in it.
+  if (::lstat(base.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
     *error = base + " is not a private directory of this user (remove it, or set TMPDIR)";
     return {};
   }
@@ -51,7 +68,7 @@ std::string Root(const Image& img, std::string* error) {
 Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path) {
   *path = root + "/" + std::string(e.path);
   struct stat st;
-  if (::lstat(path->c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid() &&
+  if (::lstat(path->c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
       static_cast<uint64_t>(st.st_size) == e.size)
     return Status::Ok();  // made by another process of the node (renamed only once complete)
   if (Status d = MakeDirs(path->substr(0, path->rfind('/'))); !d.ok()) return d;

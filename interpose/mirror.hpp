@@ -17,7 +17,8 @@ namespace fanstore::interpose::mirror {
 std::string Base();
 
 // The directory the copies of `img` live in: under the node chunk cache `fanstore run` set up (tmpfs, shared by
-// the node's processes), else TMPDIR/fanstore-libs-UID/<content key>, a directory that must be this user's alone.
+// the node's processes) when it belongs to this process's effective user, else TMPDIR/fanstore-libs-EUID/<content
+// key>, a directory that must be that user's alone (a job that switched users after `fanstore run` gets its own).
 // Empty, with *error set, when there is none.
 std::string Root(const Image& img, std::string* error);
 

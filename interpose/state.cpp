@@ -7,12 +7,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <mutex>
 
 #include "ancestors.hpp"
+#include "child_env.hpp"
 #include "cwd.hpp"
 #include "dir_registry.hpp"
 #include "fanstore/env.hpp"
@@ -78,6 +80,18 @@ void ForkChild() {
   lazy::UnlockForFork(true);
 }
 
+// A job that switched users after `fanstore run` (a root entrypoint's setpriv, runuser, gosu) cannot use the node
+// chunk cache, which is private to the user who started the run: Client::Create said so (once, in the first process
+// of the new user) and decodes per process. Its exec'd successors and children skip the cache without a word, and
+// the audit module copies libraries into this user's own directory (mirror.hpp).
+void ForgetForeignNodeCache() {
+  const char* node = getenv(env::kNodeCacheDir);
+  struct stat st;
+  if (node == nullptr || *node == '\0' || lstat(node, &st) != 0 || st.st_uid == geteuid()) return;
+  setenv(env::kNodeCacheDir, "", 1);
+  SetStartedVariable(env::kNodeCacheDir, "");
+}
+
 void InitOnce() {
   ReentrancyGuard guard;
   // The fanstore CLI itself (`fanstore run` inside a job already under the preload) must see the real
@@ -115,6 +129,7 @@ void InitOnce() {
       return;
     }
     g_client = c->release();  // never deleted: atexit handlers and other destructors may still call us
+    ForgetForeignNodeCache();
     g_has_links = g_client->image().Summary().links > 0;
     // Cached memfds are ours: the program's close loops (closefrom, close_range) must spare them.
     g_client->SetInternalFdHook(&FdTable::MarkInternal);

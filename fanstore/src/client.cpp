@@ -2,6 +2,7 @@
 #include "fanstore/client.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -35,6 +36,26 @@ std::string ClientStats::Line() const {
   return buf;
 }
 
+namespace {
+
+// The effective uid of this process's parent, from /proc (-1 when it cannot be read).
+long ParentEuid() {
+  char path[64], buf[4096];
+  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(::getppid()));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char* uid = std::strstr(buf, "\nUid:");
+  long real = -1, effective = -1;
+  if (uid == nullptr || std::sscanf(uid + 5, "%ld %ld", &real, &effective) != 2) return -1;
+  return effective;
+}
+
+}  // namespace
+
 Client::Client(ClientOptions opts, std::shared_ptr<const Image> image)
     : opts_(std::move(opts)), image_(std::move(image)) {
   // A fixed, recognisable device number per image directory so st_dev/st_ino pairs are stable.
@@ -56,7 +77,18 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
   ClientOptions o = opts;
   o.mount = NormalizeAbsolute(opts.mount);
   std::unique_ptr<Client> c(new Client(std::move(o), std::move(img).value()));
-  if (!c->opts_.node_cache_dir.empty()) {
+  struct stat dir_st;
+  if (!c->opts_.node_cache_dir.empty() && ::lstat(c->opts_.node_cache_dir.c_str(), &dir_st) == 0 &&
+      dir_st.st_uid != ::geteuid()) {
+    // The cache is private (0700) to the user who started `fanstore run`; a job that then switched users (a root
+    // entrypoint's setpriv, runuser, gosu) decodes per process. Said by the first process of the new user only.
+    if (ParentEuid() == static_cast<long>(dir_st.st_uid))
+      std::fprintf(stderr,
+                   "fanstore: the node chunk cache %s is uid %u's (who started fanstore run), this job now runs as "
+                   "uid %u: its processes decode for themselves\n",
+                   c->opts_.node_cache_dir.c_str(), static_cast<unsigned>(dir_st.st_uid),
+                   static_cast<unsigned>(::geteuid()));
+  } else if (!c->opts_.node_cache_dir.empty()) {
     auto node = NodeCache::Attach(c->opts_.node_cache_dir, *c->image_);
     // Without it every process decodes for itself: slower and bigger, never wrong. Say so once.
     if (node.ok()) c->core_->node = std::move(node).value();

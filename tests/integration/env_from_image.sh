@@ -105,6 +105,22 @@ if [ "$(id -u)" = 0 ] && mkdir "$tmp/tiny" && mount -t tmpfs -o size=12k tmpfs "
     TMPDIR="$tmp/tiny"
   umount "$tmp/tiny"
 fi
+# The container pattern: `fanstore run` started as root, the job then switching users (setpriv here; runuser, gosu).
+# The node chunk cache is root's (0700): the job decodes per process, copies libraries and programs into its own
+# $TMPDIR/fanstore-libs-65534, and the first process of the new user says so in one line.
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
+  chmod -R a+rX "$tmp"
+  mkdir -m 1777 "$tmp/t"
+  TMPDIR=$tmp/t "$fanstore" run --image "$tmp/img" -- setpriv --reuid 65534 --regid 65534 --clear-groups \
+    bash -c 'probe /fanstore' > "$tmp/switched" 2> "$tmp/switched.err"
+  check "fanstore run as root, the job as nobody (setpriv)" "$tmp/switched"
+  if [ "$(grep -c . "$tmp/switched.err")" = 1 ] && grep -q "node chunk cache .* this job now runs as uid 65534" \
+      "$tmp/switched.err" && [ "$(stat -c %U:%a "$tmp/t/fanstore-libs-65534")" = "nobody:700" ]; then
+    echo "ok    the switched job: one line, copies in a directory of its own"
+  else
+    fail "the switched job: $(head -3 "$tmp/switched.err"; ls -ld "$tmp"/t/* 2>&1)"
+  fi
+fi
 if [ -e /dev/fuse ] && command -v fusermount3 > /dev/null; then
   mnt=$tmp/mnt
   mkdir "$mnt"
