@@ -1,6 +1,7 @@
 // `fanstore run`: run an unmodified program with the image served under a path prefix (LD_PRELOAD).
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +25,8 @@
 
 namespace fanstore::cli {
 namespace {
+
+constexpr long kFuseSuperMagic = 0x65735546;
 
 struct RunArgs {
   std::string image;
@@ -58,9 +61,74 @@ std::string FindPreloadLibrary() {
   return {};
 }
 
+// The system directory a mount at `mount` would cover (the prefix itself or one below it), or empty. The interposer
+// hides everything under the prefix from the job, so `/`, `/usr` or `/etc` would take the shell, the loader's
+// libraries and the tools the job runs away from it; FanStore itself must stay visible too (the interposer hands
+// static programs back to the fanstore binary).
+std::string HiddenSystemPath(const std::string& mount) {
+  std::vector<std::string> needed = {
+      "/bin", "/dev", "/etc", "/lib", "/lib32",   "/lib64",   "/libx32",      "/proc",     "/run",       "/sbin",
+      "/sys", "/tmp", "/usr", "/var", "/usr/bin", "/usr/lib", "/usr/libexec", "/usr/sbin", "/usr/lib64", "/usr/lib32"};
+  char self[PATH_MAX];
+  if (ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1); n > 0) {
+    self[n] = '\0';
+    needed.emplace_back(self);
+  }
+  if (mount == "/") return mount;
+  for (const std::string& dir : needed)
+    if (dir == mount ||
+        (dir.size() > mount.size() && dir.compare(0, mount.size(), mount) == 0 && dir[mount.size()] == '/'))
+      return dir;
+  return {};
+}
+
+// What an enclosing `fanstore run` serves this process tree through LD_PRELOAD (taken before this run changes the
+// environment): "--image DIR" or "--daemon SOCKET", and its prefix; empty when there is none.
+struct OuterRun {
+  std::string image, daemon, mount;
+  bool present() const { return !image.empty() || !daemon.empty(); }
+  std::string Words() const {
+    return "fanstore run " + (daemon.empty() ? "--image " + image : "--daemon " + daemon) + " --mount " + mount;
+  }
+};
+
+OuterRun FindOuterRun() {
+  OuterRun o;
+  const char* preload = getenv("LD_PRELOAD");
+  if (preload == nullptr || std::strstr(preload, "libfanstore_preload") == nullptr) return o;
+  if (const char* d = getenv(env::kDaemon); d && *d) o.daemon = d;
+  else if (const char* i = getenv(env::kImage); i && *i) o.image = i;
+  const char* m = getenv(env::kMount);
+  o.mount = NormalizeAbsolute(m && *m == '/' ? m : env::kDefaultMount);
+  return o;
+}
+
+// A run inside a run with another image or prefix: the interposer serves one image per process tree, so the inner run
+// would take the outer image away from its program, silently. Fine when the outer prefix is a real FUSE mount (the
+// outer run's --fuse always): the kernel keeps serving it. The same image at the same prefix (the interposer's
+// hand-over of a static program, a script that calls `fanstore run` again) changes nothing.
+int RefuseNested(const OuterRun& outer, const std::string& image, const std::string& daemon, const std::string& mount) {
+  if (!outer.present()) return 0;
+  if (outer.mount == mount && (outer.daemon.empty() ? outer.image == image : outer.daemon == daemon)) return 0;
+  struct statfs sf;
+  if (statfs(outer.mount.c_str(), &sf) == 0 && sf.f_type == kFuseSuperMagic) return 0;
+  return Fail("run", "already under `" + outer.Words() + "`, and the interposer serves one image per process tree, " +
+                         "so " + outer.mount + " would vanish for the program: under that run, mount this image " +
+                         "with FUSE instead (`fanstore mount " +
+                         (daemon.empty() ? "--image " + image : "--daemon " + daemon) +
+                         " DIR`, DIR an empty directory) and use it there");
+}
+
 int Run(const RunArgs& a) {
   if (a.image.empty() == a.daemon.empty())
     return Fail("run", "give exactly one of --image (one node) or --daemon (multi-node)");
+  if (a.mount.empty() || a.mount[0] != '/')
+    return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
+  if (std::string hidden = HiddenSystemPath(NormalizeAbsolute(a.mount)); !hidden.empty())
+    return Fail("run", "--mount " + a.mount + " would hide " + (hidden == "/" ? "the whole file system" : hidden) +
+                           " from the program, which it and the system need: give a prefix of its own, such as "
+                           "/fanstore (the default) or /data/NAME");
+  const OuterRun outer = FindOuterRun();
   char abs_image[PATH_MAX] = "";
   char abs_socket[PATH_MAX] = "";
   bool libraries = false;  // the image holds shared libraries: the loader needs the audit module
@@ -70,6 +138,7 @@ int Run(const RunArgs& a) {
     if (!realpath(socket->c_str(), abs_socket))
       return Fail("run", "daemon socket '" + *socket + "': " + std::strerror(errno) +
                              " (is `fanstore serve` running and ready? try `fanstore wait " + a.daemon + "`)");
+    if (int rc = RefuseNested(outer, "", abs_socket, NormalizeAbsolute(a.mount)); rc != 0) return rc;
     // Handshake once here so a missing or wedged daemon is one clear line now, not an error in every child.
     auto info = ProbeDaemon(abs_socket, 5000);
     if (!info.ok()) return Fail("run", info.status());
@@ -81,14 +150,13 @@ int Run(const RunArgs& a) {
     if (!realpath(a.image.c_str(), abs_image))
       return Fail(
           "run", "image '" + a.image + "': " + std::strerror(errno) + " (give the directory written by fanstore pack)");
+    if (int rc = RefuseNested(outer, abs_image, "", NormalizeAbsolute(a.mount)); rc != 0) return rc;
     // Open it here once so a bad image is one clear line now, not a failure inside every child process.
     auto img = Image::Open(abs_image);
     if (!img.ok()) return Fail("run", img.status());
     PrepareRunEnvironment(**img);
     libraries = (*img)->HoldsSharedLibraries();
   }
-  if (a.mount.empty() || a.mount[0] != '/')
-    return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
   std::string lib = FindPreloadLibrary();
   if (lib.empty())
     return Fail("run",
@@ -131,7 +199,19 @@ int Run(const RunArgs& a) {
   // Programs the preload cannot reach get the image through FUSE, in a mount namespace of their own.
   if (a.fuse != "auto" && a.fuse != "always" && a.fuse != "never")
     return Fail("run", "--fuse must be auto, always or never, got '" + a.fuse + "'");
-  ProgramProbe probe = ProbeProgram(a.command[0]);
+  // A relative program with a slash is found from the working directory, as execve finds it: the virtual one of an
+  // enclosing run (the kernel's cwd of this binary is not that), else the real one. Absolute from here on, so the
+  // probe, the check for a program stored in the image and the exec see the same file; its argv[0] stays as given.
+  std::vector<std::string> command = a.command;
+  if (command[0][0] != '/' && command[0].find('/') != std::string::npos) {
+    std::string cwd;
+    char buf[PATH_MAX];
+    if (const char* v = getenv(env::kCwd); outer.present() && v && *v == '/') cwd = v;
+    else if (getcwd(buf, sizeof buf) != nullptr) cwd = buf;
+    if (!cwd.empty()) command[0] = (cwd == "/" ? std::string() : cwd) + "/" + command[0];
+  }
+  const std::string& argv0 = a.argv0 ? *a.argv0 : a.command[0];
+  ProgramProbe probe = ProbeProgram(command[0]);
   // A program stored in the image exists only under the prefix: the kernel can exec it only from a mount.
   const std::string prefix = NormalizeAbsolute(a.mount);
   const std::string prog =
@@ -152,8 +232,8 @@ int Run(const RunArgs& a) {
     fr.image = abs_image;
     fr.daemon = abs_socket;
     fr.mount = NormalizeAbsolute(a.mount);
-    fr.command = a.command;
-    fr.argv0 = a.argv0;
+    fr.command = command;
+    fr.argv0 = argv0;
     fr.why = unreachable ? Unreachable(probe) : a.command[0] + " was given --fuse always";
     return RunUnderFuse(fr);
   }
@@ -163,10 +243,10 @@ int Run(const RunArgs& a) {
                     " to it (--fuse never): drop --fuse never to serve it through FUSE, or use `fanstore mount`");
 
   std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(a.argv0 ? a.argv0->c_str() : a.command[0].c_str()));
-  for (size_t i = 1; i < a.command.size(); ++i) argv.push_back(const_cast<char*>(a.command[i].c_str()));
+  argv.push_back(const_cast<char*>(argv0.c_str()));
+  for (size_t i = 1; i < command.size(); ++i) argv.push_back(const_cast<char*>(command[i].c_str()));
   argv.push_back(nullptr);
-  execvp(a.command[0].c_str(), argv.data());
+  execvp(command[0].c_str(), argv.data());
   int err = errno;
   Fail("run", "cannot run '" + a.command[0] + "': " + std::strerror(err));
   return err == ENOENT ? 127 : 126;

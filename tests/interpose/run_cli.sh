@@ -1,0 +1,101 @@
+#!/bin/bash
+# `fanstore run`'s own checks and the ways a program of the image is started: a prefix that would hide the
+# system's files is refused; a run inside a run with another image is refused in one line naming the outer
+# image and prefix (the same image at the same prefix runs; `fanstore mount` of the second image under the outer
+# run works, as the refusal suggests); a relative program path is found from the working directory, a virtual one
+# included.
+# Usage: run_cli.sh BUILD_DIR. Exit 77 without a C compiler.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+fanstore=$build/bin/fanstore
+cc=$(command -v cc || command -v gcc) || { echo "SKIP: no C compiler"; exit 77; }
+tmp=$(mktemp -d /tmp/fanstore-runcli.XXXXXX)
+fmnt=""
+cleanup() {
+  [ -n "$fmnt" ] && fusermount3 -u "$fmnt" 2> /dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failed=0
+pass() { echo "ok    $1"; }
+fail() { echo "FAIL  $1"; failed=$((failed + 1)); }
+# check NAME WANT_RC WANT_OUT CMD...: exit status and stdout+stderr, exactly.
+check() {
+  local name=$1 want_rc=$2 want=$3
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" = "$want_rc" ] && [ "$out" = "$want" ]; then
+    pass "$name"
+  else
+    fail "$name: exit $rc (want $want_rc), output:"
+    printf '%s\n' "$out" | head -5 | sed 's/^/      /'
+  fi
+}
+
+# One image with a program whose library is found through RUNPATH $ORIGIN/../lib, a data file and a program that
+# a second image with one file.
+src=$tmp/src
+mkdir -p "$src/bin" "$src/lib" "$tmp/src2/d"
+printf 'int bar(void) { return 43; }\n' > "$tmp/bar.c"
+printf '#include <stdio.h>\nint bar(void);\nint main(void) { printf("bar=%%d\\n", bar()); return 0; }\n' \
+  > "$tmp/main.c"
+"$cc" -shared -fPIC -o "$src/lib/libbar.so" "$tmp/bar.c" &&
+  "$cc" -o "$src/bin/prog" "$tmp/main.c" -L"$src/lib" -lbar -Wl,-rpath,'$ORIGIN/../lib' -Wl,--enable-new-dtags || { echo "FAIL: cannot build the test programs"; exit 1; }
+echo data > "$src/bin/data.txt"
+echo two > "$tmp/src2/d/f"
+"$fanstore" pack "$src" -o "$tmp/img" > /dev/null && "$fanstore" pack "$tmp/src2" -o "$tmp/img2" > /dev/null ||
+  { echo "FAIL: pack"; exit 1; }
+img=$tmp/img img2=$tmp/img2
+
+# 1. A prefix that would hide the system's own files: one line, the program never runs.
+check "--mount / is refused" 1 \
+  "fanstore run: --mount / would hide the whole file system from the program, which it and the system need: give a prefix of its own, such as /fanstore (the default) or /data/NAME" \
+  "$fanstore" run --image "$img" --mount / -- echo ran
+check "--mount /usr/ is refused" 1 \
+  "fanstore run: --mount /usr/ would hide /usr from the program, which it and the system need: give a prefix of its own, such as /fanstore (the default) or /data/NAME" \
+  "$fanstore" run --image "$img" --mount /usr/ -- echo ran
+check "a prefix below /usr runs" 0 "data" "$fanstore" run --image "$img" --mount /usr/fanstore-test-x -- \
+  cat /usr/fanstore-test-x/bin/data.txt
+
+# 2. A run inside a run. Another image (or prefix) would silently take the outer image away: refused, naming both.
+check "a nested run with another image is refused" 1 \
+  "fanstore run: already under \`fanstore run --image $img --mount /envA\`, and the interposer serves one image per process tree, so /envA would vanish for the program: under that run, mount this image with FUSE instead (\`fanstore mount --image $img2 DIR\`, DIR an empty directory) and use it there" \
+  "$fanstore" run --image "$img" --mount /envA -- "$fanstore" run --image "$img2" --mount /dataB -- echo ran
+check "a nested run with the same image and prefix runs" 0 "data" \
+  "$fanstore" run --image "$img" --mount /envA -- "$fanstore" run --image "$img" --mount /envA -- cat /envA/bin/data.txt
+# What the refusal suggests: the second image through FUSE under the outer run.
+if [ -e /dev/fuse ] && command -v fusermount3 > /dev/null; then
+  fmnt=$tmp/dataB
+  mkdir "$fmnt"
+  out=$("$fanstore" run --image "$img" --mount /envA -- sh -c \
+    "'$fanstore' mount --image '$img2' '$fmnt' && cat /envA/bin/data.txt '$fmnt/d/f'; fusermount3 -u '$fmnt'" 2>&1)
+  if [ "$out" = "$(printf 'data\ntwo')" ]; then
+    pass "fanstore mount of a second image under a run"
+  elif grep -q "fuse\|FUSE" <<< "$out" && ! grep -q "^data" <<< "$out"; then
+    echo "skip  fanstore mount under a run: $(head -1 <<< "$out")"
+  else
+    fail "fanstore mount of a second image under a run: $out"
+  fi
+fi
+
+# 3. A relative program path: from the working directory, the mount's below it included, and from a virtual cwd
+#    (a shell that entered the image, then runs `fanstore run` again with a relative path). An image program runs
+#    through FUSE (skipped where FUSE cannot be had).
+mkdir "$tmp/wd"
+out=$(cd "$tmp" && "$fanstore" run --image "$img" --mount "$tmp/wd/m" -- wd/m/bin/prog 2>&1)
+if [ "$out" = "bar=43" ]; then
+  pass "a relative path to a program of the image"
+  check "a relative path from a virtual cwd" 0 "bar=43" "$fanstore" run --image "$img" -- sh -c \
+    "cd /fanstore/bin && '$fanstore' run --image '$img' -- ./prog"
+elif grep -q "FUSE\|fuse" <<< "$out"; then
+  echo "skip  a relative path to a program of the image (FUSE): $(head -1 <<< "$out")"
+else
+  fail "a relative path to a program of the image: $out"
+fi
+cp "$(type -P true)" "$tmp/wd/mytrue"
+check "a relative path to a real program" 0 "" sh -c "cd '$tmp' && '$fanstore' run --image '$img' -- wd/mytrue"
+
+[ $failed -eq 0 ] && echo "run_cli: all checks passed"
+exit $((failed > 0))
