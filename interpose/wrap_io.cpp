@@ -284,7 +284,8 @@ FS_WRAPPER(int, ioctl, (int fd, unsigned long request, ...)) {
 // `fanstore run`, which serves it the image through FUSE (exec_handover.hpp).
 FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp_in[])) {
   uint32_t id;
-  if (Active() && FdTable::Lookup(fd, &id)) {
+  const bool ours = Active() && FdTable::Lookup(fd, &id);
+  if (ours) {
     // The memfd behind it is executable by anyone: the kernel would have checked the entry's own mode.
     int err = Serve(
         [&] {
@@ -309,6 +310,27 @@ FS_WRAPPER(int, fexecve, (int fd, char* const argv[], char* const envp_in[])) {
     FS_REAL(fcntl, fd, F_SETFD, 0);
     std::string path = "/dev/fd/" + std::to_string(fd);
     return handover::Exec(path.c_str(), argv, envp, why);
+  }
+  if (ours) {
+    // As execve runs the same entry by its path: an ELF program from its kernel-visible copy, so the loader's
+    // $ORIGIN (from /proc/self/exe) is a real directory whose libraries the audit module finds, not a memfd's.
+    // A "#!" script, or no copy to be had: the memfd below, as the kernel runs an fd (the interpreter gets
+    // /dev/fd/N).
+    int err = Serve(
+        [&] {
+          exec_path::Shebang sb;
+          if (std::string copy; exec_path::ReadShebang(fd, &sb) == 0 && exec_path::ExecCopy(id, fd, &copy)) {
+            TraceFd("fexecve", fd, 0, 0);
+            FS_REAL(execve, copy.c_str(), argv, envp);
+            return errno;
+          }
+          return 0;
+        },
+        ENOMEM);
+    if (err != 0) {
+      errno = err;
+      return -1;
+    }
   }
   return FS_REAL(fexecve, fd, argv, envp);
 }

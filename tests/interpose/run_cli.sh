@@ -3,7 +3,7 @@
 # system's files is refused; a run inside a run with another image is refused in one line naming the outer
 # image and prefix (the same image at the same prefix runs; `fanstore mount` of the second image under the outer
 # run works, as the refusal suggests); a relative program path is found from the working directory, a virtual one
-# included.
+# included; fexecve of an image program whose libraries come through RUNPATH $ORIGIN loads them.
 # Usage: run_cli.sh BUILD_DIR. Exit 77 without a C compiler.
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -35,14 +35,18 @@ check() {
 }
 
 # One image with a program whose library is found through RUNPATH $ORIGIN/../lib, a data file and a program that
-# a second image with one file.
+# fexecve's its argument; a second image with one file.
 src=$tmp/src
 mkdir -p "$src/bin" "$src/lib" "$tmp/src2/d"
 printf 'int bar(void) { return 43; }\n' > "$tmp/bar.c"
 printf '#include <stdio.h>\nint bar(void);\nint main(void) { printf("bar=%%d\\n", bar()); return 0; }\n' \
   > "$tmp/main.c"
+printf '#define _GNU_SOURCE\n#include <fcntl.h>\n#include <stdio.h>\n#include <unistd.h>\nextern char** environ;
+int main(int c, char** v) { int fd = open(v[1], O_RDONLY | O_CLOEXEC); char* av[] = {v[1], 0};
+fexecve(fd, av, environ); perror("fexecve"); return 1; }\n' > "$tmp/fx.c"
 "$cc" -shared -fPIC -o "$src/lib/libbar.so" "$tmp/bar.c" &&
-  "$cc" -o "$src/bin/prog" "$tmp/main.c" -L"$src/lib" -lbar -Wl,-rpath,'$ORIGIN/../lib' -Wl,--enable-new-dtags || { echo "FAIL: cannot build the test programs"; exit 1; }
+  "$cc" -o "$src/bin/prog" "$tmp/main.c" -L"$src/lib" -lbar -Wl,-rpath,'$ORIGIN/../lib' -Wl,--enable-new-dtags &&
+  "$cc" -o "$tmp/fx" "$tmp/fx.c" || { echo "FAIL: cannot build the test programs"; exit 1; }
 echo data > "$src/bin/data.txt"
 echo two > "$tmp/src2/d/f"
 "$fanstore" pack "$src" -o "$tmp/img" > /dev/null && "$fanstore" pack "$tmp/src2" -o "$tmp/img2" > /dev/null ||
@@ -96,6 +100,11 @@ else
 fi
 cp "$(type -P true)" "$tmp/wd/mytrue"
 check "a relative path to a real program" 0 "" sh -c "cd '$tmp' && '$fanstore' run --image '$img' -- wd/mytrue"
+
+# 4. fexecve of an image program whose library comes through RUNPATH $ORIGIN: from its copy, as execve runs it.
+check "fexecve of a program of the image (RUNPATH \$ORIGIN)" 0 "bar=43" \
+  "$fanstore" run --image "$img" -- "$tmp/fx" /fanstore/bin/prog
+check "execve of the same program" 0 "bar=43" "$fanstore" run --image "$img" -- /fanstore/bin/prog
 
 [ $failed -eq 0 ] && echo "run_cli: all checks passed"
 exit $((failed > 0))
