@@ -1,5 +1,6 @@
 #include "fetch_router.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -50,10 +51,14 @@ class FetchRouter::Fetch final : public FetchSink {
     return std::shared_ptr<char[]>(buf_.release());
   }
 
-  void Done(const Status& status, const char* data, uint64_t len) override {
+  void Done(const Status& s, const char* data, uint64_t len) override {
+    if (!s.ok() && FromImageDir(s)) return;  // Finish follows
+    Finish(s, data, len);
+  }
+
+ private:
+  void Finish(const Status& s, const char* data, uint64_t len) {
     FetchRouter* r = router_;
-    Status s = status;
-    if (!s.ok()) FromImageDir(&s, &data, &len);
     r->inflight_.erase(range_);
     if (prefetch) {
       --r->prefetch_inflight_;
@@ -89,20 +94,30 @@ class FetchRouter::Fetch final : public FetchSink {
     delete this;
   }
 
- private:
   // No rank could send the range (its holders are gone, or have not staged it and cannot read it): the image
-  // directory still has it (counted, and paced with staging). A range outside the partition stays an error.
-  void FromImageDir(Status* s, const char** data, uint64_t* len) {
+  // directory still has it (counted, and paced with staging), read off the progress thread; Finish follows (in
+  // the fetch, so that readers of the range join it meanwhile). A range outside the partition stays an error.
+  // False: no image directory to read.
+  bool FromImageDir(const Status& why) {
     FetchRouter* r = router_;
-    if (!r->image_dir_ || s->code() == Code::kInvalidArgument) return;
-    char* dst = Land(range_.length ? range_.length : 1);
-    if (!dst || !r->image_dir_->ReadNow(range_.part, range_.offset, range_.length, dst).ok()) return;
-    if (r->from_image_dir_.insert(range_.part).second)
-      Error("no rank could send a range of partition %u (%s); such ranges are read from the image directory",
-            range_.part, s->ToString().c_str());
-    *s = Status::Ok();
-    *data = dst;
-    *len = range_.length;
+    if (!r->image_dir_ || why.code() == Code::kInvalidArgument) return false;
+    // Until the first waiting client gives up (a prefetch: a timeout from now).
+    int64_t deadline = dp::NowUs() + r->o_.timeout_us;
+    for (const Waiter& w : waiters) deadline = std::min(deadline, w.t0_us + r->o_.timeout_us);
+    r->image_dir_->Read(range_.part, range_.offset, range_.length, deadline,
+                        [this, why](const Status& s, const char* data, uint64_t len) {
+                          if (!s.ok())
+                            return Finish(
+                                Status(s.code(), why.message() + "; then from the image directory: " + s.message()),
+                                nullptr, 0);
+                          if (router_->from_image_dir_.insert(range_.part).second)
+                            Error(
+                                "no rank could send a range of partition %u (%s); such ranges are read from the "
+                                "image directory",
+                                range_.part, why.ToString().c_str());
+                          Finish(Status::Ok(), data, len);
+                        });
+    return true;
   }
 
   FetchRouter* router_;
@@ -114,7 +129,7 @@ class FetchRouter::Fetch final : public FetchSink {
 
 FetchRouter::FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, PeerFetcher* transport,
                          FetchCache* cache, SocketServer* clients, DaemonStats* stats, RouterOptions o,
-                         ImageDirReader* image_dir)
+                         ImageDirReads* image_dir)
     : img_(std::move(img)),
       local_(local),
       transport_(transport),
@@ -179,6 +194,16 @@ void FetchRouter::JoinOrFetch(uint64_t conn, uint64_t req_id, const ByteRange& r
 }
 
 bool FetchRouter::ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0) {
+  if (image_dir_ && !local_->Staged(r.part, r.offset, r.length)) {
+    // Not staged here yet: from the image directory, off this thread (a slow shared file system must not stall the
+    // daemon); an answer, bytes or error, before the client gives up.
+    image_dir_->Read(r.part, r.offset, r.length, t0 + o_.timeout_us * 9 / 10,
+                     [this, conn, req_id, t0](const Status& s, const char* data, uint64_t len) {
+                       clients_->Deliver(conn, req_id, s, data, len);
+                       stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
+                     });
+    return true;
+  }
   std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);
   if (!a) {
     // No memory for the reply (or the connection is gone, and then this is ignored): say so now rather than

@@ -2,7 +2,7 @@
 // the fetch cache, a fetch of the same range already in flight (joined: N readers of one file cost one transfer),
 // or a new fetch from a peer -- whose reply lands directly in the asking client's reply area. Also runs the prefetch
 // hints: ranges fetched ahead into the fetch cache, within a bounded window. Single-threaded (the daemon's progress
-// thread).
+// thread); reads of the image directory go to ImageDirReads' threads, and their replies follow from its Poll.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +32,15 @@ struct RouterOptions {
   // While a partition of ours is staged: the rank that reads piece k of `part` from the image directory (it may
   // have it already), or -1 when that is this rank. Empty: ask nobody (the image directory serves).
   std::function<int(uint32_t part, size_t piece)> piece_reader;
+  // --timeout: a client gives up on a fetch after this long (a read of the image directory is given as long).
+  int64_t timeout_us = 5000000;
 };
 
 class FetchRouter final : public RequestHandler {
  public:
-  // `image_dir` (may be null) reads what no rank can send.
+  // `image_dir` (may be null) reads what no rank can send, and what is not staged here yet.
   FetchRouter(std::shared_ptr<const Image> img, StagedReader* local, PeerFetcher* transport, FetchCache* cache,
-              SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReader* image_dir = nullptr);
+              SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReads* image_dir = nullptr);
 
   void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
   PathKind Resolve(std::string_view path, ByteRange* r) override;
@@ -54,8 +56,8 @@ class FetchRouter final : public RequestHandler {
   void Consumed(const FetchCache::Tag& tag);
   // Prefetched ranges that readers took straight from the shared cache count as read; true when there were any.
   bool TakeSharedReads();
-  // Answers a range of a partition held here from the staged copy (or, not staged yet, the image directory);
-  // false when that copy is unreadable (the caller goes to the other replicas).
+  // Answers a range of a partition held here from the staged copy (or, not staged yet, the image directory, whose
+  // reply follows later); false when that copy is unreadable (the caller goes to the other replicas).
   bool ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0);
   // Joins a fetch of `r` already in flight (N readers of one range cost one transfer), or starts one: from rank
   // `from` alone, or (-1) from the partition's holders in turn.
@@ -69,7 +71,7 @@ class FetchRouter final : public RequestHandler {
   SocketServer* clients_;
   DaemonStats* stats_;
   RouterOptions o_;
-  ImageDirReader* image_dir_;
+  ImageDirReads* image_dir_;
   std::set<uint32_t> from_image_dir_;  // partitions a line said are read from the image directory
   Prefetcher prefetcher_;
   std::unordered_map<ByteRange, Fetch*, ByteRangeHash> inflight_;

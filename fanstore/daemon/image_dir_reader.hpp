@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fanstore/status.hpp"
@@ -57,6 +59,45 @@ class ImageDirReader {
   std::mutex mu_;
   int64_t next_free_us_ = 0;
   std::atomic<uint64_t> staging_bytes_{0}, reader_bytes_{0};
+};
+
+// Reads of the image directory for clients and peers, off the daemon's progress thread: a slow or hung shared file
+// system holds up only the reads that need it (and the threads doing them), never the daemon's answers to hellos,
+// to reads of what is staged here, and to peers. A few threads, started as needed, do the reads; each read's
+// `done` runs on the progress thread, in Poll, with the bytes or the read's error -- or with kTimeout once its
+// deadline passed first (the thread's result, if it ever comes, is then dropped). The threads own what they use,
+// so one stuck in a read never holds up the daemon's exit.
+class ImageDirReads {
+ public:
+  using Done = std::function<void(const Status& s, const char* data, uint64_t len)>;
+  static constexpr int kThreads = 4;
+  // `wake` (called from the reading threads) ends the progress thread's wait, so that a read done is handed on at
+  // once.
+  ImageDirReads(std::shared_ptr<ImageDirReader> dir, std::function<void()> wake);
+  ~ImageDirReads();
+  ImageDirReads(const ImageDirReads&) = delete;
+  ImageDirReads& operator=(const ImageDirReads&) = delete;
+
+  // (progress thread) Reads bytes [offset, offset + n) of partition `part`; `done` follows in a later Poll.
+  void Read(uint32_t part, uint64_t offset, uint64_t n, int64_t deadline_us, Done done);
+  // (progress thread) Calls `done` of the reads finished or past their deadline; true when it called any.
+  bool Poll(int64_t now_us);
+  // No `done` is called and no `wake` made from now on (before what they call into goes). Idempotent.
+  void Stop();
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Shared;
+  struct Pending {
+    uint32_t part = 0;
+    uint64_t offset = 0, n = 0;
+    int64_t deadline_us = 0;
+    Done done;
+  };
+  std::shared_ptr<Shared> sh_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  uint64_t next_id_ = 1;
+  int64_t next_deadline_ = INT64_MAX;
 };
 
 }  // namespace fanstore::daemon

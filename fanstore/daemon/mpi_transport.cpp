@@ -646,12 +646,13 @@ struct MpiTransport::Impl {
   // ---- owner side -------------------------------------------------------------------------------------------
 
   // A peer asks for a range of ours (or probes us): read it behind the reply header and send (errors are
-  // replied, never dropped).
-  void ServePeer(int src, const char* req, int count, bool waited = false) {
+  // replied, never dropped). `asked_us`: when the request came (0: now; it waited for its piece since).
+  void ServePeer(int src, const char* req, int count, int64_t asked_us = 0) {
+    const bool waited = asked_us != 0;
+    if (!waited) asked_us = dp::NowUs();
     uint64_t req_id = count >= static_cast<int>(kRequestBytes) ? Load64(req) : 0;
     uint32_t part = Load32(req + 8), kind = Load32(req + 12);
     uint64_t off = Load64(req + 16), len = Load64(req + 24);
-    int tag = kTagReplyBase + SlotOf(req_id);
     Status s;
     if (count != static_cast<int>(kRequestBytes)) s = Status(Code::kInvalidArgument, "malformed request");
     else if (kind == kKindProbe) len = 0;
@@ -663,14 +664,41 @@ struct MpiTransport::Impl {
     if (s.ok() && kind == kKindFetch && !waited) {
       std::array<char, kRequestBytes> copy;
       std::memcpy(copy.data(), req, kRequestBytes);
-      if (local->Await(part, off, len, [this, src, copy] { ServePeer(src, copy.data(), kRequestBytes, true); })) return;
+      if (local->Await(part, off, len,
+                       [this, src, copy, asked_us] { ServePeer(src, copy.data(), kRequestBytes, asked_us); }))
+        return;
     }
     if (kind == kKindFetch || (kind == kKindStaged && len > 0))
       stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
     uint64_t n = s.ok() ? len : 0;
     if (o.maps && n >= o.mapped_send_min && local->Staged(part, off, n)) {
-      if (const char* mapped = o.maps->Pin(part, off, n)) return SendMapped(src, tag, req_id, part, mapped, n);
+      if (const char* mapped = o.maps->Pin(part, off, n))
+        return SendMapped(src, kTagReplyBase + SlotOf(req_id), req_id, part, mapped, n);
     }
+    if (s.ok() && kind == kKindFetch && n > 0 && o.image_dir && !local->Staged(part, off, n)) {
+      // Not staged here yet: from the image directory, off this thread (a slow shared file system must not stall
+      // this daemon), answered (bytes or a timeout) before the asker gives up on this rank: it gives each of the
+      // holders it may ask an equal share of 90% of --timeout.
+      const size_t holders = std::max<size_t>(
+          1, ReadOrder(RangeKey(part, off), part, o.replicated_part, o.nranks, o.replicas, src).size());
+      const int64_t share = static_cast<int64_t>(o.timeout_ms) * 900 / static_cast<int64_t>(holders);
+      o.image_dir->Read(part, off, n, asked_us + share * 9 / 10,
+                        [this, src, req_id](const Status& rs, const char* data, uint64_t got) {
+                          SendReply(src, req_id, rs, got, [&](char* dst) {
+                            std::memcpy(dst, data, got);
+                            return Status::Ok();
+                          });
+                        });
+      return;
+    }
+    SendReply(src, req_id, s, n, [&](char* dst) { return local->Read(part, off, n, dst, kind == kKindStaged); });
+  }
+
+  // Replies to `src`'s request `req_id` with `s`, and when it is ok, the `n` bytes `fill` puts behind the header
+  // (or the error it returns instead).
+  void SendReply(int src, uint64_t req_id, Status s, uint64_t n, const std::function<Status(char*)>& fill) {
+    const int tag = kTagReplyBase + SlotOf(req_id);
+    if (!s.ok()) n = 0;
     // An error's message takes the payload's place behind the header.
     std::string msg;
     auto error = [&](Status e) {
@@ -687,7 +715,7 @@ struct MpiTransport::Impl {
     }
     char* b = buf->mem.get();
     if (n > 0) {
-      if (Status rs = local->Read(part, off, n, b + kReplyHeader, kind == kKindStaged); !rs.ok()) error(rs);
+      if (Status rs = fill(b + kReplyHeader); !rs.ok()) error(rs);
     }
     const uint32_t chunks = n + kReplyHeader + msg.size() > o.max_message ? ChunksOf(n) : 0;
     StoreReplyHead(b, req_id, s.code(), static_cast<uint32_t>(msg.size()), n, chunks);

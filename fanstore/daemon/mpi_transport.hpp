@@ -13,6 +13,7 @@
 #include "byte_range.hpp"
 #include "doorbell.hpp"
 #include "fanstore/status.hpp"
+#include "image_dir_reader.hpp"
 #include "partition_maps.hpp"
 #include "peer_fetcher.hpp"
 #include "staged_reader.hpp"
@@ -41,6 +42,9 @@ struct TransportOptions {
   // (null: every range is read into a send buffer first).
   PartitionMaps* maps = nullptr;
   uint64_t mapped_send_min = 64u << 10;  // (fanstore serve --mapped-send-min)
+  // Reads a peer's range of ours that is not staged here yet from the image directory, off the progress thread
+  // (null: such a range is an error reply).
+  ImageDirReads* image_dir = nullptr;
   // (tests) At most this many reply slots (tags), so that they wrap around within a few fetches; 0: as many as
   // MPI_TAG_UB allows.
   int reply_slots = 0;

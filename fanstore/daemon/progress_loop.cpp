@@ -37,6 +37,7 @@ void ProgressLoop::Run() {
     did |= router_->Pump();
     did |= stager_->Poll();
     int64_t now = dp::NowUs();
+    if (image_dir_) did |= image_dir_->Poll(now);
     if (did) {
       last = now;
       continue;

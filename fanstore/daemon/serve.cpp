@@ -281,7 +281,7 @@ class Daemon {
  private:
   std::unique_ptr<ProgressLoop> MakeLoop() {
     return std::make_unique<ProgressLoop>(server_.get(), transport_.get(), router_.get(), stager_.get(),
-                                          o_.progress_spin);
+                                          image_reads_.get(), o_.progress_spin);
   }
 
   // The progress thread never blocks in MPI, but if it ever did, the daemon exits anyway.
@@ -351,6 +351,7 @@ class Daemon {
   // Every rank stops at start-up: the socket goes, what was staged too with --cleanup, and MPI ends.
   void Abort() {
     startup_.SetSocket(nullptr);
+    if (image_reads_) image_reads_->Stop();  // no wake-up of the server after it went
     // First: failing its pending fetches calls into the router and the server, which go before it.
     if (transport_) transport_->Shutdown();
     server_.reset();
@@ -376,8 +377,11 @@ class Daemon {
     io.partition_dir = local_;
     if (st_.ok()) Take(Image::Open(local_, io), &img_);
     if (!st_.ok()) return;
-    image_dir_ = std::make_unique<ImageDirReader>(plan_.sources, o_.stage_bandwidth);
-    staged_ = std::make_unique<StagedReader>(img_->PartitionCount(), image_dir_.get());
+    image_dir_ = std::make_shared<ImageDirReader>(plan_.sources, o_.stage_bandwidth);
+    // Clients' and peers' reads of the image directory, off the progress thread, which they wake when done (the
+    // server is made before any read starts; ImageDirReads::Stop ends the wake-ups before it goes).
+    image_reads_ = std::make_unique<ImageDirReads>(image_dir_, [this] { server_->Wake(); });
+    staged_ = std::make_unique<StagedReader>(img_->PartitionCount());
     Take(PrepareParts(*img_, plan_, o_.piece_bytes, &staged_files_, staged_.get()), &parts_);
   }
 
@@ -399,7 +403,8 @@ class Daemon {
                               .chunk_comm = chunk_comm,
                               .doorbell = doorbell_.get(),
                               .maps = maps_.get(),
-                              .mapped_send_min = o_.mapped_send_min};
+                              .mapped_send_min = o_.mapped_send_min,
+                              .image_dir = image_reads_.get()};
     transport_ = std::make_unique<MpiTransport>(staged_.get(), to, &stats_);
     const ServerOptions so{.hello = {.rank = static_cast<uint32_t>(rank_),
                                      .nranks = static_cast<uint32_t>(nranks_),
@@ -416,13 +421,15 @@ class Daemon {
     const RouterOptions ro{.prefetch_window = o_.prefetch_window ? o_.prefetch_window : o_.cache_bytes / 2,
                            .max_hinted = so.max_hint_paths,
                            .prefetch_idle_us = static_cast<int64_t>(o_.prefetch_idle_s * 1e6),
-                           .piece_reader = [rank = rank_, nranks = nranks_, replicas = o_.replicas,
-                                            rep = plan_.replicated_part](uint32_t part, size_t piece) {
-                             int r = PieceReader(part, piece, rep, nranks, replicas);
-                             return r == rank ? -1 : r;
-                           }};
+                           .piece_reader =
+                               [rank = rank_, nranks = nranks_, replicas = o_.replicas, rep = plan_.replicated_part](
+                                   uint32_t part, size_t piece) {
+                                 int r = PieceReader(part, piece, rep, nranks, replicas);
+                                 return r == rank ? -1 : r;
+                               },
+                           .timeout_us = static_cast<int64_t>(o_.timeout_s * 1e6)};
     router_ = std::make_unique<FetchRouter>(img_, staged_.get(), transport_.get(), cache_.get(), server_.get(), &stats_,
-                                            ro, image_dir_.get());
+                                            ro, image_reads_.get());
     server_->SetHandler(router_.get());
     MakeStager(stage_comm);
     startup_.SetSocket(server_.get());
@@ -488,7 +495,14 @@ class Daemon {
   int Stop(int sig) {
     server_->Unpublish();
     StopLoopOrExit(*loop_, strsignal(sig));
-    stager_->Stop();
+    image_reads_->Stop();  // a read stuck in a hung shared file system is left to its thread
+    if (!stager_->Stop(5000)) {
+      // Its read of the image directory hangs (a hung shared file system): left behind, with what it uses, as the
+      // process exits.
+      Error("staging's read of the image directory did not return within 5 s of %s; leaving it behind", strsignal(sig));
+      (void)stager_.release();
+      (void)new std::shared_ptr<ImageDirReader>(image_dir_);
+    }
     transport_->Shutdown();
     server_->Stop();
     router_->Settle();
@@ -522,7 +536,8 @@ class Daemon {
   std::unique_ptr<FetchCache> cache_;
   std::unique_ptr<CachePrefault> prefault_;
   std::shared_ptr<const Image> img_;
-  std::unique_ptr<ImageDirReader> image_dir_;
+  std::shared_ptr<ImageDirReader> image_dir_;
+  std::unique_ptr<ImageDirReads> image_reads_;
   std::unique_ptr<StagedReader> staged_;
   std::vector<StagedPart> parts_;
   std::unique_ptr<Doorbell> doorbell_;

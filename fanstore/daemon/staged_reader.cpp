@@ -1,8 +1,9 @@
 // StagedReader: pread over the partition files being staged or staged, with the size checks that keep a bad
-// request or a damaged staged copy an error reply, and the image directory for what is not staged yet.
+// request or a damaged staged copy an error reply.
 #include "staged_reader.hpp"
 #include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"
+#include "image_dir_reader.hpp"  // ReadFullAt
 
 #include <unistd.h>
 
@@ -10,8 +11,7 @@
 
 namespace fanstore::daemon {
 
-StagedReader::StagedReader(uint32_t partitions, ImageDirReader* image_dir)
-    : parts_(partitions), image_dir_(image_dir) {}
+StagedReader::StagedReader(uint32_t partitions) : parts_(partitions) {}
 
 StagedReader::~StagedReader() {
   for (const Part& p : parts_)
@@ -107,8 +107,7 @@ Status StagedReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* dst,
       return failed_.load(std::memory_order_acquire)
                  ? Status(Code::kIoError, "staging of " + p.name + " failed on this rank")
                  : Status(kNotStagedYet, "not staged yet");
-    if (!image_dir_) return Status(Code::kIoError, p.name + " is not staged yet");
-    return image_dir_->ReadNow(part, offset, n, dst);
+    return Status(Code::kIoError, p.name + " is not staged yet");
   }
   return ReadFullAt(p.fd, dst, n, offset, p.name, "shorter than when staged: was the staged copy truncated?");
 }

@@ -1,9 +1,9 @@
 // Reads byte ranges of the partitions this rank holds (for peers' requests, and for local clients whose view is
 // older than ours), while they are being staged and after. A partition being staged is a file filled piece by
-// piece (stage_layout.hpp): a range whose pieces are all in place is read from it; one that is not yet is read
-// from the image directory (counted there), unless the caller asks for staged bytes only. Every read is
-// bounds-checked and a short read (a staged copy deleted or truncated under us) is an error, never a fault.
-// Pieces are marked from staging's threads; reads come from the progress thread.
+// piece (stage_layout.hpp): a range whose pieces are all in place is read from it; one that is not yet is the
+// caller's to read from the image directory (ImageDirReads: off the progress thread, which a slow shared file
+// system must not stall). Every read is bounds-checked and a short read (a staged copy deleted or truncated under
+// us) is an error, never a fault. Pieces are marked from staging's threads; reads come from the progress thread.
 #pragma once
 
 #include <atomic>
@@ -14,14 +14,13 @@
 #include <vector>
 
 #include "fanstore/status.hpp"
-#include "image_dir_reader.hpp"
 
 namespace fanstore::daemon {
 
 class StagedReader {
  public:
-  // None yet: Begin adds them. `image_dir` (may be null) reads what is not staged yet.
-  StagedReader(uint32_t partitions, ImageDirReader* image_dir);
+  // None yet: Begin adds them.
+  explicit StagedReader(uint32_t partitions);
   ~StagedReader();
   StagedReader(const StagedReader&) = delete;
   StagedReader& operator=(const StagedReader&) = delete;
@@ -42,8 +41,8 @@ class StagedReader {
   bool InOnePiece(uint32_t part, uint64_t offset, uint64_t n, size_t* piece) const;
   // kInvalidArgument when [offset, offset + n) is not inside the file; kIoError when the partition is not held.
   Status Check(uint32_t part, uint64_t offset, uint64_t n) const;
-  // Reads the range from the staged file, or from the image directory. `staged_only`: a range not staged yet is
-  // kNotStagedYet (kIoError once staging failed) instead.
+  // Reads the range from the staged file. A range not staged yet is kIoError (the caller reads the image directory
+  // instead); `staged_only`: kNotStagedYet (kIoError once staging failed), for a peer's staged-only request.
   Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, bool staged_only = false) const;
   // What a staged-only read of a range not staged yet answers (while staging goes on): ask again later.
   static constexpr Code kNotStagedYet = Code::kUnsupported;
@@ -68,7 +67,6 @@ class StagedReader {
     std::unique_ptr<std::atomic<bool>[]> piece_done;
   };
   std::vector<Part> parts_;
-  ImageDirReader* image_dir_ = nullptr;
   std::atomic<bool> failed_{false};
   struct Wait {
     uint32_t part;

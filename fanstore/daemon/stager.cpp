@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "fanstore/protocol/payload_memfd.hpp"
@@ -84,18 +85,31 @@ Stager::~Stager() {
 }
 
 void Stager::Start() {
-  threads_.emplace_back([this] { ReaderLoop(); });
-  for (int i = 0; i < kVerifiers; ++i) threads_.emplace_back([this] { VerifyLoop(); });
+  auto run = [this](void (Stager::*loop)()) {
+    return [this, loop] {
+      (this->*loop)();
+      std::lock_guard<std::mutex> g(mu_);
+      ++exited_;
+      cv_.notify_all();
+    };
+  };
+  threads_.emplace_back(run(&Stager::ReaderLoop));
+  for (int i = 0; i < kVerifiers; ++i) threads_.emplace_back(run(&Stager::VerifyLoop));
 }
 
-void Stager::Stop() {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    stop_ = true;
-  }
+bool Stager::Stop(int64_t wait_ms) {
+  std::unique_lock<std::mutex> lk(mu_);
+  stop_ = true;
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  auto all_out = [&] { return exited_ == threads_.size(); };
+  bool out = true;
+  if (wait_ms < 0) cv_.wait(lk, all_out);
+  else out = cv_.wait_for(lk, std::chrono::milliseconds(wait_ms), all_out);
+  lk.unlock();
+  for (auto& t : threads_) out ? t.join() : t.detach();
   threads_.clear();
+  exited_ = 0;
+  return out;
 }
 
 Status Stager::status() const {

@@ -81,8 +81,10 @@ class Stager {
   void Start();
   // The progress thread's step; true when it did anything.
   bool Poll();
-  // Stops the threads (staging is cut short; what is in flight is dropped). Idempotent.
-  void Stop();
+  // Stops the threads (staging is cut short; what is in flight is dropped) and waits for them, at most `wait_ms`
+  // (< 0: for good). False when one did not stop in time (stuck in a read of a hung shared file system): it is
+  // left behind, and so must this object be (the process is on its way out). Idempotent.
+  bool Stop(int64_t wait_ms = -1);
 
   // (progress thread) Staging here reads piece `piece` of `part` itself, soon: this rank is its reader, has its
   // turn and goes on. Then Hurry has it read next and at once, whatever --stage-bandwidth says (a reader waits
@@ -152,6 +154,7 @@ class Stager {
   Status status_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
+  size_t exited_ = 0;  // (mu_) of threads_
   std::atomic<uint64_t> received_bytes_{0}, written_bytes_{0};
 
   // Progress thread's side.

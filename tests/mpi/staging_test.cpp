@@ -1,24 +1,34 @@
 // Staging's pieces (stage_layout), who reads each one (placement), the reader that serves a partition while it is
-// staged (StagedReader) and the paced reads of the image directory (ImageDirReader). MPI-free.
+// staged (StagedReader), the paced reads of the image directory (ImageDirReader) and the readers' reads of it off
+// the progress thread (ImageDirReads), with a daemon's router over a hung one. MPI-free.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_protocol.hpp"
 #include "fanstore/image.hpp"
 #include "fanstore/pack.hpp"
+#include "fetch_cache.hpp"
+#include "fetch_router.hpp"
 #include "image_dir_reader.hpp"
 #include "placement.hpp"
+#include "socket_server.hpp"
 #include "stage_layout.hpp"
 #include "staged_reader.hpp"
+#include "stats.hpp"
 #include "test_util.hpp"
 
 namespace fanstore::daemon {
@@ -122,7 +132,7 @@ TEST(PieceReaderTest, EachPieceHasOneReaderAmongItsHoldersAndTheReadsAreSpread) 
   for (int r = 0; r < n; ++r) EXPECT_EQ(one[r], 2) << "rank " << r;
 }
 
-TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndTheImageDirectoryMeanwhile) {
+TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndNothingElse) {
   auto layouts = CutPartitions(*img_, parts_, sizes_, 100 << 10);
   ASSERT_TRUE(layouts.ok());
   const PartLayout& l = (*layouts)[0];
@@ -131,8 +141,7 @@ TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndTheImageDirectoryMea
     std::ofstream f(staging, std::ios::binary);
     f << std::string(l.size, 'x');  // not the partition's bytes: what is not marked must not be read from here
   }
-  ImageDirReader image_dir({img_->PartitionPath(0), img_->PartitionPath(1)}, 0);
-  StagedReader reader(img_->PartitionCount(), &image_dir);
+  StagedReader reader(img_->PartitionCount());
   reader.Begin(0, open(staging.c_str(), O_RDONLY | O_CLOEXEC), staging, l.size, l.piece_ends);
   EXPECT_TRUE(reader.Has(0));
   EXPECT_FALSE(reader.Has(1));
@@ -142,9 +151,8 @@ TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndTheImageDirectoryMea
   std::string got(l.length(1), '\0');
   EXPECT_FALSE(reader.Staged(0, l.begin(1), l.length(1)));
   EXPECT_EQ(reader.Read(0, l.begin(1), l.length(1), got.data(), true).code(), StagedReader::kNotStagedYet);
-  ASSERT_TRUE(reader.Read(0, l.begin(1), l.length(1), got.data()).ok());
-  EXPECT_EQ(got, bytes_[0].substr(l.begin(1), l.length(1)));
-  EXPECT_EQ(image_dir.reader_bytes(), l.length(1));
+  // Not staged: the caller reads the image directory (ImageDirReads, off the progress thread), never this file.
+  EXPECT_EQ(reader.Read(0, l.begin(1), l.length(1), got.data()).code(), Code::kIoError);
   // Marked: read from the staging file (which holds 'x' here, so this shows where the bytes came from).
   reader.MarkPiece(0, 1);
   EXPECT_TRUE(reader.Staged(0, l.begin(1), l.length(1)));
@@ -163,7 +171,7 @@ TEST_F(StagingTest, AReaderWaitsForThePieceStagingReadsNextUntilItIsInOrTheWaitI
   const PartLayout& l = (*layouts)[0];
   std::string staging = dir_ + "/staging";
   std::ofstream(staging, std::ios::binary) << bytes_[0];
-  StagedReader reader(img_->PartitionCount(), nullptr);
+  StagedReader reader(img_->PartitionCount());
   reader.Begin(0, open(staging.c_str(), O_RDONLY | O_CLOEXEC), staging, l.size, l.piece_ends);
   int called = 0;
   auto done = [&] { ++called; };
@@ -214,6 +222,219 @@ TEST_F(StagingTest, StagingReadsArePacedAtTheCap) {
                   .ok());
   EXPECT_FALSE(waited);
   EXPECT_EQ(image_dir.staging_bytes(), 4u * buf.size());
+}
+
+// A FIFO in the image directory stands for a hung shared file system: opening it for reading blocks until a writer
+// comes (and reading it then fails: ESPIPE), as a read of a stopped sshfs or NFS server blocks.
+std::string HungFile(const std::string& path) {
+  EXPECT_EQ(mkfifo(path.c_str(), 0600), 0);
+  return path;
+}
+
+// Ends the hang of a reader blocked in opening `fifo` (its read then fails); false while no reader is there yet.
+bool UnhangOnce(const std::string& fifo) {
+  int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // ENXIO while no reader has come yet
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+void Unhang(const std::string& fifo) { (void)UnhangOnce(fifo); }
+
+TEST_F(StagingTest, ImageDirReadsAnswerOnTheCallersThreadAndTimeOutWhenTheFileSystemHangs) {
+  const std::string fifo = HungFile(dir_ + "/hung.fsp");
+  auto dir = std::make_shared<ImageDirReader>(std::vector<std::string>{img_->PartitionPath(0), fifo}, 0);
+  std::atomic<int> wakes{0};
+  ImageDirReads reads(dir, [&] { ++wakes; });
+  struct Got {
+    int calls = 0;
+    Status s;
+    std::string bytes;
+  };
+  Got ok, hung;
+  auto into = [](Got* g) {
+    return [g](const Status& s, const char* data, uint64_t n) {
+      ++g->calls;
+      g->s = s;
+      if (s.ok()) g->bytes.assign(data, n);
+    };
+  };
+  const int64_t far = daemon_proto::NowUs() + 3600000000;  // an hour: only Poll's `now` below reaches it
+  reads.Read(1, 0, 100, far, into(&hung));                 // blocks its thread in open()
+  reads.Read(0, 1000, 5000, far, into(&ok));               // another thread reads it meanwhile
+  while (ok.calls == 0) {
+    reads.Poll(daemon_proto::NowUs());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(ok.s.ok()) << ok.s.ToString();
+  EXPECT_EQ(ok.bytes, bytes_[0].substr(1000, 5000));
+  EXPECT_EQ(dir->reader_bytes(), 5000u);
+  EXPECT_GE(wakes.load(), 1);
+  EXPECT_EQ(hung.calls, 0);
+  EXPECT_EQ(reads.pending(), 1u);
+  // Its deadline passes: a timeout that says where, on the caller's thread; the thread stays stuck meanwhile.
+  EXPECT_TRUE(reads.Poll(far));
+  EXPECT_EQ(hung.calls, 1);
+  EXPECT_EQ(hung.s.code(), Code::kTimeout);
+  EXPECT_NE(hung.s.message().find("partition 1"), std::string::npos) << hung.s.message();
+  // The file system comes back: the thread's late result is dropped, never handed to anyone.
+  while (!UnhangOnce(fifo)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_FALSE(reads.Poll(daemon_proto::NowUs()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(hung.calls, 1);
+  EXPECT_EQ(reads.pending(), 0u);
+}
+
+// A fake peer side: every fetch fails at once (no rank can send: the image directory must).
+class NoPeers final : public PeerFetcher {
+ public:
+  void Fetch(const ByteRange&, FetchSink* sink) override {
+    sink->Done(Status(Code::kIoError, "no rank holds it here"), nullptr, 0);
+  }
+};
+
+// One client connection (a socketpair the server adopted): a request, then its reply.
+struct TestConn {
+  int fd = -1;
+  char* area = nullptr;
+  size_t area_size = 0;
+  uint64_t next_id = 1;
+  ~TestConn() {
+    if (area) munmap(area, area_size);
+    if (fd >= 0) close(fd);
+  }
+  void Send(daemon_proto::MsgType type, uint32_t part = 0, uint64_t offset = 0, uint64_t length = 0) {
+    daemon_proto::Request r;
+    r.type = type;
+    r.req_id = next_id++;
+    r.part = part;
+    r.offset = offset;
+    r.length = length;
+    unsigned char b[daemon_proto::kRequestSize];
+    daemon_proto::EncodeRequest(r, b);
+    ASSERT_TRUE(daemon_proto::SendAll(fd, b, sizeof b, daemon_proto::NowMs() + 10000).ok());
+  }
+  // The reply's status and payload; kTimeout after `wait_ms` (hang detection only: a healthy daemon answers in
+  // microseconds).
+  Status Reply(std::string* payload, int wait_ms = 20000) {
+    unsigned char b[daemon_proto::kReplyHeaderSize];
+    int got_fd = -1;
+    Status s = daemon_proto::RecvAll(fd, b, sizeof b, daemon_proto::NowMs() + wait_ms, &got_fd);
+    if (!s.ok()) return s;
+    daemon_proto::ReplyHeader h;
+    if (!daemon_proto::DecodeReplyHeader(b, &h)) return Status(Code::kIoError, "bad reply header");
+    std::string msg(h.msg_len, '\0');
+    if (h.msg_len) {
+      s = daemon_proto::RecvAll(fd, msg.data(), msg.size(), daemon_proto::NowMs() + wait_ms, nullptr);
+      if (!s.ok()) return s;
+    }
+    if (h.flags & daemon_proto::kNewArea) {
+      struct stat st;
+      fstat(got_fd, &st);
+      if (area) munmap(area, area_size);
+      area_size = static_cast<size_t>(st.st_size);
+      area = static_cast<char*>(mmap(nullptr, area_size, PROT_READ, MAP_SHARED, got_fd, 0));
+    }
+    if (got_fd >= 0) close(got_fd);
+    if (h.code != Code::kOk) return Status(h.code, msg);
+    payload->resize(h.payload_size);
+    if (h.flags & daemon_proto::kPayloadInArea) {
+      payload->assign(area + h.shm_offset, h.payload_size);
+    } else if (h.payload_size) {
+      s = daemon_proto::RecvAll(fd, payload->data(), payload->size(), daemon_proto::NowMs() + wait_ms, nullptr);
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+};
+
+// The defect: the progress thread read the image directory itself, so a slow or hung shared file system froze the
+// daemon -- hellos, reads of what is staged here, peers -- for as long as one read took. Here two reads hang (a
+// partition being staged here, and one no rank can send), and the daemon still answers a hello and a read of a
+// staged partition; the hung reads get an error, never bytes, once the file system answers.
+TEST_F(StagingTest, AHungImageDirectoryHoldsUpOnlyTheReadsThatNeedIt) {
+  const std::string src = tmp_ / "src";
+  auto packed = test::PackTree(src, tmp_ / "img3", 3, {}, 1, nullptr, 64 << 10);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  auto img = test::OpenOrDie(tmp_ / "img3");
+  const std::string fifo1 = HungFile(dir_ + "/hung1.fsp"), fifo2 = HungFile(dir_ + "/hung2.fsp");
+  std::vector<std::string> part(3);
+  for (uint32_t p = 0; p < 3; ++p) part[p] = test::ReadAll(img->PartitionPath(p));
+  // Partition 0 is staged here; 1 is held here and being staged, nothing in yet; 2 is another node's.
+  StagedReader staged(3);
+  staged.Begin(0, open(img->PartitionPath(0).c_str(), O_RDONLY | O_CLOEXEC), "part 0", part[0].size(), {});
+  auto layouts = CutPartitions(*img, {1}, {part[1].size()}, 64 << 10);
+  ASSERT_TRUE(layouts.ok());
+  const std::string tmp1 = dir_ + "/part1.tmp";
+  test::WriteFile(tmp1, std::string(part[1].size(), 'x'));
+  staged.Begin(1, open(tmp1.c_str(), O_RDONLY | O_CLOEXEC), tmp1, part[1].size(), (*layouts)[0].piece_ends);
+  auto dir = std::make_shared<ImageDirReader>(std::vector<std::string>{img->PartitionPath(0), fifo1, fifo2}, 0);
+  DaemonStats stats;
+  FetchCache cache(8u << 20);
+  ServerOptions so;
+  so.partitions = 3;
+  so.cache_fd = cache.shared_fd();
+  SocketServer server(so, &stats);
+  ImageDirReads reads(dir, [&] { server.Wake(); });
+  NoPeers peers;
+  RouterOptions ro;
+  ro.timeout_us = 3600000000;  // no deadline within the test: the hung reads end when the file system answers
+  FetchRouter router(img, &staged, &peers, &cache, &server, &stats, ro, &reads);
+  server.SetHandler(&router);
+  TestConn a, b, c;
+  for (TestConn* t : {&a, &b, &c}) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    t->fd = sv[0];
+    ASSERT_TRUE(server.Adopt(sv[1]).ok());
+  }
+  // The daemon's progress thread.
+  std::atomic<bool> stop{false}, exited{false};
+  std::thread progress([&] {
+    while (!stop) {
+      server.Poll(1000);
+      reads.Poll(daemon_proto::NowUs());
+    }
+    exited = true;
+  });
+  struct Joiner {  // however the test ends: the file system answers, and the thread is joined
+    std::function<void()> f;
+    ~Joiner() { f(); }
+  } joiner{[&] {
+    stop = true;
+    while (!exited) {
+      Unhang(fifo1);
+      Unhang(fifo2);
+      server.Wake();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    progress.join();
+  }};
+  a.Send(daemon_proto::MsgType::kFetch, 1, 0, 100);     // not staged here yet: the image directory, which hangs
+  c.Send(daemon_proto::MsgType::kFetch, 2, 100, 1000);  // no rank can send it: the image directory, which hangs
+  // Meanwhile (the file system hangs until Unhang below opens the FIFOs' other ends) the daemon answers a hello and
+  // a read of a partition staged here. Before, the progress thread was stuck in the first read: no reply came.
+  b.Send(daemon_proto::MsgType::kHello);
+  std::string got;
+  Status s = b.Reply(&got);
+  ASSERT_TRUE(s.ok()) << "hello: " << s.ToString();
+  b.Send(daemon_proto::MsgType::kFetch, 0, 500, 3000);
+  s = b.Reply(&got);
+  ASSERT_TRUE(s.ok()) << "staged read: " << s.ToString();
+  EXPECT_EQ(got, part[0].substr(500, 3000));
+  EXPECT_EQ(reads.pending(), 2u);  // (read on the progress thread after its Poll: both still hang)
+  // The file system answers (and the FIFOs cannot be read): an error for each, never bytes.
+  while (!UnhangOnce(fifo1)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!UnhangOnce(fifo2)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s = a.Reply(&got);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hung1.fsp"), std::string::npos) << s.ToString();
+  s = c.Reply(&got);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no rank holds it here; then from the image directory"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("hung2.fsp"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

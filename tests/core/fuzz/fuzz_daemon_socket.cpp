@@ -152,7 +152,7 @@ Daemon* MakeDaemon() {
       if (auto c = d->img->GetChunk(e, i); c.ok()) d->ranges.push_back({e.part, c->offset, c->stored_size});
   }
   // Every partition here, complete (empty piece ends), as staging leaves them.
-  d->staged = std::make_unique<StagedReader>(d->img->PartitionCount(), nullptr);
+  d->staged = std::make_unique<StagedReader>(d->img->PartitionCount());
   for (uint32_t p = 0; p < d->img->PartitionCount(); ++p) {
     if (!d->img->HasPartition(p)) continue;
     const std::string path = d->img->PartitionPath(p);
