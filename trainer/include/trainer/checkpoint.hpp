@@ -31,6 +31,16 @@ struct TrainingPosition {
   double lr_scale = 1;  // tournament training: this trainer's learning-rate factor (--ltfb-mutate)
 };
 
+// A checkpoint's position on another batching (--resume with another number of sample groups or batch): the
+// epoch's samples already trained are next_batch x world_size x batch_per_rank positions of the epoch's shuffle
+// (every group takes its strided share of one global order), so the epoch goes on at that many samples divided
+// by the new global batch, `groups` x `batch`, rounded down (up to one new batch's samples are trained again in
+// that epoch); an epoch that is then done moves on to the next epoch's start. The step count becomes the
+// same point of the run in the new batching, epoch x `steps_per_epoch` + next batch, so that the learning-rate
+// schedule and --max-steps, which count steps of this batching, take the run up where it stopped.
+TrainingPosition rebatch_position(const TrainingPosition& position, std::uint64_t groups, std::uint64_t batch,
+                                  std::uint64_t steps_per_epoch);
+
 class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -86,8 +87,10 @@ class Writer {
     if (fd_ < 0) throw CheckpointError(tmp_ + ": cannot create (" + std::strerror(errno) + ")");
     buffer_.reserve(kBuffer);
   }
+  // A write that failed (a full disk, an I/O error) or never finished leaves no partial PATH.tmp behind.
   ~Writer() {
     if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
   }
   void bytes(const void* p, std::size_t n) {
     checksum_ = fnv1a(p, n, checksum_);
@@ -120,6 +123,7 @@ class Writer {
       throw CheckpointError(tmp_ + ": fsync/close failed (" + std::strerror(errno) + ")");
     if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
       throw CheckpointError(path_ + ": rename from .tmp failed (" + std::strerror(errno) + ")");
+    committed_ = true;
   }
 
  private:
@@ -141,6 +145,7 @@ class Writer {
 
   std::string path_, tmp_;
   int fd_ = -1;
+  bool committed_ = false;
   std::vector<char> buffer_;
   std::uint64_t checksum_ = 0xcbf29ce484222325ull;  // fnv1a's offset basis
 };
@@ -305,6 +310,23 @@ TrainingPosition restore_checkpoint(const std::string& path, std::vector<char> d
   t.write(Arena::Buffers, buffers);
   for (std::size_t i = 0; i < state.size(); ++i)
     t.backend().copy(Tensor::view(state[i].second.shape(), state_values[i].data() + part.begin), state[i].second);
+  return p;
+}
+
+TrainingPosition rebatch_position(const TrainingPosition& position, std::uint64_t groups, std::uint64_t batch,
+                                  std::uint64_t steps_per_epoch) {
+  TrainingPosition p = position;
+  p.world_size = groups;
+  p.batch_per_rank = batch;
+  const std::uint64_t per_step = groups * batch;
+  if (per_step == 0 || steps_per_epoch == 0) throw std::invalid_argument("rebatch_position: an empty batching");
+  const std::uint64_t samples_done = position.next_batch * position.world_size * position.batch_per_rank;
+  p.next_batch = samples_done / per_step;
+  if (p.next_batch >= steps_per_epoch) {
+    p.epoch += 1;
+    p.next_batch = 0;
+  }
+  p.global_step = p.epoch * steps_per_epoch + p.next_batch;
   return p;
 }
 
