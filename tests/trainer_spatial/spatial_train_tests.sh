@@ -312,6 +312,11 @@ one_line_errors)
     --data u32/train --batch 1 --checkpoint ck_unet
   one_error "an option given twice" "--batch: At Most 1 required but received 2" 3 --model cosmoflow \
     --data c32/train --batch 1 --batch 2
+  # Set-up errors that every rank printed, with an MPI_ABORT: lars without --lr, too few samples for a tournament.
+  one_error "lars without --lr" "--optimizer lars needs --lr" 2 --model cosmoflow --data c32/train --batch 1 \
+    --optimizer lars --checkpoint ck_lars
+  one_error "too few samples for a tournament set" "has 4 of the 8 training samples, too few for a tournament set" 2 \
+    --model cosmoflow --data c32/train --batch 1 --trainers 2 --tournament-fraction 0.9 --checkpoint ck_tiny
   # --explain without --data splits the ranks into trainers as training does.
   mpirun_n 4 "$train" --model cosmoflow --input-size 32 --batch 1 --threads 1 --trainers 2 --grid 1,2,1,1 --explain \
     > plan.txt 2> err.txt || { echo "FAIL --explain --trainers 2 --grid 1,2,1,1:"; cat err.txt; exit 1; }

@@ -188,7 +188,16 @@ guard_rollback)
   "$train" --model cosmoflow --data data/train --epochs 1 --batch 4 --lr 0.001 --optimizer adam --threads 2 \
     --checkpoint ck --inject-nan-at-step 3 2> err.txt
   cat err.txt
-  grep -q '"event":"rollback","step":3' ck/metrics.jsonl
+  # The rollback names the step whose loss was bad, as its step record does (it said step 3, one too few).
+  grep -q '^fanstore-train: warning: step 4: NaN/Inf' err.txt || { echo "FAIL the warning does not name step 4"; exit 1; }
+  $py - ck/metrics.jsonl << 'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rollbacks = [(e["step"], e["loss"]) for e in lines if e["event"] == "rollback"]
+steps = {e["step"]: e["loss"] for e in lines if e["event"] == "step"}
+assert len(rollbacks) == 1 and rollbacks[0][0] == 4 and steps[4] == rollbacks[0][1] != steps[3], (rollbacks, steps)
+print("ok   the rollback record says step 4, whose step record has the rejected loss %g" % steps[4])
+PY
   loss=$(summary final_loss ck/metrics.jsonl) rollbacks=$(summary rollbacks ck/metrics.jsonl)
   check "guard: $rollbacks rollback, final loss $loss finite" "$rollbacks == 1 and '$loss' != 'None'"
   ;;
@@ -233,6 +242,27 @@ bad_input)
   run_expect_fail "warm-up past the run" "--warmup-epochs must lie between 0 and --epochs (1)" "${ok[@]}" \
     --epochs 1 --warmup-epochs 1e300
   run_expect_fail "a grid of 2^32 + 1 ranks" "more than 1048576 ranks in all" "${ok[@]}" --grid 3,43,281,947881
+  # Thread counts far beyond any node: one line (they crashed: a segfault, std::terminate).
+  for opt in --threads --prefetch-threads; do
+    if "$train" "${ok[@]}" --checkpoint ck_threads "$opt" 100000 > out.txt 2> err.txt || [[ $(wc -l < err.txt) -ne 1 ]] ||
+        ! grep -qF -- "$opt: a thread count from 0 to 1024 is needed, not 100000" err.txt; then
+      echo "FAIL $opt 100000:"; cat err.txt; exit 1
+    fi
+    echo "ok   $opt 100000: $(cat err.txt)"
+  done
+  # --val with other targets names the target shapes (it named the samples' shapes, which were the same).
+  if $py -c 'import h5py' 2> /dev/null; then
+    mkdir -p val5 && for f in cosmo64/train/*.h5; do cp "$f" val5/; done
+    $py -c '
+import glob, h5py, numpy as np
+for f in glob.glob("val5/*.h5"):
+    with h5py.File(f, "r+") as h:
+        t = h["unitPar"][()]
+        del h["unitPar"]
+        h["unitPar"] = np.concatenate([t, t[:1]])' 2> /dev/null &&
+      run_expect_fail "--val with 5 targets" "val5: targets have shape (5), the training data's (4)" --model cosmoflow \
+        --data cosmo64/train --val val5 --batch 1
+  fi
   # An empty checkpoint.bin is a damaged checkpoint, not "none yet" (which started afresh over it).
   "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_empty > /dev/null 2>&1
   : > ck_empty/checkpoint.bin
@@ -262,6 +292,103 @@ bad_input)
     && grep -q "is at the run's end (step 1, epoch 0 of 1); nothing to train" out.txt \
     || { echo "FAIL resuming a run at its end:"; cat out.txt err.txt; exit 1; }
   echo "ok   resumed at the end: $(grep 'nothing to train' out.txt)"
+  ;;
+resume_rebatch)
+  # --resume on another batch maps the position by the samples done (it crashed with "cannot create std::vector
+  # larger than max_size()", or skipped the rest of the epoch with no step and a NaN loss).
+  "$datagen" cosmoflow -o data --samples 40 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --lr 0.001 --optimizer adam --threads 2 --prefetch-threads 1 --seed 9)
+  "$train" "${common[@]}" --epochs 2 --batch 2 --max-steps 6 --checkpoint ck > /dev/null
+  "$train" "${common[@]}" --epochs 2 --batch 8 --resume --checkpoint ck > out.txt 2> err.txt ||
+    { echo "FAIL resume with batch 8:"; cat out.txt err.txt; exit 1; }
+  grep -qF "its step 6 (epoch 0, batch 6) is step 1 (epoch 0, batch 1) of this batching" err.txt ||
+    { echo "FAIL the warning does not give the mapped position:"; cat err.txt; exit 1; }
+  $py - ck/metrics.jsonl << 'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [(e["step"], e["epoch"]) for e in lines if e["event"] == "step"]
+# 6 steps of 2 samples (12 of epoch 0's 40), then batch 8: epoch 0 goes on at its batch 1 (8 samples), steps 2..5,
+# and epoch 1 is steps 6..10.
+assert steps == [(s, 0) for s in range(1, 7)] + [(s, 0) for s in range(2, 6)] + [(s, 1) for s in range(6, 11)], steps
+s = lines[-1]
+assert s["event"] == "summary" and s["steps"] == 10 and s["final_loss"] is not None, s
+print("ok   batch 2 -> 8: 6 steps of 2 samples went on as step 1 of 5 per epoch, then epoch 1; final loss %g" % s["final_loss"])
+PY
+  # An epoch that the mapping finds done goes on with the next one, or ends the run with the "nothing to train" line.
+  "$datagen" cosmoflow -o data20 --samples 20 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common20=(--model cosmoflow --data data20/train --lr 0.001 --optimizer adam --threads 2 --prefetch-threads 1)
+  "$train" "${common20[@]}" --seed 9 --epochs 1 --batch 2 --max-steps 9 --checkpoint end > /dev/null
+  "$train" "${common20[@]}" --seed 9 --epochs 1 --batch 8 --resume --checkpoint end > out.txt 2> err.txt &&
+    grep -q "is at the run's end (step 2, epoch 1 of 1); nothing to train" out.txt ||
+    { echo "FAIL an epoch done in the new batching:"; cat out.txt err.txt; exit 1; }
+  echo "ok   18 of 20 samples done, batch 8 (2 steps per epoch): $(cat out.txt)"
+  # Another --seed on --resume: the checkpoint's goes on, with a warning (it was ignored without a word).
+  "$train" "${common20[@]}" --seed 5 --epochs 2 --batch 8 --resume --checkpoint end > out.txt 2> err.txt ||
+    { echo "FAIL resume into epoch 1:"; cat out.txt err.txt; exit 1; }
+  grep -qF "warning: checkpoint was written with --seed 9; continuing with its seed" err.txt ||
+    { echo "FAIL no warning for another --seed:"; cat err.txt; exit 1; }
+  [[ $(summary steps end/metrics.jsonl) == 4 && $(summary final_loss end/metrics.jsonl) != None ]] ||
+    { echo "FAIL epoch 1 after the mapping:"; cat out.txt; exit 1; }
+  echo "ok   then epoch 1 with --seed 5: $(grep -o 'warning: checkpoint was written with --seed 9[^(]*' err.txt)"
+  ;;
+run_directories)
+  # Default directories of runs started in the same second, a directory another run holds, a fresh run into a
+  # directory with a checkpoint, and a --checkpoint that is a file.
+  "$datagen" cosmoflow -o data --samples 8 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  common=(--model cosmoflow --data data/train --batch 2 --lr 0.001 --threads 1 --prefetch-threads 1 --max-steps 1)
+  # Every name this minute's runs could get is taken already: the run must take the next free one, "-2".
+  now=$(date +%s)
+  for i in $(seq 0 120); do mkdir -p "run-cosmoflow-$(date -d "@$((now + i))" +%Y%m%d-%H%M%S)"; done
+  "$train" "${common[@]}" > out.txt
+  dir=$(sed -n 's/.*checkpoint and metrics in \(run-cosmoflow-[0-9-]*\) (default.*/\1/p' out.txt)
+  [[ $dir == *-2 && -f $dir/checkpoint.bin && $(find run-cosmoflow-* -name checkpoint.bin | wc -l) == 1 ]] ||
+    { echo "FAIL the default directory when its name is taken: '$dir'"; cat out.txt; exit 1; }
+  echo "ok   a default name already taken: the run wrote $dir"
+  # Two runs at once with the default directory: two directories (they shared one and one failed in rename).
+  "$train" "${common[@]}" > a.txt 2> a.err & pid=$!
+  "$train" "${common[@]}" > b.txt 2> b.err || { echo "FAIL the second of two runs:"; cat b.err; exit 1; }
+  wait "$pid" || { echo "FAIL the first of two runs:"; cat a.err; exit 1; }
+  a=$(sed -n 's/.*metrics in \(run-[^ ]*\) (default.*/\1/p' a.txt) b=$(sed -n 's/.*metrics in \(run-[^ ]*\) (default.*/\1/p' b.txt)
+  [[ -n $a && -n $b && $a != "$b" && -f $a/checkpoint.bin && -f $b/checkpoint.bin ]] ||
+    { echo "FAIL two runs at once: '$a' '$b'"; exit 1; }
+  echo "ok   two runs at once: $a and $b"
+  expect_one_line() {  # expect_one_line "what" "text" ARGS...
+    local what=$1 expect=$2; shift 2
+    if "$train" "${common[@]}" "$@" > out.txt 2> err.txt; then echo "FAIL $what: exit 0"; exit 1; fi
+    if [[ $(wc -l < err.txt) -ne 1 ]] || ! grep -qF -- "$expect" err.txt; then
+      echo "FAIL $what: expected one line with '$expect', got:"; cat err.txt; exit 1
+    fi
+    echo "ok   $what: $(cat err.txt)"
+  }
+  # A run into a directory another run is using (here the lock is held by flock(1) around it).
+  mkdir -p busy
+  flock busy/.fanstore-train.lock "$train" "${common[@]}" --checkpoint busy > out.txt 2> err.txt &&
+    { echo "FAIL a run into a locked directory: exit 0"; exit 1; }
+  [[ $(wc -l < err.txt) -eq 1 ]] && grep -qF -- "--checkpoint busy: another fanstore-train run is using this directory" err.txt &&
+    [[ ! -e busy/checkpoint.bin && ! -e busy/metrics.jsonl ]] || { echo "FAIL a locked directory:"; cat err.txt; exit 1; }
+  echo "ok   a directory another run holds: $(cat err.txt)"
+  # A fresh run into a directory with a checkpoint: refused, the checkpoint and metrics untouched.
+  "$train" "${common[@]}" --checkpoint ck > /dev/null
+  cp ck/checkpoint.bin kept.bin && cp ck/metrics.jsonl kept.jsonl
+  expect_one_line "a fresh run over a checkpoint" \
+    "ck holds a checkpoint (ck/checkpoint.bin): pass --resume to continue it, or choose another --checkpoint" --checkpoint ck
+  cmp ck/checkpoint.bin kept.bin && cmp ck/metrics.jsonl kept.jsonl
+  echo "ok   the checkpoint and metrics.jsonl are untouched"
+  # --resume still goes on (the whole epoch: 4 steps).
+  "$train" "${common[@]/--max-steps/--checkpoint-every}" --checkpoint ck --resume > /dev/null
+  [[ $(summary steps ck/metrics.jsonl) == 4 ]] || { echo "FAIL --resume after the refusal"; exit 1; }
+  touch ckfile
+  expect_one_line "--checkpoint names a file" "--checkpoint ckfile: exists and is not a directory" --checkpoint ckfile
+  ;;
+skip_bad_two_ranks)
+  # --skip-bad-samples on 2 ranks: the summary counts every rank's skips (it counted rank 0's only).
+  "$datagen" cosmoflow -o data --samples 8 --size 32 --seed 3 --val-fraction 0 > /dev/null
+  echo garbage > data/train/univ_00001.h5 && echo garbage > data/train/univ_00006.h5
+  mpirun_2 "$train" --model cosmoflow --data data/train --batch 2 --epochs 2 --lr 0.001 --threads 1 --prefetch-threads 1 \
+    --skip-bad-samples --checkpoint ck > out.txt 2> err.txt || { echo "FAIL the run:"; cat out.txt err.txt; exit 1; }
+  warned=$(grep -c "skipping bad sample" err.txt) counted=$(summary bad_samples ck/metrics.jsonl)
+  check "summary's bad samples $counted == the $warned warnings of both ranks (2 files x 2 epochs)" \
+    "$counted == $warned == 4"
   ;;
 benchmark_format)
   line=$("$train" --model cosmoflow --benchmark 2 --batch 2 --input-size 32 --threads 2 2> /dev/null)
@@ -399,11 +526,22 @@ ltfb_bad_options)
     echo "ok   $what: $(cat err.txt)"
   }
   run_expect_fail "K not dividing the ranks" "--trainers 2 does not divide the 1 ranks" --trainers 2
-  run_expect_fail "empty tournament set" "leaves no tournament set" --tournament-fraction 0
+  # The values are checked with --trainers 1 too (without --trainers the options are refused, below).
+  run_expect_fail "empty tournament set" "leaves no tournament set" --trainers 1 --tournament-fraction 0
   run_expect_fail "metric the model lacks" "--tournament-metric dice: this model does not produce it; pass loss or mae" \
-    --tournament-metric dice
-  run_expect_fail "bad strategy" "--ltfb-strategy best: pass pairwise or truncation[:K]" --ltfb-strategy best
-  run_expect_fail "bad mutation" "--ltfb-mutate lr=0: '0' is not a positive factor" --ltfb-mutate lr=0
+    --trainers 1 --tournament-metric dice
+  run_expect_fail "bad strategy" "--ltfb-strategy best: pass pairwise or truncation[:K]" --trainers 1 --ltfb-strategy best
+  run_expect_fail "bad mutation" "--ltfb-mutate lr=0: '0' is not a positive factor" --trainers 1 --ltfb-mutate lr=0
+  # Tournament options without --trainers did nothing, silently; --benchmark --trainers on one process ran.
+  run_expect_fail "--ltfb-interval without --trainers" \
+    "--ltfb-interval sets up tournament training, which --trainers K (K > 1) turns on" --ltfb-interval 4
+  run_expect_fail "--tournament-fraction without --trainers" "--tournament-fraction sets up tournament training" \
+    --tournament-fraction 0.5
+  if "$train" --model cosmoflow --input-size 32 --batch 1 --threads 1 --trainers 2 --benchmark 1 > out.txt 2> err.txt ||
+      [[ $(wc -l < err.txt) -ne 1 ]] || ! grep -q "error: --benchmark times one grid, not a tournament" err.txt; then
+    echo "FAIL --benchmark --trainers 2 on one process:"; cat out.txt err.txt; exit 1
+  fi
+  echo "ok   --benchmark --trainers 2 on one process: $(cat err.txt)"
   # Several ranks: a grid that does not fit a trainer, and too few samples for a tournament set.
   if mpirun_2 "$train" --model cosmoflow --data cosmo/train --batch 2 --threads 1 --trainers 2 --grid 1,2,1,1 \
       --checkpoint ck_fail > out.txt 2> err.txt; then echo "FAIL grid: exit 0"; exit 1; fi
@@ -412,7 +550,9 @@ ltfb_bad_options)
   echo "ok   grid too big for a trainer: $(grep -m1 -F -- '--grid' err.txt)"
   if mpirun_2 "$train" --model cosmoflow --data cosmo/train --batch 4 --threads 1 --trainers 2 --tournament-fraction 0.6 \
       --checkpoint ck_fail > out.txt 2> err.txt; then echo "FAIL tiny shares: exit 0"; exit 1; fi
-  grep -q "has 8 of the 16 training samples, too few for a tournament set of 8 and one step of 4" err.txt ||
+  # Once, by rank 0 for the whole job (every rank printed its own trainer's line).
+  [[ $(grep -c "^fanstore-train: error: " err.txt) -eq 1 ]] && ! grep -q MPI_ABORT err.txt out.txt &&
+    grep -q "has 8 of the 16 training samples, too few for a tournament set of 8 and one step of 4" err.txt ||
     { echo "FAIL tiny shares:"; cat err.txt; exit 1; }
   echo "ok   too few samples per trainer: $(grep -m1 'too few' err.txt)"
   ;;

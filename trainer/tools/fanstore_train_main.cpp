@@ -30,6 +30,17 @@ static CLI::Validator at_least(double min) {
 }
 static const CLI::Validator kNonNegative = at_least(0), kPositive = at_least(1);
 
+// A thread count: far more threads than any node has cores only exhausts the process (a count of 100000 crashed
+// with no message: a segfault in OpenMP, or std::terminate in the prefetcher).
+constexpr int kMaxThreads = 1024;
+static const CLI::Validator kThreadCount(
+    [](std::string& text) -> std::string {
+      long long v = -1;
+      if (CLI::detail::lexical_cast(text, v) && v >= 0 && v <= kMaxThreads) return {};
+      return "a thread count from 0 to " + std::to_string(kMaxThreads) + " is needed, not " + text;
+    },
+    "0.." + std::to_string(kMaxThreads));
+
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
   CLI::App app{
@@ -80,9 +91,9 @@ int main(int argc, char** argv) {
       ->check(kNonNegative);
   app.add_option("--schedule", train.schedule, "Decay after the warm-up: constant, cosine or poly")
       ->capture_default_str();
-  app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS)")
+  app.add_option("--threads", train.threads, "oneDNN/OpenMP threads (0 = OMP_NUM_THREADS; at most 1024)")
       ->capture_default_str()
-      ->check(kNonNegative);
+      ->check(kThreadCount);
   app.add_option(
          "--device", train.device,
          "auto (CUDA when this build has it and a GPU is present, else the CPU), cpu, or cuda (one GPU per rank, "
@@ -93,9 +104,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--prefetch-threads", train.prefetch_threads,
                  "Data decoding threads (0 = sized to the node: 2 on the CPU; on a GPU the rank's share of the "
-                 "node's cores less one, 2 to 32)")
+                 "node's cores less one, 2 to 32; at most 1024)")
       ->capture_default_str()
-      ->check(kNonNegative);
+      ->check(kThreadCount);
   app.add_option("--checkpoint", train.checkpoint_dir,
                  "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
                  "named in the first line of output");
@@ -201,6 +212,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  // Tournament options do nothing without --trainers: refuse them rather than ignore them (rank 0 alone says so).
+  // --trainers 1, the plain run, takes them (and ignores them) on purpose.
+  if (app.count("--trainers") == 0)
+    for (const char* name : {"--ltfb-interval", "--tournament-fraction", "--tournament-metric", "--ltfb-exchange",
+                             "--ltfb-strategy", "--ltfb-mutate"})
+      if (app.count(name) > 0) {
+        if (launcher_rank() == 0)
+          std::cerr << "fanstore-train: error: " << name
+                    << " sets up tournament training, which --trainers K (K > 1) turns on: add --trainers, or leave "
+                    << name << " out\n";
+        return 1;
+      }
   // A benchmark reads and writes no files: refuse what it would silently ignore (rank 0 alone says so).
   if (benchmark_steps > 0 && (!train.data_dir.empty() || !train.checkpoint_dir.empty() || train.resume)) {
     if (launcher_rank() == 0)
@@ -233,7 +256,15 @@ int main(int argc, char** argv) {
     auto comm = make_communicator(&argc, &argv);
     // One rank without a grid: no MPI at all. On a grid, on several ranks (plain data parallelism over them all,
     // one line of global throughput), or --explain without data (the shapes come from --input-size): the grid's.
-    if (!on_grid && !train.grid.explain && comm->size() == 1) return benchmark_command(b, std::cout, std::cerr);
+    if (!on_grid && !train.grid.explain && comm->size() == 1) {
+      // As on several ranks (grid_benchmark_command): one process is one grid, not a tournament.
+      if (train.tournament.trainers != 1) {
+        std::cerr << "fanstore-train: error: --benchmark times one grid, not a tournament: leave out --trainers "
+                  << train.tournament.trainers << "\n";
+        return 1;
+      }
+      return benchmark_command(b, std::cout, std::cerr);
+    }
     if (b.steps <= 0) b.steps = 1;
     return grid_benchmark_command(b, train.grid, train.tournament, *comm, std::cout, std::cerr);
   }

@@ -2,6 +2,9 @@
 #include "trainer/data/prefetcher.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <system_error>
 
 namespace fanstore::trainer::data {
 
@@ -10,17 +13,30 @@ Prefetcher::Prefetcher(const BatchLoader& loader, std::vector<std::vector<std::s
     : loader_(loader), batches_(std::move(batches)), epoch_(epoch), options_(options) {
   const int threads = std::max(0, options_.threads);
   workers_.reserve(static_cast<std::size_t>(threads));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // A thread the system refuses (a per-user process limit, no memory for its stack): stop the ones started, or
+    // their std::thread objects would end the process with std::terminate and no word of why.
+    const std::size_t started = workers_.size();
+    stop_workers();
+    throw std::runtime_error("cannot start prefetch thread " + std::to_string(started + 1) + " of " +
+                             std::to_string(threads) + " (" + e.code().message() +
+                             "): use fewer --prefetch-threads, or raise the process limit (ulimit -u)");
+  }
 }
 
-Prefetcher::~Prefetcher() {
+void Prefetcher::stop_workers() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   work_available_.notify_all();
   for (auto& worker : workers_) worker.join();
+  workers_.clear();
 }
+
+Prefetcher::~Prefetcher() { stop_workers(); }
 
 void Prefetcher::worker_loop() {
   const std::size_t window = static_cast<std::size_t>(std::max(1, options_.queue_depth));

@@ -107,9 +107,13 @@ void require_same_layout(const data::SampleDataset& reference, const data::Sampl
                          const std::string& directory) {
   const auto& a = reference.layout();
   const auto& b = other.layout();
-  if (a.input_shape != b.input_shape || a.target_shape != b.target_shape)
+  if (a.input_shape != b.input_shape)
     throw data::DataError(directory, "samples have shape " + Shape(b.input_shape).to_string() + ", the training data " +
                                          Shape(a.input_shape).to_string());
+  if (a.target_shape != b.target_shape)
+    throw data::DataError(directory, "targets have shape " + Shape(b.target_shape).to_string() +
+                                         ", the training data's " + Shape(a.target_shape).to_string() +
+                                         ": give --val data with the training data's targets");
   // An image folder's label is its class directory's position: other classes would score against wrong labels.
   const auto* ref = dynamic_cast<const data::ImageFolderDataset*>(&reference);
   const auto* oth = dynamic_cast<const data::ImageFolderDataset*>(&other);

@@ -149,14 +149,6 @@ void Tournament::agree_on_grid(ResolvedGrid& resolved) {
   if (!(resolved.shape == own)) resolved.one_kernel_layers.clear();
 }
 
-void Tournament::agree_on_directory(std::string& directory) {
-  if (!enabled()) return;
-  std::uint64_t n = directory.size();
-  world_.broadcast(&n, sizeof n, 0);
-  directory.resize(n);
-  world_.broadcast(directory.data(), n, 0);
-}
-
 void Tournament::split_samples(std::unique_ptr<data::SampleDataset>& train_set, std::size_t per_step) {
   if (!enabled()) return;
   std::shared_ptr<const data::SampleDataset> all(std::move(train_set));

@@ -59,9 +59,8 @@ class Tournament {
   Communicator& trainer_comm() { return comm_ ? *comm_ : world_; }
 
   // Trainers step together and swap whole models: with --grid auto every trainer takes trainer 0's
-  // measured choice, and every trainer's first rank writes into rank 0's default directory.
+  // measured choice.
   void agree_on_grid(ResolvedGrid& resolved);
-  void agree_on_directory(std::string& directory);
 
   // Replaces `train_set` by this trainer's training share and keeps its tournament set, whole
   // batches of `per_step` (the trainer's global batch).

@@ -1,6 +1,11 @@
 // The training loop: sharded prefetched batches, forward/loss/backward with overlapped gradient
 // allreduce, scheduled optimizer steps, the loss guard, validation, checkpoints and metrics.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cmath>
@@ -13,6 +18,7 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "metrics_log.hpp"
 #include "tournament_run.hpp"
@@ -100,15 +106,19 @@ Validation validate(GridRun& run, Backend& backend, const data::SampleDataset& d
   v.samples = dataset.size();
   v.bad_samples = loader.bad_sample_count();
   if (task == TaskKind::Regression) {
-    // Baseline: always predict the mean target (one mean over all target values).
-    double moments[2] = {0, static_cast<double>(targets.size())};
-    for (float t : targets) moments[0] += t;
-    comm.sum(moments, 2);
-    const double mean = moments[1] > 0 ? moments[0] / moments[1] : 0;
+    // Baseline: always predict the mean validation target, each target (parameter) its own mean; the MAE over all
+    // target values, as the metric's.
+    std::size_t per = 1;
+    for (auto d : dataset.layout().target_shape) per *= static_cast<std::size_t>(d);
+    std::vector<double> sums(per + 1, 0.0);  // per target, then the number of samples
+    for (std::size_t i = 0; i < targets.size(); ++i) sums[i % per] += targets[i];
+    sums[per] = static_cast<double>(targets.size() / per);
+    comm.sum(sums.data(), sums.size());
+    const double n = sums[per];
     double dev[1] = {0};
-    for (float t : targets) dev[0] += std::fabs(t - mean);
+    for (std::size_t i = 0; i < targets.size(); ++i) dev[0] += std::fabs(targets[i] - sums[i % per] / n);
     comm.sum(dev, 1);
-    v.baseline = moments[1] > 0 ? dev[0] / moments[1] : v.baseline;
+    v.baseline = n > 0 ? dev[0] / (n * static_cast<double>(per)) : v.baseline;
   }
   return v;
 }
@@ -134,12 +144,68 @@ std::string step_json(std::uint64_t step, std::uint64_t epoch, double loss, doub
   return s.str();
 }
 
-// The run directory when --checkpoint is left out: a new one, never an earlier run's.
-std::string fresh_run_directory(const std::string& model) {
+// The run directory when --checkpoint is left out: a new one, never an earlier run's nor that of a run started in
+// the same second (mkdir creates it or fails, so of two runs racing for a name one takes the next).
+std::string create_fresh_run_directory(const std::string& model) {
   const std::string base = default_run_directory(model, std::time(nullptr));
-  std::string dir = base;
-  for (int n = 2; std::filesystem::exists(dir); ++n) dir = base + "-" + std::to_string(n);
-  return dir;
+  for (int n = 1;; ++n) {
+    const std::string dir = n == 1 ? base : base + "-" + std::to_string(n);
+    if (::mkdir(dir.c_str(), 0777) == 0) return dir;
+    if (errno != EEXIST)
+      throw std::runtime_error(dir + ": cannot create the run directory (" + std::strerror(errno) +
+                               "); pass --checkpoint DIR");
+  }
+}
+
+// --checkpoint DIR, created with its parents where missing.
+void make_checkpoint_directory(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    throw std::runtime_error("--checkpoint " + dir +
+                             ": exists and is not a directory; pass a directory (it gets checkpoint.bin and "
+                             "metrics.jsonl)");
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--checkpoint " + dir + ": cannot create the directory (" + ec.message() + ")");
+}
+
+// An exclusive lock on a run directory for as long as the run lasts (flock on DIR/.fanstore-train.lock, which
+// the kernel drops when the process ends, however it ends): a second run into the same directory would
+// interleave its checkpoint renames and metrics lines with the first's.
+class DirectoryLock {
+ public:
+  DirectoryLock() = default;
+  explicit DirectoryLock(const std::string& dir) {
+    const std::string path = dir + "/.fanstore-train.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error(path + ": cannot create the run's lock file (" + std::strerror(errno) + ")");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(std::exchange(fd_, -1));
+      if (e == EWOULDBLOCK)
+        throw std::runtime_error("--checkpoint " + dir +
+                                 ": another fanstore-train run is using this directory; wait for it to end, or "
+                                 "choose another --checkpoint");
+      throw std::runtime_error(path + ": cannot lock (" + std::strerror(e) + ")");
+    }
+  }
+  DirectoryLock(DirectoryLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  DirectoryLock& operator=(DirectoryLock&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+void broadcast_string(Communicator& world, std::string& text) {
+  std::uint64_t n = text.size();
+  world.broadcast(&n, sizeof n, 0);
+  text.resize(static_cast<std::size_t>(n));
+  world.broadcast(text.data(), text.size(), 0);
 }
 
 std::string format_number(double v) {
@@ -233,9 +299,10 @@ void write_summary(const TrainOptions& o, TaskKind task, std::size_t ranks, cons
 // Returns whether a checkpoint was restored; trainers of a tournament all resume from the same step
 // or all start afresh.
 bool resume(const std::string& path, const std::string& dir, Communicator& comm, Communicator& world, bool tournament,
-            Model& model, Optimizer& optimizer, TrainingPosition& position, std::ostream& err) {
+            std::uint64_t steps_per_epoch, Model& model, Optimizer& optimizer, TrainingPosition& position,
+            std::ostream& err) {
   const bool leader = world.rank() == 0;
-  const std::uint64_t groups = position.world_size, group_batch = position.batch_per_rank;
+  const std::uint64_t groups = position.world_size, group_batch = position.batch_per_rank, seed = position.seed;
   const bool found = comm.rank() == 0 && std::filesystem::exists(path);
   // Every rank of every trainer agrees on each step's errors (agree_on_errors), even where it has no file to read.
   std::vector<char> bytes =
@@ -250,12 +317,19 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
     if (resumed) position = restore_checkpoint(path, std::move(bytes), model, optimizer);
   });
   if (resumed) {
-    if (leader && (position.world_size != groups || position.batch_per_rank != group_batch))
-      err << "fanstore-train: warning: checkpoint was written by " << position.world_size << " sample group(s) x batch "
-          << position.batch_per_rank << "; continuing with " << groups << " x " << group_batch
-          << " (the data order changes, the run is not bit-identical)\n";
-    position.world_size = groups;
-    position.batch_per_rank = group_batch;
+    if (leader && position.seed != seed)
+      err << "fanstore-train: warning: checkpoint was written with --seed " << position.seed << "; continuing with its "
+          << "seed (the shuffle and augmentation go on as they were), not --seed " << seed << "\n";
+    if (position.world_size != groups || position.batch_per_rank != group_batch) {
+      const TrainingPosition was = position;
+      position = rebatch_position(position, groups, group_batch, steps_per_epoch);
+      if (leader)
+        err << "fanstore-train: warning: checkpoint was written by " << was.world_size << " sample group(s) x batch "
+            << was.batch_per_rank << "; continuing with " << groups << " x " << group_batch << ": its step "
+            << was.global_step << " (epoch " << was.epoch << ", batch " << was.next_batch << ") is step "
+            << position.global_step << " (epoch " << position.epoch << ", batch " << position.next_batch
+            << ") of this batching (the data order changes, the run is not bit-identical)\n";
+    }
     if (leader)
       err << "fanstore-train: resumed from " << path << " at step " << position.global_step << " (epoch "
           << position.epoch << ", batch " << position.next_batch << ")\n";
@@ -282,6 +356,7 @@ void check_options(const TrainOptions& o) {
   if (o.lr && *o.lr < 0) throw std::invalid_argument("--lr must not be negative");
   if (o.warmup_epochs && !(*o.warmup_epochs >= 0 && *o.warmup_epochs <= o.epochs))
     throw std::invalid_argument("--warmup-epochs must lie between 0 and --epochs (" + std::to_string(o.epochs) + ")");
+  if (!o.lr && o.optimizer.kind == "lars") (void)default_learning_rate(o.optimizer.kind, 1);  // throws: lars needs --lr
   if (o.checkpoint_dir.empty() && o.resume)
     throw std::invalid_argument("--resume needs --checkpoint DIR (the directory of the run to continue)");
 }
@@ -356,9 +431,11 @@ struct TrainingLoop {
   void run_epochs() {
     for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch)
       train_epoch(epoch);
-    if (val_set && !validated_at_end)
+    if (val_set && !validated_at_end) {
       last_val =
           validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads, o.skip_bad_samples);
+      val_bad_samples += last_val.bad_samples;
+    }
   }
 
   void train_epoch(std::uint64_t epoch) {
@@ -407,10 +484,10 @@ struct TrainingLoop {
       guard.roll_back(model, optimizer);
       if (leader) {
         progress.finish();
-        err << "fanstore-train: warning: step " << position.global_step << ": " << guard.last_reason() << " (loss "
+        err << "fanstore-train: warning: step " << position.global_step + 1 << ": " << guard.last_reason() << " (loss "
             << mean_loss << "); rolled back to the last good state and skipped the batch (rollback "
             << guard.rollbacks() << ")\n";
-        metrics.write("{\"event\":\"rollback\",\"step\":" + std::to_string(position.global_step) +
+        metrics.write("{\"event\":\"rollback\",\"step\":" + std::to_string(position.global_step + 1) +
                       ",\"loss\":" + json_number(mean_loss) + ",\"reason\":\"" + guard.last_reason() + "\"}");
       }
       if (guard.consecutive_rejections() >= 5) {
@@ -436,8 +513,8 @@ struct TrainingLoop {
         step_ok = scaler.update(backend.all_finite(gradients));
         if (!step_ok && leader) {
           progress.finish();
-          err << "fanstore-train: step " << position.global_step << ": fp16 gradients overflowed at loss scale " << used
-              << "; step skipped, scale now " << scaler.scale() << "\n";
+          err << "fanstore-train: step " << position.global_step + 1 << ": fp16 gradients overflowed at loss scale "
+              << used << "; step skipped, scale now " << scaler.scale() << "\n";
         }
       }
       if (step_ok) optimizer.step(table, static_cast<float>(lr));
@@ -527,6 +604,12 @@ struct TrainingLoop {
     const auto all_rollbacks = tournament.per_trainer({static_cast<double>(guard.rollbacks())});
     double peak_rss[1] = {peak_rss_bytes()};
     world.max(peak_rss, 1);  // the busiest rank
+    // Every rank skips the bad samples of its own share (one rank per sample group counts them: the spatial ranks
+    // of a group read parts of the same samples); every trainer validates the whole set, trainer 0's count.
+    double bad[1] = {grid_run.counts_for_group()
+                         ? static_cast<double>(loader.bad_sample_count() + (trainer == 0 ? val_bad_samples : 0))
+                         : 0.0};
+    world.sum(bad, 1);
 
     RunSummary summary;
     summary.grid = grid_run.grid().to_string();
@@ -537,7 +620,7 @@ struct TrainingLoop {
     summary.last_loss = last_loss;
     summary.val = last_val;
     summary.has_val = val_set != nullptr;
-    summary.bad_samples = loader.bad_sample_count() + val_bad_samples;
+    summary.bad_samples = static_cast<std::uint64_t>(bad[0]);
     summary.rollbacks = std::accumulate(all_rollbacks.begin(), all_rollbacks.end(), 0.0);
     summary.peak_rss = peak_rss[0];
     summary.buckets = gradients.bucket_count();
@@ -584,11 +667,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   std::ostream quiet(nullptr);                   // what other trainers would repeat
   const std::size_t ranks = static_cast<std::size_t>(world.size());
   const double warmup_epochs = o.warmup_epochs ? *o.warmup_epochs : default_warmup_epochs(o.epochs);
-  // Rank 0 chooses a default name; every trainer's first rank writes into the directory.
-  std::string checkpoint_dir = !o.checkpoint_dir.empty() ? o.checkpoint_dir
-                               : leader                  ? fresh_run_directory(o.model)
-                                                         : "";
-  if (o.checkpoint_dir.empty()) tournament.agree_on_directory(checkpoint_dir);
+  // Empty: rank 0 creates a default one once the run is set up.
+  std::string checkpoint_dir = o.checkpoint_dir;
 
   // An explicit --grid that cannot be right is one line before any work ("auto" needs the model first).
   check_trainer_grid(o.grid, o.model, plan.trainers, comm.size());
@@ -646,7 +726,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const std::size_t groups = static_cast<std::size_t>(grid_run.sample_groups());
   const std::int64_t group_batch = resolved.batch_per_group;
   const std::size_t per_step = groups * static_cast<std::size_t>(group_batch);  // the trainer's global batch
-  tournament.split_samples(train_set, per_step);  // each trainer's share, less its tournament set
+  // Each trainer's share, less its tournament set: every trainer finds a share too small alike, rank 0 says so.
+  agree_on_errors(world, [&] { tournament.split_samples(train_set, per_step); });
   const double base_lr = o.lr ? *o.lr : default_learning_rate(o.optimizer.kind, static_cast<std::int64_t>(per_step));
   const std::size_t steps_per_epoch = train_set->size() / per_step;
   agree_on_errors(world, [&] {  // a trainer's share may fall short where another's does not
@@ -662,12 +743,28 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   schedule.total_steps = static_cast<std::int64_t>(steps_per_epoch) * o.epochs;
   schedule.warmup_steps = static_cast<std::int64_t>(std::llround(warmup_epochs * static_cast<double>(steps_per_epoch)));
 
-  agree_on_errors(world, [&] {
-    if (trainer_leader) std::filesystem::create_directories(checkpoint_dir);
-  });
   // With a tournament every trainer has its file; checkpoint.bin is then the best trainer's at the end.
-  const std::string checkpoint_path =
-      checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(trainer) + ".bin" : "/checkpoint.bin");
+  const auto checkpoint_file = [&](int t) {
+    return checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(t) + ".bin" : "/checkpoint.bin");
+  };
+  // Rank 0 creates the directory (or names and creates the default one) and locks it for the run; a run without
+  // --resume does not write over a checkpoint. Every trainer's first rank writes into the directory.
+  DirectoryLock directory_lock;
+  agree_on_errors(world, [&] {
+    if (!leader) return;
+    if (checkpoint_dir.empty()) checkpoint_dir = create_fresh_run_directory(o.model);
+    else make_checkpoint_directory(checkpoint_dir);
+    directory_lock = DirectoryLock(checkpoint_dir);
+    for (const std::string& file : {checkpoint_dir + "/checkpoint.bin", checkpoint_file(0)})
+      if (!o.resume && std::filesystem::exists(file))
+        throw std::runtime_error(checkpoint_dir + " holds a checkpoint (" + file +
+                                 "): pass --resume to continue it, or choose another --checkpoint");
+  });
+  if (o.checkpoint_dir.empty()) broadcast_string(world, checkpoint_dir);
+  agree_on_errors(world, [&] {
+    if (trainer_leader && !leader) make_checkpoint_directory(checkpoint_dir);
+  });
+  const std::string checkpoint_path = checkpoint_file(trainer);
   const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   if (leader)
     out << first_line(o, plan, ranks, resolved, groups, model->backend().describe(), base_lr, warmup_epochs,
@@ -677,8 +774,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   position.seed = o.seed;
   position.world_size = groups;
   position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
-  const bool resumed = o.resume && resume(checkpoint_path, checkpoint_dir, comm, world, plan.enabled(), *model,
-                                          *optimizer, position, err);
+  const bool resumed = o.resume && resume(checkpoint_path, checkpoint_dir, comm, world, plan.enabled(), steps_per_epoch,
+                                          *model, *optimizer, position, err);
   // A run already at its end has nothing to train: say so, rather than a summary of no steps and a NaN loss.
   const bool at_end = position.epoch >= static_cast<std::uint64_t>(o.epochs) ||
                       (o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps));

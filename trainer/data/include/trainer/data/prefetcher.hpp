@@ -62,6 +62,7 @@ class Prefetcher {
   std::map<std::size_t, Slot> finished_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
+  void stop_workers();  // tells the workers to stop, joins them
 };
 
 }  // namespace fanstore::trainer::data
