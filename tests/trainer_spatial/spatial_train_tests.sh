@@ -170,7 +170,7 @@ sharded_rollback)
           --prefetch-threads 1 --threads 1 --grid 1,2,2,1 --inject-nan-at-step 3)
   mpirun_n 4 "$train" "${common[@]}" --no-shard-state --checkpoint whole > /dev/null 2>&1
   mpirun_n 4 "$train" "${common[@]}" --checkpoint sharded > /dev/null 2> err.txt
-  grep -q '"event":"rollback","step":3' sharded/metrics.jsonl
+  grep -q '"event":"rollback","step":4' sharded/metrics.jsonl
   rollbacks=$(summary rollbacks sharded/metrics.jsonl)
   check "sharded: $rollbacks rollback" "$rollbacks == 1"
   compare_losses whole/metrics.jsonl sharded/metrics.jsonl 1e-6
