@@ -110,6 +110,30 @@ Status ClearStale(const std::string& path) {
   return Status::Ok();
 }
 
+// Binds `fd` to `path`. A path too long for sun_path (a long directory) is bound through /proc/self/fd/N/NAME, N an
+// O_PATH descriptor of its directory: the kernel resolves that alias to the same directory, so the socket file
+// gets the very name `path` (rename, chmod and unlink use the full path, which has no such limit).
+Status BindAt(int fd, const std::string& path) {
+  std::string via = path;
+  int dfd = -1;
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    dfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return Status::FromErrno(errno, "open the socket's directory " + Printable(dir));
+    via = "/proc/self/fd/" + std::to_string(dfd) + "/" + path.substr(slash == std::string::npos ? 0 : slash + 1);
+  }
+  Status s;
+  if (via.size() >= sizeof(sockaddr_un::sun_path))
+    s = Status(Code::kNameTooLong,
+               "socket name " + Printable(path) + " is too long to bind, even through its directory");
+  sockaddr_un a = Addr(via);
+  if (s.ok() && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    s = Status::FromErrno(errno, "bind " + Printable(path));
+  if (dfd >= 0) close(dfd);
+  return s;
+}
+
 // The n bytes at data lie inside the area (n may be anything a caller computed: the test cannot wrap).
 bool Holds(const ReplyArea& a, const char* data, uint64_t n) {
   auto at = reinterpret_cast<uintptr_t>(data), base = reinterpret_cast<uintptr_t>(a.base);
@@ -558,18 +582,25 @@ SocketServer::~SocketServer() {
 Status SocketServer::Bind(const std::string& path) {
   Impl& m = *impl_;
   m.path = path;
-  m.tmp_path = path + ".starting." + std::to_string(getpid());
-  if (m.tmp_path.size() >= sizeof(sockaddr_un::sun_path))
-    return Status(Code::kNameTooLong, "socket path " + m.tmp_path + " is longer than " +
-                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes: use --socket");
+  // The limit is the final path's, which clients connect to. The temporary name is PATH.starting.PID; when that
+  // does not fit, a short one in the same directory, bound through an alias of the directory if need be (BindAt).
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  const std::string pid = std::to_string(getpid());
+  m.tmp_path = path + ".starting." + pid;
+  if (m.tmp_path.size() > kMaxPath) {
+    const size_t slash = path.rfind('/');
+    m.tmp_path = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + ".fanstore-starting." + pid;
+  }
+  if (path.size() > kMaxPath)
+    return Status(Code::kNameTooLong, "socket path " + Printable(path) + " is " + std::to_string(path.size()) +
+                                          " bytes; a Unix socket path holds at most " + std::to_string(kMaxPath) +
+                                          ": give a shorter --socket");
   if (Status s = ClearStale(path); !s.ok()) return s;
   if (Status s = m.OpenLoop(); !s.ok()) return s;
   m.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (m.listen_fd < 0) return Status::FromErrno(errno, "socket");
   unlink(m.tmp_path.c_str());
-  sockaddr_un a = Addr(m.tmp_path);
-  if (bind(m.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-    return Status::FromErrno(errno, "bind " + m.tmp_path);
+  if (Status s = BindAt(m.listen_fd, m.tmp_path); !s.ok()) return s;
   // Whatever the umask: owner only unless --socket-mode/--group say otherwise. Set before listen(), so no
   // connection can come in under wider permissions; SO_PEERCRED is checked on accept as well.
   if (m.o.group != static_cast<gid_t>(-1) && chown(m.tmp_path.c_str(), static_cast<uid_t>(-1), m.o.group) != 0)

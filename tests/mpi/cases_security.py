@@ -168,6 +168,30 @@ def case_lock(ctx):
     check("a daemon is already serving at " + shared in out and "ready:" not in out,
           "one rank must say the socket is taken, and the job must not become ready")
     check(not os.path.exists(shared), "the refused job left its socket")
+    # A --socket of 107 bytes, the most a Unix socket path holds, works whatever the rank's pid: the check was
+    # made on the temporary name PATH.starting.PID, so paths well under the limit were refused (naming that
+    # temporary name). Here the temporary name does not fit even in short form: it is bound through the directory.
+    longdir = os.path.join(ctx.work, "d" * max(1, 99 - len(ctx.work) - 1))
+    os.makedirs(longdir)
+    tmpl = os.path.join(longdir, "s{rank}.sock")
+    longs = [tmpl.replace("{rank}", str(r)) for r in range(2)]
+    check(all(len(p) == 107 for p in longs), f"test setup: {[len(p) for p in longs]}")
+    job = Job(ctx, 2, "--socket", tmpl, local=os.path.join(ctx.work, "long{rank}"))
+    job.wait_ready(socks=longs)
+    check(sorted(os.listdir(longdir)) == ["s0.sock", "s1.sock"], f"left in the directory: {os.listdir(longdir)}")
+    check(mode(longs[0]) == 0o600, f"a socket bound through its directory is {oct(mode(longs[0]))}")
+    r = ctx.run_check(0, sock=longs[0])
+    check(r.returncode == 0, "a client must read through a 107-byte socket path")
+    job.stop()
+    check(os.listdir(longdir) == [], f"sockets left after stop: {os.listdir(longdir)}")
+    # One byte more: one line naming the user's path and the limit.
+    toolong = os.path.join(longdir, "s{rank}x.sock")
+    over = Job(ctx, 1, "--socket", toolong, local=os.path.join(ctx.work, "long{rank}"), wrap_exit=True)
+    over.wait(120)
+    out = over.output()
+    check(f"socket path {toolong.replace('{rank}', '0')} is 108 bytes; a Unix socket path holds at most 107: give a "
+          "shorter --socket" in out and ".starting." not in out, "a 108-byte --socket:\n" + out)
+    check(os.listdir(longdir) == [], f"a refused --socket left {os.listdir(longdir)}")
     # A --local holding another image (no daemon staged it: no .fanstore-staged) is refused before anything is
     # written there: staging renamed its files over that image's, and --cleanup then deleted them.
     other = os.path.join(ctx.work, "other-image")
