@@ -169,6 +169,14 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/x" --chunk -64K
 one_line 'fanstore pack: --chunk: a size >= 0 is needed, not -64K'
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --parts 0
 one_line 'fanstore pack: --parts 0 is outside 1-100000'
+# serve's counts say their range as pack's do (--stage-readers printed CLI11's 0 to 1.8e308 range); refused
+# before MPI starts, so no mpirun is needed. (Without MPI, serve refuses every command line alike.)
+if "$F" serve --help 2>/dev/null | grep -q -- --stage-readers; then
+  expect_rc 1 "$F" serve --image "$T/img" --local "$T/x" --stage-readers -1
+  one_line 'fanstore serve: --stage-readers -1 is outside 0-1048576; use 0 for every rank at once, or how many'
+  expect_rc 1 "$F" serve --image "$T/img" --local "$T/x" --stage-readers two
+  one_line 'fanstore serve: --stage-readers two is not a whole number; use 0 for every rank at once'
+fi
 [ ! -e "$T/x" ] || fail "a refused command line made $T/x"
 expect_rc 0 "$F" --version
 # pack S -o S: refused whatever S holds (an empty S used to become the image); S stays as it was.

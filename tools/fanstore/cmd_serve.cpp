@@ -74,7 +74,7 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                    "ranks reading the image directory at a time; rank r reads once rank r-N is done (0: all at once)")
       ->type_name("N")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(InRange(0, 1 << 20, "use 0 for every rank at once, or how many ranks may read at a time"));
   serve->add_flag("--strict-staging", so->strict_staging,
                   "ready only once every rank has staged and verified everything, and every rank stops if one "
                   "fails (by default the daemons serve while staging, and a node whose staging fails reads the rest "
