@@ -255,7 +255,7 @@ class V1Source final : public PackSource {
         new V1Stream(*fd, offset, stored, size, codec, Load64(r + format::ent::kChecksum), Describe(tree, id)));
   }
   std::string Describe(const PackTree& tree, uint32_t id) const override {
-    return img_->dir() + ":" + std::string(tree.Path(tree.nodes[id]));
+    return Printable(img_->dir() + ":" + std::string(tree.Path(tree.nodes[id])));
   }
 
  private:

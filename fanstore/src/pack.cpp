@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "fanstore/protocol/image_format.hpp"
+#include "fanstore/status.hpp"
 #include "pack_tree.hpp"
 #include "pack_writer.hpp"
 
@@ -53,7 +54,7 @@ void NameLeftovers(const std::string& output, const std::function<void(const std
     if (n.size() <= prefix.size() || n.substr(0, prefix.size()) != prefix) continue;
     std::string_view pid = n.substr(prefix.size());
     if (pid.find_first_not_of("0123456789") != std::string_view::npos || pid == mine) continue;
-    const std::string path = output.find('/') == std::string::npos ? std::string(n) : Join(dir, n);
+    const std::string path = Printable(output.find('/') == std::string::npos ? std::string(n) : Join(dir, n));
     const bool live = ::kill(static_cast<pid_t>(std::stoll(std::string(pid))), 0) == 0 || errno == EPERM;
     warn(path + (live ? " belongs to a pack (pid " + std::string(pid) +
                             ") still running on this host, or to one on "
@@ -72,6 +73,10 @@ void NameLeftovers(const std::string& output, const std::function<void(const std
 Status CheckOutput(const std::string& source, const std::string& output) {
   struct stat st;
   if (::lstat(output.c_str(), &st) == 0) {
+    // The image takes the output's name by rename(2), which replaces a link, never what it points to.
+    if (S_ISLNK(st.st_mode))
+      return Status(Code::kExists, "output " + Printable(output) +
+                                       " is a symlink: give the directory it points to, or a name that does not exist");
     bool empty_dir = false;
     if (S_ISDIR(st.st_mode)) {
       empty_dir = true;
@@ -85,12 +90,12 @@ Status CheckOutput(const std::string& source, const std::string& output) {
     }
     if (!empty_dir)
       return Status(Code::kExists,
-                    "output " + output + " already exists and is not empty: remove it or choose another -o");
+                    "output " + Printable(output) + " already exists and is not empty: remove it or choose another -o");
   }
   const std::string parent = ParentOf(output);
   char rp_parent[PATH_MAX], rp_source[PATH_MAX];
   if (::realpath(parent.c_str(), rp_parent) == nullptr) {
-    Status e = Status::FromErrno(errno, "cannot use output directory " + parent);
+    Status e = Status::FromErrno(errno, "cannot use output directory " + Printable(parent));
     return Status(e.code(), e.message() + " (create it first)");
   }
   if (::realpath(source.c_str(), rp_source) != nullptr) {
@@ -100,8 +105,8 @@ Status CheckOutput(const std::string& source, const std::string& output) {
     const std::string o = Join(::realpath(output.c_str(), rp_output) ? rp_output : Join(rp_parent, NameOf(output)), "");
     const std::string s = Join(rp_source, "");
     if (o.compare(0, s.size(), s) == 0)
-      return Status(Code::kInvalidArgument,
-                    "output " + output + " is the source " + source + " or inside it: choose an -o outside it");
+      return Status(Code::kInvalidArgument, "output " + Printable(output) + " is the source " + Printable(source) +
+                                                " or inside it: choose an -o outside it");
   }
   return Status::Ok();
 }
@@ -230,7 +235,8 @@ Status PackInto(const PackOptions& opts, int threads, const std::string& tmp, Wr
 Status WithAdvice(const Status& s, const std::string& output) {
   switch (s.code()) {
     case Code::kNoSpace:
-      return Status(s.code(), s.message() + ": free space on the file system of " + output + " or choose another -o");
+      return Status(s.code(),
+                    s.message() + ": free space on the file system of " + Printable(output) + " or choose another -o");
     case Code::kPermission:
       return Status(s.code(), s.message() + ": check the permissions of the source and of the output's parent");
     case Code::kNameTooLong: return Status(s.code(), s.message() + ": shorten the source path or the names inside it");
@@ -295,10 +301,11 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   if (!s.ok()) return s;
   struct stat st;
   if (::stat(opts.source.c_str(), &st) != 0) {
-    Status e = Status::FromErrno(errno, "cannot read source " + opts.source);
+    Status e = Status::FromErrno(errno, "cannot read source " + Printable(opts.source));
     return Status(e.code(), e.message() + " (check the path)");
   }
-  if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + opts.source + " is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    return Status(Code::kNotDirectory, "source " + Printable(opts.source) + " is not a directory");
   if (!(s = CheckOutput(opts.source, opts.output)).ok()) return s;
   NameLeftovers(opts.output, warn);
 

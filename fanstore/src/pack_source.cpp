@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "fanstore/status.hpp"
 #include "pack_tree.hpp"
 
 namespace fanstore {
@@ -19,7 +20,7 @@ class FileStream final : public SourceStream {
       ssize_t r = ::read(fd_, buf + got, n - got);
       if (r < 0) {
         if (errno == EINTR) continue;
-        return Status::FromErrno(errno, "cannot read " + path_);
+        return Status::FromErrno(errno, "cannot read " + Printable(path_));
       }
       if (r == 0) break;
       got += static_cast<size_t>(r);
@@ -36,17 +37,19 @@ class DirectorySource final : public PackSource {
  public:
   explicit DirectorySource(std::string root) : root_(std::move(root)) {}
   Result<std::unique_ptr<SourceStream>> Open(const PackTree& tree, uint32_t id) override {
-    std::string path = Describe(tree, id);
+    std::string path = Path(tree, id);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "cannot open " + path);
+    if (fd < 0) return Status::FromErrno(errno, "cannot open " + Printable(path));
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return std::unique_ptr<SourceStream>(new FileStream(fd, std::move(path)));
   }
-  std::string Describe(const PackTree& tree, uint32_t id) const override {
+  std::string Describe(const PackTree& tree, uint32_t id) const override { return Printable(Path(tree, id)); }
+
+ private:
+  std::string Path(const PackTree& tree, uint32_t id) const {
     return root_ + "/" + std::string(tree.Path(tree.nodes[id]));
   }
 
- private:
   std::string root_;
 };
 

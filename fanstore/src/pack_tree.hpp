@@ -98,7 +98,7 @@ class PackSource {
  public:
   virtual ~PackSource() = default;
   virtual Result<std::unique_ptr<SourceStream>> Open(const PackTree& tree, uint32_t id) = 0;
-  // Names file `id` in messages ("SRC/a/b.jpg").
+  // Names file `id` in messages ("SRC/a/b.jpg"), through Printable: one line whatever the name holds.
   virtual std::string Describe(const PackTree& tree, uint32_t id) const = 0;
 };
 

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <utility>
 
 #include "fanstore/protocol/image_format.hpp"
+#include "fanstore/status.hpp"
 #include "pack_tree.hpp"
 
 namespace fanstore {
@@ -60,8 +62,8 @@ class Walker {
  private:
   Status Walk(const std::string& source) {
     struct stat st;
-    if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot read source " + source);
-    if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + source + " is not a directory");
+    if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot read source " + Printable(source));
+    if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + Printable(source) + " is not a directory");
     tree_->nodes.push_back(MakeNode(st, kRootId, "", 0));
     tree_->dirs = 1;
     return WalkDir(source, kRootId, st);
@@ -103,13 +105,14 @@ class Walker {
     tree_->skipped += total;
     if (warn_)
       warn_("skipped " + std::to_string(total) + " special file" + (total > 1 ? "s" : "") + " (" + kinds + "), e.g. " +
-            first_special_ + ": an image holds files, directories and symlinks (--strict refuses them)");
+            Printable(first_special_) + ": an image holds files, directories and symlinks (--strict refuses them)");
   }
 
   // A special file: counted, or the pack's end with --strict.
   Status Special(const struct stat& st, const std::string& rel) {
     if (opts_.strict)
-      return Status(Code::kInvalidArgument, "source " + opts_.source + "/" + rel + " is a " + KindName(st.st_mode) +
+      return Status(Code::kInvalidArgument, "source " + Printable(opts_.source + "/" + rel) + " is a " +
+                                                KindName(st.st_mode) +
                                                 ": an image holds files, directories and symlinks; remove it or "
                                                 "pack without --strict to skip it");
     if (special_.empty()) first_special_ = rel;
@@ -121,10 +124,11 @@ class Walker {
   Status ReadTarget(int dfd, const std::string& name, const std::string& abs, std::string* out) {
     char buf[PATH_MAX];
     ssize_t n = ::readlinkat(dfd, name.c_str(), buf, sizeof buf);
-    if (n < 0) return Status::FromErrno(errno, "cannot read symlink " + abs + "/" + name);
+    if (n < 0) return Status::FromErrno(errno, "cannot read symlink " + Printable(abs + "/" + name));
     if (n == 0 || static_cast<size_t>(n) > format::kMaxLinkTarget)
-      return Status(Code::kNameTooLong, "symlink " + abs + "/" + name + " has a target of " + std::to_string(n) +
-                                            " bytes; symlinks hold 1 to " + std::to_string(format::kMaxLinkTarget));
+      return Status(Code::kNameTooLong, "symlink " + Printable(abs + "/" + name) + " has a target of " +
+                                            std::to_string(n) + " bytes; symlinks hold 1 to " +
+                                            std::to_string(format::kMaxLinkTarget));
     out->assign(buf, static_cast<size_t>(n));
     return Status::Ok();
   }
@@ -133,14 +137,14 @@ class Walker {
   // cannot store. The directory is closed before recursing so deep trees do not pile up open fds.
   Status ReadChildren(const std::string& abs, const std::string& rel, std::vector<Child>* out) {
     DIR* d = ::opendir(abs.c_str());
-    if (d == nullptr) return Status::FromErrno(errno, "cannot read directory " + abs);
+    if (d == nullptr) return Status::FromErrno(errno, "cannot read directory " + Printable(abs));
     int dfd = ::dirfd(d);
     Status s;
     for (;;) {
       errno = 0;
       dirent* e = ::readdir(d);
       if (e == nullptr) {
-        if (errno != 0) s = Status::FromErrno(errno, "cannot read directory " + abs);
+        if (errno != 0) s = Status::FromErrno(errno, "cannot read directory " + Printable(abs));
         break;
       }
       std::string name = e->d_name;
@@ -151,7 +155,7 @@ class Walker {
       struct stat lst;
       if (::fstatat(dfd, c.name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) continue;  // removed while we walk: it is simply not in the image
-        s = Status::FromErrno(errno, "cannot stat " + abs + "/" + c.name);
+        s = Status::FromErrno(errno, "cannot stat " + Printable(abs + "/" + c.name));
         break;
       }
       if (S_ISLNK(lst.st_mode) && !opts_.follow_symlinks) {
@@ -167,7 +171,12 @@ class Walker {
         c.st.st_size = static_cast<off_t>(c.target.size());
       } else if (S_ISLNK(lst.st_mode)) {
         if (::fstatat(dfd, c.name.c_str(), &c.st, 0) != 0) {
-          Warn("skipping dangling symlink " + child_rel);
+          // A loop (a -> b -> a, or a chain longer than the kernel follows) is not a dangling link: say which.
+          const int err = errno;
+          if (err == ENOENT || err == ENOTDIR) Warn("skipping dangling symlink " + Printable(child_rel));
+          else if (err == ELOOP)
+            Warn("skipping symlink loop " + Printable(child_rel) + " (too many levels of symlinks)");
+          else Warn("skipping symlink " + Printable(child_rel) + ": " + std::strerror(err));
           continue;
         }
       } else {
@@ -201,10 +210,11 @@ class Walker {
     for (const Child& c : kids) {
       std::string child_rel = rel.empty() ? c.name : rel + "/" + c.name;
       std::string child_abs = abs + "/" + c.name;
-      if (child_abs.size() >= PATH_MAX) return Status(Code::kNameTooLong, "path longer than PATH_MAX: " + child_abs);
+      if (child_abs.size() >= PATH_MAX)
+        return Status(Code::kNameTooLong, "path longer than PATH_MAX: " + Printable(child_abs));
       bool is_dir = S_ISDIR(c.st.st_mode);
       if (is_dir && std::find(chain_.begin(), chain_.end(), std::make_pair(c.st.st_dev, c.st.st_ino)) != chain_.end()) {
-        Warn("skipping " + child_rel + ": directory loop (it leads back to one of its parents)");
+        Warn("skipping " + Printable(child_rel) + ": directory loop (it leads back to one of its parents)");
         continue;
       }
       if (tree_->nodes.size() >= 0xFFFFFFFEull)

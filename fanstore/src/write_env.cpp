@@ -26,9 +26,9 @@ class PosixWritableFile final : public WritableFile {
       ssize_t w = calls_->write(fd_, p, n);
       if (w < 0) {
         if (errno == EINTR) continue;
-        return Status::FromErrno(errno, "write " + path_);
+        return Status::FromErrno(errno, "write " + Printable(path_));
       }
-      if (w == 0) return Status::FromErrno(ENOSPC, "write " + path_);  // no progress: treat as full
+      if (w == 0) return Status::FromErrno(ENOSPC, "write " + Printable(path_));  // no progress: treat as full
       p += w;
       n -= static_cast<size_t>(w);
       size_ += static_cast<uint64_t>(w);
@@ -42,9 +42,9 @@ class PosixWritableFile final : public WritableFile {
       ssize_t w = calls_->pwrite(fd_, p, n, static_cast<off_t>(offset));
       if (w < 0) {
         if (errno == EINTR) continue;
-        return Status::FromErrno(errno, "write " + path_);
+        return Status::FromErrno(errno, "write " + Printable(path_));
       }
-      if (w == 0) return Status::FromErrno(ENOSPC, "write " + path_);
+      if (w == 0) return Status::FromErrno(ENOSPC, "write " + Printable(path_));
       p += w;
       n -= static_cast<size_t>(w);
       offset += static_cast<uint64_t>(w);
@@ -53,14 +53,16 @@ class PosixWritableFile final : public WritableFile {
   }
 
   Status Truncate(uint64_t size) override {
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return Status::FromErrno(errno, "truncate " + path_);
-    if (::lseek(fd_, static_cast<off_t>(size), SEEK_SET) < 0) return Status::FromErrno(errno, "seek " + path_);
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+      return Status::FromErrno(errno, "truncate " + Printable(path_));
+    if (::lseek(fd_, static_cast<off_t>(size), SEEK_SET) < 0)
+      return Status::FromErrno(errno, "seek " + Printable(path_));
     size_ = size;
     return Status::Ok();
   }
 
   Status Sync() override {
-    if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync " + path_);
+    if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync " + Printable(path_));
     return Status::Ok();
   }
 
@@ -68,7 +70,7 @@ class PosixWritableFile final : public WritableFile {
     if (fd_ < 0) return Status::Ok();
     int rc = ::close(fd_);
     fd_ = -1;
-    if (rc != 0) return Status::FromErrno(errno, "close " + path_);
+    if (rc != 0) return Status::FromErrno(errno, "close " + Printable(path_));
     return Status::Ok();
   }
 
@@ -90,27 +92,28 @@ class PosixWriteEnv final : public WriteEnv {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return Status::FromErrno(errno, "create " + path);
+    if (fd < 0) return Status::FromErrno(errno, "create " + Printable(path));
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, &calls_));
   }
 
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) != 0) return Status::FromErrno(errno, "mkdir " + path);
+    if (::mkdir(path.c_str(), 0755) != 0) return Status::FromErrno(errno, "mkdir " + Printable(path));
     return Status::Ok();
   }
 
   Status SyncDir(const std::string& path) override {
     int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "open " + path);
+    if (fd < 0) return Status::FromErrno(errno, "open " + Printable(path));
     int rc = ::fsync(fd);
     int err = errno;
     ::close(fd);
-    if (rc != 0) return Status::FromErrno(err, "fsync " + path);
+    if (rc != 0) return Status::FromErrno(err, "fsync " + Printable(path));
     return Status::Ok();
   }
 
   Status Rename(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return Status::FromErrno(errno, "rename " + from + " to " + to);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return Status::FromErrno(errno, "rename " + Printable(from) + " to " + Printable(to));
     return Status::Ok();
   }
 

@@ -178,6 +178,25 @@ if "$F" serve --help 2>/dev/null | grep -q -- --stage-readers; then
   one_line 'fanstore serve: --stage-readers two is not a whole number; use 0 for every rank at once'
 fi
 [ ! -e "$T/x" ] || fail "a refused command line made $T/x"
+# pack's messages name files through Printable: a newline in a name is written \n, and the message stays one line.
+NL=$(printf 'p\nq')
+mkdir -p "$T/nlp" && mkfifo "$T/nlp/$NL"
+expect_rc 1 "$F" pack "$T/nlp" -o "$T/nlpimg" --strict
+one_line "fanstore pack: invalid argument: source $T/nlp/p\\\\nq is a FIFO"
+expect_rc 0 "$F" pack "$T/nlp" -o "$T/nlpimg"
+one_line 'fanstore pack: warning: skipped 1 special file (1 FIFO), e.g. p\\nq: '
+expect_rc 1 "$F" pack "$T/nlp/$NL" -o "$T/nlpimg2"
+one_line "fanstore pack: not a directory: source $T/nlp/p\\\\nq is not a directory"
+# -o naming a symlink (to an empty directory): said so, not "already exists and is not empty"; nothing written.
+mkdir -p "$T/emptyout" && ln -s emptyout "$T/outlink"
+expect_rc 1 "$F" pack "$T/src" -o "$T/outlink"
+one_line "fanstore pack: exists: output $T/outlink is a symlink: give the directory it points to, or a name that"
+[ -z "$(ls -A "$T/emptyout")" ] && [ -L "$T/outlink" ] || fail "a refused -o symlink changed something"
+# --follow-symlinks: a loop is a loop, not a dangling link.
+mkdir -p "$T/loop" && ln -s b "$T/loop/a" && ln -s a "$T/loop/b" && echo x >"$T/loop/f"
+expect_rc 0 "$F" pack "$T/loop" -o "$T/loopimg" --follow-symlinks
+[ "$(grep -c 'warning: skipping symlink loop [ab] (too many levels of symlinks)$' "$T/err")" -eq 2 ] &&
+  ! grep -q dangling "$T/err" || fail "symlink loops: $(cat "$T/err")"
 expect_rc 0 "$F" --version
 # pack S -o S: refused whatever S holds (an empty S used to become the image); S stays as it was.
 mkdir -p "$T/emptysrc"

@@ -77,7 +77,7 @@ int RunPack(PackOptions opts, bool convert) {
     Fail(convert ? "convert" : "pack", std::string("stopped by SIG") + sigabbrev_np(sig) +
                                            "; the partial image was "
                                            "removed (" +
-                                           opts.output + " was not made)");
+                                           Printable(opts.output) + " was not made)");
     signal(sig, SIG_DFL);
     raise(sig);
   }
@@ -100,7 +100,8 @@ void AddConvertCommand(CLI::App& app, int& exit_code) {
       "Rewrite an image made by an older fanstore (format 1) as a current one: same files, stat data and "
       "partitions; every old checksum is verified on the way");
   cmd->add_option("OLD", opts->source, "image directory of format 1")->required();
-  cmd->add_option("-o,--output", opts->output, "image directory to create; it must not exist, or be an empty directory")
+  cmd->add_option("-o,--output", opts->output,
+                  "image directory to create; it must not exist, or be an empty directory (not a symlink to one)")
       ->type_name("IMAGE")
       ->required();
   cmd->add_option("--level", opts->level, "zstd level 1..22; 0 stores every chunk raw")
@@ -127,8 +128,8 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
                   "stored once), with modes, owners and mtimes")
       ->required();
   cmd->add_option("-o,--output", opts->output,
-                  "image directory to create; it must not exist, or be an empty directory, and must be neither SRC "
-                  "nor inside it")
+                  "image directory to create; it must not exist, or be an empty directory (not a symlink to one), "
+                  "and must be neither SRC nor inside it")
       ->type_name("IMAGE")
       ->required();
   cmd->add_option("--parts", opts->parts,
