@@ -178,6 +178,13 @@ if "$F" serve --help 2>/dev/null | grep -q -- --stage-readers; then
   one_line 'fanstore serve: --stage-readers two is not a whole number; use 0 for every rank at once'
 fi
 [ ! -e "$T/x" ] || fail "a refused command line made $T/x"
+# An unknown option where a positional is missing names the option (it said "PATH is required"); `--` passes a
+# name that starts with '-'.
+expect_rc 1 "$F" cat "$T/img" -dash
+one_line "fanstore cat: unknown option -dash; a name that starts with '-' goes after \`--\` (\`-- -dash\`)"
+expect_rc 1 "$F" cat "$T/img" -- -dash
+one_line 'fanstore cat: not found: no such file in the image: -dash'
+
 # pack's messages name files through Printable: a newline in a name is written \n, and the message stays one line.
 NL=$(printf 'p\nq')
 mkdir -p "$T/nlp" && mkfifo "$T/nlp/$NL"

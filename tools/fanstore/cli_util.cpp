@@ -31,6 +31,14 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
     return 1;
   }
   std::string cmd = parsed.back()->get_name(), why = e.what();
+  // A missing positional with an unknown option left over (`cat IMG -dash`): CLI11 checks requirements first and
+  // would say "PATH is required"; the option is what went wrong.
+  if (dynamic_cast<const CLI::RequiredError*>(&e)) {
+    for (const std::string& arg : parsed.back()->remaining())
+      if (arg.size() > 1 && arg[0] == '-')
+        return Fail(cmd, "unknown option " + Printable(arg) + "; a name that starts with '-' goes after `--` (`-- " +
+                             Printable(arg) + "`); `fanstore " + cmd + " --help` shows its usage");
+  }
   // InRange's refusal already says what to do: "--level: 99 is outside ..." reads "--level 99 is outside ...".
   static const std::regex kOwnAdvice("^(-[-A-Za-z0-9]+): (\\S+ is (outside |not a whole number;).*)$");
   std::smatch m;
