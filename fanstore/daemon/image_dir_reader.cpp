@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <new>
 #include <thread>
@@ -45,7 +46,7 @@ Status ReadFullAt(int fd, char* dst, uint64_t n, uint64_t offset, const std::str
   while (n > 0) {
     const ssize_t r = pread(fd, dst, n > (1u << 30) ? (1u << 30) : n, static_cast<off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::FromErrno(errno, "read " + name);
+    if (r < 0) return Status(Code::kIoError, "read " + Printable(name) + ": " + std::strerror(errno));
     if (r == 0) return Status(Code::kIoError, name + " ends at byte " + std::to_string(offset) + ": " + why_short);
     dst += r;
     offset += static_cast<uint64_t>(r);
@@ -64,7 +65,15 @@ Status ImageDirReader::Read(uint32_t part, uint64_t offset, uint64_t n, char* ds
   if (fd < 0) {
     // Opened outside the lock: an open that hangs in a hung file system must not hold up the other reads.
     fd = open(paths_[part].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "open " + paths_[part]);
+    if (fd < 0) {
+      // A partition gone from the image directory (deleted, renamed, a vanished NFS file) is an I/O error of the
+      // read that needed it, never ENOENT of a file the reader sees; the same words as the client's.
+      const int err = errno;
+      if (err == ENOENT)
+        return Status(Code::kIoError, "partition " + Printable(paths_[part]) +
+                                          " is missing from the image directory: copy it back next to the index");
+      return Status(Code::kIoError, "cannot open partition " + Printable(paths_[part]) + ": " + std::strerror(err));
+    }
     // No read-ahead: each piece is read whole by one rank, and the next one by another, so whatever the kernel
     // read past a piece's end would be read from the shared file system for nothing.
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);

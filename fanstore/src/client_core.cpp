@@ -137,6 +137,18 @@ Result<std::shared_ptr<const FileBytes>> ClientCore::GetChunk(const Entry& e, co
 
 Status ClientCore::Report(const Entry& e, Status s) {
   stats.errors.fetch_add(1, std::memory_order_relaxed);
+  // The file exists (stat shows it): whatever went wrong under it -- a partition gone from the image directory
+  // (ENOENT there), a permission, a reply code from the daemon -- is an I/O error to the reader. read(2) has no
+  // ENOENT; the message keeps the reason.
+  switch (s.code()) {
+    case Code::kIoError:
+    case Code::kCorrupt:
+    case Code::kTimeout:
+    case Code::kNoMemory:
+    case Code::kInvalidArgument:
+    case Code::kIsDirectory: break;
+    default: s = Status(Code::kIoError, s.message());
+  }
   bool first;
   {
     std::lock_guard<std::mutex> lk(report_mu_);

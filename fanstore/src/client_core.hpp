@@ -35,7 +35,8 @@ struct ClientCore {
                                                     const std::function<bool()>& wanted = nullptr);
   // The same bytes written into `out` without entering this process's cache.
   Status LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offer offer);
-  // Counts a failed read of `e` and prints its one line on stderr (once per file and process).
+  // Counts a failed read of `e` and prints its one line on stderr (once per file and process). The status
+  // returned is one read(2) can give: a kNotFound, kPermission... from below becomes kIoError (EIO).
   Status Report(const Entry& e, Status s);
   // Runs fn(i) for i in [0, n) on the calling thread and the decode threads; returns when all are done.
   // The first error stops the rest and is returned.

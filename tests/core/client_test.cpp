@@ -290,6 +290,39 @@ TEST(RemoteChunksTest, SmallReadsFetchEachChunkOnceAndDamagedBytesAreNeverServed
   EXPECT_EQ(n.status().code(), Code::kCorrupt);
 }
 
+// A daemon whose read of the image directory found the partition gone answers kNotFound (an older daemon did;
+// ENOENT from open(2) there): the reader gets EIO, never ENOENT for a file stat shows (read(2) has no ENOENT).
+// kPermission alike.
+TEST(RemoteChunksTest, AFailedRemoteReadIsEioWhateverCodeTheDaemonSent) {
+  class RefusingFetcher : public RemoteFetcher {
+   public:
+    explicit RefusingFetcher(Code c) : code_(c) {}
+    Status WithStored(uint32_t, uint64_t, uint64_t, const StoredUse&) override {
+      return Status(code_, "open IMG/part-00000.fsp: No such file or directory");
+    }
+
+   private:
+    Code code_;
+  };
+  TempDir src, img;
+  test::WriteFile(src / "a.txt", test::TextBytes(3 * 65536, 5));
+  ASSERT_TRUE(test::PackTree(src.path(), img / "i", 1, {}, 2, nullptr, 65536).ok());
+  for (Code code : {Code::kNotFound, Code::kPermission, Code::kNotDirectory}) {
+    auto c = AllRemoteClient(img / "i", std::make_shared<RefusingFetcher>(code));
+    ASSERT_TRUE(c.ok());
+    auto f = (*c)->Open(*(*c)->Lookup("a.txt"));
+    ASSERT_TRUE(f.ok());
+    std::string out(3 * 65536, '\0');
+    for (size_t n : {size_t{100}, out.size()}) {  // one chunk, and several fetched in parallel
+      auto r = (*f)->ReadAt(0, out.data(), n);
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), Code::kIoError) << CodeName(code) << ": " << r.status().ToString();
+      EXPECT_EQ(ToErrno(r.status()), EIO);
+      EXPECT_NE(r.status().message().find("No such file or directory"), std::string::npos) << "the reason stays";
+    }
+  }
+}
+
 // Raw chunks the node-wide cache holds are copied straight into the reader's memory and checked there: no fetch.
 // A copy that fails its check is fetched instead (the right bytes, never an error); compressed chunks are always
 // decoded from a fetch's view.

@@ -165,6 +165,18 @@ TEST_F(StagingTest, AStagedReaderServesPiecesAsTheyArriveAndNothingElse) {
   EXPECT_EQ(reader.Read(0, 0, 10, got.data(), true).code(), Code::kIoError);
 }
 
+// A partition deleted from the image directory before the daemon first opened it: the read that needed it is an
+// I/O error naming the partition (it was kNotFound, which clients turned into ENOENT for a file stat shows).
+TEST_F(StagingTest, APartitionGoneFromTheImageDirectoryIsAnIoErrorNamingIt) {
+  const std::string gone = dir_ + "/gone\npart.fsp";
+  ImageDirReader image_dir({gone}, 0);
+  std::string buf(16, '\0');
+  Status s = image_dir.ReadNow(0, 0, buf.size(), buf.data());
+  EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
+  EXPECT_NE(s.message().find("gone\\npart.fsp is missing from the image directory"), std::string::npos) << s.message();
+  EXPECT_EQ(ToErrno(s), EIO);
+}
+
 TEST_F(StagingTest, AReaderWaitsForThePieceStagingReadsNextUntilItIsInOrTheWaitIsUp) {
   auto layouts = CutPartitions(*img_, parts_, sizes_, 100 << 10);
   ASSERT_TRUE(layouts.ok());
