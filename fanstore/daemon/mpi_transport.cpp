@@ -277,7 +277,8 @@ struct MpiTransport::Impl {
     next_deadline = std::min(next_deadline, p.attempt_deadline);
     ++p.attempt_gen;
     p.awaiting = true;
-    stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
+    // A ping (staged-only, zero length: staging's liveness checks) is no fetch, as the owner does not count it either.
+    if (p.kind != kKindStaged || p.range.length > 0) stats->peer_fetches.fetch_add(1, std::memory_order_relaxed);
     if (Status err = SendRequest(p.current(), req_id, p.kind, p.range); !err.ok()) Fail(req_id, err);
   }
 

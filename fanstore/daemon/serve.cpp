@@ -20,6 +20,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cache_prefault.hpp"
 #include "doorbell.hpp"
@@ -222,8 +223,26 @@ void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, double
   std::fflush(stdout);
 }
 
-// Rank 0's "staged:" line, once every rank has staged (or said that its staging failed).
-void PrintStaged(const Stager::Tally& t, int nranks, double seconds) {
+// Rank 0's "staged:" line, once every rank has staged (or said that its staging failed); the line of the lowest
+// rank up when some did not report (dead, or not answering).
+void PrintStaged(const Stager::Tally& t, int nranks, double seconds, const std::vector<int>& down) {
+  if (!down.empty()) {
+    std::string ranks;
+    for (int r : down) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    const bool one = down.size() == 1;
+    std::printf(
+        "fanstore serve: staging over on %d of %d ranks in %.1f s (%.1f MiB staged); rank%s %s did not report "
+        "(dead, or not answering): %s partitions are not staged on %s and are read from the other replicas or "
+        "the image directory; `fanstore wait --staged` fails at once (it passes if %s report%s after all)\n",
+        nranks - static_cast<int>(down.size()), nranks, seconds, static_cast<double>(t.staged_bytes) / (1 << 20),
+        one ? "" : "s", ranks.c_str(), one ? "its" : "their", one ? "its node" : "their nodes", one ? "it" : "they",
+        one ? "s" : "");
+    if (t.failed_ranks)
+      std::printf("fanstore serve: staging failed on %llu of the others (their lines say why)\n",
+                  static_cast<unsigned long long>(t.failed_ranks));
+    std::fflush(stdout);
+    return;
+  }
   if (t.failed_ranks)
     std::printf(
         "fanstore serve: staging failed on %llu of %d ranks (their lines say why); they serve what they have and "
@@ -410,7 +429,8 @@ class Daemon {
                                      .nranks = static_cast<uint32_t>(nranks_),
                                      .timeout_ms = static_cast<uint32_t>(to.timeout_ms),
                                      .index_dir = local_,
-                                     .partition_dir = local_},
+                                     .partition_dir = local_,
+                                     .unstaged = {}},
                            .partitions = img_->PartitionCount(),
                            .area_max = o_.conn_memory,
                            .socket_mode = socket_mode_,
@@ -451,9 +471,12 @@ class Daemon {
     stager_ = std::make_unique<Stager>(sto, img_, std::move(parts_), staged_.get(), image_dir_.get(), transport_.get(),
                                        &staged_files_);
     if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };
-    stager_->on_tally = [this](const Stager::Tally& t) {
-      server_->SetStaged();
-      if (rank_ == 0) PrintStaged(t, nranks_, Seconds());
+    stager_->on_tally = [this](const Stager::Tally& t, const std::vector<int>& down) {
+      if (down.empty()) server_->SetStaged();
+      else server_->SetUnstaged(down);
+      int speaker = 0;  // rank 0, or the lowest rank up when it is down
+      while (std::find(down.begin(), down.end(), speaker) != down.end()) ++speaker;
+      if (rank_ == speaker) PrintStaged(t, nranks_, Seconds(), down);
     };
     if (rank_ == 0) stager_->progress = [](const char* l) { Info("%s", l); };
     // A reader of a piece this rank stages next waits for it, up to a fifth of --timeout (an asking daemon gives
@@ -478,12 +501,14 @@ class Daemon {
       *sig = startup_.Handover();
       return true;
     }
-    if (stager_->tally().failed_ranks == 0) return true;
+    const std::vector<int> down = stager_->down_ranks();
+    if (stager_->tally().failed_ranks == 0 && down.empty()) return true;
     st_ = stager_->status();
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
-    if (rank_ == 0)
-      Error("staging failed on %llu rank(s) (their lines say why); every rank stops (--strict-staging)",
-            static_cast<unsigned long long>(stager_->tally().failed_ranks));
+    if (rank_ == 0 || (!down.empty() && down.front() == 0 && rank_ == 1))
+      Error("staging failed on %llu rank(s) (their lines say why)%s; every rank stops (--strict-staging)",
+            static_cast<unsigned long long>(stager_->tally().failed_ranks),
+            down.empty() ? "" : (", and " + std::to_string(down.size()) + " did not report (dead?)").c_str());
     stager_->Stop();
     Abort();
     return false;

@@ -350,7 +350,13 @@ struct SocketServer::Impl {
                                             "; `fanstore serve --socket-mode/--group` widen it)"));
         c.closing = true;
       } else if (r.type == dp::MsgType::kHello) {
-        Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(o.hello));
+        // kHelloUnstaged and its list only to a client that reads them (its request says so).
+        dp::HelloInfo h = o.hello;
+        if (r.part != dp::kHelloAsksUnstaged) {
+          h.flags &= ~dp::kHelloUnstaged;
+          h.unstaged.clear();
+        }
+        Queue(c, r.type, r.req_id, Status::Ok(), dp::EncodeHello(h));
       } else if (r.type == dp::MsgType::kCacheMap && o.cache_fd < 0) {
         Queue(c, r.type, r.req_id, Status(Code::kUnsupported, "this daemon keeps no fetch cache (--cache-bytes 0)"));
       } else if (r.type == dp::MsgType::kCacheMap) {
@@ -564,7 +570,15 @@ struct SocketServer::Impl {
   }
 };
 
-void SocketServer::SetStaged() { impl_->o.hello.flags |= dp::kHelloStaged; }
+void SocketServer::SetStaged() {
+  impl_->o.hello.flags = (impl_->o.hello.flags | dp::kHelloStaged) & ~dp::kHelloUnstaged;
+  impl_->o.hello.unstaged.clear();
+}
+
+void SocketServer::SetUnstaged(const std::vector<int>& ranks) {
+  impl_->o.hello.flags = (impl_->o.hello.flags & ~dp::kHelloStaged) | dp::kHelloUnstaged;
+  impl_->o.hello.unstaged.assign(ranks.begin(), ranks.end());
+}
 
 SocketServer::SocketServer(ServerOptions o, DaemonStats* stats) : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(o);

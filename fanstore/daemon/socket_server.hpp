@@ -62,6 +62,9 @@ class SocketServer {
   void SetHandler(RequestHandler* h);
   // Every rank has staged: hellos say so from now on (kHelloStaged). The progress thread's call.
   void SetStaged();
+  // Staging is over on every rank that reported, and `ranks` did not report (dead, or not answering): hellos
+  // say so (kHelloUnstaged, to clients that ask), until SetStaged. The progress thread's call.
+  void SetUnstaged(const std::vector<int>& ranks);
 
   // Listens under a temporary name next to `path` (so clients cannot connect before Publish), with the
   // socket's mode and group set before anyone could connect. Refuses a path where a live daemon answers (or one

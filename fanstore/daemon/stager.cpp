@@ -16,6 +16,7 @@ namespace {
 
 namespace dp = daemon_proto;
 constexpr int kTagTurn = 1;
+constexpr int kTagTally = 2;
 constexpr size_t kMaxQueued = 16;  // pieces read and waiting to be verified, at most (the reader waits)
 constexpr int kVerifiers = 2;
 constexpr int kMaxRefetch = 2;  // a piece refused this often more is read here instead
@@ -34,14 +35,16 @@ bool Tested(MPI_Request* r) {
 // Where a piece (or a ping) fetched from another rank lands; deletes itself when done.
 class Stager::PieceSink final : public FetchSink {
  public:
-  PieceSink(Stager* st, Job j, int from, bool ping) : st_(st), job_(j), from_(from), ping_(ping) {}
+  enum Kind { kPiece, kTurnPing, kTallyPing };
+  PieceSink(Stager* st, Job j, int from, Kind kind) : st_(st), job_(j), from_(from), kind_(kind) {}
   char* Land(uint64_t n) override {
     mem_.reset(new (std::nothrow) char[n ? n : 1]);
     return mem_.get();
   }
   std::shared_ptr<void> Abandon() override { return std::shared_ptr<char[]>(mem_.release()); }
   void Done(const Status& s, const char* data, uint64_t len) override {
-    if (ping_) st_->OnPing(s);
+    if (kind_ == kTurnPing) st_->OnPing(s);
+    else if (kind_ == kTallyPing) st_->OnTallyPing(from_, s);
     else st_->OnPiece(job_, from_, std::move(mem_), s, data, len);
     delete this;
   }
@@ -50,7 +53,7 @@ class Stager::PieceSink final : public FetchSink {
   Stager* st_;
   Job job_;
   int from_;
-  bool ping_;
+  Kind kind_;
   std::unique_ptr<char[]> mem_;
 };
 
@@ -300,20 +303,90 @@ void Stager::OnPing(const Status& s) {
   StartReads();
 }
 
+void Stager::OnTallyPing(int r, const Status& s) {
+  tally_ping_inflight_ = false;
+  Peer& p = peer_[static_cast<size_t>(r)];
+  if (p == Peer::kIn) return;
+  if (s.ok()) {
+    p = Peer::kWaiting;  // alive: still staging
+  } else if (p == Peer::kWaiting) {
+    p = Peer::kDown;
+    Error(
+        "staging: rank %d has not reported its staging and does not answer (%s): counting it as down (its "
+        "partitions are not staged on its node) until it reports",
+        r, s.ToString().c_str());
+  }
+}
+
 void Stager::StartTally() {
   tally_in_ = Tally{status().ok() ? 0u : 1u, image_dir_->staging_bytes(), received_bytes_.load(), refetched_,
                     written_bytes_.load()};
   static_assert(sizeof(Tally) == 5 * sizeof(uint64_t));
-  int rc = MPI_Iallreduce(&tally_in_, &tally_out_, 5, MPI_UINT64_T, MPI_SUM, o_.comm, &tally_req_);
-  if (rc != MPI_SUCCESS) {
-    // Ended here rather than waited for forever: this rank's own counts, its staging counted as failed.
-    Error("staging: the tally of every rank's staging could not start (MPI error %d); counting it as failed", rc);
-    tally_req_ = MPI_REQUEST_NULL;
-    tally_out_ = tally_in_;
-    tally_out_.failed_ranks = 1;
-    done_all_.store(true, std::memory_order_release);
-    if (on_tally) on_tally(tally_out_);
+  const size_t n = static_cast<size_t>(o_.nranks);
+  tally_from_.assign(n, Tally{});
+  tally_recv_.assign(n, MPI_REQUEST_NULL);
+  tally_send_.assign(n, MPI_REQUEST_NULL);
+  peer_.assign(n, Peer::kWaiting);
+  peer_[static_cast<size_t>(o_.rank)] = Peer::kIn;
+  // The first ping a second from now: in a job whose ranks all finish, their tallies come well before.
+  last_tally_ping_us_ = dp::NowUs();
+  for (int r = 0; r < o_.nranks; ++r) {
+    if (r == o_.rank) continue;
+    const size_t i = static_cast<size_t>(r);
+    int rc = MPI_Irecv(&tally_from_[i], 5, MPI_UINT64_T, r, kTagTally, o_.comm, &tally_recv_[i]);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(&tally_in_, 5, MPI_UINT64_T, r, kTagTally, o_.comm, &tally_send_[i]);
+    if (rc != MPI_SUCCESS) {
+      // Not waited for forever: that rank counts as down (a ping cannot bring it back without its tally).
+      Error("staging: this rank's tally could not be exchanged with rank %d (MPI error %d); counting it as down", r,
+            rc);
+      peer_[i] = Peer::kDown;
+    }
   }
+}
+
+// The other ranks' tallies as they come, pings to those not heard from (one a second, round robin), and the
+// outcome once every rank has reported or counts as down -- again if the ranks counted down report after all.
+bool Stager::PollTally(int64_t now) {
+  bool did = false;
+  for (size_t i = 0; i < peer_.size(); ++i) {
+    if (tally_send_[i] != MPI_REQUEST_NULL) Tested(&tally_send_[i]);
+    if (peer_[i] != Peer::kIn && tally_recv_[i] != MPI_REQUEST_NULL && Tested(&tally_recv_[i])) {
+      peer_[i] = Peer::kIn;
+      did = true;
+    }
+  }
+  if (!tally_ping_inflight_ && now - last_tally_ping_us_ >= kPingUs) {
+    for (int k = 0; k < o_.nranks; ++k) {
+      const int r = (next_tally_ping_ + k) % o_.nranks;
+      if (peer_[static_cast<size_t>(r)] == Peer::kIn) continue;
+      next_tally_ping_ = (r + 1) % o_.nranks;
+      last_tally_ping_us_ = now;
+      tally_ping_inflight_ = true;
+      transport_->FetchFrom(r, ByteRange{0, 0, 0}, true, new PieceSink(this, Job{}, r, PieceSink::kTallyPing));
+      did = true;
+      break;
+    }
+  }
+  std::vector<int> down;
+  for (size_t i = 0; i < peer_.size(); ++i) {
+    if (peer_[i] == Peer::kWaiting) return did;
+    if (peer_[i] == Peer::kDown) down.push_back(static_cast<int>(i));
+  }
+  if (done_everywhere() && down == down_) return did;  // nothing new since the outcome was said
+  Tally t = tally_in_;
+  for (size_t i = 0; i < peer_.size(); ++i) {
+    if (static_cast<int>(i) == o_.rank || peer_[i] != Peer::kIn) continue;
+    t.failed_ranks += tally_from_[i].failed_ranks;
+    t.read_bytes += tally_from_[i].read_bytes;
+    t.received_bytes += tally_from_[i].received_bytes;
+    t.refetched += tally_from_[i].refetched;
+    t.staged_bytes += tally_from_[i].staged_bytes;
+  }
+  tally_out_ = t;
+  down_ = std::move(down);
+  done_all_.store(true, std::memory_order_release);
+  if (on_tally) on_tally(tally_out_, down_);
+  return true;
 }
 
 void Stager::Report(int64_t now) {
@@ -330,7 +403,11 @@ void Stager::Report(int64_t now) {
 bool Stager::Poll() {
   const int64_t now = dp::NowUs();
   bool did = reader_->PollWaits(now);
-  if (done_everywhere()) return did;  // the daemon's whole life after staging: nothing more to do here
+  if (done_everywhere()) {
+    // The daemon's whole life after staging: nothing more to do here, unless ranks counted down may report yet.
+    if (!down_.empty()) did |= PollTally(now);
+    return did;
+  }
   const bool turns = o_.readers > 0 && o_.readers < o_.nranks;
   if (!started_mpi_) {
     started_mpi_ = true;
@@ -381,7 +458,8 @@ bool Stager::Poll() {
     } else if (!ping_inflight_ && now - last_ping_us_ >= kPingUs) {
       last_ping_us_ = now;
       ping_inflight_ = true;
-      transport_->FetchFrom(o_.rank - o_.readers, ByteRange{0, 0, 0}, true, new PieceSink(this, Job{}, -1, true));
+      transport_->FetchFrom(o_.rank - o_.readers, ByteRange{0, 0, 0}, true,
+                            new PieceSink(this, Job{}, -1, PieceSink::kTurnPing));
     }
   }
   if (turn_send_ != MPI_REQUEST_NULL) Tested(&turn_send_);
@@ -407,7 +485,7 @@ bool Stager::Poll() {
     ++inflight_;
     did = true;
     transport_->FetchFrom(from, ByteRange{l.part, l.begin(j.piece), l.length(j.piece)}, true,
-                          new PieceSink(this, j, from, false));
+                          new PieceSink(this, j, from, PieceSink::kPiece));
   }
   Report(now);
   if (done_here_ && !tally_started_) {
@@ -415,11 +493,7 @@ bool Stager::Poll() {
     StartTally();
     did = true;
   }
-  if (tally_req_ != MPI_REQUEST_NULL && !done_everywhere() && Tested(&tally_req_)) {
-    done_all_.store(true, std::memory_order_release);
-    if (on_tally) on_tally(tally_out_);
-    did = true;
-  }
+  if (tally_started_) did |= PollTally(now);
   return did;
 }
 

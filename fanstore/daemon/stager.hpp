@@ -7,8 +7,9 @@
 //
 // A piece whose reader is gone (its fetch times out) or has given up staging is read from the image directory
 // by the rank that needed it. --stage-readers N lets N ranks read the image directory at a time: rank r starts
-// reading once rank r - N has finished its reads (or stopped answering). When every rank is done, one tally
-// (a nonblocking all-reduce) says how it went everywhere.
+// reading once rank r - N has finished its reads (or stopped answering). When a rank is done, it sends its tally
+// to every other rank (point to point: a dead rank cannot hold the others up, as it held the collective this
+// used to be); a rank that has not sent its own is pinged, and one that does not answer counts as down.
 //
 // Threads: one reads the image directory (paced by --stage-bandwidth, in ImageDirReader), two verify and write;
 // everything else (fetches, turns, the tally: every MPI call) happens in Poll, on the daemon's progress thread.
@@ -71,9 +72,11 @@ class Stager {
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
 
-  // Called on the progress thread: each partition once it has its final name; once, when the tally is in.
+  // Called on the progress thread: each partition once it has its final name; when the tally is in: once
+  // every rank has reported (`down` empty), or every rank has reported or counts as down (`down` names those;
+  // called again, with `down` empty, if they all report after all).
   std::function<void(uint32_t part)> on_complete;
-  std::function<void(const Tally&)> on_tally;
+  std::function<void(const Tally&, const std::vector<int>& down)> on_tally;
   // Rank 0's progress lines (may be empty), about once a second.
   std::function<void(const char* line)> progress;
 
@@ -92,10 +95,11 @@ class Stager {
   bool WillRead(uint32_t part, size_t piece) const;
   void Hurry(uint32_t part, size_t piece);
 
-  // The tally is in: every rank is done.
+  // The tally is in: every rank is done, or counts as down (down_ranks()). (The progress thread's, or after it.)
   bool done_everywhere() const { return done_all_.load(std::memory_order_acquire); }
   Status status() const;
-  Tally tally() const { return tally_out_; }
+  Tally tally() const { return tally_out_; }  // of the ranks that reported
+  std::vector<int> down_ranks() const { return down_; }
 
  private:
   class PieceSink;
@@ -126,7 +130,9 @@ class Stager {
   void StartReads();
   void OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const Status& s, const char* data, uint64_t len);
   void OnPing(const Status& s);
+  void OnTallyPing(int rank, const Status& s);
   void StartTally();
+  bool PollTally(int64_t now_us);
   void Report(int64_t now_us);
 
   StagerOptions o_;
@@ -178,8 +184,16 @@ class Stager {
   std::vector<bool> said_down_;  // a line said once per rank whose pieces we read ourselves
   bool done_here_ = false;       // every partition staged, or failed (status() says which)
   std::atomic<bool> done_all_{false};
-  MPI_Request tally_req_ = MPI_REQUEST_NULL;
-  Tally tally_in_, tally_out_;  // reduced as 5 uint64_t
+  // The tally: this rank's (tally_in_) goes to every other rank; theirs come in (5 uint64_t each).
+  enum class Peer : uint8_t { kWaiting, kIn, kDown };
+  Tally tally_in_, tally_out_;
+  std::vector<Tally> tally_from_;
+  std::vector<MPI_Request> tally_recv_, tally_send_;
+  std::vector<Peer> peer_;
+  std::vector<int> down_;    // counted down when the tally came out (empty: every rank reported)
+  int next_tally_ping_ = 0;  // round robin over the ranks not heard from: one ping a second in all
+  bool tally_ping_inflight_ = false;
+  int64_t last_tally_ping_us_ = 0;
   int64_t last_report_us_ = 0, start_us_ = 0;
   uint64_t total_bytes_ = 0;
 };

@@ -252,7 +252,7 @@ Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const Repl
 Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keeper) {
   std::string payload;
   bool consumed = false;
-  Status s = Exchange(c, {.type = dp::MsgType::kHello, .req_id = 1}, {},
+  Status s = Exchange(c, {.type = dp::MsgType::kHello, .req_id = 1, .part = dp::kHelloAsksUnstaged}, {},
                       {.payload = dp::kMaxHelloPayload, .deadline_ms = deadline_ms, .keeper = keeper}, CopyTo(&payload),
                       &consumed);
   if (!s.ok()) return s;
@@ -262,6 +262,7 @@ Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keepe
   info->nranks = h.nranks;
   info->timeout_ms = h.timeout_ms;
   info->staged = (h.flags & dp::kHelloStaged) != 0;
+  info->unstaged_ranks = h.unstaged;
   info->index_dir = h.index_dir;
   info->partition_dir = h.partition_dir;
   return Status::Ok();
@@ -602,6 +603,19 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged
                                         std::to_string(timeout_ms) + " ms: " + why.message());
     auto r = ProbeDaemon(socket_path, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (r.ok() && (!staged || r->staged)) return Status::Ok();
+    if (r.ok() && !r->unstaged_ranks.empty()) {
+      // Staging will not complete: waiting longer cannot help.
+      std::string ranks;
+      for (uint32_t k : r->unstaged_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+      const bool one = r->unstaged_ranks.size() == 1;
+      return Status(Code::kIoError,
+                    "daemon at " + socket_path + " will not be staged: rank" + (one ? " " : "s ") + ranks +
+                        (one ? " is" : " are") + " down (died or stopped answering before reporting staging); " +
+                        (one ? "its" : "their") + " partitions are not staged on " +
+                        (one ? "its node" : "their nodes") +
+                        " and are read from the other replicas or the image directory, while every other rank has "
+                        "staged its own");
+    }
     if (r.ok()) why = Status(Code::kTimeout, "serving, still staging");
     else if (r.status().code() != Code::kTimeout || why.code() == Code::kTimeout) why = r.status();
     const int64_t nap_ms = std::min<int64_t>(100, std::max<int64_t>(deadline - dp::NowMs(), 0));

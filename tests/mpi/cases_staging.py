@@ -172,6 +172,20 @@ def case_staging_kill(ctx):
         check(time.time() < deadline, "the survivors did not finish staging after rank 2 died:\n" + job.output())
         time.sleep(0.2)
     check_staged_copies(ctx, 4, 2, ranks=(0, 1, 3))
+    # `fanstore wait --staged` on a survivor ends with one line naming rank 2 once the survivors have found it down
+    # (it waited out its whole timeout saying "serving, still staging" while nothing was being staged).
+    for r in (0, 3):
+        w = subprocess.run([ctx.args.fanstore, "wait", ctx.sock(r), "--staged", "--timeout", "60"],
+                           capture_output=True, text=True)
+        log(f"wait --staged on rank {r} -> rc {w.returncode}: {w.stderr.strip()}")
+        check(w.returncode == 1 and w.stderr.count("\n") == 1 and "will not be staged: rank 2 is down" in w.stderr
+              and "still staging" not in w.stderr, f"wait --staged after rank 2 died: {w.stderr}")
+    out = job.wait_output(lambda o: "staging over on 3 of 4 ranks" in o, 30)
+    check(re.search(r"staging over on 3 of 4 ranks .*rank 2 did not report", out) and "staged:" not in out,
+          "rank 0 must say that staging is over without rank 2:\n" + out)
+    # Plain `wait` still says the survivors serve.
+    w = subprocess.run([ctx.args.fanstore, "wait", ctx.sock(1), "--timeout", "60"], capture_output=True, text=True)
+    check(w.returncode == 0, f"plain wait on a survivor: {w.stderr}")
     job.stop()
     out = job.output()
     check(len(re.findall(r"stopping on", out)) == 3, "the three survivors must stop cleanly:\n" + out)

@@ -99,13 +99,24 @@ TEST(Protocol, ReplyHeaderAndHelloRoundTrip) {
   EXPECT_EQ(g.code, Code::kTimeout);
   EXPECT_EQ(g.payload_size, 1ull << 33);
   EXPECT_EQ(g.shm_offset, 48u);
-  daemon_proto::HelloInfo hi{2, 4, 5000, daemon_proto::kHelloStaged, "/nvme/x", "/nvme/x"};
+  daemon_proto::HelloInfo hi{2, 4, 5000, daemon_proto::kHelloStaged, "/nvme/x", "/nvme/x", {}};
   daemon_proto::HelloInfo ho;
   ASSERT_TRUE(daemon_proto::DecodeHello(daemon_proto::EncodeHello(hi), &ho));
   EXPECT_EQ(ho.rank, 2u);
   EXPECT_EQ(ho.flags, daemon_proto::kHelloStaged);
   EXPECT_EQ(ho.index_dir, "/nvme/x");
+  EXPECT_TRUE(ho.unstaged.empty());
   EXPECT_FALSE(daemon_proto::DecodeHello("short", &ho));
+  // Staging over with ranks that did not report: their list follows the directories, exactly.
+  hi.flags = daemon_proto::kHelloUnstaged;
+  hi.unstaged = {1, 3};
+  const std::string wire = daemon_proto::EncodeHello(hi);
+  ASSERT_TRUE(daemon_proto::DecodeHello(wire, &ho));
+  EXPECT_EQ(ho.unstaged, (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(ho.partition_dir, "/nvme/x");
+  EXPECT_FALSE(daemon_proto::DecodeHello(wire.substr(0, wire.size() - 1), &ho));
+  EXPECT_FALSE(daemon_proto::DecodeHello(wire + "x", &ho));
+  EXPECT_FALSE(daemon_proto::DecodeHello(wire.substr(0, wire.size() - 12), &ho)) << "no count";
 }
 
 // Every code a peer may send comes through (kLoop, the newest, was once refused as malformed); one past the last

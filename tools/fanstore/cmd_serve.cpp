@@ -156,7 +156,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
           },
           ""));
   wait->add_flag("--staged", *staged,
-                 "wait until every rank has staged its partitions too (the daemons serve before that)");
+                 "wait until every rank has staged its partitions too (the daemons serve before that); fail at "
+                 "once, naming them, if some ranks died or stopped answering before they had");
   wait->callback([socket, timeout, staged, &exit_code] {
     auto path = ExpandNodeTemplate(*socket);
     Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000), *staged) : path.status();

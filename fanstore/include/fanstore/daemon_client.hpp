@@ -19,6 +19,9 @@ struct DaemonInfo {
   std::string index_dir;      // open the image here (a copy of index.fsi)
   std::string partition_dir;  // this node's staged partitions (read directly, no round-trip)
   bool staged = false;        // every rank of the job has staged its partitions (the daemon serves before that)
+  // Staging is over on every rank that reported, and these did not (dead, or not answering): their partitions
+  // are not staged on their nodes. Empty while staging goes on, and once every rank has staged.
+  std::vector<uint32_t> unstaged_ranks;
 };
 
 // Connects to the daemon at `socket_path` and handshakes, giving up after `timeout_ms`.

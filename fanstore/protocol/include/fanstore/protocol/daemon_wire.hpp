@@ -97,14 +97,20 @@ inline constexpr uint32_t kMaxReplyMessage = 4096;
 inline constexpr uint64_t kMaxHelloPayload = 64 * 1024;
 
 // Hello reply payload: u32 rank | u32 nranks | u32 timeout_ms | u32 flags | u32 index_len | u32 pdir_len |
-// index dir bytes | partition dir bytes. Flags: kHelloStaged, every rank of the job has staged its partitions
-// (the daemon serves before that; `fanstore wait --staged` waits for it).
+// index dir bytes | partition dir bytes [| u32 count | count x u32 rank]. Flags: kHelloStaged, every rank of the
+// job has staged its partitions (the daemon serves before that; `fanstore wait --staged` waits for it);
+// kHelloUnstaged, staging is over on every rank that reported, and the ranks listed at the end did not report
+// (dead, or not answering): it is sent, list and all, only to a client whose hello request has kHelloAsksUnstaged
+// in its `part` field (an older client takes the payload for malformed otherwise).
 inline constexpr uint32_t kHelloStaged = 1;
+inline constexpr uint32_t kHelloUnstaged = 2;
+inline constexpr uint32_t kHelloAsksUnstaged = 1;
 struct HelloInfo {
   uint32_t rank = 0, nranks = 0, timeout_ms = 0;
   uint32_t flags = 0;
-  std::string index_dir;      // directory holding the staged index.fsi copy
-  std::string partition_dir;  // directory holding this node's staged partitions
+  std::string index_dir;           // directory holding the staged index.fsi copy
+  std::string partition_dir;       // directory holding this node's staged partitions
+  std::vector<uint32_t> unstaged;  // with kHelloUnstaged: the ranks that did not report their staging
 };
 
 // Prefetch reply payload: u64 remote (queued for prefetch) | u64 local (staged on this node: nothing to do) |
@@ -184,7 +190,15 @@ inline std::string EncodeHello(const HelloInfo& h) {
   Store32(p + 12, h.flags);
   Store32(p + 16, static_cast<uint32_t>(h.index_dir.size()));
   Store32(p + 20, static_cast<uint32_t>(h.partition_dir.size()));
-  return s + h.index_dir + h.partition_dir;
+  s += h.index_dir + h.partition_dir;
+  if (h.flags & kHelloUnstaged) {
+    std::string tail(4 + 4 * h.unstaged.size(), '\0');
+    auto* t = reinterpret_cast<unsigned char*>(tail.data());
+    Store32(t, static_cast<uint32_t>(h.unstaged.size()));
+    for (size_t i = 0; i < h.unstaged.size(); ++i) Store32(t + 4 + 4 * i, h.unstaged[i]);
+    s += tail;
+  }
+  return s;
 }
 
 inline bool DecodeHello(const std::string& s, HelloInfo* h) {
@@ -195,7 +209,16 @@ inline bool DecodeHello(const std::string& s, HelloInfo* h) {
   h->timeout_ms = Load32(p + 8);
   h->flags = Load32(p + 12);
   uint64_t il = Load32(p + 16), pl = Load32(p + 20);
-  if (24 + il + pl != s.size()) return false;
+  uint64_t end = 24 + il + pl;
+  h->unstaged.clear();
+  if (h->flags & kHelloUnstaged) {
+    if (end + 4 > s.size()) return false;
+    const uint64_t n = Load32(p + end);
+    if (end + 4 + 4 * n != s.size()) return false;
+    for (uint64_t i = 0; i < n; ++i) h->unstaged.push_back(Load32(p + end + 4 + 4 * i));
+    end += 4 + 4 * n;
+  }
+  if (end != s.size()) return false;
   h->index_dir = s.substr(24, il);
   h->partition_dir = s.substr(24 + il, pl);
   return true;
