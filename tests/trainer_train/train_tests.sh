@@ -473,6 +473,17 @@ ltfb_resume)
   [[ "$(losses straight/metrics.jsonl)" == "$(losses split/metrics.jsonl)" ]] || { echo "FAIL step losses differ"; exit 1; }
   echo "ok   resume continues the tournament: both trainers' checkpoints, every step's loss and every round's record identical"
   echo "     $(rounds split/metrics.jsonl)"
+  # Another --seed would split the tournament's data anew under the trainers: refused in one line, not warned.
+  reseeded=()
+  for ((i = 0; i < ${#common[@]}; i++)); do
+    if [[ ${common[i]} == --seed ]]; then reseeded+=(--seed 7); i=$((i + 1)); else reseeded+=("${common[i]}"); fi
+  done
+  if mpirun_2 "$train" "${reseeded[@]}" --max-steps 14 --checkpoint split --resume > out.txt 2> err.txt; then
+    echo "FAIL a tournament resumed with another --seed"; exit 1
+  fi
+  [[ $(grep -c "^fanstore-train: error: .*was written with --seed 2, which split the tournament's data" err.txt) -eq 1 ]] ||
+    { echo "FAIL one line expected:"; cat err.txt; exit 1; }
+  echo "ok   another --seed on a tournament's resume: $(grep -m1 error: err.txt)"
   rm split/checkpoint-t1.bin
   if mpirun_2 "$train" "${common[@]}" --max-steps 14 --checkpoint split --resume > out.txt 2> err.txt; then
     echo "FAIL resumed with one trainer's checkpoint missing"; exit 1

@@ -314,7 +314,14 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
   bytes.resize(resumed ? size - 1 : 0);
   comm.broadcast(bytes.data(), bytes.size(), 0);
   agree_on_errors(world, [&] {
-    if (resumed) position = restore_checkpoint(path, std::move(bytes), model, optimizer);
+    if (!resumed) return;
+    position = restore_checkpoint(path, std::move(bytes), model, optimizer);
+    // A tournament split its data, sets and pairings with --seed before the checkpoint was read: with another one,
+    // the trainers' shares would change under them.
+    if (tournament && position.seed != seed)
+      throw std::invalid_argument(path + " was written with --seed " + std::to_string(position.seed) +
+                                  ", which split the tournament's data: resume with --seed " +
+                                  std::to_string(position.seed));
   });
   if (resumed) {
     if (leader && position.seed != seed)
