@@ -672,11 +672,12 @@ struct MpiTransport::Impl {
     if (kind == kKindFetch || (kind == kKindStaged && len > 0))
       stats->peer_requests.fetch_add(1, std::memory_order_relaxed);
     uint64_t n = s.ok() ? len : 0;
-    if (o.maps && n >= o.mapped_send_min && local->Staged(part, off, n)) {
+    const bool staged = local->Staged(part, off, n);
+    if (o.maps && n >= o.mapped_send_min && staged) {
       if (const char* mapped = o.maps->Pin(part, off, n))
         return SendMapped(src, kTagReplyBase + SlotOf(req_id), req_id, part, mapped, n);
     }
-    if (s.ok() && kind == kKindFetch && n > 0 && o.image_dir && !local->Staged(part, off, n)) {
+    if (s.ok() && kind == kKindFetch && n > 0 && o.image_dir && !staged) {
       // Not staged here yet: from the image directory, off this thread (a slow shared file system must not stall
       // this daemon), answered (bytes or a timeout) before the asker gives up on this rank: it gives each of the
       // holders it may ask an equal share of 90% of --timeout.

@@ -213,6 +213,13 @@ std::unique_ptr<Doorbell> OpenDoorbells(bool wanted, int nranks) {
   return doorbell;
 }
 
+// The rank that speaks for staging's outcome: rank 0, or the lowest rank up when it counts as down.
+int Speaker(const std::vector<int>& down) {
+  int r = 0;
+  while (std::find(down.begin(), down.end(), r) != down.end()) ++r;
+  return r;
+}
+
 // Rank 0's "ready" line, which scripts wait for: the sockets are in place. Without --strict-staging staging goes on
 // behind it, and a "staged:" line follows (`fanstore wait --staged` waits for that).
 void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, double seconds) {
@@ -474,9 +481,7 @@ class Daemon {
     stager_->on_tally = [this](const Stager::Tally& t, const std::vector<int>& down) {
       if (down.empty()) server_->SetStaged();
       else server_->SetUnstaged(down);
-      int speaker = 0;  // rank 0, or the lowest rank up when it is down
-      while (std::find(down.begin(), down.end(), speaker) != down.end()) ++speaker;
-      if (rank_ == speaker) PrintStaged(t, nranks_, Seconds(), down);
+      if (rank_ == Speaker(down)) PrintStaged(t, nranks_, Seconds(), down);
     };
     if (rank_ == 0) stager_->progress = [](const char* l) { Info("%s", l); };
     // A reader of a piece this rank stages next waits for it, up to a fifth of --timeout (an asking daemon gives
@@ -505,7 +510,7 @@ class Daemon {
     if (stager_->tally().failed_ranks == 0 && down.empty()) return true;
     st_ = stager_->status();
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
-    if (rank_ == 0 || (!down.empty() && down.front() == 0 && rank_ == 1))
+    if (rank_ == Speaker(down))
       Error("staging failed on %llu rank(s) (their lines say why)%s; every rank stops (--strict-staging)",
             static_cast<unsigned long long>(stager_->tally().failed_ranks),
             down.empty() ? "" : (", and " + std::to_string(down.size()) + " did not report (dead?)").c_str());

@@ -308,9 +308,11 @@ void Stager::OnTallyPing(int r, const Status& s) {
   Peer& p = peer_[static_cast<size_t>(r)];
   if (p == Peer::kIn) return;
   if (s.ok()) {
+    peers_changed_ |= p != Peer::kWaiting;
     p = Peer::kWaiting;  // alive: still staging
   } else if (p == Peer::kWaiting) {
     p = Peer::kDown;
+    peers_changed_ = true;
     Error(
         "staging: rank %d has not reported its staging and does not answer (%s): counting it as down (its "
         "partitions are not staged on its node) until it reports",
@@ -328,6 +330,7 @@ void Stager::StartTally() {
   tally_send_.assign(n, MPI_REQUEST_NULL);
   peer_.assign(n, Peer::kWaiting);
   peer_[static_cast<size_t>(o_.rank)] = Peer::kIn;
+  peers_changed_ = true;
   // The first ping a second from now: in a job whose ranks all finish, their tallies come well before.
   last_tally_ping_us_ = dp::NowUs();
   for (int r = 0; r < o_.nranks; ++r) {
@@ -352,7 +355,7 @@ bool Stager::PollTally(int64_t now) {
     if (tally_send_[i] != MPI_REQUEST_NULL) Tested(&tally_send_[i]);
     if (peer_[i] != Peer::kIn && tally_recv_[i] != MPI_REQUEST_NULL && Tested(&tally_recv_[i])) {
       peer_[i] = Peer::kIn;
-      did = true;
+      peers_changed_ = did = true;
     }
   }
   if (!tally_ping_inflight_ && now - last_tally_ping_us_ >= kPingUs) {
@@ -367,6 +370,10 @@ bool Stager::PollTally(int64_t now) {
       break;
     }
   }
+  // Nothing new: no outcome to work out (this runs on every turn of the progress loop, for the daemon's life once a
+  // rank counts as down).
+  if (!peers_changed_) return did;
+  peers_changed_ = false;
   std::vector<int> down;
   for (size_t i = 0; i < peer_.size(); ++i) {
     if (peer_[i] == Peer::kWaiting) return did;

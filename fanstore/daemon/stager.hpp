@@ -190,8 +190,9 @@ class Stager {
   std::vector<Tally> tally_from_;
   std::vector<MPI_Request> tally_recv_, tally_send_;
   std::vector<Peer> peer_;
-  std::vector<int> down_;    // counted down when the tally came out (empty: every rank reported)
-  int next_tally_ping_ = 0;  // round robin over the ranks not heard from: one ping a second in all
+  bool peers_changed_ = false;  // peer_ changed since PollTally last looked: only then is the outcome worked out
+  std::vector<int> down_;       // counted down when the tally came out (empty: every rank reported)
+  int next_tally_ping_ = 0;     // round robin over the ranks not heard from: one ping a second in all
   bool tally_ping_inflight_ = false;
   int64_t last_tally_ping_us_ = 0;
   int64_t last_report_us_ = 0, start_us_ = 0;
