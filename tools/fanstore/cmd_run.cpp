@@ -66,6 +66,7 @@ std::string FindPreloadLibrary() {
 // libraries and the tools the job runs away from it; FanStore itself must stay visible too (the interposer hands
 // static programs back to the fanstore binary).
 std::string HiddenSystemPath(const std::string& mount) {
+  if (mount == "/") return mount;
   std::vector<std::string> needed = {
       "/bin", "/dev", "/etc", "/lib", "/lib32",   "/lib64",   "/libx32",      "/proc",     "/run",       "/sbin",
       "/sys", "/tmp", "/usr", "/var", "/usr/bin", "/usr/lib", "/usr/libexec", "/usr/sbin", "/usr/lib64", "/usr/lib32"};
@@ -74,11 +75,8 @@ std::string HiddenSystemPath(const std::string& mount) {
     self[n] = '\0';
     needed.emplace_back(self);
   }
-  if (mount == "/") return mount;
   for (const std::string& dir : needed)
-    if (dir == mount ||
-        (dir.size() > mount.size() && dir.compare(0, mount.size(), mount) == 0 && dir[mount.size()] == '/'))
-      return dir;
+    if (ClassifyPath(dir, mount, "/").cls == PathClass::kOurs) return dir;  // at or under the prefix
   return {};
 }
 
