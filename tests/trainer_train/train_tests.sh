@@ -259,9 +259,11 @@ for f in glob.glob("val5/*.h5"):
     with h5py.File(f, "r+") as h:
         t = h["unitPar"][()]
         del h["unitPar"]
-        h["unitPar"] = np.concatenate([t, t[:1]])' 2> /dev/null &&
-      run_expect_fail "--val with 5 targets" "val5: targets have shape (5), the training data's (4)" --model cosmoflow \
-        --data cosmo64/train --val val5 --batch 1
+        h["unitPar"] = np.concatenate([t, t[:1]])' || { echo "FAIL could not write val5's targets"; exit 1; }
+    run_expect_fail "--val with 5 targets" "val5: targets have shape (5), the training data's (4)" --model cosmoflow \
+      --data cosmo64/train --val val5 --batch 1
+  else
+    echo "skip --val with 5 targets: no h5py"
   fi
   # An empty checkpoint.bin is a damaged checkpoint, not "none yet" (which started afresh over it).
   "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_empty > /dev/null 2>&1

@@ -53,6 +53,9 @@ int report_error_and_abort(const std::exception& error, Communicator& world, std
 // rank exits cleanly (report_grid_error). Returns when no rank's step threw.
 void agree_on_failure(Communicator& world, const std::exception* error);
 
+// Sends `text` from rank `root` of `world` to every rank (its length, then its bytes); a collective.
+void broadcast_string(Communicator& world, std::string& text, int root = 0);
+
 // Runs `step` on this rank, then agrees with every rank of `world` whether it failed anywhere (agree_on_failure):
 // an error that every rank finds alike (the data's layout, a model that cannot take the input, too few samples)
 // and one that only some ranks find (a file one rank reads) both end the job with one line from rank 0 and no

@@ -146,11 +146,15 @@ void agree_on_failure(Communicator& world, const std::exception* error) {
   if (failed[0] == 0) return;
   const int from = world.size() - static_cast<int>(failed[0]);
   std::string message = world.rank() == from ? std::string(error->what()) : std::string();
-  std::uint64_t length = message.size();
-  world.broadcast(&length, sizeof length, from);
-  message.resize(static_cast<std::size_t>(length));
-  world.broadcast(message.data(), message.size(), from);
+  broadcast_string(world, message, from);
   throw GridError(message);
+}
+
+void broadcast_string(Communicator& world, std::string& text, int root) {
+  std::uint64_t length = text.size();
+  world.broadcast(&length, sizeof length, root);
+  text.resize(static_cast<std::size_t>(length));
+  world.broadcast(text.data(), text.size(), root);
 }
 
 void check_trainer_grid(const GridOptions& g, const std::string& model_name, int trainers, int trainer_ranks) {

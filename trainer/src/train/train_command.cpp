@@ -201,13 +201,6 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
-void broadcast_string(Communicator& world, std::string& text) {
-  std::uint64_t n = text.size();
-  world.broadcast(&n, sizeof n, 0);
-  text.resize(static_cast<std::size_t>(n));
-  world.broadcast(text.data(), text.size(), 0);
-}
-
 std::string format_number(double v) {
   std::ostringstream s;
   s << v;
@@ -768,9 +761,10 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                                  "): pass --resume to continue it, or choose another --checkpoint");
   });
   if (o.checkpoint_dir.empty()) broadcast_string(world, checkpoint_dir);
-  agree_on_errors(world, [&] {
-    if (trainer_leader && !leader) make_checkpoint_directory(checkpoint_dir);
-  });
+  if (plan.enabled())  // the other trainers' first ranks, on nodes of their own maybe
+    agree_on_errors(world, [&] {
+      if (trainer_leader && !leader) make_checkpoint_directory(checkpoint_dir);
+    });
   const std::string checkpoint_path = checkpoint_file(trainer);
   const std::string metrics_path = o.metrics_path.empty() ? checkpoint_dir + "/metrics.jsonl" : o.metrics_path;
   if (leader)
