@@ -351,6 +351,11 @@ class Daemon {
     if (st_.ok()) Take(ExpandNodeTemplate(ExpandRank(o_.socket, rank_)), &socket_);
     if (st_.ok()) Take(PlanStaging(o_.image, rank_, nranks_, o_.replicas), &plan_);
     if (st_.ok()) Take(LockLocal(o_.image, local_, &staged_files_), &lock_fd_);
+    // The socket's final path, so that one too long for a Unix socket stops the job before staging.
+    char abs[PATH_MAX];
+    if (st_.ok() && realpath(local_.c_str(), abs)) local_ = abs;
+    if (st_.ok() && o_.socket.empty()) socket_ = local_ + "/fanstore.sock";
+    if (st_.ok()) st_ = SocketServer::CheckPath(socket_);
     // With --cleanup a failure anywhere removes the --local directory this rank made (only if it made it).
     return !Failed("start-up");
   }
@@ -377,6 +382,7 @@ class Daemon {
   // Every rank stops at start-up: the socket goes, what was staged too with --cleanup, and MPI ends.
   void Abort() {
     startup_.SetSocket(nullptr);
+    StopStaging("a failed start-up");
     if (image_reads_) image_reads_->Stop();  // no wake-up of the server after it went
     // First: failing its pending fetches calls into the router and the server, which go before it.
     if (transport_) transport_->Shutdown();
@@ -396,9 +402,6 @@ class Daemon {
     if (want > 0) prefault_ = std::make_unique<CachePrefault>(cache_->arena(), want);
     st_ = CheckSpace(local_, plan_, o_.reserve_bytes);
     if (st_.ok()) st_ = StageIndex(o_.image, local_, &staged_files_);
-    char abs[PATH_MAX];
-    if (realpath(local_.c_str(), abs)) local_ = abs;
-    if (o_.socket.empty()) socket_ = local_ + "/fanstore.sock";
     ImageOpenOptions io;
     io.partition_dir = local_;
     if (st_.ok()) Take(Image::Open(local_, io), &img_);
@@ -499,7 +502,7 @@ class Daemon {
     stager_->Start();
     auto loop = MakeLoop();
     loop->Start();
-    while (!stager_->done_everywhere() && !startup_.signalled())
+    while (!stager_->done_everywhere() && stager_->failures_heard() == 0 && !startup_.signalled())
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     StopLoopOrExit(*loop, "after staging");
     if (startup_.signalled()) {
@@ -507,16 +510,26 @@ class Daemon {
       return true;
     }
     const std::vector<int> down = stager_->down_ranks();
-    if (stager_->tally().failed_ranks == 0 && down.empty()) return true;
+    const uint64_t failed = stager_->failures_heard();
+    if (failed == 0 && down.empty()) return true;
     st_ = stager_->status();
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
     if (rank_ == Speaker(down))
-      Error("staging failed on %llu rank(s) (their lines say why)%s; every rank stops (--strict-staging)",
-            static_cast<unsigned long long>(stager_->tally().failed_ranks),
+      Error("staging failed on %s%llu rank(s) (their lines say why)%s; every rank stops (--strict-staging)",
+            stager_->done_everywhere() ? "" : "at least ", static_cast<unsigned long long>(failed),
             down.empty() ? "" : (", and " + std::to_string(down.size()) + " did not report (dead?)").c_str());
-    stager_->Stop();
     Abort();
     return false;
+  }
+
+  // Stops staging's threads. One whose read of the image directory hangs (a hung shared file system) is left
+  // behind after 2 s, with what it uses, as the process exits: in time for the other ranks' MPI_Finalize, which
+  // waits for this rank's up to 3 s (5 at start-up).
+  void StopStaging(const char* when) {
+    if (!stager_ || stager_->Stop(2000)) return;
+    Error("staging's read of the image directory did not return within 2 s of %s; leaving it behind", when);
+    (void)stager_.release();
+    (void)new std::shared_ptr<ImageDirReader>(image_dir_);
   }
 
   // The socket goes first, so no client connects to a daemon on its way out and nothing stale is left even if the
@@ -526,13 +539,7 @@ class Daemon {
     server_->Unpublish();
     StopLoopOrExit(*loop_, strsignal(sig));
     image_reads_->Stop();  // a read stuck in a hung shared file system is left to its thread
-    if (!stager_->Stop(5000)) {
-      // Its read of the image directory hangs (a hung shared file system): left behind, with what it uses, as the
-      // process exits.
-      Error("staging's read of the image directory did not return within 5 s of %s; leaving it behind", strsignal(sig));
-      (void)stager_.release();
-      (void)new std::shared_ptr<ImageDirReader>(image_dir_);
-    }
+    StopStaging(strsignal(sig));
     transport_->Shutdown();
     server_->Stop();
     router_->Settle();

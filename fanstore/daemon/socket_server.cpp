@@ -593,22 +593,26 @@ SocketServer::~SocketServer() {
   if (impl_->ep >= 0) close(impl_->ep);
 }
 
+Status SocketServer::CheckPath(const std::string& path) {
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (path.size() <= kMaxPath) return Status::Ok();
+  return Status(Code::kNameTooLong, "socket path " + Printable(path) + " is " + std::to_string(path.size()) +
+                                        " bytes; a Unix socket path holds at most " + std::to_string(kMaxPath) +
+                                        ": give a shorter --socket");
+}
+
 Status SocketServer::Bind(const std::string& path) {
   Impl& m = *impl_;
   m.path = path;
   // The limit is the final path's, which clients connect to. The temporary name is PATH.starting.PID; when that
   // does not fit, a short one in the same directory, bound through an alias of the directory if need be (BindAt).
-  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (Status s = CheckPath(path); !s.ok()) return s;
   const std::string pid = std::to_string(getpid());
   m.tmp_path = path + ".starting." + pid;
-  if (m.tmp_path.size() > kMaxPath) {
+  if (m.tmp_path.size() >= sizeof(sockaddr_un::sun_path)) {
     const size_t slash = path.rfind('/');
     m.tmp_path = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + ".fanstore-starting." + pid;
   }
-  if (path.size() > kMaxPath)
-    return Status(Code::kNameTooLong, "socket path " + Printable(path) + " is " + std::to_string(path.size()) +
-                                          " bytes; a Unix socket path holds at most " + std::to_string(kMaxPath) +
-                                          ": give a shorter --socket");
   if (Status s = ClearStale(path); !s.ok()) return s;
   if (Status s = m.OpenLoop(); !s.ok()) return s;
   m.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -320,44 +320,68 @@ void Stager::OnTallyPing(int r, const Status& s) {
   }
 }
 
-void Stager::StartTally() {
-  tally_in_ = Tally{status().ok() ? 0u : 1u, image_dir_->staging_bytes(), received_bytes_.load(), refetched_,
-                    written_bytes_.load()};
-  static_assert(sizeof(Tally) == 5 * sizeof(uint64_t));
+void Stager::ExpectTallies() {
   const size_t n = static_cast<size_t>(o_.nranks);
   tally_from_.assign(n, Tally{});
   tally_recv_.assign(n, MPI_REQUEST_NULL);
   tally_send_.assign(n, MPI_REQUEST_NULL);
   peer_.assign(n, Peer::kWaiting);
   peer_[static_cast<size_t>(o_.rank)] = Peer::kIn;
-  peers_changed_ = true;
-  // The first ping a second from now: in a job whose ranks all finish, their tallies come well before.
-  last_tally_ping_us_ = dp::NowUs();
   for (int r = 0; r < o_.nranks; ++r) {
     if (r == o_.rank) continue;
     const size_t i = static_cast<size_t>(r);
-    int rc = MPI_Irecv(&tally_from_[i], 5, MPI_UINT64_T, r, kTagTally, o_.comm, &tally_recv_[i]);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(&tally_in_, 5, MPI_UINT64_T, r, kTagTally, o_.comm, &tally_send_[i]);
-    if (rc != MPI_SUCCESS) {
+    if (int rc = MPI_Irecv(&tally_from_[i], 5, MPI_UINT64_T, r, kTagTally, o_.comm, &tally_recv_[i]);
+        rc != MPI_SUCCESS) {
       // Not waited for forever: that rank counts as down (a ping cannot bring it back without its tally).
-      Error("staging: this rank's tally could not be exchanged with rank %d (MPI error %d); counting it as down", r,
-            rc);
+      Error("staging: no tally can come from rank %d (MPI error %d); counting it as down", r, rc);
       peer_[i] = Peer::kDown;
     }
   }
 }
 
-// The other ranks' tallies as they come, pings to those not heard from (one a second, round robin), and the
-// outcome once every rank has reported or counts as down -- again if the ranks counted down report after all.
-bool Stager::PollTally(int64_t now) {
+void Stager::StartTally() {
+  tally_in_ = Tally{status().ok() ? 0u : 1u, image_dir_->staging_bytes(), received_bytes_.load(), refetched_,
+                    written_bytes_.load()};
+  static_assert(sizeof(Tally) == 5 * sizeof(uint64_t));
+  own_failure_counted_ = tally_in_.failed_ranks == 0;
+  peers_changed_ = true;
+  // The first ping a second from now: in a job whose ranks all finish, their tallies come well before.
+  tally_sent_us_ = last_tally_ping_us_ = dp::NowUs();
+  for (int r = 0; r < o_.nranks; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    if (r == o_.rank || peer_[i] == Peer::kDown) continue;
+    if (int rc = MPI_Isend(&tally_in_, 5, MPI_UINT64_T, r, kTagTally, o_.comm, &tally_send_[i]); rc != MPI_SUCCESS) {
+      Error("staging: this rank's tally could not be sent to rank %d (MPI error %d); counting it as down", r, rc);
+      peer_[i] = Peer::kDown;
+    }
+  }
+}
+
+// The other ranks' tallies that came in, and this rank's failure once its tally is out (sent, or given a ping's
+// time): then every rank hears of it from this one.
+bool Stager::TestTallies(int64_t now) {
   bool did = false;
   for (size_t i = 0; i < peer_.size(); ++i) {
     if (tally_send_[i] != MPI_REQUEST_NULL) Tested(&tally_send_[i]);
     if (peer_[i] != Peer::kIn && tally_recv_[i] != MPI_REQUEST_NULL && Tested(&tally_recv_[i])) {
       peer_[i] = Peer::kIn;
       peers_changed_ = did = true;
+      if (tally_from_[i].failed_ranks > 0) failures_heard_.fetch_add(1, std::memory_order_release);
     }
   }
+  if (!own_failure_counted_ &&
+      (now - tally_sent_us_ >= kPingUs ||
+       std::all_of(tally_send_.begin(), tally_send_.end(), [](MPI_Request r) { return r == MPI_REQUEST_NULL; }))) {
+    own_failure_counted_ = true;
+    failures_heard_.fetch_add(1, std::memory_order_release);
+  }
+  return did;
+}
+
+// The other ranks' tallies as they come, pings to those not heard from (one a second, round robin), and the
+// outcome once every rank has reported or counts as down -- again if the ranks counted down report after all.
+bool Stager::PollTally(int64_t now) {
+  bool did = TestTallies(now);
   if (!tally_ping_inflight_ && now - last_tally_ping_us_ >= kPingUs) {
     for (int k = 0; k < o_.nranks; ++k) {
       const int r = (next_tally_ping_ + k) % o_.nranks;
@@ -422,6 +446,7 @@ bool Stager::Poll() {
     if (!turns || o_.rank < o_.readers) StartReads();
     else MPI_Irecv(&turn_in_, 1, MPI_BYTE, o_.rank - o_.readers, kTagTurn, o_.comm, &turn_recv_);
     if (parts_.empty()) done_here_ = true;
+    ExpectTallies();
     did = true;
   }
   std::vector<Event> ev;
@@ -500,7 +525,7 @@ bool Stager::Poll() {
     StartTally();
     did = true;
   }
-  if (tally_started_) did |= PollTally(now);
+  did |= tally_started_ ? PollTally(now) : TestTallies(now);
   return did;
 }
 

@@ -97,6 +97,9 @@ class Stager {
 
   // The tally is in: every rank is done, or counts as down (down_ranks()). (The progress thread's, or after it.)
   bool done_everywhere() const { return done_all_.load(std::memory_order_acquire); }
+  // Ranks known to have failed so far (this one counted once its tally is out): --strict-staging stops on the first,
+  // not waiting for the tally, which a rank stuck in a hung read would hold up for ever.
+  uint64_t failures_heard() const { return failures_heard_.load(std::memory_order_acquire); }
   Status status() const;
   Tally tally() const { return tally_out_; }  // of the ranks that reported
   std::vector<int> down_ranks() const { return down_; }
@@ -131,7 +134,9 @@ class Stager {
   void OnPiece(const Job& j, int from, std::unique_ptr<char[]> mem, const Status& s, const char* data, uint64_t len);
   void OnPing(const Status& s);
   void OnTallyPing(int rank, const Status& s);
+  void ExpectTallies();
   void StartTally();
+  bool TestTallies(int64_t now_us);
   bool PollTally(int64_t now_us);
   void Report(int64_t now_us);
 
@@ -184,7 +189,8 @@ class Stager {
   std::vector<bool> said_down_;  // a line said once per rank whose pieces we read ourselves
   bool done_here_ = false;       // every partition staged, or failed (status() says which)
   std::atomic<bool> done_all_{false};
-  // The tally: this rank's (tally_in_) goes to every other rank; theirs come in (5 uint64_t each).
+  // The tally: this rank's (tally_in_) goes to every other rank once it is done; theirs come in (5 uint64_t each),
+  // received from the start, so that a rank still staging hears of a failure elsewhere.
   enum class Peer : uint8_t { kWaiting, kIn, kDown };
   Tally tally_in_, tally_out_;
   std::vector<Tally> tally_from_;
@@ -195,6 +201,9 @@ class Stager {
   int next_tally_ping_ = 0;     // round robin over the ranks not heard from: one ping a second in all
   bool tally_ping_inflight_ = false;
   int64_t last_tally_ping_us_ = 0;
+  int64_t tally_sent_us_ = 0;        // when this rank's tally went out
+  bool own_failure_counted_ = true;  // this rank's failure is in failures_heard_ (or there is none)
+  std::atomic<uint64_t> failures_heard_{0};
   int64_t last_report_us_ = 0, start_us_ = 0;
   uint64_t total_bytes_ = 0;
 };

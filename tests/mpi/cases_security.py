@@ -184,14 +184,26 @@ def case_lock(ctx):
     check(r.returncode == 0, "a client must read through a 107-byte socket path")
     job.stop()
     check(os.listdir(longdir) == [], f"sockets left after stop: {os.listdir(longdir)}")
-    # One byte more: one line naming the user's path and the limit.
+    # One byte more: one line naming the user's path and the limit, before anything is staged.
     toolong = os.path.join(longdir, "s{rank}x.sock")
-    over = Job(ctx, 1, "--socket", toolong, local=os.path.join(ctx.work, "long{rank}"), wrap_exit=True)
+    over_local = os.path.join(ctx.work, "over{rank}")
+    over = Job(ctx, 1, "--socket", toolong, local=over_local, wrap_exit=True)
     over.wait(120)
     out = over.output()
     check(f"socket path {toolong.replace('{rank}', '0')} is 108 bytes; a Unix socket path holds at most 107: give a "
           "shorter --socket" in out and ".starting." not in out, "a 108-byte --socket:\n" + out)
     check(os.listdir(longdir) == [], f"a refused --socket left {os.listdir(longdir)}")
+    staged = [f for f in os.listdir(over_local.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
+    check(staged == [], f"a --socket too long was refused only after staging {staged}")
+    # The same for the default socket, --local/fanstore.sock, under a --local too long for it.
+    deep = os.path.join(longdir, "l{rank}")
+    over = Job(ctx, 1, local=deep, wrap_exit=True)
+    over.wait(120)
+    out = over.output()
+    check(f"socket path {deep.replace('{rank}', '0')}/fanstore.sock is " in out and "give a shorter --socket" in out,
+          "a --local too long for its default socket:\n" + out)
+    staged = [f for f in os.listdir(deep.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
+    check(staged == [], f"a --local too long for its socket was refused only after staging {staged}")
     # A --local holding another image (no daemon staged it: no .fanstore-staged) is refused before anything is
     # written there: staging renamed its files over that image's, and --cleanup then deleted them.
     other = os.path.join(ctx.work, "other-image")

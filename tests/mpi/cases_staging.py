@@ -6,6 +6,7 @@ import hashlib
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -245,6 +246,46 @@ def case_staging_failure(ctx):
     check("ready:" not in out, "--strict-staging must not become ready after a failed staging:\n" + out)
     check("every rank stops (--strict-staging)" in out, "no line saying every rank stops:\n" + out)
     check(len(re.findall(r"rank \d exit 1", out)) == 4, "every rank must exit 1:\n" + out)
+
+    # The same while rank 2's read of the image directory hangs, as on a stopped sshfs or NFS server: its partition
+    # is a link into a FUSE mount whose server is stopped (SIGSTOP) once the file's attributes are cached (stat
+    # works, open and read hang). Every rank still stops, rank 2 after leaving its read behind for 2 s.
+    if not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None:
+        log("hung read: SKIPPED (no /dev/fuse or fusermount3)")
+        return
+    hung = os.path.join(ctx.img, "part-00002.fsp")
+    holder, mnt = os.path.join(ctx.work, "holder"), os.path.join(ctx.work, "hung-mnt")
+    os.makedirs(os.path.join(ctx.work, "holder-src"))
+    os.replace(hung, os.path.join(ctx.work, "holder-src", "part-00002.fsp"))
+    subprocess.run([ctx.args.fanstore, "pack", os.path.join(ctx.work, "holder-src"), "-o", holder, "--level", "0"],
+                   check=True, capture_output=True)
+    os.makedirs(mnt)
+    server = subprocess.Popen([ctx.args.fanstore, "mount", "-f", "--image", holder, mnt])
+    try:
+        deadline = time.time() + 30
+        while not os.path.exists(os.path.join(mnt, "part-00002.fsp")):
+            check(time.time() < deadline and server.poll() is None, "fanstore mount of the holder did not come up")
+            time.sleep(0.05)
+        os.symlink(os.path.join(mnt, "part-00002.fsp"), hung)
+        os.stat(hung)
+        server.send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        job = Job(ctx, 4, "--cleanup", "--strict-staging", wrap_exit=True)
+        rc = job.wait(timeout=120)
+        out = job.output()
+        log(f"--strict-staging with a hung read on rank 2: mpirun exit {rc} after {time.time() - t0:.1f} s")
+        check("ready:" not in out and "every rank stops (--strict-staging)" in out, out)
+        check(len(re.findall(r"rank \d exit 1", out)) == 4, "every rank must exit 1:\n" + out)
+        check("did not return within 2 s of a failed start-up; leaving it behind" in out,
+              "rank 2 must say it left its hung read behind:\n" + out)
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.terminate()
+        server.wait(timeout=30)
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        if os.path.islink(hung):
+            os.remove(hung)
+        os.replace(os.path.join(ctx.work, "holder-src", "part-00002.fsp"), hung)
 
 
 def case_staging_readers(ctx):
