@@ -50,13 +50,16 @@ Result<Client::Target> Client::Resolve(std::string_view rel_in, bool follow_last
         if (r.status().code() == Code::kNotFound && (end == std::string::npos ? rel.size() : end) - next > NAME_MAX)
           return Status(Code::kNameTooLong, "file name longer than NAME_MAX in the image: " + Printable(rel_in));
         if (missing != nullptr) *missing = std::move(rel);
+        if (links > 0 && r.status().code() == Code::kNotFound)  // name the path asked for, not only where it led
+          return Status(Code::kNotFound, r.status().message() + " (through symlinks from " + Printable(rel_in) + ")");
         return r.status();
       }
     }
     if (may_follow != nullptr && !may_follow(ctx, link))
       return Status(Code::kPermission, "no search permission on the way to a symlink: " + Printable(rel_in));
     if (++links > kMaxLinks)
-      return Status(Code::kLoop, "too many levels of symbolic links in the image: " + Printable(rel_in));
+      return Status(Code::kLoop, "a symlink loop in the image (over " + std::to_string(kMaxLinks) +
+                                     " links followed): " + Printable(rel_in));
     const Entry e = img.Get(link);
     auto target = img.LinkTarget(e);
     if (!target.ok()) return target.status();

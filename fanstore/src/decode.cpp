@@ -23,12 +23,21 @@ ZSTD_DCtx* ThreadDCtx() {
   return ctx.get();
 }
 
+}  // namespace
+
 std::string ChunkName(const Entry& e, const Chunk& c) {
   if (e.codec != Codec::kChunked) return Printable(e.path);
   return "chunk " + std::to_string(c.index) + " of " + Printable(e.path);
 }
 
-}  // namespace
+Status ReadStoredChunk(int fd, void* buf, const Entry& e, const Chunk& c, size_t n, const std::string& part) {
+  Status s = PreadFull(fd, buf, n, c.offset, part);
+  if (s.ok()) return s;
+  if (s.code() == Code::kCorrupt)  // cut short: the partition ends before the chunk does
+    return Status(Code::kCorrupt,
+                  part + " is truncated: " + ChunkName(e, c) + " is cut off (copy the image again or re-pack)");
+  return Status(s.code(), s.message() + " (" + ChunkName(e, c) + ")");
+}
 
 Status CorruptFile(const Entry& e, const std::string& where, const std::string& what) {
   return Status(Code::kCorrupt, where + ": " + what + " for " + Printable(e.path) +

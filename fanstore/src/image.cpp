@@ -173,9 +173,16 @@ Status ValidateHeader(const char* h, uint64_t len, bool trusted) {
                   "index.fsi is not a FanStore index (bad magic): pass an image made by `fanstore pack`");
   if (len < hdr::kVersion + 4) return Truncated(len, kHeaderSize);
   uint32_t version = Load32(h + hdr::kVersion);
-  if (version > kVersion)
+  if (version > kVersion) {
+    // A flipped bit reads as a newer version too: a header checksum that fails where this version keeps it says
+    // which is likelier.
+    if (len >= kHeaderSize && Xxh3(h, hdr::kHeaderXxh3) != Load64(h + hdr::kHeaderXxh3))
+      return Status(Code::kCorrupt, "index.fsi reads as image version " + std::to_string(version) +
+                                        " but its header checksum does not match: it is most likely damaged (copy "
+                                        "the image again or re-pack); if a newer fanstore made it, upgrade fanstore");
     return Status(Code::kUnsupported, "image version " + std::to_string(version) + " is newer than this fanstore (" +
                                           std::to_string(kVersion) + "): upgrade fanstore or re-pack");
+  }
   if (version == 1)
     return Status(Code::kUnsupported,
                   "image version 1 was made by an older fanstore and is not served any more: convert it once with "
@@ -235,7 +242,8 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   const std::string path = PartPath(p);
   const std::string name(PartName(p));
   // The reasons are the same words for verify and every read path (missing, not a file, damaged, foreign).
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in its place is refused below instead of blocking the open (no effect on a regular file).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT)
@@ -277,13 +285,15 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
   m->dir = dir;
   m->part_dir = opts.partition_dir;
   const std::string path = dir + "/" + kIndexName;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
   if (fd < 0) {
     int err = errno;
     struct stat st;
     if (err == ENOENT && ::stat(dir.c_str(), &st) == 0)
       return Status(Code::kNotFound,
                     dir + " is not a FanStore image (no index.fsi): pass the directory `fanstore pack -o` made");
+    if (err == ENOENT)
+      return Status(Code::kNotFound, "image " + dir + " does not exist: pass the directory `fanstore pack -o` made");
     return Status::FromErrno(err, "cannot open image " + path);
   }
   struct stat st;
@@ -291,6 +301,10 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
     int err = errno;
     ::close(fd);
     return Status::FromErrno(err, "cannot stat " + path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status(Code::kCorrupt, path + " is not a regular file: pass the directory `fanstore pack -o` made");
   }
   m->len = static_cast<size_t>(st.st_size);
   if (m->len == 0) {
@@ -458,6 +472,17 @@ Status Image::PartitionStatus(uint32_t part) const {
   return r.ok() ? Status::Ok() : r.status();
 }
 
+Status Image::PartitionWhole(uint32_t part) const {
+  auto r = impl_->Part(part);
+  if (!r.ok()) return r.status();
+  struct stat st {};
+  if (::fstat((*r)->fd, &st) != 0) return Status::FromErrno(errno, "stat " + PartitionPath(part));
+  if (static_cast<uint64_t>(st.st_size) >= (*r)->data_end) return Status::Ok();
+  return Status(Code::kCorrupt, "partition " + PartitionPath(part) + " is truncated: " + std::to_string(st.st_size) +
+                                    " of " + std::to_string((*r)->data_end) +
+                                    " bytes (copy it again or re-pack); the files before the cut still read");
+}
+
 uint32_t Image::PartitionCount() const { return impl_->parts; }
 
 namespace {
@@ -534,7 +559,7 @@ Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch
   if (c.offset < kPartHeaderSize || !RangeWithin(c.offset, c.stored_size, (*part)->data_end))
     return BadEntry(e, "stored bytes outside " + std::string(name));
   if (c.codec == Codec::kRaw) {
-    Status s = PreadFull((*part)->fd, out, c.raw_size, c.offset, std::string(name));
+    Status s = ReadStoredChunk((*part)->fd, out, e, c, c.raw_size, std::string(name));
     if (!s.ok()) return s;
     return DecodeChunkAt(e, c, out, c.stored_size, out, std::string(name));
   }
@@ -543,7 +568,7 @@ Status Image::ReadChunk(const Entry& e, const Chunk& c, char* out, char* scratch
     own.reset(new char[c.stored_size]);
     scratch = own.get();
   }
-  Status s = PreadFull((*part)->fd, scratch, c.stored_size, c.offset, std::string(name));
+  Status s = ReadStoredChunk((*part)->fd, scratch, e, c, c.stored_size, std::string(name));
   if (!s.ok()) return s;
   return DecodeChunkAt(e, c, scratch, c.stored_size, out, std::string(name));
 }

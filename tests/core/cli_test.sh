@@ -6,6 +6,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/fanstore-cli-XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_rc() { local want=$1; shift; "$@" >"$T/out" 2>"$T/err"; local rc=$?; [ $rc -eq $want ] || fail "rc $rc (want $want): $* :: $(cat "$T/err")"; }
+one_line() { [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "^$1" "$T/err" || fail "not one line starting '$1': $(cat "$T/err")"; }
 
 mkdir -p "$T/src/a/b" "$T/src/empty" "$T/src/val"
 echo hello >"$T/src/a/x.txt"
@@ -61,11 +62,21 @@ expect_rc 0 "$F" ls "$T/modes-img" -l
 # Symlinks inside PATH are followed as through the mount: cat and ls through a link to a directory, cat of a link
 # to a file; stat shows the link itself.
 mkdir -p "$T/links/dir" && echo hello > "$T/links/dir/file" && ln -s dir "$T/links/dlink" && ln -s dir/file "$T/links/flink"
+ln -s loop2 "$T/links/loop1" && ln -s loop1 "$T/links/loop2" && ln -s nowhere "$T/links/dangling"
 expect_rc 0 "$F" pack "$T/links" -o "$T/links-img"
 expect_rc 0 "$F" cat "$T/links-img" dlink/file && [ "$(cat "$T/out")" = hello ] || fail "cat dlink/file: $(cat "$T/err")"
 expect_rc 0 "$F" cat "$T/links-img" flink && [ "$(cat "$T/out")" = hello ] || fail "cat flink: $(cat "$T/err")"
 expect_rc 0 "$F" ls "$T/links-img" dlink/ && [ "$(cat "$T/out")" = file ] || fail "ls dlink/: $(cat "$T/out")"
 expect_rc 0 "$F" stat "$T/links-img" flink && grep -q 'type: symlink' "$T/out" || fail "stat flink: $(cat "$T/out")"
+# A trailing / names a directory, as through the mount: the last link is followed, and a file is ENOTDIR.
+expect_rc 0 "$F" stat "$T/links-img" dlink/ && grep -q 'type: directory' "$T/out" || fail "stat dlink/: $(cat "$T/out")"
+expect_rc 1 "$F" cat "$T/links-img" flink/
+one_line "fanstore cat: not a directory: flink/: a trailing / names a directory"
+# Through links, the line names the path asked for; a loop is said once.
+expect_rc 1 "$F" cat "$T/links-img" dangling
+one_line "fanstore cat: not found: no such file in the image: nowhere (through symlinks from dangling)"
+expect_rc 1 "$F" cat "$T/links-img" loop1
+one_line "fanstore cat: too many levels of symbolic links: a symlink loop in the image (over 40 links followed): loop1"
 expect_rc 1 "$F" pack "$T/src" -o "$T/img"            # non-empty output
 expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 [ ! -e "$T/img2" ] || fail "img2 left behind"
@@ -73,7 +84,8 @@ expect_rc 1 "$F" pack "$T/nosuch" -o "$T/img2"        # missing source
 cp -r "$T/img" "$T/newer"
 printf '\x04' | dd of="$T/newer/index.fsi" bs=1 seek=8 conv=notrunc 2>/dev/null
 expect_rc 1 "$F" info "$T/newer"
-grep -q 'image version 4 is newer than this fanstore (3): upgrade fanstore or re-pack' "$T/err" || fail "version: $(cat "$T/err")"
+grep -q 'index.fsi reads as image version 4 but its header checksum does not match: it is most likely damaged' \
+  "$T/err" || fail "version: $(cat "$T/err")"
 cp -r "$T/img" "$T/short"
 truncate -s 300 "$T/short/index.fsi"
 expect_rc 1 "$F" ls "$T/short"
@@ -142,7 +154,6 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/c3" --chunk 3000
 grep -q -- '--chunk must be a power of two' "$T/err" || fail "bad chunk: $(cat "$T/err")"
 # Usage errors: exit 1 and one line "fanstore <cmd>: ..." for every command (CLI11's own codes and two-line
 # messages never reach the user); --help and --version are not errors.
-one_line() { [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "^$1" "$T/err" || fail "not one line starting '$1': $(cat "$T/err")"; }
 expect_rc 1 "$F"
 one_line 'fanstore: give a command: pack, '
 cmds=$(sed -n 's/^fanstore: give a command: \(.*\) (.*/\1/p' "$T/err" | tr -d ,)
@@ -213,6 +224,32 @@ expect_rc 1 "$F" pack "$T/emptysrc/" -o "$T/emptysrc/."
 [ -z "$(ls -A "$T/emptysrc")" ] || fail "pack S -o S wrote into S: $(ls -A "$T/emptysrc")"
 expect_rc 1 "$F" pack "$T/src" -o "$T/src/a/../inner"
 one_line "fanstore pack: invalid argument: output $T/src/a/../inner is the source"
+
+# A FIFO in place of a partition or of the index (a broken copy) is refused in one line, never waited on.
+cp -a "$T/img" "$T/fifo-part" && rm "$T/fifo-part/part-00001.fsp" && mkfifo "$T/fifo-part/part-00001.fsp"
+expect_rc 0 timeout 20 "$F" info "$T/fifo-part"
+grep -q "part-00001.fsp .*BAD: partition $T/fifo-part/part-00001.fsp is not a regular file" "$T/out" ||
+  fail "info, FIFO partition: $(cat "$T/out")"
+expect_rc 1 timeout 20 "$F" verify "$T/fifo-part"
+cp -a "$T/img" "$T/fifo-index" && rm "$T/fifo-index/index.fsi" && mkfifo "$T/fifo-index/index.fsi"
+expect_rc 1 timeout 20 "$F" ls "$T/fifo-index"
+one_line "fanstore ls: corrupt: $T/fifo-index/index.fsi is not a regular file: pass the directory"
+expect_rc 1 "$F" ls "$T/no-such-image"
+one_line "fanstore ls: not found: image $T/no-such-image does not exist: pass the directory \`fanstore pack -o\` made"
+# A truncated partition: info says so; a read of a chunk cut off names the chunk and the file.
+cp -a "$T/img" "$T/cut" && truncate -s 200 "$T/cut/part-00000.fsp" && truncate -s 200 "$T/cut/part-00001.fsp"
+expect_rc 0 "$F" info "$T/cut"
+grep -q "BAD: partition $T/cut/part-0000[01].fsp is truncated: 200 of [0-9]* bytes (copy it again or re-pack)" "$T/out" ||
+  fail "info, truncated partition: $(cat "$T/out")"
+expect_rc 1 "$F" cat "$T/cut" a/b/nums.txt
+one_line "fanstore cat: corrupt: part-0000[01].fsp is truncated: a/b/nums.txt is cut off (copy the image"
+# Output that cannot be written (a full disk) is a failure, not exit 0 with nothing said.
+for cmd in "ls -l" stat info verify; do
+  arg=; [ "$cmd" = stat ] && arg=a/b/nums.txt
+  "$F" $cmd "$T/img" $arg >/dev/full 2>"$T/err"; rc=$?
+  [ $rc -eq 1 ] || fail "$cmd >/dev/full: rc $rc"
+  one_line "fanstore: cannot write the output: No space left on device"
+done
 
 # A signal stops pack cleanly: SIGINT, SIGTERM and SIGHUP remove IMAGE.tmp-PID and pack dies of the signal;
 # after a SIGKILL the next pack into the same output names what was left. (zstd level 19 on random bytes is slow

@@ -51,10 +51,23 @@ TEST_F(FormatTest, BadMagic) {
 TEST_F(FormatTest, NewerVersionSaysUpgrade) {
   std::string b = index_;
   format::Store32(b.data() + format::hdr::kVersion, 4);
+  format::Store64(b.data() + format::hdr::kHeaderXxh3, XXH3_64bits(b.data(), format::hdr::kHeaderXxh3));
   auto r = OpenIndex(b);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnsupported);
   EXPECT_EQ(r.status().message(), "image version 4 is newer than this fanstore (3): upgrade fanstore or re-pack");
+}
+
+// A flipped bit in the version field, which the header checksum gives away, is called damage first.
+TEST_F(FormatTest, AVersionFlippedByDamageSaysDamagedFirst) {
+  std::string b = index_;
+  format::Store32(b.data() + format::hdr::kVersion, 0xfc);
+  auto r = OpenIndex(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorrupt);
+  EXPECT_EQ(r.status().message(),
+            "index.fsi reads as image version 252 but its header checksum does not match: it is most likely damaged "
+            "(copy the image again or re-pack); if a newer fanstore made it, upgrade fanstore");
 }
 
 TEST_F(FormatTest, VersionOneNamesTheConversionCommand) {

@@ -71,10 +71,12 @@ std::unique_ptr<Client> ClientOrFail(const std::string& cmd, const std::string& 
 }
 
 // The entry `path` names with the symlinks on the way followed, as through the mount (the last one too when
-// `follow_last`: cat; not for stat, which shows the link).
+// `follow_last`: cat; not for stat, which shows the link). A trailing '/' asks for a directory, as in the kernel:
+// the last link is followed, and a file is ENOTDIR.
 bool ResolveOrFail(const std::string& cmd, Client& client, const std::string& path, bool follow_last, uint32_t* id,
                    int& exit_code) {
-  auto t = client.Resolve(ImageRel(path), follow_last);
+  const bool dir_only = !path.empty() && path.back() == '/';
+  auto t = client.Resolve(ImageRel(path), follow_last || dir_only);
   if (!t.ok()) {
     exit_code = Fail(cmd, t.status());
     return false;
@@ -82,6 +84,10 @@ bool ResolveOrFail(const std::string& cmd, Client& client, const std::string& pa
   if (!t->outside.empty()) {
     exit_code =
         Fail(cmd, Status(Code::kNotFound, Printable(path) + " leads out of the image, to " + Printable(t->outside)));
+    return false;
+  }
+  if (dir_only && !client.image().Get(t->id).is_dir()) {
+    exit_code = Fail(cmd, Status(Code::kNotDirectory, Printable(path) + ": a trailing / names a directory"));
     return false;
   }
   *id = t->id;
@@ -237,9 +243,13 @@ void AddInfo(CLI::App& app, int& exit_code) {
     std::printf("partitions: %u regular%s\n", s.parts, s.replicated_part != kNoPartition ? " + 1 replicated" : "");
     for (uint32_t p = 0; p < s.part_bytes.size(); ++p) {
       std::string path = img->PartitionPath(p);
+      // MISSING, or why it cannot be read whole, in the words a read gives.
+      std::string why;
+      if (Status ps = img->PartitionWhole(p); !ps.ok())
+        why = ps.message().find(" is missing") != std::string::npos ? "  MISSING" : "  BAD: " + ps.message();
       std::printf("  %-16s %12s %10" PRIu64 " files%s%s\n", path.substr(path.find_last_of('/') + 1).c_str(),
                   HumanBytes(s.part_bytes[p]).c_str(), s.part_files[p], p == s.replicated_part ? "  (replicated)" : "",
-                  img->HasPartition(p) ? "" : "  MISSING");
+                  why.c_str());
     }
     exit_code = 0;
   });

@@ -1,5 +1,8 @@
 // `fanstore`: parse the command line and dispatch to one subcommand; the logic lives in the libraries.
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "cli_util.hpp"
 #include "commands.hpp"
@@ -16,6 +19,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return fanstore::cli::ParseFailure(app, e, argc, argv);
+  }
+  // What ls, stat, info and verify printed must have reached stdout (a full disk, a closed pipe): else exit 1.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "fanstore: cannot write the output: %s\n", errno != 0 ? std::strerror(errno) : "write error");
+    return exit_code != 0 ? exit_code : 1;
   }
   return exit_code;
 }

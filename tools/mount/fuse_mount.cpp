@@ -136,12 +136,14 @@ Status Mount(const MountOptions& opts) {
     uint32_t bad = 0;
     Status first;
     for (uint32_t p = 0; p < img.PartitionCount(); ++p) {
-      Status s = img.PartitionStatus(p);
+      Status s = img.PartitionWhole(p);
       if (!s.ok() && bad++ == 0) first = s;
     }
     if (bad > 0)
-      std::fprintf(stderr, "fanstore mount: warning: %u of %u partitions cannot be read, so their files give EIO: %s\n",
-                   bad, img.PartitionCount(), first.ToString().c_str());
+      std::fprintf(
+          stderr,
+          "fanstore mount: warning: %u of %u partitions cannot be read whole, so (some of) their files give EIO: %s\n",
+          bad, img.PartitionCount(), first.ToString().c_str());
   }
 
   FsContext ctx;

@@ -134,6 +134,9 @@ class Image {
   // Why partition `part` cannot be read here (missing, not a file, a damaged or foreign header), in the words a
   // read of it gives; Ok when it can.
   Status PartitionStatus(uint32_t part) const;
+  // As PartitionStatus, and kCorrupt too when the file is shorter than its header says (truncated, or still being
+  // copied), which reads find only at the chunks cut off.
+  Status PartitionWhole(uint32_t part) const;
   uint32_t PartitionCount() const;  // regular + replicated
   // The first 64 bytes of partition `part`'s file (e.g. received from another node) are its valid header for this
   // image: the same words as a read of a damaged or foreign partition otherwise.
