@@ -19,6 +19,7 @@
 #include "fanstore/client.hpp"
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
+#include "fanstore/node_cache.hpp"
 #include "fanstore/path.hpp"
 #include "mirror.hpp"
 #include "remote_fetcher.hpp"
@@ -82,6 +83,8 @@ State* Init() {
     o.remote = s->remote;
   } else if (const char* image = std::getenv(env::kImage); image && *image) {
     o.image = image;
+    // The run's copy of the index, which FANSTORE_INDEX_TRUST names (the node cache itself is not attached here).
+    if (const char* node = std::getenv(env::kNodeCacheDir); node && *node) o.index_file = IndexCopyIn(node);
   } else {
     s->broken = true;
     return s;

@@ -16,6 +16,7 @@
 #include "client_file.hpp"
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
+#include "fanstore/node_cache.hpp"
 #include "fanstore/path.hpp"
 #include "owned_bytes.hpp"
 
@@ -72,14 +73,17 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
   ImageOpenOptions io;
   io.partition_dir = opts.partition_dir;
   io.trust_token = opts.index_trust;
+  io.index_file = opts.index_file;
+  struct stat dir_st;
+  const bool cache_is_ours = !opts.node_cache_dir.empty() && ::lstat(opts.node_cache_dir.c_str(), &dir_st) == 0 &&
+                             dir_st.st_uid == ::geteuid();
+  if (io.index_file.empty() && cache_is_ours) io.index_file = IndexCopyIn(opts.node_cache_dir);
   auto img = Image::Open(opts.image, io);
   if (!img.ok()) return img.status();
   ClientOptions o = opts;
   o.mount = NormalizeAbsolute(opts.mount);
   std::unique_ptr<Client> c(new Client(std::move(o), std::move(img).value()));
-  struct stat dir_st;
-  if (!c->opts_.node_cache_dir.empty() && ::lstat(c->opts_.node_cache_dir.c_str(), &dir_st) == 0 &&
-      dir_st.st_uid != ::geteuid()) {
+  if (!c->opts_.node_cache_dir.empty() && !cache_is_ours && ::lstat(c->opts_.node_cache_dir.c_str(), &dir_st) == 0) {
     // The cache is private (0700) to the user who started `fanstore run`; a job that then switched users (a root
     // entrypoint's setpriv, runuser, gosu) decodes per process. Said by the first process of the new user only.
     if (ParentEuid() == static_cast<long>(dir_st.st_uid))

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ struct PartState {
 
 struct Image::Impl {
   std::string dir;
+  std::string index_file;
   std::string part_dir;
   const char* base = nullptr;  // the mmap'd index
   size_t len = 0;
@@ -284,7 +286,8 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
   auto m = std::make_unique<Impl>();
   m->dir = dir;
   m->part_dir = opts.partition_dir;
-  const std::string path = dir + "/" + kIndexName;
+  const std::string path = opts.index_file.empty() ? dir + "/" + kIndexName : opts.index_file;
+  m->index_file = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
   if (fd < 0) {
     int err = errno;
@@ -328,6 +331,24 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
 }
 
 const std::string& Image::dir() const { return impl_->dir; }
+const std::string& Image::IndexFile() const { return impl_->index_file; }
+
+Status CopyIndexFile(const std::string& path, int fd) {
+  int in = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (in < 0) return Status::FromErrno(errno, "cannot open " + path);
+  struct stat st {};
+  Status s;
+  if (::fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) s = Status(Code::kCorrupt, path + " is not a regular file");
+  off_t off = 0;
+  while (s.ok() && off < st.st_size) {
+    ssize_t n = ::sendfile(fd, in, &off, static_cast<size_t>(st.st_size - off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) s = Status::FromErrno(errno, "copying " + path);
+    else if (n == 0) s = Status(Code::kCorrupt, path + " shrank while it was copied");
+  }
+  ::close(in);
+  return s;
+}
 uint64_t Image::size() const { return impl_->entries; }
 uint64_t Image::ImageId() const { return impl_->image_id; }
 std::string Image::TrustToken() const { return impl_->trust_token; }

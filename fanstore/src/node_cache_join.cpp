@@ -191,4 +191,35 @@ Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts
   return dir;
 }
 
+Result<std::string> KeepIndexCopy(const Image& img, const std::string& dir) {
+  const std::string copy = dir + "/" + kIndexCopyName;
+  struct stat st;
+  if (::lstat(copy.c_str(), &st) != 0) {
+    // Written under a temporary name and linked into place whole: a reader never sees a partial copy.
+    const std::string tmp = copy + ".tmp." + std::to_string(::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+    if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+    Status s = CopyIndexFile(img.IndexFile(), fd);
+    if (::close(fd) != 0 && s.ok()) s = Status::FromErrno(errno, "write " + tmp);
+    if (s.ok() && ::link(tmp.c_str(), copy.c_str()) != 0 && errno != EEXIST)
+      s = Status::FromErrno(errno, "link " + copy);
+    ::unlink(tmp.c_str());
+    if (!s.ok()) return s;
+  }
+  ImageOpenOptions io;
+  io.index_file = copy;
+  auto c = Image::Open(img.dir(), io);
+  if (c.ok() && (*c)->ContentKey() == img.ContentKey()) return (*c)->TrustToken();
+  ::unlink(copy.c_str());  // not this index (it changed while copied): no reader may take it for this one
+  return c.ok() ? Status(Code::kCorrupt, img.IndexFile() + " changed while it was copied") : c.status();
+}
+
+std::string IndexCopyIn(const std::string& dir) {
+  if (dir.empty()) return "";
+  const std::string copy = dir + "/" + kIndexCopyName;
+  struct stat st;
+  if (::lstat(copy.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return "";
+  return copy;
+}
+
 }  // namespace fanstore

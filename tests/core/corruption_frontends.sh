@@ -185,5 +185,31 @@ for how in missing header foreign directory; do
   if "${RUN[@]}" cmp -s "$ROOT/$good" "$T/src/a/$good"; then pass "$how partition: the other partition reads"; else fail "$how partition: $good no longer reads"; fi
 done
 
+# 6. index.fsi overwritten in place (`cp` of a smaller image's index over it) under a running reader: the reader
+# keeps answering from the index it started with (the run's copy in the node cache, the mount's memfd), with no
+# SIGBUS and no answer from the new bytes.
+mkdir -p "$T/tiny/q" && echo q >"$T/tiny/q/f"
+"$F" pack "$T/tiny" -o "$T/tiny-img" >/dev/null || fail "pack tiny"
+cp -r "$T/img" "$T/inplace"
+start "$T/inplace"
+timeout 120 "${RUN[@]}" "$PY" - "$ROOT" "$T/go6" "$T/src/a/x.txt" >"$T/r6.out" 2>"$T/r6.err" <<'EOF' &
+import os, sys, time
+root = sys.argv[1]
+print("first", sorted(os.listdir(root)), flush=True)
+while not os.path.exists(sys.argv[2]):  # the test overwrites the index, then creates this file
+    time.sleep(0.01)
+print("after", sorted(os.listdir(root)), sorted(os.listdir(root + "/a")), os.stat(root + "/b/big.bin").st_size,
+      open(root + "/a/x.txt", "rb").read(8) == open(sys.argv[3], "rb").read(8), flush=True)
+EOF
+reader=$!
+for _ in $(seq 600); do grep -q first "$T/r6.out" 2>/dev/null && break; kill -0 $reader 2>/dev/null || break; sleep 0.1; done
+cat "$T/tiny-img/index.fsi" >"$T/inplace/index.fsi"
+touch "$T/go6"
+wait $reader; rc=$?
+if [ $rc -eq 0 ] && grep -q "^after \['a', 'b'\] \['x.txt', 'y.txt', 'z.txt'\] 6291456 True" "$T/r6.out"; then
+  pass "index overwritten in place under a reader: it keeps the index it started with"
+else fail "index overwritten in place under a reader: rc=$rc out=$(cat "$T/r6.out") err=$(tail -2 "$T/r6.err")"; fi
+if [ "$MODE" = fuse ]; then alive "index overwritten in place"; fi
+
 echo "corruption_frontends ($MODE): $fails failure(s)"
 [ $fails -eq 0 ]

@@ -141,7 +141,7 @@ int Run(const RunArgs& a) {
     auto info = ProbeDaemon(abs_socket, 5000);
     if (!info.ok()) return Fail("run", info.status());
     if (auto img = Image::Open(info->index_dir); img.ok()) {
-      PrepareRunEnvironment(**img);
+      PrepareRunEnvironment(**img, false);
       libraries = (*img)->HoldsSharedLibraries();
     }
   } else {
@@ -152,7 +152,7 @@ int Run(const RunArgs& a) {
     // Open it here once so a bad image is one clear line now, not a failure inside every child process.
     auto img = Image::Open(abs_image);
     if (!img.ok()) return Fail("run", img.status());
-    PrepareRunEnvironment(**img);
+    PrepareRunEnvironment(**img, true);
     libraries = (*img)->HoldsSharedLibraries();
   }
   std::string lib = FindPreloadLibrary();

@@ -12,7 +12,7 @@
 
 namespace fanstore::cli {
 
-void PrepareRunEnvironment(const Image& img) {
+void PrepareRunEnvironment(const Image& img, bool copy_index) {
   setenv(env::kIndexTrust, img.TrustToken().c_str(), 1);
   unsetenv(env::kNodeCacheDir);
   NodeCacheOptions o;
@@ -37,6 +37,15 @@ void PrepareRunEnvironment(const Image& img) {
     return;
   }
   setenv(env::kNodeCacheDir, dir->c_str(), 1);
+  if (!copy_index) return;
+  // The children map this copy of the index (fanstore::Client finds it there), not the image's own.
+  auto token = KeepIndexCopy(img, *dir);
+  if (token.ok()) setenv(env::kIndexTrust, token->c_str(), 1);
+  else
+    std::fprintf(stderr,
+                 "fanstore run: warning: no private copy of the index (%s); do not overwrite %s in place while this "
+                 "runs\n",
+                 token.status().ToString().c_str(), img.IndexFile().c_str());
 }
 
 }  // namespace fanstore::cli

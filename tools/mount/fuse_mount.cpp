@@ -2,7 +2,9 @@
 // signal handling, the multithreaded loop, and a clean unmount.
 #include "fuse_mount.hpp"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -127,7 +129,23 @@ Status Mount(const MountOptions& opts) {
   }
   copts.mount = mountpoint;
   copts.cache_bytes = opts.cache_bytes;
+  // Alone, the server maps a sealed copy of the index, which a `cp` or `rsync --inplace` over the image cannot
+  // change under it (the daemon's index is its own staged copy already).
+  int index_copy = -1;
+  if (opts.daemon_socket.empty()) {
+    index_copy = memfd_create("fanstore-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (index_copy < 0) return Status::FromErrno(errno, "memfd_create for the index's copy");
+    Status s = CopyIndexFile(image + "/index.fsi", index_copy);
+    if (!s.ok()) {
+      close(index_copy);
+      index_copy = -1;  // the image's own index then: Client::Create says what is wrong with it
+    } else {
+      fcntl(index_copy, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+      copts.index_file = "/proc/self/fd/" + std::to_string(index_copy);
+    }
+  }
   Result<std::unique_ptr<Client>> client = Client::Create(copts);
+  if (index_copy >= 0) close(index_copy);  // the mapping keeps it
   if (!client.ok()) return client.status();
   // Alone (no daemon to fetch through), a partition that cannot be read here gives EIO for its files, and a
   // detached server's reasons go nowhere: say it now. The other partitions' files are still served.

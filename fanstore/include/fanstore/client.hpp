@@ -42,12 +42,15 @@ struct ClientStats {
 };
 
 struct ClientOptions {
-  std::string image;                      // image directory (index + partitions, or the index of a daemon)
-  std::string mount = "/fanstore";        // prefix the image is served under (front ends only)
-  std::string partition_dir;              // where local partitions live; empty = the image directory
-  uint64_t cache_bytes = 256ull << 20;    // budget of this process's decoded-chunk cache (0 disables it)
-  std::string node_cache_dir;             // the node-wide decoded-chunk cache (node_cache.hpp); empty = none
-  std::string index_trust;                // Image::TrustToken() of a fully checked open (ImageOpenOptions)
+  std::string image;                    // image directory (index + partitions, or the index of a daemon)
+  std::string mount = "/fanstore";      // prefix the image is served under (front ends only)
+  std::string partition_dir;            // where local partitions live; empty = the image directory
+  uint64_t cache_bytes = 256ull << 20;  // budget of this process's decoded-chunk cache (0 disables it)
+  std::string node_cache_dir;           // the node-wide decoded-chunk cache (node_cache.hpp); empty = none
+  std::string index_trust;              // Image::TrustToken() of a fully checked open (ImageOpenOptions)
+  // ImageOpenOptions::index_file. Empty: node_cache_dir's copy of the index when it holds one (fanstore run puts
+  // it there), else the image's own.
+  std::string index_file;
   std::shared_ptr<RemoteFetcher> remote;  // for partitions not present locally; null = single node
   // The first error of each file is said in one "fanstore: ..." line on stderr: the front ends' programs see only
   // EIO. A command that says why itself turns it off.

@@ -91,6 +91,10 @@ struct ImageOpenOptions {
   // ctime) and its body checksum, the body is not hashed again: a fresh process opens a 10M-file index
   // without reading all of it. Anything else (empty, stale, malformed) means a full check.
   std::string trust_token;
+  // The index file to map instead of DIR/index.fsi: a private copy (`fanstore run`'s in the node chunk cache,
+  // `fanstore mount`'s in a memfd), which a `cp` or `rsync --inplace` over the image cannot change under a
+  // reader; the partitions are still read from the image. Empty: DIR/index.fsi.
+  std::string index_file;
 };
 
 class Image {
@@ -103,6 +107,8 @@ class Image {
   Image& operator=(const Image&) = delete;
 
   const std::string& dir() const;
+  // The index file this image maps (DIR/index.fsi, or ImageOpenOptions::index_file).
+  const std::string& IndexFile() const;
   uint64_t size() const;         // number of entries (files + directories, root included)
   Entry Get(uint32_t id) const;  // id < size()
   // Normalised rel path ("" = root) -> its entry, in O(1). Symlinks are entries like any other: nothing is
@@ -185,5 +191,9 @@ Status DecodeChunk(const Entry& e, const Chunk& c, const void* stored, size_t st
 // Verifies every file's checksum. Calls `bad` once per corrupt/unreadable file with a one-line reason.
 // Returns the number of bad files (0 = the image is sound).
 uint64_t VerifyImage(const Image& img, int threads, const std::function<void(const Entry&, const Status&)>& bad);
+
+// Writes the whole of the index file `index_file` (a regular file) into `fd` (a new file, a memfd) from the start:
+// a private copy to open with ImageOpenOptions::index_file. The copy is only as good as its own open's checks.
+Status CopyIndexFile(const std::string& index_file, int fd);
 
 }  // namespace fanstore

@@ -29,4 +29,16 @@ uint64_t DefaultNodeCacheBudget(const std::string& root);
 // for FANSTORE_NODE_CACHE_DIR.
 Result<std::string> JoinNodeCache(const Image& img, const NodeCacheOptions& opts, pid_t owner);
 
+// The name of the index's copy in a cache directory, which fanstore::Client maps instead of the image's own.
+inline constexpr const char* kIndexCopyName = "index.fsi";
+
+// Keeps a copy of `img`'s index in the cache directory `dir` (made once per directory, mode 0400, checked to be the
+// same index), so that a `cp` or `rsync --inplace` over the image cannot change the index under its readers.
+// Returns the copy's trust token (Image::TrustToken) for FANSTORE_INDEX_TRUST.
+Result<std::string> KeepIndexCopy(const Image& img, const std::string& dir);
+
+// The index copy in cache directory `dir` when this user's (KeepIndexCopy made one there), else "": what a
+// fanstore::Client given `dir` maps (ClientOptions::index_file).
+std::string IndexCopyIn(const std::string& dir);
+
 }  // namespace fanstore
