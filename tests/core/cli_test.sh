@@ -251,6 +251,15 @@ for cmd in "ls -l" stat info verify; do
   one_line "fanstore: cannot write the output: No space left on device"
 done
 
+# verify, as a user who cannot read a partition: said so, not "copy the image again".
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  cp -a "$T/img" "$T/denied" && chmod 000 "$T/denied/part-00000.fsp" && chmod 755 "$T" "$T/denied"
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$F" verify "$T/denied" >/dev/null 2>"$T/err"; rc=$?
+  [ $rc -eq 1 ] && tail -1 "$T/err" | grep -q "files cannot be read by this user (listed above): check the permissions" ||
+    fail "verify as a user who cannot read a partition: rc $rc: $(cat "$T/err")"
+  chmod 700 "$T"
+fi
+
 # A signal stops pack cleanly: SIGINT, SIGTERM and SIGHUP remove IMAGE.tmp-PID and pack dies of the signal;
 # after a SIGKILL the next pack into the same output names what was left. (zstd level 19 on random bytes is slow
 # enough that the signal lands while the partitions are being written.)

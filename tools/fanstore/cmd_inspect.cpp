@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
@@ -265,14 +266,23 @@ void AddVerify(CLI::App& app, int& exit_code) {
   cmd->callback([a, &exit_code] {
     auto img = OpenOrFail("verify", a->image, exit_code);
     if (!img) return;
-    uint64_t bad = VerifyImage(*img, a->threads, [](const Entry& e, const Status& s) {
+    std::atomic<uint64_t> denied{0};  // of the bad ones: a permission, not the bytes, is what is wrong
+    uint64_t bad = VerifyImage(*img, a->threads, [&denied](const Entry& e, const Status& s) {
+      if (s.code() == Code::kPermission) denied.fetch_add(1, std::memory_order_relaxed);
       std::fprintf(stderr, "fanstore verify: BAD %s: %s\n", Printable(e.path).c_str(), s.ToString().c_str());
     });
     ImageSummary s = img->Summary();
     if (bad) {
-      exit_code =
-          Fail("verify", std::to_string(bad) + " of " + std::to_string(s.files) +
-                             " files are damaged or unreadable (listed above): copy the image again or re-pack");
+      const std::string what = std::to_string(bad) + " of " + std::to_string(s.files) + " files ";
+      exit_code = Fail("verify", denied == bad ? what +
+                                                     "cannot be read by this user (listed above): check the "
+                                                     "permissions of the partition files named there"
+                                 : denied > 0 ? what +
+                                                    "are damaged or unreadable (listed above): fix the permissions "
+                                                    "named there, and copy the image again or re-pack"
+                                              : what +
+                                                    "are damaged or unreadable (listed above): copy the image "
+                                                    "again or re-pack");
       return;
     }
     std::printf("verified %" PRIu64 " files (%s): all checksums match\n", s.files, HumanBytes(s.bytes_in).c_str());
