@@ -84,7 +84,7 @@ State* Init() {
   } else if (const char* image = std::getenv(env::kImage); image && *image) {
     o.image = image;
     // The run's copy of the index, which FANSTORE_INDEX_TRUST names (the node cache itself is not attached here).
-    if (const char* node = std::getenv(env::kNodeCacheDir); node && *node) o.index_file = IndexCopyIn(node);
+    if (const char* node = std::getenv(env::kNodeCacheDir); node && *node) o.index_file = IndexCopyIn(node, image);
   } else {
     s->broken = true;
     return s;

@@ -382,7 +382,7 @@ class Daemon {
   // Every rank stops at start-up: the socket goes, what was staged too with --cleanup, and MPI ends.
   void Abort() {
     startup_.SetSocket(nullptr);
-    StopStaging("a failed start-up");
+    StopStaging("every rank stopping");
     if (image_reads_) image_reads_->Stop();  // no wake-up of the server after it went
     // First: failing its pending fetches calls into the router and the server, which go before it.
     if (transport_) transport_->Shutdown();

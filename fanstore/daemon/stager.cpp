@@ -85,6 +85,18 @@ Stager::~Stager() {
   Stop();
   for (StagedPart& p : parts_)
     if (p.wfd >= 0) close(p.wfd);
+  // Receives still posted into this object's buffers (tallies of ranks that never reported, the reading turn) are
+  // cancelled while MPI is up: MPI_Finalize must not write into freed memory.
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  auto cancel = [](MPI_Request& r) {
+    if (r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  };
+  for (MPI_Request& r : tally_recv_) cancel(r);
+  cancel(turn_recv_);
 }
 
 void Stager::Start() {
@@ -361,14 +373,20 @@ void Stager::StartTally() {
 // time): then every rank hears of it from this one.
 bool Stager::TestTallies(int64_t now) {
   bool did = false;
-  for (size_t i = 0; i < peer_.size(); ++i) {
-    if (tally_send_[i] != MPI_REQUEST_NULL) Tested(&tally_send_[i]);
-    if (peer_[i] != Peer::kIn && tally_recv_[i] != MPI_REQUEST_NULL && Tested(&tally_recv_[i])) {
-      peer_[i] = Peer::kIn;
-      peers_changed_ = did = true;
-      if (tally_from_[i].failed_ranks > 0) failures_heard_.fetch_add(1, std::memory_order_release);
-    }
+  // One MPI_Testsome a turn, not one MPI_Test per rank: this runs on every turn of the progress loop while staging.
+  int count = 0;
+  arrived_.resize(tally_recv_.size());
+  MPI_Testsome(static_cast<int>(tally_recv_.size()), tally_recv_.data(), &count, arrived_.data(), MPI_STATUSES_IGNORE);
+  for (int k = 0; k < count && count != MPI_UNDEFINED; ++k) {
+    const size_t i = static_cast<size_t>(arrived_[static_cast<size_t>(k)]);
+    if (peer_[i] == Peer::kIn) continue;
+    peer_[i] = Peer::kIn;
+    peers_changed_ = did = true;
+    if (tally_from_[i].failed_ranks > 0) failures_heard_.fetch_add(1, std::memory_order_release);
   }
+  if (tally_started_)
+    for (MPI_Request& r : tally_send_)
+      if (r != MPI_REQUEST_NULL) Tested(&r);
   if (!own_failure_counted_ &&
       (now - tally_sent_us_ >= kPingUs ||
        std::all_of(tally_send_.begin(), tally_send_.end(), [](MPI_Request r) { return r == MPI_REQUEST_NULL; }))) {

@@ -195,6 +195,7 @@ class Stager {
   Tally tally_in_, tally_out_;
   std::vector<Tally> tally_from_;
   std::vector<MPI_Request> tally_recv_, tally_send_;
+  std::vector<int> arrived_;  // MPI_Testsome's indices
   std::vector<Peer> peer_;
   bool peers_changed_ = false;  // peer_ changed since PollTally last looked: only then is the outcome worked out
   std::vector<int> down_;       // counted down when the tally came out (empty: every rank reported)

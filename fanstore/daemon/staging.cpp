@@ -171,13 +171,14 @@ Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t 
 
 Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged) {
   const std::string src = image_dir + "/" + format::kIndexName, dst = local_dir + "/" + format::kIndexName;
-  int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  int in = open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
   if (in < 0) return Status::FromErrno(errno, "open " + src);
   struct stat sst;
-  if (fstat(in, &sst) != 0) {
+  if (fstat(in, &sst) != 0 || !S_ISREG(sst.st_mode)) {
     int err = errno;
     close(in);
-    return Status::FromErrno(err, "stat " + src);
+    return S_ISREG(sst.st_mode) ? Status::FromErrno(err, "stat " + src)
+                                : Status(Code::kCorrupt, src + " is not a regular file: give the image's directory");
   }
   std::string tmp;
   auto out = CreateTemp(dst, O_WRONLY, sst.st_mode & 07777, staged, &tmp);

@@ -77,7 +77,9 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
   struct stat dir_st;
   const bool cache_is_ours = !opts.node_cache_dir.empty() && ::lstat(opts.node_cache_dir.c_str(), &dir_st) == 0 &&
                              dir_st.st_uid == ::geteuid();
-  if (io.index_file.empty() && cache_is_ours) io.index_file = IndexCopyIn(opts.node_cache_dir);
+  // (Through a daemon the index is the daemon's staged copy, and the trust token names it.)
+  if (io.index_file.empty() && cache_is_ours && !opts.remote)
+    io.index_file = IndexCopyIn(opts.node_cache_dir, opts.image);
   auto img = Image::Open(opts.image, io);
   if (!img.ok()) return img.status();
   ClientOptions o = opts;

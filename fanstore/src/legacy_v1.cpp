@@ -52,7 +52,7 @@ class V1Image {
   Status Open(const std::string& dir) {
     dir_ = dir;
     const std::string path = dir + "/" + format::kIndexName;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO fails below, not waits)
     if (fd < 0) return Status::FromErrno(errno, "cannot open " + path);
     struct stat st;
     if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(v1::kHeaderSize)) {
@@ -125,7 +125,7 @@ class V1Image {
     if (part >= parts_) return Damaged(dir_, "partition id");
     if (part_fds_[part] >= 0) return part_fds_[part];
     const std::string path = dir_ + "/" + part_names_[part];
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO fails below, not waits)
     if (fd < 0) return Status::FromErrno(errno, "cannot open " + path);
     char h[format::kPartHeaderSize];
     Status s = PreadFull(fd, h, sizeof h, 0, part_names_[part]);

@@ -195,30 +195,50 @@ Result<std::string> KeepIndexCopy(const Image& img, const std::string& dir) {
   const std::string copy = dir + "/" + kIndexCopyName;
   struct stat st;
   if (::lstat(copy.c_str(), &st) != 0) {
-    // Written under a temporary name and linked into place whole: a reader never sees a partial copy.
+    // Written under a temporary name and renamed into place whole: a reader never sees a partial copy.
     const std::string tmp = copy + ".tmp." + std::to_string(::getpid());
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
     if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
     Status s = CopyIndexFile(img.IndexFile(), fd);
     if (::close(fd) != 0 && s.ok()) s = Status::FromErrno(errno, "write " + tmp);
-    if (s.ok() && ::link(tmp.c_str(), copy.c_str()) != 0 && errno != EEXIST)
-      s = Status::FromErrno(errno, "link " + copy);
-    ::unlink(tmp.c_str());
+    // One step, never over another run's copy (whose inode, and so trust token, its children use).
+    if (s.ok() && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, copy.c_str(), RENAME_NOREPLACE) != 0 && errno != EEXIST)
+      s = Status::FromErrno(errno, "rename to " + copy);
+    ::unlink(tmp.c_str());  // (gone after a rename; left when another run's copy came first)
     if (!s.ok()) return s;
   }
   ImageOpenOptions io;
   io.index_file = copy;
   auto c = Image::Open(img.dir(), io);
-  if (c.ok() && (*c)->ContentKey() == img.ContentKey()) return (*c)->TrustToken();
+  if (!c.ok()) return c.status();
+  if ((*c)->ContentKey() == img.ContentKey()) return (*c)->TrustToken();
   ::unlink(copy.c_str());  // not this index (it changed while copied): no reader may take it for this one
-  return c.ok() ? Status(Code::kCorrupt, img.IndexFile() + " changed while it was copied") : c.status();
+  return Status(Code::kCorrupt, img.IndexFile() + " changed while it was copied");
 }
 
-std::string IndexCopyIn(const std::string& dir) {
+namespace {
+// The first `n` bytes of `path` (a regular file), or "" (a FIFO is not waited on).
+std::string Head(const std::string& path, size_t n) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "";
+  std::string out(n, '\0');
+  struct stat st;
+  const bool ok =
+      ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::pread(fd, out.data(), n, 0) == static_cast<ssize_t>(n);
+  ::close(fd);
+  return ok ? out : "";
+}
+}  // namespace
+
+std::string IndexCopyIn(const std::string& dir, const std::string& image_dir) {
   if (dir.empty()) return "";
   const std::string copy = dir + "/" + kIndexCopyName;
   struct stat st;
   if (::lstat(copy.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return "";
+  // The copy of this image's index as it stands: the same header (image id, sizes, body checksum). Another image
+  // (a nested program given another FANSTORE_IMAGE) or an index replaced since maps its own.
+  const std::string mine = Head(copy, format::kHeaderSize);
+  if (mine.empty() || mine != Head(image_dir + "/" + format::kIndexName, format::kHeaderSize)) return "";
   return copy;
 }
 

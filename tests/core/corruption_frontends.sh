@@ -210,6 +210,12 @@ if [ $rc -eq 0 ] && grep -q "^after \['a', 'b'\] \['x.txt', 'y.txt', 'z.txt'\] 6
   pass "index overwritten in place under a reader: it keeps the index it started with"
 else fail "index overwritten in place under a reader: rc=$rc out=$(cat "$T/r6.out") err=$(tail -2 "$T/r6.err")"; fi
 if [ "$MODE" = fuse ]; then alive "index overwritten in place"; fi
+# A program under that run given another image (FANSTORE_IMAGE) maps that image's index, not the run's copy.
+if [ "$MODE" = run ]; then
+  got=$("$F" run --image "$T/img" -- env FANSTORE_IMAGE="$T/tiny-img" ls /fanstore 2>/dev/null)
+  if [ "$got" = q ]; then pass "another FANSTORE_IMAGE under a run: its own tree"
+  else fail "another FANSTORE_IMAGE under a run lists '$got', not the tiny image's 'q'"; fi
+fi
 
 echo "corruption_frontends ($MODE): $fails failure(s)"
 [ $fails -eq 0 ]

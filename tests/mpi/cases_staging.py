@@ -276,7 +276,7 @@ def case_staging_failure(ctx):
         log(f"--strict-staging with a hung read on rank 2: mpirun exit {rc} after {time.time() - t0:.1f} s")
         check("ready:" not in out and "every rank stops (--strict-staging)" in out, out)
         check(len(re.findall(r"rank \d exit 1", out)) == 4, "every rank must exit 1:\n" + out)
-        check("did not return within 2 s of a failed start-up; leaving it behind" in out,
+        check("did not return within 2 s of every rank stopping; leaving it behind" in out,
               "rank 2 must say it left its hung read behind:\n" + out)
     finally:
         server.send_signal(signal.SIGCONT)

@@ -130,23 +130,31 @@ Status Mount(const MountOptions& opts) {
   copts.mount = mountpoint;
   copts.cache_bytes = opts.cache_bytes;
   // Alone, the server maps a sealed copy of the index, which a `cp` or `rsync --inplace` over the image cannot
-  // change under it (the daemon's index is its own staged copy already).
-  int index_copy = -1;
+  // change under it (the daemon's index is its own staged copy already). Without one (no memfd, no /proc), it maps
+  // the image's own, and says so.
+  Result<std::unique_ptr<Client>> client = Status(Code::kUnsupported, "no private copy of the index");
   if (opts.daemon_socket.empty()) {
-    index_copy = memfd_create("fanstore-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (index_copy < 0) return Status::FromErrno(errno, "memfd_create for the index's copy");
-    Status s = CopyIndexFile(image + "/index.fsi", index_copy);
-    if (!s.ok()) {
-      close(index_copy);
-      index_copy = -1;  // the image's own index then: Client::Create says what is wrong with it
-    } else {
+    int index_copy = memfd_create("fanstore-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (index_copy < 0) client = Status::FromErrno(errno, "memfd_create");
+    else if (Status s = CopyIndexFile(image + "/index.fsi", index_copy); !s.ok()) client = s;
+    if (client.status().code() == Code::kUnsupported) {
       fcntl(index_copy, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-      copts.index_file = "/proc/self/fd/" + std::to_string(index_copy);
+      ClientOptions with_copy = copts;
+      with_copy.index_file = "/proc/self/fd/" + std::to_string(index_copy);
+      client = Client::Create(with_copy);
     }
+    if (index_copy >= 0) close(index_copy);  // the mapping keeps it
   }
-  Result<std::unique_ptr<Client>> client = Client::Create(copts);
-  if (index_copy >= 0) close(index_copy);  // the mapping keeps it
-  if (!client.ok()) return client.status();
+  if (!client.ok()) {
+    const Status no_copy = client.status();
+    client = Client::Create(copts);
+    if (!client.ok()) return client.status();  // the image's own fault, in the words for it
+    if (opts.daemon_socket.empty())
+      std::fprintf(stderr,
+                   "fanstore mount: warning: no private copy of the index (%s); do not overwrite %s/index.fsi in "
+                   "place while it is mounted\n",
+                   no_copy.ToString().c_str(), image.c_str());
+  }
   // Alone (no daemon to fetch through), a partition that cannot be read here gives EIO for its files, and a
   // detached server's reasons go nowhere: say it now. The other partitions' files are still served.
   if (opts.daemon_socket.empty()) {

@@ -37,8 +37,9 @@ inline constexpr const char* kIndexCopyName = "index.fsi";
 // Returns the copy's trust token (Image::TrustToken) for FANSTORE_INDEX_TRUST.
 Result<std::string> KeepIndexCopy(const Image& img, const std::string& dir);
 
-// The index copy in cache directory `dir` when this user's (KeepIndexCopy made one there), else "": what a
-// fanstore::Client given `dir` maps (ClientOptions::index_file).
-std::string IndexCopyIn(const std::string& dir);
+// The index copy in cache directory `dir` when this user's (KeepIndexCopy made one there) and a copy of the index
+// of `image_dir` as it stands (the same header), else "": what a fanstore::Client given `dir` maps
+// (ClientOptions::index_file).
+std::string IndexCopyIn(const std::string& dir, const std::string& image_dir);
 
 }  // namespace fanstore
