@@ -384,9 +384,8 @@ bool Stager::TestTallies(int64_t now) {
     peers_changed_ = did = true;
     if (tally_from_[i].failed_ranks > 0) failures_heard_.fetch_add(1, std::memory_order_release);
   }
-  if (tally_started_)
-    for (MPI_Request& r : tally_send_)
-      if (r != MPI_REQUEST_NULL) Tested(&r);
+  for (MPI_Request& r : tally_send_)  // (all null before StartTally)
+    if (r != MPI_REQUEST_NULL) Tested(&r);
   if (!own_failure_counted_ &&
       (now - tally_sent_us_ >= kPingUs ||
        std::all_of(tally_send_.begin(), tally_send_.end(), [](MPI_Request r) { return r == MPI_REQUEST_NULL; }))) {

@@ -75,8 +75,8 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
   io.trust_token = opts.index_trust;
   io.index_file = opts.index_file;
   struct stat dir_st;
-  const bool cache_is_ours = !opts.node_cache_dir.empty() && ::lstat(opts.node_cache_dir.c_str(), &dir_st) == 0 &&
-                             dir_st.st_uid == ::geteuid();
+  const bool have_cache = !opts.node_cache_dir.empty() && ::lstat(opts.node_cache_dir.c_str(), &dir_st) == 0;
+  const bool cache_is_ours = have_cache && dir_st.st_uid == ::geteuid();
   // (Through a daemon the index is the daemon's staged copy, and the trust token names it.)
   if (io.index_file.empty() && cache_is_ours && !opts.remote)
     io.index_file = IndexCopyIn(opts.node_cache_dir, opts.image);
@@ -85,7 +85,7 @@ Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& opts) {
   ClientOptions o = opts;
   o.mount = NormalizeAbsolute(opts.mount);
   std::unique_ptr<Client> c(new Client(std::move(o), std::move(img).value()));
-  if (!c->opts_.node_cache_dir.empty() && !cache_is_ours && ::lstat(c->opts_.node_cache_dir.c_str(), &dir_st) == 0) {
+  if (have_cache && !cache_is_ours) {
     // The cache is private (0700) to the user who started `fanstore run`; a job that then switched users (a root
     // entrypoint's setpriv, runuser, gosu) decodes per process. Said by the first process of the new user only.
     if (ParentEuid() == static_cast<long>(dir_st.st_uid))

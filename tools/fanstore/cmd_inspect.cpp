@@ -277,12 +277,9 @@ void AddVerify(CLI::App& app, int& exit_code) {
       exit_code = Fail("verify", denied == bad ? what +
                                                      "cannot be read by this user (listed above): check the "
                                                      "permissions of the partition files named there"
-                                 : denied > 0 ? what +
-                                                    "are damaged or unreadable (listed above): fix the permissions "
-                                                    "named there, and copy the image again or re-pack"
-                                              : what +
-                                                    "are damaged or unreadable (listed above): copy the image "
-                                                    "again or re-pack");
+                                               : what + "are damaged or unreadable (listed above): " +
+                                                     (denied > 0 ? "fix the permissions named there, and " : "") +
+                                                     "copy the image again or re-pack");
       return;
     }
     std::printf("verified %" PRIu64 " files (%s): all checksums match\n", s.files, HumanBytes(s.bytes_in).c_str());

@@ -88,6 +88,22 @@ struct Session {
   }
 };
 
+// A client on a sealed memfd copy of the image's index, which a `cp` or `rsync --inplace` over the image cannot
+// change under this long-lived server; an error where no copy can be made (no memfd, no /proc).
+Result<std::unique_ptr<Client>> ClientOnIndexCopy(ClientOptions o) {
+  int fd = memfd_create("fanstore-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::FromErrno(errno, "memfd_create");
+  if (Status s = CopyIndexFile(o.image + "/index.fsi", fd); !s.ok()) {
+    close(fd);
+    return s;
+  }
+  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  o.index_file = "/proc/self/fd/" + std::to_string(fd);
+  auto client = Client::Create(o);
+  close(fd);  // the mapping keeps it
+  return client;
+}
+
 }  // namespace
 
 Status Mount(const MountOptions& opts) {
@@ -129,32 +145,20 @@ Status Mount(const MountOptions& opts) {
   }
   copts.mount = mountpoint;
   copts.cache_bytes = opts.cache_bytes;
-  // Alone, the server maps a sealed copy of the index, which a `cp` or `rsync --inplace` over the image cannot
-  // change under it (the daemon's index is its own staged copy already). Without one (no memfd, no /proc), it maps
-  // the image's own, and says so.
-  Result<std::unique_ptr<Client>> client = Status(Code::kUnsupported, "no private copy of the index");
-  if (opts.daemon_socket.empty()) {
-    int index_copy = memfd_create("fanstore-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (index_copy < 0) client = Status::FromErrno(errno, "memfd_create");
-    else if (Status s = CopyIndexFile(image + "/index.fsi", index_copy); !s.ok()) client = s;
-    if (client.status().code() == Code::kUnsupported) {
-      fcntl(index_copy, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-      ClientOptions with_copy = copts;
-      with_copy.index_file = "/proc/self/fd/" + std::to_string(index_copy);
-      client = Client::Create(with_copy);
-    }
-    if (index_copy >= 0) close(index_copy);  // the mapping keeps it
-  }
-  if (!client.ok()) {
+  // Alone, the server maps a copy of the index (ClientOnIndexCopy); where none can be made, the image's own, after
+  // one warning. The daemon's index is its own staged copy already.
+  const bool alone = opts.daemon_socket.empty();
+  Result<std::unique_ptr<Client>> client = alone ? ClientOnIndexCopy(copts) : Client::Create(copts);
+  if (!client.ok() && alone) {
     const Status no_copy = client.status();
     client = Client::Create(copts);
-    if (!client.ok()) return client.status();  // the image's own fault, in the words for it
-    if (opts.daemon_socket.empty())
+    if (client.ok())
       std::fprintf(stderr,
                    "fanstore mount: warning: no private copy of the index (%s); do not overwrite %s/index.fsi in "
                    "place while it is mounted\n",
                    no_copy.ToString().c_str(), image.c_str());
   }
+  if (!client.ok()) return client.status();  // the image's own fault, in the words for it
   // Alone (no daemon to fetch through), a partition that cannot be read here gives EIO for its files, and a
   // detached server's reasons go nowhere: say it now. The other partitions' files are still served.
   if (opts.daemon_socket.empty()) {
