@@ -106,45 +106,89 @@ std::map<std::string, double> reduction_terms(const Model& m, std::int64_t batch
   return terms;
 }
 
-}  // namespace
+// The serial runs a check compares against: the reference, and with calibration two more on inputs one ulp away,
+// up on every 7th element and down on others. The sensitivity is the larger change: one such sample can fall well
+// under another, and the split's own rounding differs with the CPU's kernels (AVX2 or AVX-512). The runs do not
+// depend on the grid, so one reference serves every grid of the same total batch.
+struct SerialReference {
+  Tensor x, dy;  // the serial input and output gradient
+  SerialRun ref;
+  std::vector<SerialRun> nudged;
+  std::map<std::string, double> terms;
+};
 
-double TensorError::bound(double tolerance) const { return std::max({tolerance, 4 * sensitivity, 4 * accumulation}); }
-
-ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
-                                std::int64_t batch_per_group, const GridShape& grid, DistributedOptions options,
-                                ExactnessOptions check) {
+// Every rank needs every run; run i is computed by rank i % size (each from the same running statistics) and
+// broadcast, so the ranks share the work instead of each repeating it.
+SerialReference serial_reference(const std::function<std::unique_ptr<Model>(std::int64_t)>& build, std::int64_t batch,
+                                 const ExactnessOptions& check) {
   Communicator& w = world();
-  const std::int64_t groups = grid.samples;
-  auto serial = build(batch_per_group * groups);
-  auto split = build(batch_per_group);
-  if (check.norm_shift != 0) {
-    shift_norms(*serial, check.norm_shift);
-    shift_norms(*split, check.norm_shift);
-  }
-  Backend& b = split->backend();
+  auto serial = build(batch);
+  if (check.norm_shift != 0) shift_norms(*serial, check.norm_shift);
   const std::vector<float> buffers_before = serial->parameters().read(Arena::Buffers);
-
-  // The serial run (every rank computes it: it is the reference), and with calibration twice more on
-  // inputs one ulp away, up on every 7th element and down on others (restoring the running statistics that the
-  // first run updated). The sensitivity is the larger change: one such sample can fall well under another, and
-  // the split's own rounding differs with the CPU's kernels (AVX2 or AVX-512).
   const Tensor x = random_tensor(serial->input_shape(), 1);
   const Tensor dy = random_tensor(serial->output_shape(), 1000);
-  const SerialRun ref = run_serial(*serial, x, dy);
-  std::vector<SerialRun> nudged;
-  if (check.calibrate) {
+  std::vector<Tensor> inputs{x};
+  if (check.calibrate)
     for (const auto& [first, factor] :
          {std::pair{std::int64_t{0}, 1.0f + 1e-7f}, std::pair{std::int64_t{3}, 1.0f - 1e-7f}}) {
       Tensor x2 = x.clone();
       for (std::int64_t i = first; i < x2.numel(); i += 7) x2[i] *= factor;
+      inputs.push_back(std::move(x2));
+    }
+  std::vector<SerialRun> runs(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const int root = static_cast<int>(i % static_cast<std::size_t>(w.size()));
+    SerialRun& r = runs[i];
+    if (w.rank() == root) {
       serial->parameters().write(Arena::Buffers, buffers_before);
-      nudged.push_back(run_serial(*serial, x2, dy));
+      r = run_serial(*serial, inputs[i], dy);
+    } else {
+      r.y = Tensor::zeros(serial->output_shape());
+      r.dx = Tensor::zeros(serial->input_shape());
+      r.gradients.resize(serial->parameters().read(Arena::Gradients).size());
+      r.buffers.resize(buffers_before.size());
     }
   }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const int root = static_cast<int>(i % static_cast<std::size_t>(w.size()));
+    SerialRun& r = runs[i];
+    w.broadcast(r.y.data(), static_cast<std::size_t>(r.y.numel()) * sizeof(float), root);
+    w.broadcast(r.dx.data(), static_cast<std::size_t>(r.dx.numel()) * sizeof(float), root);
+    w.broadcast(r.gradients.data(), r.gradients.size() * sizeof(float), root);
+    w.broadcast(r.buffers.data(), r.buffers.size() * sizeof(float), root);
+  }
+  SerialReference out;
+  out.x = x;
+  out.dy = dy;
+  out.ref = std::move(runs[0]);
+  out.nudged.assign(std::make_move_iterator(runs.begin() + 1), std::make_move_iterator(runs.end()));
+  out.terms = reduction_terms(*serial, batch);
+  return out;
+}
+
+}  // namespace
+
+double TensorError::bound(double tolerance) const { return std::max({tolerance, 4 * sensitivity, 4 * accumulation}); }
+
+namespace {
+
+// check_exactness against a serial reference of batch batch_per_group x grid.samples.
+ExactnessReport compare_to(const SerialReference& serial,
+                           const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
+                           std::int64_t batch_per_group, const GridShape& grid, const DistributedOptions& options,
+                           const ExactnessOptions& check) {
+  Communicator& w = world();
+  const std::int64_t groups = grid.samples;
+  auto split = build(batch_per_group);
+  if (check.norm_shift != 0) shift_norms(*split, check.norm_shift);
+  Backend& b = split->backend();
+  const Tensor& x = serial.x;
+  const Tensor& dy = serial.dy;
+  const SerialRun& ref = serial.ref;
   // The serial run's one-ulp sensitivity of one tensor (0 without calibration): the largest change of the nudged runs.
-  auto sensitivity = [&nudged](const std::function<double(const SerialRun&)>& change) {
+  auto sensitivity = [&serial](const std::function<double(const SerialRun&)>& change) {
     double worst = 0;
-    for (const SerialRun& n : nudged) worst = std::max(worst, change(n));
+    for (const SerialRun& n : serial.nudged) worst = std::max(worst, change(n));
     return worst;
   };
 
@@ -176,7 +220,7 @@ ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::
   std::vector<float> summed = gt.read(Arena::Gradients);
   w.sum(summed.data(), summed.size());
   for (auto& v : summed) v /= static_cast<float>(groups);
-  const auto terms = reduction_terms(*serial, batch_per_group * groups);
+  const auto& terms = serial.terms;
   for (const auto& e : gt.parameters()) {
     const auto n = e.shape.numel();
     r.parameters.push_back({e.name, error_of(summed.data() + e.offset, ref.gradients.data() + e.offset, n),
@@ -216,6 +260,15 @@ ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::
   return r;
 }
 
+}  // namespace
+
+ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
+                                std::int64_t batch_per_group, const GridShape& grid, DistributedOptions options,
+                                ExactnessOptions check) {
+  return compare_to(serial_reference(build, batch_per_group * grid.samples, check), build, batch_per_group, grid,
+                    options, check);
+}
+
 void print_report(const std::string& what, const GridShape& grid, const ExactnessReport& r) {
   if (world().rank() != 0) return;
   double buffers = 0;
@@ -236,9 +289,12 @@ void print_report(const std::string& what, const GridShape& grid, const Exactnes
 void expect_exact(const std::string& what, const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
                   std::int64_t batch_per_group, const std::vector<GridShape>& grids, DistributedOptions options,
                   ExactnessOptions check) {
+  std::map<std::int64_t, SerialReference> serial;  // by total batch
   for (const auto& g : grids) {
     if (g.ranks() != world().size()) continue;
-    const auto r = check_exactness(build, batch_per_group, g, options, check);
+    const std::int64_t batch = batch_per_group * g.samples;
+    if (!serial.count(batch)) serial.emplace(batch, serial_reference(build, batch, check));
+    const auto r = compare_to(serial.at(batch), build, batch_per_group, g, options, check);
     print_report(what, g, r);
     EXPECT_LE(r.worst_ratio, 1.0) << what << " " << g.to_string() << ": " << r.worst;
   }
