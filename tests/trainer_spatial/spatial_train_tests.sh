@@ -350,10 +350,9 @@ one_line_errors)
   echo "ok   a file one rank reads ends the job: $(grep -m1 "^fanstore-train: error: " err.txt)"
   ;;
 learn_cosmoflow_grid)
-  # The serial learning test's recipe (Adam 1e-3 after a warm-up epoch, cosine) and threshold, on a
-  # 1,2,2,1 grid (64^3: every layer split 2 x 2). 8 epochs:
-  # with 6 the MAE ended at ~0.39 against a threshold of 0.37, serially and on the grid alike.
-  "$datagen" cosmoflow -o data --samples 96 --size 64 --seed 3 > /dev/null
+  # The serial learning test (learn_cosmoflow: its data, recipe and threshold) on a 1,2,2,1 grid: at 32^3 the
+  # early layers are split 2 x 2 and the small tail runs on fewer ranks.
+  "$datagen" cosmoflow -o data --samples 160 --size 32 --seed 3 > /dev/null
   mpirun_n 4 "$train" --model cosmoflow --grid 1,2,2,1 --data data/train --val data/val --epochs 8 --batch 4 \
     --lr 0.001 --optimizer adam --warmup-epochs 1 --schedule cosine --threads 1 --prefetch-threads 1 --seed 1 \
     --checkpoint ck
