@@ -19,6 +19,7 @@ PACKAGES=(
   patchelf binutils  # scripts/bundle.sh: relocatable RPATHs, debug info kept aside
   fio busybox-static rsync libaio-dev liburing-dev util-linux
   gnuplot-nox
+  gdb  # tests/slurm: the backtrace of a task that dumped core
   squashfs-tools squashfuse strace  # scripts/bench/env.sh: the mksquashfs + squashfuse columns, metadata calls counted
   sshfs openssh-server openssh-client  # scripts/bench/staging.sh: the shared file system, served from its own namespace
 )

@@ -28,8 +28,11 @@ case $mode in
       await checked
     fi
     # Small and short on purpose: 8 ranks share 2 cores. One thread each; batch 1 per rank.
-    "$train" --model cosmoflow --data /fanstore/train --val /fanstore/val --checkpoint "$work/checkpoint" \
-      --epochs 1 --batch 1 --threads 1 --prefetch-threads 1 --lr 0.001 --optimizer adam --seed 7
+    # A crash leaves its core in WORK/cores/TASK for slurm_test.sh to print a backtrace of.
+    mkdir -p "$work/cores/$rank"
+    (ulimit -c unlimited 2>/dev/null || true; cd "$work/cores/$rank" && exec "$train" --model cosmoflow \
+      --data /fanstore/train --val /fanstore/val --checkpoint "$work/checkpoint" \
+      --epochs 1 --batch 1 --threads 1 --prefetch-threads 1 --lr 0.001 --optimizer adam --seed 7)
     diff -r /fanstore "$src"
     files=$(find /fanstore -type f | wc -l)
     echo "compare: rank $rank on $node: $files files identical to the source"

@@ -166,6 +166,11 @@ check "the 8 regular partitions are spread over the nodes, each staged once" \
 touch "$work/checked"
 
 finish_job "$job" 300
+# A task that crashed: its backtrace, for the failure below (the kernel's core_pattern may send cores elsewhere).
+{ find "$work/cores" -type f -name "core*" 2>/dev/null || true; } | while read -r core; do
+  echo "core dump $core:"
+  gdb -batch -nx -ex 'thread apply all bt' "$train" "$core" 2>&1 | grep -E '^(#|Thread|Program)' | head -80 | sed 's/^/  | /'
+done
 check "job 1 completed with exit code 0" grep -q 'JobState=COMPLETED ExitCode=0:0' <<<"$state"
 check "the daemons formed one 4-rank job" grep -q 'fanstore serve: ready: 4 ranks, 8 partitions + 1 replicated' <<<"$out"
 check "fanstore-train ran data-parallel on 8 ranks to its summary" \
