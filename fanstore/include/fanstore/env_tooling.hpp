@@ -21,7 +21,7 @@ namespace fanstore::env {
     "all cores (`build.sh`), 2 (`build_drivers.sh`)")                                                                       \
   X(kCtestJobs, "CTEST_JOBS", Scope::kScript, "`scripts/test.sh`", "tests run in parallel", "2")                            \
   X(kSlowTests, "FANSTORE_SLOW_TESTS", Scope::kScript, "`scripts/test.sh`",                                                 \
-    "`1`: also run the tests labelled `slow` (e.g. `mpi_kill_stress_25`, `bench.quick`)", "off")                            \
+    "`1`: also run the tests labelled `slow` or `long` (e.g. `mpi_kill_stress_25`, `bench.quick`)", "off")                  \
   X(kDemoDir, "DEMO_DIR", Scope::kScript, "`scripts/demo.sh`", "where the demo writes its data, images and runs",           \
     "a new `/tmp/fanstore-demo.*`")                                                                                         \
   X(kBenchTmpfs, "BENCH_TMPFS", Scope::kScript, "`scripts/bench.sh`", "tmpfs directory for the benchmark trees",            \
