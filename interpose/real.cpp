@@ -11,6 +11,7 @@
 namespace fanstore::interpose {
 
 std::atomic<void*> g_real[static_cast<int>(Sym::kCount)];
+char g_missing_real;
 
 namespace {
 const char* const kNames[] = {
@@ -18,14 +19,12 @@ const char* const kNames[] = {
 #include "symbols.inc"
 #undef FS_SYM
 };
-// A missing symbol is remembered with this marker so dlsym is not retried on every call.
-char g_missing_marker;
 }  // namespace
 
 void* ResolveReal(Sym s) {
   std::atomic<void*>& slot = g_real[static_cast<int>(s)];
   void* p = slot.load(std::memory_order_acquire);
-  if (p == &g_missing_marker) return nullptr;
+  if (p == &g_missing_real) return nullptr;
   if (p != nullptr) return p;
   // dlsym may allocate or take loader locks; it never calls the file functions we wrap on glibc 2.36,
   // and the reentrancy guard would send such a call straight to libc anyway. Two threads racing here
@@ -35,7 +34,7 @@ void* ResolveReal(Sym s) {
   if (p == nullptr) {
     WriteLine("fanstore: no library after libfanstore_preload.so defines ", kNames[static_cast<int>(s)],
               "; calls to it fail with ENOSYS");
-    slot.store(&g_missing_marker, std::memory_order_release);
+    slot.store(&g_missing_real, std::memory_order_release);
     return nullptr;
   }
   slot.store(p, std::memory_order_release);

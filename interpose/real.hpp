@@ -22,15 +22,19 @@ enum class Sym : int {
 };
 
 extern std::atomic<void*> g_real[static_cast<int>(Sym::kCount)];
+// What a slot holds once dlsym found no such symbol, so that it is not looked up on every call.
+extern char g_missing_real;
 
 // Slow path: dlsym(RTLD_NEXT, name) and publish the result. A symbol libc lacks is reported once, by
 // name, on stderr; the wrapper then fails with ENOSYS instead of crashing.
 void* ResolveReal(Sym s);
 
+// The real function, or nullptr when no library after ours defines it.
 template <class Fn>
 inline Fn RealFn(Sym s) {
   void* p = g_real[static_cast<int>(s)].load(std::memory_order_acquire);
   if (__builtin_expect(p == nullptr, 0)) p = ResolveReal(s);
+  if (__builtin_expect(p == &g_missing_real, 0)) return nullptr;
   return reinterpret_cast<Fn>(p);
 }
 

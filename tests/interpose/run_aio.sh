@@ -21,4 +21,17 @@ for img in zstd raw; do
     fi
   done
 done
+# A program without libaio or liburing that finds their names in the global scope (ours, exported by the preload
+# library) gets -ENOSYS on every call, never a jump into the marker of a symbol found missing.
+echo "== io_setup and io_uring_queue_init without their libraries, three calls each"
+if ! "$fanstore" run --image "$tmp/zstd" --mount /fanstore -- "${FANSTORE_PYTHON:-/usr/bin/python3}" -c '
+import ctypes, errno
+lib = ctypes.CDLL(None)
+for name, args in (("io_setup", (1, ctypes.byref(ctypes.c_void_p()))),
+                   ("io_uring_queue_init", (8, ctypes.create_string_buffer(512), 0))):
+    got = [getattr(lib, name)(*args) for _ in range(3)]
+    assert got == [-errno.ENOSYS] * 3, (name, got)
+print("ok: -ENOSYS three times each")'; then
+  status=1
+fi
 exit $status
