@@ -8,6 +8,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -126,6 +127,9 @@ class V1Image {
     if (part_fds_[part] >= 0) return part_fds_[part];
     const std::string path = dir_ + "/" + part_names_[part];
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO fails below, not waits)
+    if (fd < 0 && errno == ENOENT)
+      return Status(Code::kNotFound,
+                    "partition " + path + " is missing: copy it next to the image's index.fsi, then convert again");
     if (fd < 0) return Status::FromErrno(errno, "cannot open " + path);
     char h[format::kPartHeaderSize];
     Status s = PreadFull(fd, h, sizeof h, 0, part_names_[part]);

@@ -145,6 +145,17 @@ printf 'Z' | dd of="$T/v1bad/part-00001.fsp" bs=1 seek=2000 conv=notrunc 2>/dev/
 expect_rc 1 "$F" convert "$T/v1bad" -o "$T/v2bad"
 grep -q 'in the old image' "$T/err" || fail "convert of a damaged image: $(cat "$T/err")"
 [ ! -e "$T/v2bad" ] || fail "a failed convert left $T/v2bad"
+# A missing partition says what to copy; a FIFO in place of a partition or of the index is refused, never waited on.
+cp -r "$V1" "$T/v1gone" && rm "$T/v1gone/part-00001.fsp"
+expect_rc 1 "$F" convert "$T/v1gone" -o "$T/v2gone"
+grep -q 'part-00001.fsp is missing: copy it next to the image.s index.fsi, then convert again' "$T/err" ||
+  fail "convert, missing partition: $(cat "$T/err")"
+rm "$T/v1gone/index.fsi" && mkfifo "$T/v1gone/index.fsi"
+expect_rc 1 timeout 10 "$F" convert "$T/v1gone" -o "$T/v2gone"
+cp "$V1/index.fsi" "$T/v1gone/index.fsi.new" && mv "$T/v1gone/index.fsi.new" "$T/v1gone/index.fsi"
+mkfifo "$T/v1gone/part-00001.fsp"
+expect_rc 1 timeout 10 "$F" convert "$T/v1gone" -o "$T/v2gone"
+[ ! -e "$T/v2gone" ] || fail "a failed convert left $T/v2gone"
 
 # pack --chunk: sizes with suffixes, the limits refused with one line
 expect_rc 0 "$F" pack "$T/src" -o "$T/c64" --chunk 64K

@@ -144,13 +144,17 @@ TEST(FuseCli, MissingPartitionIsNamedBeforeDetaching) {
   EXPECT_EQ(RunCommand({"/usr/bin/fusermount3", "-u", mp}).exit_code, 0);
 }
 
-TEST(FuseCli, CacheBudgetOutOfRange) {
+TEST(FuseCli, CacheBudgetOrThreadsOutOfRange) {
   for (const char* mib : {"-5", "17592186044416"}) {
     const std::string mp = NewDir(std::string("cache") + mib);
     ExpectOneLineError(RunCommand({CliPath(), "mount", "--cache-mib", mib, "--image", Env().image, mp}),
                        "--cache-mib " + std::string(mib) + " is outside");
     EXPECT_FALSE(IsMounted(mp));
   }
+  const std::string mp = NewDir("threads");
+  ExpectOneLineError(RunCommand({CliPath(), "mount", "--threads", "-1", "--image", Env().image, mp}),
+                     "--threads -1 is outside 0-100000; use 0 for libfuse's default");
+  EXPECT_FALSE(IsMounted(mp));
 }
 
 TEST(FuseCli, MissingFuseDevice) {

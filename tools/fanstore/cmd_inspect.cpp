@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
@@ -244,10 +245,11 @@ void AddInfo(CLI::App& app, int& exit_code) {
     std::printf("partitions: %u regular%s\n", s.parts, s.replicated_part != kNoPartition ? " + 1 replicated" : "");
     for (uint32_t p = 0; p < s.part_bytes.size(); ++p) {
       std::string path = img->PartitionPath(p);
-      // MISSING, or why it cannot be read whole, in the words a read gives.
+      // MISSING (no such file), or why it cannot be read whole, in the words a read gives.
       std::string why;
+      struct stat pst;
       if (Status ps = img->PartitionWhole(p); !ps.ok())
-        why = ps.message().find(" is missing") != std::string::npos ? "  MISSING" : "  BAD: " + ps.message();
+        why = ::lstat(path.c_str(), &pst) != 0 && errno == ENOENT ? "  MISSING" : "  BAD: " + ps.message();
       std::printf("  %-16s %12s %10" PRIu64 " files%s%s\n", path.substr(path.find_last_of('/') + 1).c_str(),
                   HumanBytes(s.part_bytes[p]).c_str(), s.part_files[p], p == s.replicated_part ? "  (replicated)" : "",
                   why.c_str());

@@ -33,7 +33,8 @@ void AddMountCommand(CLI::App& app, int& exit_code) {
       ->allow_extra_args(false);  // one value per -o, so `-o ro MOUNTPOINT` leaves the mount point alone
   cmd->add_option("--threads", opts->threads, "most FUSE worker threads (0: libfuse's default)")
       ->type_name("N")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(InRange(0, 100000, "use 0 for libfuse's default, or a thread count"));
   cmd->add_option("--cache-mib", *cache_mib, "the server's decoded-chunk cache budget, in MiB")
       ->type_name("N")
       ->capture_default_str()
