@@ -55,10 +55,10 @@ class V1Image {
     const std::string path = dir + "/" + format::kIndexName;
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO fails below, not waits)
     if (fd < 0) return Status::FromErrno(errno, "cannot open " + path);
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(v1::kHeaderSize)) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(v1::kHeaderSize)) {
       ::close(fd);
-      return Damaged(dir, "index.fsi is truncated");
+      return Damaged(dir, S_ISREG(st.st_mode) ? "index.fsi is truncated" : "index.fsi is not a regular file");
     }
     len_ = static_cast<size_t>(st.st_size);
     void* p = ::mmap(nullptr, len_, PROT_READ, MAP_PRIVATE, fd, 0);

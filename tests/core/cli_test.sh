@@ -152,6 +152,7 @@ grep -q 'part-00001.fsp is missing: copy it next to the image.s index.fsi, then 
   fail "convert, missing partition: $(cat "$T/err")"
 rm "$T/v1gone/index.fsi" && mkfifo "$T/v1gone/index.fsi"
 expect_rc 1 timeout 10 "$F" convert "$T/v1gone" -o "$T/v2gone"
+grep -q 'index.fsi is not a regular file' "$T/err" || fail "convert, FIFO index: $(cat "$T/err")"
 cp "$V1/index.fsi" "$T/v1gone/index.fsi.new" && mv "$T/v1gone/index.fsi.new" "$T/v1gone/index.fsi"
 mkfifo "$T/v1gone/part-00001.fsp"
 expect_rc 1 timeout 10 "$F" convert "$T/v1gone" -o "$T/v2gone"
