@@ -166,12 +166,6 @@ SerialReference serial_reference(const std::function<std::unique_ptr<Model>(std:
   return out;
 }
 
-}  // namespace
-
-double TensorError::bound(double tolerance) const { return std::max({tolerance, 4 * sensitivity, 4 * accumulation}); }
-
-namespace {
-
 // check_exactness against a serial reference of batch batch_per_group x grid.samples.
 ExactnessReport compare_to(const SerialReference& serial,
                            const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
@@ -261,6 +255,8 @@ ExactnessReport compare_to(const SerialReference& serial,
 }
 
 }  // namespace
+
+double TensorError::bound(double tolerance) const { return std::max({tolerance, 4 * sensitivity, 4 * accumulation}); }
 
 ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
                                 std::int64_t batch_per_group, const GridShape& grid, DistributedOptions options,
