@@ -257,7 +257,8 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   char h[kPartHeaderSize];
   struct stat st {};
   Status s;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+  if (::fstat(fd, &st) != 0) s = Status::FromErrno(errno, "cannot stat partition " + path);
+  else if (!S_ISREG(st.st_mode))
     s = Status(Code::kCorrupt,
                "partition " + path + " is not a regular file: copy the image's partitions next to its index");
   if (s.ok()) s = PreadFull(fd, h, sizeof h, 0, name);

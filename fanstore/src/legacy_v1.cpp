@@ -56,7 +56,12 @@ class V1Image {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO fails below, not waits)
     if (fd < 0) return Status::FromErrno(errno, "cannot open " + path);
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(v1::kHeaderSize)) {
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "cannot stat " + path);
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(v1::kHeaderSize)) {
       ::close(fd);
       return Damaged(dir, S_ISREG(st.st_mode) ? "index.fsi is truncated" : "index.fsi is not a regular file");
     }

@@ -1,4 +1,4 @@
-# meta.labels: every ctest test carries labels from the agreed set only (so `ctest -L`, `-LE slow` and the label
+# meta.labels: every ctest test carries labels from the agreed set only (so `ctest -L`, `-LE 'slow|long'` and the label
 # time summary cover the whole suite, and a typo is caught). Run by ctest:
 #   cmake -DCTEST=<ctest> -DBUILD=<build dir> -DALLOWED="core;interpose;..." -P check_labels.cmake
 cmake_minimum_required(VERSION 3.20)

@@ -47,8 +47,8 @@ struct ExactnessOptions {
   float norm_shift = 0;
 };
 
-// `build(batch)` makes the model (called twice: the serial instance with batch S * B and the split one
-// with batch B per sample group; the same seed gives the same parameters). Runs on the world
+// `build(batch)` makes the model (the serial instance with batch S * B and the split one with batch B per
+// sample group; the same seed gives the same parameters). Runs on the world
 // communicator with `grid`. Sample group g takes samples [g*B, (g+1)*B) of the serial batch and the
 // output gradient of its loss, a mean over its B samples (S times the serial one); the gradients
 // summed over all ranks and divided by S (what GradientAllreduce does) must be the serial ones.

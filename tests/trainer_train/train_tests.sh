@@ -421,7 +421,8 @@ PY
 ltfb_grid)
   # 4 ranks as 2 trainers, each on the spatial grid 1,2,1,1 with its weights sharded (--shard-weights: the state
   # is captured by a gather over the spatial group, installed part by part): the exchange goes rank to rank.
-  # 64^3: at 32^3 CosmoFlow's last pooling has D = 1, which 2 ranks cannot split (no per-layer distributions yet).
+  # 64^3: every layer is split along D, so the state is captured and installed in parts over the whole model
+  # (at 32^3 the 1^3 tail would run unsplit).
   "$datagen" cosmoflow -o data --samples 16 --size 64 --seed 3 --val-fraction 0 > /dev/null
   mpirun_n 4 "$train" --model cosmoflow --data data/train --epochs 1 --batch 1 --optimizer sgd --lr 0.01 --threads 1 \
     --prefetch-threads 1 --trainers 2 --grid 1,2,1,1 --shard-weights --ltfb-interval 3 --max-steps 6 \
