@@ -63,6 +63,34 @@ TEST(PackTest, DeterministicAcrossRunsAndThreadCounts) {
   EXPECT_TRUE(a == b);
 }
 
+// Holes are read as zeros without reading them (SEEK_DATA): data before, between and after holes, unaligned to
+// chunks and blocks, a file that begins with a hole and one that ends in one, all read back byte for byte.
+TEST(PackTest, SparseFilesReadBackExactly) {
+  TempDir tmp;
+  test::MakeDirs(tmp / "src");
+  auto sparse = [&](const std::string& name, uint64_t size, const std::vector<std::pair<uint64_t, std::string>>& data) {
+    int fd = ::open((tmp / "src/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
+    for (const auto& [at, bytes] : data)
+      ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at)), static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+  };
+  const std::string a(5000, 'a'), b(70000, 'b');
+  sparse("middle", (5u << 20) + 3, {{0, a}, {(1u << 20) + 8192, a}, {(3u << 20) + 5, b}, {(5u << 20) - 2, "zz"}});
+  sparse("leading", (2u << 20) + 11, {{2u << 20, "end"}});
+  sparse("trailing", (3u << 20) + 7, {{100, b}});
+  sparse("allhole", (1u << 20) + 1, {});
+  ASSERT_TRUE(test::PackTree(tmp / "src", tmp / "img", 2, {}, 2, nullptr, 1u << 20).ok());
+  auto img = test::OpenOrDie(tmp / "img");
+  ASSERT_TRUE(img);
+  for (const char* name : {"middle", "leading", "trailing", "allhole"}) {
+    std::string want = test::ReadAll(tmp / "src/" + std::string(name));
+    EXPECT_EQ(test::ReadImageFile(*img, name), want) << name;
+    EXPECT_TRUE(img->CheckFile(*img->Lookup(name)).ok()) << name;
+  }
+}
+
 TEST(PackTest, EdgeCaseNames) {
   TempDir tmp;
   const std::string src = tmp / "src";
