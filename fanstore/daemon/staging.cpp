@@ -174,11 +174,14 @@ Status StageIndex(const std::string& image_dir, const std::string& local_dir, St
   int in = open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
   if (in < 0) return Status::FromErrno(errno, "open " + src);
   struct stat sst;
-  if (fstat(in, &sst) != 0 || !S_ISREG(sst.st_mode)) {
+  if (fstat(in, &sst) != 0) {
     int err = errno;
     close(in);
-    return S_ISREG(sst.st_mode) ? Status::FromErrno(err, "stat " + src)
-                                : Status(Code::kCorrupt, src + " is not a regular file: give the image's directory");
+    return Status::FromErrno(err, "stat " + src);
+  }
+  if (!S_ISREG(sst.st_mode)) {
+    close(in);
+    return Status(Code::kCorrupt, src + " is not a regular file: give the image's directory");
   }
   std::string tmp;
   auto out = CreateTemp(dst, O_WRONLY, sst.st_mode & 07777, staged, &tmp);

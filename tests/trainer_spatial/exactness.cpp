@@ -135,27 +135,28 @@ SerialReference serial_reference(const std::function<std::unique_ptr<Model>(std:
       for (std::int64_t i = first; i < x2.numel(); i += 7) x2[i] *= factor;
       inputs.push_back(std::move(x2));
     }
+  auto root = [&w](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(w.size())); };
+  const std::size_t gradients = serial->parameters().read(Arena::Gradients).size();
   std::vector<SerialRun> runs(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const int root = static_cast<int>(i % static_cast<std::size_t>(w.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {  // every rank its own runs first, then all broadcasts
     SerialRun& r = runs[i];
-    if (w.rank() == root) {
+    if (w.rank() == root(i)) {
       serial->parameters().write(Arena::Buffers, buffers_before);
       r = run_serial(*serial, inputs[i], dy);
     } else {
       r.y = Tensor::zeros(serial->output_shape());
       r.dx = Tensor::zeros(serial->input_shape());
-      r.gradients.resize(serial->parameters().read(Arena::Gradients).size());
+      r.gradients.resize(gradients);
       r.buffers.resize(buffers_before.size());
     }
   }
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const int root = static_cast<int>(i % static_cast<std::size_t>(w.size()));
     SerialRun& r = runs[i];
-    w.broadcast(r.y.data(), static_cast<std::size_t>(r.y.numel()) * sizeof(float), root);
-    w.broadcast(r.dx.data(), static_cast<std::size_t>(r.dx.numel()) * sizeof(float), root);
-    w.broadcast(r.gradients.data(), r.gradients.size() * sizeof(float), root);
-    w.broadcast(r.buffers.data(), r.buffers.size() * sizeof(float), root);
+    const int from = root(i);
+    w.broadcast(r.y.data(), static_cast<std::size_t>(r.y.numel()) * sizeof(float), from);
+    w.broadcast(r.dx.data(), static_cast<std::size_t>(r.dx.numel()) * sizeof(float), from);
+    w.broadcast(r.gradients.data(), r.gradients.size() * sizeof(float), from);
+    w.broadcast(r.buffers.data(), r.buffers.size() * sizeof(float), from);
   }
   SerialReference out;
   out.x = x;
@@ -166,7 +167,7 @@ SerialReference serial_reference(const std::function<std::unique_ptr<Model>(std:
   return out;
 }
 
-// check_exactness against a serial reference of batch batch_per_group x grid.samples.
+// The grid's run against a serial reference of batch batch_per_group x grid.samples (expect_exact).
 ExactnessReport compare_to(const SerialReference& serial,
                            const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
                            std::int64_t batch_per_group, const GridShape& grid, const DistributedOptions& options,
@@ -257,13 +258,6 @@ ExactnessReport compare_to(const SerialReference& serial,
 }  // namespace
 
 double TensorError::bound(double tolerance) const { return std::max({tolerance, 4 * sensitivity, 4 * accumulation}); }
-
-ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::int64_t)>& build,
-                                std::int64_t batch_per_group, const GridShape& grid, DistributedOptions options,
-                                ExactnessOptions check) {
-  return compare_to(serial_reference(build, batch_per_group * grid.samples, check), build, batch_per_group, grid,
-                    options, check);
-}
 
 void print_report(const std::string& what, const GridShape& grid, const ExactnessReport& r) {
   if (world().rank() != 0) return;

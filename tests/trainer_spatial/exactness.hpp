@@ -47,21 +47,16 @@ struct ExactnessOptions {
   float norm_shift = 0;
 };
 
-// `build(batch)` makes the model (the serial instance with batch S * B and the split one with batch B per
-// sample group; the same seed gives the same parameters). Runs on the world
-// communicator with `grid`. Sample group g takes samples [g*B, (g+1)*B) of the serial batch and the
-// output gradient of its loss, a mean over its B samples (S times the serial one); the gradients
-// summed over all ranks and divided by S (what GradientAllreduce does) must be the serial ones.
-// Every rank gets the same report.
-ExactnessReport check_exactness(const std::function<std::unique_ptr<Model>(std::int64_t batch)>& build,
-                                std::int64_t batch_per_group, const GridShape& grid, DistributedOptions options = {},
-                                ExactnessOptions check = {});
-
 // Prints one line per report on rank 0 (the figures the closing note quotes).
 void print_report(const std::string& what, const GridShape& grid, const ExactnessReport& r);
 
-// check_exactness on each grid of `grids` with as many ranks as the world (the others are skipped),
-// print_report, and a gtest failure when any tensor's error exceeds its bound.
+// On each grid of `grids` with as many ranks as the world (the others are skipped): the grid's run against the
+// serial one, print_report, and a gtest failure when any tensor's error exceeds its bound.
+// `build(batch)` makes the model (the serial instance with batch S * B and the split one with batch B per
+// sample group; the same seed gives the same parameters). Runs on the world communicator. Sample group g
+// takes samples [g*B, (g+1)*B) of the serial batch and the output gradient of its loss, a mean over its B
+// samples (S times the serial one); the gradients summed over all ranks and divided by S (what
+// GradientAllreduce does) must be the serial ones. Every rank gets the same report.
 void expect_exact(const std::string& what, const std::function<std::unique_ptr<Model>(std::int64_t batch)>& build,
                   std::int64_t batch_per_group, const std::vector<GridShape>& grids, DistributedOptions options = {},
                   ExactnessOptions check = {});

@@ -19,6 +19,7 @@
 #include "fanstore/daemon_client.hpp"
 #include "fanstore/env.hpp"
 #include "fanstore/path_template.hpp"
+#include "fanstore/protocol/image_format.hpp"
 #include "fuse_ops.hpp"
 #include "fuse_preflight.hpp"
 
@@ -93,7 +94,7 @@ struct Session {
 Result<std::unique_ptr<Client>> ClientOnIndexCopy(ClientOptions o) {
   int fd = memfd_create("fanstore-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::FromErrno(errno, "memfd_create");
-  if (Status s = CopyIndexFile(o.image + "/index.fsi", fd); !s.ok()) {
+  if (Status s = CopyIndexFile(o.image + "/" + format::kIndexName, fd); !s.ok()) {
     close(fd);
     return s;
   }
@@ -161,7 +162,7 @@ Status Mount(const MountOptions& opts) {
   if (!client.ok()) return client.status();  // the image's own fault, in the words for it
   // Alone (no daemon to fetch through), a partition that cannot be read here gives EIO for its files, and a
   // detached server's reasons go nowhere: say it now. The other partitions' files are still served.
-  if (opts.daemon_socket.empty()) {
+  if (alone) {
     const Image& img = (*client)->image();
     uint32_t bad = 0;
     Status first;
