@@ -595,10 +595,19 @@ SocketServer::~SocketServer() {
 
 Status SocketServer::CheckPath(const std::string& path) {
   constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
-  if (path.size() <= kMaxPath) return Status::Ok();
-  return Status(Code::kNameTooLong, "socket path " + Printable(path) + " is " + std::to_string(path.size()) +
-                                        " bytes; a Unix socket path holds at most " + std::to_string(kMaxPath) +
-                                        ": give a shorter --socket");
+  if (path.size() > kMaxPath)
+    return Status(Code::kNameTooLong, "socket path " + Printable(path) + " is " + std::to_string(path.size()) +
+                                          " bytes; a Unix socket path holds at most " + std::to_string(kMaxPath) +
+                                          ": give a shorter --socket");
+  // Before staging writes anything: bind would fail only then, naming the temporary name it binds first.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st;
+  const int err = stat(dir.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  if (err == 0) return Status::Ok();
+  return Status(Status::FromErrno(err, "").code(), "the directory of socket " + Printable(path) + " cannot be used (" +
+                                                       std::strerror(err) +
+                                                       "): create it, or give a --socket in an existing directory");
 }
 
 Status SocketServer::Bind(const std::string& path) {

@@ -70,7 +70,7 @@ class SocketServer {
   // socket's mode and group set before anyone could connect. Refuses a path where a live daemon answers (or one
   // it cannot check: another user's); replaces a stale socket left by a killed one.
   Status Bind(const std::string& path);
-  // Whether clients can connect to `path`: a Unix socket path holds at most 107 bytes.
+  // Whether `path` can be bound and connected to: at most 107 bytes, in a directory that exists.
   static Status CheckPath(const std::string& path);
   // Renames the socket to its final path, never over another daemon's (RENAME_NOREPLACE): from now on
   // `fanstore wait` and clients see it.

@@ -1,6 +1,7 @@
 // Staging's set-up: plan, lock, space check, the index copy (temp name + rename), the partitions' files.
 #include "staging.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 
 #include "fanstore/image.hpp"
 #include "fanstore/protocol/image_format.hpp"
+#include "log.hpp"
 #include "placement.hpp"
 
 namespace fanstore::daemon {
@@ -57,6 +59,45 @@ bool HoldsIndex(const std::string& path) {
                   std::memcmp(magic, format::kIndexMagic, sizeof magic) == 0;
   close(fd);
   return is;
+}
+
+// Whether `name` is one of the temporary files a daemon stages through: index.fsi, the marker or a partition's file,
+// then ".tmp." and a process id.
+bool IsStagingTemp(const std::string& name) {
+  const size_t dot = name.rfind(".tmp.");
+  if (dot == std::string::npos || dot + 5 == name.size() ||
+      name.find_first_not_of("0123456789", dot + 5) != std::string::npos)
+    return false;
+  const std::string base = name.substr(0, dot);
+  if (base == format::kIndexName || base == kStagedMarker || base == "part-rep.fsp") return true;
+  return base.size() == 14 && base.compare(0, 5, "part-") == 0 && base.compare(10, 4, ".fsp") == 0 &&
+         base.find_first_not_of("0123456789", 5) == 10;
+}
+
+// Removes the half-written files of runs that died before they could (SIGKILL, a second signal to mpirun, a failed
+// start): the caller holds the directory's lock, so no live daemon is writing them. Each holds its full size.
+void RemoveStaleTemps(int dir_fd, const std::string& local_dir) {
+  const int dup_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* d = dup_fd < 0 ? nullptr : fdopendir(dup_fd);
+  if (d == nullptr) {
+    if (dup_fd >= 0) close(dup_fd);
+    return;
+  }
+  rewinddir(d);  // the copy shares the lock fd's position
+  int removed = 0;
+  uint64_t bytes = 0;
+  while (struct dirent* e = readdir(d)) {
+    struct stat st;
+    if (!IsStagingTemp(e->d_name) || fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || unlinkat(dir_fd, e->d_name, 0) != 0)
+      continue;
+    ++removed;
+    bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  closedir(d);
+  if (removed > 0)
+    Info("removed %d half-written file(s) (%s) that an earlier run left in %s", removed, HumanBytes(bytes).c_str(),
+         local_dir.c_str());
 }
 
 }  // namespace
@@ -136,6 +177,7 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
                                      ") that no `fanstore serve` staged there: staging would overwrite it; give an "
                                      "empty directory, or one a daemon staged into, e.g. --local /tmp/fanstore-{rank}");
   }
+  RemoveStaleTemps(fd, local_dir);
   std::string tmp;
   auto out = CreateTemp(marker, O_WRONLY, 0644, staged, &tmp);
   Status s = out.ok() ? Status::Ok() : out.status();

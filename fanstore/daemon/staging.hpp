@@ -35,7 +35,8 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
 // is refused (kExists, one line saying what to do) before it writes anything there. The image directory itself
 // (by any path) is refused too: staging would copy each partition over itself, and --cleanup delete the image.
 // A directory holding an image's index without kStagedMarker (another image, not a staged copy) is refused too, and
-// the marker is written (recorded in `staged`, so --cleanup removes it).
+// the marker is written (recorded in `staged`, so --cleanup removes it). Under the lock, the temporary files of
+// runs that died (`NAME.tmp.PID`) are removed.
 Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged);
 
 // Written into --local by every daemon that stages there.

@@ -204,6 +204,17 @@ def case_lock(ctx):
           "a --local too long for its default socket:\n" + out)
     staged = [f for f in os.listdir(deep.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
     check(staged == [], f"a --local too long for its socket was refused only after staging {staged}")
+    # A --socket in a directory that does not exist: one line naming it, before anything is staged (bind failed only
+    # after staging, naming its temporary name).
+    nodir = os.path.join(ctx.work, "no-such-dir", "s{rank}.sock")
+    nodir_local = os.path.join(ctx.work, "nodir{rank}")
+    over = Job(ctx, 1, "--socket", nodir, local=nodir_local, wrap_exit=True)
+    over.wait(120)
+    out = over.output()
+    check(f"the directory of socket {nodir.replace('{rank}', '0')} cannot be used (No such file or directory): "
+          "create it" in out and ".starting." not in out, "a --socket in a missing directory:\n" + out)
+    staged = [f for f in os.listdir(nodir_local.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
+    check(staged == [], f"a --socket in a missing directory was refused only after staging {staged}")
     # A --local holding another image (no daemon staged it: no .fanstore-staged) is refused before anything is
     # written there: staging renamed its files over that image's, and --cleanup then deleted them.
     other = os.path.join(ctx.work, "other-image")

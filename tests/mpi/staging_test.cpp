@@ -28,6 +28,7 @@
 #include "socket_server.hpp"
 #include "stage_layout.hpp"
 #include "staged_reader.hpp"
+#include "staging.hpp"
 #include "stats.hpp"
 #include "test_util.hpp"
 
@@ -175,6 +176,29 @@ TEST_F(StagingTest, APartitionGoneFromTheImageDirectoryIsAnIoErrorNamingIt) {
   EXPECT_EQ(s.code(), Code::kIoError) << s.ToString();
   EXPECT_NE(s.message().find("gone\\npart.fsp is missing from the image directory"), std::string::npos) << s.message();
   EXPECT_EQ(ToErrno(s), EIO);
+}
+
+// The half-written files of a run that died (SIGKILL, a failed start) hold their full size: the next daemon to lock
+// the directory removes them, and nothing else (a user's files that only look alike stay).
+TEST_F(StagingTest, LockingTheStagingDirectoryRemovesTheTempFilesOfDeadRuns) {
+  const std::string local = tmp_ / "local";
+  ASSERT_EQ(mkdir(local.c_str(), 0755), 0);
+  const std::vector<std::string> stale = {"part-00003.fsp.tmp.4242", "part-rep.fsp.tmp.17", "index.fsi.tmp.99",
+                                          ".fanstore-staged.tmp.5"};
+  const std::vector<std::string> kept = {"part-00003.fsp",      "part-00003.fsp.tmp.",   "part-00003.fsp.tmp.12a",
+                                         "part-0003.fsp.tmp.7", "notes.txt.tmp.42",      "part-x0003.fsp.tmp.7",
+                                         "index.fsi.tmp.4.1",   "part-00003.fsp.tmp.42~"};
+  for (const auto& n : stale) test::WriteFile(local + "/" + n, std::string(5000, 'x'));
+  for (const auto& n : kept) test::WriteFile(local + "/" + n, "mine");
+  ASSERT_EQ(symlink("/nonexistent", (local + "/part-00004.fsp.tmp.8").c_str()), 0);  // not a regular file: left
+  StagedFiles staged;
+  auto fd = LockLocal(tmp_ / "img", local, &staged);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  for (const auto& n : stale) EXPECT_NE(access((local + "/" + n).c_str(), F_OK), 0) << n;
+  for (const auto& n : kept) EXPECT_EQ(test::ReadAll(local + "/" + n), "mine") << n;
+  struct stat st;
+  EXPECT_EQ(lstat((local + "/part-00004.fsp.tmp.8").c_str(), &st), 0);
+  close(*fd);
 }
 
 TEST_F(StagingTest, AReaderWaitsForThePieceStagingReadsNextUntilItIsInOrTheWaitIsUp) {
