@@ -70,6 +70,15 @@ const char* FetchCache::Find(const ByteRange& r, Tag* consumed) {
   return it->buf.data + (r.offset - it->range.offset);
 }
 
+void FetchCache::Remove(const ByteRange& r) {
+  auto p = index_.find(r.part);
+  if (p == index_.end()) return;
+  std::vector<List::iterator> bad;  // a rare event: every range of the partition that starts before r's end
+  for (auto it = p->second.begin(); it != p->second.end() && it->first < r.offset + r.length; ++it)
+    if (it->first + it->second->range.length > r.offset) bad.push_back(it->second);
+  for (List::iterator node : bad) Erase(node, node->tag.prefetched ? &tagged_list_ : &lru_);
+}
+
 void FetchCache::Untag(const ByteRange& r) {
   auto p = index_.find(r.part);
   if (p == index_.end()) return;

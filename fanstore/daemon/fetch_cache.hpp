@@ -54,6 +54,8 @@ class FetchCache {
   // Keeps `buf` as the bytes of `r` (buf.data points at r.length bytes) and publishes it to the clients, evicting
   // as needed. False (and nothing kept) when it does not fit, or `r` is already cached.
   bool Insert(const ByteRange& r, CacheBuffer buf, Tag tag);
+  // Forgets every cached range that overlaps `r` (bytes found bad): no client finds them from now on.
+  void Remove(const ByteRange& r);
   // Drops the prefetch tag of `r` (a hint replaced, or a range skipped by the reader): evictable as usual now.
   void Untag(const ByteRange& r);
   // Prefetched ranges that clients read straight from the shared index since the last call: their tags go (they

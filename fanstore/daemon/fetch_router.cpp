@@ -179,6 +179,22 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
   JoinOrFetch(conn, req_id, r, t0, -1);
 }
 
+void FetchRouter::OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRange& r) {
+  const int64_t t0 = dp::NowUs();
+  cache_->Remove(r);
+  const bool ours = local_->Has(r.part);
+  if (ours) bad_local_.insert(r.part);
+  if (damaged_.insert(r.part).second)
+    Error("a client found bytes of partition %u damaged (%s): such ranges are read from the image directory", r.part,
+          ours ? "in this node's staged copy" : "from the fetch cache or another rank's copy");
+  if (!image_dir_) return OnFetch(conn, req_id, r);
+  image_dir_->Read(r.part, r.offset, r.length, t0 + o_.timeout_us * 9 / 10,
+                   [this, conn, req_id, t0](const Status& s, const char* data, uint64_t len) {
+                     clients_->Deliver(conn, req_id, s, data, len);
+                     stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
+                   });
+}
+
 void FetchRouter::JoinOrFetch(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0, int from) {
   if (auto it = inflight_.find(r); it != inflight_.end()) {
     stats_->coalesced.fetch_add(1, std::memory_order_relaxed);

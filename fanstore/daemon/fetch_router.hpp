@@ -43,6 +43,9 @@ class FetchRouter final : public RequestHandler {
               SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReads* image_dir = nullptr);
 
   void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
+  // Drops what the cache holds of `r`, stops serving this node's copy of its partition (when it holds one), and
+  // answers from the image directory (without one: as OnFetch does).
+  void OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
   PathKind Resolve(std::string_view path, ByteRange* r) override;
   Status OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) override;
   // Starts prefetches while the window allows; true when it started any.
@@ -79,6 +82,7 @@ class FetchRouter final : public RequestHandler {
   int64_t last_scan_us_ = 0;
   uint64_t prefetch_inflight_bytes_ = 0;
   std::set<uint32_t> bad_local_;  // staged partitions that failed a read: served by the other replicas
+  std::set<uint32_t> damaged_;    // partitions whose bytes a client found damaged (a line said so)
 };
 
 }  // namespace fanstore::daemon

@@ -386,7 +386,8 @@ struct SocketServer::Impl {
         used = 0;
         // OnFetch may answer at once (cache, local partition): Deliver then leaves the next request to this loop.
         handling = id;
-        handler->OnFetch(id, r.req_id, ByteRange{r.part, r.offset, r.length});
+        if (r.flags & dp::kFromSource) handler->OnFetchFromSource(id, r.req_id, ByteRange{r.part, r.offset, r.length});
+        else handler->OnFetch(id, r.req_id, ByteRange{r.part, r.offset, r.length});
         handling = 0;
       }
     }

@@ -38,6 +38,8 @@ class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
   virtual void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) = 0;
+  // A fetch with kFromSource: what this node gave for `r` failed its checksum in the client.
+  virtual void OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRange& r) = 0;
   enum class PathKind { kRemote, kLocal, kMissing };
   // What an image-relative path is to this node (for a prefetch hint): *r is its stored range when remote.
   virtual PathKind Resolve(std::string_view path, ByteRange* r) = 0;

@@ -68,8 +68,17 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
       s = img.ReadChunk(e, c, out);
     }
     stats.local_loads.fetch_add(1, std::memory_order_relaxed);
+    // This node's staged copy is damaged (truncated, a flipped bit): the daemon reads the image directory's bytes.
+    if (remote && (s.code() == Code::kCorrupt || s.code() == Code::kIoError) &&
+        LoadRemoteChunk(e, c, out, /*from_source=*/true).ok()) {
+      s = Status::Ok();
+      fetched = true;
+    }
   } else {
-    s = LoadRemoteChunk(e, c, out);
+    s = LoadRemoteChunk(e, c, out, /*from_source=*/false);
+    // Bytes that failed their checksum on the way (the node's fetch cache, a peer's damaged copy): once more, from
+    // the image directory. Should that fail too, the first error says what was wrong.
+    if (s.code() == Code::kCorrupt && LoadRemoteChunk(e, c, out, /*from_source=*/true).ok()) s = Status::Ok();
     stats.remote_loads.fetch_add(1, std::memory_order_relaxed);
     fetched = true;
   }
@@ -94,11 +103,11 @@ bool ClientCore::WorthSharing(const Chunk& c, Offer offer, bool fetched) {
   return c.codec == Codec::kZstd;
 }
 
-Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
+Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out, bool from_source) {
   // A raw chunk in the node-wide cache: copied straight into `out` (the reader's buffer, for a whole chunk) and
   // checked there, as a local raw chunk is read into it and checked. A copy that fails its check is asked of the
   // daemon instead, like any miss.
-  if (c.codec == Codec::kRaw && remote->CopyCached(e.part, c.offset, c.stored_size, out) &&
+  if (!from_source && c.codec == Codec::kRaw && remote->CopyCached(e.part, c.offset, c.stored_size, out) &&
       DecodeChunk(e, c, out, c.stored_size, out).ok()) {
     stats.remote_bytes.fetch_add(c.stored_size, std::memory_order_relaxed);
     return Status::Ok();
@@ -106,10 +115,12 @@ Status ClientCore::LoadRemoteChunk(const Entry& e, const Chunk& c, char* out) {
   // Decoded straight from the fetcher's view (the daemon's reply area): no copy of the stored bytes and no fresh
   // buffer to fault in. DecodeChunk checks the bytes it wrote to `out`, not the view, so what is handed out is
   // verified whatever happens to the view meanwhile. (Image::GetChunk made `c`: it lies inside the file's range.)
-  Status s = remote->WithStored(e.part, c.offset, c.stored_size, [&](const char* data, size_t n) {
+  auto decode = [&](const char* data, size_t n) {
     stats.remote_bytes.fetch_add(n, std::memory_order_relaxed);
     return DecodeChunk(e, c, data, n, out);
-  });
+  };
+  Status s = from_source ? remote->WithSourceBytes(e.part, c.offset, c.stored_size, decode)
+                         : remote->WithStored(e.part, c.offset, c.stored_size, decode);
   if (!s.ok() && s.code() != Code::kCorrupt)
     return Status(s.code(), "remote read of " + Printable(e.path) + ": " + s.message());
   return s;

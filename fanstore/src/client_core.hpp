@@ -75,7 +75,8 @@ struct ClientCore {
   // Whether chunk `c`, just loaded (`fetched`: from another node), goes to the node chunk cache.
   bool WorthSharing(const Chunk& c, Offer offer, bool fetched);
   // A remote chunk, decoded and verified into `out`.
-  Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out);
+  // `from_source`: the node's bytes for the chunk failed their checksum; ask for the image directory's.
+  Status LoadRemoteChunk(const Entry& e, const Chunk& c, char* out, bool from_source);
 
  public:
   // Held from mapping a memfd writable to its MADV_DONTFORK, and by LockForFork: a child forked in between keeps a

@@ -308,9 +308,17 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       if (copy.size() < length) copy.resize(length);
       if (v->Copy(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
     }
+    return Fetch(part, offset, length, 0, use);
+  }
+
+  Status WithSourceBytes(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
+    return Fetch(part, offset, length, dp::kFromSource, use);
+  }
+
+  Status Fetch(uint32_t part, uint64_t offset, uint64_t length, uint32_t flags, const StoredUse& use) {
     bool connected = false, got = false;
     Status s = Call(
-        {.type = dp::MsgType::kFetch, .part = part, .offset = offset, .length = length}, {},
+        {.type = dp::MsgType::kFetch, .part = part, .offset = offset, .length = length, .flags = flags}, {},
         {.exact = true, .payload = length, .spin_us = kReplySpinUs},
         [&](const char* d, size_t n) {
           got = true;

@@ -26,6 +26,12 @@ class RemoteFetcher {
   using StoredUse = std::function<Status(const char* data, size_t size)>;
   virtual Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) = 0;
   Status WithStored(const Entry& e, const StoredUse& use) { return WithStored(e.part, e.offset, e.stored_size, use); }
+  // As WithStored, once the bytes the node gave for the range (its staged copy, its cache, a peer's reply) failed
+  // their checksum: the image directory's bytes, which every copy was made from. Without a source of its own, the
+  // fetcher asks as WithStored does.
+  virtual Status WithSourceBytes(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) {
+    return WithStored(part, offset, length, use);
+  }
   // Copies the stored bytes [offset, offset + length) of `part` into `dst` if the node-wide cache holds them whole
   // and they did not change while being copied (no daemon round-trip); false otherwise, with `dst` undefined. The
   // client copies a raw chunk straight into the reader's buffer this way (one copy instead of two) and checks it

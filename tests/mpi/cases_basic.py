@@ -110,8 +110,29 @@ def case_replicas(ctx):
     for rank in (0, 1, 2):
         r = ctx.run_check(rank, "--which", "all", "--threads", "2")
         check(r.returncode == 0, f"reads through rank {rank} failed after rank 1 lost its data")
+    # Damage copies that stay in place: a byte flipped every 8 KiB in one of rank 2's partitions, one of rank 3's cut
+    # in half. Readers on those nodes read them locally, the others get them from those ranks: every checksum that
+    # fails sends the read to the image directory, and every file still reads right (it was EIO, and the message
+    # blamed the image).
+    flipped = os.path.join(ctx.node(2), parts_of(ctx.node(2))[0])
+    with open(flipped, "r+b") as f:
+        for off in range(4096, os.path.getsize(flipped), 8192):
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 0x55]))
+    cut = os.path.join(ctx.node(3), parts_of(ctx.node(3))[0])
+    os.truncate(cut, os.path.getsize(cut) // 2)
+    log(f"flipped bytes in {flipped}, cut {cut} in half")
+    for rank in (0, 2, 3):
+        r = ctx.run_check(rank, "--which", "all", "--threads", "2")
+        check(r.returncode == 0, f"reads through rank {rank} failed with damaged copies on ranks 2 and 3")
     job.stop()
     out = job.output()
+    for rank in (2, 3):
+        check(re.search(rf"rank {rank}\]: a client found bytes of partition \d+ damaged \(in this node's staged copy\): "
+                        "such ranges are read from the image directory", out),
+              f"rank {rank} must say that a client found its copy damaged:\n" + out)
     log("daemon exit lines:\n" + "\n".join(l for l in out.splitlines() if "stopping on" in l))
     failovers = sum(int(x) for x in re.findall(r"(\d+) failovers", out))
     check(failovers > 0, "expected some reads to fail over to the second replica")

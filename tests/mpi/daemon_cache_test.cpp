@@ -39,6 +39,29 @@ TEST(FetchCache, FindsContainedRangesOnly) {
   EXPECT_FALSE(cache.Insert({3, 1020, 10}, Filled(cache, 10, 'b'), {})) << "nor a range inside a cached one";
 }
 
+// Bytes a client found damaged: every cached range that overlaps them goes, nothing else, tagged ones included.
+TEST(FetchCache, RemoveForgetsEveryRangeThatOverlaps) {
+  FetchCache cache(1 << 20);
+  ASSERT_TRUE(cache.Insert({3, 0, 100}, Filled(cache, 100, 'a'), {}));
+  ASSERT_TRUE(cache.Insert({3, 100, 100}, Filled(cache, 100, 'b'), {true, 1, 0}));
+  ASSERT_TRUE(cache.Insert({3, 200, 100}, Filled(cache, 100, 'c'), {}));
+  ASSERT_TRUE(cache.Insert({4, 100, 100}, Filled(cache, 100, 'd'), {}));
+  const uint64_t used = cache.used();
+  cache.Remove({3, 150, 60});  // inside 'b', into 'c'
+  FetchCache::Tag t;
+  EXPECT_NE(cache.Find({3, 0, 100}, &t), nullptr);
+  EXPECT_EQ(cache.Find({3, 100, 100}, &t), nullptr);
+  EXPECT_EQ(cache.Find({3, 200, 100}, &t), nullptr);
+  EXPECT_NE(cache.Find({4, 100, 100}, &t), nullptr);
+  EXPECT_EQ(cache.used(), used - 200);
+  EXPECT_EQ(cache.tagged_bytes(), 0u);
+  cache.Remove({3, 0, 100});
+  cache.Remove({9, 0, 100});  // nothing cached there
+  EXPECT_EQ(cache.Find({3, 0, 100}, &t), nullptr);
+  EXPECT_EQ(cache.used(), used - 300);
+  EXPECT_TRUE(cache.Insert({3, 100, 100}, Filled(cache, 100, 'e'), {})) << "the range can be cached again";
+}
+
 TEST(FetchCache, RangesWhoseEndWrapsPast2To64AreNotFound) {
   // offset + length wraps to a small end: the old containment test (ends compared) took these for hits and
   // answered with memory before the cached range, or crashed copying 256 MiB of it (a range that wrapped past 2^64).

@@ -43,7 +43,8 @@ enum class MsgType : uint16_t { kHello = 1, kFetch = 2, kPrefetch = 3, kCacheMap
 
 // Client -> daemon, a fixed 48-byte header, then body_len bytes of body (prefetch only):
 //   0 u32 magic | 4 u16 version | 6 u16 type | 8 u64 req_id
-//   16 u32 part | 20 u32 reserved | 24 u64 offset | 32 u64 length        (fetch: the stored bytes to read)
+//   16 u32 part | 20 u32 flags | 24 u64 offset | 32 u64 length           (fetch: the stored bytes to read;
+//                                  flags kFromSource: what this node gave for the range failed its checksum)
 //   16 u64 stream | 24 u32 flags (prefetch: a hint replaces the previous one with the same stream id, unless
 //                                  flags has kAppend; the body is the image-relative paths, '\n'-separated)
 //   40 u64 body_len
@@ -59,6 +60,10 @@ struct Request {
   uint64_t body_len = 0;
 };
 inline constexpr uint32_t kAppend = 1;
+// A fetch's flag: the bytes this node had for the range (its staged copy, its fetch cache, a peer's reply) failed
+// their checksum in the client. The daemon drops what it cached of the range, stops serving its own copy of the
+// partition, and reads the range from the image directory, the source every copy was made from.
+inline constexpr uint32_t kFromSource = 1;
 // The longest range a fetch may name (a chunk is at most 64 MiB; whole stored files far below this): a longer
 // one, or one reaching past format::kMaxStoredOffset, is refused before any cache or reader sees it.
 inline constexpr uint64_t kMaxFetchLength = 1ull << 40;
@@ -131,6 +136,7 @@ inline void EncodeRequest(const Request& r, unsigned char out[kRequestSize]) {
     Store32(out + 24, r.flags);
   } else {
     Store32(out + 16, r.part);
+    Store32(out + 20, r.flags);
     Store64(out + 24, r.offset);
     Store64(out + 32, r.length);
   }
@@ -147,6 +153,7 @@ inline bool DecodeRequest(const unsigned char in[kRequestSize], Request* r) {
     r->flags = Load32(in + 24);
   } else {
     r->part = Load32(in + 16);
+    r->flags = Load32(in + 20);
     r->offset = Load64(in + 24);
     r->length = Load64(in + 32);
   }
