@@ -605,12 +605,16 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged
   // probe that merely ran out of time because it started just before the deadline.
   Status why(Code::kTimeout, "no answer");
   for (;;) {
-    const int64_t left = deadline - dp::NowMs();
-    if (left <= 0)
-      return Status(Code::kTimeout, "daemon at " + socket_path + " not " + (staged ? "staged" : "ready") + " after " +
-                                        std::to_string(timeout_ms) + " ms: " + why.message());
-    auto r = ProbeDaemon(socket_path, static_cast<int>(std::min<int64_t>(left, 1000)));
+    // What no daemon starting later would change: a file that is not a socket, a path no socket can have.
+    struct stat st;
+    if (stat(socket_path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode))
+      return Status(Code::kInvalidArgument, socket_path + " is " +
+                                                (S_ISDIR(st.st_mode) ? "a directory" : "not a socket") +
+                                                ": give the --socket path the daemon was started with");
+    // One probe even when no time is left (--timeout 0: is it ready now?).
+    auto r = ProbeDaemon(socket_path, static_cast<int>(std::clamp<int64_t>(deadline - dp::NowMs(), 100, 1000)));
     if (r.ok() && (!staged || r->staged)) return Status::Ok();
+    if (!r.ok() && r.status().code() == Code::kNameTooLong) return r.status();
     if (r.ok() && !r->unstaged_ranks.empty()) {
       // Staging will not complete: waiting longer cannot help.
       std::string ranks;
@@ -626,6 +630,9 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged
     }
     if (r.ok()) why = Status(Code::kTimeout, "serving, still staging");
     else if (r.status().code() != Code::kTimeout || why.code() == Code::kTimeout) why = r.status();
+    if (dp::NowMs() >= deadline)
+      return Status(Code::kTimeout, "daemon at " + socket_path + " not " + (staged ? "staged" : "ready") + " after " +
+                                        std::to_string(timeout_ms) + " ms: " + why.message());
     const int64_t nap_ms = std::min<int64_t>(100, std::max<int64_t>(deadline - dp::NowMs(), 0));
     timespec ts{0, static_cast<long>(nap_ms) * 1000 * 1000};
     nanosleep(&ts, nullptr);

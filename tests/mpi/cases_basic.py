@@ -22,6 +22,13 @@ def case_read_all(ctx):
     w = subprocess.run([ctx.args.fanstore, "wait", os.path.join(ctx.work, "nobody.sock"), "--timeout", "0.3"],
                        capture_output=True, text=True)
     check(w.returncode == 1 and "not ready" in w.stderr, f"fanstore wait on a missing socket: {w.returncode} {w.stderr}")
+    # --timeout 0 asks once (it never asked); a path that cannot become the socket fails at once, not at the timeout.
+    w = subprocess.run([ctx.args.fanstore, "wait", ctx.sock(0), "--timeout", "0"], capture_output=True, text=True)
+    check(w.returncode == 0, f"fanstore wait --timeout 0 on a ready daemon: {w.returncode} {w.stderr}")
+    t0 = time.monotonic()
+    w = subprocess.run([ctx.args.fanstore, "wait", ctx.work, "--timeout", "60"], capture_output=True, text=True)
+    check(w.returncode == 1 and f"{ctx.work} is a directory: give the --socket path" in w.stderr
+          and time.monotonic() - t0 < 30, f"fanstore wait on a directory: {w.returncode} {w.stderr}")
     r = ctx.run_check(0, "--which", "all")
     check(r.returncode == 0, "reading every file through rank 0 failed")
     m = re.search(r"\((\d+) local, (\d+) remote\)", r.stdout)
