@@ -180,7 +180,7 @@ one_line 'fanstore: no command nosuch; the commands are pack, '
 expect_rc 1 "$F" pack -o "$T/x"
 one_line 'fanstore pack: SRC is required; `fanstore pack --help` shows its usage'
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --bogus
-one_line 'fanstore pack: the following argument was not expected: --bogus'
+one_line 'fanstore pack: unknown option --bogus; `fanstore pack --help` lists its options'
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --level 99
 [ "$(cat "$T/err")" = 'fanstore pack: --level 99 is outside 0-22; use 1-22, or 0 to store raw' ] || fail "level: $(cat "$T/err")"
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --threads 100000
@@ -207,6 +207,15 @@ expect_rc 1 "$F" cat "$T/img" -dash
 one_line "fanstore cat: unknown option -dash; a name that starts with '-' goes after \`--\` (\`-- -dash\`)"
 expect_rc 1 "$F" cat "$T/img" -- -dash
 one_line 'fanstore cat: not found: no such file in the image: -dash'
+# A misspelt option with every positional given is named (CLI11 blamed what was left over: run's command, a value).
+expect_rc 1 "$F" run --imgae "$T/img" -- true
+one_line 'fanstore run: unknown option --imgae; `fanstore run --help` lists its options'
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --lvl 3
+one_line 'fanstore pack: unknown option --lvl; `fanstore pack --help` lists its options'
+expect_rc 1 "$F" run --image "$T/img" --
+one_line 'fanstore run: CMD is required'
+expect_rc 1 "$F" run --image "$T/img" --log info -- true
+one_line "fanstore run: --log must be debug (or off), got 'info'"
 
 # pack's messages name files through Printable: a newline in a name is written \n, and the message stays one line.
 NL=$(printf 'p\nq')

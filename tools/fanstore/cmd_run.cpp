@@ -185,7 +185,9 @@ int Run(const RunArgs& a) {
   }
   setenv(env::kMount, NormalizeAbsolute(a.mount).c_str(), 1);
   if (a.stats) setenv(env::kStats, "1", 1);
-  if (!a.log.empty()) setenv(env::kLog, a.log.c_str(), 1);
+  if (!a.log.empty() && a.log != "debug" && a.log != "off")
+    return Fail("run", "--log must be debug (or off), got '" + a.log + "'");
+  if (!a.log.empty() && a.log != "off") setenv(env::kLog, a.log.c_str(), 1);
 
   // The interposer must see the fanstore binary to hand static programs it execs over to `fanstore run`.
   char self[PATH_MAX];
