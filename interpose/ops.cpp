@@ -48,8 +48,10 @@ int OpenEntry(uint32_t id, int flags, bool lazy, perm::Caller* check) {
     }
     return fd;
   }
-  // O_TMPFILE names a directory to create in: the lookup (ENOTDIR on a file) comes before the write check.
-  if ((flags & O_TMPFILE) == O_TMPFILE) return fail(e.is_dir() ? EROFS : ENOTDIR);
+  // O_TMPFILE names a directory to create in: the lookup (ENOTDIR on a file) comes before the write check, and
+  // the kernel's EINVAL for a read-only one before both.
+  if ((flags & O_TMPFILE) == O_TMPFILE)
+    return fail((flags & O_ACCMODE) == O_RDONLY ? EINVAL : e.is_dir() ? EROFS : ENOTDIR);
   if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return fail(EEXIST);
   if (e.is_link()) return fail(ELOOP);  // reached only with O_NOFOLLOW: Classify followed the others
   bool writes = (flags & O_ACCMODE) != O_RDONLY;

@@ -298,6 +298,10 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
                     dir + " is not a FanStore image (no index.fsi): pass the directory `fanstore pack -o` made");
     if (err == ENOENT)
       return Status(Code::kNotFound, "image " + dir + " does not exist: pass the directory `fanstore pack -o` made");
+    if (err == ENOTDIR && opts.index_file.empty())
+      return Status(Code::kNotDirectory, "image " + dir +
+                                             " is not a directory: pass the directory `fanstore pack -o` made (the one "
+                                             "holding index.fsi)");
     return Status::FromErrno(err, "cannot open image " + path);
   }
   struct stat st;

@@ -199,7 +199,21 @@ if "$F" serve --help 2>/dev/null | grep -q -- --stage-readers; then
   one_line 'fanstore serve: --stage-readers -1 is outside 0-1048576; use 0 for every rank at once, or how many'
   expect_rc 1 "$F" serve --image "$T/img" --local "$T/x" --stage-readers two
   one_line 'fanstore serve: --stage-readers two is not a whole number; use 0 for every rank at once'
+  # Past 2^64 - 1 a byte count was taken as 2^64 - 1, and prefetch took a directory for an empty list, a negative
+  # stream for a huge one and a relative --mount as is.
+  expect_rc 1 "$F" serve --image "$T/img" --local "$T/x" --cache-bytes 99999999999999999999
+  one_line 'fanstore serve: --cache-bytes: a size below 16E is needed, not 99999999999999999999'
+  expect_rc 1 "$F" prefetch --daemon "$T/no.sock" "$T"
+  one_line "fanstore prefetch: the list $T is a directory: give a file with one path per line"
+  expect_rc 1 "$F" prefetch --daemon "$T/no.sock" --stream -1 /dev/null
+  one_line 'fanstore prefetch: --stream: a whole number from 0 to 2^64 - 1 is needed, not -1'
+  expect_rc 1 "$F" prefetch --daemon "$T/no.sock" --mount rel /dev/null
+  one_line 'fanstore prefetch: --mount rel is not an absolute path'
 fi
+expect_rc 1 "$F" ls "$T/img/index.fsi"
+one_line "fanstore ls: not a directory: image $T/img/index.fsi is not a directory: pass the directory"
+expect_rc 1 "$F" pack "$T/src" -o "$T/x" --chunk 99999999999999999999
+one_line 'fanstore pack: --chunk: a size below 16E is needed, not 99999999999999999999'
 [ ! -e "$T/x" ] || fail "a refused command line made $T/x"
 # An unknown option where a positional is missing names the option (it said "PATH is required"); `--` passes a
 # name that starts with '-'.

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <vector>
 
@@ -70,7 +72,13 @@ CLI::Validator SizeValue() {
   return CLI::Validator(
       [as_size](std::string& value) -> std::string {
         if (value.find('-') != std::string::npos) return "a size >= 0 is needed, not " + value;
-        return as_size(value);
+        const std::string given = value;
+        std::string why = as_size(value);
+        // A number past 2^64 - 1 would become 2^64 - 1 rather than be refused.
+        errno = 0;
+        if (why.empty() && (std::strtoull(value.c_str(), nullptr, 10), errno == ERANGE))
+          why = "a size below 16E is needed, not " + given;
+        return why;
       },
       as_size.get_description());
 }

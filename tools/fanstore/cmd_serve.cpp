@@ -1,5 +1,8 @@
 // `fanstore serve` (the per-node MPI daemon), `fanstore wait SOCKET` (block until a daemon is ready) and
 // `fanstore prefetch` (tell the node's daemon which files will be read, in order).
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -189,7 +192,15 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
                    "hint stream: one per reader (e.g. per rank); a new list replaces the "
                    "previous one of the same stream")
       ->type_name("N")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            errno = 0;
+            const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+            if (digits && (std::strtoull(v.c_str(), nullptr, 10), errno == 0)) return "";
+            return "a whole number from 0 to 2^64 - 1 is needed, not " + v;
+          },
+          "N"));
   prefetch->callback([pa, &exit_code] {
     std::string sock = pa->daemon;
     if (sock.empty()) {
@@ -210,9 +221,19 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
       const char* m = std::getenv(env::kMount);
       mount = m && *m ? m : env::kDefaultMount;
     }
+    if (mount.empty() || mount[0] != '/') {
+      exit_code =
+          Fail("prefetch", "--mount " + mount + " is not an absolute path: give the mount prefix, e.g. /fanstore");
+      return;
+    }
     mount = NormalizeAbsolute(mount);
     std::ifstream file;
     if (pa->list != "-") {
+      struct stat st;
+      if (stat(pa->list.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        exit_code = Fail("prefetch", "the list " + pa->list + " is a directory: give a file with one path per line");
+        return;
+      }
       file.open(pa->list);
       if (!file) {
         exit_code = Fail("prefetch", "cannot read the list " + pa->list);
