@@ -482,6 +482,8 @@ class Daemon {
                                        &staged_files_);
     if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };
     stager_->on_tally = [this](const Stager::Tally& t, const std::vector<int>& down) {
+      // --strict-staging stops every rank on a failure (StageFirst says so): no line that they go on serving.
+      if (o_.strict_staging && (t.failed_ranks > 0 || !down.empty())) return;
       if (down.empty()) server_->SetStaged();
       else server_->SetUnstaged(down);
       if (rank_ == Speaker(down)) PrintStaged(t, nranks_, Seconds(), down);

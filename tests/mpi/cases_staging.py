@@ -245,6 +245,7 @@ def case_staging_failure(ctx):
     log(f"--strict-staging: mpirun exit {rc}")
     check("ready:" not in out, "--strict-staging must not become ready after a failed staging:\n" + out)
     check("every rank stops (--strict-staging)" in out, "no line saying every rank stops:\n" + out)
+    check("they serve what they have" not in out, "--strict-staging also said the ranks go on serving:\n" + out)
     check(len(re.findall(r"rank \d exit 1", out)) == 4, "every rank must exit 1:\n" + out)
 
     # The same while rank 2's read of the image directory hangs, as on a stopped sshfs or NFS server: its partition
