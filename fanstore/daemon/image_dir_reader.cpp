@@ -33,7 +33,7 @@ int64_t ImageDirReader::Book(uint64_t n) {
   // A budget unused for a while is not saved up beyond a tenth of a second's worth.
   const int64_t start = std::max(next_free_us_, NowUs() - 100000);
   next_free_us_ = start + SlotUs(n);
-  return start;
+  return next_free_us_;  // the bytes go once their slot is paid for: the first piece too waits its share
 }
 
 void ImageDirReader::Unbook(uint64_t n) {

@@ -44,7 +44,7 @@ class ImageDirReader {
  private:
   // Reads exactly n bytes, added to *counted.
   Status Read(uint32_t part, uint64_t offset, uint64_t n, char* dst, std::atomic<uint64_t>* counted);
-  // Books n bytes at the cap; returns when (steady clock, us) their slot starts (0 without a cap).
+  // Books n bytes at the cap; returns when (steady clock, us) their slot ends (0 without a cap).
   int64_t Book(uint64_t n);
   // Gives a booking of n bytes back (a wait cut short): the bytes after it go that much sooner.
   void Unbook(uint64_t n);

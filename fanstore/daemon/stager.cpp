@@ -443,8 +443,10 @@ void Stager::Report(int64_t now) {
   char line[256];
   const double sec = static_cast<double>(now - start_us_) / 1e6, mib = 1 << 20;
   const double w = static_cast<double>(written_bytes_.load()) / mib;
-  std::snprintf(line, sizeof line, "staging: %zu/%zu partitions, %.1f MiB of %.1f MiB (%.0f MiB/s)", complete_,
-                parts_.size(), w, static_cast<double>(total_bytes_) / mib, sec > 0 ? w / sec : 0.0);
+  const double rate = sec > 0 ? w / sec : 0.0;  // MiB/s; a slow --stage-bandwidth shows in KiB/s
+  std::snprintf(line, sizeof line, "staging: %zu/%zu partitions, %.1f MiB of %.1f MiB (%.0f %s/s)", complete_,
+                parts_.size(), w, static_cast<double>(total_bytes_) / mib, rate >= 1 ? rate : rate * 1024,
+                rate >= 1 ? "MiB" : "KiB");
   progress(line);
 }
 
