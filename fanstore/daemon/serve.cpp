@@ -168,6 +168,9 @@ void RaiseFdLimit() {
 // The options' own limits (the socket's access is SocketAccess's).
 Status CheckOptions(const ServeOptions& o) {
   if (o.replicas < 1) return Status(Code::kInvalidArgument, "--replicas must be >= 1");
+  if (o.local.empty())
+    return Status(Code::kInvalidArgument,
+                  "--local is empty: give a node-local directory, e.g. --local /tmp/fanstore-{rank}");
   // Whole milliseconds, at most a day: they go into ints (the transport's deadlines, the clients' hello); past 2^31
   // ms one wrapped to a negative timeout, and under 1 ms one became 0: either failed every remote read at once.
   if (!(o.timeout_s >= 0.001 && o.timeout_s <= 86400))

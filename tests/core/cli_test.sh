@@ -209,6 +209,8 @@ if "$F" serve --help 2>/dev/null | grep -q -- --stage-readers; then
   one_line 'fanstore prefetch: --stream: a whole number from 0 to 2^64 - 1 is needed, not -1'
   expect_rc 1 "$F" prefetch --daemon "$T/no.sock" --mount rel /dev/null
   one_line 'fanstore prefetch: --mount rel is not an absolute path'
+  expect_rc 1 "$F" serve --image "$T/img" --local ''  # (a singleton MPI job: it said "mkdir : No such file")
+  one_line 'fanstore serve\[rank 0\]: invalid argument: --local is empty: give a node-local directory'
 fi
 expect_rc 1 "$F" ls "$T/img/index.fsi"
 one_line "fanstore ls: not a directory: image $T/img/index.fsi is not a directory: pass the directory"
