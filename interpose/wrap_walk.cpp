@@ -130,7 +130,10 @@ int WalkEntry(Walk& w, const std::string& path, int base, int level, bool* skip_
   int src = phys ? lstat(path.c_str(), &st) : stat(path.c_str(), &st);
   bool ignore = false;
   if (src != 0) {
-    if (!phys && errno == ENOENT && lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    // As glibc: only a missing or forbidden entry is reported (FTW_NS, or FTW_SLN for a dangling link); any other
+    // error (ELOOP from a symlink loop, EIO) ends the walk with -1 and errno.
+    if (errno != ENOENT && errno != EACCES) return -1;
+    if (!phys && lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
       return Verdict(w, Call(w, path, &st, w.fn ? FTW_NS : FTW_SLN, base, level), &ignore, skip_siblings);
     return Verdict(w, Call(w, path, &st, FTW_NS, base, level), &ignore, skip_siblings);
   }

@@ -8,7 +8,7 @@ tmp=$(mktemp -d /tmp/fanstore-fsio.XXXXXX)
 ro_mounted=0
 trap '[ $ro_mounted = 1 ] && umount "$tmp/ro"; rm -rf "$tmp"' EXIT
 
-# The tree the scripts expect: a.txt, empty, exec.sh, dir/b.txt, dir/sub/deep.bin, emptydir/.
+# The tree the scripts expect: a.txt, empty, exec.sh, dir/b.txt, dir/sub/deep.bin, emptydir/, loops/{a,b}.
 src=$tmp/src
 mkdir -p "$src/dir/sub" "$src/emptydir"
 printf 'hello\n' > "$src/a.txt"
@@ -17,6 +17,8 @@ printf '#!/bin/sh\necho hi\n' > "$src/exec.sh"
 chmod 755 "$src/exec.sh"
 echo bbb > "$src/dir/b.txt"
 head -c 100000 /dev/urandom > "$src/dir/sub/deep.bin"
+# A symlink loop, for the walks (nftw without FTW_PHYS stops at it with ELOOP).
+mkdir -p "$src/loops" && ln -s b "$src/loops/a" && ln -s a "$src/loops/b"
 "$fanstore" pack "$src" -o "$tmp/img" --parts 2 > /dev/null
 
 status=0
