@@ -1,5 +1,7 @@
 #include "fetch_router.hpp"
 
+#include <zstd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -180,14 +182,27 @@ void FetchRouter::OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) {
 }
 
 void FetchRouter::OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRange& r) {
-  const int64_t t0 = dp::NowUs();
+  // A client asks again for one chunk's stored bytes: nothing longer reaches the image directory this way.
+  if (r.length > ZSTD_compressBound(img_->ChunkSize())) {
+    clients_->Deliver(conn, req_id,
+                      Status(Code::kInvalidArgument,
+                             "a fetch from the image directory is of one chunk's stored bytes, "
+                             "not " +
+                                 std::to_string(r.length)),
+                      nullptr, 0);
+    return;
+  }
   cache_->Remove(r);
   const bool ours = local_->Has(r.part);
-  if (ours) bad_local_.insert(r.part);
   if (damaged_.insert(r.part).second)
-    Error("a client found bytes of partition %u damaged (%s): such ranges are read from the image directory", r.part,
-          ours ? "in this node's staged copy" : "from the fetch cache or another rank's copy");
-  if (!image_dir_) return OnFetch(conn, req_id, r);
+    Error("a client found bytes of partition %u damaged (%s): such ranges are read from %s", r.part,
+          ours ? "in this node's staged copy" : "from the fetch cache or another rank's copy",
+          ours ? "the other replicas, or the image directory" : "the image directory");
+  // Our copy: the other holders, then the image directory (OnFetch, which skips a partition in bad_local_).
+  if (ours) bad_local_.insert(r.part);
+  if (ours || !image_dir_) return OnFetch(conn, req_id, r);
+  // Another rank's copy or our cache: that rank might send the same bytes again; the image directory cannot be wrong.
+  const int64_t t0 = dp::NowUs();
   image_dir_->Read(r.part, r.offset, r.length, t0 + o_.timeout_us * 9 / 10,
                    [this, conn, req_id, t0](const Status& s, const char* data, uint64_t len) {
                      clients_->Deliver(conn, req_id, s, data, len);

@@ -43,8 +43,8 @@ class FetchRouter final : public RequestHandler {
               SocketServer* clients, DaemonStats* stats, RouterOptions o, ImageDirReads* image_dir = nullptr);
 
   void OnFetch(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
-  // Drops what the cache holds of `r`, stops serving this node's copy of its partition (when it holds one), and
-  // answers from the image directory (without one: as OnFetch does).
+  // Drops what the cache holds of `r`; for a partition held here, stops serving this node's clients from this copy
+  // and asks the other holders (then the image directory), else answers from the image directory.
   void OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRange& r) override;
   PathKind Resolve(std::string_view path, ByteRange* r) override;
   Status OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) override;

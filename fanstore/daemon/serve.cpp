@@ -485,11 +485,11 @@ class Daemon {
                                        &staged_files_);
     if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };
     stager_->on_tally = [this](const Stager::Tally& t, const std::vector<int>& down) {
-      // --strict-staging stops every rank on a failure (StageFirst says so): no line that they go on serving.
-      if (o_.strict_staging && (t.failed_ranks > 0 || !down.empty())) return;
       if (down.empty()) server_->SetStaged();
       else server_->SetUnstaged(down);
-      if (rank_ == Speaker(down)) PrintStaged(t, nranks_, Seconds(), down);
+      // --strict-staging stops every rank on a failure (StageFirst says so): no line that they go on serving.
+      const bool strict_stop = o_.strict_staging && (t.failed_ranks > 0 || !down.empty());
+      if (rank_ == Speaker(down) && !strict_stop) PrintStaged(t, nranks_, Seconds(), down);
     };
     if (rank_ == 0) stager_->progress = [](const char* l) { Info("%s", l); };
     // A reader of a piece this rank stages next waits for it, up to a fifth of --timeout (an asking daemon gives
@@ -515,9 +515,10 @@ class Daemon {
       return true;
     }
     const std::vector<int> down = stager_->down_ranks();
-    const uint64_t failed = stager_->failures_heard();
-    if (failed == 0 && down.empty()) return true;
     st_ = stager_->status();
+    // (This rank's own failure reaches failures_heard() only once its tally is out: count it from its status.)
+    const uint64_t failed = std::max<uint64_t>(stager_->failures_heard(), st_.ok() ? 0 : 1);
+    if (failed == 0 && down.empty()) return true;
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
     if (rank_ == Speaker(down))
       Error("staging failed on %s%llu rank(s) (their lines say why)%s; every rank stops (--strict-staging)",

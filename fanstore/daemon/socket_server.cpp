@@ -604,7 +604,8 @@ Status SocketServer::CheckPath(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   struct stat st;
-  const int err = stat(dir.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  int err = stat(dir.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  if (err == 0 && access(dir.c_str(), W_OK | X_OK) != 0) err = errno;  // bind needs to create the socket there
   if (err == 0) return Status::Ok();
   return Status(Status::FromErrno(err, "").code(), "the directory of socket " + Printable(path) + " cannot be used (" +
                                                        std::strerror(err) +

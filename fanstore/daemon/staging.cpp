@@ -70,8 +70,9 @@ bool IsStagingTemp(const std::string& name) {
     return false;
   const std::string base = name.substr(0, dot);
   if (base == format::kIndexName || base == kStagedMarker || base == "part-rep.fsp") return true;
-  return base.size() == 14 && base.compare(0, 5, "part-") == 0 && base.compare(10, 4, ".fsp") == 0 &&
-         base.find_first_not_of("0123456789", 5) == 10;
+  // part-NNNNN.fsp: five digits or more (PartitionFileName's %05u)
+  return base.size() >= 14 && base.compare(0, 5, "part-") == 0 && base.compare(base.size() - 4, 4, ".fsp") == 0 &&
+         base.find_first_not_of("0123456789", 5) == base.size() - 4;
 }
 
 // Removes the half-written files of runs that died before they could (SIGKILL, a second signal to mpirun, a failed

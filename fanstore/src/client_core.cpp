@@ -69,8 +69,7 @@ Status ClientCore::LoadChunkInto(const Entry& e, const Chunk& c, char* out, Offe
     }
     stats.local_loads.fetch_add(1, std::memory_order_relaxed);
     // This node's staged copy is damaged (truncated, a flipped bit): the daemon reads the image directory's bytes.
-    if (remote && (s.code() == Code::kCorrupt || s.code() == Code::kIoError) &&
-        LoadRemoteChunk(e, c, out, /*from_source=*/true).ok()) {
+    if (remote && s.code() == Code::kCorrupt && LoadRemoteChunk(e, c, out, /*from_source=*/true).ok()) {
       s = Status::Ok();
       fetched = true;
     }

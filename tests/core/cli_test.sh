@@ -232,6 +232,8 @@ expect_rc 1 "$F" run --image "$T/img" --
 one_line 'fanstore run: CMD is required'
 expect_rc 1 "$F" run --image "$T/img" --log info -- true
 one_line "fanstore run: --log must be debug (or off), got 'info'"
+[ "$(FANSTORE_LOG=debug "$F" run --image "$T/img" --log off -- sh -c 'echo "${FANSTORE_LOG-unset}"')" = unset ] ||
+  fail "--log off must turn off an inherited FANSTORE_LOG=debug"
 
 # pack's messages name files through Printable: a newline in a name is written \n, and the message stays one line.
 NL=$(printf 'p\nq')

@@ -138,7 +138,7 @@ def case_replicas(ctx):
     out = job.output()
     for rank in (2, 3):
         check(re.search(rf"rank {rank}\]: a client found bytes of partition \d+ damaged \(in this node's staged copy\): "
-                        "such ranges are read from the image directory", out),
+                        "such ranges are read from the other replicas, or the image directory", out),
               f"rank {rank} must say that a client found its copy damaged:\n" + out)
     log("daemon exit lines:\n" + "\n".join(l for l in out.splitlines() if "stopping on" in l))
     failovers = sum(int(x) for x in re.findall(r"(\d+) failovers", out))

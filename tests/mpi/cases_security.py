@@ -301,13 +301,14 @@ def case_limits(ctx):
     job.stop()
 
 
-def fetch_once(sock_path, part, offset, length, timeout):
-    """One fetch on a fresh connection; returns (code, message), or None when no reply came within `timeout`."""
+def fetch_once(sock_path, part, offset, length, timeout, flags=0):
+    """One fetch on a fresh connection; returns (code, message), or None when no reply came within `timeout`.
+    flags 1: kFromSource (the bytes this node gave failed their checksum)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     s.connect(sock_path)
     try:
-        s.sendall(struct.pack("<IHHQIIQQQ", 0x51445346, 2, 2, 7, part, 0, offset, length, 0))
+        s.sendall(struct.pack("<IHHQIIQQQ", 0x51445346, 2, 2, 7, part, flags, offset, length, 0))
         head = b""
         while len(head) < 48:
             chunk = s.recv(48 - len(head))
@@ -372,6 +373,11 @@ def case_hostile_range(ctx):
                 log(f"--cache-bytes {cache}: part {part}, offset 2^64-{length}+100, length {length} -> {got}")
                 check(got is not None, "no reply (the daemon died or hung)")
                 check(got[0] != 0, f"a fetch whose end wraps past 2^64 succeeded: {got}")
+        # Asking again "from the source" is for one chunk's stored bytes: 1 GiB is refused before any read or
+        # allocation (it went to the image directory whole).
+        got = fetch_once(ctx.sock(0), 1, 0, 1 << 30, 30, flags=1)
+        log(f"--cache-bytes {cache}: part 1, 1 GiB from the source -> {got}")
+        check(got is not None and got[0] != 0 and "one chunk's stored bytes" in got[1], f"1 GiB from the source: {got}")
         alive = job.pids()
         check(alive == pids, f"a daemon died: ranks {sorted(pids)} -> {sorted(alive)}")
         check(ctx.run_check(0).returncode == 0, "the daemon must serve other clients after the hostile fetches")

@@ -187,7 +187,8 @@ int Run(const RunArgs& a) {
   if (a.stats) setenv(env::kStats, "1", 1);
   if (!a.log.empty() && a.log != "debug" && a.log != "off")
     return Fail("run", "--log must be debug (or off), got '" + a.log + "'");
-  if (!a.log.empty() && a.log != "off") setenv(env::kLog, a.log.c_str(), 1);
+  if (a.log == "debug") setenv(env::kLog, "debug", 1);
+  if (a.log == "off") unsetenv(env::kLog);  // over an inherited FANSTORE_LOG=debug
 
   // The interposer must see the fanstore binary to hand static programs it execs over to `fanstore run`.
   char self[PATH_MAX];

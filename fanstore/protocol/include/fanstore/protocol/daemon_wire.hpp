@@ -61,8 +61,9 @@ struct Request {
 };
 inline constexpr uint32_t kAppend = 1;
 // A fetch's flag: the bytes this node had for the range (its staged copy, its fetch cache, a peer's reply) failed
-// their checksum in the client. The daemon drops what it cached of the range, stops serving its own copy of the
-// partition, and reads the range from the image directory, the source every copy was made from.
+// their checksum in the client. The daemon drops what it cached of the range and reads it again: from the other
+// holders when the damaged copy is its own (its clients are not served from that copy any more), else from the image
+// directory, the source every copy was made from. At most one chunk's stored bytes.
 inline constexpr uint32_t kFromSource = 1;
 // The longest range a fetch may name (a chunk is at most 64 MiB; whole stored files far below this): a longer
 // one, or one reaching past format::kMaxStoredOffset, is refused before any cache or reader sees it.
