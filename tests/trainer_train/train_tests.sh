@@ -315,6 +315,16 @@ PY
   [[ $(summary steps end/metrics.jsonl) == 4 && $(summary final_loss end/metrics.jsonl) != None ]] ||
     { echo "FAIL epoch 1 after the mapping:"; cat out.txt; exit 1; }
   echo "ok   then epoch 1 with --seed 5: $(grep -o 'warning: checkpoint was written with --seed 9[^(]*' err.txt)"
+  # The same batching on fewer samples: a position past the new epoch's end goes on with the next epoch (it died
+  # with "cannot create std::vector larger than max_size()").
+  mkdir -p data4 && cp data20/train/univ_0000[0-3].h5 data4/
+  "$train" "${common20[@]}" --epochs 2 --batch 1 --max-steps 7 --checkpoint shrunk > /dev/null
+  "$train" --model cosmoflow --data data4 --lr 0.001 --optimizer adam --threads 2 --prefetch-threads 1 --epochs 2 \
+    --batch 1 --resume --checkpoint shrunk > out.txt 2> err.txt ||
+    { echo "FAIL resume on fewer samples:"; cat out.txt err.txt; exit 1; }
+  grep -qF "checkpoint's step 7 (epoch 0, batch 7) is past the 4 steps of an epoch of this data" err.txt &&
+    [[ $(summary steps shrunk/metrics.jsonl) == 8 ]] || { echo "FAIL resume on fewer samples:"; cat out.txt err.txt; exit 1; }
+  echo "ok   resumed on 4 of 20 samples: $(grep -o "warning: checkpoint's step 7.*" err.txt)"
   ;;
 run_directories)
   # Default directories of runs started in the same second, a directory another run holds, a fresh run into a
@@ -475,7 +485,18 @@ ltfb_resume)
     echo "FAIL resumed with one trainer's checkpoint missing"; exit 1
   fi
   grep -q "checkpoint-tT.bin files are missing or from different steps" err.txt || { echo "FAIL:"; cat err.txt; exit 1; }
+  grep -q "starting from scratch" err.txt && { echo "FAIL it also said it starts from scratch:"; cat err.txt; exit 1; }
   echo "ok   a missing trainer checkpoint: $(grep -m1 missing err.txt)"
+  # A plain run's checkpoint resumed as a tournament: refused, never trained over from step 0.
+  plain=(--model cosmoflow --data data/train --batch 4 --lr 0.001 --threads 1 --prefetch-threads 1 --seed 2)
+  mpirun_2 "$train" "${plain[@]}" --max-steps 2 --checkpoint plain > /dev/null
+  before=$(md5sum < plain/checkpoint.bin)
+  if mpirun_2 "$train" "${plain[@]}" --max-steps 3 --checkpoint plain --resume --trainers 2 > out.txt 2> err.txt; then
+    echo "FAIL a plain checkpoint resumed with --trainers 2"; exit 1
+  fi
+  grep -q "error: plain holds checkpoint.bin but no trainer's checkpoint-tT.bin" err.txt &&
+    [[ $(md5sum < plain/checkpoint.bin) == "$before" ]] || { echo "FAIL plain checkpoint and --trainers:"; cat err.txt; exit 1; }
+  echo "ok   a plain run's checkpoint with --resume --trainers 2: $(grep -m1 error: err.txt)"
   ;;
 ltfb_odd_truncation)
   # 3 trainers of one rank: pairwise leaves one trainer out of every round (it keeps its state, sends

@@ -329,14 +329,31 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
             << was.global_step << " (epoch " << was.epoch << ", batch " << was.next_batch << ") is step "
             << position.global_step << " (epoch " << position.epoch << ", batch " << position.next_batch
             << ") of this batching (the data order changes, the run is not bit-identical)\n";
+    } else if (position.next_batch >= steps_per_epoch) {
+      // Fewer samples than when it was written: its epoch is done in this data (it crashed on a batch past the end).
+      const TrainingPosition was = position;
+      position = rebatch_position(position, groups, group_batch, steps_per_epoch);
+      if (leader)
+        err << "fanstore-train: warning: checkpoint's step " << was.global_step << " (epoch " << was.epoch << ", batch "
+            << was.next_batch << ") is past the " << steps_per_epoch
+            << " steps of an epoch of this data (fewer samples than when it was written): continuing at step "
+            << position.global_step << " (epoch " << position.epoch << ", batch 0)\n";
     }
     if (leader)
       err << "fanstore-train: resumed from " << path << " at step " << position.global_step << " (epoch "
           << position.epoch << ", batch " << position.next_batch << ")\n";
-  } else if (leader) {
+  } else if (leader && !tournament) {
     err << "fanstore-train: --resume: no " << path << " yet, starting from scratch\n";
   }
   if (tournament) {
+    // A run without --trainers left checkpoint.bin where the trainers' files would be: starting the tournament
+    // afresh would write over it.
+    double plain = !resumed && leader && std::filesystem::exists(dir + "/checkpoint.bin") ? 1.0 : 0.0;
+    world.max(&plain, 1);
+    if (plain > 0)
+      throw GridError(dir +
+                      " holds checkpoint.bin but no trainer's checkpoint-tT.bin: resume a run without --trainers "
+                      "without it, or give the tournament another --checkpoint directory");
     double hi[2] = {resumed ? 1.0 : 0.0, static_cast<double>(position.global_step)};
     double lo[2] = {-hi[0], -hi[1]};
     world.max(hi, 2);
@@ -346,6 +363,7 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
                       std::to_string(static_cast<long long>(-lo[1])) + " to " +
                       std::to_string(static_cast<long long>(hi[1])) +
                       "); resume needs every trainer's file of one run, or start without --resume");
+    if (!resumed && leader) err << "fanstore-train: --resume: no " << path << " yet, starting from scratch\n";
   }
   return resumed;
 }
