@@ -137,6 +137,20 @@ TEST(VolumeErrors, CorruptOrTruncatedHdf5NamesTheFile) {
   }
 }
 
+// A file removed after the data was listed is missing, not damaged (it was "not a readable HDF5 file").
+TEST(VolumeErrors, AFileRemovedAfterListingIsSaidToBeMissing) {
+  ScratchDir scratch;
+  testing::run_datagen("cosmoflow --samples 2 --size 8 --val-fraction 0 -o " + (scratch / "d"));
+  const CosmoFlowDataset dataset(scratch / "d/train", {});
+  std::filesystem::remove(dataset.sample_path(1));
+  std::vector<float> volume(4 * 8 * 8 * 8), targets(4);
+  const std::string message = error_of([&] {
+    dataset.load_sample(1, 0, SampleBuffers{volume.data(), targets.data(), nullptr});
+  });
+  EXPECT_NE(message.find(dataset.sample_path(1) + ": cannot open: No such file or directory"), std::string::npos)
+      << message;
+}
+
 TEST(VolumeErrors, WrongDatasetNamesAndShapesNameTheFile) {
   ScratchDir scratch;
   std::filesystem::create_directories(scratch / "names");

@@ -3,6 +3,10 @@
 
 #include <hdf5.h>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 
@@ -87,7 +91,12 @@ Hdf5File::Hdf5File(std::string path) : path_(std::move(path)) {
   H5Pset_sieve_buf_size(access, 0);
   const hid_t id = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, access);
   H5Pclose(access);
-  if (id < 0) throw DataError(path_, "not a readable HDF5 file (" + last_hdf5_error() + ")");
+  if (id < 0) {
+    // A file that cannot be opened at all (removed since the data was listed, its permissions changed) is said as
+    // such, not taken for a damaged one.
+    if (::access(path_.c_str(), R_OK) != 0) throw DataError(path_, std::string("cannot open: ") + std::strerror(errno));
+    throw DataError(path_, "not a readable HDF5 file (" + last_hdf5_error() + ")");
+  }
   file_id_ = id;
 }
 
