@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   CLI::App* cosmoflow = app.add_subcommand("cosmoflow", "CosmoFlow HDF5 universes: DIR/{train,val}/univ_*.h5");
   add_common(cosmoflow, 32);
   CLI::App* unet3d = app.add_subcommand("unet3d", "3D U-Net HDF5 cases: DIR/{train,val}/case_*.h5");
-  add_common(unet3d, 32);
+  add_common(unet3d, 64);
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -12,7 +12,7 @@
 namespace fanstore::datagen {
 namespace {
 
-constexpr int kDefaultSize = 32;
+constexpr int kDefaultSize = 64;  // the smallest edge fanstore-train's U-Net takes whole (multiples of 32, one >= 64)
 constexpr std::uint8_t kBackground = 0, kKidney = 1, kTumor = 2;
 
 struct Shape {
