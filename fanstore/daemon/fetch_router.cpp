@@ -203,6 +203,12 @@ void FetchRouter::OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRa
   if (ours || !image_dir_) return OnFetch(conn, req_id, r);
   // Another rank's copy or our cache: that rank might send the same bytes again; the image directory cannot be wrong.
   const int64_t t0 = dp::NowUs();
+  AnswerFromImageDir(conn, req_id, r, t0);
+}
+
+void FetchRouter::AnswerFromImageDir(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0) {
+  // Off this thread (a slow shared file system must not stall the daemon); an answer, bytes or error, before the
+  // client gives up.
   image_dir_->Read(r.part, r.offset, r.length, t0 + o_.timeout_us * 9 / 10,
                    [this, conn, req_id, t0](const Status& s, const char* data, uint64_t len) {
                      clients_->Deliver(conn, req_id, s, data, len);
@@ -226,13 +232,7 @@ void FetchRouter::JoinOrFetch(uint64_t conn, uint64_t req_id, const ByteRange& r
 
 bool FetchRouter::ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0) {
   if (image_dir_ && !local_->Staged(r.part, r.offset, r.length)) {
-    // Not staged here yet: from the image directory, off this thread (a slow shared file system must not stall the
-    // daemon); an answer, bytes or error, before the client gives up.
-    image_dir_->Read(r.part, r.offset, r.length, t0 + o_.timeout_us * 9 / 10,
-                     [this, conn, req_id, t0](const Status& s, const char* data, uint64_t len) {
-                       clients_->Deliver(conn, req_id, s, data, len);
-                       stats_->AddLatency(static_cast<uint64_t>(dp::NowUs() - t0));
-                     });
+    AnswerFromImageDir(conn, req_id, r, t0);  // not staged here yet
     return true;
   }
   std::shared_ptr<ReplyArea> a = clients_->LandFor(conn, r.length);

@@ -62,6 +62,8 @@ class FetchRouter final : public RequestHandler {
   // Answers a range of a partition held here from the staged copy (or, not staged yet, the image directory, whose
   // reply follows later); false when that copy is unreadable (the caller goes to the other replicas).
   bool ServeLocal(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0);
+  // Answers `r` from the image directory (image_dir_ must be set).
+  void AnswerFromImageDir(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0);
   // Joins a fetch of `r` already in flight (N readers of one range cost one transfer), or starts one: from rank
   // `from` alone, or (-1) from the partition's holders in turn.
   void JoinOrFetch(uint64_t conn, uint64_t req_id, const ByteRange& r, int64_t t0, int from);

@@ -193,7 +193,7 @@ def case_lock(ctx):
     check(f"socket path {toolong.replace('{rank}', '0')} is 108 bytes; a Unix socket path holds at most 107: give a "
           "shorter --socket" in out and ".starting." not in out, "a 108-byte --socket:\n" + out)
     check(os.listdir(longdir) == [], f"a refused --socket left {os.listdir(longdir)}")
-    staged = [f for f in os.listdir(over_local.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
+    staged = staged_files(over_local)
     check(staged == [], f"a --socket too long was refused only after staging {staged}")
     # The same for the default socket, --local/fanstore.sock, under a --local too long for it.
     deep = os.path.join(longdir, "l{rank}")
@@ -202,7 +202,7 @@ def case_lock(ctx):
     out = over.output()
     check(f"socket path {deep.replace('{rank}', '0')}/fanstore.sock is " in out and "give a shorter --socket" in out,
           "a --local too long for its default socket:\n" + out)
-    staged = [f for f in os.listdir(deep.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
+    staged = staged_files(deep)
     check(staged == [], f"a --local too long for its socket was refused only after staging {staged}")
     # A --socket in a directory that does not exist: one line naming it, before anything is staged (bind failed only
     # after staging, naming its temporary name).
@@ -213,7 +213,7 @@ def case_lock(ctx):
     out = over.output()
     check(f"the directory of socket {nodir.replace('{rank}', '0')} cannot be used (No such file or directory): "
           "create it" in out and ".starting." not in out, "a --socket in a missing directory:\n" + out)
-    staged = [f for f in os.listdir(nodir_local.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
+    staged = staged_files(nodir_local)
     check(staged == [], f"a --socket in a missing directory was refused only after staging {staged}")
     # A --local holding another image (no daemon staged it: no .fanstore-staged) is refused before anything is
     # written there: staging renamed its files over that image's, and --cleanup then deleted them.
@@ -299,6 +299,11 @@ def case_limits(ctx):
     for s in idle:
         s.close()
     job.stop()
+
+
+def staged_files(local_tmpl):
+    """What rank 0 staged into `local_tmpl` ({rank} = 0): the index and partition files."""
+    return [f for f in os.listdir(local_tmpl.replace("{rank}", "0")) if f.startswith(("index", "part-"))]
 
 
 def fetch_once(sock_path, part, offset, length, timeout, flags=0):
