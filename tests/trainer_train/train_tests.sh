@@ -20,6 +20,31 @@ mpirun_n() {  # mpirun_n RANKS PROGRAM ARGS...
 }
 mpirun_2() { mpirun_n 2 "$@"; }
 
+# stop_mid_run SIGNAL CK_DIR PID [RANK]: once CK_DIR/metrics.jsonl has 3 step records, sends SIGNAL to PID, or to
+# its child process of MPI rank RANK, and waits for PID. The run must stop at a step's end with a checkpoint:
+# exit 128 + the signal's number, a "stopped" record, and the line that says how to go on.
+stop_mid_run() {
+  local sig=$1 dir=$2 pid=$3 rank=${4:-} steps=0 target=$3 status=0
+  until (( steps >= 3 )); do
+    sleep 0.05
+    kill -0 "$pid" 2> /dev/null || { echo "FAIL the run ended before it was signalled"; exit 1; }
+    steps=$(grep -c '"event":"step"' "$dir/metrics.jsonl" 2> /dev/null || true)
+  done
+  if [[ -n "$rank" ]]; then
+    for child in $(pgrep -f "fanstore-train.*--checkpoint $dir"); do
+      tr '\0' '\n' < "/proc/$child/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && target=$child
+    done
+  fi
+  kill "-$sig" "$target"
+  wait "$pid" || status=$?
+  local expect=$((128 + $(kill -l "$sig")))
+  (( status == expect )) || { echo "FAIL exit $status after SIG$sig, not $expect"; exit 1; }
+  tail -1 "$dir/metrics.jsonl" | grep -q "\"event\":\"stopped\".*\"signal\":\"SIG$sig\"" ||
+    { echo "FAIL no stopped record"; tail -2 "$dir/metrics.jsonl"; exit 1; }
+  grep -q "^fanstore-train: stopped by SIG$sig after step [0-9]*; checkpoint in $dir (the same command with --resume" \
+    stop.out || { echo "FAIL no stop line"; cat stop.out; exit 1; }
+}
+
 # check_rounds METRICS EXPECTED_ROUNDS: every tournament record is sane, partners agree, and two
 # trainers that kept the same winner hold bit-identical state (the hash of weights and optimizer state).
 check_rounds() {
@@ -133,6 +158,12 @@ resume_bitwise)
   "$train" "${common[@]}" --checkpoint split --max-steps 14 --resume
   if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   resume: 14 steps straight == 5 + resume + 9, bit-identical"
   else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
+  # SIGTERM (Slurm's at the time limit) stops at the end of a step with a checkpoint the run resumes from.
+  "$train" "${common[@]}" --checkpoint signalled --max-steps 14 > stop.out &
+  stop_mid_run TERM signalled $!
+  "$train" "${common[@]}" --checkpoint signalled --max-steps 14 --resume
+  cmp straight/checkpoint.bin signalled/checkpoint.bin || { echo "FAIL the resume after SIGTERM differs"; exit 1; }
+  echo "ok   SIGTERM: stopped at a step's end, resumed to the straight run's checkpoint"
   ;;
 resume_rank0_decides)
   # Rank 0 alone decides whether to resume and sends its checkpoint to the others: here rank 1's
@@ -154,6 +185,12 @@ resume_rank0_decides)
   mpirun_mpmd
   if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   rank 1 without a checkpoint resumed from rank 0's"
   else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
+  # A stop signal that reaches one rank only (here rank 1, which writes nothing) stops every rank at the same step.
+  mpirun_2 "$train" "${common[@]}" --checkpoint signalled --max-steps 14 > stop.out 2> stop.err &
+  stop_mid_run USR1 signalled $! 1
+  mpirun_2 "$train" "${common[@]}" --checkpoint signalled --max-steps 14 --resume
+  cmp straight/checkpoint.bin signalled/checkpoint.bin || { echo "FAIL the resume after SIGUSR1 differs"; exit 1; }
+  echo "ok   SIGUSR1 to rank 1 alone: both ranks stopped at one step, resumed to the straight run's checkpoint"
   ;;
 two_ranks_match_one)
   # 2 ranks x batch 4 == 1 rank x batch 8 (CosmoFlow has no batch norm, so the maths is the same;
