@@ -226,7 +226,12 @@ bad_input)
   "$datagen" cosmoflow -o cosmo --samples 8 --size 32 --seed 2 --val-fraction 0 > /dev/null
   run_expect_fail() {  # run_expect_fail "what" "text the one line must hold" ARGS...
     local what=$1 expect=$2; shift 2
-    if "$train" "$@" --checkpoint ck_fail --threads 2 > out.txt 2> err.txt; then echo "FAIL $what: exit 0"; exit 1; fi
+    expect_fail "$what" "$expect" "$@" --checkpoint ck_fail --threads 2
+  }
+  expect_fail() {  # expect_fail "what" "text the one line must hold" ARGS...: exit status 1 and that line
+    local what=$1 expect=$2 status=0; shift 2
+    "$train" "$@" > out.txt 2> err.txt || status=$?
+    if (( status != 1 )); then echo "FAIL $what: exit $status, not 1"; cat err.txt; exit 1; fi
     if [[ $(wc -l < err.txt) -ne 1 ]] || ! grep -qF -- "$expect" err.txt; then
       echo "FAIL $what: expected one line with '$expect', got:"; cat err.txt; exit 1
     fi
@@ -270,6 +275,19 @@ bad_input)
     fi
     echo "ok   $opt 100000: $(cat err.txt)"
   done
+  run_expect_fail "--seed past 2^64" "--seed: a seed from 0 to 18446744073709551615 is needed, not 18446744073709551616" \
+    "${ok[@]}" --seed 18446744073709551616
+  run_expect_fail "an option twice" "--epochs is given 2 times: pass it once" "${ok[@]}" --epochs 1 --epochs 2
+  run_expect_fail "negative --inject-nan-at-step" "--inject-nan-at-step: a finite number >= 0" "${ok[@]}" \
+    --inject-nan-at-step -3
+  # --describe and --benchmark would ignore what the file options ask for.
+  expect_fail "--describe with --data" "--describe prints the model's layers and runs nothing" --model cosmoflow \
+    --describe --data cosmo64/train
+  expect_fail "--benchmark with --val" "--benchmark times synthetic batches and reads or writes no files" \
+    --model cosmoflow --benchmark 1 --input-size 32 --val cosmo64/train
+  # A model that cannot fit in memory: what to pass, not "std::bad_alloc".
+  expect_fail "--input-size 100000" "error: out of memory (std::bad_alloc): " --model cosmoflow --describe \
+    --input-size 100000
   # --val with other targets names the target shapes (it named the samples' shapes, which were the same).
   if $py -c 'import h5py' 2> /dev/null; then
     mkdir -p val5 && for f in cosmo64/train/*.h5; do cp "$f" val5/; done

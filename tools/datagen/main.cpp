@@ -34,7 +34,22 @@ int main(int argc, char** argv) {
   CLI::App* unet3d = app.add_subcommand("unet3d", "3D U-Net HDF5 cases: DIR/{train,val}/case_*.h5");
   add_common(unet3d, 64);
 
-  CLI11_PARSE(app, argc, argv);
+  // One line and exit status 1, as the other errors (CLI11's own are two lines and 101-127).
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "fanstore-datagen: error: " + std::string(e.what()) + " (--help lists the options)\n";
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && app.get_subcommands().empty()) {
+      std::fprintf(stderr,
+                   "fanstore-datagen: error: give a dataset kind: imagefolder, cosmoflow or unet3d "
+                   "(--help says what each makes)\n");
+      return 1;
+    }
+    const int status = app.exit(e);
+    return dynamic_cast<const CLI::Success*>(&e) ? status : 1;
+  }
   try {
     const auto started = std::chrono::steady_clock::now();
     std::string summary;

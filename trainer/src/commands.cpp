@@ -2,9 +2,19 @@
 #include "trainer/commands.hpp"
 
 #include <exception>
+#include <new>
+#include <string>
 #include <ostream>
 
 namespace fanstore::trainer {
+
+std::string error_text(const std::exception& error) {
+  if (dynamic_cast<const std::bad_alloc*>(&error))
+    return "out of memory (std::bad_alloc): the model's parameters and activations at this --input-size and "
+           "--batch need more memory than this process could get; pass a smaller --input-size or --batch, or split "
+           "each sample over more ranks with --grid (docs/parallelism.md)";
+  return error.what();
+}
 
 int describe_command(const DescribeOptions& options, std::ostream& out, std::ostream& err) {
   try {
@@ -14,7 +24,7 @@ int describe_command(const DescribeOptions& options, std::ostream& out, std::ost
     out << model->describe();
     return 0;
   } catch (const std::exception& e) {
-    err << "fanstore-train: " << e.what() << "\n";
+    err << "fanstore-train: error: " << error_text(e) << "\n";
     return 1;
   }
 }

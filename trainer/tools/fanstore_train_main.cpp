@@ -1,8 +1,11 @@
 // fanstore-train: parses the command line (CLI11) and calls the trainer library.
 #include <malloc.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <regex>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -40,6 +43,17 @@ static const CLI::Validator kThreadCount(
       return "a thread count from 0 to " + std::to_string(kMaxThreads) + " is needed, not " + text;
     },
     "0.." + std::to_string(kMaxThreads));
+
+// A seed from 0 to 2^64 - 1: CLI11 reads a larger number as 2^64 - 1.
+static const CLI::Validator kSeed(
+    [](std::string& text) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      std::strtoull(text.c_str(), &end, 0);
+      if (errno == 0 && end != text.c_str() && *end == '\0' && text.find('-') == std::string::npos) return {};
+      return "a seed from 0 to 18446744073709551615 is needed, not " + text;
+    },
+    "0..2^64-1");
 
 int main(int argc, char** argv) {
   using namespace fanstore::trainer;
@@ -111,7 +125,9 @@ int main(int argc, char** argv) {
                  "Checkpoint directory (checkpoint.bin, metrics.jsonl); default: a new run-MODEL-YYYYmmdd-HHMMSS, "
                  "named in the first line of output");
   app.add_flag("--resume", train.resume, "Continue from CHECKPOINT/checkpoint.bin when it exists");
-  app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")->capture_default_str();
+  app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")
+      ->capture_default_str()
+      ->check(kSeed);
   app.add_option("--metrics", train.metrics_path, "Metrics JSON lines (default CHECKPOINT/metrics.jsonl)");
   app.add_flag("--skip-bad-samples", train.skip_bad_samples,
                "Skip unreadable samples with a counted warning instead of stopping");
@@ -128,8 +144,10 @@ int main(int argc, char** argv) {
                  "Loss guard: roll back when loss > F x its running average (0 = NaN/Inf only)")
       ->capture_default_str()
       ->check(kNonNegative);
-  app.add_option("--inject-nan-at-step", train.inject_nan_at_step, "Testing: poison one weight after step N")
-      ->capture_default_str();
+  app.add_option("--inject-nan-at-step", train.inject_nan_at_step,
+                 "Testing: poison one weight after step N (0 = never)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--zero-init-residual", train.zero_init_residual,
                  "resnet50 training: start each residual block's last batch-norm scale at 0, so the network starts "
                  "shallow and the scaled learning rate trains from step 1 (Goyal et al.; false = torchvision's init)")
@@ -198,18 +216,23 @@ int main(int argc, char** argv) {
                  "of the factors, drawn at random (lr alone = lr=0.8,1.25); default: no mutation");
   app.add_option("--inject-nan-trainer", train.inject_nan_trainer,
                  "Testing: --inject-nan-at-step poisons only this trainer (-1 = every trainer)")
-      ->capture_default_str();
-  // One line, as every other error of the trainer.
+      ->capture_default_str()
+      ->check(at_least(-1));
+  // One line, as every other error of the trainer, and exit status 1 (CLI11's own are 101-127).
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return "fanstore-train: error: " + std::string(e.what()) + " (--help lists the options)\n";
+    std::string why = e.what();
+    static const std::regex kTwice("^(-[-A-Za-z0-9]+): At Most 1 required but received (\\d+)$");
+    std::smatch m;
+    if (std::regex_match(why, m, kTwice)) why = m[1].str() + " is given " + m[2].str() + " times: pass it once";
+    return "fanstore-train: error: " + why + " (--help lists the options)\n";
   });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (dynamic_cast<const CLI::Success*>(&e)) return app.exit(e);  // --help
     // Under mpirun every rank refuses the same command line before MPI starts: rank 0 alone says why.
-    if (e.get_exit_code() != static_cast<int>(CLI::ExitCodes::Success) && launcher_rank() != 0)
-      return e.get_exit_code();
-    return app.exit(e);
+    if (launcher_rank() == 0) app.exit(e);
+    return 1;
   }
 
   // Tournament options do nothing without --trainers: refuse them rather than ignore them (rank 0 alone says so).
@@ -224,11 +247,21 @@ int main(int argc, char** argv) {
                     << name << " out\n";
         return 1;
       }
-  // A benchmark reads and writes no files: refuse what it would silently ignore (rank 0 alone says so).
-  if (benchmark_steps > 0 && (!train.data_dir.empty() || !train.checkpoint_dir.empty() || train.resume)) {
+  // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
+  // says so).
+  const bool files = !train.data_dir.empty() || !train.val_dir.empty() || !train.checkpoint_dir.empty() ||
+                     !train.metrics_path.empty() || train.resume;
+  if (describe && (files || benchmark_steps > 0)) {
+    if (launcher_rank() == 0)
+      std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop --benchmark, "
+                   "--data, --val, --checkpoint, --metrics and --resume\n";
+    return 1;
+  }
+  if (benchmark_steps > 0 && files) {
     if (launcher_rank() == 0)
       std::cerr << "fanstore-train: error: --benchmark times synthetic batches and reads or writes no files: drop "
-                   "--data, --checkpoint and --resume (to time real data, train with --data DIR --max-steps N)\n";
+                   "--data, --val, --checkpoint, --metrics and --resume (to time real data, train with --data DIR "
+                   "--max-steps N)\n";
     return 1;
   }
   if (describe) {

@@ -1,5 +1,6 @@
 // --grid resolution (explicit, auto with the performance model, or data parallelism) and --benchmark
 // on a grid.
+#include "trainer/commands.hpp"
 #include "trainer/distributed_commands.hpp"
 
 #include <algorithm>
@@ -53,7 +54,7 @@ data::Batch synthetic_slab_batch(const GridRun& run, int rank, TaskKind task, st
 
 // One write, so the lines of several ranks do not interleave.
 void write_error_line(const std::exception& error, std::ostream& err) {
-  const std::string line = std::string("fanstore-train: error: ") + error.what() + "\n";
+  const std::string line = "fanstore-train: error: " + error_text(error) + "\n";
   err.write(line.data(), static_cast<std::streamsize>(line.size()));
   err.flush();
 }
@@ -145,7 +146,7 @@ void agree_on_failure(Communicator& world, const std::exception* error) {
   world.max(failed, 1);
   if (failed[0] == 0) return;
   const int from = world.size() - static_cast<int>(failed[0]);
-  std::string message = world.rank() == from ? std::string(error->what()) : std::string();
+  std::string message = world.rank() == from ? error_text(*error) : std::string();
   broadcast_string(world, message, from);
   throw GridError(message);
 }
