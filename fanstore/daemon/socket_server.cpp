@@ -2,6 +2,7 @@
 // shared reply areas (memfds passed once with SCM_RIGHTS), peer credentials checked on accept.
 #include "socket_server.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -90,15 +92,21 @@ bool InGroup(pid_t pid, gid_t gid) {
 
 // Makes `path` free for our socket: nothing there, or a stale socket left by a killed daemon (no listener: it is
 // removed). A live daemon's socket, one we may not connect to (another user's), or a non-socket is an error.
+// 0 when a daemon listens at `path`, else connect(2)'s errno (ECONNREFUSED: a socket nobody listens on).
+int ConnectError(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  sockaddr_un a = Addr(path);
+  int err = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+  close(fd);
+  return err;
+}
+
 Status ClearStale(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return Status::Ok();
   if (!S_ISSOCK(st.st_mode)) return Status(Code::kExists, path + " exists and is not a socket");
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::FromErrno(errno, "socket");
-  sockaddr_un a = Addr(path);
-  int err = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
-  close(fd);
+  const int err = ConnectError(path);
   if (err == 0)
     return Status(Code::kExists, "a daemon is already serving at " + path +
                                      " (two ranks of one node with the same --socket? give each its own, e.g. "
@@ -108,6 +116,32 @@ Status ClearStale(const std::string& path) {
                   path + " is a socket this daemon cannot check (" + std::strerror(err) + "): give another --socket");
   unlink(path.c_str());  // stale: left by a daemon that was killed
   return Status::Ok();
+}
+
+// Removes the temporary sockets (Bind's PATH.starting.PID, or DIR/.fanstore-starting.PID) that daemons killed
+// while staging left beside `path`: those nobody listens on. A live daemon's, still staging, stays.
+void RemoveStaleStarting(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string prefix = dir == "." && slash == std::string::npos ? "" : dir + "/";
+  const std::string own = path.substr(slash == std::string::npos ? 0 : slash + 1) + ".starting.";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  int removed = 0;
+  while (struct dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    size_t digits = std::string::npos;
+    for (const std::string& start : {own, std::string(".fanstore-starting.")})
+      if (name.size() > start.size() && name.compare(0, start.size(), start) == 0) digits = start.size();
+    if (digits == std::string::npos || name.find_first_not_of("0123456789", digits) != std::string::npos) continue;
+    struct stat st;
+    const std::string full = prefix + name;
+    if (lstat(full.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && ConnectError(full) == ECONNREFUSED &&
+        unlink(full.c_str()) == 0)
+      ++removed;
+  }
+  closedir(d);
+  if (removed > 0) Info("removed %d socket(s) that killed daemons left in %s while starting", removed, dir.c_str());
 }
 
 // Binds `fd` to `path`. A path too long for sun_path (a long directory) is bound through /proc/self/fd/N/NAME, N an
@@ -625,6 +659,7 @@ Status SocketServer::Bind(const std::string& path) {
     m.tmp_path = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + ".fanstore-starting." + pid;
   }
   if (Status s = ClearStale(path); !s.ok()) return s;
+  RemoveStaleStarting(path);
   if (Status s = m.OpenLoop(); !s.ok()) return s;
   m.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (m.listen_fd < 0) return Status::FromErrno(errno, "socket");

@@ -5,6 +5,7 @@ import os
 import re
 import select
 import signal
+import socket
 import time
 
 from cases_security import snapshot
@@ -75,6 +76,35 @@ def case_cleanup(ctx):
             else:
                 check(not os.path.exists(d), f"--cleanup left {d}, which it created")
     check(snapshot([ctx.img]) == image_before, "the image changed")
+
+    # 5. A daemon killed while it stages leaves its temporary socket (PATH.starting.PID) behind: the next daemon at
+    # PATH removes it. A live listener's temporary socket, and a file that is not a socket, stay.
+    sock = os.path.join(ctx.work, "s.sock")
+    local = os.path.join(ctx.work, "killed{rank}")
+    job = Job(ctx, 1, "--strict-staging", "--stage-bandwidth", "1M", "--socket", sock, local=local)
+    starting, deadline = [], time.time() + 60
+    while not starting and time.time() < deadline:
+        select.select([], [], [], 0.01)
+        starting = [n for n in os.listdir(ctx.work) if n.startswith("s.sock.starting.")]
+    check(starting, "no s.sock.starting.PID while the daemon staged:\n" + job.output())
+    for pid in job.pids().values():
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)
+    job.kill()
+    check(os.path.exists(os.path.join(ctx.work, starting[0])), "the killed daemon left no temporary socket")
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(os.path.join(ctx.work, "s.sock.starting.1"))
+    live.listen()
+    open(os.path.join(ctx.work, "s.sock.starting.2"), "w").close()
+    job = Job(ctx, 1, "--socket", sock, local=local)
+    job.wait_ready(socks=[sock])
+    left = sorted(n for n in os.listdir(ctx.work) if ".starting." in n)
+    live.close()
+    job.stop()
+    check(left == ["s.sock.starting.1", "s.sock.starting.2"], f"temporary sockets after the restart: {left}")
+    check("removed 1 socket(s) that killed daemons left" in job.output(), "no line for the removed socket:\n" +
+          job.output())
+    log(f"the restarted daemon removed {starting[0]} and kept a live listener's and a plain file")
 
 
 def case_startup_signal(ctx):
