@@ -105,13 +105,34 @@ TEST_F(ImageFolderPipeline, SkipBadSamplesSubstitutesAndCounts) {
   EXPECT_EQ(batches[4].sample_indices, (std::vector<std::size_t>{20, 22, 22, 23, 24}));
 }
 
-TEST_F(ImageFolderPipeline, AllBadBatchIsAnError) {
+TEST_F(ImageFolderPipeline, AllBadBatchTakesTheNextGoodSampleOfTheDataset) {
+  // At batch 1, common for 3D volumes, a bad sample is the whole batch: it stopped the run.
   const ImageFolderDataset dataset(scratch_ / "d/train", options_);
-  for (std::size_t i = 0; i < 2; ++i) testing::write_bytes(dataset.sample_path(i), {});
+  for (std::size_t i : {0, 1, 3}) testing::write_bytes(dataset.sample_path(i), {});
   const BatchLoader loader(dataset, {.skip_bad_samples = true});
-  const std::vector<std::size_t> both = {0, 1};
-  EXPECT_THROW(loader.load(0, both, 0), DataError);
-  EXPECT_EQ(loader.bad_sample_count(), 2u);
+  const std::vector<std::size_t> both = {1, 0}, one = {3}, last = {29};
+  EXPECT_EQ(loader.load(0, both, 0).sample_indices, (std::vector<std::size_t>{2, 2}));
+  EXPECT_EQ(loader.bad_sample_count(), 2u);  // the batch's bad samples are not tried, nor counted, again
+  const Batch b = loader.load(1, one, 0);
+  EXPECT_EQ(b.sample_indices, (std::vector<std::size_t>{4}));
+  EXPECT_EQ(b.input, loader.load(2, std::vector<std::size_t>{4}, 0).input);  // sample 4 as its own batch loads it
+  EXPECT_EQ(loader.bad_sample_count(), 3u);
+  testing::write_bytes(dataset.sample_path(29), {});
+  EXPECT_EQ(loader.load(3, last, 0).sample_indices, (std::vector<std::size_t>{2}));  // wraps: 0 and 1 are bad
+  EXPECT_EQ(loader.bad_sample_count(), 6u);
+}
+
+TEST_F(ImageFolderPipeline, AllBadDatasetIsAnError) {
+  const ImageFolderDataset dataset(scratch_ / "d/train", options_);
+  for (std::size_t i = 0; i < dataset.size(); ++i) testing::write_bytes(dataset.sample_path(i), {});
+  const BatchLoader loader(dataset, {.skip_bad_samples = true});
+  try {
+    loader.load(0, std::vector<std::size_t>{5}, 0);
+    FAIL() << "a dataset of bad samples only was not reported";
+  } catch (const DataError& error) {
+    EXPECT_NE(std::string(error.what()).find("every sample of the dataset is bad"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(loader.bad_sample_count(), dataset.size());
 }
 
 TEST(VolumePipeline, CosmoFlowBatchesAreThreadCountIndependent) {

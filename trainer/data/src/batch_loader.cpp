@@ -1,6 +1,7 @@
 // Batch assembly: loads each sample with its own seed, and applies the skip_bad_samples policy.
 #include "trainer/data/batch_loader.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -50,18 +51,28 @@ Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> i
     return buffers;
   };
 
-  std::vector<bool> good(count, true);
-  for (std::size_t slot = 0; slot < count; ++slot) {
-    const std::size_t index = indices[slot];
+  // Loads sample `index` into `slot`; false (with a counted warning) for a bad one under skip_bad_samples.
+  auto load_into = [&](std::size_t slot, std::size_t index) {
     try {
       dataset_.load_sample(index, mix_seed({options_.seed, epoch, index, kAugmentStream}), buffers_of(slot));
+      return true;
     } catch (const DataError& error) {
       if (!options_.skip_bad_samples) throw;
-      good[slot] = false;
       const std::uint64_t skipped = ++bad_samples_;
       std::fprintf(stderr, "fanstore data: warning: skipping bad sample (%llu so far): %s\n",
                    static_cast<unsigned long long>(skipped), error.what());
+      return false;
     }
+  };
+  std::vector<bool> good(count, true);
+  bool any_good = false;
+  for (std::size_t slot = 0; slot < count; ++slot) any_good |= good[slot] = load_into(slot, indices[slot]);
+  // A batch of bad samples only (at batch 1, common for 3D volumes, its one sample): the first slot takes the next
+  // good sample of the dataset, in index order, so that every rank of a sample group picks the same one.
+  for (std::size_t step = 1; count > 0 && !any_good && step < dataset_.size(); ++step) {
+    const std::size_t index = (indices[0] + step) % dataset_.size();
+    if (std::find(indices.begin(), indices.end(), index) != indices.end()) continue;  // bad, and counted
+    if ((any_good = good[0] = load_into(0, index))) batch.sample_indices[0] = index;
   }
 
   // Fill each bad slot with the next good sample of the batch (wrapping): the batch keeps its
@@ -71,8 +82,9 @@ Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> i
     std::size_t donor = slot;
     for (std::size_t step = 1; step < count && !good[donor]; ++step) donor = (slot + step) % count;
     if (!good[donor]) {
-      throw DataError(dataset_.sample_path(indices[slot]),
-                      "every sample of batch " + std::to_string(batch_number) + " is bad; nothing to substitute");
+      throw DataError(
+          dataset_.sample_path(indices[slot]),
+          "every sample of the dataset is bad; nothing to substitute (batch " + std::to_string(batch_number) + ")");
     }
     const SampleBuffers from = buffers_of(donor), to = buffers_of(slot);
     std::memcpy(to.input, from.input, input_size * sizeof(float));
@@ -81,7 +93,7 @@ Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> i
     } else {
       std::memcpy(to.target_values, from.target_values, target_size * sizeof(float));
     }
-    batch.sample_indices[slot] = indices[donor];
+    batch.sample_indices[slot] = batch.sample_indices[donor];
   }
   return batch;
 }
