@@ -21,21 +21,25 @@ mpirun_n() {  # mpirun_n RANKS PROGRAM ARGS...
 mpirun_2() { mpirun_n 2 "$@"; }
 
 # stop_mid_run SIGNAL CK_DIR PID [RANK]: once CK_DIR/metrics.jsonl has 3 step records, sends SIGNAL to PID, or to
-# its child process of MPI rank RANK, and waits for PID. The run must stop at a step's end with a checkpoint:
-# exit 128 + the signal's number, a "stopped" record, and the line that says how to go on.
+# the process of MPI rank RANK started in this directory, and waits for PID. The run must stop at a step's end with
+# a checkpoint: it dies of the signal (mpirun then exits 128 + its number too), writes a "stopped" record, and says
+# how to go on.
 stop_mid_run() {
-  local sig=$1 dir=$2 pid=$3 rank=${4:-} steps=0 target=$3 status=0
+  local sig=$1 dir=$2 pid=$3 rank=${4:-} steps=0 target= status=0
   until (( steps >= 3 )); do
     sleep 0.05
     kill -0 "$pid" 2> /dev/null || { echo "FAIL the run ended before it was signalled"; exit 1; }
     steps=$(grep -c '"event":"step"' "$dir/metrics.jsonl" 2> /dev/null || true)
   done
-  if [[ -n "$rank" ]]; then
+  if [[ -z "$rank" ]]; then target=$pid
+  else
     for child in $(pgrep -f "fanstore-train.*--checkpoint $dir"); do
-      tr '\0' '\n' < "/proc/$child/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && target=$child
+      [[ $(readlink "/proc/$child/cwd") == "$PWD" ]] &&
+        tr '\0' '\n' < "/proc/$child/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && target=$child
     done
+    [[ -n "$target" ]] || { echo "FAIL found no process of rank $rank"; exit 1; }
   fi
-  kill "-$sig" "$target"
+  kill "-$sig" "$target" || { echo "FAIL the run ended before it was signalled"; exit 1; }
   wait "$pid" || status=$?
   local expect=$((128 + $(kill -l "$sig")))
   (( status == expect )) || { echo "FAIL exit $status after SIG$sig, not $expect"; exit 1; }
@@ -43,6 +47,7 @@ stop_mid_run() {
     { echo "FAIL no stopped record"; tail -2 "$dir/metrics.jsonl"; exit 1; }
   grep -q "^fanstore-train: stopped by SIG$sig after step [0-9]*; checkpoint in $dir (the same command with --resume" \
     stop.out || { echo "FAIL no stop line"; cat stop.out; exit 1; }
+  stopped_at=$(sed -n 's/^fanstore-train: stopped by SIG[A-Z0-9]* after step \([0-9]*\);.*/\1/p' stop.out)
 }
 
 # check_rounds METRICS EXPECTED_ROUNDS: every tournament record is sane, partners agree, and two
@@ -158,12 +163,15 @@ resume_bitwise)
   "$train" "${common[@]}" --checkpoint split --max-steps 14 --resume
   if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   resume: 14 steps straight == 5 + resume + 9, bit-identical"
   else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
-  # SIGTERM (Slurm's at the time limit) stops at the end of a step with a checkpoint the run resumes from.
+  # SIGTERM (Slurm's at the time limit) stops at the end of a step with a checkpoint the run resumes from: the
+  # resumed run to the straight run's 14 steps gives its checkpoint (the stop comes before step 14 on any machine
+  # that needs more than the poll's 50 ms for 11 steps; it is checked).
   "$train" "${common[@]}" --checkpoint signalled --max-steps 14 > stop.out &
   stop_mid_run TERM signalled $!
+  (( stopped_at < 14 )) || { echo "FAIL stopped at step $stopped_at, not before 14"; exit 1; }
   "$train" "${common[@]}" --checkpoint signalled --max-steps 14 --resume
   cmp straight/checkpoint.bin signalled/checkpoint.bin || { echo "FAIL the resume after SIGTERM differs"; exit 1; }
-  echo "ok   SIGTERM: stopped at a step's end, resumed to the straight run's checkpoint"
+  echo "ok   SIGTERM: stopped after step $stopped_at, resumed to the straight run's checkpoint"
   ;;
 resume_rank0_decides)
   # Rank 0 alone decides whether to resume and sends its checkpoint to the others: here rank 1's
@@ -188,9 +196,10 @@ resume_rank0_decides)
   # A stop signal that reaches one rank only (here rank 1, which writes nothing) stops every rank at the same step.
   mpirun_2 "$train" "${common[@]}" --checkpoint signalled --max-steps 14 > stop.out 2> stop.err &
   stop_mid_run USR1 signalled $! 1
+  (( stopped_at < 14 )) || { echo "FAIL stopped at step $stopped_at, not before 14"; exit 1; }
   mpirun_2 "$train" "${common[@]}" --checkpoint signalled --max-steps 14 --resume
   cmp straight/checkpoint.bin signalled/checkpoint.bin || { echo "FAIL the resume after SIGUSR1 differs"; exit 1; }
-  echo "ok   SIGUSR1 to rank 1 alone: both ranks stopped at one step, resumed to the straight run's checkpoint"
+  echo "ok   SIGUSR1 to rank 1 alone: both ranks stopped after step $stopped_at, resumed to the straight run's checkpoint"
   ;;
 two_ranks_match_one)
   # 2 ranks x batch 4 == 1 rank x batch 8 (CosmoFlow has no batch norm, so the maths is the same;

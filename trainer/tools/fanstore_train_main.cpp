@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <regex>
@@ -310,5 +311,14 @@ int main(int argc, char** argv) {
   train.input_size = options.model_options.input_size;
   train.classes = options.model_options.classes;
   auto comm = make_communicator(&argc, &argv);
-  return train_command(train, *comm, std::cout, std::cerr);
+  const int status = train_command(train, *comm, std::cout, std::cerr);
+  comm.reset();  // MPI_Finalize
+  // A run stopped by a signal, its checkpoint written, dies of that signal, as a shell or a batch system expects
+  // (a shell's loop stops on Ctrl-C only for a child that died of SIGINT).
+  if (status > 128) {
+    std::cout.flush();
+    std::signal(status - 128, SIG_DFL);
+    std::raise(status - 128);
+  }
+  return status;
 }

@@ -49,7 +49,8 @@ struct TrainOptions {
 // Trains, validates after every epoch, checkpoints, and prints a summary line. The first line on
 // `out` says what the run does (model, ranks x batch, optimizer, the learning rate and warm-up it
 // chose, schedule) and where its checkpoint and metrics go. Returns the exit code; any error is
-// one line on `err` (with the offending file for bad data).
+// one line on `err` (with the offending file for bad data). A run stopped by signal N at a step's end, with its
+// checkpoint (docs/training.md, "Stopping a run"), returns 128 + N.
 int train_command(const TrainOptions& options, Communicator& comm, std::ostream& out, std::ostream& err);
 
 struct BenchmarkOptions {

@@ -1,16 +1,18 @@
 #include "stop_signals.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
-#include <initializer_list>
 
 namespace fanstore::trainer {
 namespace {
 
-volatile sig_atomic_t g_caught = 0;
-volatile sig_atomic_t g_announce = 0;
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
+// Lock-free, so a handler may use it; the first signal wins when two threads take one each at once.
+std::atomic<int> g_caught{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<bool> g_announce{false};
 
 void write_all(const char* text) {
   for (std::size_t left = std::strlen(text); left > 0;) {
@@ -21,43 +23,41 @@ void write_all(const char* text) {
   }
 }
 
-void set_default_action(int sig) {
-  struct sigaction fallback {};
-  fallback.sa_handler = SIG_DFL;
-  sigemptyset(&fallback.sa_mask);
-  sigaction(sig, &fallback, nullptr);
-}
-
+// Async-signal-safe calls only: sigaction(2) (through signal), raise(3) and write(2), no streams.
 void on_stop_signal(int sig) {
-  if (g_caught != 0) return;
-  g_caught = sig;
-  // Async-signal-safe calls only: sigaction(2) and write(2), no streams.
-  set_default_action(SIGTERM);
-  set_default_action(SIGINT);
-  if (!g_announce) return;
+  int none = 0;
+  if (!g_caught.compare_exchange_strong(none, sig)) {
+    if (sig == SIGINT) {
+      signal(SIGINT, SIG_DFL);
+      raise(SIGINT);
+    }
+    return;
+  }
+  if (!g_announce.load()) return;
   write_all("fanstore-train: ");
   write_all(stop_signal_name(sig));
-  write_all(
-      ": stopping at the end of this step with a checkpoint (SIGTERM or SIGINT again stops at once, without "
-      "one)\n");
+  write_all(": the run stops with a checkpoint at the end of the step in progress (SIGINT again stops it at once)\n");
 }
 
 }  // namespace
 
-void catch_stop_signals(bool announce) {
-  g_announce = announce ? 1 : 0;
+StopSignals::StopSignals(bool announce) {
+  g_announce.store(announce);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // the loader's reads and MPI's polls go on
-  for (const int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &action, nullptr);
+  for (int i = 0; i < 3; ++i)
+    installed_[i] = sigaction(kStopSignals[i], nullptr, &old_[i]) == 0 && old_[i].sa_handler != SIG_IGN &&
+                    sigaction(kStopSignals[i], &action, nullptr) == 0;
 }
 
-void restore_stop_signals() {
-  for (const int sig : {SIGTERM, SIGINT, SIGUSR1}) set_default_action(sig);
+StopSignals::~StopSignals() {
+  for (int i = 0; i < 3; ++i)
+    if (installed_[i]) sigaction(kStopSignals[i], &old_[i], nullptr);
 }
 
-int caught_stop_signal() { return g_caught; }
+int StopSignals::caught() { return g_caught.load(); }
 
 const char* stop_signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1"; }
 

@@ -1,21 +1,32 @@
 // A training run asked to stop by a signal (docs/training.md, "Stopping a run"): SIGTERM, SIGINT and SIGUSR1
-// set a flag that the step loop reads at the end of each step, where every rank can stop at the same step and
-// the checkpoint is whole. After the first, SIGTERM and SIGINT have their default action again: the run dies at
-// once, without a checkpoint.
+// set a flag that the loop reads at each step's end, where every rank can stop at the same step and the
+// checkpoint is whole.
 #pragma once
+
+#include <signal.h>
 
 namespace fanstore::trainer {
 
-// Installs the handlers; `announce`: this process says, in one line on stderr, that it will stop.
-void catch_stop_signals(bool announce);
+// Catches the stop signals for as long as it lives, then puts back what was there. A signal ignored at the start
+// (a shell's background job's SIGINT, nohup's SIGHUP) stays ignored. After the first stop signal, a SIGINT kills
+// at once (Ctrl-C twice); a repeated SIGTERM or SIGUSR1 changes nothing (Slurm may deliver SIGTERM twice, through
+// srun and slurmstepd). `announce`: this process says on stderr, at once, that it will stop.
+class StopSignals {
+ public:
+  explicit StopSignals(bool announce);
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
 
-// Gives SIGTERM, SIGINT and SIGUSR1 their default actions again.
-void restore_stop_signals();
+  // The first stop signal caught while one lived, or 0.
+  static int caught();
 
-// The first stop signal caught since catch_stop_signals, or 0.
-int caught_stop_signal();
+ private:
+  struct sigaction old_[3] = {};
+  bool installed_[3] = {};
+};
 
-// "SIGTERM", "SIGINT" or "SIGUSR1" for a stop signal.
+// "SIGTERM", "SIGINT" or "SIGUSR1".
 const char* stop_signal_name(int sig);
 
 }  // namespace fanstore::trainer

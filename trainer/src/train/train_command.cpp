@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -416,7 +417,7 @@ struct TrainingLoop {
   std::uint64_t val_bad_samples = 0;  // skipped by validations (--skip-bad-samples)
   Validation last_val{};
   bool stopped = false, validated_at_end = false;
-  int stop_signal = 0;  // the signal that stopped the run, caught by any rank (stop_signals.hpp)
+  int stop_signal = 0;  // the signal that stopped the run, caught by any rank (StopSignals)
   std::vector<double> trainer_losses =
       std::vector<double>(static_cast<std::size_t>(plan.trainers), std::numeric_limits<double>::quiet_NaN());
 
@@ -448,9 +449,22 @@ struct TrainingLoop {
     return by_loss ? v.loss : v.metric;
   }
 
+  // The first stop signal that any rank of any trainer caught (StopSignals), or 0. Collective over every rank.
+  int agree_on_stop_signal() {
+    double caught[1] = {static_cast<double>(StopSignals::caught())};
+    comm.max(caught, 1);
+    const std::vector<double> all = tournament.per_trainer({caught[0]});
+    return static_cast<int>(*std::max_element(all.begin(), all.end()));
+  }
+
   void run_epochs() {
-    for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch)
+    for (std::uint64_t epoch = position.epoch; epoch < static_cast<std::uint64_t>(o.epochs) && !stopped; ++epoch) {
       train_epoch(epoch);
+      // A signal at an epoch's last step, or during its validation, stops the run here: the epoch's checkpoint
+      // and validation are done.
+      if (!stopped && epoch + 1 < static_cast<std::uint64_t>(o.epochs) && (stop_signal = agree_on_stop_signal()))
+        stopped = true;
+    }
     if (val_set && !validated_at_end && stop_signal == 0) {
       last_val =
           validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads, o.skip_bad_samples);
@@ -481,7 +495,7 @@ struct TrainingLoop {
     }
     if (leader) progress.finish();
     save();  // first: a validation sample that cannot be read must not cost the epoch's training
-    if (val_set && stop_signal == 0 && (!stopped || position.next_batch == 0)) validate_epoch(epoch);
+    if (val_set && (!stopped || position.next_batch == 0)) validate_epoch(epoch);
   }
 
   // Batch j of `batches` in `epoch`: one optimizer step (or a rollback), its metrics, a tournament round when due.
@@ -559,13 +573,10 @@ struct TrainingLoop {
         backend.fill(first, std::numeric_limits<float>::quiet_NaN());
       }
     }
-    // Every trainer's loss and learning rate (one curve per trainer), and whether a rank caught a stop signal.
-    double caught[1] = {static_cast<double>(caught_stop_signal())};
-    comm.max(caught, 1);
-    const std::vector<double> values = tournament.per_trainer({mean_loss, lr, caught[0]});
+    // Every trainer's loss and learning rate (one curve per trainer).
+    const std::vector<double> values = tournament.per_trainer({mean_loss, lr});
     for (int t = 0; t < plan.trainers; ++t) {
-      const auto i = 3 * static_cast<std::size_t>(t);
-      stop_signal = std::max(stop_signal, static_cast<int>(values[i + 2]));
+      const auto i = 2 * static_cast<std::size_t>(t);
       trainer_losses[static_cast<std::size_t>(t)] = values[i];
       if (leader)
         metrics.write(step_json(position.global_step, epoch, values[i], values[i + 1], static_cast<double>(per_step),
@@ -590,7 +601,11 @@ struct TrainingLoop {
       progress.update(line.str());
     }
     if (o.checkpoint_every > 0 && position.global_step % static_cast<std::uint64_t>(o.checkpoint_every) == 0) save();
-    if (reaches_max_steps(position.global_step) || stop_signal != 0) stopped = true;
+    if (reaches_max_steps(position.global_step)) stopped = true;
+    // A stop signal ends the run at this step, unless the step ends its epoch (run_epochs stops after the epoch's
+    // validation) or the run (which then ends as usual).
+    const bool epoch_ends = j + 1 == batches;
+    if (!stopped && !epoch_ends && (stop_signal = agree_on_stop_signal())) stopped = true;
   }
 
   // Every trainer validates its own model on the whole validation set at the end of an epoch.
@@ -682,7 +697,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
       throw GridError(e.what());
     }
   }();
-  catch_stop_signals(leader);
+  const StopSignals stop_signals(leader);
   // Each trainer is a contiguous block of ranks with a communicator of its own (one trainer: the world).
   Tournament tournament(plan, world, o.seed);
   const int trainer = tournament.trainer();
@@ -846,7 +861,6 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
                     .prefetch_threads = decode_threads(o.prefetch_threads, model->backend().device() == Device::Cuda),
                     .checkpoint_path = checkpoint_path};
   loop.run_epochs();
-  restore_stop_signals();       // the checkpoints are written: a signal from here on stops the run as usual
   if (loop.stop_signal != 0) {  // the best trainer's choice and the summary wait for the run's end
     // No rank exits before every checkpoint is written: mpirun ends the job when the first rank exits non-zero.
     double written[1] = {1};
