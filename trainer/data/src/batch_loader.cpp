@@ -9,6 +9,12 @@
 #include "trainer/data/random_stream.hpp"
 
 namespace fanstore::trainer::data {
+namespace {
+
+// How many samples past an all-bad batch are tried as its substitute.
+constexpr std::size_t kMaxSubstituteTries = 64;
+
+}  // namespace
 
 BatchLoader::BatchLoader(const SampleDataset& dataset, BatchLoaderOptions options)
     : dataset_(dataset), options_(options) {}
@@ -51,28 +57,32 @@ Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> i
     return buffers;
   };
 
-  // Loads sample `index` into `slot`; false (with a counted warning) for a bad one under skip_bad_samples.
-  auto load_into = [&](std::size_t slot, std::size_t index) {
+  // Loads sample `index` into `slot`; false for a bad one under skip_bad_samples, with a counted warning when it
+  // is one of the batch's own (a substitute that is bad is skipped silently: its own batch counts it).
+  auto load_into = [&](std::size_t slot, std::size_t index, bool own) {
     try {
       dataset_.load_sample(index, mix_seed({options_.seed, epoch, index, kAugmentStream}), buffers_of(slot));
       return true;
     } catch (const DataError& error) {
       if (!options_.skip_bad_samples) throw;
-      const std::uint64_t skipped = ++bad_samples_;
-      std::fprintf(stderr, "fanstore data: warning: skipping bad sample (%llu so far): %s\n",
-                   static_cast<unsigned long long>(skipped), error.what());
+      if (own)
+        std::fprintf(stderr, "fanstore data: warning: skipping bad sample (%llu so far): %s\n",
+                     static_cast<unsigned long long>(++bad_samples_), error.what());
       return false;
     }
   };
   std::vector<bool> good(count, true);
   bool any_good = false;
-  for (std::size_t slot = 0; slot < count; ++slot) any_good |= good[slot] = load_into(slot, indices[slot]);
+  for (std::size_t slot = 0; slot < count; ++slot) any_good |= good[slot] = load_into(slot, indices[slot], true);
   // A batch of bad samples only (at batch 1, common for 3D volumes, its one sample): the first slot takes the next
-  // good sample of the dataset, in index order, so that every rank of a sample group picks the same one.
-  for (std::size_t step = 1; count > 0 && !any_good && step < dataset_.size(); ++step) {
+  // good sample of the dataset in index order, the same on every rank that loads this batch. Bounded: a run of
+  // bad samples that long is a damaged dataset, not a few bad files.
+  std::size_t tried = 0;
+  for (std::size_t step = 1; count > 0 && !any_good && step < dataset_.size() && tried < kMaxSubstituteTries; ++step) {
     const std::size_t index = (indices[0] + step) % dataset_.size();
     if (std::find(indices.begin(), indices.end(), index) != indices.end()) continue;  // bad, and counted
-    if ((any_good = good[0] = load_into(0, index))) batch.sample_indices[0] = index;
+    ++tried;
+    if ((any_good = good[0] = load_into(0, index, false))) batch.sample_indices[0] = index;
   }
 
   // Fill each bad slot with the next good sample of the batch (wrapping): the batch keeps its
@@ -82,9 +92,9 @@ Batch BatchLoader::load(std::size_t batch_number, std::span<const std::size_t> i
     std::size_t donor = slot;
     for (std::size_t step = 1; step < count && !good[donor]; ++step) donor = (slot + step) % count;
     if (!good[donor]) {
-      throw DataError(
-          dataset_.sample_path(indices[slot]),
-          "every sample of the dataset is bad; nothing to substitute (batch " + std::to_string(batch_number) + ")");
+      throw DataError(dataset_.sample_path(indices[slot]),
+                      "batch " + std::to_string(batch_number) + " has no good sample, nor have the next " +
+                          std::to_string(tried) + " of the dataset; nothing to substitute: check the data");
     }
     const SampleBuffers from = buffers_of(donor), to = buffers_of(slot);
     std::memcpy(to.input, from.input, input_size * sizeof(float));

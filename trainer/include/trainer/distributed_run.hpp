@@ -57,6 +57,8 @@ class GridRun {
   std::unique_ptr<GradientReduction> make_gradient_reduction(const Optimizer& optimizer, std::size_t bucket_bytes);
 
  private:
+  void check_group_samples(const data::Batch& batch);
+
   Model& model_;
   Communicator& world_;
   GridShape shape_;

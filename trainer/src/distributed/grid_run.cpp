@@ -1,6 +1,10 @@
 // The training loop's view of a model on a grid: the split path (DistributedModel) or the plain one.
 #include "trainer/distributed_run.hpp"
 
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
 #include "trainer/distributed_losses.hpp"
 
 namespace fanstore::trainer {
@@ -42,8 +46,26 @@ Tensor GridRun::forward(const Tensor& input, Mode mode) {
   return split_->forward(input, mode);
 }
 
+// The ranks of a sample group load parts of the same samples; a sample bad in one rank's part only (a truncated
+// file, a NaN in one slab) is replaced there alone under --skip-bad-samples. Training on that would mix two
+// samples: stop instead, on every rank of the group alike.
+void GridRun::check_group_samples(const data::Batch& batch) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the indices
+  for (const std::size_t i : batch.sample_indices) h = (h ^ static_cast<std::uint64_t>(i)) * 1099511628211ull;
+  const double mine = static_cast<double>(h >> 12);  // 52 bits: exact in a double
+  double extremes[2] = {mine, -mine};
+  grid_->spatial().max(extremes, 2);
+  if (extremes[0] != -extremes[1])
+    throw std::runtime_error(
+        "the ranks of sample group " + std::to_string(grid_->sample_group()) + " hold different samples of batch " +
+        std::to_string(batch.number) +
+        ": a sample is bad in part of its volume only, and --skip-bad-samples replaced it on some ranks; repair or "
+        "remove the file the warnings name");
+}
+
 LossResult GridRun::loss(TaskKind task, const Tensor& output, const data::Batch& batch) {
   if (!split_) return task_loss(model_.backend(), task, output, batch);
+  check_group_samples(batch);
   return grid_task_loss(task, *split_, output, batch);
 }
 
@@ -60,7 +82,10 @@ void GridRun::set_gradient_ready_hook(Model::GradientReadyHook hook) {
 void GridRun::accumulate_metric(TaskKind task, const Tensor& output, const data::Batch& batch, std::size_t valid,
                                 MetricSums& sums) {
   if (!split_) trainer::accumulate_metric(task, model_.backend().to_host(output), batch, valid, sums);
-  else grid_accumulate_metric(task, *split_, output, batch, valid, sums);
+  else {
+    check_group_samples(batch);
+    grid_accumulate_metric(task, *split_, output, batch, valid, sums);
+  }
 }
 
 void GridRun::shard(Optimizer& optimizer) {

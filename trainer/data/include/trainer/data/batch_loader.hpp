@@ -15,7 +15,8 @@ struct BatchLoaderOptions {
   std::uint64_t seed = 0;
   // false: a bad sample throws its DataError (the default: never train on silently missing data).
   // true: the bad sample's slot gets a copy of the next good sample of the same batch, one warning
-  // line goes to stderr, and bad_sample_count() goes up by one. A batch with no good sample throws.
+  // line goes to stderr, and bad_sample_count() goes up by one. A batch with no good sample takes the
+  // next good one of the dataset (index order, at most 64 tried); when there is none it throws.
   bool skip_bad_samples = false;
   // Where the batches' inputs are assembled (null: the default resource). The trainer passes its
   // backend's input memory (page-locked on a GPU), so that a batch is uploaded without another copy.
