@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -16,10 +17,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -118,26 +119,44 @@ Status ClearStale(const std::string& path) {
   return Status::Ok();
 }
 
-// Removes the temporary sockets (Bind's PATH.starting.PID, or DIR/.fanstore-starting.PID) that daemons killed
-// while staging left beside `path`: those nobody listens on. A live daemon's, still staging, stays.
-void RemoveStaleStarting(const std::string& path) {
+// The directory holding `path` ("." for a bare name, "/" at the root).
+std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string prefix = dir == "." && slash == std::string::npos ? "" : dir + "/";
-  const std::string own = path.substr(slash == std::string::npos ? 0 : slash + 1) + ".starting.";
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Whether process `pid` has ended: no such process, or a zombie its parent has not reaped yet.
+bool ProcessEnded(long pid) {
+  if (pid <= 0 || pid > INT32_MAX) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');  // the name may hold spaces and parentheses; the state follows it
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+// Removes the temporary sockets (PATH.starting.PID, Bind's) of daemons killed before they renamed them to `path`:
+// those whose process has ended and that nobody listens on. (The short .fanstore-starting.PID names of paths too long
+// for that are shared by every socket of the directory, and stay.)
+void RemoveStaleStarting(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
+  const size_t slash = path.rfind('/');
+  const std::string start = path.substr(slash == std::string::npos ? 0 : slash + 1) + ".starting.";
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return;
   int removed = 0;
   while (struct dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    size_t digits = std::string::npos;
-    for (const std::string& start : {own, std::string(".fanstore-starting.")})
-      if (name.size() > start.size() && name.compare(0, start.size(), start) == 0) digits = start.size();
-    if (digits == std::string::npos || name.find_first_not_of("0123456789", digits) != std::string::npos) continue;
+    if (name.size() <= start.size() || name.compare(0, start.size(), start) != 0 ||
+        name.find_first_not_of("0123456789", start.size()) != std::string::npos)
+      continue;
+    errno = 0;
+    const long pid = std::strtol(name.c_str() + start.size(), nullptr, 10);
     struct stat st;
-    const std::string full = prefix + name;
-    if (lstat(full.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && ConnectError(full) == ECONNREFUSED &&
-        unlink(full.c_str()) == 0)
+    const std::string full = path + ".starting." + name.substr(start.size());
+    if (errno == 0 && ProcessEnded(pid) && lstat(full.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+        ConnectError(full) == ECONNREFUSED && unlink(full.c_str()) == 0)
       ++removed;
   }
   closedir(d);
@@ -152,7 +171,7 @@ Status BindAt(int fd, const std::string& path) {
   int dfd = -1;
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
     const size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const std::string dir = DirectoryOf(path);
     dfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return Status::FromErrno(errno, "open the socket's directory " + Printable(dir));
     via = "/proc/self/fd/" + std::to_string(dfd) + "/" + path.substr(slash == std::string::npos ? 0 : slash + 1);
@@ -635,8 +654,7 @@ Status SocketServer::CheckPath(const std::string& path) {
                                           " bytes; a Unix socket path holds at most " + std::to_string(kMaxPath) +
                                           ": give a shorter --socket");
   // Before staging writes anything: bind would fail only then, naming the temporary name it binds first.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = DirectoryOf(path);
   struct stat st;
   int err = stat(dir.c_str(), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
   if (err == 0 && access(dir.c_str(), W_OK | X_OK) != 0) err = errno;  // bind needs to create the socket there

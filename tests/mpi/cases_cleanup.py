@@ -92,19 +92,25 @@ def case_cleanup(ctx):
         wait_gone(pid)
     job.kill()
     check(os.path.exists(os.path.join(ctx.work, starting[0])), "the killed daemon left no temporary socket")
-    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    live.bind(os.path.join(ctx.work, "s.sock.starting.1"))
-    live.listen()
-    open(os.path.join(ctx.work, "s.sock.starting.2"), "w").close()
+    # Kept: a socket something listens on (named for a process that never existed), a socket named for a live
+    # process (this one; bound, not listening, as a daemon's is before listen), a plain file.
+    keep = [f"s.sock.starting.{n}" for n in (2 * 10 ** 9, os.getpid(), 2 * 10 ** 9 + 1)]
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(os.path.join(ctx.work, keep[0]))
+    listening.listen()
+    bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound.bind(os.path.join(ctx.work, keep[1]))
+    open(os.path.join(ctx.work, keep[2]), "w").close()
     job = Job(ctx, 1, "--socket", sock, local=local)
     job.wait_ready(socks=[sock])
     left = sorted(n for n in os.listdir(ctx.work) if ".starting." in n)
-    live.close()
+    listening.close()
+    bound.close()
     job.stop()
-    check(left == ["s.sock.starting.1", "s.sock.starting.2"], f"temporary sockets after the restart: {left}")
+    check(left == sorted(keep), f"temporary sockets after the restart: {left}, not {sorted(keep)}")
     check("removed 1 socket(s) that killed daemons left" in job.output(), "no line for the removed socket:\n" +
           job.output())
-    log(f"the restarted daemon removed {starting[0]} and kept a live listener's and a plain file")
+    log(f"the restarted daemon removed {starting[0]} and kept {keep}")
 
 
 def case_startup_signal(ctx):
