@@ -289,6 +289,17 @@ bad_input)
   run_expect_fail "an option twice" "--epochs is given 2 times: pass it once" "${ok[@]}" --epochs 1 --epochs 2
   run_expect_fail "negative --inject-nan-at-step" "--inject-nan-at-step: a finite number >= 0" "${ok[@]}" \
     --inject-nan-at-step -3
+  # A seed is decimal: CLI11 alone refused 099 as a bad octal number (and took 010 for 8).
+  "$train" --model cosmoflow --describe --seed 099 > /dev/null || { echo "FAIL --seed 099 refused"; exit 1; }
+  # fanstore-datagen's command-line errors: one line, exit 1 (CLI11's own were two lines and exit 106).
+  for args in "cosmoflow --samples 2" "" "cosmoflow -o x --samples 2 --threads 0"; do
+    status=0
+    "$datagen" $args > out.txt 2> err.txt || status=$?
+    if (( status != 1 )) || [[ $(wc -l < err.txt) -ne 1 ]] || ! grep -q "^fanstore-datagen: error: " err.txt; then
+      echo "FAIL fanstore-datagen $args: exit $status:"; cat err.txt; exit 1
+    fi
+    echo "ok   fanstore-datagen $args: $(cat err.txt)"
+  done
   # --describe and --benchmark would ignore what the file options ask for.
   expect_fail "--describe with --data" "--describe prints the model's layers and runs nothing" --model cosmoflow \
     --describe --data cosmo64/train

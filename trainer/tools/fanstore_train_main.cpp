@@ -45,14 +45,16 @@ static const CLI::Validator kThreadCount(
     },
     "0.." + std::to_string(kMaxThreads));
 
-// A seed from 0 to 2^64 - 1: CLI11 reads a larger number as 2^64 - 1.
+// A seed from 0 to 2^64 - 1, in decimal: CLI11 reads a larger number as 2^64 - 1, and a leading 0 as octal.
 static const CLI::Validator kSeed(
     [](std::string& text) -> std::string {
       errno = 0;
       char* end = nullptr;
-      std::strtoull(text.c_str(), &end, 0);
-      if (errno == 0 && end != text.c_str() && *end == '\0' && text.find('-') == std::string::npos) return {};
-      return "a seed from 0 to 18446744073709551615 is needed, not " + text;
+      const unsigned long long seed = std::strtoull(text.c_str(), &end, 10);
+      if (errno != 0 || end == text.c_str() || *end != '\0' || text.find_first_of("-+ ") != std::string::npos)
+        return "a seed from 0 to 18446744073709551615 is needed, not " + text;
+      text = std::to_string(seed);  // what CLI11 then converts
+      return {};
     },
     "0..2^64-1");
 
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", train.resume, "Continue from CHECKPOINT/checkpoint.bin when it exists");
   app.add_option("--seed", train.seed, "Seed of initialisation, shuffle and augmentation")
       ->capture_default_str()
-      ->check(kSeed);
+      ->transform(kSeed);
   app.add_option("--metrics", train.metrics_path, "Metrics JSON lines (default CHECKPOINT/metrics.jsonl)");
   app.add_flag("--skip-bad-samples", train.skip_bad_samples,
                "Skip unreadable samples with a counted warning instead of stopping");
@@ -250,19 +252,19 @@ int main(int argc, char** argv) {
       }
   // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
   // says so).
-  const bool files = !train.data_dir.empty() || !train.val_dir.empty() || !train.checkpoint_dir.empty() ||
-                     !train.metrics_path.empty() || train.resume;
-  if (describe && (files || benchmark_steps > 0)) {
+  std::string given;  // the file options on the command line, as one names them
+  for (const char* name : {"--data", "--val", "--checkpoint", "--metrics", "--resume"})
+    if (app.count(name) > 0) given += std::string(given.empty() ? "" : ", ") + name;
+  if (describe && (!given.empty() || benchmark_steps > 0)) {
     if (launcher_rank() == 0)
-      std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop --benchmark, "
-                   "--data, --val, --checkpoint, --metrics and --resume\n";
+      std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop "
+                << (given.empty() ? "--benchmark" : given + (benchmark_steps > 0 ? ", --benchmark" : "")) << "\n";
     return 1;
   }
-  if (benchmark_steps > 0 && files) {
+  if (benchmark_steps > 0 && !given.empty()) {
     if (launcher_rank() == 0)
       std::cerr << "fanstore-train: error: --benchmark times synthetic batches and reads or writes no files: drop "
-                   "--data, --val, --checkpoint, --metrics and --resume (to time real data, train with --data DIR "
-                   "--max-steps N)\n";
+                << given << " (to time real data, train with --data DIR --max-steps N)\n";
     return 1;
   }
   if (describe) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ostream>
 
+#include "trainer/commands.hpp"
 #include "trainer/device_selection.hpp"
 #include "trainer/input_feed.hpp"
 #include "trainer/metrics.hpp"
@@ -93,7 +94,7 @@ int benchmark_command(const BenchmarkOptions& o, std::ostream& out, std::ostream
     out << benchmark_line(static_cast<double>(o.steps * o.batch), train_s, infer_s, backend.describe()) << std::endl;
     return 0;
   } catch (const std::exception& e) {
-    err << "fanstore-train: error: " << e.what() << "\n";
+    err << "fanstore-train: error: " << error_text(e) << "\n";
     return 1;
   }
 }
