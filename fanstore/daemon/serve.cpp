@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,15 +155,6 @@ Status SocketAccess(const ServeOptions& o, mode_t* mode, gid_t* gid) {
   return Status::Ok();
 }
 
-// Each connection is an fd: allow as many as the hard limit lets us.
-void RaiseFdLimit() {
-  rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-}
-
 // The options' own limits (the socket's access is SocketAccess's).
 Status CheckOptions(const ServeOptions& o) {
   if (o.replicas < 1) return Status(Code::kInvalidArgument, "--replicas must be >= 1");
@@ -278,7 +268,6 @@ class Daemon {
   int Run() {
     if (!InitMpi()) return 1;
     t0_ = std::chrono::steady_clock::now();
-    RaiseFdLimit();
     if (!CheckAndLock()) return 1;
     if (rank_ == 0)
       Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o_.image.c_str(),

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -252,6 +253,15 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
       return Status(Code::kIoError, "partition " + path +
                                         " is missing: copy it next to the index (or, with its "
                                         "partitions spread over nodes, read the image through `fanstore serve`)");
+    if (err == EMFILE || err == ENFILE) {
+      // Not damage: a reader keeps each partition it has read open, and this process may not open another file.
+      rlimit rl{};
+      getrlimit(RLIMIT_NOFILE, &rl);
+      return Status(Code::kIoError, "cannot open partition " + path + ": " + std::strerror(err) +
+                                        ": a reader keeps one open file per partition it reads, and this image has " +
+                                        std::to_string(parts) + " (open files allowed: " + std::to_string(rl.rlim_cur) +
+                                        "): raise `ulimit -n`, or pack the image with fewer --parts");
+    }
     return Status(Status::FromErrno(err, "").code(), "cannot open partition " + path + ": " + std::strerror(err));
   }
   char h[kPartHeaderSize];
