@@ -312,6 +312,15 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   PackTree tree;
   s = WalkSource(opts, &tree, warn);
   if (!s.ok()) return WithAdvice(s, opts.output);
+  // A glob that matches no file is most likely mistyped, or written from somewhere other than SRC.
+  for (const std::string& glob : opts.replicate) {
+    bool matched = false;
+    for (uint32_t id = 0; id < tree.nodes.size() && !matched; ++id)
+      matched = (tree.nodes[id].mode & S_IFMT) == S_IFREG && Replicated(tree.Path(tree.nodes[id]), {glob});
+    if (!matched)
+      warn("--replicate " + Printable(glob) +
+           " matches no file, so nothing is replicated for it: a glob matches paths relative to SRC, e.g. 'val/*'");
+  }
   auto source = NewDirectorySource(opts.source);
   auto rep = WriteImage(opts, &tree, source.get(), env, progress, true);
   if (rep.ok()) rep->seconds = std::chrono::duration<double>(Clock::now() - start).count();

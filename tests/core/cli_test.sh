@@ -27,6 +27,12 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/img-strict" --strict
 grep -q 'fifo is a FIFO: .*pack without --strict' "$T/err" || fail "strict: $(cat "$T/err")"
 [ ! -e "$T/img-strict" ] || fail "--strict left an image"
 rm "$T/src/fifo"
+# --replicate takes one GLOB each time (it took SRC as a second glob, then said "SRC is required"), and a glob that
+# matches no file is named.
+expect_rc 0 "$F" pack --replicate 'val/*' "$T/src" -o "$T/img-rep" --replicate '/val/*'
+[ -e "$T/img-rep/part-rep.fsp" ] || fail "--replicate before SRC replicated nothing"
+grep -q "warning: --replicate /val/\* matches no file, so nothing is replicated for it" "$T/err" ||
+  fail "no warning for a glob that matches nothing: $(cat "$T/err")"
 
 expect_rc 0 "$F" ls "$T/img"
 [ "$(cat "$T/out")" = "$(printf 'a\ndangling\nempty\nval')" ] || fail "ls: $(cat "$T/out")"

@@ -161,7 +161,8 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
          "FNM_PATHNAME and FNM_PERIOD, so '*' also matches '/' and leading dots; a hard-linked file goes there "
          "when any of its names matches")
       ->type_name("GLOB")
-      ->default_str("none");
+      ->default_str("none")
+      ->allow_extra_args(false);  // one GLOB per --replicate: `--replicate GLOB SRC` leaves SRC alone
   cmd->add_option("--threads", opts->threads, "threads reading and compressing chunks (0: all cores)")
       ->type_name("T")
       ->capture_default_str()
