@@ -174,7 +174,7 @@ void Client::FillStat(uint32_t id, struct stat* st) const {
 Result<std::shared_ptr<OpenFile>> Client::Open(uint32_t id) {
   if (id >= image_->size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
   Entry e = image_->Get(id);
-  if (e.is_dir()) return Status(Code::kIsDirectory, Printable(e.path) + " is a directory");
+  if (e.is_dir()) return Status(Code::kIsDirectory, (e.path.empty() ? "/" : Printable(e.path)) + " is a directory");
   if (e.is_link()) return Status(Code::kLoop, Printable(e.path) + " is a symlink");  // as open(O_NOFOLLOW)
   stats_.opens.fetch_add(1, std::memory_order_relaxed);
   // Nothing is read here (an open of a 4 GiB file costs what a stat does): only the entry's layout is checked,

@@ -526,7 +526,8 @@ namespace {
 Status FileChecks(const Image& img, uint32_t id, Entry* e) {
   if (id >= img.size()) return Status(Code::kNotFound, "no entry " + std::to_string(id) + " in the image");
   *e = img.Get(id);
-  if (e->is_dir()) return Status(Code::kIsDirectory, "is a directory: " + std::string(e->path));
+  if (e->is_dir())
+    return Status(Code::kIsDirectory, "is a directory: " + (e->path.empty() ? "/" : std::string(e->path)));
   if (e->is_link()) return Status(Code::kLoop, "is a symlink: " + std::string(e->path));  // as open(O_NOFOLLOW)
   return img.CheckLayout(*e);
 }

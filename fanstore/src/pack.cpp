@@ -88,6 +88,9 @@ Status CheckOutput(const std::string& source, const std::string& output) {
         ::closedir(d);
       }
     }
+    if (!S_ISDIR(st.st_mode))
+      return Status(Code::kExists, "output " + Printable(output) +
+                                       " already exists and is not a directory: remove it or choose another -o");
     if (!empty_dir)
       return Status(Code::kExists,
                     "output " + Printable(output) + " already exists and is not empty: remove it or choose another -o");
@@ -240,6 +243,8 @@ Status WithAdvice(const Status& s, const std::string& output) {
     case Code::kPermission:
       return Status(s.code(), s.message() + ": check the permissions of the source and of the output's parent");
     case Code::kNameTooLong: return Status(s.code(), s.message() + ": shorten the source path or the names inside it");
+    case Code::kReadOnly:
+      return Status(s.code(), s.message() + ": choose an -o on a file system this process can write to");
     default: return s;
   }
 }

@@ -43,6 +43,11 @@ expect_rc 0 "$F" ls "$T/img" /a/ -l
 grep -q '^drwx' "$T/out" || fail "ls -l: $(cat "$T/out")"
 expect_rc 0 "$F" cat "$T/img" a/b/nums.txt
 cmp -s "$T/out" "$T/src/a/b/nums.txt" || fail "cat differs"
+expect_rc 1 "$F" cat "$T/img" /  # the root has an empty name in the index: it said "is a directory:  is a directory"
+one_line "fanstore cat: is a directory: / is a directory"
+: >"$T/afile"
+expect_rc 1 "$F" pack "$T/src" -o "$T/afile"
+one_line "fanstore pack: exists: output $T/afile already exists and is not a directory: remove it"
 expect_rc 0 "$F" stat "$T/img" a/x.txt
 grep -q 'size: 6' "$T/out" || fail "stat: $(cat "$T/out")"
 expect_rc 0 "$F" info "$T/img"
