@@ -222,9 +222,13 @@ Status CheckPartHeader(const char* h, uint32_t p, uint64_t image_id, const std::
       Load32(h + phdr::kHeaderSize) != kPartHeaderSize || Xxh3(h, phdr::kHeaderXxh3) != Load64(h + phdr::kHeaderXxh3) ||
       Load64(h + phdr::kDataSize) > kMaxStoredOffset)
     return Status(Code::kCorrupt, name + " has a damaged header: copy the image again or re-pack");
-  if (Load64(h + phdr::kImageId) != image_id || Load32(h + phdr::kPartId) != p)
+  if (Load64(h + phdr::kImageId) != image_id)
     return Status(Code::kCorrupt,
                   path + " belongs to another image: copy the partitions of this image next to its index");
+  if (const uint32_t held = Load32(h + phdr::kPartId); held != p)
+    return Status(Code::kCorrupt, path + " holds partition " + std::to_string(held) + " of this image, not " +
+                                      std::to_string(p) +
+                                      ": the partition files were renamed; copy them again under their own names");
   return Status::Ok();
 }
 

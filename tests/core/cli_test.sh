@@ -43,6 +43,13 @@ expect_rc 0 "$F" ls "$T/img" /a/ -l
 grep -q '^drwx' "$T/out" || fail "ls -l: $(cat "$T/out")"
 expect_rc 0 "$F" cat "$T/img" a/b/nums.txt
 cmp -s "$T/out" "$T/src/a/b/nums.txt" || fail "cat differs"
+# Partition files swapped by name: each holds the other's partition of this very image, which is said (it was
+# "belongs to another image").
+cp -r "$T/img" "$T/swapped" && mv "$T/swapped/part-00000.fsp" "$T/swapped/p0" &&
+  mv "$T/swapped/part-00001.fsp" "$T/swapped/part-00000.fsp" && mv "$T/swapped/p0" "$T/swapped/part-00001.fsp"
+expect_rc 1 "$F" verify "$T/swapped"
+grep -q "part-00000.fsp holds partition 1 of this image, not 0: the partition files were renamed" "$T/err" ||
+  fail "swapped partitions: $(head -2 "$T/err")"
 expect_rc 1 "$F" cat "$T/img" /  # the root has an empty name in the index: it said "is a directory:  is a directory"
 one_line "fanstore cat: is a directory: / is a directory"
 : >"$T/afile"
