@@ -69,6 +69,10 @@ sigset_t BlockTerminationSignals() {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // A batch system's warning before the time limit (sbatch --signal=USR1@120 reaches every task of every job step)
+  // is for the job's program, which the daemon must outlive: by default it would kill the daemon, staged data left.
+  signal(SIGUSR1, SIG_IGN);
+  signal(SIGUSR2, SIG_IGN);
   return sigs;
 }
 

@@ -5,6 +5,9 @@
 #   1. task 0 says "running" (WORK/job-running) and waits for the test to look at the daemons (WORK/checked);
 #   2. every task joins one data-parallel fanstore-train run (MPI over srun --mpi=pmix) on the image;
 #   3. every task byte-compares the whole image, as its node sees it, with the source tree.
+# Usage: job_task.sh train_until_cancelled WORK SRC FANSTORE_TRAIN
+#   task 0 says "running"; every task joins a fanstore-train run far longer than the test waits, into
+#   WORK/checkpoint-stop, which the test cancels (scancel) once it has trained a few steps.
 # Usage: job_task.sh survive WORK SRC
 #   task 0 says "running", waits until the test has killed another node's daemon (WORK/killed), then reads every
 #   file at once and writes "PATH ok" or "PATH failed: ERROR" lines to WORK/survive.txt; other tasks do nothing.
@@ -36,6 +39,12 @@ case $mode in
     diff -r /fanstore "$src"
     files=$(find /fanstore -type f | wc -l)
     echo "compare: rank $rank on $node: $files files identical to the source"
+    ;;
+  train_until_cancelled)
+    train=$4
+    [ "$rank" = 0 ] && touch "$work/job-running"
+    exec "$train" --model cosmoflow --data /fanstore/train --checkpoint "$work/checkpoint-stop" --epochs 1000 \
+      --batch 1 --threads 1 --prefetch-threads 1 --lr 0.001 --optimizer adam --seed 7
     ;;
   survive)
     [ "$rank" = 0 ] || exit 0

@@ -250,5 +250,46 @@ else
   cat "$work/job-$job.out" 2>/dev/null
 fi
 
+# Job 4 (scancel, as the time limit does) and job 5 (SIGUSR1 to the job steps, as `sbatch --signal=USR1@120` does
+# before the limit): fanstore-train stops at a step's end with its checkpoint, and the daemons clean up. With
+# SIGUSR1 the daemons go on (it killed them before, leaving their staged data) until the batch script stops them.
+for how in scancel usr1; do
+  echo "== job $([ $how = scancel ] && echo 4 || echo 5): $how of a training job"
+  rm -rf "$work/job-running" "$work/checkpoint-stop"
+  t0=$(date +%s)
+  job=$(submit 1 train_until_cancelled "$work" "$work/src" "$train")
+  echo "submitted job $job"
+  steps=0
+  if await_command "$job"; then
+    for _ in $(seq 600); do
+      steps=$(grep -c '"event":"step"' "$work/checkpoint-stop/metrics.jsonl" 2>/dev/null || true)
+      [ "${steps:-0}" -ge 2 ] && break
+      sleep 0.1
+    done
+  fi
+  if [ "${steps:-0}" -lt 2 ]; then
+    bad "job $job trained no 2 steps within 60 s: $(wait_job "$job" 1)"
+    scancel "$job" 2>/dev/null || true
+    cat "$work/job-$job.out" 2>/dev/null
+    continue
+  fi
+  sig=SIGTERM
+  if [ $how = scancel ]; then scancel "$job"; else sig=SIGUSR1 && scancel --signal=USR1 "$job"; fi
+  finish_job "$job" 120
+  check "fanstore-train said it stopped on $sig with a checkpoint" \
+    grep -qE "^fanstore-train: stopped by $sig after step [0-9]+; checkpoint in" <<<"$out"
+  check "its metrics end with the stopped record" \
+    grep -q "\"event\":\"stopped\".*\"signal\":\"$sig\"" <(tail -1 "$work/checkpoint-stop/metrics.jsonl")
+  check "the checkpoint is there" test -s "$work/checkpoint-stop/checkpoint.bin"
+  if [ $how = usr1 ]; then
+    check "the batch script went on to its end: the command's status 138" \
+      grep -q 'fanstore.sbatch: command finished with status 138' <<<"$out"
+    check "every daemon lived through SIGUSR1 and stopped on SIGTERM at the end" \
+      test "$(grep -c 'fanstore serve\[rank [0-3]\]: stopping on Terminated' <<<"$out")" = 4
+  fi
+  check "no fanstore serve of job $job is left" test -z "$(serve_processes "$job")"
+  check "the daemons removed what they had staged" test -z "$(ls -A "$work/local")"
+done
+
 echo "slurm_test: $passes passed, $fails failed"
 [ "$fails" = 0 ]
