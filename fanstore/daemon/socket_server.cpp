@@ -119,11 +119,12 @@ Status ClearStale(const std::string& path) {
   return Status::Ok();
 }
 
-// The directory holding `path` ("." for a bare name, "/" at the root).
+// The directory holding `path` ("." for a bare name, "/" at the root), and the name in it.
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
+std::string NameOf(const std::string& path) { return path.substr(path.rfind('/') + 1); }  // npos + 1 == 0
 
 // Whether process `pid` has ended: no such process, or a zombie its parent has not reaped yet.
 bool ProcessEnded(long pid) {
@@ -141,8 +142,7 @@ bool ProcessEnded(long pid) {
 // for that are shared by every socket of the directory, and stay.)
 void RemoveStaleStarting(const std::string& path) {
   const std::string dir = DirectoryOf(path);
-  const size_t slash = path.rfind('/');
-  const std::string start = path.substr(slash == std::string::npos ? 0 : slash + 1) + ".starting.";
+  const std::string start = NameOf(path) + ".starting.";
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return;
   int removed = 0;
@@ -170,11 +170,10 @@ Status BindAt(int fd, const std::string& path) {
   std::string via = path;
   int dfd = -1;
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    const size_t slash = path.rfind('/');
     const std::string dir = DirectoryOf(path);
     dfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return Status::FromErrno(errno, "open the socket's directory " + Printable(dir));
-    via = "/proc/self/fd/" + std::to_string(dfd) + "/" + path.substr(slash == std::string::npos ? 0 : slash + 1);
+    via = "/proc/self/fd/" + std::to_string(dfd) + "/" + NameOf(path);
   }
   Status s;
   if (via.size() >= sizeof(sockaddr_un::sun_path))

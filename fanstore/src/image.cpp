@@ -238,6 +238,11 @@ Status Image::CheckPartitionHeader(uint32_t part, const char* header) const {
   return CheckPartHeader(header, part, impl_->image_id, PartitionPath(part));
 }
 
+namespace {
+// Where partition fds go when the open-file limit allows (Image::Impl::Part).
+constexpr int kFirstHighFd = 1024;
+}  // namespace
+
 Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (p >= parts) return Status(Code::kCorrupt, "partition " + std::to_string(p) + " is not in the index");
   PartState* seen = part_states[p].load(std::memory_order_acquire);
@@ -257,7 +262,7 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
       return Status(Code::kIoError, "partition " + path +
                                         " is missing: copy it next to the index (or, with its "
                                         "partitions spread over nodes, read the image through `fanstore serve`)");
-    if (err == EMFILE || err == ENFILE) {
+    if (err == EMFILE) {
       // Not damage: a reader keeps each partition it has read open, and this process may not open another file.
       rlimit rl{};
       getrlimit(RLIMIT_NOFILE, &rl);
@@ -266,7 +271,17 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
                                         std::to_string(parts) + " (open files allowed: " + std::to_string(rl.rlim_cur) +
                                         "): raise `ulimit -n`, or pack the image with fewer --parts");
     }
+    if (err == ENFILE)
+      return Status(Code::kIoError, "cannot open partition " + path + ": " + std::strerror(err) +
+                                        ": the system's table of open files is full; retry when fewer are open");
     return Status(Status::FromErrno(err, "").code(), "cannot open partition " + path + ": " + std::strerror(err));
+  }
+  // Above the numbers a program's own files get (select(2) takes fds below 1024 only): with hundreds of partitions
+  // open, the program's sockets and pipes would otherwise get numbers it cannot select on. Kept where it is when the
+  // limit leaves no room up there.
+  if (int high = ::fcntl(fd, F_DUPFD_CLOEXEC, kFirstHighFd); high >= 0) {
+    ::close(fd);
+    fd = high;
   }
   char h[kPartHeaderSize];
   struct stat st {};

@@ -164,9 +164,9 @@ resume_bitwise)
   if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   resume: 14 steps straight == 5 + resume + 9, bit-identical"
   else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
   # SIGTERM (Slurm's at the time limit) stops at the end of a step with a checkpoint the run resumes from: the
-  # resumed run to the straight run's 14 steps gives its checkpoint (the stop comes before step 14 on any machine
-  # that needs more than the poll's 50 ms for 11 steps; it is checked).
-  "$train" "${common[@]}" --checkpoint signalled --max-steps 14 > stop.out &
+  # resumed run to the straight run's 14 steps gives its checkpoint. The signalled run is given all 20 steps of its
+  # 2 epochs, so that a late signal still stops it; a stop after step 13 is a failure of the test's timing.
+  "$train" "${common[@]}" --checkpoint signalled > stop.out &
   stop_mid_run TERM signalled $!
   (( stopped_at < 14 )) || { echo "FAIL stopped at step $stopped_at, not before 14"; exit 1; }
   "$train" "${common[@]}" --checkpoint signalled --max-steps 14 --resume
@@ -194,7 +194,7 @@ resume_rank0_decides)
   if cmp straight/checkpoint.bin split/checkpoint.bin; then echo "ok   rank 1 without a checkpoint resumed from rank 0's"
   else $py "$here/compare_checkpoints.py" straight/checkpoint.bin split/checkpoint.bin 0 || true; echo "FAIL resume differs"; exit 1; fi
   # A stop signal that reaches one rank only (here rank 1, which writes nothing) stops every rank at the same step.
-  mpirun_2 "$train" "${common[@]}" --checkpoint signalled --max-steps 14 > stop.out 2> stop.err &
+  mpirun_2 "$train" "${common[@]}" --checkpoint signalled > stop.out 2> stop.err &
   stop_mid_run USR1 signalled $! 1
   (( stopped_at < 14 )) || { echo "FAIL stopped at step $stopped_at, not before 14"; exit 1; }
   mpirun_2 "$train" "${common[@]}" --checkpoint signalled --max-steps 14 --resume

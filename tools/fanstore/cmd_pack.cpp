@@ -58,11 +58,12 @@ void CatchStopSignals() {
 // Runs pack or convert with a progress bar on a terminal and prints the one summary line; the exit code. Ended
 // by a stop signal, it dies of that signal (after the cleanup), as a shell or a batch system expects.
 int RunPack(PackOptions opts, bool convert) {
-  // Every partition file is open while pack writes (main raised the limit to the hard one): say so before any work.
+  // Every partition file is open while pack writes (main raised the limit to the hard one), beside the source's
+  // files and a margin: say so before any work.
   rlimit rl{};
-  if (!convert && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      static_cast<uint64_t>(opts.parts) + 64 > rl.rlim_cur)
-    return Fail("pack", "--parts " + std::to_string(opts.parts) + " keeps " + std::to_string(opts.parts + 1) +
+  const uint64_t need = static_cast<uint64_t>(opts.parts) + 64;
+  if (!convert && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && need > rl.rlim_cur)
+    return Fail("pack", "--parts " + std::to_string(opts.parts) + " needs about " + std::to_string(need) +
                             " files open at once, and this process may open " + std::to_string(rl.rlim_cur) +
                             ": raise the hard limit (ulimit -Hn), or pack with fewer --parts");
   opts.stop = &g_stop;

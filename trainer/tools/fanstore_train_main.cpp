@@ -51,7 +51,7 @@ static const CLI::Validator kSeed(
       errno = 0;
       char* end = nullptr;
       const unsigned long long seed = std::strtoull(text.c_str(), &end, 10);
-      if (errno != 0 || end == text.c_str() || *end != '\0' || text.find_first_of("-+ ") != std::string::npos)
+      if (errno != 0 || end == text.c_str() || *end != '\0' || text.find_first_of("-+ \t\n\v\f\r") != std::string::npos)
         return "a seed from 0 to 18446744073709551615 is needed, not " + text;
       text = std::to_string(seed);  // what CLI11 then converts
       return {};

@@ -55,6 +55,9 @@ class GridRun {
   // optimizer, else the bucketed allreduce over every rank divided by the sample groups (each sample
   // group's ranks hold parts of its gradient).
   std::unique_ptr<GradientReduction> make_gradient_reduction(const Optimizer& optimizer, std::size_t bucket_bytes);
+  // With --skip-bad-samples a rank may replace a sample that its part alone finds bad: then each split loss and
+  // metric first checks that the group's ranks hold the same samples (one small allreduce; off by default).
+  void check_group_samples_on(bool on) { check_samples_ = on; }
 
  private:
   void check_group_samples(const data::Batch& batch);
@@ -64,7 +67,7 @@ class GridRun {
   GridShape shape_;
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<DistributedModel> split_;
-  bool shard_state_ = false, shard_weights_ = false;
+  bool shard_state_ = false, shard_weights_ = false, check_samples_ = false;
 };
 
 }  // namespace fanstore::trainer

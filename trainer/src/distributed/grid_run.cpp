@@ -50,6 +50,7 @@ Tensor GridRun::forward(const Tensor& input, Mode mode) {
 // file, a NaN in one slab) is replaced there alone under --skip-bad-samples. Training on that would mix two
 // samples: stop instead, on every rank of the group alike.
 void GridRun::check_group_samples(const data::Batch& batch) {
+  if (!check_samples_) return;
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the indices
   for (const std::size_t i : batch.sample_indices) h = (h ^ static_cast<std::uint64_t>(i)) * 1099511628211ull;
   const double mine = static_cast<double>(h >> 12);  // 52 bits: exact in a double

@@ -42,6 +42,7 @@ void on_stop_signal(int sig) {
 }  // namespace
 
 StopSignals::StopSignals(bool announce) {
+  g_caught.store(0);
   g_announce.store(announce);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;

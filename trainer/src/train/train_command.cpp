@@ -753,6 +753,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   const auto nccl = make_device_communicator(comm, model->backend());
   Communicator& device_comm = nccl ? *nccl : comm;
   GridRun grid_run(*model, device_comm, resolved, o.grid);
+  grid_run.check_group_samples_on(o.skip_bad_samples);
   grid_run.shard(*optimizer);
   agree_on_errors(world, [&] {
     if (const auto slab = grid_run.slab_read()) {
