@@ -370,6 +370,9 @@ print(max(os.pipe()))'
     expect_rc 0 "$F" run --image "$T/many-img" -- sh -c 'cat /fanstore/* > /dev/null; true'
     grep -q "Too many open files: a reader keeps one open file per partition it reads, and this image has 1100 (open files allowed: 1024): raise .ulimit -n." "$T/err" ||
       fail "no word of the open-file limit: $(head -3 "$T/err")"
+    expect_rc 1 "$F" verify "$T/many-img"
+    tail -1 "$T/err" | grep -q "^fanstore verify: [0-9]* of 1100 files could not be read: their partitions could not be opened within this process's open-file limit" ||
+      fail "verify's last line: $(tail -1 "$T/err")"
   ) || exit 1
 else
   echo "cli_test: the open-file checks are skipped: the hard limit $(ulimit -Hn) is below 2048"

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -269,13 +270,23 @@ void AddVerify(CLI::App& app, int& exit_code) {
     auto img = OpenOrFail("verify", a->image, exit_code);
     if (!img) return;
     std::atomic<uint64_t> denied{0};  // of the bad ones: a permission, not the bytes, is what is wrong
-    uint64_t bad = VerifyImage(*img, a->threads, [&denied](const Entry& e, const Status& s) {
+    std::atomic<uint64_t> no_fds{0};  // ... or this process's open-file limit (a partition it could not open)
+    const std::string emfile = std::strerror(EMFILE);
+    uint64_t bad = VerifyImage(*img, a->threads, [&](const Entry& e, const Status& s) {
       if (s.code() == Code::kPermission) denied.fetch_add(1, std::memory_order_relaxed);
+      if (s.message().find(emfile) != std::string::npos) no_fds.fetch_add(1, std::memory_order_relaxed);
       std::fprintf(stderr, "fanstore verify: BAD %s: %s\n", Printable(e.path).c_str(), s.ToString().c_str());
     });
     ImageSummary s = img->Summary();
     if (bad) {
       const std::string what = std::to_string(bad) + " of " + std::to_string(s.files) + " files ";
+      if (no_fds == bad) {
+        exit_code = Fail("verify", what +
+                                       "could not be read: their partitions could not be opened within this process's "
+                                       "open-file limit (listed above), which says nothing of the image: raise "
+                                       "`ulimit -n`");
+        return;
+      }
       exit_code = Fail("verify", denied == bad ? what +
                                                      "cannot be read by this user (listed above): check the "
                                                      "permissions of the partition files named there"
