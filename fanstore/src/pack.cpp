@@ -114,12 +114,16 @@ Status CheckOutput(const std::string& source, const std::string& output) {
   return Status::Ok();
 }
 
+// No FNM_PATHNAME: '*' also matches '/', so "val/*" covers every file below val/.
+bool GlobMatches(const std::string& glob, const std::string& path) {
+  return ::fnmatch(glob.c_str(), path.c_str(), 0) == 0;
+}
+
 bool Replicated(std::string_view path, const std::vector<std::string>& globs) {
   if (globs.empty()) return false;
   std::string p(path);
-  // No FNM_PATHNAME: '*' also matches '/', so "val/*" covers every file below val/.
   for (const auto& g : globs)
-    if (::fnmatch(g.c_str(), p.c_str(), 0) == 0) return true;
+    if (GlobMatches(g, p)) return true;
   return false;
 }
 
@@ -317,15 +321,20 @@ Result<PackReport> PackWithEnv(const PackOptions& opts_in, WriteEnv* env,
   PackTree tree;
   s = WalkSource(opts, &tree, warn);
   if (!s.ok()) return WithAdvice(s, opts.output);
-  // A glob that matches no file is most likely mistyped, or written from somewhere other than SRC.
-  for (const std::string& glob : opts.replicate) {
-    bool matched = false;
-    for (uint32_t id = 0; id < tree.nodes.size() && !matched; ++id)
-      matched = (tree.nodes[id].mode & S_IFMT) == S_IFREG && Replicated(tree.Path(tree.nodes[id]), {glob});
-    if (!matched)
-      warn("--replicate " + Printable(glob) +
-           " matches no file, so nothing is replicated for it: a glob matches paths relative to SRC, e.g. 'val/*'");
+  // A glob that matches no file is most likely mistyped, or written from somewhere other than SRC. One pass, each
+  // path made once, and done as soon as every glob has matched.
+  std::vector<bool> matched(opts.replicate.size(), false);
+  size_t unmatched = matched.size();
+  for (uint32_t id = 0; id < tree.nodes.size() && unmatched > 0; ++id) {
+    if ((tree.nodes[id].mode & S_IFMT) != S_IFREG) continue;
+    const std::string path(tree.Path(tree.nodes[id]));
+    for (size_t g = 0; g < matched.size(); ++g)
+      if (!matched[g] && GlobMatches(opts.replicate[g], path)) matched[g] = true, --unmatched;
   }
+  for (size_t g = 0; g < matched.size(); ++g)
+    if (!matched[g])
+      warn("--replicate " + Printable(opts.replicate[g]) +
+           " matches no file, so nothing is replicated for it: a glob matches paths relative to SRC, e.g. 'val/*'");
   auto source = NewDirectorySource(opts.source);
   auto rep = WriteImage(opts, &tree, source.get(), env, progress, true);
   if (rep.ok()) rep->seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -1,9 +1,9 @@
 // The training loop's view of a model on a grid: the split path (DistributedModel) or the plain one.
 #include "trainer/distributed_run.hpp"
 
-#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainer/distributed_losses.hpp"
 
@@ -51,12 +51,18 @@ Tensor GridRun::forward(const Tensor& input, Mode mode) {
 // samples: stop instead, on every rank of the group alike.
 void GridRun::check_group_samples(const data::Batch& batch) {
   if (!check_samples_) return;
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the indices
-  for (const std::size_t i : batch.sample_indices) h = (h ^ static_cast<std::uint64_t>(i)) * 1099511628211ull;
-  const double mine = static_cast<double>(h >> 12);  // 52 bits: exact in a double
-  double extremes[2] = {mine, -mine};
-  grid_->spatial().max(extremes, 2);
-  if (extremes[0] != -extremes[1])
+  // Each index and its negation, maximised over the group: equal everywhere exactly when every pair comes back as
+  // it went (indices are far below 2^53, exact in a double).
+  const std::size_t n = batch.sample_indices.size();
+  std::vector<double> extremes(2 * n);
+  for (std::size_t k = 0; k < n; ++k) {
+    extremes[k] = static_cast<double>(batch.sample_indices[k]);
+    extremes[n + k] = -extremes[k];
+  }
+  grid_->spatial().max(extremes.data(), extremes.size());
+  bool same = true;
+  for (std::size_t k = 0; k < n; ++k) same = same && extremes[k] == -extremes[n + k];
+  if (!same)
     throw std::runtime_error(
         "the ranks of sample group " + std::to_string(grid_->sample_group()) + " hold different samples of batch " +
         std::to_string(batch.number) +
