@@ -1,7 +1,6 @@
 #include "cache_prefault.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 namespace fanstore::daemon {
@@ -18,35 +17,15 @@ uint64_t PrefaultBudget(uint64_t cache_bytes, const char* meminfo) {
   return std::min<uint64_t>(cache_bytes, static_cast<uint64_t>(kib) * 1024 / 2);
 }
 
-CachePrefault::CachePrefault(const SharedArena* arena, uint64_t bytes)
-    : arena_(arena), want_(std::min(bytes, arena->data_len())) {
-  th_ = std::thread([this] { Run(); });
-}
-
-CachePrefault::~CachePrefault() {
-  Stop();
-  if (th_.joinable()) th_.join();
-}
-
-void CachePrefault::Run() {
-  // Steps of 2 MiB: a stop (a termination signal, a failed staging) is seen within a millisecond or so.
+Status PrefaultCache(const SharedArena& arena, uint64_t bytes, const std::function<bool()>& stop, uint64_t* done) {
   constexpr uint64_t kStep = 2u << 20;
-  auto t0 = std::chrono::steady_clock::now();
-  while (done_ < want_ && !stop_.load(std::memory_order_relaxed)) {
-    uint64_t n = std::min(want_ - done_, kStep);
-    status_ = arena_->Prefault(done_, n);
-    if (!status_.ok()) break;
-    done_ += n;
+  const uint64_t want = std::min(bytes, arena.data_len());
+  for (*done = 0; *done < want && !stop();) {
+    uint64_t n = std::min(want - *done, kStep);
+    if (Status st = arena.Prefault(*done, n); !st.ok()) return st;
+    *done += n;
   }
-  seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  finished_.store(true, std::memory_order_release);
-}
-
-Status CachePrefault::Wait(uint64_t* done_bytes, double* seconds) {
-  if (th_.joinable()) th_.join();
-  if (done_bytes) *done_bytes = done_;
-  if (seconds) *seconds = seconds_;
-  return status_;
+  return Status::Ok();
 }
 
 }  // namespace fanstore::daemon

@@ -13,6 +13,7 @@
 namespace fanstore::daemon {
 
 namespace dp = daemon_proto;
+constexpr int kPrefetchInflight = 16;  // prefetch fetches in flight, at most (docs/daemon.md, "Prefetch hints")
 
 class FetchRouter::Fetch final : public FetchSink {
  public:
@@ -309,7 +310,7 @@ bool FetchRouter::Pump() {
     did = TakeSharedReads();
   }
   for (;;) {
-    if (prefetch_inflight_ >= o_.prefetch_inflight) break;
+    if (prefetch_inflight_ >= kPrefetchInflight) break;
     if (cache_->tagged_bytes() + prefetch_inflight_bytes_ >= o_.prefetch_window) {
       // The window is full: a stream whose reader went away (or stopped early) must not hold it for good.
       std::vector<ByteRange> idle = prefetcher_.ReleaseIdle(now, o_.prefetch_idle_us);

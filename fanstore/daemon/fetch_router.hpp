@@ -26,7 +26,6 @@ namespace fanstore::daemon {
 
 struct RouterOptions {
   uint64_t prefetch_window = 256ull << 20;  // bytes fetched ahead and not read yet, at most
-  int prefetch_inflight = 16;               // prefetch fetches in flight, at most
   size_t max_hinted = SIZE_MAX;             // hinted ranges kept over all streams
   int64_t prefetch_idle_us = 10000000;      // a stream not read for this long yields the window to active ones
   // While a partition of ours is staged: the rank that reads piece k of `part` from the image directory (it may

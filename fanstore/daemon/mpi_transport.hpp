@@ -12,6 +12,7 @@
 
 #include "byte_range.hpp"
 #include "doorbell.hpp"
+#include "fanstore/image.hpp"
 #include "fanstore/status.hpp"
 #include "image_dir_reader.hpp"
 #include "partition_maps.hpp"
@@ -28,7 +29,7 @@ inline constexpr int64_t kHotWindowUs = 500;
 struct TransportOptions {
   int rank = 0, nranks = 1;
   int replicas = 1;
-  uint32_t replicated_part = 0xFFFFFFFFu;
+  uint32_t replicated_part = kNoPartition;
   int timeout_ms = 5000;              // total budget of one fetch over all replicas
   uint64_t max_message = 1ull << 30;  // bigger replies travel in chunks of this size (MPI counts are ints)
   // A duplicate of MPI_COMM_WORLD (MPI_Comm_dup by every rank at start-up) that carries only the chunks, tagged

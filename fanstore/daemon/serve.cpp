@@ -176,21 +176,19 @@ Status CheckOptions(const ServeOptions& o) {
   return Status::Ok();
 }
 
-// Waits for --cache-prefault's faulting to end (a termination signal meanwhile stops it at its next step: a big
-// cache takes seconds) and says how far it got.
-void FinishPrefault(CachePrefault& prefault, StartupSignals& startup, int rank) {
-  while (!prefault.Finished()) {
-    if (startup.signalled()) prefault.Stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  uint64_t done = 0;
-  double sec = 0;
-  Status why = prefault.Wait(&done, &sec);
+// --cache-prefault: the fetch cache's memory faulted in before "ready" (a termination signal stops it).
+void Prefault(const FetchCache& cache, uint64_t cache_bytes, const StartupSignals& startup, int rank) {
+  uint64_t want = cache.arena() ? PrefaultBudget(cache_bytes) : 0, done = 0;
+  if (want == 0) return;
+  auto t0 = std::chrono::steady_clock::now();
+  Status why = PrefaultCache(
+      *cache.arena(), want, [&] { return startup.signalled(); }, &done);
   if (!why.ok())
     Error("fetch cache: %s after %.0f MiB; the rest is faulted in as it fills", why.ToString().c_str(),
           static_cast<double>(done) / (1 << 20));
   else if (rank == 0 && !startup.signalled())  // (stopped short by the signal: the daemon is on its way out)
-    Info("fetch cache: %.0f MiB faulted in (%.2f s, while staging)", static_cast<double>(done) / (1 << 20), sec);
+    Info("fetch cache: %.0f MiB faulted in (%.2f s)", static_cast<double>(done) / (1 << 20),
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // This rank's doorbell (unless --no-doorbell) and every peer's address. Collective: every rank takes part, with
@@ -277,10 +275,8 @@ class Daemon {
       Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o_.image.c_str(),
            o_.local.c_str(), nranks_, o_.replicas, o_.replicas == 1 ? "" : "s", plan_.parts.size());
     PrepareStaging();
-    if (!st_.ok() && prefault_) prefault_->Stop();
     if (Failed("staging")) return 1;
-    if (prefault_) FinishPrefault(*prefault_, startup_, rank_);
-    prefault_.reset();
+    if (o_.cache_prefault) Prefault(*cache_, o_.cache_bytes, startup_, rank_);
     Wire();
     if (Failed("start-up")) return 1;
     int sig = 0;
@@ -388,14 +384,12 @@ class Daemon {
     FinalizeWithin(5, 1);
   }
 
-  // The fetch cache (with --cache-prefault, faulted in while the daemon sets up), the index (served from while the
-  // partitions are staged behind it) and each partition's file, allocated.
+  // The fetch cache, the index (served from while the partitions are staged behind it) and each partition's file,
+  // allocated.
   void PrepareStaging() {
     Status why;
     cache_ = std::make_unique<FetchCache>(o_.cache_bytes, &why);
     if (!why.ok()) Error("no fetch cache: %s", why.ToString().c_str());
-    uint64_t want = o_.cache_prefault && cache_->arena() ? PrefaultBudget(o_.cache_bytes) : 0;
-    if (want > 0) prefault_ = std::make_unique<CachePrefault>(cache_->arena(), want);
     st_ = CheckSpace(local_, plan_, o_.reserve_bytes);
     if (st_.ok()) st_ = StageIndex(o_.image, local_, &staged_files_);
     ImageOpenOptions io;
@@ -570,7 +564,6 @@ class Daemon {
   int lock_fd_ = -1;
   std::unique_ptr<SocketServer> server_;
   std::unique_ptr<FetchCache> cache_;
-  std::unique_ptr<CachePrefault> prefault_;
   std::shared_ptr<const Image> img_;
   std::shared_ptr<ImageDirReader> image_dir_;
   std::unique_ptr<ImageDirReads> image_reads_;

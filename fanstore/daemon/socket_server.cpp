@@ -91,8 +91,6 @@ bool InGroup(pid_t pid, gid_t gid) {
   return false;
 }
 
-// Makes `path` free for our socket: nothing there, or a stale socket left by a killed daemon (no listener: it is
-// removed). A live daemon's socket, one we may not connect to (another user's), or a non-socket is an error.
 // 0 when a daemon listens at `path`, else connect(2)'s errno (ECONNREFUSED: a socket nobody listens on).
 int ConnectError(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -103,6 +101,8 @@ int ConnectError(const std::string& path) {
   return err;
 }
 
+// Makes `path` free for our socket: nothing there, or a stale socket left by a killed daemon (no listener: it is
+// removed). A live daemon's socket, one we may not connect to (another user's), or a non-socket is an error.
 Status ClearStale(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return Status::Ok();

@@ -19,7 +19,7 @@ constexpr int kTagTurn = 1;
 constexpr int kTagTally = 2;
 constexpr size_t kMaxQueued = 16;  // pieces read and waiting to be verified, at most (the reader waits)
 constexpr int kVerifiers = 2;
-constexpr int kMaxRefetch = 2;  // a piece refused this often more is read here instead
+constexpr int kMaxRefusals = 2;  // a piece refused this often is read from the image directory instead
 constexpr int64_t kPingUs = 1000000;
 constexpr int kFetchWindow = 8;  // pieces being fetched from other ranks at once
 
@@ -430,10 +430,9 @@ bool Stager::PollTally(int64_t now) {
     t.refetched += tally_from_[i].refetched;
     t.staged_bytes += tally_from_[i].staged_bytes;
   }
-  tally_out_ = t;
   down_ = std::move(down);
   done_all_.store(true, std::memory_order_release);
-  if (on_tally) on_tally(tally_out_, down_);
+  if (on_tally) on_tally(t, down_);
   return true;
 }
 
@@ -481,7 +480,7 @@ bool Stager::Poll() {
         ++refetched_;
         Job j = e.job;
         j.wait_us = j.not_before_us = 0;
-        if (++j.tries > kMaxRefetch) AddRead(j);
+        if (++j.tries >= kMaxRefusals) AddRead(j);
         else fetch_q_.push_front(j);
         break;
       }

@@ -42,7 +42,7 @@ namespace fanstore::daemon {
 
 struct StagerOptions {
   int rank = 0, nranks = 1, replicas = 1;
-  uint32_t replicated_part = 0xFFFFFFFFu;
+  uint32_t replicated_part = kNoPartition;
   int readers = 0;                // --stage-readers: ranks reading the image directory at a time (0: all)
   MPI_Comm comm = MPI_COMM_NULL;  // a duplicate of the world's: the readers' turns and the tally
   int64_t corrupt_piece = -1;     // (tests: FANSTORE_TEST_CORRUPT_PIECE) damage the n-th piece received (0-based)
@@ -101,7 +101,6 @@ class Stager {
   // not waiting for the tally, which a rank stuck in a hung read would hold up for ever.
   uint64_t failures_heard() const { return failures_heard_.load(std::memory_order_acquire); }
   Status status() const;
-  Tally tally() const { return tally_out_; }  // of the ranks that reported
   std::vector<int> down_ranks() const { return down_; }
 
  private:
@@ -192,7 +191,7 @@ class Stager {
   // The tally: this rank's (tally_in_) goes to every other rank once it is done; theirs come in (5 uint64_t each),
   // received from the start, so that a rank still staging hears of a failure elsewhere.
   enum class Peer : uint8_t { kWaiting, kIn, kDown };
-  Tally tally_in_, tally_out_;
+  Tally tally_in_;
   std::vector<Tally> tally_from_;
   std::vector<MPI_Request> tally_recv_, tally_send_;
   std::vector<int> arrived_;  // MPI_Testsome's indices

@@ -214,47 +214,12 @@ Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t 
 
 Status StageIndex(const std::string& image_dir, const std::string& local_dir, StagedFiles* staged) {
   const std::string src = image_dir + "/" + format::kIndexName, dst = local_dir + "/" + format::kIndexName;
-  int in = open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, not waited on)
-  if (in < 0) return Status::FromErrno(errno, "open " + src);
   struct stat sst;
-  if (fstat(in, &sst) != 0) {
-    int err = errno;
-    close(in);
-    return Status::FromErrno(err, "stat " + src);
-  }
-  if (!S_ISREG(sst.st_mode)) {
-    close(in);
-    return Status(Code::kCorrupt, src + " is not a regular file: give the image's directory");
-  }
+  if (stat(src.c_str(), &sst) != 0) return Status::FromErrno(errno, "stat " + src);
   std::string tmp;
   auto out = CreateTemp(dst, O_WRONLY, sst.st_mode & 07777, staged, &tmp);
-  if (!out.ok()) {
-    close(in);
-    return out.status();
-  }
-  Status s;
-  bool use_cfr = true;  // copy_file_range stays in the kernel; fall back to read/write across file systems
-  std::unique_ptr<char[]> buf;
-  for (uint64_t copied = 0; s.ok();) {
-    ssize_t n;
-    if (use_cfr) {
-      n = copy_file_range(in, nullptr, *out, nullptr, 64 << 20, 0);
-      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-        use_cfr = false;
-        continue;
-      }
-    } else {
-      if (!buf) buf.reset(new char[8 << 20]);
-      n = read(in, buf.get(), 8 << 20);
-      // At `copied`, where copy_file_range left the file offset.
-      if (n > 0) s = WriteFullAt(*out, buf.get(), static_cast<uint64_t>(n), copied, "copy " + src + " -> " + tmp);
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) s = Status::FromErrno(errno, "copy " + src + " -> " + tmp);
-    if (n <= 0) break;
-    copied += static_cast<uint64_t>(n);
-  }
-  close(in);
+  if (!out.ok()) return out.status();
+  Status s = CopyIndexFile(src, *out);
   if (close(*out) != 0 && s.ok()) s = Status::FromErrno(errno, "close " + tmp);
   if (!s.ok()) {
     staged->AbortTemp(tmp);

@@ -19,7 +19,7 @@ namespace fanstore::daemon {
 struct StagePlan {
   std::vector<uint32_t> parts;  // partition ids this rank keeps (regular ones it holds + the replicated one)
   uint32_t regular_parts = 0;
-  uint32_t replicated_part = 0xFFFFFFFFu;
+  uint32_t replicated_part = kNoPartition;
   std::vector<uint64_t> sizes;       // their file sizes
   std::vector<mode_t> modes;         // and permission bits (each copy gets its source's)
   std::vector<std::string> sources;  // every partition's file in the image directory, by partition id

@@ -303,10 +303,10 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   Status WithStored(uint32_t part, uint64_t offset, uint64_t length, const StoredUse& use) override {
     // The fetch cache first: a range cached there is copied out here, without a daemon round-trip (into a buffer
     // of ours: `use` must only see bytes that did not change while being copied).
-    if (const fetch_cache_view::View* v = SharedCache()) {
+    if (SharedCache()) {
       thread_local std::vector<char> copy;
       if (copy.size() < length) copy.resize(length);
-      if (v->Copy(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
+      if (CopyCached(part, offset, length, copy.data())) return use(copy.data(), static_cast<size_t>(length));
     }
     return Fetch(part, offset, length, 0, use);
   }

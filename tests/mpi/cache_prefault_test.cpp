@@ -1,6 +1,6 @@
 // Unit tests of `fanstore serve --cache-prefault`: the fetch cache's pages are allocated ahead of use, its bytes stay
-// as they were (also through the fallocate fallback of kernels before 5.14), a stop is honoured, and the memory
-// taken is bounded by what the kernel reports available.
+// as they were (also through the fallocate fallback of kernels before 5.14), a stop is honoured between steps, and the
+// memory taken is bounded by what the kernel reports available.
 #include <gtest/gtest.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -24,6 +24,8 @@
 namespace fanstore::daemon {
 namespace {
 
+const std::function<bool()> kNever = [] { return false; };
+
 // Bytes of the memfd the kernel has allocated pages for.
 uint64_t Allocated(int fd) {
   struct stat st {};
@@ -43,12 +45,9 @@ TEST(CachePrefault, AllocatesTheWholeCacheAndLeavesCachedBytesAlone) {
   uint64_t before = Allocated(cache.shared_fd());
   EXPECT_LT(before, kCache / 2) << "a fresh cache must not have its memory allocated yet (else this shows nothing)";
 
-  CachePrefault p(cache.arena(), kCache);
   uint64_t done = 0;
-  double sec = -1;
-  ASSERT_TRUE(p.Wait(&done, &sec).ok());
+  ASSERT_TRUE(PrefaultCache(*cache.arena(), kCache, kNever, &done).ok());
   EXPECT_EQ(done, cache.arena()->data_len());
-  EXPECT_GE(sec, 0);
   EXPECT_GE(Allocated(cache.shared_fd()), cache.arena()->data_len());
 
   FetchCache::Tag t;
@@ -59,27 +58,23 @@ TEST(CachePrefault, AllocatesTheWholeCacheAndLeavesCachedBytesAlone) {
 
 TEST(CachePrefault, FaultsInNoMoreThanAsked) {
   FetchCache cache(64 << 20);
-  {
-    CachePrefault p(cache.arena(), 6 << 20);  // three steps of 2 MiB
-    uint64_t done = 0;
-    ASSERT_TRUE(p.Wait(&done, nullptr).ok());
-    EXPECT_EQ(done, uint64_t{6} << 20);
-    EXPECT_LT(Allocated(cache.shared_fd()), uint64_t{16} << 20);
-  }
+  uint64_t done = 0;
+  ASSERT_TRUE(PrefaultCache(*cache.arena(), 6 << 20, kNever, &done).ok());  // three steps of 2 MiB
+  EXPECT_EQ(done, uint64_t{6} << 20);
+  EXPECT_LT(Allocated(cache.shared_fd()), uint64_t{16} << 20);
 }
 
-TEST(CachePrefault, StopsWithinAFewStepsOfBeingTold) {
-  // 1 GiB asked for (sparse until faulted in), a stop right after the start: ignoring it would fault in all of
-  // it, some 100 ms and more of work; honouring it ends at the next 2 MiB step.
+TEST(CachePrefault, StopsBetweenStepsWhenTold) {
+  // 1 GiB asked for (sparse until faulted in), a stop after three steps: ignoring it would fault in all of it.
   const uint64_t kCache = uint64_t{1} << 30;
   FetchCache cache(kCache);
   ASSERT_NE(cache.arena(), nullptr);
-  CachePrefault p(cache.arena(), kCache);
-  p.Stop();
+  int asked = 0;
   uint64_t done = 1;
-  ASSERT_TRUE(p.Wait(&done, nullptr).ok());
-  EXPECT_EQ(done % (2u << 20), 0u) << "it stops between whole steps";
-  EXPECT_LT(done, kCache / 4) << "the stop was not honoured";
+  ASSERT_TRUE(PrefaultCache(
+                  *cache.arena(), kCache, [&] { return ++asked > 3; }, &done)
+                  .ok());
+  EXPECT_EQ(done, uint64_t{6} << 20) << "it stops between whole steps, when told";
   EXPECT_LT(Allocated(cache.shared_fd()), kCache / 4);
 }
 
@@ -130,9 +125,8 @@ TEST(CachePrefault, OnAKernelWithoutMadvPopulateWriteFallsBackToFallocate) {
     void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (madvise(page, 4096, kMadvPopulateWrite) == 0 || errno != EINVAL)
       _exit(15);  // the filter works: the fallback is what runs
-    CachePrefault p(cache.arena(), kCache);
     uint64_t done = 0;
-    if (!p.Wait(&done, nullptr).ok() || done != cache.arena()->data_len()) _exit(16);
+    if (!PrefaultCache(*cache.arena(), kCache, kNever, &done).ok() || done != cache.arena()->data_len()) _exit(16);
     if (Allocated(cache.shared_fd()) < cache.arena()->data_len()) _exit(17);
     FetchCache::Tag t;
     const char* got = cache.Find({1, 0, 100000}, &t);

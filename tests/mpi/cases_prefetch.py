@@ -48,7 +48,7 @@ if __name__ == "__main__":
 
 def case_prefetch(ctx):
     ctx.pack(parts=4, nfiles=160, sizes=(50000, 131072, 300000))
-    # --cache-prefault: the cache's memory is faulted in while staging (rank 0 says so before "ready"); the prefetch
+    # --cache-prefault: the cache's memory is faulted in before "ready" (rank 0 says so); the prefetch
     # below then lands in memory that already holds pages.
     job = Job(ctx, 2, "--cache-bytes", str(256 << 20), "--cache-prefault")
     job.wait_ready()

@@ -1,6 +1,6 @@
 // The fetch cache as the clients see it: one memfd the daemon shares with every client of the node (docs/daemon.md,
-// "Fetch cache"), holding an index of cached byte ranges and their bytes. A client looks a range up and copies it out
-// with no daemon round-trip; a seqlock per index slot tells it whether the daemon changed the slot (evicted the
+// "The fetch cache"), holding an index of cached byte ranges and their bytes. A client looks a range up and copies it
+// out with no daemon round-trip; a seqlock per index slot tells it whether the daemon changed the slot (evicted the
 // range, reused its memory) while it copied, and then it asks the daemon instead. The client checks everything it
 // reads (bounds; the bytes are checksummed after decoding anyway), so a corrupt cache is a miss, never wrong data.
 // MPI-free: the daemon writes it (fanstore/daemon/shared_arena.cpp), clients read it (daemon_client.cpp).
