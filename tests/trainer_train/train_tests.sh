@@ -458,6 +458,21 @@ run_directories)
   [[ $(summary steps ck/metrics.jsonl) == 4 ]] || { echo "FAIL --resume after the refusal"; exit 1; }
   touch ckfile
   expect_one_line "--checkpoint names a file" "--checkpoint ckfile: exists and is not a directory" --checkpoint ckfile
+  # --metrics naming another run's file: refused while that run writes it (it got NUL bytes from the truncation) and,
+  # without --resume, once it holds records (they were thrown away); with --resume the run appends.
+  cp ck/metrics.jsonl other.jsonl && cp other.jsonl other.kept
+  flock other.jsonl "$train" "${common[@]}" --checkpoint m1 --metrics other.jsonl > out.txt 2> err.txt &&
+    { echo "FAIL a run into a metrics file another run writes: exit 0"; exit 1; }
+  grep -qF -- "--metrics other.jsonl: another fanstore-train run writes this file" err.txt && cmp other.jsonl other.kept ||
+    { echo "FAIL a metrics file another run writes:"; cat err.txt; exit 1; }
+  echo "ok   a metrics file another run writes: $(cat err.txt)"
+  expect_one_line "a fresh run over another run's --metrics" \
+    "--metrics other.jsonl holds another run's records: pass --resume to append to them" --checkpoint m2 --metrics other.jsonl
+  cmp other.jsonl other.kept
+  "$train" "${common[@]}" --checkpoint m3 --metrics other.jsonl --resume > /dev/null 2>&1
+  [[ $(grep -c '"event":"summary"' other.jsonl) == $(($(grep -c '"event":"summary"' other.kept) + 1)) ]] && head -c "$(stat -c %s other.kept)" other.jsonl | cmp - other.kept ||
+    { echo "FAIL --resume did not append to the metrics file"; exit 1; }
+  echo "ok   --metrics with --resume appends to the records there"
   ;;
 skip_bad_two_ranks)
   # --skip-bad-samples on 2 ranks: the summary counts every rank's skips (it counted rank 0's only).

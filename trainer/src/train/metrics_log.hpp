@@ -8,8 +8,10 @@ namespace fanstore::trainer {
 
 class MetricsLog {
  public:
-  // Opens `path` (truncating, or appending when resuming); an empty path logs nothing.
-  MetricsLog(const std::string& path, bool append);
+  // Opens `path` for this run alone (one that another run writes is an error: an flock held while this lives),
+  // appending when `append`, else emptying it; with `keep_records` a file that holds records is an error instead
+  // (an explicit --metrics: maybe another run's results). An empty path logs nothing.
+  MetricsLog(const std::string& path, bool append, bool keep_records = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

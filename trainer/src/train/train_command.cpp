@@ -828,8 +828,9 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     return 0;
   }
 
-  const auto metrics_log = agree_on_errors(
-      world, [&] { return std::make_unique<MetricsLog>(leader ? metrics_path : std::string(), resumed); });
+  const auto metrics_log = agree_on_errors(world, [&] {
+    return std::make_unique<MetricsLog>(leader ? metrics_path : std::string(), o.resume, !o.metrics_path.empty());
+  });
   MetricsLog& metrics = *metrics_log;
   const auto gradients =
       grid_run.make_gradient_reduction(*optimizer, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
