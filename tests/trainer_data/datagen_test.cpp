@@ -64,8 +64,8 @@ TEST(Datagen, Unet3dLayout) {
   Hdf5File file(scratch / "d/train/case_00000.h5");
   EXPECT_EQ(file.dims("image"), (std::vector<std::uint64_t>{1, 12, 12, 12}));
   EXPECT_EQ(file.dims("label"), (std::vector<std::uint64_t>{12, 12, 12}));
-  std::vector<std::int32_t> labels(12 * 12 * 12);
-  file.read_int32("label", {0, 0, 0}, {12, 12, 12}, labels.data());
+  std::vector<double> labels(12 * 12 * 12);
+  file.read_double("label", {0, 0, 0}, {12, 12, 12}, labels.data());
   bool has_kidney = false;
   for (auto label : labels) {
     EXPECT_LE(label, 2);

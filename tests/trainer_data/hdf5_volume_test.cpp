@@ -201,7 +201,7 @@ TEST(VolumeErrors, AUnetLabelOutsideTheClassesNamesTheFileAndTheVoxel) {
   const Unet3dDataset three(scratch / "labels", {});
   std::string message = error_of([&] { three.load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()}); });
   EXPECT_NE(message.find(scratch / "labels/a.h5"), std::string::npos) << message;
-  EXPECT_NE(message.find("label 200 at (1, 2, 3), outside 0..2"), std::string::npos) << message;
+  EXPECT_NE(message.find("label 200 at (1, 2, 3), not a whole number in 0..2"), std::string::npos) << message;
   // A slab without the bad voxel reads; one with it names the voxel in the file's coordinates.
   Unet3dOptions slab;
   slab.slab = Slab{0, 1, 0, 4, 0, 4};
@@ -218,7 +218,38 @@ TEST(VolumeErrors, AUnetLabelOutsideTheClassesNamesTheFileAndTheVoxel) {
   message = error_of([&] {
     Unet3dDataset(scratch / "labels", two).load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()});
   });
-  EXPECT_NE(message.find("label 2 at (0, 0, 0), outside 0..1 (--classes 2)"), std::string::npos) << message;
+  EXPECT_NE(message.find("label 2 at (0, 0, 0), not a whole number in 0..1 (--classes 2)"), std::string::npos)
+      << message;
+}
+
+// Labels stored as floats: whole ones read, and one that is not is an error, not truncated to a class (0.9 was 0).
+TEST(VolumeErrors, AUnetLabelThatIsNotAWholeNumberIsAnError) {
+  ScratchDir scratch;
+  std::filesystem::create_directories(scratch / "labels");
+  std::vector<float> labels(64, 1.0f);
+  {
+    datagen::Hdf5Writer writer(scratch / "labels/a.h5");
+    writer.write_float32("image", {1, 4, 4, 4}, std::vector<float>(64));
+    writer.write_float32("label", {4, 4, 4}, labels);
+    writer.close();
+  }
+  std::vector<float> image(64);
+  std::vector<std::int32_t> got(64, -1);
+  EXPECT_NO_THROW(
+      Unet3dDataset(scratch / "labels", {}).load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()}));
+  EXPECT_EQ(got, std::vector<std::int32_t>(64, 1));
+  labels[(2 * 4 + 0) * 4 + 1] = 0.9f;  // (z 2, y 0, x 1)
+  {
+    datagen::Hdf5Writer writer(scratch / "labels/a.h5");
+    writer.write_float32("image", {1, 4, 4, 4}, std::vector<float>(64));
+    writer.write_float32("label", {4, 4, 4}, labels);
+    writer.close();
+  }
+  const std::string message = error_of([&] {
+    Unet3dDataset(scratch / "labels", {}).load_sample(0, 0, SampleBuffers{image.data(), nullptr, got.data()});
+  });
+  EXPECT_NE(message.find("label 0.9 at (2, 0, 1), not a whole number in 0..2 (--classes 3)"), std::string::npos)
+      << message;
 }
 
 TEST(VolumeErrors, ANonFiniteValueNamesTheFileAndWhere) {

@@ -119,16 +119,16 @@ std::vector<std::uint64_t> Hdf5File::dims(const std::string& name) const {
 
 void Hdf5File::read_float(const std::string& name, const std::vector<std::uint64_t>& start,
                           const std::vector<std::uint64_t>& count, float* out) const {
-  read(name, start, count, true, out);
+  read(name, start, count, H5T_NATIVE_FLOAT, out);
 }
 
-void Hdf5File::read_int32(const std::string& name, const std::vector<std::uint64_t>& start,
-                          const std::vector<std::uint64_t>& count, std::int32_t* out) const {
-  read(name, start, count, false, out);
+void Hdf5File::read_double(const std::string& name, const std::vector<std::uint64_t>& start,
+                           const std::vector<std::uint64_t>& count, double* out) const {
+  read(name, start, count, H5T_NATIVE_DOUBLE, out);
 }
 
 void Hdf5File::read(const std::string& name, const std::vector<std::uint64_t>& start,
-                    const std::vector<std::uint64_t>& count, bool as_float, void* out) const {
+                    const std::vector<std::uint64_t>& count, std::int64_t memory_type, void* out) const {
   std::lock_guard lock(hdf5_mutex());
   silence_hdf5_errors();
   if (H5Lexists(static_cast<hid_t>(file_id_), name.c_str(), H5P_DEFAULT) <= 0) {
@@ -156,8 +156,8 @@ void Hdf5File::read(const std::string& name, const std::vector<std::uint64_t>& s
           0) {
     throw DataError(path_, "cannot select hyperslab of '" + name + "' (" + last_hdf5_error() + ")");
   }
-  const hid_t memory_type = as_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
-  if (H5Dread(dataset.get(), memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+  if (H5Dread(dataset.get(), static_cast<hid_t>(memory_type), memory_space.get(), file_space.get(), H5P_DEFAULT, out) <
+      0) {
     throw DataError(path_, "cannot read dataset '" + name + "' (" + last_hdf5_error() + ")");
   }
 }

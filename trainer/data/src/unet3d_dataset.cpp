@@ -1,7 +1,10 @@
 // 3D U-Net samples: a spatial slab of `image` (C,D,H,W) and one of `label` (D,H,W) from one HDF5 case.
 #include "trainer/data/unet3d_dataset.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "trainer/data/data_error.hpp"
 
@@ -64,27 +67,36 @@ void Unet3dDataset::load_sample(std::size_t index, std::uint64_t /*augment_seed*
   // Stored channels-first already, so the hyperslab lands directly in NCDHW order.
   file.read_float(options_.image_dataset, {0, spatial_start[0], spatial_start[1], spatial_start[2]},
                   {image_dims_[0], spatial_count[0], spatial_count[1], spatial_count[2]}, out.input);
-  file.read_int32(
+  const std::int64_t voxels = label_slab_.depth() * label_slab_.height() * label_slab_.width();
+  std::vector<double> labels(static_cast<std::size_t>(voxels));
+  file.read_double(
       options_.label_dataset,
       {std::uint64_t(label_slab_.z0), std::uint64_t(label_slab_.y0), std::uint64_t(label_slab_.x0)},
       {std::uint64_t(label_slab_.depth()), std::uint64_t(label_slab_.height()), std::uint64_t(label_slab_.width())},
-      out.target_labels);
+      labels.data());
   const std::size_t inputs = image_dims_[0] * static_cast<std::size_t>(slab_.depth() * slab_.height() * slab_.width());
   for (std::size_t i = 0; i < inputs; ++i)
     if (!std::isfinite(out.input[i]))
       throw DataError(file.path(), "dataset '" + options_.image_dataset + "' holds " + std::to_string(out.input[i]) +
                                        " in the box read: the image must be finite");
-  const std::int64_t voxels = label_slab_.depth() * label_slab_.height() * label_slab_.width();
   for (std::int64_t v = 0; v < voxels; ++v) {
-    const std::int32_t y = out.target_labels[v];
-    if (y >= 0 && y < options_.classes) continue;
+    const double y = labels[static_cast<std::size_t>(v)];
+    if (y >= 0 && y < options_.classes && y == std::floor(y)) {
+      out.target_labels[v] = static_cast<std::int32_t>(y);
+      continue;
+    }
     const std::int64_t plane = label_slab_.height() * label_slab_.width();
-    throw DataError(file.path(), "dataset '" + options_.label_dataset + "' has label " + std::to_string(y) + " at (" +
-                                     std::to_string(label_slab_.z0 + v / plane) + ", " +
+    // As stored, in the fewest digits that give it back (0.9 of a float dataset reads "0.9", 2^32 + 1 is itself).
+    char stored[32];
+    const float as_float = static_cast<float>(y);
+    const auto end = static_cast<double>(as_float) == y ? std::to_chars(stored, stored + sizeof stored, as_float).ptr
+                                                        : std::to_chars(stored, stored + sizeof stored, y).ptr;
+    throw DataError(file.path(), "dataset '" + options_.label_dataset + "' has label " + std::string(stored, end) +
+                                     " at (" + std::to_string(label_slab_.z0 + v / plane) + ", " +
                                      std::to_string(label_slab_.y0 + v % plane / label_slab_.width()) + ", " +
-                                     std::to_string(label_slab_.x0 + v % label_slab_.width()) + "), outside 0.." +
-                                     std::to_string(options_.classes - 1) + " (--classes " +
-                                     std::to_string(options_.classes) + ")");
+                                     std::to_string(label_slab_.x0 + v % label_slab_.width()) +
+                                     "), not a whole number in 0.." + std::to_string(options_.classes - 1) +
+                                     " (--classes " + std::to_string(options_.classes) + ")");
   }
 }
 

@@ -45,12 +45,13 @@ class Hdf5File {
   // converted by HDF5) into `out`, row-major, prod(count) values.
   void read_float(const std::string& name, const std::vector<std::uint64_t>& start,
                   const std::vector<std::uint64_t>& count, float* out) const;
-  void read_int32(const std::string& name, const std::vector<std::uint64_t>& start,
-                  const std::vector<std::uint64_t>& count, std::int32_t* out) const;
+  // Doubles hold every int32 and float exactly: labels are checked as stored, not as an integer conversion made them.
+  void read_double(const std::string& name, const std::vector<std::uint64_t>& start,
+                   const std::vector<std::uint64_t>& count, double* out) const;
 
  private:
   void read(const std::string& name, const std::vector<std::uint64_t>& start, const std::vector<std::uint64_t>& count,
-            bool as_float, void* out) const;
+            std::int64_t memory_type, void* out) const;
 
   std::string path_;
   std::int64_t file_id_ = -1;  // hid_t, kept out of the header so users need no HDF5 includes
