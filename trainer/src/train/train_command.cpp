@@ -288,6 +288,35 @@ void write_summary(const TrainOptions& o, TaskKind task, std::size_t ranks, cons
   metrics.write(j.str());
 }
 
+// A tournament resumes only when every trainer found its file, all at one (stored) step, or when none did. Before any
+// message of the resume: a refused one says nothing of a step it will not take.
+void check_trainers_agree(const std::string& dir, Communicator& comm, Communicator& world, bool resumed,
+                          std::uint64_t step) {
+  // A run without --trainers left checkpoint.bin where the trainers' files would be: starting the tournament
+  // afresh would write over it.
+  double plain = !resumed && world.rank() == 0 && std::filesystem::exists(dir + "/checkpoint.bin") ? 1.0 : 0.0;
+  world.max(&plain, 1);
+  if (plain > 0)
+    throw GridError(dir +
+                    " holds checkpoint.bin but no trainer's checkpoint-tT.bin: resume a run without --trainers "
+                    "without it, or give the tournament another --checkpoint directory");
+  // Over the trainers (their first ranks): how many found a file, and the lowest and highest step of those.
+  const bool first = comm.rank() == 0;
+  double found[2] = {first ? 1.0 : 0.0, first && resumed ? 1.0 : 0.0};
+  world.sum(found, 2);
+  double hi[2] = {resumed ? static_cast<double>(step) : -1.0, resumed ? -static_cast<double>(step) : -1e300};
+  world.max(hi, 2);
+  const auto trainers = static_cast<long long>(found[0]), with_file = static_cast<long long>(found[1]);
+  if (with_file == 0 || (with_file == trainers && hi[0] == -hi[1])) return;
+  throw GridError(dir + ": " + std::to_string(with_file) + " of the " + std::to_string(trainers) +
+                  " trainers' checkpoint-tT.bin files are there" +
+                  (with_file > 0 ? ", at steps " + std::to_string(static_cast<long long>(-hi[1])) + " to " +
+                                       std::to_string(static_cast<long long>(hi[0]))
+                                 : std::string()) +
+                  "; resume needs every trainer's file of one run (as many --trainers as wrote them), or start "
+                  "without --resume");
+}
+
 // --resume. Only rank 0 of a trainer writes its checkpoints, so only its file counts: with node-local
 // checkpoint directories another rank may hold an older file or none. That rank decides and sends
 // the bytes to the trainer's other ranks. `position` holds this run's grid (sample groups, batch).
@@ -318,6 +347,7 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
                                   ", which split the tournament's data: resume with --seed " +
                                   std::to_string(position.seed));
   });
+  if (tournament) check_trainers_agree(dir, comm, world, resumed, position.global_step);
   if (resumed) {
     if (leader && position.seed != seed)
       err << "fanstore-train: warning: checkpoint was written with --seed " << position.seed << "; continuing with its "
@@ -344,28 +374,8 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
     if (leader)
       err << "fanstore-train: resumed from " << path << " at step " << position.global_step << " (epoch "
           << position.epoch << ", batch " << position.next_batch << ")\n";
-  } else if (leader && !tournament) {
+  } else if (leader) {
     err << "fanstore-train: --resume: no " << path << " yet, starting from scratch\n";
-  }
-  if (tournament) {
-    // A run without --trainers left checkpoint.bin where the trainers' files would be: starting the tournament
-    // afresh would write over it.
-    double plain = !resumed && leader && std::filesystem::exists(dir + "/checkpoint.bin") ? 1.0 : 0.0;
-    world.max(&plain, 1);
-    if (plain > 0)
-      throw GridError(dir +
-                      " holds checkpoint.bin but no trainer's checkpoint-tT.bin: resume a run without --trainers "
-                      "without it, or give the tournament another --checkpoint directory");
-    double hi[2] = {resumed ? 1.0 : 0.0, static_cast<double>(position.global_step)};
-    double lo[2] = {-hi[0], -hi[1]};
-    world.max(hi, 2);
-    world.max(lo, 2);
-    if (hi[0] != -lo[0] || hi[1] != -lo[1])  // every rank finds it alike
-      throw GridError(dir + ": the trainers' checkpoint-tT.bin files are missing or from different steps (" +
-                      std::to_string(static_cast<long long>(-lo[1])) + " to " +
-                      std::to_string(static_cast<long long>(hi[1])) +
-                      "); resume needs every trainer's file of one run, or start without --resume");
-    if (!resumed && leader) err << "fanstore-train: --resume: no " << path << " yet, starting from scratch\n";
   }
   return resumed;
 }
