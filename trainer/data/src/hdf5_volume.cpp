@@ -90,12 +90,13 @@ Hdf5File::Hdf5File(std::string path) : path_(std::move(path)) {
   const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_sieve_buf_size(access, 0);
   const hid_t id = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, access);
+  const std::string why = id < 0 ? last_hdf5_error() : std::string();  // before H5Pclose clears the error stack
   H5Pclose(access);
   if (id < 0) {
     // A file that cannot be opened at all (removed since the data was listed, its permissions changed) is said as
     // such, not taken for a damaged one.
     if (::access(path_.c_str(), R_OK) != 0) throw DataError(path_, std::string("cannot open: ") + std::strerror(errno));
-    throw DataError(path_, "not a readable HDF5 file (" + last_hdf5_error() + ")");
+    throw DataError(path_, "not a readable HDF5 file (" + why + ")");
   }
   file_id_ = id;
 }
