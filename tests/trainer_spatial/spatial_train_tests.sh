@@ -248,7 +248,9 @@ explain)
   cat table.txt
   for g in 2,1,1,1 1,2,1,1 1,1,2,1 1,1,1,2; do grep -q "^$g " table.txt || { echo "FAIL no row for $g"; exit 1; }; done
   grep -q "<- chosen" table.txt
-  echo "ok   --explain lists every 2-rank grid and marks the choice"
+  # The chosen grid's plan, whichever it is (an unsplit choice printed none).
+  grep -q "^  conv_blocks.0.conv (Conv3d, " table.txt || { echo "FAIL no plan of the chosen grid"; exit 1; }
+  echo "ok   --explain lists every 2-rank grid, marks the choice and prints its plan"
   # The trials: 3 grids measured (data parallelism among them), the choice the fastest measured.
   $py -c '
 import re, sys

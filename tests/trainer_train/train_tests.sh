@@ -296,6 +296,11 @@ bad_input)
   run_expect_fail "--seed past 2^64" "--seed: a seed from 0 to 18446744073709551615 is needed, not 18446744073709551616" \
     "${ok[@]}" --seed 18446744073709551616
   run_expect_fail "an option twice" "--epochs is given 2 times: pass it once" "${ok[@]}" --epochs 1 --epochs 2
+  # Options that would be ignored: refused, as the tournament's are without --trainers.
+  run_expect_fail "--auto-trials without --grid auto" "--auto-trials sets how --grid auto chooses its grid" "${ok[@]}" \
+    --auto-trials 5
+  run_expect_fail "--input-size other than the files'" \
+    "holds volumes of 64^3 but --input-size is 32: CosmoFlow trains at the files' size" "${ok[@]}" --input-size 32
   run_expect_fail "negative --inject-nan-at-step" "--inject-nan-at-step: a finite number >= 0" "${ok[@]}" \
     --inject-nan-at-step -3
   # A seed is decimal: CLI11 alone refused 099 as a bad octal number (and took 010 for 8).

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   app.add_option(
          "--input-size", options.model_options.input_size,
          "Spatial edge of the input (0 = model default: resnet50 224, unet3d 128, cosmoflow 128; "
-         "cosmoflow training takes it from the files; unet3d training reads the centred S x S window of each slice)")
+         "cosmoflow training takes it from the files and refuses another; unet3d training reads the centred S x S "
+         "window of each slice)")
       ->capture_default_str()
       ->check(kNonNegative);
   app.add_option("--classes", options.model_options.classes,
@@ -250,6 +251,13 @@ int main(int argc, char** argv) {
                     << name << " out\n";
         return 1;
       }
+  // --auto-trials tunes --grid auto's choice: refuse it elsewhere rather than ignore it.
+  if (app.count("--auto-trials") > 0 && train.grid.grid != "auto") {
+    if (launcher_rank() == 0)
+      std::cerr << "fanstore-train: error: --auto-trials sets how --grid auto chooses its grid: add --grid auto, or "
+                   "leave --auto-trials out\n";
+    return 1;
+  }
   // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
   // says so).
   std::string given;  // the file options on the command line, as one names them

@@ -279,7 +279,7 @@ ResolvedGrid resolve_grid(const GridOptions& g, const std::string& model_name, M
     }
   }
   if (world.rank() == 0 && g.explain) out << explain_table(predictions, costs, best) << std::flush;
-  if (g.explain && best >= 0 && predictions[static_cast<std::size_t>(best)].grid.spatially_split()) {
+  if (g.explain && best >= 0) {
     const GridPrediction& chosen = predictions[static_cast<std::size_t>(best)];
     print_plan(chosen.grid, chosen.batch_per_group);
     if (world.rank() == 0 && !chosen.one_kernel_layers.empty()) {

@@ -39,7 +39,13 @@ std::unique_ptr<data::SampleDataset> open_dataset(const std::string& model, cons
   if (model == "cosmoflow") {
     data::CosmoFlowOptions o;
     if (slab) o.slab = to_slab(slab->input);
-    return std::make_unique<data::CosmoFlowDataset>(directory, o);
+    auto dataset = std::make_unique<data::CosmoFlowDataset>(directory, o);
+    const auto edge = static_cast<std::int64_t>(dataset->layout().input_shape.at(1));
+    if (!slab && image_size > 0 && image_size != edge)  // (a slab's edge is its own; the whole was checked first)
+      throw data::DataError(directory, "holds volumes of " + std::to_string(edge) + "^3 but --input-size is " +
+                                           std::to_string(image_size) +
+                                           ": CosmoFlow trains at the files' size, so leave --input-size out");
+    return dataset;
   }
   if (model == "unet3d") {
     data::Unet3dOptions o;
