@@ -1,8 +1,10 @@
 // The training loop's view of a model on a grid: the split path (DistributedModel) or the plain one.
 #include "trainer/distributed_run.hpp"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trainer/distributed_losses.hpp"
@@ -62,12 +64,15 @@ void GridRun::check_group_samples(const data::Batch& batch) {
   grid_->spatial().max(extremes.data(), extremes.size());
   bool same = true;
   for (std::size_t k = 0; k < n; ++k) same = same && extremes[k] == -extremes[n + k];
-  if (!same)
-    throw std::runtime_error(
-        "the ranks of sample group " + std::to_string(grid_->sample_group()) + " hold different samples of batch " +
-        std::to_string(batch.number) +
-        ": a sample is bad in part of its volume only, and --skip-bad-samples replaced it on some ranks; repair or "
-        "remove the file the warnings name");
+  if (same) return;
+  // The group's first rank says it, and its error ends the job (MPI_Abort: the other groups know nothing of it). The
+  // others give it time to, so that the line is said once; they say it too only should the job still run.
+  if (grid_->spatial().rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(30));
+  throw std::runtime_error(
+      "the ranks of sample group " + std::to_string(grid_->sample_group()) + " hold different samples of batch " +
+      std::to_string(batch.number) +
+      ": a sample is bad in part of its volume only, and --skip-bad-samples replaced it on some ranks; repair or "
+      "remove the file the warnings name");
 }
 
 LossResult GridRun::loss(TaskKind task, const Tensor& output, const data::Batch& batch) {
