@@ -55,6 +55,7 @@ ompi_data=$(ompi_info --path pkgdatadir --parsable | sed -n 's/^path:pkgdatadir:
 rel_pkglib=${ompi_pkglib#"$ompi_prefix"/}
 mkdir -p "$B/mpi/bin" "$B/mpi/$rel_pkglib" "$B/mpi/share" "$B/mpi/pmix/lib/pmix"
 for p in orterun orted ompi_info; do cp -L "$(command -v $p)" "$B/mpi/bin/"; done
+ln -s orterun "$B/mpi/bin/mpirun"  # run by that name, the process is "mpirun" to pkill and ps, as a site's is
 unwanted='libucp|libucs|libuct|libfabric|libibverbs|libpsm|librdmacm|libmlx|libcuda|libhcoll|libxpmem|libknem'
 for plugin in "$ompi_pkglib"/*.so; do
   ldd "$plugin" 2>/dev/null | grep -Eq "$unwanted|not found" || cp -L "$plugin" "$B/mpi/$rel_pkglib/"
@@ -77,7 +78,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "${OMPI_MCA_plm_rsh_agent:-}" ] && ! command -v ssh >/dev/null && ! command -v rsh >/dev/null; then
   export OMPI_MCA_plm_rsh_agent=false
 fi
-OPAL_PREFIX=$here/mpi PMIX_INSTALL_PREFIX=$here/mpi/pmix exec "$here/mpi/bin/orterun" "$@"
+OPAL_PREFIX=$here/mpi PMIX_INSTALL_PREFIX=$here/mpi/pmix exec "$here/mpi/bin/mpirun" "$@"
 EOF
 chmod 755 "$B/bin/mpirun"
 

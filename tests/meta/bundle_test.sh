@@ -60,6 +60,12 @@ out=\$(mpirun --allow-run-as-root --oversubscribe -np 2 fanstore-train --model c
       --benchmark 1 --device cpu --threads 1 2>&1)
 echo "\$out" | grep -q '^train: [0-9.]* samples/s' || { echo "FAIL mpirun -np 2 fanstore-train: \$out"; exit 1; }
 echo "ok mpirun -np 2 fanstore-train"
+# The launcher's process is named mpirun, so that "pkill -USR1 mpirun" stops a training run (docs/training.md).
+mpirun --allow-run-as-root -np 1 sleep 3 & launcher=\$!
+sleep 1
+[ "\$(cat /proc/\$launcher/comm)" = mpirun ] || { echo "FAIL the launcher's process is \$(cat /proc/\$launcher/comm)"; exit 1; }
+wait \$launcher
+echo "ok the launcher's process is named mpirun"
 out=\$(fanstore-train --model cosmoflow --input-size 32 --batch 1 --benchmark 1 --device cuda 2>&1); rc=\$?
 [ \$rc -eq 1 ] && [ "\$(echo "\$out" | wc -l)" -eq 1 ] && echo "\$out" | grep -q -- '--device cuda: no CUDA device' ||
   { echo "FAIL --device cuda (rc \$rc): \$out"; exit 1; }
