@@ -181,6 +181,14 @@ resume_bitwise)
   stop_mid_run TERM storm $! "" 300
   [[ -s storm/checkpoint.bin ]] || { echo "FAIL no checkpoint after the SIGTERMs"; exit 1; }
   echo "ok   300 SIGTERMs: stopped after step $stopped_at with a checkpoint"
+  # A stop in a step that ends its epoch (here every step does): that epoch's validation runs, then the run stops.
+  "$datagen" cosmoflow -o tiny --samples 8 --size 32 --seed 3 --val-fraction 0.5 > /dev/null
+  "$train" --model cosmoflow --data tiny/train --val tiny/val --batch 4 --epochs 100 --threads 1 --prefetch-threads 1 \
+    --checkpoint epochs > stop.out 2> /dev/null &
+  stop_mid_run TERM epochs $!
+  tail -2 epochs/metrics.jsonl | head -1 | grep -q "\"event\":\"validation\",\"epoch\":$((stopped_at - 1)),\"step\":$stopped_at," ||
+    { echo "FAIL no validation of the epoch of step $stopped_at before the stop:"; tail -3 epochs/metrics.jsonl; exit 1; }
+  echo "ok   a stop at an epoch's last step: epoch $stopped_at validated, then stopped"
   ;;
 resume_rank0_decides)
   # Rank 0 alone decides whether to resume and sends its checkpoint to the others: here rank 1's
