@@ -1,16 +1,6 @@
-// Staging in the background, while the daemon serves: each piece of a partition (stage_layout.hpp) is read from
-// the image directory by exactly one of its holders (placement.hpp, PieceReader) and sent to the others over MPI,
-// compressed as stored, so the shared file system is read once per byte whatever --replicas and the replicated
-// partition ask for. Every piece is verified by its chunks' checksums on arrival (a bad one is fetched again),
-// written in place into a temporary file, and served from there at once (StagedReader); a partition takes its
-// final name, where clients open it themselves, when its last piece is in.
-//
-// A piece whose reader is gone (its fetch times out) or has given up staging is read from the image directory
-// by the rank that needed it. --stage-readers N lets N ranks read the image directory at a time: rank r starts
-// reading once rank r - N has finished its reads (or stopped answering). When a rank is done, it sends its tally
-// to every other rank (point to point: a dead rank cannot hold the others up, as it held the collective this
-// used to be); a rank that has not sent its own is pinged, and one that does not answer counts as down.
-//
+// Staging in the background, while the daemon serves (docs/daemon.md, "Staging rules"): each piece of a partition
+// (stage_layout.hpp) is read from the image directory by one of its holders (placement.hpp, PieceReader) and sent
+// to the others over MPI, verified on arrival, written in place and served from there at once (StagedReader).
 // Threads: one reads the image directory (paced by --stage-bandwidth, in ImageDirReader), two verify and write;
 // everything else (fetches, turns, the tally: every MPI call) happens in Poll, on the daemon's progress thread.
 #pragma once
