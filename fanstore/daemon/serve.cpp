@@ -505,8 +505,7 @@ class Daemon {
     st_ = stager_->status();
     // (This rank's own failure reaches failures_heard() only once its tally is out: count it from its status.)
     const uint64_t failed = std::max<uint64_t>(stager_->failures_heard(), st_.ok() ? 0 : 1);
-    if (failed == 0 && down.empty()) return true;
-    if (!st_.ok()) Error("%s", st_.ToString().c_str());
+    if (failed == 0 && down.empty()) return true;  // (a failure of this rank's own was said by the stager)
     if (rank_ == Speaker(down))
       Error("staging failed on %s%llu rank(s) (their lines say why)%s; every rank stops (--strict-staging)",
             stager_->done_everywhere() ? "" : "at least ", static_cast<unsigned long long>(failed),

@@ -139,13 +139,16 @@ void Stager::Post(Event e) {
 
 void Stager::Fail(const Status& s) {
   reader_->StagingFailed();
+  bool first = false;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (status_.ok()) status_ = s;
+    first = status_.ok();
+    if (first) status_ = s;
     stop_ = true;
     events_.push_back({EventKind::kFailed, {}});
   }
   cv_.notify_all();
+  if (first) Error("staging failed here: %s", s.ToString().c_str());  // the line rank 0's tally points to
 }
 
 void Stager::AddRead(Job j) {

@@ -232,6 +232,9 @@ def case_staging_failure(ctx):
     job.wait_ready(staged=False)
     out = job.wait_output(lambda o: "staging failed on" in o, 60)
     check("fanstore serve: staging failed on 1 of 4 ranks" in out, "no line saying staging failed:\n" + out)
+    # The line rank 0's points to: the failed rank's own, saying why (it said nothing without --strict-staging).
+    check(len(re.findall(r"rank \d\]: staging failed here: .*partition 1", out)) == 1,
+          "the failed rank must say why in one line:\n" + out)
     r = ctx.run_check(0, "--threads", "2", "--tolerate-eio")
     m = re.search(r"(\d+) ok, (\d+) mismatched, (\d+) EIO", r.stdout)
     check(m is not None, "no summary from the client")
