@@ -472,7 +472,7 @@ class Daemon {
                                        &staged_files_);
     if (maps_) stager_->on_complete = [m = maps_.get()](uint32_t part) { m->Map(part); };
     stager_->on_tally = [this](const Stager::Tally& t, const std::vector<int>& down) {
-      if (down.empty()) server_->SetStaged();
+      if (down.empty()) server_->SetStaged(t.failed_ranks > 0);
       else server_->SetUnstaged(down);
       // --strict-staging stops every rank on a failure (StageFirst says so): no line that they go on serving.
       const bool strict_stop = o_.strict_staging && (t.failed_ranks > 0 || !down.empty());

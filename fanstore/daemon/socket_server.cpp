@@ -623,13 +623,14 @@ struct SocketServer::Impl {
   }
 };
 
-void SocketServer::SetStaged() {
-  impl_->o.hello.flags = (impl_->o.hello.flags | dp::kHelloStaged) & ~dp::kHelloUnstaged;
+void SocketServer::SetStaged(bool failed) {
+  impl_->o.hello.flags = (impl_->o.hello.flags & ~(dp::kHelloStaged | dp::kHelloUnstaged | dp::kHelloStagingFailed)) |
+                         (failed ? dp::kHelloStagingFailed : dp::kHelloStaged);
   impl_->o.hello.unstaged.clear();
 }
 
 void SocketServer::SetUnstaged(const std::vector<int>& ranks) {
-  impl_->o.hello.flags = (impl_->o.hello.flags & ~dp::kHelloStaged) | dp::kHelloUnstaged;
+  impl_->o.hello.flags = (impl_->o.hello.flags & ~(dp::kHelloStaged | dp::kHelloStagingFailed)) | dp::kHelloUnstaged;
   impl_->o.hello.unstaged.assign(ranks.begin(), ranks.end());
 }
 

@@ -62,8 +62,9 @@ class SocketServer {
   SocketServer(ServerOptions o, DaemonStats* stats);
   ~SocketServer();
   void SetHandler(RequestHandler* h);
-  // Every rank has staged: hellos say so from now on (kHelloStaged). The progress thread's call.
-  void SetStaged();
+  // Every rank has reported its staging: hellos say so from now on (kHelloStaged, or kHelloStagingFailed when
+  // `failed`: some ranks' staging failed). The progress thread's call.
+  void SetStaged(bool failed);
   // Staging is over on every rank that reported, and `ranks` did not report (dead, or not answering): hellos
   // say so (kHelloUnstaged, to clients that ask), until SetStaged. The progress thread's call.
   void SetUnstaged(const std::vector<int>& ranks);

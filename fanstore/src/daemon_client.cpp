@@ -262,6 +262,7 @@ Status Handshake(Conn* c, int64_t deadline_ms, DaemonInfo* info, FdKeeper* keepe
   info->nranks = h.nranks;
   info->timeout_ms = h.timeout_ms;
   info->staged = (h.flags & dp::kHelloStaged) != 0;
+  info->staging_failed = (h.flags & dp::kHelloStagingFailed) != 0;
   info->unstaged_ranks = h.unstaged;
   info->index_dir = h.index_dir;
   info->partition_dir = h.partition_dir;
@@ -615,6 +616,11 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged
     auto r = ProbeDaemon(socket_path, static_cast<int>(std::clamp<int64_t>(deadline - dp::NowMs(), 100, 1000)));
     if (r.ok() && (!staged || r->staged)) return Status::Ok();
     if (!r.ok() && r.status().code() == Code::kNameTooLong) return r.status();
+    if (r.ok() && staged && r->staging_failed)  // waiting longer cannot help
+      return Status(Code::kIoError, "daemon at " + socket_path +
+                                        " will not be staged: staging failed on some ranks (each says why in its "
+                                        "log); what they did not stage is read from the other replicas or the "
+                                        "image directory");
     if (r.ok() && !r->unstaged_ranks.empty()) {
       // Staging will not complete: waiting longer cannot help.
       std::string ranks;

@@ -232,6 +232,11 @@ def case_staging_failure(ctx):
     job.wait_ready(staged=False)
     out = job.wait_output(lambda o: "staging failed on" in o, 60)
     check("fanstore serve: staging failed on 1 of 4 ranks" in out, "no line saying staging failed:\n" + out)
+    # `wait --staged` fails at once, saying so: not every partition will be staged (it passed).
+    w = subprocess.run([ctx.args.fanstore, "wait", ctx.sock(0), "--staged", "--timeout", "60"],
+                       capture_output=True, text=True, timeout=120)
+    check(w.returncode == 1 and w.stderr.count("\n") == 1 and "will not be staged: staging failed on some ranks"
+          in w.stderr, f"wait --staged after a failed staging: exit {w.returncode}: {w.stderr}")
     # The line rank 0's points to: the failed rank's own, saying why (it said nothing without --strict-staging).
     check(len(re.findall(r"rank \d\]: staging failed here: .*partition 1", out)) == 1,
           "the failed rank must say why in one line:\n" + out)

@@ -160,7 +160,8 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
           ""));
   wait->add_flag("--staged", *staged,
                  "wait until every rank has staged its partitions too (the daemons serve before that); fail at "
-                 "once, naming them, if some ranks died or stopped answering before they had");
+                 "once if some ranks' staging failed, or if some ranks died or stopped answering before they had "
+                 "(naming them)");
   wait->callback([socket, timeout, staged, &exit_code] {
     auto path = ExpandNodeTemplate(*socket);
     Status s = path.ok() ? WaitForDaemon(*path, static_cast<int>(*timeout * 1000), *staged) : path.status();

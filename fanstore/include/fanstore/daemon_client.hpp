@@ -22,6 +22,7 @@ struct DaemonInfo {
   // Staging is over on every rank that reported, and these did not (dead, or not answering): their partitions
   // are not staged on their nodes. Empty while staging goes on, and once every rank has staged.
   std::vector<uint32_t> unstaged_ranks;
+  bool staging_failed = false;  // every rank reported, and some ranks' staging failed (never all staged, then)
 };
 
 // Connects to the daemon at `socket_path` and handshakes, giving up after `timeout_ms`.

@@ -107,9 +107,12 @@ inline constexpr uint64_t kMaxHelloPayload = 64 * 1024;
 // job has staged its partitions (the daemon serves before that; `fanstore wait --staged` waits for it);
 // kHelloUnstaged, staging is over on every rank that reported, and the ranks listed at the end did not report
 // (dead, or not answering): it is sent, list and all, only to a client whose hello request has kHelloAsksUnstaged
-// in its `part` field (an older client takes the payload for malformed otherwise).
+// in its `part` field (an older client takes the payload for malformed otherwise); kHelloStagingFailed, every rank
+// reported and some of them failed (what they did not stage is read from elsewhere; an older client, which knows
+// no such bit, waits on as for staging).
 inline constexpr uint32_t kHelloStaged = 1;
 inline constexpr uint32_t kHelloUnstaged = 2;
+inline constexpr uint32_t kHelloStagingFailed = 4;
 inline constexpr uint32_t kHelloAsksUnstaged = 1;
 struct HelloInfo {
   uint32_t rank = 0, nranks = 0, timeout_ms = 0;
