@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -51,14 +52,28 @@ class FdKeeper {
 };
 
 // Connects a CLOEXEC, non-blocking Unix stream socket to `path` into *sock (a full backlog is retried until the
-// deadline). The socket is handed to `hook` (marked internal) right after it is made.
+// deadline). The socket is handed to `hook` (marked internal) right after it is made. A path too long for
+// sun_path is reached through /proc/self/fd/N/NAME, N a descriptor of its directory, as the daemon binds it.
 Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedFd* sock) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
+  std::string via = path;
+  int dir_fd = -1;
+  if (const size_t slash = path.rfind('/'); path.size() >= sizeof addr.sun_path && slash != std::string::npos) {
+    dir_fd = open(slash == 0 ? "/" : path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) via = "/proc/self/fd/" + std::to_string(dir_fd) + path.substr(slash);
+  }
+  struct DirFd {
+    int fd;
+    ~DirFd() {
+      if (fd >= 0) close(fd);
+    }
+  } const dir_closer{dir_fd};
+  if (via.size() >= sizeof addr.sun_path)
     return Status(Code::kNameTooLong, "daemon socket path '" + path + "' is longer than " +
-                                          std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+                                          std::to_string(sizeof addr.sun_path - 1) +
+                                          " bytes and its directory cannot be opened to reach it");
+  std::memcpy(addr.sun_path, via.c_str(), via.size() + 1);
   for (;;) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::FromErrno(errno, "socket for the daemon connection");
@@ -76,6 +91,11 @@ Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedF
       nanosleep(&ts, nullptr);
       continue;
     }
+    struct stat st;
+    if (err == ECONNREFUSED && stat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode))
+      return Status(Code::kInvalidArgument, path +
+                                                " is not a socket: give the --socket path the daemon was started "
+                                                "with");
     return Status(Code::kIoError, "cannot connect to the fanstore daemon at " + path + ": " + std::strerror(err) +
                                       (err == ENOENT   ? " (is `fanstore serve` running and ready?)"
                                        : err == EACCES ? " (the socket belongs to another user: see `fanstore serve "
@@ -650,6 +670,10 @@ Result<std::shared_ptr<RemoteFetcher>> ConnectDaemonFetcher(const std::string& s
   // must reach this node's daemon when several virtual nodes share a host.
   auto socket_path = ExpandNodeTemplate(socket_template);
   if (!socket_path.ok()) return socket_path.status();
+  // A relative path, from where this process starts: later connections must reach the same socket after a chdir
+  // (the mount's daemonizing goes to "/").
+  if (char cwd[PATH_MAX]; !socket_path->empty() && (*socket_path)[0] != '/' && getcwd(cwd, sizeof cwd))
+    *socket_path = std::string(cwd) + "/" + *socket_path;
   auto r = ProbeDaemon(*socket_path, 5000);
   if (!r.ok()) return r.status();
   *info = *r;

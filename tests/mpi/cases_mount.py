@@ -25,6 +25,7 @@ def case_mount(ctx):
     # {node} -> SLURMD_NODENAME: "node1" is rank 1's staging directory, so this mount reads through rank 1's daemon.
     template = os.path.join(ctx.work, "{node}", "fanstore.sock")
     env = dict(ctx.env, SLURMD_NODENAME="node1")
+    mounts = [mp]
     try:
         r = subprocess.run([ctx.args.fanstore, "mount", "--daemon", template, mp], capture_output=True, text=True,
                            env=env, timeout=60)
@@ -34,6 +35,14 @@ def case_mount(ctx):
         got = source_md5s(mp)
         log(f"read {len(got)} files through the FUSE mount and rank 1's daemon")
         check(got == want, "md5sums through `fanstore mount --daemon` differ from the source")
+        # A relative socket path: the detached server chdirs to "/", and every remote file gave EIO.
+        rel = os.path.join(ctx.work, "mnt-rel")
+        os.makedirs(rel)
+        mounts.append(rel)
+        r = subprocess.run([ctx.args.fanstore, "mount", "--daemon", os.path.join("node1", "fanstore.sock"), rel],
+                           capture_output=True, text=True, cwd=ctx.work, env=ctx.env, timeout=60)
+        check(r.returncode == 0 and source_md5s(rel) == want,
+              f"a mount given a relative socket path must read every file (rc {r.returncode}): {r.stderr}")
         os.makedirs(os.path.join(ctx.work, "mnt2"))
         bad = subprocess.run([ctx.args.fanstore, "mount", "--daemon", os.path.join(ctx.work, "{node}", "x.sock"),
                               os.path.join(ctx.work, "mnt2")], capture_output=True, text=True,
@@ -41,12 +50,13 @@ def case_mount(ctx):
         check(bad.returncode != 0 and bad.stderr.count("\n") == 1 and "node" in bad.stderr,
               f"a node name that is not one path component must be one clear line: rc {bad.returncode} {bad.stderr}")
     finally:
-        if mounted(mp):
-            subprocess.run(["fusermount3", "-u", mp], capture_output=True)
-            for _ in range(100):  # the detached server exits once unmounted; its connection closes with it
-                if not mounted(mp):
-                    break
-                time.sleep(0.05)
+        for m in mounts:
+            if mounted(m):
+                subprocess.run(["fusermount3", "-u", m], capture_output=True)
+                for _ in range(100):  # the detached server exits once unmounted; its connection closes with it
+                    if not mounted(m):
+                        break
+                    time.sleep(0.05)
     job.stop()
     c = counters(job.output(), 1)
     log(f"rank 1 daemon: {c}")

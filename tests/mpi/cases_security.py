@@ -182,6 +182,14 @@ def case_lock(ctx):
     check(mode(longs[0]) == 0o600, f"a socket bound through its directory is {oct(mode(longs[0]))}")
     r = ctx.run_check(0, sock=longs[0])
     check(r.returncode == 0, "a client must read through a 107-byte socket path")
+    # The same socket named by a longer path (109 bytes, "/./" in it), as a relative --socket's absolute path can be:
+    # the client connects through its directory, as the daemon binds (it said "longer than 107 bytes").
+    r = ctx.run_check(0, sock=os.path.join(longdir, ".", "s0.sock"))
+    check(r.returncode == 0, "a client must read through a socket path longer than 107 bytes")
+    # A path that is no socket: said so (it was "Connection refused").
+    r = ctx.run_check(0, sock=os.path.join(ctx.work, "long0", "index.fsi"))
+    check(r.returncode != 0 and "is not a socket: give the --socket path" in r.stderr,
+          f"a client given a file that is no socket: {r.stderr}")
     job.stop()
     check(os.listdir(longdir) == [], f"sockets left after stop: {os.listdir(longdir)}")
     # One byte more: one line naming the user's path and the limit, before anything is staged.

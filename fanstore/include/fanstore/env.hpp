@@ -20,8 +20,9 @@ enum class Scope {
   X(kImage, "FANSTORE_IMAGE", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
     "image directory to serve (set by `fanstore run --image`)", "unset: everything passes through")                         \
   X(kDaemon, "FANSTORE_DAEMON", Scope::kRuntime, "interposer, `Client::FromEnv`",                                           \
-    "Unix socket of this node's `fanstore serve` (multi-node; set by `fanstore run --daemon`; wins over `FANSTORE_IMAGE`; " \
-    "`{node}` is this node's name)",                                                                                        \
+    "Unix socket of this node's `fanstore serve` (multi-node; set by `fanstore run --daemon`, absolute; wins over "        \
+    "`FANSTORE_IMAGE`; `{node}` is this node's name; a relative path is taken from each process's working directory "      \
+    "when it opens the client)",                                                                                            \
     "unset")                                                                                                                \
   X(kMount, "FANSTORE_MOUNT", Scope::kRuntime, "interposer, `Client::FromEnv`",                                             \
     "absolute path prefix served from the image; it need not exist", "`/fanstore`")                                         \
