@@ -285,6 +285,9 @@ void FetchRouter::Settle() {
 }
 
 Status FetchRouter::OnHint(uint64_t stream, std::vector<ByteRange> ranges, bool append) {
+  if (cache_->budget() == 0)
+    return Status(Code::kInvalidArgument,
+                  "prefetch is off: this daemon runs with --cache-bytes 0, which keeps no bytes fetched ahead");
   auto released = prefetcher_.Hint(stream, std::move(ranges), append, dp::NowUs());
   if (!released.ok()) return released.status();
   Untag(*released);

@@ -62,6 +62,15 @@ def case_no_doorbell(ctx):
     job.wait_ready()
     r = ctx.run_check(0, "--threads", "2")
     check(r.returncode == 0, "reading every file through rank 0 without doorbells failed")
+    # With --cache-bytes 0 there is no prefetch: a hint is refused, saying why (it claimed the files were queued).
+    lst = os.path.join(ctx.work, "hint.txt")
+    with open(lst, "w") as f:
+        for d, _, files in os.walk(ctx.src):
+            f.writelines(os.path.relpath(os.path.join(d, name), ctx.src) + "\n" for name in files)
+    p = subprocess.run([ctx.args.fanstore, "prefetch", "--daemon", ctx.sock(0), lst], capture_output=True, text=True,
+                       env=ctx.env, timeout=60)
+    check(p.returncode == 1 and "prefetch is off: this daemon runs with --cache-bytes 0" in p.stderr,
+          f"a hint to a daemon without a fetch cache: rc {p.returncode}: {p.stdout} {p.stderr}")
     job.stop()
     out = job.output()
     for rank in range(4):
