@@ -77,6 +77,30 @@ def case_fault(ctx):
     check("warm-up read" in out and ": ok" in out, "warm-up read before the daemon stopped failed")
     check(client.returncode == 0, "after the daemon is gone: remote reads must be EIO, local ones must work")
 
+    # The node's own daemon hangs (SIGSTOP) under a connected client: remote reads are EIO, none waits more than one
+    # --timeout, and once one has waited it out the next ones fail at once (each waited its own, 2 to 7 of them).
+    job = Job(ctx, 4, "--timeout", str(timeout), "--cache-bytes", "0")
+    job.wait_ready()
+    own = job.pids()[0]
+    go = os.path.join(ctx.work, "go-hung")
+    client = ctx.start_check(0, "--which", "remote", "--remote-fail", "--wait-file", go,
+                             "--max-seconds", str(1.5 * timeout))
+    ready, _, _ = select.select([client.stdout], [], [], HANG_S)
+    check(ready, "the client never reported its warm-up read")
+    first = client.stdout.readline()
+    os.kill(own, signal.SIGSTOP)
+    try:
+        open(go, "w").close()
+        out, _ = client.communicate(timeout=HANG_S)
+    finally:
+        os.kill(own, signal.SIGCONT)
+    out = first + out
+    log(f"client while its daemon is stopped -> rc {client.returncode}: {out.strip()}")
+    m = re.search(r"(\d+) remote\): .* ([0-9.]+) s total", out)
+    check(client.returncode == 0 and m and int(m.group(1)) > 4, "remote reads must be EIO, none slower than 1.5 x --timeout")
+    check(float(m.group(2)) < 2.5 * timeout, f"{m.group(1)} reads of a stopped daemon took {m.group(2)} s, not about one --timeout")
+    job.stop()
+
 
 def case_dead_peer(ctx):
     """1,000 files through rank 0 after rank 1 was SIGKILLed: one timeout for the reads already waiting on it,
