@@ -40,6 +40,12 @@ cp "$build/bin/trainer_conformance" "$B/bin/"
 install -m 755 scripts/gpu-check.sh scripts/gpu-smoke.sh scripts/bundle/fanstore-env "$B/bin/"
 mkdir -p "$B/share/fanstore"
 cp scripts/bench/torch_models.py "$B/share/fanstore/"
+# What README.md and docs/ send a user to: the prefetch module, the launch examples, and the docs themselves.
+install -D -m 644 tools/python/fanstore_prefetch.py "$B/share/fanstore/python/fanstore_prefetch.py"
+install -D -m 755 scripts/mpirun-example.sh "$B/share/fanstore/scripts/mpirun-example.sh"
+install -D -m 755 scripts/slurm/fanstore.sbatch "$B/share/fanstore/scripts/slurm/fanstore.sbatch"
+install -D -m 644 README.md "$B/share/fanstore/doc/README.md"
+cp -r docs "$B/share/fanstore/doc/"
 # What the CUDA module was built against, for fanstore-env to set beside what a node has.
 sed -n 's/^FANSTORE_CUDA_BUILD_VERSIONS:INTERNAL=//p' "$build/CMakeCache.txt" | tr ' ' '\n' >"$B/share/fanstore/build-info" 
 echo "fanstore=$version" >>"$B/share/fanstore/build-info"

@@ -217,11 +217,14 @@ int Speaker(const std::vector<int>& down) {
 
 // Rank 0's "ready" line, which scripts wait for: the sockets are in place. Without --strict-staging staging goes on
 // behind it, and a "staged:" line follows (`fanstore wait --staged` waits for that).
-void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, double seconds) {
-  std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %s in %.1f s, socket %s\n", nranks,
+// `own_socket`: rank 0's, beside a template ({rank}, {node}) that names every rank's.
+void PrintReady(const ServeOptions& o, const StagePlan& plan, int nranks, double seconds,
+                const std::string& own_socket) {
+  const std::string socket = o.socket.empty() ? o.local + "/fanstore.sock" : o.socket;
+  std::printf("fanstore serve: ready: %d ranks, %u partitions + %s, %d replica%s, %s in %.1f s, socket %s%s\n", nranks,
               plan.regular_parts, plan.replicated_part != kNoPartition ? "1 replicated" : "no replicated one",
               o.replicas, o.replicas == 1 ? "" : "s", o.strict_staging ? "staged" : "serving while staging", seconds,
-              o.socket.empty() ? (o.local + "/fanstore.sock").c_str() : o.socket.c_str());
+              socket.c_str(), socket == own_socket ? "" : (" (rank 0's: " + own_socket + ")").c_str());
   std::fflush(stdout);
 }
 
@@ -272,8 +275,9 @@ class Daemon {
     t0_ = std::chrono::steady_clock::now();
     if (!CheckAndLock()) return 1;
     if (rank_ == 0)
-      Info("staging %s to %s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o_.image.c_str(),
-           o_.local.c_str(), nranks_, o_.replicas, o_.replicas == 1 ? "" : "s", plan_.parts.size());
+      Info("staging %s to %s%s on %d ranks (%d replica%s per partition); rank 0 keeps %zu partitions", o_.image.c_str(),
+           o_.local.c_str(), o_.local == local_ ? "" : (" (rank 0's: " + local_ + ")").c_str(), nranks_, o_.replicas,
+           o_.replicas == 1 ? "" : "s", plan_.parts.size());
     PrepareStaging();
     if (Failed("staging")) return 1;
     if (o_.cache_prefault) Prefault(*cache_, o_.cache_bytes, startup_, rank_);
@@ -291,7 +295,7 @@ class Daemon {
     }
     if (!o_.strict_staging) stager_->Start();
     loop_->Start();  // from here on only the progress thread calls MPI
-    if (rank_ == 0 && sig == 0) PrintReady(o_, plan_, nranks_, Seconds());
+    if (rank_ == 0 && sig == 0) PrintReady(o_, plan_, nranks_, Seconds(), socket_);
     if (sig == 0) sigwait(&sigs_, &sig);
     return Stop(sig);
   }

@@ -20,6 +20,16 @@ bash "$S/scripts/bundle.sh" --build "$BUILD" --out "$T" --level 3 >"$T/bundle.lo
 tarball=$(ls "$T"/fanstore-*-linux-*.tar.zst | grep -v -- -debug)
 name=$(basename "$tarball" .tar.zst)
 echo "bundle: $(tail -1 "$T/bundle.log")"
+# What README.md and docs/ send a user to is in it: the prefetch module (it imports), launch examples, the docs.
+tar -I zstd -tf "$tarball" >"$T/list"
+for f in share/fanstore/python/fanstore_prefetch.py share/fanstore/scripts/mpirun-example.sh \
+  share/fanstore/scripts/slurm/fanstore.sbatch share/fanstore/doc/README.md share/fanstore/doc/docs/daemon.md; do
+  grep -qx "$name/$f" "$T/list" || fail "the bundle lacks $f"
+done
+mkdir -p "$T/py" && tar -I zstd -xf "$tarball" -C "$T/py" "$name/share/fanstore/python/fanstore_prefetch.py"
+PYTHONPATH=$T/py/$name/share/fanstore/python /usr/bin/python3 -c 'import fanstore_prefetch' ||
+  fail "the bundle's fanstore_prefetch.py does not import"
+echo "ok the prefetch module, the launch examples and the docs are in the bundle"
 
 # The bare root.
 R=$T/root
