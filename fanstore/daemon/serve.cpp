@@ -364,13 +364,14 @@ class Daemon {
   }
 
   // After the lock: every rank says whether `phase` worked; on any failure all stop, removing what they staged
-  // (ranks that were fine say why they stop).
+  // (rank 0 says so, whether it failed itself or not).
   bool Failed(const char* phase) {
     if (!st_.ok()) Error("%s", st_.ToString().c_str());
     int bad = st_.ok() ? 0 : 1, nbad = 0;
     MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (nbad == 0) return false;
-    if (st_.ok() && rank_ == 0) Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
+    if (rank_ == 0 && (st_.ok() || nranks_ > 1))  // (a job of one rank: its own line is the whole story)
+      Error("%s failed on %d rank(s) (their lines say why); every rank stops", phase, nbad);
     Abort();
     return true;
   }

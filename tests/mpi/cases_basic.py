@@ -182,6 +182,8 @@ def case_nospace(ctx):
     errs = re.findall(r"fanstore serve\[rank (\d)\]: no space: not enough space in \S+ for partition (part-\S+\.fsp): "
                       r"this rank needs (\d+) bytes", out)
     check(len(errs) == 4, "expected one space error per rank naming the partition and the bytes")
+    check("staging failed on 4 rank(s) (their lines say why); every rank stops" in out,
+          "rank 0, failed itself, must still say that every rank stops")
 
     # One rank fails alone (its --local is a regular file): every rank must still exit non-zero.
     for r in range(4):
