@@ -282,8 +282,10 @@ for how in scancel usr1; do
     grep -q "\"event\":\"stopped\".*\"signal\":\"$sig\"" <(tail -1 "$work/checkpoint-stop/metrics.jsonl")
   check "the checkpoint is there" test -s "$work/checkpoint-stop/checkpoint.bin"
   if [ $how = usr1 ]; then
-    check "the batch script went on to its end: the command's status 138" \
-      grep -q 'fanstore.sbatch: command finished with status 138' <<<"$out"
+    # 138 (SIGUSR1), or 143: srun ends a step's other tasks with SIGTERM once one has died of a signal, and the
+    # ranks die of SIGUSR1 each on its own, after MPI_Finalize (seen once in CI).
+    check "the batch script went on to its end: the command's status 138 or 143" \
+      grep -qE 'fanstore.sbatch: command finished with status (138|143)$' <<<"$out"
     check "every daemon lived through SIGUSR1 and stopped on SIGTERM at the end" \
       test "$(grep -c 'fanstore serve\[rank [0-3]\]: stopping on Terminated' <<<"$out")" = 4
   fi
