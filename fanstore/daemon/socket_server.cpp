@@ -29,6 +29,7 @@
 #include "fanstore/protocol/image_format.hpp"
 #include "fanstore/protocol/payload_memfd.hpp"
 #include "fanstore/protocol/range_check.hpp"
+#include "fanstore/protocol/socket_address.hpp"
 #include "log.hpp"
 
 namespace fanstore::daemon {
@@ -167,23 +168,14 @@ void RemoveStaleStarting(const std::string& path) {
 // O_PATH descriptor of its directory: the kernel resolves that alias to the same directory, so the socket file
 // gets the very name `path` (rename, chmod and unlink use the full path, which has no such limit).
 Status BindAt(int fd, const std::string& path) {
-  std::string via = path;
-  int dfd = -1;
-  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    const std::string dir = DirectoryOf(path);
-    dfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return Status::FromErrno(errno, "open the socket's directory " + Printable(dir));
-    via = "/proc/self/fd/" + std::to_string(dfd) + "/" + NameOf(path);
-  }
-  Status s;
-  if (via.size() >= sizeof(sockaddr_un::sun_path))
-    s = Status(Code::kNameTooLong,
-               "socket name " + Printable(path) + " is too long to bind, even through its directory");
-  sockaddr_un a = Addr(via);
-  if (s.ok() && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-    s = Status::FromErrno(errno, "bind " + Printable(path));
-  if (dfd >= 0) close(dfd);
-  return s;
+  const SocketAddress a(path);
+  if (a.dir_errno() != 0)
+    return Status::FromErrno(a.dir_errno(), "open the socket's directory " + Printable(DirectoryOf(path)));
+  if (!a.fits())
+    return Status(Code::kNameTooLong,
+                  "socket name " + Printable(path) + " is too long to bind, even through its directory");
+  if (bind(fd, a.get(), a.size()) != 0) return Status::FromErrno(errno, "bind " + Printable(path));
+  return Status::Ok();
 }
 
 // The n bytes at data lie inside the area (n may be anything a caller computed: the test cannot wrap).

@@ -26,6 +26,7 @@
 #include "fanstore/path_template.hpp"
 #include "fanstore/protocol/fetch_cache_view.hpp"
 #include "fanstore/protocol/range_check.hpp"
+#include "fanstore/protocol/socket_address.hpp"
 #include "owned_fd.hpp"
 #include "remote_fetcher.hpp"
 
@@ -51,36 +52,30 @@ class FdKeeper {
   virtual Status AttachCache(int fd) = 0;      // the fetch cache's memfd, passed in a kCacheMap reply
 };
 
+// What no daemon starting later would change: `path` is a file, but not a socket (kInvalidArgument; else Ok).
+Status NotASocket(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || S_ISSOCK(st.st_mode)) return Status::Ok();
+  return Status(Code::kInvalidArgument, path + " is " + (S_ISDIR(st.st_mode) ? "a directory" : "not a socket") +
+                                            ": give the --socket path the daemon was started with");
+}
+
 // Connects a CLOEXEC, non-blocking Unix stream socket to `path` into *sock (a full backlog is retried until the
 // deadline). The socket is handed to `hook` (marked internal) right after it is made. A path too long for
-// sun_path is reached through /proc/self/fd/N/NAME, N a descriptor of its directory, as the daemon binds it.
+// sun_path is reached through its directory, as the daemon binds it (SocketAddress).
 Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedFd* sock) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::string via = path;
-  int dir_fd = -1;
-  if (const size_t slash = path.rfind('/'); path.size() >= sizeof addr.sun_path && slash != std::string::npos) {
-    dir_fd = open(slash == 0 ? "/" : path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) via = "/proc/self/fd/" + std::to_string(dir_fd) + path.substr(slash);
-  }
-  struct DirFd {
-    int fd;
-    ~DirFd() {
-      if (fd >= 0) close(fd);
-    }
-  } const dir_closer{dir_fd};
-  if (via.size() >= sizeof addr.sun_path)
+  const SocketAddress addr(path);
+  if (!addr.fits())
     return Status(Code::kNameTooLong, "daemon socket path '" + path + "' is longer than " +
-                                          std::to_string(sizeof addr.sun_path - 1) +
+                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
                                           " bytes and its directory cannot be opened to reach it");
-  std::memcpy(addr.sun_path, via.c_str(), via.size() + 1);
   for (;;) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::FromErrno(errno, "socket for the daemon connection");
     OwnedFd o;
     if (!o.Identify(fd)) return Status::FromErrno(errno, "fstat of a new daemon socket (closed behind our back?)");
     if (hook) hook(fd);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    if (connect(fd, addr.get(), addr.size()) == 0) {
       *sock = o;
       return Status::Ok();
     }
@@ -91,11 +86,8 @@ Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedF
       nanosleep(&ts, nullptr);
       continue;
     }
-    struct stat st;
-    if (err == ECONNREFUSED && stat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode))
-      return Status(Code::kInvalidArgument, path +
-                                                " is not a socket: give the --socket path the daemon was started "
-                                                "with");
+    if (err == ECONNREFUSED)
+      if (Status s = NotASocket(path); !s.ok()) return s;
     return Status(Code::kIoError, "cannot connect to the fanstore daemon at " + path + ": " + std::strerror(err) +
                                       (err == ENOENT   ? " (is `fanstore serve` running and ready?)"
                                        : err == EACCES ? " (the socket belongs to another user: see `fanstore serve "
@@ -639,11 +631,7 @@ Status WaitForDaemon(const std::string& socket_path, int timeout_ms, bool staged
   Status why(Code::kTimeout, "no answer");
   for (;;) {
     // What no daemon starting later would change: a file that is not a socket, a path no socket can have.
-    struct stat st;
-    if (stat(socket_path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode))
-      return Status(Code::kInvalidArgument, socket_path + " is " +
-                                                (S_ISDIR(st.st_mode) ? "a directory" : "not a socket") +
-                                                ": give the --socket path the daemon was started with");
+    if (Status s = NotASocket(socket_path); !s.ok()) return s;
     // One probe even when no time is left (--timeout 0: is it ready now?).
     auto r = ProbeDaemon(socket_path, static_cast<int>(std::clamp<int64_t>(deadline - dp::NowMs(), 100, 1000)));
     if (r.ok() && (!staged || r->staged)) return Status::Ok();

@@ -68,7 +68,9 @@ void Unet3dDataset::load_sample(std::size_t index, std::uint64_t /*augment_seed*
   file.read_float(options_.image_dataset, {0, spatial_start[0], spatial_start[1], spatial_start[2]},
                   {image_dims_[0], spatial_count[0], spatial_count[1], spatial_count[2]}, out.input);
   const std::int64_t voxels = label_slab_.depth() * label_slab_.height() * label_slab_.width();
-  std::vector<double> labels(static_cast<std::size_t>(voxels));
+  // Kept per loader thread: a slab's worth of doubles (16 MiB at 128^3) is not allocated and faulted in per sample.
+  thread_local std::vector<double> labels;
+  labels.resize(static_cast<std::size_t>(voxels));
   file.read_double(
       options_.label_dataset,
       {std::uint64_t(label_slab_.z0), std::uint64_t(label_slab_.y0), std::uint64_t(label_slab_.x0)},

@@ -290,7 +290,7 @@ void write_summary(const TrainOptions& o, TaskKind task, std::size_t ranks, cons
 
 // A tournament resumes only when every trainer found its file, all at one (stored) step, or when none did. Before any
 // message of the resume: a refused one says nothing of a step it will not take.
-void check_trainers_agree(const std::string& dir, Communicator& comm, Communicator& world, bool resumed,
+void check_trainers_agree(const std::string& dir, int trainers, Communicator& comm, Communicator& world, bool resumed,
                           std::uint64_t step) {
   // A run without --trainers left checkpoint.bin where the trainers' files would be: starting the tournament
   // afresh would write over it.
@@ -301,12 +301,11 @@ void check_trainers_agree(const std::string& dir, Communicator& comm, Communicat
                     " holds checkpoint.bin but no trainer's checkpoint-tT.bin: resume a run without --trainers "
                     "without it, or give the tournament another --checkpoint directory");
   // Over the trainers (their first ranks): how many found a file, and the lowest and highest step of those.
-  const bool first = comm.rank() == 0;
-  double found[2] = {first ? 1.0 : 0.0, first && resumed ? 1.0 : 0.0};
-  world.sum(found, 2);
+  double found = comm.rank() == 0 && resumed ? 1.0 : 0.0;
+  world.sum(&found, 1);
   double hi[2] = {resumed ? static_cast<double>(step) : -1.0, resumed ? -static_cast<double>(step) : -1e300};
   world.max(hi, 2);
-  const auto trainers = static_cast<long long>(found[0]), with_file = static_cast<long long>(found[1]);
+  const auto with_file = static_cast<long long>(found);
   if (with_file == 0 || (with_file == trainers && hi[0] == -hi[1])) return;
   throw GridError(dir + ": " + std::to_string(with_file) + " of the " + std::to_string(trainers) +
                   " trainers' checkpoint-tT.bin files are there" +
@@ -322,10 +321,10 @@ void check_trainers_agree(const std::string& dir, Communicator& comm, Communicat
 // the bytes to the trainer's other ranks. `position` holds this run's grid (sample groups, batch).
 // Returns whether a checkpoint was restored; trainers of a tournament all resume from the same step
 // or all start afresh.
-bool resume(const std::string& path, const std::string& dir, Communicator& comm, Communicator& world, bool tournament,
+bool resume(const std::string& path, const std::string& dir, Communicator& comm, Communicator& world, int trainers,
             std::uint64_t steps_per_epoch, Model& model, Optimizer& optimizer, TrainingPosition& position,
             std::ostream& err) {
-  const bool leader = world.rank() == 0;
+  const bool leader = world.rank() == 0, tournament = trainers > 1;
   const std::uint64_t groups = position.world_size, group_batch = position.batch_per_rank, seed = position.seed;
   const bool found = comm.rank() == 0 && std::filesystem::exists(path);
   // Every rank of every trainer agrees on each step's errors (agree_on_errors), even where it has no file to read.
@@ -347,7 +346,7 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
                                   ", which split the tournament's data: resume with --seed " +
                                   std::to_string(position.seed));
   });
-  if (tournament) check_trainers_agree(dir, comm, world, resumed, position.global_step);
+  if (tournament) check_trainers_agree(dir, trainers, comm, world, resumed, position.global_step);
   if (resumed) {
     if (leader && position.seed != seed)
       err << "fanstore-train: warning: checkpoint was written with --seed " << position.seed << "; continuing with its "
@@ -825,7 +824,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   position.seed = o.seed;
   position.world_size = groups;
   position.batch_per_rank = static_cast<std::uint64_t>(group_batch);
-  const bool resumed = o.resume && resume(checkpoint_path, checkpoint_dir, comm, world, plan.enabled(), steps_per_epoch,
+  const bool resumed = o.resume && resume(checkpoint_path, checkpoint_dir, comm, world, plan.trainers, steps_per_epoch,
                                           *model, *optimizer, position, err);
   // A run already at its end has nothing to train: say so, rather than a summary of no steps and a NaN loss.
   const bool at_end = position.epoch >= static_cast<std::uint64_t>(o.epochs) ||
