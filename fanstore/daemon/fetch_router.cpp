@@ -25,7 +25,8 @@ class FetchRouter::Fetch final : public FetchSink {
   };
   std::vector<Waiter> waiters;
   bool prefetch = false;
-  FetchCache::Tag tag;  // the hint position, for a prefetch
+  bool suspect = false;  // a client found these bytes damaged meanwhile: this fetch's are not cached
+  FetchCache::Tag tag;   // the hint position, for a prefetch
 
   char* Land(uint64_t n) override {
     area_.reset();
@@ -76,7 +77,7 @@ class FetchRouter::Fetch final : public FetchSink {
     }
     if (prefetch && !s.ok()) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     if (prefetch && s.ok() && !waiters.empty()) r->Consumed(tag);  // read while in flight
-    if (s.ok() && r->cache_->Admits(len)) {
+    if (s.ok() && !suspect && r->cache_->Admits(len)) {
       CacheBuffer cb;
       const char* at = cache_buf_.mem.data();
       if (at && data >= at && data + len <= at + cache_buf_.mem.capacity()) {
@@ -194,6 +195,7 @@ void FetchRouter::OnFetchFromSource(uint64_t conn, uint64_t req_id, const ByteRa
     return;
   }
   cache_->Remove(r);
+  if (auto it = inflight_.find(r); it != inflight_.end()) it->second->suspect = true;  // likely the same bytes
   const bool ours = local_->Has(r.part);
   if (damaged_.insert(r.part).second)
     Error("a client found bytes of partition %u damaged (%s): such ranges are read from %s", r.part,

@@ -11,9 +11,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -340,9 +342,11 @@ struct TestConn {
     if (area) munmap(area, area_size);
     if (fd >= 0) close(fd);
   }
-  void Send(daemon_proto::MsgType type, uint32_t part = 0, uint64_t offset = 0, uint64_t length = 0) {
+  void Send(daemon_proto::MsgType type, uint32_t part = 0, uint64_t offset = 0, uint64_t length = 0,
+            uint32_t flags = 0) {
     daemon_proto::Request r;
     r.type = type;
+    r.flags = flags;
     r.req_id = next_id++;
     r.part = part;
     r.offset = offset;
@@ -471,6 +475,108 @@ TEST_F(StagingTest, AHungImageDirectoryHoldsUpOnlyTheReadsThatNeedIt) {
   EXPECT_NE(s.message().find("no rank holds it here; then from the image directory"), std::string::npos)
       << s.ToString();
   EXPECT_NE(s.message().find("hung2.fsp"), std::string::npos) << s.ToString();
+}
+
+// A fake peer side that answers when the test says: each fetch waits until Answer (on the progress thread).
+class HeldPeers final : public PeerFetcher {
+ public:
+  void Fetch(const ByteRange&, FetchSink* sink) override {
+    held_.push_back(sink);
+    ++calls;
+  }
+  void Answer(const std::string& bytes) {
+    FetchSink* sink = held_.front();
+    held_.erase(held_.begin());
+    char* at = sink->Land(bytes.size());
+    std::memcpy(at, bytes.data(), bytes.size());
+    sink->Done(Status::Ok(), at, bytes.size());
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  std::vector<FetchSink*> held_;
+};
+
+// The defect: a client that found a peer's bytes damaged had the range dropped from the fetch cache, but a fetch
+// of the same range already in flight (from the same damaged copy) put its bytes back, and the next reader got them
+// from the cache. Such a fetch's bytes now go to its waiters only.
+TEST_F(StagingTest, BytesFoundDamagedAreNotCachedByAFetchAlreadyInFlight) {
+  StagedReader staged(img_->PartitionCount());  // nothing held here: every range is another node's
+  std::vector<std::string> paths;
+  for (uint32_t p = 0; p < img_->PartitionCount(); ++p) paths.push_back(img_->PartitionPath(p));
+  auto dir = std::make_shared<ImageDirReader>(paths, 0);
+  DaemonStats stats;
+  FetchCache cache(8u << 20);
+  ServerOptions so;
+  so.partitions = img_->PartitionCount();
+  so.cache_fd = cache.shared_fd();
+  SocketServer server(so, &stats);
+  ImageDirReads reads(dir, [&] { server.Wake(); });
+  HeldPeers peers;
+  RouterOptions ro;
+  ro.timeout_us = 3600000000;
+  FetchRouter router(img_, &staged, &peers, &cache, &server, &stats, ro, &reads);
+  server.SetHandler(&router);
+  TestConn a, b, c;
+  for (TestConn* t : {&a, &b, &c}) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    t->fd = sv[0];
+    ASSERT_TRUE(server.Adopt(sv[1]).ok());
+  }
+  std::mutex mu;
+  std::vector<std::function<void()>> posted;  // run on the progress thread, as the router requires
+  std::atomic<bool> stop{false};
+  std::thread progress([&] {
+    while (!stop) {
+      server.Poll(10);
+      reads.Poll(daemon_proto::NowUs());
+      std::vector<std::function<void()>> todo;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        todo.swap(posted);
+      }
+      for (auto& f : todo) f();
+    }
+  });
+  struct Joiner {
+    std::function<void()> f;
+    ~Joiner() { f(); }
+  } joiner{[&] {
+    stop = true;
+    server.Wake();
+    progress.join();
+  }};
+  auto post = [&](std::function<void()> f) {
+    std::lock_guard<std::mutex> l(mu);
+    posted.push_back(std::move(f));
+    server.Wake();
+  };
+  auto wait_calls = [&](int n) {
+    for (int i = 0; i < 20000 && peers.calls < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return peers.calls.load();
+  };
+  const std::string right = bytes_[1].substr(100, 1000);
+  std::string bad = right;
+  bad[10] ^= 0x40;
+  a.Send(daemon_proto::MsgType::kFetch, 1, 100, 1000);  // in flight from the (damaged) peer
+  ASSERT_EQ(wait_calls(1), 1);
+  b.Send(daemon_proto::MsgType::kFetch, 1, 100, 1000, daemon_proto::kFromSource);  // b found them damaged
+  std::string got;
+  Status s = b.Reply(&got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, right);  // from the image directory
+  post([&] { peers.Answer(bad); });
+  s = a.Reply(&got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, bad);  // (the client's checksum rejects them and asks as b did)
+  // The next reader is not served those bytes from the cache: the range is fetched again.
+  c.Send(daemon_proto::MsgType::kFetch, 1, 100, 1000);
+  ASSERT_EQ(wait_calls(2), 2) << "served from the fetch cache";
+  post([&] { peers.Answer(right); });
+  s = c.Reply(&got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, right);
 }
 
 }  // namespace
