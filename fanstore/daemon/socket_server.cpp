@@ -71,13 +71,6 @@ struct Conn {
   std::optional<Hint> hint;
 };
 
-sockaddr_un Addr(const std::string& path) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.c_str(), std::min(path.size() + 1, sizeof a.sun_path));
-  return a;
-}
-
 // Supplementary groups of a process, from /proc (SO_PEERCRED carries only the primary gid).
 bool InGroup(pid_t pid, gid_t gid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -94,10 +87,12 @@ bool InGroup(pid_t pid, gid_t gid) {
 
 // 0 when a daemon listens at `path`, else connect(2)'s errno (ECONNREFUSED: a socket nobody listens on).
 int ConnectError(const std::string& path) {
+  const SocketAddress a(path);  // (PATH.starting.PID may be longer than sun_path)
+  if (a.dir_errno() != 0) return a.dir_errno();
+  if (!a.fits()) return ENAMETOOLONG;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  sockaddr_un a = Addr(path);
-  int err = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+  int err = connect(fd, a.get(), a.size()) == 0 ? 0 : errno;
   close(fd);
   return err;
 }
@@ -138,24 +133,23 @@ bool ProcessEnded(long pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
 }
 
-// Removes the temporary sockets (PATH.starting.PID, Bind's) of daemons killed before they renamed them to `path`:
-// those whose process has ended and that nobody listens on. (The short .fanstore-starting.PID names of paths too long
-// for that are shared by every socket of the directory, and stay.)
+// Removes the temporary sockets (PATH.starting.PID, or .fanstore-starting.PID for paths too long for that: Bind's)
+// of daemons killed before they renamed them: those whose process has ended and that nobody listens on.
 void RemoveStaleStarting(const std::string& path) {
   const std::string dir = DirectoryOf(path);
-  const std::string start = NameOf(path) + ".starting.";
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return;
   int removed = 0;
   while (struct dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.size() <= start.size() || name.compare(0, start.size(), start) != 0 ||
-        name.find_first_not_of("0123456789", start.size()) != std::string::npos)
-      continue;
+    size_t digits = 0;
+    for (const std::string& start : {NameOf(path) + ".starting.", std::string(".fanstore-starting.")})
+      if (name.size() > start.size() && name.compare(0, start.size(), start) == 0) digits = start.size();
+    if (digits == 0 || name.find_first_not_of("0123456789", digits) != std::string::npos) continue;
     errno = 0;
-    const long pid = std::strtol(name.c_str() + start.size(), nullptr, 10);
+    const long pid = std::strtol(name.c_str() + digits, nullptr, 10);
     struct stat st;
-    const std::string full = path + ".starting." + name.substr(start.size());
+    const std::string full = (dir == "/" ? "" : dir) + "/" + name;
     if (errno == 0 && ProcessEnded(pid) && lstat(full.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
         ConnectError(full) == ECONNREFUSED && unlink(full.c_str()) == 0)
       ++removed;

@@ -78,7 +78,7 @@ def case_cleanup(ctx):
     check(snapshot([ctx.img]) == image_before, "the image changed")
 
     # 5. A daemon killed while it stages leaves its temporary socket (PATH.starting.PID) behind: the next daemon at
-    # PATH removes it. A live listener's temporary socket, and a file that is not a socket, stay.
+    # PATH removes it, and the short .fanstore-starting.PID of its directory. A live listener's temporary socket, and a file that is not a socket, stay.
     sock = os.path.join(ctx.work, "s.sock")
     local = os.path.join(ctx.work, "killed{rank}")
     job = Job(ctx, 1, "--strict-staging", "--stage-bandwidth", "1M", "--socket", sock, local=local)
@@ -101,16 +101,20 @@ def case_cleanup(ctx):
     bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     bound.bind(os.path.join(ctx.work, keep[1]))
     open(os.path.join(ctx.work, keep[2]), "w").close()
+    # Removed too: the short name a daemon binds when PATH.starting.PID is too long for a socket, its process ended.
+    short = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    short.bind(os.path.join(ctx.work, f".fanstore-starting.{2 * 10 ** 9 + 2}"))
+    short.close()
     job = Job(ctx, 1, "--socket", sock, local=local)
     job.wait_ready(socks=[sock])
-    left = sorted(n for n in os.listdir(ctx.work) if ".starting." in n)
+    left = sorted(n for n in os.listdir(ctx.work) if "starting." in n)
     listening.close()
     bound.close()
     job.stop()
     check(left == sorted(keep), f"temporary sockets after the restart: {left}, not {sorted(keep)}")
-    check("removed 1 socket(s) that killed daemons left" in job.output(), "no line for the removed socket:\n" +
+    check("removed 2 socket(s) that killed daemons left" in job.output(), "no line for the removed sockets:\n" +
           job.output())
-    log(f"the restarted daemon removed {starting[0]} and kept {keep}")
+    log(f"the restarted daemon removed {starting[0]} and .fanstore-starting.{2 * 10 ** 9 + 2}, and kept {keep}")
 
 
 def case_startup_signal(ctx):
