@@ -53,11 +53,12 @@ def case_prefetch(ctx):
     job = Job(ctx, 2, "--cache-bytes", str(256 << 20), "--cache-prefault")
     job.wait_ready()
     check(re.search(r"rank 0\]: fetch cache: 256 MiB faulted in", job.output()), "rank 0 did not fault its cache in")
-    # 1. The CLI: every file of the tree, a replicated (local) one, one not in the image, one outside the mount.
+    # 1. The CLI: every file of the tree, a replicated (local) one, one not in the image, a directory, one outside
+    # the mount.
     paths = []
     for d, _, files in os.walk(os.path.join(ctx.src, "train")):
         paths += ["/fanstore/" + os.path.relpath(os.path.join(d, f), ctx.src) for f in sorted(files)]
-    paths += ["val/" + sorted(os.listdir(os.path.join(ctx.src, "val")))[0], "train/none.bin", "/elsewhere/x.bin"]
+    paths += ["val/" + sorted(os.listdir(os.path.join(ctx.src, "val")))[0], "train/none.bin", "train", "/elsewhere/x.bin"]
     lst = os.path.join(ctx.work, "list.txt")
     with open(lst, "w") as f:
         f.write("\n".join(paths) + "\n")
@@ -65,10 +66,10 @@ def case_prefetch(ctx):
                        env=ctx.env, timeout=60)
     log(f"fanstore prefetch -> rc {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}")
     check(r.returncode == 0, "fanstore prefetch failed")
-    m = re.search(r"(\d+) remote files .* (\d+) on this node, (\d+) not in the image, (\d+) outside", r.stdout)
+    m = re.search(r"(\d+) remote files .* (\d+) on this node, (\d+) not files of the image \(missing, directories, symlinks\), (\d+) outside", r.stdout)
     check(m, "unexpected output")
     remote, local, missing, outside = (int(x) for x in m.groups())
-    check(missing == 1 and outside == 1 and local >= 1 and remote > 0, "wrong counts")
+    check(missing == 2 and outside == 1 and local >= 1 and remote > 0, "wrong counts")
     res = ctx.run_check(0, "--which", "remote", "--threads", "2")
     check(res.returncode == 0, "reading after the hint failed")
     job.stop()

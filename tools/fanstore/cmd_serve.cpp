@@ -260,7 +260,7 @@ void AddServeCommands(CLI::App& app, int& exit_code) {
     }
     std::printf(
         "fanstore prefetch: %llu remote files (%.1f MiB) queued for the fetch cache, %llu on this node, "
-        "%llu not in the image, %llu outside %s\n",
+        "%llu not files of the image (missing, directories, symlinks), %llu outside %s\n",
         static_cast<unsigned long long>(r->remote), static_cast<double>(r->remote_bytes) / (1 << 20),
         static_cast<unsigned long long>(r->local), static_cast<unsigned long long>(r->missing),
         static_cast<unsigned long long>(outside), mount.c_str());

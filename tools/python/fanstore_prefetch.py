@@ -76,7 +76,8 @@ def _recv_exact(s, n):
 def send_hint(paths, socket_path=None, stream=0, mount=None, timeout=10.0):
     """Sends the files about to be read, in order, to the daemon at `socket_path` (default $FANSTORE_DAEMON); they
     replace the previous hint of the same `stream`. Returns {"remote", "local", "missing", "outside",
-    "remote_bytes"}: files queued for prefetch, staged on this node, not in the image, outside the mount.
+    "remote_bytes"}: files queued for prefetch, staged on this node, not files of the image (absent,
+    directories, symlinks: list the files themselves), outside the mount.
     Raises OSError when there is no daemon or it refuses."""
     socket_path = socket_path or os.environ.get("FANSTORE_DAEMON")
     if not socket_path:

@@ -123,7 +123,7 @@ struct HelloInfo {
 };
 
 // Prefetch reply payload: u64 remote (queued for prefetch) | u64 local (staged on this node: nothing to do) |
-// u64 missing (no such file in the image) | u64 remote_bytes (stored bytes queued).
+// u64 missing (no such file in the image: absent, a directory, a symlink) | u64 remote_bytes (stored bytes queued).
 struct PrefetchCounts {
   uint64_t remote = 0, local = 0, missing = 0, remote_bytes = 0;
 };
