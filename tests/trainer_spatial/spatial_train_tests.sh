@@ -308,7 +308,7 @@ one_line_errors)
     --checkpoint ck32 > /dev/null
   one_error "resume on a grid with another input size" "fc1.weight is [128, 512] in the checkpoint" 4 --model cosmoflow \
     --data c64/train --batch 1 --optimizer adam --grid 1,2,2,1 --max-steps 2 --resume --checkpoint ck32
-  one_error "fewer samples than one step" "has 8 samples, fewer than one step (5 per sample group x 2 groups)" 4 \
+  one_error "fewer samples than one step" "has 8 samples, fewer than one step (5 per sample group x 2 groups): give a smaller --batch, or more samples" 4 \
     --model cosmoflow --data c32/train --grid 2,1,2,1 --batch 5 --checkpoint ck_few
   one_error "U-Net input too small" "unet3d: input 32x32x32 needs edges that are multiples of 32" 4 --model unet3d \
     --data u32/train --batch 1 --checkpoint ck_unet

@@ -91,7 +91,8 @@ std::string generate_imagefolder(const GeneratorOptions& options) {
   if (counts.train < classes || (counts.val > 0 && counts.val < classes)) {
     throw std::invalid_argument("--samples " + std::to_string(options.samples) + " gives " +
                                 std::to_string(counts.train) + " train / " + std::to_string(counts.val) +
-                                " val images; each split needs at least --classes (" + std::to_string(classes) + ")");
+                                " val images; each split needs at least --classes (" + std::to_string(classes) +
+                                "): give more --samples or fewer --classes");
   }
   prepare_output_dir(options.output_dir);
   generate_split(options, size, Split::kTrain, options.output_dir + "/train", counts.train);

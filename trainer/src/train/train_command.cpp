@@ -783,7 +783,8 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     if (steps_per_epoch == 0)
       throw data::DataError(o.data_dir, "has " + std::to_string(train_set->size()) + " samples, fewer than one step (" +
                                             std::to_string(group_batch) + " per sample group x " +
-                                            std::to_string(groups) + " groups)");
+                                            std::to_string(groups) +
+                                            " groups): give a smaller --batch, or more samples");
   });
 
   ScheduleOptions schedule;
