@@ -389,6 +389,40 @@ struct TestConn {
   }
 };
 
+// A daemon's socket server and router over `img`: `peers` stands for the other nodes, `dir` for the image
+// directory; no deadline within a test. Clients connect through socketpairs.
+struct RouterRig {
+  RouterRig(const std::shared_ptr<const Image>& img, StagedReader* staged, PeerFetcher* peers,
+            std::shared_ptr<ImageDirReader> dir)
+      : server(Options(*img, cache), &stats),
+        reads(std::move(dir), [this] { server.Wake(); }),
+        router(img, staged, peers, &cache, &server, &stats, Route(), &reads) {
+    server.SetHandler(&router);
+  }
+  static ServerOptions Options(const Image& img, const FetchCache& cache) {
+    ServerOptions so;
+    so.partitions = img.PartitionCount();
+    so.cache_fd = cache.shared_fd();
+    return so;
+  }
+  static RouterOptions Route() {
+    RouterOptions ro;
+    ro.timeout_us = 3600000000;
+    return ro;
+  }
+  void Connect(TestConn* t) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    t->fd = sv[0];
+    ASSERT_TRUE(server.Adopt(sv[1]).ok());
+  }
+  DaemonStats stats;
+  FetchCache cache{8u << 20};
+  SocketServer server;
+  ImageDirReads reads;
+  FetchRouter router;
+};
+
 // The defect: the progress thread read the image directory itself, so a slow or hung shared file system froze the
 // daemon -- hellos, reads of what is staged here, peers -- for as long as one read took. Here two reads hang (a
 // partition being staged here, and one no rank can send), and the daemon still answers a hello and a read of a
@@ -410,25 +444,12 @@ TEST_F(StagingTest, AHungImageDirectoryHoldsUpOnlyTheReadsThatNeedIt) {
   test::WriteFile(tmp1, std::string(part[1].size(), 'x'));
   staged.Begin(1, open(tmp1.c_str(), O_RDONLY | O_CLOEXEC), tmp1, part[1].size(), (*layouts)[0].piece_ends);
   auto dir = std::make_shared<ImageDirReader>(std::vector<std::string>{img->PartitionPath(0), fifo1, fifo2}, 0);
-  DaemonStats stats;
-  FetchCache cache(8u << 20);
-  ServerOptions so;
-  so.partitions = 3;
-  so.cache_fd = cache.shared_fd();
-  SocketServer server(so, &stats);
-  ImageDirReads reads(dir, [&] { server.Wake(); });
   NoPeers peers;
-  RouterOptions ro;
-  ro.timeout_us = 3600000000;  // no deadline within the test: the hung reads end when the file system answers
-  FetchRouter router(img, &staged, &peers, &cache, &server, &stats, ro, &reads);
-  server.SetHandler(&router);
+  RouterRig rig(img, &staged, &peers, dir);  // the hung reads end when the file system answers
+  SocketServer& server = rig.server;
+  ImageDirReads& reads = rig.reads;
   TestConn a, b, c;
-  for (TestConn* t : {&a, &b, &c}) {
-    int sv[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    t->fd = sv[0];
-    ASSERT_TRUE(server.Adopt(sv[1]).ok());
-  }
+  for (TestConn* t : {&a, &b, &c}) ASSERT_NO_FATAL_FAILURE(rig.Connect(t));
   // The daemon's progress thread.
   std::atomic<bool> stop{false}, exited{false};
   std::thread progress([&] {
@@ -505,25 +526,12 @@ TEST_F(StagingTest, BytesFoundDamagedAreNotCachedByAFetchAlreadyInFlight) {
   std::vector<std::string> paths;
   for (uint32_t p = 0; p < img_->PartitionCount(); ++p) paths.push_back(img_->PartitionPath(p));
   auto dir = std::make_shared<ImageDirReader>(paths, 0);
-  DaemonStats stats;
-  FetchCache cache(8u << 20);
-  ServerOptions so;
-  so.partitions = img_->PartitionCount();
-  so.cache_fd = cache.shared_fd();
-  SocketServer server(so, &stats);
-  ImageDirReads reads(dir, [&] { server.Wake(); });
   HeldPeers peers;
-  RouterOptions ro;
-  ro.timeout_us = 3600000000;
-  FetchRouter router(img_, &staged, &peers, &cache, &server, &stats, ro, &reads);
-  server.SetHandler(&router);
+  RouterRig rig(img_, &staged, &peers, dir);
+  SocketServer& server = rig.server;
+  ImageDirReads& reads = rig.reads;
   TestConn a, b, c;
-  for (TestConn* t : {&a, &b, &c}) {
-    int sv[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    t->fd = sv[0];
-    ASSERT_TRUE(server.Adopt(sv[1]).ok());
-  }
+  for (TestConn* t : {&a, &b, &c}) ASSERT_NO_FATAL_FAILURE(rig.Connect(t));
   std::mutex mu;
   std::vector<std::function<void()>> posted;  // run on the progress thread, as the router requires
   std::atomic<bool> stop{false};
