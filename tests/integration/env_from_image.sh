@@ -60,6 +60,38 @@ else
   fail "RUNPATH \$ORIGIN/../lib on a fresh node: $(head -3 "$tmp/first")"
 fi
 
+# A program that carries its own libzstd.so.1 and libxxhash.so.0 (a conda environment's, older or newer than ours):
+# the interposer's copies are linked in and hidden, so neither stands in for the other (before, the preload bound to
+# the program's and the run died with "undefined symbol: ZSTD_decompressDCtx").
+mkdir -p "$tmp/own"
+printf 'unsigned ZSTD_versionNumber(void) { return 99999; }\n' > "$tmp/zs.c"
+printf 'unsigned XXH_versionNumber(void) { return 4242; }\n' > "$tmp/xx.c"
+cat > "$tmp/own.c" << 'EOF'
+#include <stdio.h>
+unsigned ZSTD_versionNumber(void);
+unsigned XXH_versionNumber(void);
+int main(int argc, char** argv) {  /* its own libraries' versions, then a file of the image copied to stdout */
+  fprintf(stderr, "own %u %u\n", ZSTD_versionNumber(), XXH_versionNumber());
+  FILE* f = argc > 1 ? fopen(argv[1], "rb") : NULL;
+  char b[4096];
+  size_t n;
+  if (f == NULL) return 2;
+  while ((n = fread(b, 1, sizeof b, f)) > 0) fwrite(b, 1, n, stdout);
+  return 0;
+}
+EOF
+"$cc" -shared -fPIC -Wl,-soname,libzstd.so.1 -o "$tmp/own/libzstd.so.1" "$tmp/zs.c" &&
+  "$cc" -shared -fPIC -Wl,-soname,libxxhash.so.0 -o "$tmp/own/libxxhash.so.0" "$tmp/xx.c" &&
+  "$cc" -o "$tmp/own/prog" "$tmp/own.c" "$tmp/own/libzstd.so.1" "$tmp/own/libxxhash.so.0" -Wl,-rpath,'$ORIGIN' ||
+  { echo "FAIL: cannot build the program with its own zstd"; exit 1; }
+FANSTORE_NODE_CACHE=off "$fanstore" run --image "$tmp/img" -- "$tmp/own/prog" /fanstore/env/lib/libfoo.so \
+  > "$tmp/own.out" 2> "$tmp/own.err"
+if [ "$(cat "$tmp/own.err")" = "own 99999 4242" ] && cmp -s "$tmp/own.out" "$src/env/lib/libfoo.so.1.2"; then
+  echo "ok    a program with its own libzstd.so.1 and libxxhash.so.0 reads the image"
+else
+  fail "a program with its own libzstd.so.1 and libxxhash.so.0: $(head -3 "$tmp/own.err")"
+fi
+
 # probe ROOT: everything the environment is used for, with ROOT as its location.
 probe() {
   local root=$1

@@ -1,0 +1,2 @@
+#define FS_ISA avx512
+#include "hash_x86.inc"
