@@ -133,6 +133,9 @@ void InitOnce() {
     g_has_links = g_client->image().Summary().links > 0;
     // Cached memfds are ours: the program's close loops (closefrom, close_range) must spare them.
     g_client->SetInternalFdHook(&FdTable::MarkInternal);
+    // The client's worker threads run only its code: their close of a memfd or socket of ours must not be refused
+    // as a program's close of an fd it never opened (they leaked one per daemon reply area, connection or payload).
+    g_client->SetWorkerThreadHook([] { t_inside = true; });
   } catch (...) {
     WriteLine("fanstore: cannot open image ", image ? image : "(none)", ": out of memory");
     g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);

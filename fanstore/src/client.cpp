@@ -136,6 +136,8 @@ Result<std::unique_ptr<Client>> Client::FromEnv() {
   return Create(o);
 }
 
+void Client::SetWorkerThreadHook(void (*hook)()) { core_->pool.SetThreadStartHook(hook); }
+
 void Client::SetInternalFdHook(void (*hook)(int fd)) {
   core_->fd_hook = hook;
   if (core_->node) core_->node->SetInternalFdHook(hook);

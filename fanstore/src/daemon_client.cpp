@@ -152,19 +152,24 @@ RemoteFetcher::StoredUse CopyTo(std::string* out) {
 // Sends `r` (and `body`) on `c`, reads the reply (header, message, payload) and hands the payload to `use` (a view
 // valid during the call). *consumed says whether the whole reply was read and was well-formed (the connection can
 // carry the next request); a daemon-reported error is returned with its message. A reply that breaks the
-// protocol's limits is kIoError and leaves *consumed false.
+// protocol's limits is kIoError and leaves *consumed false. *unanswered (if given): the connection failed before
+// any reply came (a daemon that exited or restarted closed it), so the request may be sent again on another.
 Status Exchange(Conn* c, const dp::Request& r, std::string_view body, const ReplyOpts& o,
-                const RemoteFetcher::StoredUse& use, bool* consumed) {
+                const RemoteFetcher::StoredUse& use, bool* consumed, bool* unanswered = nullptr) {
   *consumed = false;
   const int fd = c->sock.fd;
   unsigned char rb[dp::kRequestSize];
   dp::EncodeRequest(r, rb);
   Status s = dp::SendAll(fd, rb, sizeof rb, o.deadline_ms);
   if (s.ok() && !body.empty()) s = dp::SendAll(fd, body.data(), body.size(), o.deadline_ms);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (unanswered) *unanswered = s.code() == Code::kIoError;
+    return s;
+  }
   unsigned char hb[dp::kReplyHeaderSize];
   int passed = -1;
   s = dp::RecvAll(fd, hb, sizeof hb, o.deadline_ms, &passed, o.spin_us);
+  if (unanswered) *unanswered = s.code() == Code::kIoError && passed < 0;
   OwnedFd held;
   if (passed >= 0) {
     if (!held.Identify(passed)) {
@@ -446,8 +451,12 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // connection is dropped; a daemon-reported error was read completely and the connection is reused. *connected:
   // a connection was had.
   //
-  // A daemon that let a request wait out --timeout is taken for stopped or hung: for the next --timeout every
-  // request fails at once, rather than each waiting its own (a file of 4 chunks waited 7 of them).
+  // A daemon that let a request (or a new connection's hello) wait out --timeout is taken for stopped or hung: for
+  // the next --timeout every request fails at once, rather than each waiting its own (a file of 4 chunks waited 7
+  // of them, and a fresh process 3 per chunk).
+  //
+  // An idle connection the daemon closed meanwhile (it exited, or was restarted) fails before any reply: the
+  // request goes once more on a fresh connection, and the other idle ones, as old, are dropped.
   Status Call(dp::Request r, std::string_view body, ReplyOpts o, const StoredUse& use, bool* connected = nullptr) {
     const int64_t now = dp::NowMs();
     if (now < silent_until_ms_.load(std::memory_order_relaxed))
@@ -456,17 +465,38 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
                                         " ms) a moment ago: stopped or hung? (failing at once for that long)");
     o.deadline_ms = now + timeout_ms_;
     o.keeper = this;
-    auto taken = Take(o.deadline_ms);
-    if (connected) *connected = taken.ok();
-    if (!taken.ok()) return taken.status();
-    r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    bool consumed = false;
-    Status s = Exchange(*taken, r, body, o, use, &consumed);
-    Give(*taken, consumed);
-    // (consumed: a whole reply came, a daemon-reported timeout included.)
-    if (!consumed && s.code() == Code::kTimeout)
-      silent_until_ms_.store(dp::NowMs() + timeout_ms_, std::memory_order_relaxed);
-    return s;
+    for (bool again = true;;) {
+      bool reused = false;
+      auto taken = Take(o.deadline_ms, &reused);
+      if (connected) *connected = taken.ok();
+      if (!taken.ok()) {
+        if (taken.status().code() == Code::kTimeout || dp::NowMs() >= o.deadline_ms) Silence();
+        return taken.status();
+      }
+      r.req_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+      bool consumed = false, unanswered = false;
+      Status s = Exchange(*taken, r, body, o, use, &consumed, &unanswered);
+      Give(*taken, consumed);
+      if (reused && unanswered && again) {
+        again = false;
+        DropIdle();
+        continue;
+      }
+      // (consumed: a whole reply came, a daemon-reported timeout included.)
+      if (!consumed && s.code() == Code::kTimeout) Silence();
+      return s;
+    }
+  }
+
+  void Silence() { silent_until_ms_.store(dp::NowMs() + timeout_ms_, std::memory_order_relaxed); }
+
+  // Closes the idle connections (a daemon that closed one has closed them all).
+  void DropIdle() {
+    std::lock_guard<std::mutex> g(mu_);
+    for (Conn* c : std::exchange(idle_, {})) {
+      if (!c->sock.StillOurs()) c->sock.fd = -1;  // closed behind our back: forget the number, never close it
+      EraseLocked(c);
+    }
   }
 
   // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked
@@ -539,7 +569,8 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       }
   }
 
-  Result<Conn*> Take(int64_t deadline) {
+  // A connection for one exchange: an idle one (*reused), else a new one, connected and greeted by `deadline`.
+  Result<Conn*> Take(int64_t deadline, bool* reused) {
     uint64_t gen;
     // Forked without the AtFork hooks: never talk on the parent's connections (replies would be split
     // between two processes); drop our copies and connect afresh. Every exchange starts here, so the calls
@@ -550,7 +581,10 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
       while (!idle_.empty()) {
         Conn* c = idle_.back();
         idle_.pop_back();
-        if (c->sock.StillOurs()) return c;
+        if (c->sock.StillOurs()) {
+          *reused = true;
+          return c;
+        }
         // The number was closed behind our back and may now be the program's file or socket: never send on
         // it, never close it; just forget it.
         c->sock.fd = -1;

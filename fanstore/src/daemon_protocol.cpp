@@ -79,10 +79,12 @@ Status RecvAll(int fd, void* p, size_t n, int64_t deadline_ms, int* fd_out, int 
     }
     if (r == 0) return Status(Code::kIoError, "daemon closed the connection (did it exit?)");
     for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      // Only one fd is ever expected; close any others (the buffer holds two ints, and one message may carry both).
+      const size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
         int got;
-        std::memcpy(&got, CMSG_DATA(cm), sizeof got);
-        // Only one fd is ever expected; a second would leak, so close extras.
+        std::memcpy(&got, CMSG_DATA(cm) + i * sizeof got, sizeof got);
         if (fd_out && *fd_out < 0) *fd_out = got;
         else close(got);
       }

@@ -20,7 +20,9 @@ void DecodePool::Shutdown() {
 }
 
 void* DecodePool::Main(void* self) {
-  static_cast<DecodePool*>(self)->Loop();
+  auto* pool = static_cast<DecodePool*>(self);
+  if (void (*hook)() = pool->start_hook_.load(std::memory_order_acquire)) hook();
+  pool->Loop();
   return nullptr;
 }
 

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -21,6 +22,9 @@ class DecodePool {
   int threads() const { return max_threads_; }
   // Queues `task`; false when the queue is full (the caller does the work itself or skips it).
   bool Submit(std::function<void()> task);
+  // Runs first on every thread the pool starts (the interposer marks the thread as its own: whatever the client
+  // does there, closing its fds included, goes straight to libc, as on a program's thread inside a wrapper).
+  void SetThreadStartHook(void (*hook)()) { start_hook_.store(hook, std::memory_order_release); }
   void LockForFork() { mu_.lock(); }
   void UnlockForFork(bool child);
 
@@ -36,6 +40,7 @@ class DecodePool {
   std::vector<pthread_t> threads_;
   int idle_ = 0;
   bool stop_ = false;
+  std::atomic<void (*)()> start_hook_{nullptr};
 };
 
 }  // namespace fanstore

@@ -283,6 +283,54 @@ def case_python(ctx):
           "the DataLoader workers must have fetched remote files through rank 0's daemon, without errors")
 
 
+FD_READER = r"""
+import hashlib, json, os, sys
+root = sys.argv[1]
+got = {}
+for d, _, files in os.walk(root):
+    for name in files:
+        with open(os.path.join(d, name), "rb") as f:
+            got[os.path.relpath(os.path.join(d, name), root)] = hashlib.md5(f.read()).hexdigest()
+kinds = []
+for n in os.listdir("/proc/self/fd"):
+    try:
+        kinds.append(os.readlink("/proc/self/fd/" + n))
+    except FileNotFoundError:  # listdir's own descriptor
+        pass
+print(json.dumps({"files": got, "memfds": sum(k.startswith("/memfd:") for k in kinds),
+                  "sockets": sum(k.startswith("socket:") for k in kinds)}))
+"""
+
+
+def case_client_fds(ctx):
+    """A program reads multi-chunk remote files through the interposer: the client's worker threads fetch chunks
+    and close each payload's memfd (a chunk larger than --conn-memory comes in a memfd of its own). Before, the
+    interposer refused those closes as the program's close of an fd it never opened: one memfd leaked per chunk
+    fetched on a worker thread."""
+    if not os.path.exists(ctx.args.preload):
+        log(f"SKIPPED: {ctx.args.preload} is not built (the interposer)")
+        return SKIP
+    ctx.pack(parts=4, chunk="2M", nfiles=16, sizes=(4500000,))
+    job = Job(ctx, 2, "--conn-memory", "1M", "--cache-bytes", "0")
+    job.wait_ready()
+    script = os.path.join(ctx.work, "fds.py")
+    with open(script, "w") as f:
+        f.write(FD_READER)
+    r = subprocess.run([ctx.args.fanstore, "run", "--daemon", ctx.sock(0), "--mount", "/fanstore", "--",
+                        ctx.args.python, script, "/fanstore/train"], capture_output=True, text=True,
+                       env=ctx.env, timeout=300)
+    check(r.returncode == 0, f"python through the daemon failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    check(got["files"] == source_md5s(os.path.join(ctx.src, "train")), "md5sums through the daemon differ")
+    job.stop()
+    c = counters(job.output(), 0)
+    log(f"{len(got['files'])} files read; open afterwards: {got['memfds']} memfds, {got['sockets']} sockets; "
+        f"rank 0 daemon: {c}")
+    check(c and c["client requests"] > 8, "the files must have been fetched from the other rank")
+    # Kept by the client: the daemon connections (one per thread that fetched, at most 5 here) and no memfd (the
+    # reply areas are mapped, their memfds closed; no fetch cache).
+    check(got["memfds"] == 0 and got["sockets"] <= 5, "the client leaked descriptors")
+
 def case_coalesce(ctx):
     """Eight processes on one node read the same remote files at once: each range crosses MPI once (joined while
     in flight, then read from the fetch cache, through the daemon or straight from its shared index), and every

@@ -3,6 +3,7 @@
 // connection whose fd number was replaced is neither used nor closed, and fork while another thread fetches
 // leaves the child a working fetcher that talks only on its own connections, and the fetch cache is copied with pread
 // on a kept descriptor, through the mapping once that descriptor's number is the program's.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -61,24 +62,27 @@ bool ReadAll(int fd, void* p, size_t n) {
   return true;
 }
 
-// Sends a reply header (with `pass_fd` riding on it when >= 0), then `rest` (message and inline payload).
-bool SendReply(int conn, const dp::ReplyHeader& h, const std::string& rest, int pass_fd = -1) {
+// Sends a reply header (with `pass_fd`, and `extra_fd` in the same control message, riding on it when >= 0), then
+// `rest` (message and inline payload).
+bool SendReply(int conn, const dp::ReplyHeader& h, const std::string& rest, int pass_fd = -1, int extra_fd = -1) {
   unsigned char hb[dp::kReplyHeaderSize];
   dp::EncodeReplyHeader(h, hb);
   iovec iov{hb, sizeof hb};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
   if (pass_fd >= 0) {
+    const int fds[2] = {pass_fd, extra_fd};
+    const size_t n = extra_fd >= 0 ? 2 : 1;
     std::memset(cbuf, 0, sizeof cbuf);
     msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
+    msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
     cmsghdr* cm = CMSG_FIRSTHDR(&msg);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
   }
   ssize_t w;
   do w = sendmsg(conn, &msg, MSG_NOSIGNAL);
@@ -109,10 +113,15 @@ class FakeDaemon {
  public:
   using Handler = std::function<void(int conn, const dp::Request& r, pid_t peer)>;
 
-  explicit FakeDaemon(Handler handler) : handler_(std::move(handler)) {
-    char tmpl[] = "/tmp/fanstore-fake-daemon-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/sock";
+  // At `at` (a socket path in a directory the test owns: a daemon restarted there), else in a directory of its own.
+  explicit FakeDaemon(Handler handler, std::string at = "") : handler_(std::move(handler)) {
+    if (at.empty()) {
+      char tmpl[] = "/tmp/fanstore-fake-daemon-XXXXXX";
+      dir_ = mkdtemp(tmpl);
+      path_ = dir_ + "/sock";
+    } else {
+      path_ = std::move(at);
+    }
     lfd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -133,13 +142,15 @@ class FakeDaemon {
     for (int c : conns_) close(c);
     close(lfd_);
     unlink(path_.c_str());
-    rmdir(dir_.c_str());
+    if (!dir_.empty()) rmdir(dir_.c_str());
   }
 
   const std::string& path() const { return path_; }
   int accepts() const { return accepts_.load(); }
   // Answers every hello, after `delay_ms`, with the refusal a daemon gives a uid it does not serve.
   void RefuseHellos(int delay_ms) { refuse_after_ms_.store(delay_ms); }
+  // Leaves every later hello unanswered (a stopped or hung daemon), until it is destroyed.
+  void HangHellos() { hang_hellos_.store(true); }
 
  private:
   void AcceptLoop() {
@@ -169,6 +180,8 @@ class FakeDaemon {
       if (!ReadAll(c, rb, sizeof rb)) return;
       dp::Request r;
       if (!dp::DecodeRequest(rb, &r)) return;
+      while (r.type == dp::MsgType::kHello && hang_hellos_.load() && !stop_.load())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (r.type == dp::MsgType::kHello && refuse_after_ms_.load() >= 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(refuse_after_ms_.load()));
         SendError(c, r, Code::kPermission, "uid 65534 may not use this daemon");
@@ -194,6 +207,7 @@ class FakeDaemon {
   std::atomic<bool> stop_{false};
   std::atomic<int> accepts_{0};
   std::atomic<int> refuse_after_ms_{-1};
+  std::atomic<bool> hang_hellos_{false};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<int> conns_;
@@ -446,6 +460,86 @@ TEST(DaemonClient, FetchesInlineAndMemfdPayloadsAndKeepsTheConnection) {
   }
   EXPECT_TRUE(sock);
   EXPECT_TRUE(reg);
+}
+
+// The number of this process's open descriptors.
+int OpenFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// The defect: RecvAll read only the first descriptor of a control message whose buffer holds two, so a broken
+// daemon that passed two with a reply leaked one per reply. Both are received and the unexpected one closed.
+TEST(DaemonClient, ASecondDescriptorInOneReplyIsClosed) {
+  FakeDaemon d([](int c, const dp::Request& r, pid_t) {
+    int m = MakeMemfd(kBigOffset + kBig.size(), kBigOffset, kBig, true), extra = MakeMemfd(1, 0, "x", true);
+    dp::ReplyHeader h = OkHeader(r, kBig.size());
+    h.flags = dp::kPayloadInMemfd;
+    h.shm_offset = kBigOffset;
+    SendReply(c, h, "", m, extra);
+    close(m);
+    close(extra);
+  });
+  auto f = MustConnect(d);
+  ASSERT_TRUE(f);
+  std::string out;
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(2, kBig.size()), &out).ok());  // the pooled connection is open now
+  const int before = OpenFds();
+  for (int i = 0; i < 20; ++i) {
+    Status s = FetchStored(*f, MakeEntry(2, kBig.size()), &out);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(out, kBig);
+  }
+  EXPECT_EQ(OpenFds(), before) << "descriptors leaked over 20 replies";
+}
+
+// The defect: after the daemon was restarted, each idle pooled connection (closed by the old daemon) failed its next
+// request with EIO. The request goes once more on a fresh connection to the new daemon.
+TEST(DaemonClient, ARestartedDaemonCostsNoFailedRead) {
+  char tmpl[] = "/tmp/fanstore-restart-XXXXXX";
+  const std::string dir = mkdtemp(tmpl), path = dir + "/sock";
+  auto old_daemon = std::make_unique<FakeDaemon>(Handle, path);
+  auto f = MustConnect(*old_daemon);
+  ASSERT_TRUE(f);
+  std::string out;
+  ASSERT_TRUE(FetchStored(*f, MakeEntry(1, kSmall.size()), &out).ok());
+  old_daemon.reset();  // its connections are closed
+  FakeDaemon new_daemon(Handle, path);
+  for (int i = 0; i < 3; ++i) {
+    Status s = FetchStored(*f, MakeEntry(1, kSmall.size()), &out);
+    ASSERT_TRUE(s.ok()) << "read " << i << " after the restart: " << s.ToString();
+    EXPECT_EQ(out, kSmall);
+  }
+  EXPECT_EQ(new_daemon.accepts(), 1) << "one fresh connection";
+  rmdir(dir.c_str());
+}
+
+// The defect: a hello that waited out the timeout (a stopped daemon, a process with no idle connection) started no
+// fail-at-once window, so every read waited a whole timeout again (3 per chunk: two for the fetch cache's map).
+TEST(DaemonClient, AHelloThatTimesOutMakesTheNextRequestsFailAtOnce) {
+  FakeDaemon d(Handle);
+  auto f = MustConnect(d);  // (its probe connection is not pooled: the next request connects)
+  ASSERT_TRUE(f);
+  d.HangHellos();
+  std::string out;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = FetchStored(*f, MakeEntry(1, kSmall.size()), &out);
+  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.ToString();
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    s = FetchStored(*f, MakeEntry(1, kSmall.size()), &out);
+    EXPECT_EQ(s.code(), Code::kTimeout) << s.ToString();
+    EXPECT_FALSE(f->CachesNodeWide());
+  }
+  const double next = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(first, 1.5) << "the first request waits out the 2 s timeout";
+  EXPECT_LT(next, 1.0) << "5 requests and 5 cache lookups after it took " << next << " s";
+  EXPECT_NE(s.message().find("failing at once"), std::string::npos) << s.ToString();
 }
 
 TEST(DaemonClient, NodeInTheSocketPathIsThisNodesDaemon) {

@@ -33,6 +33,7 @@ CASES = {
     "replicas": cases_basic.case_replicas,
     "nospace": cases_basic.case_nospace,
     "python": cases_basic.case_python,
+    "client_fds": cases_basic.case_client_fds,
     "coalesce": cases_basic.case_coalesce,
     "chunked": cases_basic.case_chunked,
     "transport_options": cases_basic.case_transport_options,

@@ -127,6 +127,9 @@ class Client {
   // can protect them from the program's close loops (the interposer marks them internal).
   // The hook is forwarded to the RemoteFetcher (its daemon connections are the client's fds too).
   void SetInternalFdHook(void (*hook)(int fd));
+  // Runs first on every worker thread the client starts (decoding, read-ahead, remote reads): the interposer marks
+  // such a thread as its own, so the client's calls there (close of its fds) are not taken for the program's.
+  void SetWorkerThreadHook(void (*hook)());
 
   // pthread_atfork hooks: no lock may be held across fork, and the child drops shared connections and
   // the decode work its parent's threads had in flight.
