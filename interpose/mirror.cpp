@@ -46,8 +46,15 @@ std::string Base() {
   return std::string(tmp && *tmp ? tmp : "/tmp") + "/fanstore-libs-" + std::to_string(::geteuid());
 }
 
-std::string Root(const Image& img, std::string* error) {
+std::string Where(const Image& img) {
   if (std::string node = NodeLibs(); !node.empty()) return node;  // per image already
+  char key[32];
+  std::snprintf(key, sizeof key, "/%016" PRIx64, img.ContentKey());
+  return Base() + key;
+}
+
+std::string Root(const Image& img, std::string* error) {
+  if (std::string node = NodeLibs(); !node.empty()) return node;
   const std::string base = Base();
   if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) {
     *error = Status::FromErrno(errno, "cannot create " + base).message() + " (set TMPDIR to a writable directory)";
@@ -60,9 +67,7 @@ std::string Root(const Image& img, std::string* error) {
     *error = base + " is not a private directory of this user (remove it, or set TMPDIR)";
     return {};
   }
-  char key[32];
-  std::snprintf(key, sizeof key, "/%016" PRIx64, img.ContentKey());
-  return base + key;
+  return Where(img);
 }
 
 Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path) {

@@ -25,6 +25,9 @@ std::string Root(const Image& img, std::string* error);
 // mkdir -p with mode 0700.
 Status MakeDirs(const std::string& dir);
 
+// Where Root puts the copies of `img` for this process, whether or not that directory exists or may be used.
+std::string Where(const Image& img);
+
 // Makes `root`/`e.path` hold file `e` unless a complete copy is already there: `write(fd)` fills a temporary file,
 // which is renamed into place, so no process ever maps or executes a partial copy.
 Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path);

@@ -144,6 +144,16 @@ void FollowLinks(Resolved* r, bool follow_last) {
 
 Resolved ClassifyLexically(int dirfd, const char* path);
 
+// A program exec'd from the image runs from its copy in the mirror (mirror.hpp), and the image's libraries are
+// loaded from theirs: /proc/self/exe, dladdr and $ORIGIN name the mirror. A path under it is the same path under the
+// mount, so such a program finds the files next to it (a Python or JDK finds its library tree so). *out: that path.
+bool Unmirror(const char* path, std::string* out) {
+  const size_t r = g_mirror_len;
+  if (r == 0 || strncmp(path, g_mirror, r) != 0 || (path[r] != '/' && path[r] != '\0')) return false;
+  out->assign(g_mount, g_mount_len).append(path + r);
+  return true;
+}
+
 }  // namespace
 
 Resolved Classify(int dirfd, const char* path, bool follow_last) {
@@ -170,6 +180,8 @@ Resolved ClassifyLexically(int dirfd, const char* path) {
     r.no_search = r.fd_link;
     r.search_top = fd_id;
   }
+  std::string unmirrored;
+  if (path[0] == '/' && Unmirror(path, &unmirrored)) path = unmirrored.c_str();
   if (path[0] == '/') {
     c = ClassifyPath(path, mount, mount);  // allocation-free when not under the mount
     // "/fanstore/../etc" climbs out through a directory the kernel may not have: resolve it lexically.

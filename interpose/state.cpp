@@ -21,6 +21,7 @@
 #include "fanstore/path.hpp"
 #include "fd_table.hpp"
 #include "lazy.hpp"
+#include "mirror.hpp"
 #include "parent_listing.hpp"
 #include "trace.hpp"
 
@@ -32,6 +33,8 @@ Client* g_client = nullptr;
 bool g_has_links = false;
 char g_mount[PATH_MAX] = "/fanstore";
 size_t g_mount_len = 9;
+char g_mirror[PATH_MAX] = "";
+size_t g_mirror_len = 0;
 bool g_log_debug = false;
 
 namespace {
@@ -136,6 +139,11 @@ void InitOnce() {
     // The client's worker threads run only its code: their close of a memfd or socket of ours must not be refused
     // as a program's close of an fd it never opened (they leaked one per daemon reply area, connection or payload).
     g_client->SetWorkerThreadHook([] { t_inside = true; });
+    // Known before any exec (a forked child must not allocate to classify its exec's path).
+    if (std::string w = mirror::Where(g_client->image()); w.size() < sizeof g_mirror) {
+      memcpy(g_mirror, w.c_str(), w.size() + 1);
+      g_mirror_len = w.size();
+    }
   } catch (...) {
     WriteLine("fanstore: cannot open image ", image ? image : "(none)", ": out of memory");
     g_mode.store(static_cast<int>(Mode::kBroken), std::memory_order_release);

@@ -54,7 +54,9 @@ extern Client* g_client;  // set before g_mode becomes kReady, never freed (exit
 extern bool g_has_links;  // the image holds symlinks: paths under the mount are resolved through them
 extern char g_mount[];    // normalised mount prefix, e.g. "/fanstore"
 extern size_t g_mount_len;
-extern bool g_log_debug;  // FANSTORE_LOG=debug
+extern char g_mirror[];      // where this process's copies of the image's programs and libraries are (mirror::Where)
+extern size_t g_mirror_len;  // 0: none
+extern bool g_log_debug;     // FANSTORE_LOG=debug
 
 inline Mode CurrentMode() { return static_cast<Mode>(g_mode.load(std::memory_order_acquire)); }
 // Should this call be looked at at all? False before init, when disabled, and for our own nested calls.

@@ -46,6 +46,39 @@ printf '#include <stdio.h>\nint foo(void);\nint main(void) { printf("foo() = %%d
     -Wl,-rpath,'$ORIGIN/../lib64' -Wl,--enable-new-dtags &&
   "$cc" -o "$src/env/bin/foo-rpath" "$tmp/main.c" -L"$src/env/lib" -lfoo -Wl,-rpath,'$ORIGIN/../lib' &&
   "$cc" -o "$tmp/foo-llp" "$tmp/main.c" -L"$src/env/lib" -lfoo || { echo "FAIL: cannot build the test libraries"; exit 1; }
+# A program that finds its data next to itself, through /proc/self/exe and through dladdr of its library (a JDK, a
+# Python, GDAL do so): started by a shell, it runs from a copy, whose paths must lead back into the image.
+mkdir -p "$src/env/share"
+echo "data beside the program" > "$src/env/share/data.txt"
+cat > "$tmp/whereami.c" << 'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int foo(void);
+static void show(const char* how, const char* file) { /* ../share/data.txt from the directory of `file` */
+  char path[4096], dir[4096], line[256] = "";
+  snprintf(dir, sizeof dir, "%s", file);
+  snprintf(path, sizeof path, "%s/../share/data.txt", dirname(dir));
+  FILE* f = fopen(path, "r");
+  if (f == NULL || fgets(line, sizeof line, f) == NULL) snprintf(line, sizeof line, "MISSING\n");
+  if (f) fclose(f);
+  printf("%s: %s", how, line);
+}
+int main(void) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  show("beside /proc/self/exe", exe);
+  Dl_info info;
+  if (dladdr((void*)foo, &info) && info.dli_fname) show("beside dladdr of libfoo", info.dli_fname);
+  return 0;
+}
+EOF
+"$cc" -o "$src/env/bin/whereami" "$tmp/whereami.c" -L"$src/env/lib" -lfoo -Wl,-rpath,'$ORIGIN/../lib' ||
+  { echo "FAIL: cannot build whereami"; exit 1; }
 "$fanstore" pack "$src" -o "$tmp/img" --parts 2 > /dev/null || { echo "FAIL: pack"; exit 1; }
 
 # First, before any library of the image was loaded on this node: a program with RUNPATH $ORIGIN/../lib started
@@ -97,7 +130,8 @@ probe() {
   local root=$1
   (cd "$tmp" && PYTHONPATH=$root/py "$py" "$root/py/env_probe.py" "$root" 2>&1
    PYTHONPATH=$root/py "$py" -m probe_pkg.tool arg 2>&1
-   LD_LIBRARY_PATH=$root/env/lib "$tmp/foo-llp" 2>&1) | sed "s|$root|@|g"
+   LD_LIBRARY_PATH=$root/env/lib "$tmp/foo-llp" 2>&1
+   sh -c "$root/env/bin/whereami" 2>&1) | sed "s|$root|@|g"
 }
 export -f probe
 export tmp py
