@@ -186,13 +186,35 @@ const char* Search(const char* name) {
   return Keep(std::move(dst));
 }
 
+// The interposer's virtual cwd (a directory of the image the program entered with chdir, which leaves the kernel's
+// cwd alone): FANSTORE_CWD, which the interposer exports and a program exec'd from there starts with. Read at each
+// call: a chdir replaces the value in place in the environment block this namespace shares. Empty: none.
+std::string VirtualCwd() {
+  const char* v = std::getenv(env::kCwd);
+  if (v == nullptr || *v != '/') return {};
+  std::string cwd = NormalizeAbsolute(v);
+  return cwd == MountPrefix() || Under(cwd, MountPrefix()) ? cwd : std::string();
+}
+
+// A relative path with a '/' (dlopen("./lib/libfoo.so"), an LD_LIBRARY_PATH entry "lib") is opened by the loader
+// against the kernel's cwd; with a virtual cwd the program means the image's: answer for that path.
+const char* SearchRelative(const char* name) {
+  const std::string cwd = VirtualCwd();
+  if (cwd.empty()) return name;
+  const std::string abs = cwd + "/" + name;
+  const char* r = Search(abs.c_str());
+  return r == abs.c_str() ? name : r;
+}
+
 // A bare name (no '/') is searched by the loader in LD_LIBRARY_PATH among other places. It gives up on a directory
 // for good once a name was not there and the directory itself fails stat (which a directory of the image does):
 // so a bare name found in an LD_LIBRARY_PATH directory of the image is answered at once, unless an earlier real
 // directory of LD_LIBRARY_PATH has it.
 const char* SearchLibraryPath(const char* name) {
   const char* llp = std::getenv("LD_LIBRARY_PATH");
-  if (llp == nullptr || std::strstr(llp, MountPrefix().c_str()) == nullptr) return name;
+  if (llp == nullptr) return name;
+  const std::string cwd = VirtualCwd();  // the base of relative entries
+  if (std::strstr(llp, MountPrefix().c_str()) == nullptr && cwd.empty()) return name;
   State* s = Init();
   if (s->broken) return name;
   std::string_view rest(llp);
@@ -202,13 +224,16 @@ const char* SearchLibraryPath(const char* name) {
     rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
     if (dir.empty()) continue;
     std::string cand = dir + "/" + name;
-    Classified c = ClassifyPath(cand, s->mount, "/");
+    Classified c = ClassifyPath(cand, s->mount, cwd.empty() ? "/" : cwd);
     if (c.cls != PathClass::kOurs) {
       if (::access(cand.c_str(), F_OK) == 0) return name;  // a real directory earlier in the list has it
       continue;
     }
     auto t = s->client->Resolve(c.rel);
-    if (t.ok()) return Search(cand.c_str());
+    if (!t.ok()) continue;
+    const std::string abs = s->mount + "/" + c.rel;
+    const char* r = Search(abs.c_str());  // (its argument back when that is no file: never hand the loader that)
+    return r == abs.c_str() ? name : r;
   }
   return name;
 }
@@ -228,7 +253,7 @@ __attribute__((visibility("default"))) char* la_objsearch(const char* name, uint
   try {
     if (flag == LA_SER_ORIG && std::strchr(name, '/') == nullptr)
       return const_cast<char*>(fanstore::interpose::audit::SearchLibraryPath(name));
-    if (name[0] != '/') return const_cast<char*>(name);
+    if (name[0] != '/') return const_cast<char*>(fanstore::interpose::audit::SearchRelative(name));
     return const_cast<char*>(fanstore::interpose::audit::Search(name));
   } catch (...) {  // no memory: nothing may unwind into the loader
     return const_cast<char*>(name);

@@ -79,6 +79,11 @@ int main(void) {
 EOF
 "$cc" -o "$src/env/bin/whereami" "$tmp/whereami.c" -L"$src/env/lib" -lfoo -Wl,-rpath,'$ORIGIN/../lib' ||
   { echo "FAIL: cannot build whereami"; exit 1; }
+# Relative library paths from a directory of the image (a virtual cwd under the interposer): dlopen of "./lib/..."
+# and "lib/...", and a relative LD_LIBRARY_PATH entry of a program of the image without RUNPATH.
+printf '#include <dlfcn.h>\n#include <stdio.h>\nint main(int c, char** v) { for (int i = 1; i < c; ++i) printf("dlopen %%s: %%s\\n", v[i], dlopen(v[i], RTLD_NOW) ? "loaded" : "not loaded"); return 0; }\n' > "$tmp/dltest.c"
+"$cc" -o "$tmp/dltest" "$tmp/dltest.c" -ldl && cp "$tmp/foo-llp" "$src/env/bin/foo-llp" ||
+  { echo "FAIL: cannot build dltest"; exit 1; }
 "$fanstore" pack "$src" -o "$tmp/img" --parts 2 > /dev/null || { echo "FAIL: pack"; exit 1; }
 
 # First, before any library of the image was loaded on this node: a program with RUNPATH $ORIGIN/../lib started
@@ -131,7 +136,10 @@ probe() {
   (cd "$tmp" && PYTHONPATH=$root/py "$py" "$root/py/env_probe.py" "$root" 2>&1
    PYTHONPATH=$root/py "$py" -m probe_pkg.tool arg 2>&1
    LD_LIBRARY_PATH=$root/env/lib "$tmp/foo-llp" 2>&1
-   sh -c "$root/env/bin/whereami" 2>&1) | sed "s|$root|@|g"
+   sh -c "$root/env/bin/whereami" 2>&1
+   cd "$root/env" && "$tmp/dltest" ./lib/libfoo.so lib/libfoo.so.1 2>&1 && LD_LIBRARY_PATH=lib ./bin/foo-llp 2>&1
+   cd lib && "$py" -c 'import ctypes; ctypes.CDLL("./libfoo.so"); print("ctypes ./libfoo.so loaded")' 2>&1) |
+    sed "s|$root|@|g"
 }
 export -f probe
 export tmp py
