@@ -180,6 +180,12 @@ for how in missing header foreign directory; do
   start "$T/p5"
   eio "$how partition" "${RUN[@]}" cat "$ROOT/$bad"
   if [ "$MODE" = run ] && ! grep -q "^fanstore: .*$words" "$T/err"; then fail "$how partition: the reason is not verify's: $(cat "$T/err")"; fi
+  if [ "$MODE" = run ] && [ "$how" = missing ] && [ -e /dev/fuse ]; then  # `fanstore run` through FUSE names itself
+    "$F" run --image "$T/p5" --fuse always -- cat "/fanstore/$bad" >/dev/null 2>"$T/err"
+    if grep -q "^fanstore run: warning: 1 of 2 partitions cannot be read whole" "$T/err" && ! grep -q "fanstore mount" "$T/err"
+    then pass "missing partition: fanstore run --fuse always warns in its own name"
+    else fail "missing partition through fanstore run --fuse always: $(cat "$T/err")"; fi
+  fi
   "$F" cat "$T/p5" "$bad" >/dev/null 2>"$T/err"
   grep -q "^fanstore cat: .*$words" "$T/err" && pass "$how partition: fanstore cat says why" || fail "$how partition: fanstore cat says $(cat "$T/err")"
   if "${RUN[@]}" cmp -s "$ROOT/$good" "$T/src/a/$good"; then pass "$how partition: the other partition reads"; else fail "$how partition: $good no longer reads"; fi

@@ -220,6 +220,7 @@ int RunUnderFuse(const FuseRun& r) {
   mo.daemon_socket = r.daemon;
   mo.mountpoint = r.mount;
   mo.foreground = true;
+  mo.command = "fanstore run";
   if (nonempty) mo.fuse_options.push_back("nonempty");
   const pid_t self = ::getpid();
   const pid_t server = ::fork();

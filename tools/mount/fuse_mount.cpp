@@ -155,9 +155,9 @@ Status Mount(const MountOptions& opts) {
     client = Client::Create(copts);
     if (client.ok())
       std::fprintf(stderr,
-                   "fanstore mount: warning: no private copy of the index (%s); do not overwrite %s/index.fsi in "
+                   "%s: warning: no private copy of the index (%s); do not overwrite %s/index.fsi in "
                    "place while it is mounted\n",
-                   no_copy.ToString().c_str(), image.c_str());
+                   opts.command.c_str(), no_copy.ToString().c_str(), image.c_str());
   }
   if (!client.ok()) return client.status();  // the image's own fault, in the words for it
   // Alone (no daemon to fetch through), a partition that cannot be read here gives EIO for its files, and a
@@ -171,10 +171,9 @@ Status Mount(const MountOptions& opts) {
       if (!s.ok() && bad++ == 0) first = s;
     }
     if (bad > 0)
-      std::fprintf(
-          stderr,
-          "fanstore mount: warning: %u of %u partitions cannot be read whole, so (some of) their files give EIO: %s\n",
-          bad, img.PartitionCount(), first.ToString().c_str());
+      std::fprintf(stderr,
+                   "%s: warning: %u of %u partitions cannot be read whole, so (some of) their files give EIO: %s\n",
+                   opts.command.c_str(), bad, img.PartitionCount(), first.ToString().c_str());
   }
 
   FsContext ctx;

@@ -20,6 +20,7 @@ struct MountOptions {
   // Checked (opened and closed) before mounting so a missing FUSE is one clear line. libfuse itself
   // always opens /dev/fuse; tests point this elsewhere to simulate a machine without FUSE.
   std::string fuse_device = "/dev/fuse";
+  std::string command = "fanstore mount";  // names the command in warning lines (`fanstore run` mounts too)
 };
 
 // Mounts `opts.image` read-only at `opts.mountpoint` and serves it until it is unmounted
