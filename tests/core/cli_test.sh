@@ -248,6 +248,11 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/x" --lvl 3
 one_line 'fanstore pack: unknown option --lvl; `fanstore pack --help` lists its options'
 expect_rc 1 "$F" run --image "$T/img" --
 one_line 'fanstore run: CMD is required'
+# An option given twice, and a relative --mount, say what to do (CLI11 said "At Most 1 required but received 2").
+expect_rc 1 "$F" run --image "$T/img" --image "$T/img" -- true
+one_line 'fanstore run: --image is given 2 times: pass it once'
+expect_rc 1 "$F" run --image "$T/img" --mount fanstore -- true
+one_line "fanstore run: --mount must be an absolute path, got 'fanstore': give the prefix, e.g. /fanstore"
 expect_rc 1 "$F" run --image "$T/img" --log info -- true
 one_line "fanstore run: --log must be debug (or off), got 'info'"
 [ "$(FANSTORE_LOG=debug "$F" run --image "$T/img" --log off -- sh -c 'echo "${FANSTORE_LOG-unset}"')" = unset ] ||

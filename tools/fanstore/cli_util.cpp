@@ -56,6 +56,10 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
         return Fail(cmd, "unknown option " + Printable(name) + "; `fanstore " + cmd + " --help` lists its options");
     }
   }
+  static const std::regex kTwice("^(-[-A-Za-z0-9]+): At Most 1 required but received (\\d+)$");
+  std::smatch twice;
+  if (std::regex_match(why, twice, kTwice))
+    return Fail(cmd, twice[1].str() + " is given " + twice[2].str() + " times: pass it once");
   // InRange's refusal already says what to do: "--level: 99 is outside ..." reads "--level 99 is outside ...".
   static const std::regex kOwnAdvice("^(-[-A-Za-z0-9]+): (\\S+ is (outside |not a whole number;).*)$");
   std::smatch m;

@@ -121,7 +121,7 @@ int Run(const RunArgs& a) {
   if (a.image.empty() == a.daemon.empty())
     return Fail("run", "give exactly one of --image (one node) or --daemon (multi-node)");
   if (a.mount.empty() || a.mount[0] != '/')
-    return Fail("run", "--mount must be an absolute path, got '" + a.mount + "'");
+    return Fail("run", "--mount must be an absolute path, got '" + a.mount + "': give the prefix, e.g. /fanstore");
   if (std::string hidden = HiddenSystemPath(NormalizeAbsolute(a.mount)); !hidden.empty())
     return Fail("run", "--mount " + a.mount + " would hide " + (hidden == "/" ? "the whole file system" : hidden) +
                            " from the program, which it and the system need: give a prefix of its own, such as "
