@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -187,8 +188,8 @@ const char* Search(const char* name) {
 }
 
 // The interposer's virtual cwd (a directory of the image the program entered with chdir, which leaves the kernel's
-// cwd alone): FANSTORE_CWD, which the interposer exports and a program exec'd from there starts with. Read at each
-// call: a chdir replaces the value in place in the environment block this namespace shares. Empty: none.
+// cwd alone): FANSTORE_CWD of the environment block the process started with, which this namespace reads and the
+// interposer keeps current (cwd.cpp, ShowToLoader) when the process started with one. Empty: none.
 std::string VirtualCwd() {
   const char* v = std::getenv(env::kCwd);
   if (v == nullptr || *v != '/') return {};
@@ -198,12 +199,29 @@ std::string VirtualCwd() {
 
 // A relative path with a '/' (dlopen("./lib/libfoo.so"), an LD_LIBRARY_PATH entry "lib") is opened by the loader
 // against the kernel's cwd; with a virtual cwd the program means the image's: answer for that path.
+// Only a file the image has is answered for; anything else is the loader's, as before.
 const char* SearchRelative(const char* name) {
   const std::string cwd = VirtualCwd();
   if (cwd.empty()) return name;
-  const std::string abs = cwd + "/" + name;
+  State* s = Init();
+  if (s->broken) return name;
+  Classified c = ClassifyPath(name, s->mount, cwd);
+  if (c.cls != PathClass::kOurs) return name;
+  auto t = s->client->Resolve(c.rel);
+  if (!t.ok() || !t->outside.empty() || !s->client->image().Get(t->id).is_reg()) return name;
+  const std::string abs = s->mount + "/" + c.rel;
   const char* r = Search(abs.c_str());
   return r == abs.c_str() ? name : r;
+}
+
+// Whether a search path holds a relative entry ("lib", not "/lib").
+bool HasRelativeEntry(std::string_view list) {
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find_first_of(":;", at), list.size());
+    if (end > at && list[at] != '/') return true;
+    at = end + 1;
+  }
+  return false;
 }
 
 // A bare name (no '/') is searched by the loader in LD_LIBRARY_PATH among other places. It gives up on a directory
@@ -213,8 +231,9 @@ const char* SearchRelative(const char* name) {
 const char* SearchLibraryPath(const char* name) {
   const char* llp = std::getenv("LD_LIBRARY_PATH");
   if (llp == nullptr) return name;
-  const std::string cwd = VirtualCwd();  // the base of relative entries
-  if (std::strstr(llp, MountPrefix().c_str()) == nullptr && cwd.empty()) return name;
+  const bool ours = std::strstr(llp, MountPrefix().c_str()) != nullptr;
+  const std::string cwd = ours || HasRelativeEntry(llp) ? VirtualCwd() : std::string();  // base of relative entries
+  if (!ours && cwd.empty()) return name;
   State* s = Init();
   if (s->broken) return name;
   std::string_view rest(llp);

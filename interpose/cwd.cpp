@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
+#include <set>
 
 #include "fanstore/env.hpp"
 #include "fanstore/path.hpp"
@@ -28,6 +30,22 @@ CwdState& S() {
 }
 std::atomic<bool> g_has_virtual{false};
 std::atomic<bool> g_real_near_mount{true};  // conservative until Init
+char** g_start_env = nullptr;               // the environment block the process started with (SetStartEnvironment)
+
+// The loader's audit module (audit.cpp) resolves relative library paths against FANSTORE_CWD, read in a namespace of
+// its own whose environment stays the block the process started with; ours moves to a new block at the first new
+// variable. So the virtual cwd goes into that block's FANSTORE_CWD entry too, when it has one (a process started
+// from a directory of the image); "" when there is none. Under s.mu. The strings are kept for good.
+void ShowToLoader(const std::string& value) {
+  if (g_start_env == nullptr) return;
+  const size_t n = strlen(env::kCwd);
+  for (char** e = g_start_env; *e != nullptr; ++e)
+    if (strncmp(*e, env::kCwd, n) == 0 && (*e)[n] == '=') {
+      static std::set<std::string>* kept = new std::set<std::string>;
+      *e = const_cast<char*>(kept->insert(std::string(env::kCwd) + "=" + value).first->c_str());
+      return;
+    }
+}
 
 bool Near(const std::string& real) {
   std::string_view m(g_mount, g_mount_len), r(real);
@@ -66,6 +84,11 @@ void Init() {
   }
 }
 
+void SetStartEnvironment(char** envp) {
+  std::lock_guard<std::mutex> lock(S().mu);
+  g_start_env = envp;
+}
+
 bool HasVirtual() { return g_has_virtual.load(std::memory_order_acquire); }
 bool RealCwdNearMount() { return g_real_near_mount.load(std::memory_order_acquire); }
 
@@ -81,6 +104,7 @@ void SetVirtual(const std::string& abs) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.virt = abs;
     g_has_virtual.store(true, std::memory_order_release);
+    ShowToLoader(abs);
   }
   // In the environment too, so every exec path (execv, execvp, posix_spawn: glibc-internal execve
   // calls we cannot see) hands the virtual cwd to the child. setenv leaks the old string, never frees it,
@@ -97,6 +121,7 @@ void LeftMount() {
     s.virt.clear();
     g_has_virtual.store(false, std::memory_order_release);
     RefreshRealLocked(s);
+    if (had) ShowToLoader("");
   }
   if (had || getenv(env::kCwd)) unsetenv(env::kCwd);
 }

@@ -11,6 +11,9 @@ namespace cwd {
 
 // Reads the kernel cwd and FANSTORE_CWD (set by a parent that exec'd us from inside the mount).
 void Init();
+// The environment block the process started with (the preload's constructor gets it): the loader's audit module
+// reads FANSTORE_CWD there, and a change of the virtual cwd is written there too.
+void SetStartEnvironment(char** envp);
 bool HasVirtual();
 // True when the real cwd is an ancestor of the mount or inside it, i.e. a relative path without
 // '..' could still reach the mount. False lets relative paths skip classification entirely.

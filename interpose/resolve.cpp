@@ -150,7 +150,9 @@ Resolved ClassifyLexically(int dirfd, const char* path);
 bool Unmirror(const char* path, std::string* out) {
   const size_t r = g_mirror_len;
   if (r == 0 || strncmp(path, g_mirror, r) != 0 || (path[r] != '/' && path[r] != '\0')) return false;
-  out->assign(g_mount, g_mount_len).append(path + r);
+  const std::string n = NormalizeAbsolute(path);  // "MIRROR/../x" is not under the mirror
+  if (n.compare(0, r, g_mirror, r) != 0 || (n.size() > r && n[r] != '/')) return false;
+  out->assign(g_mount, g_mount_len).append(n, r, std::string::npos);
   return true;
 }
 

@@ -140,7 +140,7 @@ void InitOnce() {
     // as a program's close of an fd it never opened (they leaked one per daemon reply area, connection or payload).
     g_client->SetWorkerThreadHook([] { t_inside = true; });
     // Known before any exec (a forked child must not allocate to classify its exec's path).
-    if (std::string w = mirror::Where(g_client->image()); w.size() < sizeof g_mirror) {
+    if (std::string w = NormalizeAbsolute(mirror::Where(g_client->image())); w.size() < sizeof g_mirror) {
       memcpy(g_mirror, w.c_str(), w.size() + 1);
       g_mirror_len = w.size();
     }
@@ -164,7 +164,10 @@ std::once_flag g_init_once;
 
 // Runs when the dynamic loader initialises the preload library, before the program's own constructors
 // and main. Until it finishes, g_mode is kOff and every wrapper passes through.
-__attribute__((constructor)) void Constructor() { EnsureInit(); }
+__attribute__((constructor)) void Constructor(int, char**, char** envp) {
+  cwd::SetStartEnvironment(envp);
+  EnsureInit();
+}
 
 }  // namespace
 

@@ -77,6 +77,7 @@ class FetchRouter::Fetch final : public FetchSink {
     }
     if (prefetch && !s.ok()) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     if (prefetch && s.ok() && !waiters.empty()) r->Consumed(tag);  // read while in flight
+    else if (prefetch && s.ok() && suspect) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     if (s.ok() && !suspect && r->cache_->Admits(len)) {
       CacheBuffer cb;
       const char* at = cache_buf_.mem.data();

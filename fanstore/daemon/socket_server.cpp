@@ -133,8 +133,16 @@ bool ProcessEnded(long pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
 }
 
-// Removes the temporary sockets (PATH.starting.PID, or .fanstore-starting.PID for paths too long for that: Bind's)
-// of daemons killed before they renamed them: those whose process has ended and that nobody listens on.
+// The short temporary name Bind uses where PATH.starting.PID is too long for a socket address: it names the host,
+// since the directory may be shared by nodes whose PIDs mean nothing here (and whose listeners refuse us).
+std::string ShortStartingPrefix() {
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(".fanstore-starting.") + host + ".";
+}
+
+// Removes the temporary sockets (PATH.starting.PID, or this host's .fanstore-starting.HOST.PID: Bind's) of daemons
+// killed before they renamed them: those whose process has ended and that nobody listens on.
 void RemoveStaleStarting(const std::string& path) {
   const std::string dir = DirectoryOf(path);
   DIR* d = opendir(dir.c_str());
@@ -143,7 +151,7 @@ void RemoveStaleStarting(const std::string& path) {
   while (struct dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     size_t digits = 0;
-    for (const std::string& start : {NameOf(path) + ".starting.", std::string(".fanstore-starting.")})
+    for (const std::string& start : {NameOf(path) + ".starting.", ShortStartingPrefix()})
       if (name.size() > start.size() && name.compare(0, start.size(), start) == 0) digits = start.size();
     if (digits == 0 || name.find_first_not_of("0123456789", digits) != std::string::npos) continue;
     errno = 0;
@@ -660,7 +668,7 @@ Status SocketServer::Bind(const std::string& path) {
   m.tmp_path = path + ".starting." + pid;
   if (m.tmp_path.size() >= sizeof(sockaddr_un::sun_path)) {
     const size_t slash = path.rfind('/');
-    m.tmp_path = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + ".fanstore-starting." + pid;
+    m.tmp_path = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + ShortStartingPrefix() + pid;
   }
   if (Status s = ClearStale(path); !s.ok()) return s;
   RemoveStaleStarting(path);

@@ -20,8 +20,8 @@ uint64_t Plain(const void* p, size_t n) { return XXH3_64bits(p, n); }
 void PlainUpdate(void* st, const void* p, size_t n) { XXH3_64bits_update(static_cast<XXH3_state_t*>(st), p, n); }
 
 Impl Choose() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();  // (may run before libgcc's constructor: the interposer's, the loader's audit module)
+#ifdef FANSTORE_XXH3_X86  // (fanstore/CMakeLists.txt builds hash_avx2.c and hash_avx512.c)
+  __builtin_cpu_init();   // (may run before libgcc's constructor: the interposer's, the loader's audit module)
   if (__builtin_cpu_supports("avx512f")) return {fanstore_xxh3_avx512, fanstore_xxh3_update_avx512};
   if (__builtin_cpu_supports("avx2")) return {fanstore_xxh3_avx2, fanstore_xxh3_update_avx2};
 #endif

@@ -138,6 +138,8 @@ probe() {
    LD_LIBRARY_PATH=$root/env/lib "$tmp/foo-llp" 2>&1
    sh -c "$root/env/bin/whereami" 2>&1
    cd "$root/env" && "$tmp/dltest" ./lib/libfoo.so lib/libfoo.so.1 2>&1 && LD_LIBRARY_PATH=lib ./bin/foo-llp 2>&1
+   "$py" -c 'import os, ctypes; os.environ["FANSTORE_TEST_NEW"] = "1"; os.chdir("lib"); ctypes.CDLL("./libfoo.so")
+print("a new variable, chdir, then ctypes ./libfoo.so: loaded")' 2>&1
    cd lib && "$py" -c 'import ctypes; ctypes.CDLL("./libfoo.so"); print("ctypes ./libfoo.so loaded")' 2>&1) |
     sed "s|$root|@|g"
 }

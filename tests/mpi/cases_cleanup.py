@@ -78,7 +78,8 @@ def case_cleanup(ctx):
     check(snapshot([ctx.img]) == image_before, "the image changed")
 
     # 5. A daemon killed while it stages leaves its temporary socket (PATH.starting.PID) behind: the next daemon at
-    # PATH removes it, and the short .fanstore-starting.PID of its directory. A live listener's temporary socket, and a file that is not a socket, stay.
+    # PATH removes it, and this host's short .fanstore-starting.HOST.PID of its directory (not another host's: the
+    # directory may be shared by nodes). A live listener's temporary socket, and a file that is not a socket, stay.
     sock = os.path.join(ctx.work, "s.sock")
     local = os.path.join(ctx.work, "killed{rank}")
     job = Job(ctx, 1, "--strict-staging", "--stage-bandwidth", "1M", "--socket", sock, local=local)
@@ -103,8 +104,12 @@ def case_cleanup(ctx):
     open(os.path.join(ctx.work, keep[2]), "w").close()
     # Removed too: the short name a daemon binds when PATH.starting.PID is too long for a socket, its process ended.
     short = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    short.bind(os.path.join(ctx.work, f".fanstore-starting.{2 * 10 ** 9 + 2}"))
+    short.bind(os.path.join(ctx.work, f".fanstore-starting.{socket.gethostname()}.{2 * 10 ** 9 + 2}"))
     short.close()
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    keep.append(f".fanstore-starting.elsewhere.{2 * 10 ** 9 + 3}")
+    other.bind(os.path.join(ctx.work, keep[-1]))
+    other.close()
     job = Job(ctx, 1, "--socket", sock, local=local)
     job.wait_ready(socks=[sock])
     left = sorted(n for n in os.listdir(ctx.work) if "starting." in n)
@@ -114,7 +119,7 @@ def case_cleanup(ctx):
     check(left == sorted(keep), f"temporary sockets after the restart: {left}, not {sorted(keep)}")
     check("removed 2 socket(s) that killed daemons left" in job.output(), "no line for the removed sockets:\n" +
           job.output())
-    log(f"the restarted daemon removed {starting[0]} and .fanstore-starting.{2 * 10 ** 9 + 2}, and kept {keep}")
+    log(f"the restarted daemon removed {starting[0]} and this host's short name, and kept {keep}")
 
 
 def case_startup_signal(ctx):
