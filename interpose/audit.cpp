@@ -152,6 +152,22 @@ const std::string& MirrorPrefix() {
   return *m;
 }
 
+// The answer for a path of the image whose links are followed (`t`): the real path when they lead out of the image,
+// a copy's path for a regular file (null when none can be made), else `name` (left to the loader).
+const char* Answer(State* s, const Client::Target& t, const char* name) {
+  if (!t.outside.empty()) return Keep(t.outside);
+  const Entry e = s->client->image().Get(t.id);
+  if (!e.is_reg()) return name;
+  std::string dst;
+  Status m = mirror::Install(
+      s->mirror, e, [&](int fd) { return WriteFile(s, e, fd); }, &dst);
+  if (!m.ok()) {
+    Say("cannot make a loadable copy of " + s->mount + "/" + Printable(e.path) + ": " + m.ToString());
+    return nullptr;
+  }
+  return Keep(std::move(dst));
+}
+
 const char* Search(const char* name) {
   std::string_view n(name);
   if (g_state == nullptr && !Under(n, MountPrefix()) && !Under(n, MirrorPrefix())) return name;  // the common case
@@ -174,17 +190,7 @@ const char* Search(const char* name) {
     }
     return name;
   }
-  if (!t->outside.empty()) return Keep(t->outside);
-  const Entry e = s->client->image().Get(t->id);
-  if (!e.is_reg()) return name;
-  std::string dst;
-  Status m = mirror::Install(
-      s->mirror, e, [&](int fd) { return WriteFile(s, e, fd); }, &dst);
-  if (!m.ok()) {
-    Say("cannot make a loadable copy of " + s->mount + "/" + Printable(e.path) + ": " + m.ToString());
-    return nullptr;
-  }
-  return Keep(std::move(dst));
+  return Answer(s, *t, name);
 }
 
 // The interposer's virtual cwd (a directory of the image the program entered with chdir, which leaves the kernel's
@@ -209,9 +215,7 @@ const char* SearchRelative(const char* name) {
   if (c.cls != PathClass::kOurs) return name;
   auto t = s->client->Resolve(c.rel);
   if (!t.ok() || !t->outside.empty() || !s->client->image().Get(t->id).is_reg()) return name;
-  const std::string abs = s->mount + "/" + c.rel;
-  const char* r = Search(abs.c_str());
-  return r == abs.c_str() ? name : r;
+  return Answer(s, *t, name);
 }
 
 // Whether a search path holds a relative entry ("lib", not "/lib").
@@ -249,10 +253,7 @@ const char* SearchLibraryPath(const char* name) {
       continue;
     }
     auto t = s->client->Resolve(c.rel);
-    if (!t.ok()) continue;
-    const std::string abs = s->mount + "/" + c.rel;
-    const char* r = Search(abs.c_str());  // (its argument back when that is no file: never hand the loader that)
-    return r == abs.c_str() ? name : r;
+    if (t.ok()) return Answer(s, *t, name);
   }
   return name;
 }

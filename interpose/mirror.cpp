@@ -46,11 +46,16 @@ std::string Base() {
   return std::string(tmp && *tmp ? tmp : "/tmp") + "/fanstore-libs-" + std::to_string(::geteuid());
 }
 
-std::string Where(const Image& img) {
-  if (std::string node = NodeLibs(); !node.empty()) return node;  // per image already
+// The directory of `img`'s copies under `base` (Base's; the node chunk cache's is per image already).
+std::string UnderBase(const std::string& base, const Image& img) {
   char key[32];
   std::snprintf(key, sizeof key, "/%016" PRIx64, img.ContentKey());
-  return Base() + key;
+  return base + key;
+}
+
+std::string Where(const Image& img) {
+  if (std::string node = NodeLibs(); !node.empty()) return node;
+  return UnderBase(Base(), img);
 }
 
 std::string Root(const Image& img, std::string* error) {
@@ -67,7 +72,7 @@ std::string Root(const Image& img, std::string* error) {
     *error = base + " is not a private directory of this user (remove it, or set TMPDIR)";
     return {};
   }
-  return Where(img);
+  return UnderBase(base, img);
 }
 
 Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path) {

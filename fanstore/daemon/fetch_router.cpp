@@ -75,9 +75,8 @@ class FetchRouter::Fetch final : public FetchSink {
       r->clients_->Deliver(w.conn, w.req_id, s, data, len);
       r->stats_->AddLatency(static_cast<uint64_t>(now - w.t0_us));
     }
-    if (prefetch && !s.ok()) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     if (prefetch && s.ok() && !waiters.empty()) r->Consumed(tag);  // read while in flight
-    else if (prefetch && s.ok() && suspect) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
+    else if (prefetch && (!s.ok() || suspect)) r->Untag(r->prefetcher_.Dropped(tag.stream, tag.gen, tag.index));
     if (s.ok() && !suspect && r->cache_->Admits(len)) {
       CacheBuffer cb;
       const char* at = cache_buf_.mem.data();

@@ -148,10 +148,11 @@ void RemoveStaleStarting(const std::string& path) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return;
   int removed = 0;
+  const std::string starts[] = {NameOf(path) + ".starting.", ShortStartingPrefix()};
   while (struct dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     size_t digits = 0;
-    for (const std::string& start : {NameOf(path) + ".starting.", ShortStartingPrefix()})
+    for (const std::string& start : starts)
       if (name.size() > start.size() && name.compare(0, start.size(), start) == 0) digits = start.size();
     if (digits == 0 || name.find_first_not_of("0123456789", digits) != std::string::npos) continue;
     errno = 0;
