@@ -174,7 +174,8 @@ const char* Search(const char* name) {
   State* s = Init();
   if (s->broken) return name;
   // A path under the mirror is a path under the mount: $ORIGIN of a library loaded from a copy is the mirror.
-  std::string path = Under(n, s->mirror) ? s->mount + std::string(n.substr(s->mirror.size())) : std::string(n);
+  std::string path(n);
+  if (std::string m; mirror::ToMount(n, s->mirror, s->mount, &m)) path = std::move(m);
   Classified c = ClassifyPath(path, s->mount, "/");
   if (c.cls != PathClass::kOurs) return path == n ? name : Keep(NormalizeAbsolute(path));
   std::string missing;
@@ -200,7 +201,7 @@ std::string VirtualCwd() {
   const char* v = std::getenv(env::kCwd);
   if (v == nullptr || *v != '/') return {};
   std::string cwd = NormalizeAbsolute(v);
-  return cwd == MountPrefix() || Under(cwd, MountPrefix()) ? cwd : std::string();
+  return ClassifyPath(cwd, MountPrefix(), "/").cls == PathClass::kOurs ? cwd : std::string();  // as cwd::Init
 }
 
 // A relative path with a '/' (dlopen("./lib/libfoo.so"), an LD_LIBRARY_PATH entry "lib") is opened by the loader
@@ -214,8 +215,8 @@ const char* SearchRelative(const char* name) {
   Classified c = ClassifyPath(name, s->mount, cwd);
   if (c.cls != PathClass::kOurs) return name;
   auto t = s->client->Resolve(c.rel);
-  if (!t.ok() || !t->outside.empty() || !s->client->image().Get(t->id).is_reg()) return name;
-  return Answer(s, *t, name);
+  if (!t.ok() || !t->outside.empty()) return name;
+  return Answer(s, *t, name);  // (a copy for a regular file; anything else stays the loader's)
 }
 
 // Whether a search path holds a relative entry ("lib", not "/lib").
@@ -236,7 +237,7 @@ const char* SearchLibraryPath(const char* name) {
   const char* llp = std::getenv("LD_LIBRARY_PATH");
   if (llp == nullptr) return name;
   const bool ours = std::strstr(llp, MountPrefix().c_str()) != nullptr;
-  const std::string cwd = ours || HasRelativeEntry(llp) ? VirtualCwd() : std::string();  // base of relative entries
+  const std::string cwd = HasRelativeEntry(llp) ? VirtualCwd() : std::string();  // the base of relative entries
   if (!ours && cwd.empty()) return name;
   State* s = Init();
   if (s->broken) return name;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "fanstore/env.hpp"
+#include "fanstore/path.hpp"
 
 namespace fanstore::interpose::mirror {
 
@@ -73,6 +74,15 @@ std::string Root(const Image& img, std::string* error) {
     return {};
   }
   return UnderBase(base, img);
+}
+
+bool ToMount(std::string_view path, std::string_view mirror, std::string_view mount, std::string* out) {
+  const size_t r = mirror.size();
+  if (r == 0 || path.compare(0, r, mirror) != 0 || (path.size() > r && path[r] != '/')) return false;
+  const std::string n = NormalizeAbsolute(path);  // "MIRROR/../x" is not under the mirror
+  if (n.compare(0, r, mirror) != 0 || (n.size() > r && n[r] != '/')) return false;
+  out->assign(mount).append(n, r, std::string::npos);
+  return true;
 }
 
 Status Install(const std::string& root, const Entry& e, const std::function<Status(int fd)>& write, std::string* path) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "fanstore/image.hpp"
 #include "fanstore/status.hpp"
@@ -27,6 +28,10 @@ Status MakeDirs(const std::string& dir);
 
 // Where Root puts the copies of `img` for this process, whether or not that directory exists or may be used.
 std::string Where(const Image& img);
+
+// A path under the mirror `mirror` is the same path under `mount` (the loader and /proc/self/exe name copies):
+// *out gets it. False when `path`, its ".." resolved, is not under the mirror; allocates only when it starts so.
+bool ToMount(std::string_view path, std::string_view mirror, std::string_view mount, std::string* out);
 
 // Makes `root`/`e.path` hold file `e` unless a complete copy is already there: `write(fd)` fills a temporary file,
 // which is renamed into place, so no process ever maps or executes a partial copy.

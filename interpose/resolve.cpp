@@ -9,6 +9,7 @@
 #include "fanstore/path.hpp"
 #include "fanstore/status.hpp"
 #include "fd_table.hpp"
+#include "mirror.hpp"
 #include "perm.hpp"
 #include "state.hpp"
 
@@ -148,12 +149,7 @@ Resolved ClassifyLexically(int dirfd, const char* path);
 // loaded from theirs: /proc/self/exe, dladdr and $ORIGIN name the mirror. A path under it is the same path under the
 // mount, so such a program finds the files next to it (a Python or JDK finds its library tree so). *out: that path.
 bool Unmirror(const char* path, std::string* out) {
-  const size_t r = g_mirror_len;
-  if (r == 0 || strncmp(path, g_mirror, r) != 0 || (path[r] != '/' && path[r] != '\0')) return false;
-  const std::string n = NormalizeAbsolute(path);  // "MIRROR/../x" is not under the mirror
-  if (n.compare(0, r, g_mirror, r) != 0 || (n.size() > r && n[r] != '/')) return false;
-  out->assign(g_mount, g_mount_len).append(n, r, std::string::npos);
-  return true;
+  return mirror::ToMount(path, std::string_view(g_mirror, g_mirror_len), std::string_view(g_mount, g_mount_len), out);
 }
 
 }  // namespace

@@ -493,10 +493,7 @@ class DaemonFetcher final : public RemoteFetcher, private FdKeeper {
   // Closes the idle connections (a daemon that closed one has closed them all).
   void DropIdle() {
     std::lock_guard<std::mutex> g(mu_);
-    for (Conn* c : std::exchange(idle_, {})) {
-      if (!c->sock.StillOurs()) c->sock.fd = -1;  // closed behind our back: forget the number, never close it
-      EraseLocked(c);
-    }
+    for (Conn* c : std::exchange(idle_, {})) EraseLocked(c);  // (a number no longer ours is not closed)
   }
 
   // Called before an exchange (Take) and by the other entry points that take mu_ or cache_mu_. In a child forked
