@@ -56,11 +56,15 @@ void GradientAllreduce::start_ready(std::size_t ready_from) {
   pump(false);
 }
 
+// Without an in-flight limit (NCCL: sums run in issue order on one stream) every ready piece starts at once. Waiting
+// for the stream there would make the order of collectives depend on each GPU's progress: a bucket deferred on one
+// rank alone, behind another communicator's blocking sum on the same stream, deadlocks both ranks.
 void GradientAllreduce::pump(bool block) {
+  const bool limited = piece_floats_ != std::numeric_limits<std::size_t>::max();
   for (;;) {
     const bool done = comm_.poll();  // drives the wave in flight (MPI progresses only inside MPI calls)
     if (queued_.empty()) return;
-    if (!done) {
+    if (!done && limited) {
       if (!block) return;
       comm_.wait_all();
     }
