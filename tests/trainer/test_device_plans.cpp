@@ -3,8 +3,10 @@
 // per-side padding, executed here with the CPU backend's symmetric primitives plus box copies and
 // compared with its per-side primitives (forward and all gradients of convolution, transposed
 // convolution and pooling); and the dims/strides cuDNN descriptors get (src/ops/strided_dims).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -128,11 +130,11 @@ TEST(PaddingPlan, PoolingWithBorderEqualsPerSidePadding) {
 // Strides must address element (n, c, s) where the layout kernels put it: plain (n, c, s),
 // channels-last (n, s, c).
 TEST(StridedDims, PlainAndChannelsLastAddressEveryElementLikeTheLayoutKernels) {
-  for (const Shape& shape : {Shape{2, 3, 4, 5}, Shape{2, 3, 2, 3, 4}}) {
+  for (const Shape& shape : {Shape{2, 3, 4}, Shape{2, 3, 4, 5}, Shape{2, 3, 2, 3, 4}}) {
     for (bool channels_last : {false, true}) {
       std::vector<int> dims, strides;
       ops::strided_dims(shape, channels_last, dims, strides);
-      ASSERT_EQ(dims.size(), static_cast<std::size_t>(shape.rank()));
+      ASSERT_EQ(dims.size(), static_cast<std::size_t>(std::max(shape.rank(), 4)));
       const std::int64_t c = shape[1], s = shape.spatial_size();
       std::vector<bool> seen(static_cast<std::size_t>(shape.numel()), false);
       for (std::int64_t i = 0; i < shape.numel(); ++i) {
@@ -152,7 +154,16 @@ TEST(StridedDims, PlainAndChannelsLastAddressEveryElementLikeTheLayoutKernels) {
   std::vector<int> dims, strides;
   ops::strided_dims({6, 5}, false, dims, strides);
   EXPECT_EQ(dims, (std::vector<int>{6, 5, 1, 1}));
-  EXPECT_THROW(ops::strided_dims({2, 3, 4}, false, dims, strides), std::invalid_argument);
+  ops::strided_dims({2, 3, 4}, false, dims, strides);  // BatchNorm takes (N, C, L) on the CPU too
+  EXPECT_EQ(dims, (std::vector<int>{2, 3, 4, 1}));
+  EXPECT_THROW(ops::strided_dims({6}, false, dims, strides), std::invalid_argument);
+  EXPECT_THROW(ops::strided_dims({1, 2, 3, 4, 5, 6}, false, dims, strides), std::invalid_argument);
+  try {  // 2^31 elements: int strides would wrap
+    ops::strided_dims({2, 16, 1 << 26}, true, dims, strides);
+    ADD_FAILURE() << "no error for 2^31 elements";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("give a smaller --batch"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

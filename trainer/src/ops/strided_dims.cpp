@@ -1,15 +1,21 @@
 // Dims and strides of plain and channels-last tensors.
 #include "strided_dims.hpp"
 
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace fanstore::trainer::ops {
 
 void strided_dims(const Shape& shape, bool channels_last, std::vector<int>& dims, std::vector<int>& strides) {
+  if (shape.rank() < 2 || shape.rank() > 5)
+    throw std::invalid_argument("tensor " + shape.to_string() + " must have rank 2 to 5");
+  // The descriptors take int dims and strides: a larger tensor would get wrapped strides.
+  if (shape.numel() > std::numeric_limits<int>::max())
+    throw std::invalid_argument("tensor " + shape.to_string() + " has " + std::to_string(shape.numel()) +
+                                " elements, more than cuDNN's 32-bit strides address: give a smaller --batch");
   Shape s = shape;
-  if (s.rank() == 2) s.dims.insert(s.dims.end(), {1, 1});
-  if (s.rank() < 4 || s.rank() > 5)
-    throw std::invalid_argument("tensor " + shape.to_string() + " must have rank 2, 4 or 5");
+  while (s.rank() < 4) s.dims.push_back(1);  // cuDNN takes 4 or 5 dims: (N, C, 1, 1), (N, C, L, 1)
   dims.assign(s.dims.begin(), s.dims.end());
   const auto r = dims.size();
   strides.assign(r, 1);

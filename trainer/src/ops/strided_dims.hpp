@@ -8,7 +8,8 @@
 
 namespace fanstore::trainer::ops {
 
-// Rank 2 (N, C) becomes (N, C, 1, 1); ranks 4 and 5 stay; anything else throws std::invalid_argument.
+// Ranks 2 and 3 get trailing 1s to rank 4; ranks 4 and 5 stay. Another rank, or more elements than an int
+// addresses, throws std::invalid_argument.
 void strided_dims(const Shape& shape, bool channels_last, std::vector<int>& dims, std::vector<int>& strides);
 
 }  // namespace fanstore::trainer::ops
