@@ -28,6 +28,10 @@ TEST(CudaErrors, EveryLibraryStatusIsOneLineNamingTheCall) {
   EXPECT_EQ(nccl.rfind("ncclAllReduce: ", 0), 0u) << nccl;
   for (const auto& m : {cudnn, blas, nccl}) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   EXPECT_EQ(message_of([] { check(cudaSuccess, "cudaFree(p)"); }), "");
+  // A kernel's fault surfaces at a later call: the message says so rather than blame that call.
+  const std::string fault = message_of([] { check(cudaErrorIllegalAddress, "cudaStreamSynchronize(s)"); });
+  EXPECT_EQ(fault.rfind("cudaStreamSynchronize: cudaErrorIllegalAddress (", 0), 0u) << fault;
+  EXPECT_NE(fault.find("CUDA_LAUNCH_BLOCKING=1"), std::string::npos) << fault;
   EXPECT_EQ(call_name("::cudaSetDevice(device_)"), "cudaSetDevice");
   EXPECT_EQ(call_name("cudnnCreate (&h)"), "cudnnCreate");
 }

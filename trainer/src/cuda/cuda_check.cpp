@@ -17,6 +17,26 @@ std::string call_name(const char* call) {
 
 void fail(const char* call, const std::string& what) { throw CudaError(call_name(call) + ": " + what); }
 
+void fail(cudaError_t status, const char* call) {
+  std::string what = std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")";
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+      what += ": a kernel queued before this call failed; CUDA_LAUNCH_BLOCKING=1 makes the error name it";
+      break;
+    default:
+      break;
+  }
+  fail(call, what);
+}
+
 void check(cudnnStatus_t status, const char* call) {
   if (status == CUDNN_STATUS_SUCCESS) return;
   std::string what = cudnnGetErrorString(status);

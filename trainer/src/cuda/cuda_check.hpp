@@ -23,9 +23,11 @@ class CudaError : public std::runtime_error {
 // "cudnnConvolutionForward(handle, ...)" -> "cudnnConvolutionForward"
 std::string call_name(const char* call);
 
+// A fault inside a running kernel (an illegal address, say) is reported by whichever call comes next, and by
+// every call after it: the message then says so, and how to find the kernel.
+[[noreturn]] void fail(cudaError_t status, const char* call);
 inline void check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess)
-    fail(call, std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");
+  if (status != cudaSuccess) fail(status, call);
 }
 void check(cudnnStatus_t status, const char* call);
 void check(cublasStatus_t status, const char* call);

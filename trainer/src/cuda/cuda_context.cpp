@@ -54,7 +54,7 @@ CudaContext::CudaContext(int device, Precision precision, bool channels_last, bo
   int no = 0;
   FS_CHECK(cudaMemPoolSetAttribute(input_pool_, cudaMemPoolReuseAllowInternalDependencies, &no));
   FS_CHECK(cudaMemPoolSetAttribute(input_pool_, cudaMemPoolAttrReleaseThreshold, &keep));
-  // Convolution workspaces up to 1/8 of the device memory (1 GiB on a 80 GB H100 is plenty).
+  // Convolution workspaces up to 1/8 of the device memory, at most 4 GiB (an 80 GB H100 or an H200: 4 GiB).
   workspace_limit_ = std::min<std::size_t>(properties_.totalGlobalMem / 8, std::size_t{4} << 30);
 }
 
