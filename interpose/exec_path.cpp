@@ -87,8 +87,9 @@ bool SearchReachesImage() {
   }
 }
 
-// The kernel's limit on "#!" interpreters that are scripts themselves (binfmt recursion).
-constexpr int kMaxScriptDepth = 4;
+// The kernel's limit on "#!" interpreters that are scripts themselves: 5 scripts in a row run, the 6th is ELOOP
+// (fs/exec.c's binfmt loop; measured, and checked by tests/integration/exec_from_image.sh).
+constexpr int kMaxScriptChain = 5;
 thread_local int t_script_depth __attribute__((tls_model("initial-exec"))) = 0;
 
 // The interpreter's argv for a script: interp, [arg], path (as given to exec), argv[1..] (argv[0] is dropped).
@@ -134,7 +135,7 @@ int SpawnEntry(pid_t* pid, const Resolved& r, const char* path, const posix_spaw
   if (err == -1) {
     rc = handover::Spawn(pid, image_path.c_str(), fa, attr, argv, envp, why);  // a static program: FUSE
   } else if (err == -2) {
-    if (depth >= kMaxScriptDepth) {
+    if (depth >= kMaxScriptChain) {
       rc = ELOOP;
     } else {
       try {
@@ -321,7 +322,7 @@ int ReadShebang(int fd, Shebang* out) {
 }
 
 int ExecScript(const Shebang& sb, const char* path, char* const argv[], char* const envp[]) {
-  if (t_script_depth >= kMaxScriptDepth) {
+  if (t_script_depth >= kMaxScriptChain) {
     errno = ELOOP;
     return -1;
   }

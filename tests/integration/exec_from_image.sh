@@ -11,6 +11,7 @@ PATH="$root/bin:$PATH" env script.sh; PATH="$root/bin:$PATH" env echo.elf path-e
 find "$root/bin" -name script.sh -exec {} \;
 echo xargs | xargs "$e"
 nice "$s"; timeout 60 "$e" timeout
+(cd "$root/bin/chain" && ./c1 bash; ./d1 bash; echo "status $?") 2>&1
 "$py" - "$root" <<'PY'
 import os, subprocess, sys
 root = sys.argv[1]
@@ -44,6 +45,18 @@ for name, fn in [("execv", lambda p: os.execv(p, [p, "execv"])), ("execvp", lamb
                 print(name, prog, "failed:", e.strerror, flush=True)
             os._exit(1)
         print(name, prog, "status", os.waitpid(pid, 0)[1] >> 8, flush=True)
+# "#!" interpreters that are scripts themselves (bin/chain/c1..c5 run; d1..d6 are one too many: ELOOP).
+os.chdir(os.path.join(root, "bin", "chain"))
+for prog in ["./c1", "./d1"]:
+    try:
+        print("chain", subprocess.run([prog, "sub"], capture_output=True, text=True).stdout.strip())
+    except OSError as e:
+        print("chain", prog, "failed:", e.strerror)
+    try:
+        pid = os.posix_spawn(prog, [prog, "spawn"], os.environ)
+        print("chain posix_spawn", prog, "status", os.waitpid(pid, 0)[1])
+    except OSError as e:
+        print("chain posix_spawn", prog, "failed:", e.strerror)
 for prog in ["missing", "."]:
     try:
         os.execv(os.path.join(root, "bin", prog), ["x"])

@@ -64,6 +64,12 @@ def main():
         write(elf, f.read())
     os.chmod(elf, 0o755)
     os.chmod(os.path.join(root, "text", "lorem.txt"), 0o600)
+    # "#!" interpreters that are scripts, named relative to the working directory: 5 in a row run, 6 are ELOOP.
+    for name, n in [("c", 5), ("d", 6)]:
+        for i in range(1, n + 1):
+            path = os.path.join(root, "bin", "chain", "%s%d" % (name, i))
+            write(path, b"#!/bin/sh\necho chain of %d \"$@\"\n" % n if i == n else b"#!./%s%d\n" % (name.encode(), i + 1))
+            os.chmod(path, 0o755)
 
     # Scientific formats.
     sci = os.path.join(root, "sci")
