@@ -1,6 +1,8 @@
 // Shared CLI helpers (see cli_util.hpp).
 #include "cli_util.hpp"
 
+#include "cli_common.hpp"
+
 #include <unistd.h>
 
 #include <cctype>
@@ -27,8 +29,10 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
     std::string names;
     for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
       names += (names.empty() ? "" : ", ") + sub->get_name();
-    std::string why = argc > 1 && argv[1][0] != '-' ? std::string("no command ") + argv[1] + "; the commands are "
-                                                    : "give a command: ";
+    std::string why = argc < 2 ? "give a command: "
+                      : argv[1][0] != '-'
+                          ? "no command " + Printable(argv[1]) + "; the commands are "
+                          : "unknown option " + Printable(argv[1]) + " before the command; give a command first: ";
     std::fprintf(stderr, "fanstore: %s%s (`fanstore --help` says what each does)\n", why.c_str(), names.c_str());
     return 1;
   }
@@ -56,10 +60,7 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
         return Fail(cmd, "unknown option " + Printable(name) + "; `fanstore " + cmd + " --help` lists its options");
     }
   }
-  static const std::regex kTwice("^(-[-A-Za-z0-9]+): At Most 1 required but received (\\d+)$");
-  std::smatch twice;
-  if (std::regex_match(why, twice, kTwice))
-    return Fail(cmd, twice[1].str() + " is given " + twice[2].str() + " times: pass it once");
+  if (auto twice = cli_common::GivenTwice(why)) return Fail(cmd, *twice);
   // InRange's refusal already says what to do: "--level: 99 is outside ..." reads "--level 99 is outside ...".
   static const std::regex kOwnAdvice("^(-[-A-Za-z0-9]+): (\\S+ is (outside |not a whole number;).*)$");
   std::smatch m;

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
 #include "commands.hpp"
 
 namespace {
@@ -14,9 +15,7 @@ namespace {
 // that takes one (the type name up to any validator description CLI11 appends).
 std::string Usage(const CLI::Option& o) {
   if (o.get_positional() && o.get_name(false, true) == o.get_name(true)) return "`" + o.get_name(true) + "`";
-  std::string names = o.get_name(false, true);
-  for (std::string::size_type at; (at = names.find('{')) != std::string::npos;)  // "--no-x{false}": a negated flag
-    names.erase(at, names.find('}', at) + 1 - at);
+  std::string names = fanstore::cli_common::NamesWithoutFlagValues(o.get_name(false, true));
   for (std::string::size_type at; (at = names.find(",")) != std::string::npos && names[at + 1] != ' ';)
     names.insert(at + 1, " ");
   if (o.get_expected_min() > 0 || o.get_items_expected_max() > 0) {

@@ -6,17 +6,19 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
-#include <regex>
+#include <memory>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+
+#include "cli_common.hpp"
 
 #include "trainer/commands.hpp"
 #include "trainer/distributed.hpp"
 #include "trainer/distributed_commands.hpp"
 #include "trainer/train_loop.hpp"
 
-// CLI11 shows no default for a flag, and its "--no-x{false}" reads like one: say the default beside it.
+// CLI11 shows no default for a flag: say it beside the flag.
 static std::string default_of(bool on) { return on ? "(default: on)" : "(default: off)"; }
 
 // A finite number of at least `min`: CLI11's NonNegativeNumber lets NaN through (every comparison with it is
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
   using namespace fanstore::trainer;
   CLI::App app{
       "fanstore-train: the FanStore CNN trainer (backends: CPU on oneDNN, CUDA on cuDNN/cuBLASLt/NCCL when built)"};
+  app.formatter(std::make_shared<fanstore::cli_common::Formatter>());
   DescribeOptions options;
   TrainOptions train;
   bool describe = false;
@@ -225,9 +228,7 @@ int main(int argc, char** argv) {
   // One line, as every other error of the trainer, and exit status 1 (CLI11's own are 101-127).
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     std::string why = e.what();
-    static const std::regex kTwice("^(-[-A-Za-z0-9]+): At Most 1 required but received (\\d+)$");
-    std::smatch m;
-    if (std::regex_match(why, m, kTwice)) why = m[1].str() + " is given " + m[2].str() + " times: pass it once";
+    if (auto twice = fanstore::cli_common::GivenTwice(why)) why = *twice;
     return "fanstore-train: error: " + why + " (--help lists the options)\n";
   });
   try {
