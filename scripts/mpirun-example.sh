@@ -14,7 +14,14 @@ if [ $# -lt 5 ] || [ "$4" != "--" ]; then
 fi
 image=$1 local=$2 hostfile=$3
 shift 4
-fanstore=${FANSTORE:-$(command -v fanstore || echo "$(dirname "$0")/../build/bin/fanstore")}
+# Without FANSTORE: the bundle this script came with (share/fanstore/scripts/), else the source tree's build, else PATH.
+here=$(cd "$(dirname "$0")" && pwd)
+fanstore=${FANSTORE:-}
+for candidate in "$here/../../../bin/fanstore" "$here/../build/bin/fanstore"; do
+  [ -z "$fanstore" ] && [ -x "$candidate" ] && fanstore=$(cd "$(dirname "$candidate")" && pwd)/fanstore
+done
+fanstore=${fanstore:-$(command -v fanstore || true)}
+[ -n "$fanstore" ] || { echo "fanstore: no fanstore binary found: set FANSTORE to its path (the same on every node)" >&2; exit 2; }
 nodes=$(sort -u "$hostfile" | grep -vc '^\s*$')
 sock="$local/fanstore.sock"
 
@@ -43,7 +50,8 @@ while kill -0 "$wait_pid" 2>/dev/null; do
   fi
   sleep 0.2
 done
-wait "$wait_pid" || { echo "fanstore: the daemons were not ready within ${FANSTORE_STAGE_TIMEOUT:-3600} s" >&2; exit 1; }
+# fanstore wait says what failed (a timeout names FANSTORE_STAGE_TIMEOUT's value); mpirun says why it could not start.
+wait "$wait_pid" || { echo "fanstore: not every node's daemon became ready (the lines above say why)" >&2; exit 1; }
 
 # 3. The job itself, any number of ranks per node, each process talking to its own node's daemon.
 mpirun --hostfile "$hostfile" --map-by "ppr:${FANSTORE_PPN:-1}:node" \

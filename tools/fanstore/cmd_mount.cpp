@@ -21,7 +21,7 @@ void AddMountCommand(CLI::App& app, int& exit_code) {
       ->type_name("IMAGE");
   cmd->add_option("MOUNTPOINT", opts->mountpoint, "an existing, empty directory to mount at")->required();
   cmd->add_flag("-f,--foreground", opts->foreground,
-                "stay attached; SIGINT/SIGTERM unmount and exit 0 (otherwise: detach once mounted)");
+                "stay attached; SIGINT/SIGTERM/SIGHUP unmount and exit 0 (otherwise: detach once mounted)");
   cmd->add_option("--daemon", opts->daemon_socket,
                   "multi-node: this node's `fanstore serve` socket, which names the image; {node} expands to this "
                   "node's name")

@@ -61,7 +61,9 @@ namespace fanstore::env {
     "the folders searched last for the CUDA libraries (space-separated)",                                                   \
     "`/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/lib64`")                \
   X(kFanstoreBinary, "FANSTORE", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",            \
-    "the `fanstore` binary to launch", "`fanstore` (on `PATH`; `mpirun-example.sh` falls back to `build/bin/fanstore`)")    \
+    "the `fanstore` binary to launch",                                                                                      \
+    "`mpirun-example.sh`: its bundle's `bin/fanstore`, else `build/bin/fanstore`, else `fanstore` on `PATH`; the sbatch "   \
+    "script: `fanstore` on `PATH`")                                                                                         \
   X(kServeTimeout, "FANSTORE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`, `scripts/slurm/fanstore.sbatch`",      \
     "`fanstore serve --timeout`: seconds before a remote read fails with EIO", "5")                                         \
   X(kStageTimeout, "FANSTORE_STAGE_TIMEOUT", Scope::kScript, "`scripts/mpirun-example.sh`",                                 \
