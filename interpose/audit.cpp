@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -168,6 +169,17 @@ const char* Answer(State* s, const Client::Target& t, const char* name) {
   return Keep(std::move(dst));
 }
 
+// For a path whose links loop in the image (`rel`): the same path in the mirror as a symlink to itself, which the
+// loader fails to open with ELOOP, as on the plain tree. `name` (the loader then says ENOENT) when none can be made.
+const char* LoopAnswer(State* s, const std::string& rel, const char* name) {
+  const std::string path = s->mirror + "/" + rel;
+  const size_t slash = path.rfind('/');
+  if (!mirror::MakeDirs(path.substr(0, slash)).ok()) return name;
+  if (::symlink(path.c_str() + slash + 1, path.c_str()) != 0 && errno != EEXIST) return name;
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) ? Keep(path) : name;
+}
+
 const char* Search(const char* name) {
   std::string_view n(name);
   if (g_state == nullptr && !Under(n, MountPrefix()) && !Under(n, MirrorPrefix())) return name;  // the common case
@@ -180,6 +192,7 @@ const char* Search(const char* name) {
   if (c.cls != PathClass::kOurs) return path == n ? name : Keep(NormalizeAbsolute(path));
   std::string missing;
   auto t = s->client->Resolve(c.rel, true, &missing);
+  if (!t.ok() && t.status().code() == Code::kLoop) return LoopAnswer(s, c.rel, name);
   if (!t.ok()) {
     // Not in the image: the loader's open fails and it tries the next directory. Where that directory exists in
     // the image, hand it the mirror's (created) instead, so the loader's check that the directory exists holds.

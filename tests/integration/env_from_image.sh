@@ -41,7 +41,7 @@ printf 'int foo(void);\nint bar(void) { return foo() + 1; }\n' > "$tmp/bar.c"
 printf '#include <stdio.h>\nint foo(void);\nint main(void) { printf("foo() = %%d\\n", foo()); return 0; }\n' > "$tmp/main.c"
 "$cc" -shared -fPIC -Wl,-soname,libfoo.so.1 -o "$src/env/lib/libfoo.so.1.2" "$tmp/foo.c" &&
   ln -s libfoo.so.1.2 "$src/env/lib/libfoo.so.1" && ln -s libfoo.so.1 "$src/env/lib/libfoo.so" &&
-  ln -s lib "$src/env/lib64" &&
+  ln -s lib "$src/env/lib64" && ln -s libloop2.so "$src/env/lib/libloop.so" && ln -s libloop.so "$src/env/lib/libloop2.so" &&
   "$cc" -shared -fPIC -o "$src/env/plugins/libbar.so" "$tmp/bar.c" -L"$src/env/lib" -lfoo \
     -Wl,-rpath,'$ORIGIN/../lib64' -Wl,--enable-new-dtags &&
   "$cc" -o "$src/env/bin/foo-rpath" "$tmp/main.c" -L"$src/env/lib" -lfoo -Wl,-rpath,'$ORIGIN/../lib' &&

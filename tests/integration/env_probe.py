@@ -43,6 +43,11 @@ def main(root):
         print("dataloader", [b.tolist() for b in DataLoader(Squares(), batch_size=4, num_workers=2)])
     bar = ctypes.CDLL(root + "/env/plugins/libbar.so")  # DT_NEEDED libfoo.so.1 through RUNPATH $ORIGIN/../lib64
     print("libbar", bar.bar())
+    for bad in ("libloop.so", "libnone.so"):  # links that loop (ELOOP), no such file (ENOENT): the same error
+        try:
+            ctypes.CDLL(root + "/env/lib/" + bad)
+        except OSError as e:
+            print("dlopen", bad, str(e).rsplit(": ", 1)[-1])  # the loader names the path it opened: a copy's
     prog = root + "/env/bin/foo-rpath"  # RUNPATH $ORIGIN/../lib: exec'd by fork+exec, then by posix_spawn
     print(subprocess.run([prog], capture_output=True, text=True).stdout.strip())
     r, w = os.pipe()
