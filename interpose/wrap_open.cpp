@@ -38,9 +38,15 @@ int OpenOurs(Resolved* r, int flags, bool lazy = false) {
   return OpenEntry(r->id, flags, lazy, &who);
 }
 
-// What every open-style wrapper does; `pass(dirfd, path)` is the real call.
+// The program is out of fds: the ones the client keeps only for later (cached memfds, idle node-chunk-cache files)
+// go first, since the program would have them without us. True when some were closed: worth one more try.
+bool ReleaseKeptFds() noexcept {
+  return Serve([] { return g_client != nullptr && g_client->ReleaseKeptFds() > 0; }, false);
+}
+
+// What every open-style wrapper does, once; `pass(dirfd, path)` is the real call.
 template <class Pass>
-int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pass) noexcept {
+int OpenOnce(const char* call, int dirfd, const char* path, int flags, Pass pass) noexcept {
   if (!Active()) {
     int fd = pass(dirfd, path);
     // The Client's own files: close_range/closefrom in the program must not close them under us.
@@ -75,6 +81,14 @@ int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pa
   return static_cast<int>(Finish(call, path, fd, err, saved));
 }
 
+// OpenOnce, again after EMFILE when the client let go of fds it kept.
+template <class Pass>
+int OpenCommon(const char* call, int dirfd, const char* path, int flags, Pass pass) noexcept {
+  int fd = OpenOnce(call, dirfd, path, flags, pass);
+  if (fd < 0 && errno == EMFILE && Active() && ReleaseKeptFds()) fd = OpenOnce(call, dirfd, path, flags, pass);
+  return fd;
+}
+
 // fopen's mode as open(2) flags: r, w, a, optional '+', and the e (O_CLOEXEC) and x (O_EXCL) modifiers.
 int ModeFlags(const char* mode) {
   if (mode == nullptr) return O_RDONLY;
@@ -91,7 +105,7 @@ int ModeFlags(const char* mode) {
 }
 
 template <class Pass>
-FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pass) noexcept {
+FILE* FopenOnce(const char* call, const char* path, const char* mode, Pass pass) noexcept {
   if (!Active()) return pass(path);
   Resolved r = SafeClassify(AT_FDCWD, path);
   if (r.pass()) {
@@ -121,6 +135,13 @@ FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pas
       static_cast<FILE*>(nullptr));
   if (f == nullptr && err == 0) err = errno;
   Finish(call, path, f ? 0 : -1, err, saved);
+  return f;
+}
+
+template <class Pass>
+FILE* FopenCommon(const char* call, const char* path, const char* mode, Pass pass) noexcept {
+  FILE* f = FopenOnce(call, path, mode, pass);
+  if (f == nullptr && errno == EMFILE && Active() && ReleaseKeptFds()) f = FopenOnce(call, path, mode, pass);
   return f;
 }
 

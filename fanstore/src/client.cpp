@@ -138,6 +138,8 @@ Result<std::unique_ptr<Client>> Client::FromEnv() {
 
 void Client::SetWorkerThreadHook(void (*hook)()) { core_->pool.SetThreadStartHook(hook); }
 
+size_t Client::ReleaseKeptFds() { return core_->ReleaseKeptFds(); }
+
 void Client::SetInternalFdHook(void (*hook)(int fd)) {
   core_->fd_hook = hook;
   if (core_->node) core_->node->SetInternalFdHook(hook);

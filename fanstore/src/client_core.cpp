@@ -21,17 +21,7 @@
 namespace fanstore {
 
 namespace detail {
-namespace {
-
-// Cached memfds stay open: take at most 1/8 of the soft fd limit (and 64), so a program that opens
-// many files itself never meets EMFILE because of us.
-size_t MemfdCap() {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 64;
-  return std::min<size_t>(64, rl.rlim_cur / 8);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
     : img(image),
@@ -41,7 +31,7 @@ ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& 
       // A chunk, or the largest stored form of one; a few spares (each resident) for the read-ahead.
       buffers(std::make_shared<BufferPool>(MaxStoredSize(image.ChunkSize()), 4)),
       pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u))),
-      memfd_cap_(MemfdCap()),
+      memfd_cap_(KeptFdCap(64, 8)),  // cached memfds stay open
       report_errors_(opts.report_errors) {}
 
 ClientCore::~ClientCore() {
@@ -262,6 +252,16 @@ void ClientCore::KeepMemfd(uint32_t id, int fd) {
     if (NamesFile(m.fd, m.dev, m.ino)) close(m.fd);
     memfds_.pop_back();
   }
+}
+
+size_t ClientCore::ReleaseKeptFds() {
+  size_t n = node ? node->ReleaseIdle() : 0;
+  std::lock_guard<std::mutex> lk(memfd_mu_);
+  for (const Memfd& m : memfds_)
+    if (NamesFile(m.fd, m.dev, m.ino)) ::close(m.fd);
+  n += memfds_.size();
+  memfds_.clear();
+  return n;
 }
 
 void ClientCore::LockForFork() {

@@ -49,6 +49,8 @@ struct ClientCore {
   // A read-only reopen of a cached sealed memfd of `id`, or -1.
   int CachedMemfd(uint32_t id, int flags);
   void KeepMemfd(uint32_t id, int fd);
+  // Closes the fds kept for later (cached memfds, idle node-chunk-cache files); how many there were.
+  size_t ReleaseKeptFds();
 
   const Image& img;
   ClientStats& stats;

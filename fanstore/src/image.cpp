@@ -238,11 +238,6 @@ Status Image::CheckPartitionHeader(uint32_t part, const char* header) const {
   return CheckPartHeader(header, part, impl_->image_id, PartitionPath(part));
 }
 
-namespace {
-// Where partition fds go when the open-file limit allows (Image::Impl::Part).
-constexpr int kFirstHighFd = 1024;
-}  // namespace
-
 Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   if (p >= parts) return Status(Code::kCorrupt, "partition " + std::to_string(p) + " is not in the index");
   PartState* seen = part_states[p].load(std::memory_order_acquire);
@@ -279,10 +274,7 @@ Result<const PartState*> Image::Impl::Part(uint32_t p) const {
   // Above the numbers a program's own files get (select(2) takes fds below 1024 only): with hundreds of partitions
   // open, the program's sockets and pipes would otherwise get numbers it cannot select on. Kept where it is when the
   // limit leaves no room up there.
-  if (int high = ::fcntl(fd, F_DUPFD_CLOEXEC, kFirstHighFd); high >= 0) {
-    ::close(fd);
-    fd = high;
-  }
+  fd = MoveAboveProgramFds(fd);
   char h[kPartHeaderSize];
   struct stat st {};
   Status s;

@@ -81,7 +81,8 @@ NodeCache::NodeCache(std::string dir, const Image& img, int state_fd, char* stat
       img_(img),
       shift_(static_cast<uint32_t>(std::countr_zero(img.ChunkSize()))),
       state_fd_(state_fd),
-      state_(state) {}
+      state_(state),
+      max_open_(std::max<size_t>(1, KeptFdCap(32, 16))) {}
 
 NodeCache::~NodeCache() {
   files_.clear();
@@ -148,6 +149,7 @@ std::shared_ptr<NodeCache::Region> NodeCache::OpenRegion(const std::string& name
       // A new file (size 0) gets its size; any other size is not a file we made for this entry.
       if (r->data_st.st_size != 0 || ::ftruncate(r->data_fd, static_cast<off_t>(data_size)) != 0) return nullptr;
     }
+    r->data_fd = MoveAboveProgramFds(r->data_fd);
     if (hook_) hook_(r->data_fd);
     const size_t blen = BitsBytes(nbits);
     int bfd = ::open(bits_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -214,12 +216,19 @@ std::shared_ptr<NodeCache::Region> NodeCache::RegionFor(const Entry& e, bool cre
   absent_.erase(e.id);
   lru_.push_front(e.id);
   files_[e.id] = {r, lru_.begin()};
-  constexpr size_t kMaxOpenRegions = 32;  // each holds an fd
-  while (files_.size() > kMaxOpenRegions) {
+  while (files_.size() > max_open_) {
     files_.erase(lru_.back());
     lru_.pop_back();
   }
   return r;
+}
+
+size_t NodeCache::ReleaseIdle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  const size_t n = files_.size();
+  files_.clear();
+  lru_.clear();
+  return n;
 }
 
 bool NodeCache::Read(const Entry& e, const Chunk& c, char* out) { return ReadRange(e, c, 0, c.raw_size, out); }

@@ -71,6 +71,9 @@ class NodeCache {
   // present; kUnsupported otherwise (the caller fills the missing ones, or falls back to a memfd).
   Result<int> OpenComplete(const Entry& e, int flags);
 
+  // Lets go of the files of large files held open for later (each an fd; one still in use closes with its last
+  // user); how many there were.
+  size_t ReleaseIdle();
   // Every fd the cache keeps is reported to `hook` (those open now, and those opened later).
   void SetInternalFdHook(void (*hook)(int fd));
   // fork: the region table's lock is held across fork() by the forking thread.
@@ -97,6 +100,7 @@ class NodeCache {
   std::mutex mu_;  // guards the region table
   std::shared_ptr<Region> small_;
   std::list<uint32_t> lru_;  // multi-chunk regions held open, most recent first
+  const size_t max_open_;    // at most this many of them (each holds an fd)
   std::unordered_map<uint32_t, std::pair<std::shared_ptr<Region>, std::list<uint32_t>::iterator>> files_;
   // Files the node had no copy of when last looked for (steady-clock ms): a raw file read chunk by chunk must
   // not cost an open(2) of a missing file per chunk. Looked for again after a second.

@@ -127,6 +127,9 @@ class Client {
   // can protect them from the program's close loops (the interposer marks them internal).
   // The hook is forwarded to the RemoteFetcher (its daemon connections are the client's fds too).
   void SetInternalFdHook(void (*hook)(int fd));
+  // Closes the fds the client keeps only for later (cached memfds, idle node-chunk-cache files) and returns how many
+  // there were: a front end whose program met EMFILE calls it, then retries.
+  size_t ReleaseKeptFds();
   // Runs first on every worker thread the client starts (decoding, read-ahead, remote reads): the interposer marks
   // such a thread as its own, so the client's calls there (close of its fds) are not taken for the program's.
   void SetWorkerThreadHook(void (*hook)());
