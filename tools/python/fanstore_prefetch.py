@@ -50,13 +50,17 @@ def _mount():
     return m.rstrip("/") or "/"
 
 
-def image_relative(path, mount=None):
-    """The image-relative form of `path` ("/fanstore/train/x.jpg" -> "train/x.jpg"); relative paths are taken as
-    image-relative already; None for an absolute path outside the mount."""
+def image_relative(path, mount=None, cwd=None):
+    """The image-relative form of `path` ("/fanstore/train/x.jpg" -> "train/x.jpg"); None for an absolute path
+    outside the mount. A relative path is one from `cwd` (the working directory) when that lies under the mount, as
+    the program opening it means it; otherwise it is taken as image-relative already."""
     path = os.fsdecode(path)  # bytes too; a name that is not UTF-8 stays surrogate-escaped until os.fsencode
-    if not path.startswith("/"):
-        return os.path.normpath(path).lstrip("/")
     mount = (mount or _mount()).rstrip("/")
+    if not path.startswith("/"):
+        if cwd is not None and (cwd == mount or cwd.startswith(mount + "/")):
+            path = os.path.join(cwd, path)
+        else:
+            return os.path.normpath(path).lstrip("/")
     norm = os.path.normpath(path)
     if norm == mount or not norm.startswith(mount + "/"):
         return None
@@ -84,8 +88,12 @@ def send_hint(paths, socket_path=None, stream=0, mount=None, timeout=10.0):
         raise FileNotFoundError("no fanstore daemon: FANSTORE_DAEMON is not set (run under `fanstore run --daemon`)")
     socket_path = expand_node(socket_path)
     rels, outside = [], 0
+    try:
+        cwd = os.getcwd()  # under `fanstore run`, the directory of the image the program is in
+    except OSError:
+        cwd = None
     for p in paths:
-        r = image_relative(p, mount)
+        r = image_relative(p, mount, cwd)
         if r is None or "\n" in r:
             outside += 1
         else:
@@ -123,12 +131,23 @@ def send_hint(paths, socket_path=None, stream=0, mount=None, timeout=10.0):
 
 
 def paths_of(dataset):
-    """File paths by index of a torchvision-style dataset (`samples` or `imgs` of (path, target)), or of a list."""
+    """File paths by index of a torchvision-style dataset (`samples` or `imgs` of (path, target)), of a Subset
+    (random_split's) or ConcatDataset of such datasets, or of a list or tuple of paths. TypeError for anything else:
+    listing a dataset would load every sample; give HintingSampler the paths yourself (a list, or index -> path)."""
     for attr in ("samples", "imgs"):
         items = getattr(dataset, attr, None)
         if items is not None:
             return [p for p, *_ in items]
-    return list(dataset)
+    if hasattr(dataset, "dataset") and hasattr(dataset, "indices"):  # torch.utils.data.Subset
+        inner = paths_of(dataset.dataset)
+        return [inner[i] for i in dataset.indices]
+    if hasattr(dataset, "datasets") and hasattr(dataset, "cumulative_sizes"):  # torch.utils.data.ConcatDataset
+        return [p for d in dataset.datasets for p in paths_of(d)]
+    if isinstance(dataset, (list, tuple)) and all(isinstance(p, (str, bytes, os.PathLike)) for p in dataset):
+        return list(dataset)
+    raise TypeError(f"paths_of: no file paths in a {type(dataset).__name__} (it has no `samples` or `imgs`, and is "
+                    "no Subset, ConcatDataset or list of paths): give HintingSampler a list of paths, or a "
+                    "function index -> path")
 
 
 class HintingSampler:
@@ -146,6 +165,7 @@ class HintingSampler:
         self.stream = stream if stream is not None else zlib.crc32(f"{os.getpid()}:{id(self)}".encode())
         self.last = None  # the daemon's counters for the latest hint
         self._warned = False
+        self._warned_useless = False  # a hint with no file of the image was reported
         self._silent_daemon = False  # it once let a hint time out: no more waits on it
 
     def __len__(self):
@@ -161,8 +181,23 @@ class HintingSampler:
             return iter(order)
         path = self.paths if callable(self.paths) else self.paths.__getitem__
         try:
-            self.last = send_hint([path(i) for i in order], self.socket_path, self.stream, self.mount, self.timeout)
-        except OSError as e:
+            hinted = [os.fsdecode(path(i)) for i in order]
+        except Exception as e:  # a hint is an optimisation: paths it cannot make must not end the training
+            if not self._warned:
+                print(f"fanstore_prefetch: no prefetch hints: the paths of the epoch's samples failed ({e!r})",
+                      file=sys.stderr)
+                self._warned = True
+            return iter(order)
+        try:
+            self.last = send_hint(hinted, self.socket_path, self.stream, self.mount, self.timeout)
+            useless = self.last["remote"] + self.last["local"] == 0 and len(hinted) > 0
+            if useless and not self._warned_useless:
+                print(f"fanstore_prefetch: none of the {len(hinted)} paths hinted is a file of the image "
+                      f"({self.last['outside']} outside the mount {self.mount or _mount()}, {self.last['missing']} "
+                      "not files of the image): the hints do nothing; give the paths under the mount",
+                      file=sys.stderr)
+                self._warned_useless = True
+        except (OSError, ValueError) as e:
             # socket.timeout is TimeoutError from Python 3.10 on, only an OSError before
             self._silent_daemon = isinstance(e, (TimeoutError, socket.timeout))
             if not self._warned:
