@@ -72,7 +72,8 @@ void NameLeftovers(const std::string& output, const std::function<void(const std
 // itself, or become the image in place of the source).
 Status CheckOutput(const std::string& source, const std::string& output) {
   struct stat st;
-  if (::lstat(output.c_str(), &st) == 0) {
+  const bool exists = ::lstat(output.c_str(), &st) == 0;
+  if (exists) {
     // The image takes the output's name by rename(2), which replaces a link, never what it points to.
     if (S_ISLNK(st.st_mode))
       return Status(Code::kExists, "output " + Printable(output) +
@@ -96,6 +97,13 @@ Status CheckOutput(const std::string& source, const std::string& output) {
                     "output " + Printable(output) + " already exists and is not empty: remove it or choose another -o");
   }
   const std::string parent = ParentOf(output);
+  // The image is renamed onto the output at the end, which a mount point refuses (EBUSY): say so before any work.
+  struct stat pst;
+  if (exists && ::stat(parent.c_str(), &pst) == 0 && pst.st_dev != st.st_dev)
+    return Status(Code::kInvalidArgument, "output " + Printable(output) +
+                                              " is a mount point, which the finished image cannot replace: give a "
+                                              "new directory inside it (-o " +
+                                              Printable(Join(output, "image")) + ")");
   char rp_parent[PATH_MAX], rp_source[PATH_MAX];
   if (::realpath(parent.c_str(), rp_parent) == nullptr) {
     Status e = Status::FromErrno(errno, "cannot use output directory " + Printable(parent));

@@ -272,6 +272,15 @@ mkdir -p "$T/emptyout" && ln -s emptyout "$T/outlink"
 expect_rc 1 "$F" pack "$T/src" -o "$T/outlink"
 one_line "fanstore pack: exists: output $T/outlink is a symlink: give the directory it points to, or a name that"
 [ -z "$(ls -A "$T/emptyout")" ] && [ -L "$T/outlink" ] || fail "a refused -o symlink changed something"
+# -o naming a mount point (a fresh NVMe or tmpfs): refused before any work, which the final rename(2) onto it
+# refused with EBUSY after the whole pack. Needs root to mount.
+mkdir -p "$T/mnt-out"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=1M tmpfs "$T/mnt-out" 2>/dev/null; then
+  expect_rc 1 "$F" pack "$T/src" -o "$T/mnt-out"
+  one_line "fanstore pack: invalid argument: output $T/mnt-out is a mount point, which the finished image cannot"
+  [ -z "$(ls -d "$T"/mnt-out.tmp-* 2>/dev/null)" ] || fail "a refused mount point left $(ls -d "$T"/mnt-out.tmp-*)"
+  umount "$T/mnt-out"
+fi
 # --follow-symlinks: a loop is a loop, not a dangling link.
 mkdir -p "$T/loop" && ln -s b "$T/loop/a" && ln -s a "$T/loop/b" && echo x >"$T/loop/f"
 expect_rc 0 "$F" pack "$T/loop" -o "$T/loopimg" --follow-symlinks
@@ -343,6 +352,13 @@ for sig in INT TERM HUP; do
   one_line "fanstore pack: stopped by SIG$sig; the partial image was removed"
   [ -z "$(ls -d "$T"/simg* 2>/dev/null)" ] || fail "SIG$sig left $(ls -d "$T"/simg*)"
 done
+# `timeout` signals the process and then its group: the same signal again within a second is one request (the first
+# is being handled: the kernel merges only pending ones), still cleaned up.
+partial
+kill -TERM "$p"; sleep 0.1; kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; rc=$?
+[ $rc -eq 143 ] || fail "SIGTERM twice: rc $rc"
+one_line "fanstore pack: stopped by SIGTERM; the partial image was removed"
+[ -z "$(ls -d "$T"/simg* 2>/dev/null)" ] || fail "SIGTERM twice left $(ls -d "$T"/simg*)"
 partial
 kill -KILL "$p"; wait "$p" 2>/dev/null
 [ -d "$T/simg.tmp-$p" ] || fail "no leftover after SIGKILL"

@@ -5,7 +5,9 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <string>
 
 #include "cli_util.hpp"
@@ -28,17 +30,28 @@ void DrawProgress(const PackProgress& p) {
                HumanBytes(p.bytes_done).c_str(), HumanBytes(p.bytes_total).c_str());
 }
 // SIGINT, SIGTERM and SIGHUP stop a pack: the first one asks it to stop (it removes its temporary directory
-// and returns), and the signal is raised again once it has; a second one kills at once.
+// and returns), and the signal is raised again once it has; a second one kills at once, unless it comes within a
+// second of the first: `timeout` and a batch system send the same signal to the process and then to its group.
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 std::atomic<bool> g_stop{false};
 volatile sig_atomic_t g_signal = 0;
+std::atomic<int64_t> g_first_signal_ns{0};  // lock-free: written and read in the handler
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+
+int64_t MonotonicNs() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
 
 void OnStopSignal(int sig) {
   if (g_signal != 0) {
+    if (MonotonicNs() - g_first_signal_ns.load() < 1000000000) return;  // the same request, delivered twice
     signal(sig, SIG_DFL);
     raise(sig);
     return;
   }
+  g_first_signal_ns.store(MonotonicNs());
   g_signal = sig;
   g_stop.store(true, std::memory_order_relaxed);
 }
@@ -50,6 +63,7 @@ void CatchStopSignals() {
   }, old{};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
+  for (int sig : kStopSignals) sigaddset(&sa.sa_mask, sig);  // one handler at a time
   sa.sa_flags = SA_RESTART;
   for (int sig : kStopSignals)
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);
