@@ -106,5 +106,16 @@ check "fexecve of a program of the image (RUNPATH \$ORIGIN)" 0 "bar=43" \
   "$fanstore" run --image "$img" -- "$tmp/fx" /fanstore/bin/prog
 check "execve of the same program" 0 "bar=43" "$fanstore" run --image "$img" -- /fanstore/bin/prog
 
+# fanstore itself is left alone by the interposer: under a run, `pack` of a path in the mount (absolute, or relative
+# from a directory of the image) is refused in one line, where it packed the empty directory the prefix really is.
+words="fanstore run --image $img --mount /fanstore"
+check "pack of a source in the run's mount" 1 \
+  "fanstore pack: /fanstore/bin is in the mount /fanstore of the \`$words\` this runs under, which fanstore's own commands do not see: give the directory the image was packed from, or run fanstore outside that run" \
+  "$fanstore" run --image "$img" -- "$fanstore" pack /fanstore/bin -o "$tmp/packed-bin"
+check "pack of . from a directory of the image" 1 \
+  "fanstore pack: . is in the mount /fanstore of the \`$words\` this runs under, which fanstore's own commands do not see: give the directory the image was packed from, or run fanstore outside that run" \
+  "$fanstore" run --image "$img" -- sh -c "cd /fanstore/bin && exec '$fanstore' pack . -o '$tmp/packed-dot'"
+[ ! -e "$tmp/packed-bin" ] && [ ! -e "$tmp/packed-dot" ] || fail "a refused pack under a run wrote an image"
+
 [ $failed -eq 0 ] && echo "run_cli: all checks passed"
 exit $((failed > 0))

@@ -13,6 +13,7 @@
 #include "cli_util.hpp"
 #include "commands.hpp"
 #include "fanstore/pack.hpp"
+#include "outer_run.hpp"
 
 namespace fanstore::cli {
 namespace {
@@ -80,6 +81,15 @@ int RunPack(PackOptions opts, bool convert) {
     return Fail("pack", "--parts " + std::to_string(opts.parts) + " needs about " + std::to_string(need) +
                             " files open at once, and this process may open " + std::to_string(rl.rlim_cur) +
                             ": raise the hard limit (ulimit -Hn), or pack with fewer --parts");
+  // Under `fanstore run`, the run's mount is not there for this binary: a source in it would pack the empty
+  // directory the prefix really is (or fail), and an output there would land outside the image.
+  const OuterRun outer = FindOuterRun();
+  for (const std::string* path : {&opts.source, &opts.output})
+    if (UnderOuterMount(outer, *path))
+      return Fail(convert ? "convert" : "pack",
+                  Printable(*path) + " is in the mount " + outer.mount + " of the `" + outer.Words() +
+                      "` this runs under, which fanstore's own commands do not see: give the directory the image was "
+                      "packed from, or run fanstore outside that run");
   opts.stop = &g_stop;
   CatchStopSignals();
   const bool bar = StderrIsTerminal();

@@ -20,6 +20,7 @@
 #include "fanstore/path.hpp"
 #include "fanstore/path_template.hpp"
 #include "fanstore/program_probe.hpp"
+#include "outer_run.hpp"
 #include "run_env.hpp"
 #include "run_fuse.hpp"
 
@@ -78,27 +79,6 @@ std::string HiddenSystemPath(const std::string& mount) {
   for (const std::string& dir : needed)
     if (ClassifyPath(dir, mount, "/").cls == PathClass::kOurs) return dir;  // at or under the prefix
   return {};
-}
-
-// What an enclosing `fanstore run` serves this process tree through LD_PRELOAD (taken before this run changes the
-// environment): "--image DIR" or "--daemon SOCKET", and its prefix; empty when there is none.
-struct OuterRun {
-  std::string image, daemon, mount;
-  bool present() const { return !image.empty() || !daemon.empty(); }
-  std::string Words() const {
-    return "fanstore run " + (daemon.empty() ? "--image " + image : "--daemon " + daemon) + " --mount " + mount;
-  }
-};
-
-OuterRun FindOuterRun() {
-  OuterRun o;
-  const char* preload = getenv("LD_PRELOAD");
-  if (preload == nullptr || std::strstr(preload, "libfanstore_preload") == nullptr) return o;
-  if (const char* d = getenv(env::kDaemon); d && *d) o.daemon = d;
-  else if (const char* i = getenv(env::kImage); i && *i) o.image = i;
-  const char* m = getenv(env::kMount);
-  o.mount = NormalizeAbsolute(m && *m == '/' ? m : env::kDefaultMount);
-  return o;
 }
 
 // A run inside a run with another image or prefix: the interposer serves one image per process tree, so the inner run
