@@ -37,6 +37,12 @@ std::string ClientStats::Line() const {
   return buf;
 }
 
+void ClientStats::Reset() {
+  for (std::atomic<uint64_t>* c : {&opens, &stats, &readdirs, &lookups_missing, &bytes_read, &local_loads,
+                                   &remote_loads, &cache_hits, &node_hits, &remote_bytes, &errors})
+    c->store(0, std::memory_order_relaxed);
+}
+
 namespace {
 
 // The effective uid of this process's parent, from /proc (-1 when it cannot be read).
@@ -215,6 +221,7 @@ void Client::AtForkParent() {
 }
 void Client::AtForkChild() {
   core_->UnlockForFork(true);
+  stats_.Reset();
   if (opts_.remote) opts_.remote->AfterForkChild();
 }
 

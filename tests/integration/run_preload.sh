@@ -153,6 +153,20 @@ if [ "$(grep -c '^fanstore\[pid [0-9]*\]: opens=1 ' "$tmp/err")" -eq 1 ]; then
 else
   fail "FANSTORE_STATS=1 printed: $(cat "$tmp/err")"
 fi
+# A forked child (a DataLoader worker) counts its own work: it once repeated its parent's counters.
+FANSTORE_STATS=1 $run /usr/bin/python3 -c '
+import os
+open("/fanstore/text/lorem.txt", "rb").read()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)' 2> "$tmp/err"
+if [ "$(grep -c '^fanstore\[pid [0-9]*\]: opens=0 stats=0 readdirs=0 missing=0 bytes=0 ' "$tmp/err")" -eq 1 ] &&
+  [ "$(grep -c '^fanstore\[pid [0-9]*\]: opens=1 ' "$tmp/err")" -eq 1 ]; then
+  pass "FANSTORE_STATS=1: a forked child counts from zero"
+else
+  fail "FANSTORE_STATS=1 with a fork printed: $(cat "$tmp/err")"
+fi
 
 # 7. Programs LD_PRELOAD cannot reach: `fanstore run` serves a static one through FUSE in a mount namespace
 #    of its own (the prefix need not exist; a real directory there is covered, not read); --fuse never refuses.

@@ -39,6 +39,8 @@ struct ClientStats {
   std::atomic<uint64_t> errors{0};
   // "fanstore[pid 123]: opens=.. stats=.. readdirs=.. bytes=.. local=.. remote=.. cache_hits=.. errors=.."
   std::string Line() const;
+  // Back to zero: a forked child counts its own work, not its parent's again.
+  void Reset();
 };
 
 struct ClientOptions {
