@@ -250,7 +250,9 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
       ->type_name("PREFIX")
       ->capture_default_str();
   sub->add_flag("--stats", args->stats, "FANSTORE_STATS=1: one summary line per process (workers too) at exit");
-  sub->add_option("--log", args->log, "debug: FANSTORE_LOG=debug, one stderr line per call on the image")
+  sub->add_option("--log", args->log,
+                  "debug: FANSTORE_LOG=debug, one stderr line per path call on the image (open, stat, readdir, "
+                  "exec...; not the reads of an open file)")
       ->type_name("LEVEL")
       ->default_str("off");
   sub->add_option("--fuse", args->fuse,
