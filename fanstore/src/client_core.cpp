@@ -21,7 +21,6 @@
 namespace fanstore {
 
 namespace detail {
-namespace {}  // namespace
 
 ClientCore::ClientCore(const Image& image, ClientStats& s, const ClientOptions& opts)
     : img(image),

@@ -1,8 +1,6 @@
 // Shared CLI helpers (see cli_util.hpp).
 #include "cli_util.hpp"
 
-#include "cli_common.hpp"
-
 #include <unistd.h>
 
 #include <cctype>
@@ -11,6 +9,8 @@
 #include <cstdlib>
 #include <regex>
 #include <vector>
+
+#include "cli_common.hpp"
 
 namespace fanstore::cli {
 

@@ -28,7 +28,9 @@ enum class Scope {
     "absolute path prefix served from the image; it need not exist", "`/fanstore`")                                         \
   X(kStats, "FANSTORE_STATS", Scope::kRuntime, "interposer, `fanstore mount`",                                              \
     "`1`: one summary line per process at exit (ops, bytes, local/remote, cache hits)", "off")                              \
-  X(kLog, "FANSTORE_LOG", Scope::kRuntime, "interposer", "`debug`: one stderr line per path call on the image (open, stat, readdir, exec...; not the reads of an open file)", "off")           \
+  X(kLog, "FANSTORE_LOG", Scope::kRuntime, "interposer",                                                                    \
+    "`debug`: one stderr line per path call on the image (open, stat, readdir, exec...; not the reads of an open file)",  \
+    "off")                                                                                                                  \
   X(kCacheBytes, "FANSTORE_CACHE_BYTES", Scope::kRuntime, "interposer, `Client::FromEnv`",                                  \
     "decoded-chunk cache budget per process, in bytes (0 disables it)", "268435456 (256 MiB)")                              \
   X(kNodeCache, "FANSTORE_NODE_CACHE", Scope::kRuntime, "`fanstore run`",                                                   \
