@@ -131,11 +131,11 @@ Result<std::unique_ptr<Client>> Client::FromEnv() {
   }
   if (const char* m = std::getenv(env::kMount); m && *m) o.mount = m;
   if (const char* c = std::getenv(env::kCacheBytes); c && *c) {
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(c, &end, 10);
-    if (end == c || *end != '\0')
-      return Status(Code::kInvalidArgument, std::string(env::kCacheBytes) + "='" + c + "' is not a byte count");
-    o.cache_bytes = v;
+    auto v = env::ParseByteCount(c);
+    if (!v)
+      return Status(Code::kInvalidArgument, std::string(env::kCacheBytes) + "='" + c +
+                                                "' is not a byte count: give a number of bytes (0 disables the cache)");
+    o.cache_bytes = *v;
   }
   if (const char* d = std::getenv(env::kNodeCacheDir); d && *d) o.node_cache_dir = d;
   if (const char* t = std::getenv(env::kIndexTrust); t && *t) o.index_trust = t;

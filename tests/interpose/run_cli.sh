@@ -62,6 +62,21 @@ check "--mount /usr/ is refused" 1 \
   "$fanstore" run --image "$img" --mount /usr/ -- echo ran
 check "a prefix below /usr runs" 0 "data" "$fanstore" run --image "$img" --mount /usr/fanstore-test-x -- \
   cat /usr/fanstore-test-x/bin/data.txt
+check "--mount at \$HOME is refused" 1 \
+  "fanstore run: --mount $tmp/home would hide $tmp/home from the program, which it and the system need: give a prefix of its own, such as /fanstore (the default) or /data/NAME" \
+  env HOME="$tmp/home" "$fanstore" run --image "$img" --mount "$tmp/home" -- echo ran
+check "a prefix below \$HOME runs" 0 "data" env HOME="$tmp/home" "$fanstore" run --image "$img" \
+  --mount "$tmp/home/data" -- cat "$tmp/home/data/bin/data.txt"
+
+# The byte-count variables are checked before the program starts: "abc" made every path EIO, "-5" a huge budget.
+check "FANSTORE_CACHE_BYTES=abc is refused" 1 \
+  "fanstore run: FANSTORE_CACHE_BYTES='abc' is not a byte count: give a number of bytes (0 disables the per-process cache) or unset it" \
+  env FANSTORE_CACHE_BYTES=abc "$fanstore" run --image "$img" -- echo ran
+check "FANSTORE_NODE_CACHE_BYTES=-5 is refused" 1 \
+  "fanstore run: FANSTORE_NODE_CACHE_BYTES='-5' is not a byte count above 0: give a number of bytes, or set FANSTORE_NODE_CACHE=off to run without the node chunk cache" \
+  env FANSTORE_NODE_CACHE_BYTES=-5 "$fanstore" run --image "$img" -- echo ran
+check "FANSTORE_CACHE_BYTES=0 runs" 0 "data" env FANSTORE_CACHE_BYTES=0 "$fanstore" run --image "$img" -- \
+  cat /fanstore/bin/data.txt
 
 # 2. A run inside a run. Another image (or prefix) would silently take the outer image away: refused, naming both.
 check "a nested run with another image is refused" 1 \

@@ -62,7 +62,8 @@ std::string FindPreloadLibrary() {
   return {};
 }
 
-// The system directory a mount at `mount` would cover (the prefix itself or one below it), or empty. The interposer
+// The system directory (or the user's home) a mount at `mount` would cover (the prefix itself or one below it), or
+// empty. The interposer
 // hides everything under the prefix from the job, so `/`, `/usr` or `/etc` would take the shell, the loader's
 // libraries and the tools the job runs away from it; FanStore itself must stay visible too (the interposer hands
 // static programs back to the fanstore binary).
@@ -76,6 +77,9 @@ std::string HiddenSystemPath(const std::string& mount) {
     self[n] = '\0';
     needed.emplace_back(self);
   }
+  // The user's home: shells, Python's user site and ssh read it (a prefix below it is fine).
+  if (const char* home = getenv("HOME"); home && home[0] == '/' && NormalizeAbsolute(home) != "/")
+    needed.push_back(NormalizeAbsolute(home));
   for (const std::string& dir : needed)
     if (ClassifyPath(dir, mount, "/").cls == PathClass::kOurs) return dir;  // at or under the prefix
   return {};
@@ -106,6 +110,7 @@ int Run(const RunArgs& a) {
     return Fail("run", "--mount " + a.mount + " would hide " + (hidden == "/" ? "the whole file system" : hidden) +
                            " from the program, which it and the system need: give a prefix of its own, such as "
                            "/fanstore (the default) or /data/NAME");
+  if (std::string why = CheckRunVariables(); !why.empty()) return Fail("run", why);
   const OuterRun outer = FindOuterRun();
   char abs_image[PATH_MAX] = "";
   char abs_socket[PATH_MAX] = "";

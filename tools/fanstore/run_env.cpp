@@ -12,6 +12,19 @@
 
 namespace fanstore::cli {
 
+std::string CheckRunVariables() {
+  if (const char* c = getenv(env::kCacheBytes); c && *c && !env::ParseByteCount(c))
+    return std::string(env::kCacheBytes) + "='" + c +
+           "' is not a byte count: give a number of bytes (0 disables the per-process cache) or unset it";
+  if (const char* b = getenv(env::kNodeCacheBytes); b && *b) {
+    auto v = env::ParseByteCount(b);
+    if (!v || *v == 0)
+      return std::string(env::kNodeCacheBytes) + "='" + b + "' is not a byte count above 0: give a number of bytes, " +
+             "or set " + env::kNodeCache + "=off to run without the node chunk cache";
+  }
+  return {};
+}
+
 void PrepareRunEnvironment(const Image& img, bool copy_index) {
   setenv(env::kIndexTrust, img.TrustToken().c_str(), 1);
   unsetenv(env::kNodeCacheDir);
@@ -20,16 +33,7 @@ void PrepareRunEnvironment(const Image& img, bool copy_index) {
     if (std::string(root) == "off" || std::string(root) == "0") return;
     o.root = root;
   }
-  if (const char* b = getenv(env::kNodeCacheBytes); b && *b) {
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(b, &end, 10);
-    if (end == b || *end != '\0' || v == 0) {
-      std::fprintf(stderr, "fanstore run: warning: %s='%s' is not a byte count; using the default budget\n",
-                   env::kNodeCacheBytes, b);
-    } else {
-      o.budget = v;
-    }
-  }
+  if (auto v = env::ParseByteCount(getenv(env::kNodeCacheBytes)); v && *v > 0) o.budget = *v;  // CheckRunVariables
   auto dir = JoinNodeCache(img, o, getpid());
   if (!dir.ok()) {
     std::fprintf(stderr, "fanstore run: warning: no node-wide cache (%s); each process decodes for itself\n",

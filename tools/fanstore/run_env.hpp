@@ -1,6 +1,8 @@
 // What `fanstore run` sets up for its children besides LD_PRELOAD: the index trust token and the node chunk cache.
 #pragma once
 
+#include <string>
+
 #include "fanstore/image.hpp"
 
 namespace fanstore::cli {
@@ -11,6 +13,10 @@ namespace fanstore::cli {
 // be had is one warning line, not a failure: the children then decode per process. With `copy_index`, the cache
 // also gets the copy of the index the children map (KeepIndexCopy; not through a daemon, whose index is its own
 // staged copy already).
+// Why FANSTORE_CACHE_BYTES or FANSTORE_NODE_CACHE_BYTES cannot be used, or empty: checked before anything starts,
+// so a typo is one line from `fanstore run` rather than EIO on every path in the program.
+std::string CheckRunVariables();
+
 void PrepareRunEnvironment(const Image& img, bool copy_index);
 
 }  // namespace fanstore::cli

@@ -4,6 +4,9 @@
 // one X(...) line in FANSTORE_ENV_VARIABLES here, or in FANSTORE_TOOLING_ENV_VARIABLES there.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+
 namespace fanstore::env {
 
 // Who reads a variable, which decides the README table it appears in.
@@ -76,4 +79,18 @@ struct Variable {
 inline constexpr Variable kVariables[] = {FANSTORE_ENV_VARIABLES(FANSTORE_ENV_TABLE_ROW)};
 
 inline constexpr const char* kDefaultMount = "/fanstore";
+
+// A byte count as the *_BYTES variables take it: decimal digits only, below 2^64. strtoull alone would take
+// "-5" as 2^64 - 5 and " 7" as 7.
+inline std::optional<uint64_t> ParseByteCount(const char* text) {
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  uint64_t v = 0;
+  for (const char* p = text; *p; ++p) {
+    if (*p < '0' || *p > '9') return std::nullopt;
+    const uint64_t digit = static_cast<uint64_t>(*p - '0');
+    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  return v;
+}
 }  // namespace fanstore::env
