@@ -57,6 +57,13 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/afile"
 one_line "fanstore pack: exists: output $T/afile already exists and is not a directory: remove it"
 expect_rc 0 "$F" stat "$T/img" a/x.txt
 grep -q 'size: 6' "$T/out" || fail "stat: $(cat "$T/out")"
+# Seconds since the epoch as GNU stat prints them, before 1970 too (it printed -315619200.123456789 for this one).
+mkdir "$T/old" && touch -d '1960-01-01 00:00:00.123456789 UTC' "$T/old/f" && touch -d '@-1.5' "$T/old/g"
+expect_rc 0 "$F" pack "$T/old" -o "$T/old-img"
+for f in f g; do
+  expect_rc 0 "$F" stat "$T/old-img" $f
+  grep -q "mtime: .*($(stat -c %.9Y "$T/old/$f"))\$" "$T/out" || fail "stat of a time before 1970: $(cat "$T/out")"
+done
 expect_rc 0 "$F" info "$T/img"
 grep -q 'part-rep.fsp.*(replicated)' "$T/out" || fail "info: $(cat "$T/out")"
 expect_rc 0 "$F" verify "$T/img" --threads 2

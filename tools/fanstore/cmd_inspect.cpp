@@ -49,6 +49,18 @@ std::string TimeString(int64_t sec, uint32_t nsec, bool with_nsec) {
   return s;
 }
 
+// Seconds since the epoch with nine decimals, as GNU `stat -c %.9Y` prints them: one second and 0.123456789
+// before the epoch is -1.123456789, stored as sec -2 and nsec 876543211.
+std::string EpochString(int64_t sec, uint32_t nsec) {
+  char buf[48];
+  if (sec < 0 && nsec > 0) {
+    std::snprintf(buf, sizeof buf, "-%" PRIu64 ".%09u", static_cast<uint64_t>(-(sec + 1)), 1000000000u - nsec);
+  } else {
+    std::snprintf(buf, sizeof buf, "%" PRId64 ".%09u", sec, nsec);
+  }
+  return buf;
+}
+
 // Opens the image or prints why not; returns null on failure (exit code set).
 std::shared_ptr<const Image> OpenOrFail(const std::string& cmd, const std::string& dir, int& exit_code) {
   auto img = Image::Open(dir);
@@ -198,8 +210,8 @@ void AddStat(CLI::App& app, int& exit_code) {
     std::printf("  type: %s\n", e.is_dir() ? "directory" : e.is_link() ? "symlink" : "regular file");
     std::printf("  mode: %04o (%s)\n", e.mode & 07777, ModeString(e.mode).c_str());
     std::printf("  size: %" PRIu64 "\n", e.size);
-    std::printf(" mtime: %s (%" PRId64 ".%09u)\n", TimeString(e.mtime_sec, e.mtime_nsec, true).c_str(), e.mtime_sec,
-                e.mtime_nsec);
+    std::printf(" mtime: %s (%s)\n", TimeString(e.mtime_sec, e.mtime_nsec, true).c_str(),
+                EpochString(e.mtime_sec, e.mtime_nsec).c_str());
     std::printf(" inode: %" PRIu64 "\n", e.ino);
     std::printf(" links: %u\n", e.nlink);
     if (e.uid != kNoOwner) std::printf(" owner: %u:%u\n", e.uid, e.gid);
