@@ -1,7 +1,10 @@
 // Walks the source tree for pack: keeps symlinks (or follows them), finds hard links, counts special files.
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "fanstore/path.hpp"
 #include "fanstore/protocol/image_format.hpp"
 #include "fanstore/status.hpp"
 #include "pack_tree.hpp"
@@ -56,6 +60,7 @@ class Walker {
     for (PackNode& n : tree_->nodes)
       if (n.is_alias()) n.nlink = tree_->nodes[n.link_of].nlink;
     WarnSpecial();
+    WarnIntoSource();
     return Status::Ok();
   }
 
@@ -64,6 +69,11 @@ class Walker {
     struct stat st;
     if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot read source " + Printable(source));
     if (!S_ISDIR(st.st_mode)) return Status(Code::kNotDirectory, "source " + Printable(source) + " is not a directory");
+    // The source as an absolute path both as given and with its links resolved: the two ways a link names it.
+    char buf[PATH_MAX];
+    if (::realpath(source.c_str(), buf)) source_names_.emplace_back(buf);
+    if (source[0] == '/') source_names_.push_back(NormalizeAbsolute(source));
+    else if (::getcwd(buf, sizeof buf)) source_names_.push_back(NormalizeAbsolute(std::string(buf) + "/" + source));
     tree_->nodes.push_back(MakeNode(st, kRootId, "", 0));
     tree_->dirs = 1;
     return WalkDir(source, kRootId, st);
@@ -118,6 +128,28 @@ class Walker {
     if (special_.empty()) first_special_ = rel;
     ++special_[KindName(st.st_mode)];
     return Status::Ok();
+  }
+
+  // A symlink kept with an absolute target inside the source still names the source after packing: under the mount
+  // it reads the source tree rather than the image (or fails where that is absent). Counted for one warning.
+  void NoteTarget(const std::string& rel, const std::string& target) {
+    if (target.empty() || target[0] != '/') return;
+    const std::string t = NormalizeAbsolute(target);
+    for (const std::string& src : source_names_) {
+      if (t == src ||
+          (t.size() > src.size() && t.compare(0, src.size(), src) == 0 && (src == "/" || t[src.size()] == '/'))) {
+        if (into_source_++ == 0) first_into_source_ = Printable(rel) + " -> " + Printable(target);
+        return;
+      }
+    }
+  }
+
+  void WarnIntoSource() {
+    if (into_source_ == 0 || !warn_) return;
+    warn_(std::to_string(into_source_) + " symlink" + (into_source_ > 1 ? "s name" : " names") +
+          " a path in the source by its absolute path (e.g. " + first_into_source_ +
+          "), kept as is: under the mount it reads the source tree, not the image; make such links relative, or "
+          "pack with --follow-symlinks to store what they point at");
   }
 
   // The target of symlink `name` in directory `dfd`, verbatim.
@@ -232,6 +264,7 @@ class Walker {
         ++tree_->links;
         tree_->nodes[id].offset = tree_->targets.size();
         tree_->targets += c.target;
+        NoteTarget(child_rel, c.target);
       } else {
         ++tree_->files;
         const std::string_view n = c.name;
@@ -263,6 +296,9 @@ class Walker {
   std::unordered_map<DevIno, uint32_t, DevInoHash> inodes_;  // hard-linked files seen: the first name's id
   std::map<std::string, uint64_t> special_;                  // special files skipped, by kind
   std::string first_special_;
+  std::vector<std::string> source_names_;  // the source's absolute path(s): as given, and resolved
+  uint64_t into_source_ = 0;               // kept symlinks with an absolute target inside the source
+  std::string first_into_source_;
 };
 
 }  // namespace

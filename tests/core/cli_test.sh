@@ -57,6 +57,16 @@ expect_rc 1 "$F" pack "$T/src" -o "$T/afile"
 one_line "fanstore pack: exists: output $T/afile already exists and is not a directory: remove it"
 expect_rc 0 "$F" stat "$T/img" a/x.txt
 grep -q 'size: 6' "$T/out" || fail "stat: $(cat "$T/out")"
+# A symlink that names a path in the source by its absolute path reads the source later, not the image: one warning
+# for all of them (through a link to the source too); relative links and absolute ones elsewhere get none.
+mkdir -p "$T/abs/d" && echo a >"$T/abs/d/f" && ln -s "$T/abs/d/f" "$T/abs/in1" && ln -s "$T/abs/../abs/d" "$T/abs/in2"
+ln -s d/f "$T/abs/rel" && ln -s /etc/hostname "$T/abs/out" && ln -s "$T/abs" "$T/abs-link"
+expect_rc 0 "$F" pack "$T/abs-link" -o "$T/abs-img"
+[ "$(grep -c warning "$T/err")" = 1 ] && grep -q "warning: 2 symlinks name a path in the source by its absolute path (e.g. in1 -> $T/abs/d/f), kept as is: .*--follow-symlinks" "$T/err" ||
+  fail "absolute links into the source: $(cat "$T/err")"
+rm "$T/abs/in1" "$T/abs/in2"
+expect_rc 0 "$F" pack "$T/abs" -o "$T/abs-img2"
+[ ! -s "$T/err" ] || fail "a warning for links that do not name the source: $(cat "$T/err")"
 # Seconds since the epoch as GNU stat prints them, before 1970 too (it printed -315619200.123456789 for this one).
 mkdir "$T/old" && touch -d '1960-01-01 00:00:00.123456789 UTC' "$T/old/f" && touch -d '@-1.5' "$T/old/g"
 expect_rc 0 "$F" pack "$T/old" -o "$T/old-img"
