@@ -291,6 +291,20 @@ else
 fi
 expect_err "--fuse never refuses a static program" "statically linked.*fanstore mount" \
   "$fanstore" run --fuse never --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden
+# Without /dev/fuse (a private /dev without it): one line with advice that does not lead to `fanstore mount`,
+# which needs the same device.
+if [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2> /dev/null; then
+  FANSTORE_NODE_CACHE=off unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /dev &&
+    mknod -m 666 /dev/null c 1 3 && exec "$@"' sh "$fanstore" run --image "$tmp/zstd" -- busybox cat /fanstore/names/.hidden \
+    > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+  if [ $rc = 1 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "no /dev/fuse" "$tmp/err" &&
+    ! grep -q "fanstore mount" "$tmp/err"; then
+    pass "a static program where FUSE is missing: one line, no circular advice"
+  else
+    fail "static program without /dev/fuse: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
+  fi
+fi
 out=$($run /fanstore/bin/script.sh 2>&1)
 [ "$out" = script ] && pass "fanstore run -- a program stored in the image (through FUSE)" || fail "program in the image: $out"
 out=$("$fanstore" run --fuse always --image "$tmp/zstd" -- cat /fanstore/names/.hidden 2>&1)
@@ -318,7 +332,7 @@ else
   fail "static exec under a hand-made LD_PRELOAD: out=$(cat "$tmp/out") err=$(cat "$tmp/err")"
 fi
 # As a user without root: a user namespace where the kernel allows one (and /dev/fuse is open to users),
-# otherwise one line naming `fanstore mount` and the program does not run.
+# otherwise one line (naming `fanstore mount` when /dev/fuse is open to the user) and the program does not run.
 if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
   chmod 755 "$tmp"
   mkdir -p "$tmp/usermnt"
@@ -329,7 +343,8 @@ if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
   rc=$?
   if [ $rc = 0 ] && [ "$(cat "$tmp/out")" = hidden ]; then
     pass "as an unprivileged user: served through FUSE in a user namespace"
-  elif [ $rc = 1 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "fanstore mount" "$tmp/err"; then
+  elif [ $rc = 1 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l < "$tmp/err")" = 1 ] &&
+    grep -q "fanstore mount\|/dev/fuse is not open to this user" "$tmp/err"; then
     pass "as an unprivileged user where FUSE is out of reach: one line, nothing run: $(cat "$tmp/err")"
   else
     fail "unprivileged static run: rc=$rc out=$(cat "$tmp/out") err=$(cat "$tmp/err")"

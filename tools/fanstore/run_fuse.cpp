@@ -206,9 +206,14 @@ bool WaitFor(pid_t pid, int* status, long ms) {
 }  // namespace
 
 int RunUnderFuse(const FuseRun& r) {
+  // `fanstore mount` needs the same device: pointing there would send the user in a circle.
   if (Status s = mount::CheckFuseDevice("/dev/fuse"); !s.ok())
-    return Refuse(r, s.code() == Code::kPermission ? "/dev/fuse is not open to this user"
-                                                   : "FUSE is not available here (no /dev/fuse)");
+    return Fail("run", r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " +
+                           (s.code() == Code::kPermission
+                                ? "/dev/fuse is not open to this user: add yourself to the group owning /dev/fuse"
+                                : "FUSE is not available here (no /dev/fuse): ask for it on this node (`modprobe "
+                                  "fuse`; in a container, --device /dev/fuse)") +
+                           ", or run a build of the program that LD_PRELOAD reaches (dynamically linked, not set-ID)");
   if (std::string e = EnterNamespace(); !e.empty()) return Refuse(r, e);
   bool nonempty = false;
   if (std::string e = MakeMountPoint(r.mount, &nonempty); !e.empty()) return Refuse(r, e);
