@@ -209,7 +209,14 @@ void ClientFile::KeepDecoded(const Chunk& c, const char* bytes, bool streaming) 
   }
 }
 
+// The reads of a kernel fd (fopen, mmap, np.fromfile...) never reach us: the whole file counts once, when handed out.
 Result<int> ClientFile::KernelFd(int flags) {
+  auto fd = MakeKernelFd(flags);
+  if (fd.ok()) core_.stats.bytes_read.fetch_add(e_.size, std::memory_order_relaxed);
+  return fd;
+}
+
+Result<int> ClientFile::MakeKernelFd(int flags) {
   // Large files, with a node chunk cache: one shared file per node holds every chunk; fill what is missing.
   if (core_.node && chunks_ > 1) {
     Status s = core_.node->WithFileLock(e_, [this] {

@@ -20,6 +20,7 @@ class ClientFile final : public OpenFile, public std::enable_shared_from_this<Cl
   Result<int> KernelFd(int flags) override;
 
  private:
+  Result<int> MakeKernelFd(int flags);
   // Sequential-read detection: queues the read-ahead; true when this read continues a stream.
   bool NoteRead(uint64_t off, uint64_t end);
   // What a read of [off, off + n) covers, clipped to the file, once it has been noted (NoteRead) and (with

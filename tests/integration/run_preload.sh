@@ -153,6 +153,17 @@ if [ "$(grep -c '^fanstore\[pid [0-9]*\]: opens=1 ' "$tmp/err")" -eq 1 ]; then
 else
   fail "FANSTORE_STATS=1 printed: $(cat "$tmp/err")"
 fi
+# Bytes read through a kernel fd (mmap here; fopen and np.fromfile alike) count too: they counted 0.
+size=$(stat -c %s "$tmp/src/text/lorem.txt")
+FANSTORE_STATS=1 $run /usr/bin/python3 -c '
+import mmap
+with open("/fanstore/text/lorem.txt", "rb") as f:
+    mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)[:]' 2> "$tmp/err"
+if grep -q "^fanstore\[pid [0-9]*\]: opens=1 .* bytes=$size " "$tmp/err"; then
+  pass "FANSTORE_STATS=1 counts the bytes of a mapped file ($size)"
+else
+  fail "FANSTORE_STATS=1 with mmap, want bytes=$size: $(cat "$tmp/err")"
+fi
 # A forked child (a DataLoader worker) counts its own work: it once repeated its parent's counters.
 FANSTORE_STATS=1 $run /usr/bin/python3 -c '
 import os

@@ -32,7 +32,7 @@ class RemoteFetcher;
 
 struct ClientStats {
   std::atomic<uint64_t> opens{0}, stats{0}, readdirs{0}, lookups_missing{0};
-  std::atomic<uint64_t> bytes_read{0};                                   // decoded bytes handed out
+  std::atomic<uint64_t> bytes_read{0};  // decoded bytes handed out: read, or a whole file as a kernel fd
   std::atomic<uint64_t> local_loads{0}, remote_loads{0}, cache_hits{0};  // chunks: decoded here / fetched / hit
   std::atomic<uint64_t> node_hits{0};                                    // chunks read from the node-wide cache
   std::atomic<uint64_t> remote_bytes{0};                                 // stored bytes fetched remotely
