@@ -219,7 +219,9 @@ class Walker {
         if (!s.ok()) break;
         continue;
       }
-      c.hard_link = S_ISREG(lst.st_mode) && lst.st_nlink > 1;
+      // Followed links (to a file, or to a directory holding files) reach one file by several names, whatever its
+      // link count: every regular file is looked up by (dev, ino) then, and stored once.
+      c.hard_link = S_ISREG(c.st.st_mode) && (opts_.follow_symlinks || lst.st_nlink > 1);
       out->push_back(std::move(c));
     }
     ::closedir(d);

@@ -152,6 +152,15 @@ TEST(PackTest, FollowedSymlinksDanglingSkippedLoopsDetected) {
   EXPECT_TRUE(img->Get(*img->Lookup("link_dir")).is_dir());
   EXPECT_EQ(test::ReadImageFile(*img, "link_dir/file.txt"), "target");
   EXPECT_EQ(test::ReadImageFile(*img, "link_out/o.txt"), "outside");
+  // One file reached by three names (itself, a link to it, through a link to its directory) is stored once, with
+  // one inode and three links, as hard links are.
+  const Entry real = img->Get(*img->Lookup("real/file.txt"));
+  for (const char* p : {"link_file", "link_dir/file.txt"}) {
+    const Entry e = img->Get(*img->Lookup(p));
+    EXPECT_EQ(e.ino, real.ino) << p;
+    EXPECT_EQ(e.nlink, 3u) << p;
+  }
+  EXPECT_EQ(real.nlink, 3u);
   for (const char* p : {"dangling", "real/up", "self", "fifo", "sock"}) EXPECT_FALSE(img->Lookup(p).ok()) << p;
   bool saw_dangling = false, saw_loop = false;
   for (const auto& w : warnings) {

@@ -200,9 +200,9 @@ void AddPackCommand(CLI::App& app, int& exit_code) {
       ->transform(SizeValue())
       ->default_str("1M");
   cmd->add_flag("--follow-symlinks", opts->follow_symlinks,
-                "store what symlinks point at instead of the links: a link to a file becomes a copy of the file, a "
-                "link to a directory a copy of the directory; dangling links and loops are skipped with a warning "
-                "each (for datasets made of links)");
+                "store what symlinks point at instead of the links: a link to a file becomes another name of it "
+                "(stored once, as a hard link), a link to a directory a copy of the directory; dangling links and "
+                "loops are skipped with a warning each (for datasets made of links)");
   cmd->add_flag("--strict", opts->strict,
                 "refuse FIFOs, sockets and device nodes instead of skipping them with one warning line");
   cmd->callback([opts, &exit_code] { exit_code = RunPack(*opts, false); });
