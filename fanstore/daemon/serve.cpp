@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -346,6 +347,7 @@ class Daemon {
     if (st_.ok()) Take(ExpandNodeTemplate(ExpandRank(o_.local, rank_)), &local_);
     if (st_.ok()) Take(ExpandNodeTemplate(ExpandRank(o_.socket, rank_)), &socket_);
     if (st_.ok()) Take(PlanStaging(o_.image, rank_, nranks_, o_.replicas), &plan_);
+    AgreeOnImage();
     if (st_.ok()) Take(LockLocal(o_.image, local_, &staged_files_), &lock_fd_);
     // The socket's final path, so that one too long for a Unix socket stops the job before staging.
     char abs[PATH_MAX];
@@ -354,6 +356,20 @@ class Daemon {
     if (st_.ok()) st_ = SocketServer::CheckPath(socket_);
     // With --cleanup a failure anywhere removes the --local directory this rank made (only if it made it).
     return !Failed("start-up");
+  }
+
+  // Every rank must serve one image (by any path): a rank given another would answer the peers' reads of its
+  // partitions from that image's files. Collective: a rank that failed already takes part with key 0.
+  void AgreeOnImage() {
+    const uint64_t mine = st_.ok() ? plan_.content_key : 0;
+    uint64_t first = mine;
+    MPI_Bcast(&first, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (st_.ok() && first != 0 && mine != first) {
+      char keys[64];
+      std::snprintf(keys, sizeof keys, "%016" PRIx64 " here, %016" PRIx64 " on rank 0", mine, first);
+      st_ = Status(Code::kInvalidArgument, "--image " + o_.image + " is not the image rank 0 serves (content key " +
+                                               keys + "): give every rank the same image");
+    }
   }
 
   // The value of `r` into *out, or its error into st_.

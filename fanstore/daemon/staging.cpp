@@ -108,6 +108,7 @@ Result<StagePlan> PlanStaging(const std::string& image_dir, int rank, int nranks
   if (!img.ok()) return img.status();
   ImageSummary sum = (*img)->Summary();
   StagePlan plan;
+  plan.content_key = (*img)->ContentKey();
   plan.regular_parts = sum.parts;
   plan.replicated_part = sum.replicated_part;
   for (uint32_t p = 0; p < (*img)->PartitionCount(); ++p) {

@@ -24,7 +24,8 @@ struct StagePlan {
   std::vector<mode_t> modes;         // and permission bits (each copy gets its source's)
   std::vector<std::string> sources;  // every partition's file in the image directory, by partition id
   uint64_t index_bytes = 0;
-  uint64_t bytes = 0;  // bytes to copy (partition files + index)
+  uint64_t bytes = 0;        // bytes to copy (partition files + index)
+  uint64_t content_key = 0;  // Image::ContentKey of the index: every rank must serve the same image
 };
 
 // Decides what `rank` of `nranks` keeps of the image at `image_dir` (see placement.hpp).

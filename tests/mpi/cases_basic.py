@@ -5,6 +5,7 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 import time
 
 from mpi_harness import Job, SKIP, check, counters, log, mapped_sends_possible, parts_of
@@ -199,6 +200,33 @@ def case_nospace(ctx):
     check(re.search(r"fanstore serve\[rank 2\]: .*node2", out), "rank 2 must say what failed")
     check(re.search(r"failed on 1 rank\(s\)", out), "rank 0 must say another rank failed")
     os.unlink(ctx.node(2))
+
+    # Rank 2 is given another image: refused at start-up, before staging (it was served, and every read of its
+    # partitions from another node failed as "outside" its file).
+    other = os.path.join(ctx.work, "other-img")
+    os.makedirs(os.path.join(ctx.work, "other-src"), exist_ok=True)
+    with open(os.path.join(ctx.work, "other-src", "a"), "w") as f:
+        f.write("another image\n")
+    r = subprocess.run([ctx.args.fanstore, "pack", os.path.join(ctx.work, "other-src"), "-o", other, "--parts", "8"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, f"pack failed: {r.stderr}")
+    swap = ("import os, sys\n"
+            "a = [sys.argv[1] if x == sys.argv[2] and os.environ['OMPI_COMM_WORLD_RANK'] == '2' else x"
+            " for x in sys.argv[3:]]\n"
+            "os.execvp(a[0], a)\n")
+    job = Job(ctx, 4, wrap_exit=True, mpirun_extra=[sys.executable, "-c", swap, other, ctx.img])
+    job.wait(120)
+    out = job.output()
+    log("output:\n" + out.strip())
+    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
+    check(len(exits) == 4 and all(v != "0" for v in exits.values()),
+          f"every rank must exit non-zero when one serves another image: {exits}")
+    check(re.search(r"fanstore serve\[rank 2\]: invalid argument: --image \S+ is not the image rank 0 serves "
+                    r"\(content key [0-9a-f]{16} here, [0-9a-f]{16} on rank 0\): give every rank the same image", out),
+          "rank 2 must say that its image is not rank 0's")
+    check("start-up failed on 1 rank(s)" in out, "rank 0 must say another rank failed")
+    check(not any(os.path.exists(os.path.join(ctx.node(r), "index.fsi")) for r in range(4)),
+          "nothing may be staged before the ranks agree on the image")
 
 
 DATALOADER = r'''
