@@ -482,6 +482,12 @@ run_directories)
   expect_one_line "a fresh run over another run's --metrics" \
     "--metrics other.jsonl holds another run's records: pass --resume to append to them" --checkpoint m2 --metrics other.jsonl
   cmp other.jsonl other.kept
+  # A refused run leaves no directory it made (it left one holding only the lock file), the default one included.
+  runs_before=$(ls -d run-* | wc -l)
+  expect_one_line "a fresh run over another run's --metrics, default directory" \
+    "--metrics other.jsonl holds another run's records" --metrics other.jsonl
+  [[ ! -e m2 && $(ls -d run-* | wc -l) == "$runs_before" ]] || { echo "FAIL a refused run left its directory:"; ls -a m2 run-*; exit 1; }
+  echo "ok   a refused run leaves no directory behind"
   "$train" "${common[@]}" --checkpoint m3 --metrics other.jsonl --resume > /dev/null 2>&1
   [[ $(grep -c '"event":"summary"' other.jsonl) == $(($(grep -c '"event":"summary"' other.kept) + 1)) ]] && head -c "$(stat -c %s other.kept)" other.jsonl | cmp - other.kept ||
     { echo "FAIL --resume did not append to the metrics file"; exit 1; }
@@ -610,6 +616,22 @@ ltfb_resume)
   grep -q "error: plain holds checkpoint.bin but no trainer's checkpoint-tT.bin" err.txt &&
     [[ $(md5sum < plain/checkpoint.bin) == "$before" ]] || { echo "FAIL plain checkpoint and --trainers:"; cat err.txt; exit 1; }
   echo "ok   a plain run's checkpoint with --resume --trainers 2: $(grep -m1 error: err.txt)"
+  # A tournament stopped before its end (only the trainers' files, no checkpoint.bin): a run without --trainers
+  # wrote a checkpoint.bin beside them and emptied metrics.jsonl; with --resume it started afresh. Both refused.
+  mkdir stopped && cp straight/checkpoint-t0.bin straight/checkpoint-t1.bin straight/metrics.jsonl stopped/
+  if "$train" "${plain[@]}" --max-steps 1 --checkpoint stopped > out.txt 2> err.txt; then
+    echo "FAIL a plain run over a stopped tournament"; exit 1
+  fi
+  grep -q "error: stopped holds a checkpoint (stopped/checkpoint-t0.bin): pass --resume" err.txt &&
+    [[ ! -e stopped/checkpoint.bin ]] && cmp stopped/metrics.jsonl straight/metrics.jsonl ||
+    { echo "FAIL a plain run over a stopped tournament:"; cat err.txt; exit 1; }
+  echo "ok   a plain run over a stopped tournament: $(grep -m1 error: err.txt)"
+  if "$train" "${plain[@]}" --max-steps 1 --checkpoint stopped --resume > out.txt 2> err.txt; then
+    echo "FAIL a stopped tournament resumed without --trainers"; exit 1
+  fi
+  grep -q "error: stopped holds a tournament's checkpoints (stopped/checkpoint-t0.bin, 2 trainers' files): resume it with --trainers 2" err.txt &&
+    [[ ! -e stopped/checkpoint.bin ]] || { echo "FAIL a stopped tournament resumed without --trainers:"; cat err.txt; exit 1; }
+  echo "ok   a stopped tournament resumed without --trainers: $(grep -m1 error: err.txt)"
   ;;
 ltfb_odd_truncation)
   # 3 trainers of one rank: pairwise leaves one trainer out of every round (it keeps its state, sends

@@ -159,24 +159,42 @@ std::string create_fresh_run_directory(const std::string& model) {
   }
 }
 
-// --checkpoint DIR, created with its parents where missing.
-void make_checkpoint_directory(const std::string& dir) {
+// --checkpoint DIR, created with its parents where missing. Returns whether DIR itself was made here.
+bool make_checkpoint_directory(const std::string& dir) {
   std::error_code ec;
   if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
     throw std::runtime_error("--checkpoint " + dir +
                              ": exists and is not a directory; pass a directory (it gets checkpoint.bin and "
                              "metrics.jsonl)");
-  std::filesystem::create_directories(dir, ec);
+  const bool made = std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("--checkpoint " + dir + ": cannot create the directory (" + ec.message() + ")");
+  return made;
+}
+
+// The trainers' checkpoint-tT.bin files in `dir`, sorted: what a tournament leaves until its end.
+std::vector<std::string> tournament_checkpoints(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 16 && name.compare(0, 12, "checkpoint-t") == 0 &&
+        name.compare(name.size() - 4, 4, ".bin") == 0 &&
+        name.find_first_not_of("0123456789", 12) == name.size() - 4)
+      found.push_back(e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
 }
 
 // An exclusive lock on a run directory for as long as the run lasts (flock on DIR/.fanstore-train.lock, which
 // the kernel drops when the process ends, however it ends): a second run into the same directory would
 // interleave its checkpoint renames and metrics lines with the first's.
+// A run that ends having written nothing there (refused at set-up) takes its lock file away, and the directory too
+// when it made it: no empty run directories left behind.
 class DirectoryLock {
  public:
   DirectoryLock() = default;
-  explicit DirectoryLock(const std::string& dir) {
+  DirectoryLock(const std::string& dir, bool made) : dir_(dir), made_(made) {
     const std::string path = dir + "/.fanstore-train.lock";
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw std::runtime_error(path + ": cannot create the run's lock file (" + std::strerror(errno) + ")");
@@ -190,16 +208,34 @@ class DirectoryLock {
       throw std::runtime_error(path + ": cannot lock (" + std::strerror(e) + ")");
     }
   }
-  DirectoryLock(DirectoryLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  DirectoryLock(DirectoryLock&& o) noexcept
+      : dir_(std::move(o.dir_)), made_(o.made_), fd_(std::exchange(o.fd_, -1)) {}
   DirectoryLock& operator=(DirectoryLock&& o) noexcept {
+    std::swap(dir_, o.dir_);
+    std::swap(made_, o.made_);
     std::swap(fd_, o.fd_);
     return *this;
   }
   ~DirectoryLock() {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ < 0) return;
+    std::error_code ec;
+    int entries = 0;
+    bool lock_seen = false;
+    for (auto it = std::filesystem::directory_iterator(dir_, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      ++entries;
+      lock_seen |= it->path().filename() == ".fanstore-train.lock";
+    }
+    if (!ec && entries == 1 && lock_seen) {  // (unlinked while still held: a run waiting on it was refused already)
+      ::unlink((dir_ + "/.fanstore-train.lock").c_str());
+      if (made_) ::rmdir(dir_.c_str());
+    }
+    ::close(fd_);
   }
 
  private:
+  std::string dir_;
+  bool made_ = false;
   int fd_ = -1;
 };
 
@@ -802,13 +838,21 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   DirectoryLock directory_lock;
   agree_on_errors(world, [&] {
     if (!leader) return;
+    bool made = true;
     if (checkpoint_dir.empty()) checkpoint_dir = create_fresh_run_directory(o.model);
-    else make_checkpoint_directory(checkpoint_dir);
-    directory_lock = DirectoryLock(checkpoint_dir);
-    for (const std::string& file : {checkpoint_dir + "/checkpoint.bin", checkpoint_file(0)})
-      if (!o.resume && std::filesystem::exists(file))
-        throw std::runtime_error(checkpoint_dir + " holds a checkpoint (" + file +
-                                 "): pass --resume to continue it, or choose another --checkpoint");
+    else made = make_checkpoint_directory(checkpoint_dir);
+    directory_lock = DirectoryLock(checkpoint_dir, made);
+    const std::string plain = checkpoint_dir + "/checkpoint.bin";
+    const std::vector<std::string> trainers = tournament_checkpoints(checkpoint_dir);
+    if (!o.resume && (std::filesystem::exists(plain) || !trainers.empty()))
+      throw std::runtime_error(checkpoint_dir + " holds a checkpoint (" +
+                               (std::filesystem::exists(plain) ? plain : trainers.front()) +
+                               "): pass --resume to continue it, or choose another --checkpoint");
+    // A tournament stopped before its end left only the trainers' files: resuming it as one run would start afresh.
+    if (o.resume && !plan.enabled() && !std::filesystem::exists(plain) && !trainers.empty())
+      throw std::runtime_error(checkpoint_dir + " holds a tournament's checkpoints (" + trainers.front() + ", " +
+                               std::to_string(trainers.size()) + " trainers' files): resume it with --trainers " +
+                               std::to_string(trainers.size()) + ", or choose another --checkpoint");
   });
   if (o.checkpoint_dir.empty()) broadcast_string(world, checkpoint_dir);
   if (plan.enabled())  // the other trainers' first ranks, on nodes of their own maybe
