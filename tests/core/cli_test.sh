@@ -263,6 +263,9 @@ expect_rc 1 "$F" run --imgae "$T/img" -- true
 one_line 'fanstore run: unknown option --imgae; `fanstore run --help` lists its options'
 expect_rc 1 "$F" pack "$T/src" -o "$T/x" --lvl 3
 one_line 'fanstore pack: unknown option --lvl; `fanstore pack --help` lists its options'
+# A value the option's type cannot hold: named as such (it was CLI11's "could not convert: --replicas = ...").
+expect_rc 1 "$F" serve --image "$T/img" --local "$T/nowhere" --replicas 99999999999
+one_line 'fanstore serve: --replicas 99999999999 is not a value --replicas takes (a number in its range; on or off for a switch)'
 expect_rc 1 "$F" run --image "$T/img" --
 one_line 'fanstore run: CMD is required'
 # An option given twice, and a relative --mount, say what to do (CLI11 said "At Most 1 required but received 2").

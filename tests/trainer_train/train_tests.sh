@@ -304,6 +304,10 @@ bad_input)
   run_expect_fail "--seed past 2^64" "--seed: a seed from 0 to 18446744073709551615 is needed, not 18446744073709551616" \
     "${ok[@]}" --seed 18446744073709551616
   run_expect_fail "an option twice" "--epochs is given 2 times: pass it once" "${ok[@]}" --epochs 1 --epochs 2
+  # CLI11 named the wrong thing: "--model is required" for a misspelt --model, "Could not convert" for a value.
+  expect_fail "a misspelt option" "error: unknown option --modle (--help lists the options)" --modle cosmoflow --describe
+  run_expect_fail "--epochs past an int" "--epochs 1000000000000 is not a value --epochs takes" "${ok[@]}" \
+    --epochs 1000000000000
   # Options that would be ignored: refused, as the tournament's are without --trainers.
   run_expect_fail "--auto-trials without --grid auto" "--auto-trials sets how --grid auto chooses its grid" "${ok[@]}" \
     --auto-trials 5

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <optional>
 #include <regex>
 #include <string>
@@ -15,6 +16,31 @@ inline std::optional<std::string> GivenTwice(const std::string& why) {
   std::smatch m;
   if (!std::regex_match(why, m, kTwice)) return std::nullopt;
   return m[1].str() + " is given " + m[2].str() + " times: pass it once";
+}
+
+// CLI11's "Could not convert: --epochs = 1e12" (a value its type cannot hold, a word for a switch) as a sentence
+// that names the option and the value; nullopt for others.
+inline std::optional<std::string> NotConverted(const std::string& why) {
+  static const std::regex kConvert("^Could not convert: (-[-A-Za-z0-9]+) = (.*)$");
+  std::smatch m;
+  if (!std::regex_match(why, m, kConvert)) return std::nullopt;
+  return m[1].str() + " " + m[2].str() + " is not a value " + m[1].str() +
+         " takes (a number in its range; on or off for a switch)";
+}
+
+// The first option among argv[first..argc) (before a `--`) that `app` does not know, or nullopt. CLI11 checks what is
+// required first and names left-over words, so a misspelt option surfaces as "--model is required" or as its value.
+inline std::optional<std::string> UnknownOption(const CLI::App& app, int first, int argc, char** argv) {
+  for (int i = first; i < argc && std::string(argv[i]) != "--"; ++i) {
+    const std::string arg = argv[i];
+    // An option's name: `--long[=value]` or `-x`, not a negative number given as a value.
+    if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.')
+      continue;
+    const std::string name = arg.substr(0, arg.find('='));
+    const bool one_name = arg[1] == '-' || name.size() == 2;  // not a run of short flags (-abc)
+    if (one_name && app.get_option_no_throw(name) == nullptr) return name;
+  }
+  return std::nullopt;
 }
 
 // An option's names without CLI11's "{false}" after a negated flag ("--no-doorbell{false}"), which reads like a

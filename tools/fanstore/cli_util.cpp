@@ -49,18 +49,12 @@ int ParseFailure(CLI::App& app, const CLI::ParseError& e, int argc, char** argv)
   // (`run --imgae img -- true` blamed `true`). The first option before `--` that the command does not know is what
   // went wrong.
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
-    for (int i = 2; i < argc && std::string(argv[i]) != "--"; ++i) {
-      const std::string arg = argv[i];
-      // An option's name: `--long[=value]` or `-x`, not a negative number given as a value.
-      if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.')
-        continue;
-      const std::string name = arg.substr(0, arg.find('='));
-      const bool one_name = arg[1] == '-' || name.size() == 2;  // not a run of short flags (-abc)
-      if (one_name && parsed.back()->get_option_no_throw(name) == nullptr)
-        return Fail(cmd, "unknown option " + Printable(name) + "; `fanstore " + cmd + " --help` lists its options");
-    }
+    if (auto name = cli_common::UnknownOption(*parsed.back(), 2, argc, argv))
+      return Fail(cmd, "unknown option " + Printable(*name) + "; `fanstore " + cmd + " --help` lists its options");
   }
   if (auto twice = cli_common::GivenTwice(why)) return Fail(cmd, *twice);
+  if (auto value = cli_common::NotConverted(why))
+    return Fail(cmd, *value + "; `fanstore " + cmd + " --help` lists its options");
   // InRange's refusal already says what to do: "--level: 99 is outside ..." reads "--level 99 is outside ...".
   static const std::regex kOwnAdvice("^(-[-A-Za-z0-9]+): (\\S+ is (outside |not a whole number;).*)$");
   std::smatch m;

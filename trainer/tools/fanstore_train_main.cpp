@@ -226,9 +226,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(at_least(-1));
   // One line, as every other error of the trainer, and exit status 1 (CLI11's own are 101-127).
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+  app.failure_message([argc, argv](const CLI::App* failed, const CLI::Error& e) {
     std::string why = e.what();
+    // A misspelt option, not the "--model is required" or the left-over value CLI11 would name.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) || dynamic_cast<const CLI::ExtrasError*>(&e))
+      if (auto name = fanstore::cli_common::UnknownOption(*failed, 1, argc, argv)) why = "unknown option " + *name;
     if (auto twice = fanstore::cli_common::GivenTwice(why)) why = *twice;
+    if (auto value = fanstore::cli_common::NotConverted(why)) why = *value;
     return "fanstore-train: error: " + why + " (--help lists the options)\n";
   });
   try {
