@@ -227,6 +227,9 @@ two_ranks_match_one)
   mpirun_2 "$train" "${common[@]}" --batch 4 --threads 1 --bucket-mb 1 --checkpoint two
   $py "$here/compare_checkpoints.py" one/checkpoint.bin two/checkpoint.bin 1e-5
   echo "ok   2 ranks x 4 match 1 rank x 8"
+  # A bucket past 2^64 bytes is one bucket, as any past the model's size (the byte count wrapped: one per tensor).
+  mpirun_2 "$train" "${common[@]}" --batch 4 --threads 1 --max-steps 1 --bucket-mb 1e20 --checkpoint huge > /dev/null
+  check "--bucket-mb 1e20 gives one bucket" "$(summary allreduce_buckets huge/metrics.jsonl) == 1"
   ;;
 guard_rollback)
   # A NaN written into a weight after step 3 must be caught by step 4's loss and rolled back.

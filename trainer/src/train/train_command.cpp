@@ -887,7 +887,10 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   });
   MetricsLog& metrics = *metrics_log;
   const auto gradients =
-      grid_run.make_gradient_reduction(*optimizer, static_cast<std::size_t>(o.bucket_mb * 1024 * 1024));
+      // Saturated: a size past 2^64 bytes is one bucket, as any size past the model's (the cast would wrap).
+      grid_run.make_gradient_reduction(*optimizer, o.bucket_mb * 1048576.0 >= 1.8e19
+                                                       ? std::numeric_limits<std::size_t>::max()
+                                                       : static_cast<std::size_t>(o.bucket_mb * 1048576.0));
   grid_run.set_gradient_ready_hook([&](const Layer& layer) { gradients->on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples, model->backend().input_memory()});
   TrainingLoop loop{.o = o,
