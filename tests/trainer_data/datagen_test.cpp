@@ -84,5 +84,18 @@ TEST(Datagen, RefusesNonEmptyOutputAndTooFewSamples) {
       testing::run_command(binary + " imagefolder --samples 5 --classes 10 -o " + (scratch / "e") + " 2>/dev/null"), 0);
 }
 
+// --size 0 or below made a set at the default size, exit 0; now refused, nothing written.
+TEST(Datagen, RefusesSizesBelowOne) {
+  ScratchDir scratch;
+  const std::string binary = FANSTORE_DATAGEN_BINARY;
+  for (const char* size : {"0", "-8"}) {
+    EXPECT_EQ(testing::run_command(binary + " cosmoflow --samples 2 --size " + size + " -o " + (scratch / "s") +
+                                   " 2>/dev/null"),
+              1)
+        << size;
+    EXPECT_FALSE(std::filesystem::exists(scratch / "s")) << size;
+  }
+}
+
 }  // namespace
 }  // namespace fanstore::trainer::data

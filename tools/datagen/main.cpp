@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "generators.hpp"
 
@@ -13,12 +15,22 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   GeneratorOptions options;
 
+  // --size 0 or below took the default silently. (Any edge is data; which ones a model takes, fanstore-train says.)
+  const CLI::Validator size_rule(
+      [](std::string& text) -> std::string {
+        long long v = 0;
+        if (CLI::detail::lexical_cast(text, v) && v >= 1 && v <= 1 << 20) return {};
+        return "a whole number from 1 to 1048576 is needed, not " + text;
+      },
+      "1..1048576");
   auto add_common = [&](CLI::App* command, int default_size) {
     command->add_option("-o,--output", options.output_dir, "Output directory (created; must be new or empty)")
         ->required();
     command->add_option("--samples", options.samples, "Number of samples, train + val")->required();
-    command->add_option("--size", options.size,
-                        "Image side / volume edge in pixels (default " + std::to_string(default_size) + ")");
+    command
+        ->add_option("--size", options.size,
+                     "Image side / volume edge in pixels (default " + std::to_string(default_size) + ")")
+        ->check(size_rule);
     command->add_option("--seed", options.seed, "Seed: same seed, same bytes")->capture_default_str();
     command->add_option("--val-fraction", options.val_fraction, "Fraction of samples in val/")->capture_default_str();
     command->add_option("--threads", options.threads, "Generator threads (output does not depend on it)")
@@ -58,6 +70,12 @@ int main(int argc, char** argv) {
     if (unet3d->parsed()) summary = fanstore::datagen::generate_unet3d(options);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::printf("fanstore-datagen: %s (%.2f s)\n", summary.c_str(), seconds);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "fanstore-datagen: error: out of memory: one sample of --size %d needs more memory than this process "
+                 "could get; give a smaller --size\n",
+                 options.size);
+    return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "fanstore-datagen: error: %s\n", error.what());
     return 1;
