@@ -140,6 +140,10 @@ Result<int> LockLocal(const std::string& image_dir, const std::string& local_dir
       rmdir(local_dir.c_str());
       return Status::FromErrno(err, "chmod " + local_dir);
     }
+  } else if (errno == ENOENT) {
+    return Status(Code::kNotFound, "--local " + local_dir +
+                                       ": its parent directory does not exist (serve makes only "
+                                       "the last component): create the parent, or give --local on an existing path");
   } else if (errno != EEXIST) {
     return Status::FromErrno(errno, "mkdir " + local_dir);
   }
@@ -202,13 +206,15 @@ Status CheckSpace(const std::string& local_dir, const StagePlan& plan, uint64_t 
   for (size_t i = 0; i < plan.parts.size(); ++i) {
     need += plan.sizes[i];
     if (need > avail)
-      return Status(Code::kNoSpace,
-                    "not enough space in " + local_dir + " for partition " +
-                        format::PartitionFileName(plan.parts[i], plan.regular_parts) + ": this rank needs " +
-                        std::to_string(plan.bytes) + " bytes (" + HumanBytes(plan.bytes) + ") for " +
-                        std::to_string(plan.parts.size()) + " partitions + index, " + std::to_string(free_bytes) +
-                        " bytes free" +
-                        (reserve_bytes ? " of which --reserve keeps " + std::to_string(reserve_bytes) : std::string()));
+      return Status(
+          Code::kNoSpace,
+          "not enough space in " + local_dir + " for partition " +
+              format::PartitionFileName(plan.parts[i], plan.regular_parts) + ": this rank needs " +
+              std::to_string(plan.bytes) + " bytes (" + HumanBytes(plan.bytes) + ") for " +
+              std::to_string(plan.parts.size()) + " partitions + index, " + std::to_string(free_bytes) + " bytes free" +
+              (reserve_bytes ? " of which --reserve keeps " + std::to_string(reserve_bytes) : std::string()) +
+              ": free space there, give --local on a larger disk" + (reserve_bytes ? ", lower --reserve" : "") +
+              ", or run on more nodes (each rank then keeps fewer partitions)");
   }
   return Status::Ok();
 }

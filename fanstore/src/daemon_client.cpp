@@ -66,9 +66,14 @@ Status NotASocket(const std::string& path) {
 Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedFd* sock) {
   const SocketAddress addr(path);
   if (!addr.fits())
-    return Status(Code::kNameTooLong, "daemon socket path '" + path + "' is longer than " +
-                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
-                                          " bytes and its directory cannot be opened to reach it");
+    return Status(Code::kNameTooLong,
+                  "daemon socket path '" + path + "' is " + std::to_string(path.size()) +
+                      " bytes, more than a Unix socket path holds (" +
+                      std::to_string(sizeof(sockaddr_un::sun_path) - 1) + "), and " +
+                      (addr.dir_errno() != 0 ? "its directory cannot be opened to reach it (" +
+                                                   std::string(std::strerror(addr.dir_errno())) + ")"
+                                             : "its file name is too long to reach through its directory") +
+                      ": give the socket path `fanstore serve` reported (`fanstore serve` refuses longer ones)");
   for (;;) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::FromErrno(errno, "socket for the daemon connection");
@@ -88,11 +93,15 @@ Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedF
     }
     if (err == ECONNREFUSED)
       if (Status s = NotASocket(path); !s.ok()) return s;
-    return Status(Code::kIoError, "cannot connect to the fanstore daemon at " + path + ": " + std::strerror(err) +
-                                      (err == ENOENT   ? " (is `fanstore serve` running and ready?)"
-                                       : err == EACCES ? " (the socket belongs to another user: see `fanstore serve "
-                                                         "--socket-mode/--group`)"
-                                                       : ""));
+    return Status(Code::kIoError,
+                  "cannot connect to the fanstore daemon at " + path + ": " + std::strerror(err) +
+                      (err == ENOENT         ? " (is `fanstore serve` running and ready?)"
+                       : err == ECONNREFUSED ? " (no daemon listens there: the one that made it stopped "
+                                               "or died; start `fanstore serve` again, or `fanstore "
+                                               "wait` for one starting)"
+                       : err == EACCES       ? " (the socket belongs to another user: see `fanstore "
+                                               "serve --socket-mode/--group`)"
+                                             : ""));
   }
 }
 
@@ -651,6 +660,14 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
   DaemonInfo info;
   s = Handshake(&c, deadline, &info, nullptr);
   c.Close();
+  if (s.code() == Code::kTimeout) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f s", timeout_ms / 1000.0);
+    return Status(s.code(), "the fanstore daemon at " + socket_path + " did not answer within " + secs +
+                                " (stopped, or too busy to answer): check that its `fanstore serve` runs, or `fanstore "
+                                "wait " +
+                                socket_path + "` until it answers");
+  }
   if (!s.ok()) return Status(s.code(), "fanstore daemon at " + socket_path + ": " + s.message());
   return info;
 }

@@ -132,5 +132,26 @@ check "pack of . from a directory of the image" 1 \
   "$fanstore" run --image "$img" -- sh -c "cd /fanstore/bin && exec '$fanstore' pack . -o '$tmp/packed-dot'"
 [ ! -e "$tmp/packed-bin" ] && [ ! -e "$tmp/packed-dot" ] || fail "a refused pack under a run wrote an image"
 
+# 5. A daemon socket that no daemon answers: each case says what to do. A socket whose daemon died (it said only
+# "Connection refused"); one whose daemon hangs (it said "daemon socket: timed out waiting for the daemon's reply",
+# after 5 s); a socket name too long to reach (it blamed a directory that opens fine).
+/usr/bin/python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$tmp/dead.sock"
+check "a socket whose daemon died" 1 \
+  "fanstore run: I/O error: cannot connect to the fanstore daemon at $tmp/dead.sock: Connection refused (no daemon listens there: the one that made it stopped or died; start \`fanstore serve\` again, or \`fanstore wait\` for one starting)" \
+  "$fanstore" run --daemon "$tmp/dead.sock" -- true
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8); time.sleep(30)' "$tmp/hung.sock" &
+hung=$!
+for _ in $(seq 100); do [ -S "$tmp/hung.sock" ] && break; sleep 0.05; done
+check "a socket whose daemon does not answer" 1 \
+  "fanstore run: timeout: the fanstore daemon at $tmp/hung.sock did not answer within 5.0 s (stopped, or too busy to answer): check that its \`fanstore serve\` runs, or \`fanstore wait $tmp/hung.sock\` until it answers" \
+  "$fanstore" run --daemon "$tmp/hung.sock" -- true
+kill $hung 2> /dev/null
+long=$tmp/$(printf 'x%.0s' $(seq 120))
+check "a socket name longer than a socket holds" 1 \
+  "fanstore wait: name too long: daemon socket path '$long' is $((${#long})) bytes, more than a Unix socket path holds (107), and its file name is too long to reach through its directory: give the socket path \`fanstore serve\` reported (\`fanstore serve\` refuses longer ones)" \
+  "$fanstore" wait "$long" --timeout 1
+
 [ $failed -eq 0 ] && echo "run_cli: all checks passed"
 exit $((failed > 0))

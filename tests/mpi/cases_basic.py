@@ -185,6 +185,8 @@ def case_nospace(ctx):
     check(len(errs) == 4, "expected one space error per rank naming the partition and the bytes")
     check("staging failed on 4 rank(s) (their lines say why); every rank stops" in out,
           "rank 0, failed itself, must still say that every rank stops")
+    check(len(re.findall(r"bytes free of which --reserve keeps \d+: free space there, give --local on a larger disk, "
+                          r"lower --reserve, or run on more nodes", out)) == 4, "each no-space line must say what to do")
 
     # One rank fails alone (its --local is a regular file): every rank must still exit non-zero.
     for r in range(4):
@@ -200,6 +202,15 @@ def case_nospace(ctx):
     check(re.search(r"fanstore serve\[rank 2\]: .*node2", out), "rank 2 must say what failed")
     check(re.search(r"failed on 1 rank\(s\)", out), "rank 0 must say another rank failed")
     os.unlink(ctx.node(2))
+
+    # A --local whose parent is missing: says that serve makes only the last component (it said "mkdir ...: No such
+    # file or directory").
+    job = Job(ctx, 2, local=os.path.join(ctx.work, "no-parent", "node{rank}"), wrap_exit=True)
+    job.wait(120)
+    out = job.output()
+    check(len(re.findall(r"not found: --local \S+/no-parent/node\d: its parent directory does not exist \(serve makes "
+                         r"only the last component\): create the parent", out)) == 2,
+          "a --local without its parent:\n" + out)
 
     # Rank 2 is given another image: refused at start-up, before staging (it was served, and every read of its
     # partitions from another node failed as "outside" its file).
