@@ -189,6 +189,15 @@ resume_bitwise)
   tail -2 epochs/metrics.jsonl | head -1 | grep -q "\"event\":\"validation\",\"epoch\":$((stopped_at - 1)),\"step\":$stopped_at," ||
     { echo "FAIL no validation of the epoch of step $stopped_at before the stop:"; tail -3 epochs/metrics.jsonl; exit 1; }
   echo "ok   a stop at an epoch's last step: epoch $stopped_at validated, then stopped"
+  # A run that ends inside an epoch (--max-steps) validates there: its record goes to metrics.jsonl too (it was only
+  # in the summary).
+  "$datagen" cosmoflow -o mid --samples 16 --size 32 --seed 3 --val-fraction 0.25 > /dev/null
+  "$train" --model cosmoflow --data mid/train --val mid/val --batch 2 --max-steps 3 --threads 1 --prefetch-threads 1 \
+    --checkpoint mid-run > /dev/null 2> mid.err
+  tail -2 mid-run/metrics.jsonl | head -1 | grep -q '"event":"validation","epoch":0,"step":3,"mae":' &&
+    grep -q "^fanstore-train: step 3 (in epoch 1) validation mae " mid.err ||
+    { echo "FAIL no validation record where the run ended:"; tail -2 mid-run/metrics.jsonl; cat mid.err; exit 1; }
+  echo "ok   a run ending inside an epoch records its validation"
   ;;
 resume_rank0_decides)
   # Rank 0 alone decides whether to resume and sends its checkpoint to the others: here rank 1's

@@ -510,11 +510,8 @@ struct TrainingLoop {
       if (!stopped && epoch + 1 < static_cast<std::uint64_t>(o.epochs) && (stop_signal = agree_on_stop_signal()))
         stopped = true;
     }
-    if (val_set && !validated_at_end && stop_signal == 0) {
-      last_val =
-          validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads, o.skip_bad_samples);
-      val_bad_samples += last_val.bad_samples;
-    }
+    // A run that ends inside an epoch (--max-steps) validates where it ends, and records it as an epoch's end does.
+    if (val_set && !validated_at_end && stop_signal == 0) validate_epoch(position.epoch, false);
   }
 
   void train_epoch(std::uint64_t epoch) {
@@ -653,8 +650,9 @@ struct TrainingLoop {
     if (!stopped && !epoch_ends && (stop_signal = agree_on_stop_signal())) stopped = true;
   }
 
-  // Every trainer validates its own model on the whole validation set at the end of an epoch.
-  void validate_epoch(std::uint64_t epoch) {
+  // Every trainer validates its own model on the whole validation set at the end of an epoch (`whole`), or at the
+  // run's end inside one.
+  void validate_epoch(std::uint64_t epoch, bool whole = true) {
     last_val =
         validate(grid_run, model.backend(), *val_set, task, comm, group_batch, prefetch_threads, o.skip_bad_samples);
     val_bad_samples += last_val.bad_samples;
@@ -668,7 +666,8 @@ struct TrainingLoop {
                          "\":" + json_number(metric);
       if (task == TaskKind::Regression) line += ",\"baseline_mae\":" + json_number(last_val.baseline);
       metrics.write(line + "}");
-      err << "fanstore-train: epoch " << epoch + 1 << (plan.enabled() ? " trainer " + std::to_string(t) : "")
+      err << "fanstore-train: " << (whole ? "epoch " : "step " + std::to_string(position.global_step) + " (in epoch ")
+          << epoch + 1 << (whole ? "" : ")") << (plan.enabled() ? " trainer " + std::to_string(t) : "")
           << " validation " << metric_name(task) << " " << metric << "\n";
     }
   }
