@@ -343,6 +343,14 @@ bad_input)
     --describe --data cosmo64/train
   expect_fail "--benchmark with --val" "--benchmark times synthetic batches and reads or writes no files" \
     --model cosmoflow --benchmark 1 --input-size 32 --val cosmo64/train
+  # Options that would be ignored: --describe with a grid, --explain with --benchmark (it exits before timing),
+  # --zero-init-residual on a model without residual blocks.
+  expect_fail "--describe with --grid" "runs nothing: drop --grid, --trainers" --model cosmoflow --describe \
+    --grid 1,2,1,1 --trainers 2
+  expect_fail "--benchmark with --explain" "--explain prints the grid's plan and exits, so nothing would be timed" \
+    --model cosmoflow --benchmark 1 --input-size 32 --explain --grid 1,1,1,1
+  expect_fail "--zero-init-residual for cosmoflow" "--zero-init-residual sets ResNet-50's residual blocks" \
+    --model cosmoflow --describe --zero-init-residual true
   # A model that cannot fit in memory: what to pass, not "std::bad_alloc".
   expect_fail "--input-size 100000" "error: out of memory (std::bad_alloc): " --model cosmoflow --describe \
     --input-size 100000

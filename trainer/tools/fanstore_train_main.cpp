@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(kNonNegative);
   app.add_option("--classes", options.model_options.classes,
-                 "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4; "
-                 "training takes it from the data)")
+                 "Output classes/targets (0 = model default: resnet50 1000, unet3d 3, cosmoflow 4); training "
+                 "takes resnet50's from the class directories and cosmoflow's from the targets, and unet3d's labels "
+                 "must lie in 0..classes-1")
       ->capture_default_str()
       ->check(kNonNegative);
   app.add_option("--batch", batch,
@@ -263,15 +264,31 @@ int main(int argc, char** argv) {
                    "leave --auto-trials out\n";
     return 1;
   }
+  // ResNet-50 alone has residual blocks: refuse the option elsewhere rather than ignore it.
+  if (app.count("--zero-init-residual") > 0 && options.model != "resnet50") {
+    if (launcher_rank() == 0)
+      std::cerr << "fanstore-train: error: --zero-init-residual sets ResNet-50's residual blocks, which "
+                << options.model << " has none: leave it out\n";
+    return 1;
+  }
   // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
-  // says so).
+  // says so). --describe builds the model once, on one rank: no grid, tournament or plan either.
   std::string given;  // the file options on the command line, as one names them
   for (const char* name : {"--data", "--val", "--checkpoint", "--metrics", "--resume"})
     if (app.count(name) > 0) given += std::string(given.empty() ? "" : ", ") + name;
-  if (describe && (!given.empty() || benchmark_steps > 0)) {
+  std::string runs = given;
+  for (const char* name : {"--benchmark", "--grid", "--trainers", "--explain"})
+    if (app.count(name) > 0) runs += std::string(runs.empty() ? "" : ", ") + name;
+  if (describe && !runs.empty()) {
     if (launcher_rank() == 0)
-      std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop "
-                << (given.empty() ? "--benchmark" : given + (benchmark_steps > 0 ? ", --benchmark" : "")) << "\n";
+      std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop " << runs
+                << "\n";
+    return 1;
+  }
+  if (benchmark_steps > 0 && train.grid.explain) {
+    if (launcher_rank() == 0)
+      std::cerr << "fanstore-train: error: --explain prints the grid's plan and exits, so nothing would be timed: "
+                   "drop --explain or --benchmark\n";
     return 1;
   }
   if (benchmark_steps > 0 && !given.empty()) {
