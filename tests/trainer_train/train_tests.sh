@@ -395,7 +395,7 @@ for f in glob.glob("val5/*.h5"):
   # A run resumed at its end says so instead of a summary of no steps and a NaN loss.
   "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_end > /dev/null 2>&1
   "$train" "${ok[@]}" --lr 0.001 --max-steps 1 --checkpoint ck_end --resume > out.txt 2> err.txt \
-    && grep -q "is at the run's end (step 1, epoch 0 of 1); nothing to train" out.txt \
+    && grep -q "is at the run's end (step 1, epoch 0 of 1); nothing to train: pass a larger --max-steps" out.txt \
     || { echo "FAIL resuming a run at its end:"; cat out.txt err.txt; exit 1; }
   echo "ok   resumed at the end: $(grep 'nothing to train' out.txt)"
   ;;
@@ -425,7 +425,7 @@ PY
   common20=(--model cosmoflow --data data20/train --lr 0.001 --optimizer adam --threads 2 --prefetch-threads 1)
   "$train" "${common20[@]}" --seed 9 --epochs 1 --batch 2 --max-steps 9 --checkpoint end > /dev/null
   "$train" "${common20[@]}" --seed 9 --epochs 1 --batch 8 --resume --checkpoint end > out.txt 2> err.txt &&
-    grep -q "is at the run's end (step 2, epoch 1 of 1); nothing to train" out.txt ||
+    grep -q "is at the run's end (step 2, epoch 1 of 1); nothing to train: pass more --epochs" out.txt ||
     { echo "FAIL an epoch done in the new batching:"; cat out.txt err.txt; exit 1; }
   echo "ok   18 of 20 samples done, batch 8 (2 steps per epoch): $(cat out.txt)"
   # Another --seed on --resume: the checkpoint's goes on, with a warning (it was ignored without a word).

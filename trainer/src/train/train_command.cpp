@@ -877,7 +877,9 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     if (leader)
       out << "fanstore-train: --resume: " << checkpoint_path << " is at the run's end (step " << position.global_step
           << ", epoch " << position.epoch << " of " << o.epochs
-          << "); nothing to train: pass more --epochs or --max-steps to go on" << std::endl;
+          << "); nothing to train: pass "
+          << (position.epoch >= static_cast<std::uint64_t>(o.epochs) ? "more --epochs" : "a larger --max-steps")
+          << " to go on" << std::endl;
     return 0;
   }
 
