@@ -420,6 +420,14 @@ s = lines[-1]
 assert s["event"] == "summary" and s["steps"] == 10 and s["final_loss"] is not None, s
 print("ok   batch 2 -> 8: 6 steps of 2 samples went on as step 1 of 5 per epoch, then epoch 1; final loss %g" % s["final_loss"])
 PY
+  # The same global batch (1 x 4 resumed on 2 x 2) deals each step the same samples: the warning said "the data
+  # order changes".
+  "$train" "${common[@]}" --epochs 2 --batch 4 --max-steps 2 --checkpoint same > /dev/null
+  mpirun_2 "$train" "${common[@]:0:8}" --threads 1 --prefetch-threads 1 --seed 9 --epochs 2 --batch 2 \
+    --max-steps 3 --resume --checkpoint same > out.txt 2> err.txt || { echo "FAIL resume on 2 x 2:"; cat out.txt err.txt; exit 1; }
+  grep -qF "of this batching (each step takes the same samples, summed in another order: the run is not" err.txt ||
+    { echo "FAIL the warning on the same global batch:"; cat err.txt; exit 1; }
+  echo "ok   the same global batch on other ranks: $(grep -o 'each step takes[^)]*' err.txt)"
   # An epoch that the mapping finds done goes on with the next one, or ends the run with the "nothing to train" line.
   "$datagen" cosmoflow -o data20 --samples 20 --size 32 --seed 3 --val-fraction 0 > /dev/null
   common20=(--model cosmoflow --data data20/train --lr 0.001 --optimizer adam --threads 2 --prefetch-threads 1)

@@ -395,7 +395,12 @@ bool resume(const std::string& path, const std::string& dir, Communicator& comm,
             << was.batch_per_rank << "; continuing with " << groups << " x " << group_batch << ": its step "
             << was.global_step << " (epoch " << was.epoch << ", batch " << was.next_batch << ") is step "
             << position.global_step << " (epoch " << position.epoch << ", batch " << position.next_batch
-            << ") of this batching (the data order changes, the run is not bit-identical)\n";
+            << ") of this batching ("
+            // The same global batch deals each step the same samples (shard_indices strides one permutation).
+            << (was.world_size * was.batch_per_rank == groups * group_batch
+                    ? "each step takes the same samples, summed in another order: "
+                    : "the data order changes: ")
+            << "the run is not bit-identical)\n";
     } else if (position.next_batch >= steps_per_epoch) {
       // Fewer samples than when it was written: its epoch is done in this data (it crashed on a batch past the end).
       const TrainingPosition was = position;
