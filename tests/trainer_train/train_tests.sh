@@ -712,7 +712,8 @@ ltfb_bad_options)
   }
   run_expect_fail "K not dividing the ranks" "--trainers 2 does not divide the 1 ranks" --trainers 2
   # The values are checked with --trainers 1 too (without --trainers the options are refused, below).
-  run_expect_fail "empty tournament set" "leaves no tournament set" --trainers 1 --tournament-fraction 0
+  run_expect_fail "empty tournament set" "--tournament-fraction 0 leaves no tournament set" --trainers 1 \
+    --tournament-fraction 0
   run_expect_fail "metric the model lacks" "--tournament-metric dice: this model does not produce it; pass loss or mae" \
     --trainers 1 --tournament-metric dice
   run_expect_fail "bad strategy" "--ltfb-strategy best: pass pairwise or truncation[:K]" --trainers 1 --ltfb-strategy best

@@ -75,10 +75,12 @@ TournamentPlan parse_tournament(const TournamentOptions& o, TaskKind task, int w
   p.ranks_per_trainer = world_size / o.trainers;
   if (o.interval < 1) bad("--ltfb-interval " + std::to_string(o.interval) + ": pass a number of steps >= 1");
   p.interval = o.interval;
-  if (!(o.fraction > 0 && o.fraction < 1))
-    bad("--tournament-fraction " + std::to_string(o.fraction) +
-        " leaves no tournament set or no training set: pass a "
-        "fraction between 0 and 1 (e.g. 0.1)");
+  if (!(o.fraction > 0 && o.fraction < 1)) {
+    std::ostringstream given;  // as typed: 0, not to_string's 0.000000
+    given << o.fraction;
+    bad("--tournament-fraction " + given.str() +
+        " leaves no tournament set or no training set: pass a fraction between 0 and 1 (e.g. 0.1)");
+  }
   p.fraction = o.fraction;
   const std::string model_metric = task == TaskKind::Classification ? "accuracy"
                                    : task == TaskKind::Segmentation ? "dice"
