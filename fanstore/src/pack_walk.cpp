@@ -11,8 +11,8 @@
 #include <climits>
 #include <cstring>
 #include <map>
-#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "fanstore/path.hpp"
 #include "fanstore/protocol/image_format.hpp"
@@ -34,18 +34,15 @@ struct Child {
   std::string name;
   struct stat st;
   std::string target;      // a symlink kept as one: its target
-  bool hard_link = false;  // a regular file (not reached through a symlink) with more than one name
+  bool hard_link = false;  // a regular file that may have other names: nlink > 1, or links are followed
 };
 
-struct DevIno {
+// A file that may have other names in the tree, and the id of this name.
+struct NameOf {
   dev_t dev;
   ino_t ino;
-  bool operator==(const DevIno& o) const { return dev == o.dev && ino == o.ino; }
-};
-struct DevInoHash {
-  size_t operator()(const DevIno& k) const {
-    return std::hash<uint64_t>()(uint64_t(k.dev) * 0x9E3779B97F4A7C15ull ^ k.ino);
-  }
+  uint32_t id;
+  bool operator<(const NameOf& o) const { return dev != o.dev ? dev < o.dev : ino != o.ino ? ino < o.ino : id < o.id; }
 };
 
 class Walker {
@@ -56,9 +53,7 @@ class Walker {
   Status Run(const std::string& source) {
     Status s = Walk(source);
     if (!s.ok()) return s;
-    // Every name of a hard-linked file reports how many names it has in the image.
-    for (PackNode& n : tree_->nodes)
-      if (n.is_alias()) n.nlink = tree_->nodes[n.link_of].nlink;
+    LinkNames();
     WarnSpecial();
     WarnIntoSource();
     return Status::Ok();
@@ -128,6 +123,20 @@ class Walker {
     if (special_.empty()) first_special_ = rel;
     ++special_[KindName(st.st_mode)];
     return Status::Ok();
+  }
+
+  // The names of one file (same dev, ino) become one inode: the first name in walk order holds the bytes, the others
+  // are its aliases, and every name reports how many there are. (A sorted array: with --follow-symlinks every file
+  // of a tree of millions is a candidate, where a hash map would cost twice the memory.)
+  void LinkNames() {
+    std::sort(names_.begin(), names_.end());
+    for (size_t i = 0, j; i < names_.size(); i = j) {
+      for (j = i + 1; j < names_.size() && names_[j].dev == names_[i].dev && names_[j].ino == names_[i].ino; ++j)
+        tree_->nodes[names_[j].id].link_of = names_[i].id;
+      for (size_t k = i; k < j; ++k) tree_->nodes[names_[k].id].nlink = static_cast<uint32_t>(j - i);
+    }
+    names_.clear();
+    names_.shrink_to_fit();
   }
 
   // A symlink kept with an absolute target inside the source still names the source after packing: under the mount
@@ -272,13 +281,7 @@ class Walker {
         const std::string_view n = c.name;
         if (n.size() > 3 && (n.substr(n.size() - 3) == ".so" || n.find(".so.") != std::string_view::npos))
           tree_->shared_libraries = true;
-        if (c.hard_link) {
-          auto [it, first] = inodes_.try_emplace(DevIno{c.st.st_dev, c.st.st_ino}, id);
-          if (!first) {
-            tree_->nodes[id].link_of = it->second;
-            ++tree_->nodes[it->second].nlink;
-          }
-        }
+        if (c.hard_link) names_.push_back(NameOf{c.st.st_dev, c.st.st_ino, id});
       }
     }
     PackNode& self = tree_->nodes[dir_id];
@@ -294,9 +297,9 @@ class Walker {
   PackTree* tree_;
   const std::function<void(const std::string&)>& warn_;
   const std::atomic<bool>* stop_;
-  std::vector<std::pair<dev_t, ino_t>> chain_;               // (dev, ino) of the directories from the root down
-  std::unordered_map<DevIno, uint32_t, DevInoHash> inodes_;  // hard-linked files seen: the first name's id
-  std::map<std::string, uint64_t> special_;                  // special files skipped, by kind
+  std::vector<std::pair<dev_t, ino_t>> chain_;  // (dev, ino) of the directories from the root down
+  std::vector<NameOf> names_;                   // files that may have other names (LinkNames)
+  std::map<std::string, uint64_t> special_;     // special files skipped, by kind
   std::string first_special_;
   std::vector<std::string> source_names_;  // the source's absolute path(s): as given, and resolved
   uint64_t into_source_ = 0;               // kept symlinks with an absolute target inside the source
