@@ -72,9 +72,8 @@ int main(int argc, char** argv) {
     std::printf("fanstore-datagen: %s (%.2f s)\n", summary.c_str(), seconds);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
-                 "fanstore-datagen: error: out of memory: one sample of --size %d needs more memory than this process "
-                 "could get; give a smaller --size\n",
-                 options.size);
+                 "fanstore-datagen: error: out of memory: one sample at this --size needs more memory than this "
+                 "process could get; give a smaller --size\n");
     return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "fanstore-datagen: error: %s\n", error.what());

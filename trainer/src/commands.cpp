@@ -3,16 +3,17 @@
 
 #include <exception>
 #include <new>
-#include <string>
 #include <ostream>
+#include <string>
 
 namespace fanstore::trainer {
 
 std::string error_text(const std::exception& error) {
   if (dynamic_cast<const std::bad_alloc*>(&error))
-    return "out of memory (std::bad_alloc): the model's parameters and activations at this --input-size, --batch "
-           "and --classes need more memory than this process could get; pass a smaller --input-size, --batch or "
-           "--classes, or split each sample over more ranks with --grid (docs/parallelism.md)";
+    return "out of memory (std::bad_alloc): the model's parameters and activations at this --input-size and "
+           "--batch (and --classes, where given) need more memory than this process could get; pass a smaller "
+           "--input-size or --batch (or --classes), or split each sample over more ranks with --grid "
+           "(docs/parallelism.md)";
   return error.what();
 }
 

@@ -1,5 +1,6 @@
 // The training loop: sharded prefetched batches, forward/loss/backward with overlapped gradient
 // allreduce, scheduled optimizer steps, the loss guard, validation, checkpoints and metrics.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -171,14 +172,24 @@ bool make_checkpoint_directory(const std::string& dir) {
   return made;
 }
 
+// The largest T of checkpoint-tT.bin paths (tournament_checkpoints'): with a file lost, T + 1 still counts the
+// trainers that wrote them.
+long long highest_trainer(const std::vector<std::string>& files) {
+  long long t = 0;
+  for (const std::string& f : files) {
+    const std::string name = std::filesystem::path(f).filename().string();
+    t = std::max(t, std::stoll(name.substr(12, name.size() - 16)));
+  }
+  return t;
+}
+
 // The trainers' checkpoint-tT.bin files in `dir`, sorted: what a tournament leaves until its end.
 std::vector<std::string> tournament_checkpoints(const std::string& dir) {
   std::vector<std::string> found;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() > 16 && name.compare(0, 12, "checkpoint-t") == 0 &&
-        name.compare(name.size() - 4, 4, ".bin") == 0 &&
+    if (name.size() > 16 && name.compare(0, 12, "checkpoint-t") == 0 && name.compare(name.size() - 4, 4, ".bin") == 0 &&
         name.find_first_not_of("0123456789", 12) == name.size() - 4)
       found.push_back(e.path().string());
   }
@@ -190,51 +201,62 @@ std::vector<std::string> tournament_checkpoints(const std::string& dir) {
 // the kernel drops when the process ends, however it ends): a second run into the same directory would
 // interleave its checkpoint renames and metrics lines with the first's.
 // A run that ends having written nothing there (refused at set-up) takes its lock file away, and the directory too
-// when it made it: no empty run directories left behind.
+// when it made it (not its parents): no empty run directories left behind.
 class DirectoryLock {
  public:
   DirectoryLock() = default;
-  DirectoryLock(const std::string& dir, bool made) : dir_(dir), made_(made) {
-    const std::string path = dir + "/.fanstore-train.lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error(path + ": cannot create the run's lock file (" + std::strerror(errno) + ")");
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
+  DirectoryLock(const std::string& dir, bool made) : dir_(dir), path_(dir + "/.fanstore-train.lock"), made_(made) {
+    // A lock taken on a file that another run's end unlinked after we opened it guards nothing: take it again.
+    for (int tries = 0; tries < 100; ++tries) {
+      lock();
+      struct stat held, named;
+      if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+          held.st_ino == named.st_ino)
+        return;
       ::close(std::exchange(fd_, -1));
-      if (e == EWOULDBLOCK)
-        throw std::runtime_error("--checkpoint " + dir +
-                                 ": another fanstore-train run is using this directory; wait for it to end, or "
-                                 "choose another --checkpoint");
-      throw std::runtime_error(path + ": cannot lock (" + std::strerror(e) + ")");
     }
+    throw std::runtime_error(path_ + ": the lock file keeps being replaced; is another run starting there?");
   }
   DirectoryLock(DirectoryLock&& o) noexcept
-      : dir_(std::move(o.dir_)), made_(o.made_), fd_(std::exchange(o.fd_, -1)) {}
+      : dir_(std::move(o.dir_)), path_(std::move(o.path_)), made_(o.made_), fd_(std::exchange(o.fd_, -1)) {}
   DirectoryLock& operator=(DirectoryLock&& o) noexcept {
     std::swap(dir_, o.dir_);
+    std::swap(path_, o.path_);
     std::swap(made_, o.made_);
     std::swap(fd_, o.fd_);
     return *this;
   }
   ~DirectoryLock() {
     if (fd_ < 0) return;
-    std::error_code ec;
-    int entries = 0;
-    bool lock_seen = false;
-    for (auto it = std::filesystem::directory_iterator(dir_, ec); !ec && it != std::filesystem::directory_iterator();
-         it.increment(ec)) {
-      ++entries;
-      lock_seen |= it->path().filename() == ".fanstore-train.lock";
-    }
-    if (!ec && entries == 1 && lock_seen) {  // (unlinked while still held: a run waiting on it was refused already)
-      ::unlink((dir_ + "/.fanstore-train.lock").c_str());
-      if (made_) ::rmdir(dir_.c_str());
+    // Unlinked while still held, so a run that opens it meanwhile finds its lock on a nameless file (above).
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      int others = 0;
+      while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0 &&
+            std::strcmp(e->d_name, ".fanstore-train.lock") != 0)
+          ++others;
+      ::closedir(d);
+      if (others == 0 && ::unlink(path_.c_str()) == 0 && made_) ::rmdir(dir_.c_str());
     }
     ::close(fd_);
   }
 
  private:
-  std::string dir_;
+  void lock() {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error(path_ + ": cannot create the run's lock file (" + std::strerror(errno) + ")");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(std::exchange(fd_, -1));
+      if (e == EWOULDBLOCK)
+        throw std::runtime_error("--checkpoint " + dir_ +
+                                 ": another fanstore-train run is using this directory; wait for it to end, or "
+                                 "choose another --checkpoint");
+      throw std::runtime_error(path_ + ": cannot lock (" + std::strerror(e) + ")");
+    }
+  }
+
+  std::string dir_, path_;
   bool made_ = false;
   int fd_ = -1;
 };
@@ -856,7 +878,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     if (o.resume && !plan.enabled() && !std::filesystem::exists(plain) && !trainers.empty())
       throw std::runtime_error(checkpoint_dir + " holds a tournament's checkpoints (" + trainers.front() + ", " +
                                std::to_string(trainers.size()) + " trainers' files): resume it with --trainers " +
-                               std::to_string(trainers.size()) + ", or choose another --checkpoint");
+                               std::to_string(highest_trainer(trainers) + 1) + ", or choose another --checkpoint");
   });
   if (o.checkpoint_dir.empty()) broadcast_string(world, checkpoint_dir);
   if (plan.enabled())  // the other trainers' first ranks, on nodes of their own maybe
@@ -881,9 +903,11 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   if (resumed && at_end) {
     if (leader)
       out << "fanstore-train: --resume: " << checkpoint_path << " is at the run's end (step " << position.global_step
-          << ", epoch " << position.epoch << " of " << o.epochs
-          << "); nothing to train: pass "
-          << (position.epoch >= static_cast<std::uint64_t>(o.epochs) ? "more --epochs" : "a larger --max-steps")
+          << ", epoch " << position.epoch << " of " << o.epochs << "); nothing to train: pass "
+          << (position.epoch < static_cast<std::uint64_t>(o.epochs) ? "a larger --max-steps"
+              : o.max_steps > 0 && position.global_step >= static_cast<std::uint64_t>(o.max_steps)
+                  ? "more --epochs and a larger --max-steps"
+                  : "more --epochs")
           << " to go on" << std::endl;
     return 0;
   }
@@ -894,9 +918,10 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
   MetricsLog& metrics = *metrics_log;
   const auto gradients =
       // Saturated: a size past 2^64 bytes is one bucket, as any size past the model's (the cast would wrap).
-      grid_run.make_gradient_reduction(*optimizer, o.bucket_mb * 1048576.0 >= 1.8e19
-                                                       ? std::numeric_limits<std::size_t>::max()
-                                                       : static_cast<std::size_t>(o.bucket_mb * 1048576.0));
+      grid_run.make_gradient_reduction(
+          *optimizer, o.bucket_mb * 1048576.0 >= static_cast<double>(std::numeric_limits<std::size_t>::max())
+                          ? std::numeric_limits<std::size_t>::max()
+                          : static_cast<std::size_t>(o.bucket_mb * 1048576.0));
   grid_run.set_gradient_ready_hook([&](const Layer& layer) { gradients->on_layer_ready(layer); });
   data::BatchLoader loader(*train_set, {position.seed, o.skip_bad_samples, model->backend().input_memory()});
   TrainingLoop loop{.o = o,
