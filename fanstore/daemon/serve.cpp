@@ -367,6 +367,7 @@ class Daemon {
     if (st_.ok() && first != 0 && mine != first) {
       char keys[64];
       std::snprintf(keys, sizeof keys, "%016" PRIx64 " here, %016" PRIx64 " on rank 0", mine, first);
+      // (Were rank 0's the odd one, every other rank says this: the lines then name the one that differs.)
       st_ = Status(Code::kInvalidArgument, "--image " + o_.image + " is not the image rank 0 serves (content key " +
                                                keys + "): give every rank the same image");
     }

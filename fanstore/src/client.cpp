@@ -133,8 +133,9 @@ Result<std::unique_ptr<Client>> Client::FromEnv() {
   if (const char* c = std::getenv(env::kCacheBytes); c && *c) {
     auto v = env::ParseByteCount(c);
     if (!v)
-      return Status(Code::kInvalidArgument, std::string(env::kCacheBytes) + "='" + c +
-                                                "' is not a byte count: give a number of bytes (0 disables the cache)");
+      return Status(Code::kInvalidArgument,
+                    std::string(env::kCacheBytes) + "='" + c +
+                        "' is not a byte count: give a number of bytes (0 disables the per-process cache) or unset it");
     o.cache_bytes = *v;
   }
   if (const char* d = std::getenv(env::kNodeCacheDir); d && *d) o.node_cache_dir = d;

@@ -97,8 +97,7 @@ Status Connect(const std::string& path, int64_t deadline_ms, FdHook hook, OwnedF
                   "cannot connect to the fanstore daemon at " + path + ": " + std::strerror(err) +
                       (err == ENOENT         ? " (is `fanstore serve` running and ready?)"
                        : err == ECONNREFUSED ? " (no daemon listens there: the one that made it stopped "
-                                               "or died; start `fanstore serve` again, or `fanstore "
-                                               "wait` for one starting)"
+                                               "or died; start `fanstore serve` again)"
                        : err == EACCES       ? " (the socket belongs to another user: see `fanstore "
                                                "serve --socket-mode/--group`)"
                                              : ""));
@@ -664,9 +663,7 @@ Result<DaemonInfo> ProbeDaemon(const std::string& socket_path, int timeout_ms) {
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", timeout_ms / 1000.0);
     return Status(s.code(), "the fanstore daemon at " + socket_path + " did not answer within " + secs +
-                                " (stopped, or too busy to answer): check that its `fanstore serve` runs, or `fanstore "
-                                "wait " +
-                                socket_path + "` until it answers");
+                                " (stopped, or too busy to answer: check its `fanstore serve`)");
   }
   if (!s.ok()) return Status(s.code(), "fanstore daemon at " + socket_path + ": " + s.message());
   return info;

@@ -75,6 +75,8 @@ check "FANSTORE_CACHE_BYTES=abc is refused" 1 \
 check "FANSTORE_NODE_CACHE_BYTES=-5 is refused" 1 \
   "fanstore run: FANSTORE_NODE_CACHE_BYTES='-5' is not a byte count above 0: give a number of bytes, or set FANSTORE_NODE_CACHE=off to run without the node chunk cache" \
   env FANSTORE_NODE_CACHE_BYTES=-5 "$fanstore" run --image "$img" -- echo ran
+check "FANSTORE_NODE_CACHE_BYTES is not read with FANSTORE_NODE_CACHE=off" 0 "data" \
+  env FANSTORE_NODE_CACHE=off FANSTORE_NODE_CACHE_BYTES=-5 "$fanstore" run --image "$img" -- cat /fanstore/bin/data.txt
 check "FANSTORE_CACHE_BYTES=0 runs" 0 "data" env FANSTORE_CACHE_BYTES=0 "$fanstore" run --image "$img" -- \
   cat /fanstore/bin/data.txt
 
@@ -137,7 +139,7 @@ check "pack of . from a directory of the image" 1 \
 # after 5 s); a socket name too long to reach (it blamed a directory that opens fine).
 /usr/bin/python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$tmp/dead.sock"
 check "a socket whose daemon died" 1 \
-  "fanstore run: I/O error: cannot connect to the fanstore daemon at $tmp/dead.sock: Connection refused (no daemon listens there: the one that made it stopped or died; start \`fanstore serve\` again, or \`fanstore wait\` for one starting)" \
+  "fanstore run: I/O error: cannot connect to the fanstore daemon at $tmp/dead.sock: Connection refused (no daemon listens there: the one that made it stopped or died; start \`fanstore serve\` again)" \
   "$fanstore" run --daemon "$tmp/dead.sock" -- true
 /usr/bin/python3 -c '
 import socket, sys, time
@@ -145,7 +147,7 @@ s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8); time.sleep(
 hung=$!
 for _ in $(seq 100); do [ -S "$tmp/hung.sock" ] && break; sleep 0.05; done
 check "a socket whose daemon does not answer" 1 \
-  "fanstore run: timeout: the fanstore daemon at $tmp/hung.sock did not answer within 5.0 s (stopped, or too busy to answer): check that its \`fanstore serve\` runs, or \`fanstore wait $tmp/hung.sock\` until it answers" \
+  "fanstore run: timeout: the fanstore daemon at $tmp/hung.sock did not answer within 5.0 s (stopped, or too busy to answer: check its \`fanstore serve\`)" \
   "$fanstore" run --daemon "$tmp/hung.sock" -- true
 kill $hung 2> /dev/null
 long=$tmp/$(printf 'x%.0s' $(seq 120))

@@ -63,10 +63,9 @@ std::string FindPreloadLibrary() {
 }
 
 // The system directory (or the user's home) a mount at `mount` would cover (the prefix itself or one below it), or
-// empty. The interposer
-// hides everything under the prefix from the job, so `/`, `/usr` or `/etc` would take the shell, the loader's
-// libraries and the tools the job runs away from it; FanStore itself must stay visible too (the interposer hands
-// static programs back to the fanstore binary).
+// empty. The interposer hides everything under the prefix from the job, so `/`, `/usr` or `/etc` would take the
+// shell, the loader's libraries and the tools the job runs away from it; FanStore itself must stay visible too (the
+// interposer hands static programs back to the fanstore binary).
 std::string HiddenSystemPath(const std::string& mount) {
   if (mount == "/") return mount;
   std::vector<std::string> needed = {

@@ -16,7 +16,9 @@ std::string CheckRunVariables() {
   if (const char* c = getenv(env::kCacheBytes); c && *c && !env::ParseByteCount(c))
     return std::string(env::kCacheBytes) + "='" + c +
            "' is not a byte count: give a number of bytes (0 disables the per-process cache) or unset it";
-  if (const char* b = getenv(env::kNodeCacheBytes); b && *b) {
+  const char* node = getenv(env::kNodeCache);
+  const bool node_off = node && (std::string(node) == "off" || std::string(node) == "0");  // then never read
+  if (const char* b = getenv(env::kNodeCacheBytes); b && *b && !node_off) {
     auto v = env::ParseByteCount(b);
     if (!v || *v == 0)
       return std::string(env::kNodeCacheBytes) + "='" + b + "' is not a byte count above 0: give a number of bytes, " +
@@ -33,7 +35,8 @@ void PrepareRunEnvironment(const Image& img, bool copy_index) {
     if (std::string(root) == "off" || std::string(root) == "0") return;
     o.root = root;
   }
-  if (auto v = env::ParseByteCount(getenv(env::kNodeCacheBytes)); v && *v > 0) o.budget = *v;  // CheckRunVariables
+  // (`fanstore run` refused a value this cannot parse before: CheckRunVariables.)
+  if (auto v = env::ParseByteCount(getenv(env::kNodeCacheBytes)); v && *v > 0) o.budget = *v;
   auto dir = JoinNodeCache(img, o, getpid());
   if (!dir.ok()) {
     std::fprintf(stderr, "fanstore run: warning: no node-wide cache (%s); each process decodes for itself\n",

@@ -62,10 +62,12 @@ void RestoreLoaderEnv() {
   }
 }
 
-int Refuse(const FuseRun& r, const std::string& reason) {
-  return Fail("run",
-              r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " + reason +
-                  ": mount the image with `fanstore mount --image IMAGE DIR` where you may mount, and run it there");
+// "PROGRAM is statically linked, so LD_PRELOAD cannot serve M to it, and REASON: ADVICE".
+int Refuse(const FuseRun& r, const std::string& reason,
+           const std::string& advice =
+               "mount the image with `fanstore mount --image IMAGE DIR` where you may mount, "
+               "and run it there") {
+  return Fail("run", r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " + reason + ": " + advice);
 }
 
 bool WriteFile(const char* path, const std::string& text) {
@@ -208,12 +210,13 @@ bool WaitFor(pid_t pid, int* status, long ms) {
 int RunUnderFuse(const FuseRun& r) {
   // `fanstore mount` needs the same device: pointing there would send the user in a circle.
   if (Status s = mount::CheckFuseDevice("/dev/fuse"); !s.ok())
-    return Fail("run", r.why + ", so LD_PRELOAD cannot serve " + r.mount + " to it, and " +
-                           (s.code() == Code::kPermission
-                                ? "/dev/fuse is not open to this user: add yourself to the group owning /dev/fuse"
-                                : "FUSE is not available here (no /dev/fuse): ask for it on this node (`modprobe "
-                                  "fuse`; in a container, --device /dev/fuse)") +
-                           ", or run a build of the program that LD_PRELOAD reaches (dynamically linked, not set-ID)");
+    return Refuse(r,
+                  s.code() == Code::kPermission ? "/dev/fuse is not open to this user"
+                                                : "FUSE is not available here (no /dev/fuse)",
+                  std::string(s.code() == Code::kPermission
+                                  ? "add yourself to the group owning /dev/fuse"
+                                  : "ask for it on this node (`modprobe fuse`; in a container, --device /dev/fuse)") +
+                      ", or run a build of the program that LD_PRELOAD reaches (dynamically linked, not set-ID)");
   if (std::string e = EnterNamespace(); !e.empty()) return Refuse(r, e);
   bool nonempty = false;
   if (std::string e = MakeMountPoint(r.mount, &nonempty); !e.empty()) return Refuse(r, e);
