@@ -172,42 +172,41 @@ def case_replicas(ctx):
         check("--timeout must be from 0.001 (1 ms) to 86400 seconds (a day)" in job.output(), job.output())
 
 
-def case_nospace(ctx):
-    ctx.pack(parts=8)
-    job = Job(ctx, 4, "--reserve", str(10 ** 18), wrap_exit=True)
+def refused_job(ctx, np_, *extra, why, **kw):
+    """A job that must stop at start-up: every one of its `np_` ranks exits non-zero. Returns its output."""
+    job = Job(ctx, np_, *extra, wrap_exit=True, **kw)
     job.wait(120)
     out = job.output()
     log("output:\n" + out.strip())
     exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
-    check(len(exits) == 4 and all(v != "0" for v in exits.values()), f"every rank must exit non-zero: {exits}")
+    check(len(exits) == np_ and all(v != "0" for v in exits.values()), f"every rank must exit non-zero {why}: {exits}")
+    return out
+
+
+def case_nospace(ctx):
+    ctx.pack(parts=8)
+    out = refused_job(ctx, 4, "--reserve", str(10 ** 18), why="without space")
     errs = re.findall(r"fanstore serve\[rank (\d)\]: no space: not enough space in \S+ for partition (part-\S+\.fsp): "
                       r"this rank needs (\d+) bytes", out)
     check(len(errs) == 4, "expected one space error per rank naming the partition and the bytes")
     check("staging failed on 4 rank(s) (their lines say why); every rank stops" in out,
           "rank 0, failed itself, must still say that every rank stops")
     check(len(re.findall(r"bytes free of which --reserve keeps \d+: free space there, give --local on a larger disk, "
-                          r"lower --reserve, or run on more nodes", out)) == 4, "each no-space line must say what to do")
+                          r"lower --reserve, or run on more nodes", out)) == 4,
+          "each no-space line must say what to do")
 
     # One rank fails alone (its --local is a regular file): every rank must still exit non-zero.
     for r in range(4):
         subprocess.run(["rm", "-rf", ctx.node(r)], check=True)
     open(ctx.node(2), "w").close()
-    job = Job(ctx, 4, wrap_exit=True)
-    job.wait(120)
-    out = job.output()
-    log("output:\n" + out.strip())
-    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
-    check(len(exits) == 4 and all(v != "0" for v in exits.values()),
-          f"every rank must exit non-zero when one fails: {exits}")
+    out = refused_job(ctx, 4, why="when one fails")
     check(re.search(r"fanstore serve\[rank 2\]: .*node2", out), "rank 2 must say what failed")
     check(re.search(r"failed on 1 rank\(s\)", out), "rank 0 must say another rank failed")
     os.unlink(ctx.node(2))
 
     # A --local whose parent is missing: says that serve makes only the last component (it said "mkdir ...: No such
     # file or directory").
-    job = Job(ctx, 2, local=os.path.join(ctx.work, "no-parent", "node{rank}"), wrap_exit=True)
-    job.wait(120)
-    out = job.output()
+    out = refused_job(ctx, 2, local=os.path.join(ctx.work, "no-parent", "node{rank}"), why="without --local's parent")
     check(len(re.findall(r"not found: --local \S+/no-parent/node\d: its parent directory does not exist \(serve makes "
                          r"only the last component\): create the parent", out)) == 2,
           "a --local without its parent:\n" + out)
@@ -225,13 +224,8 @@ def case_nospace(ctx):
             "a = [sys.argv[1] if x == sys.argv[2] and os.environ['OMPI_COMM_WORLD_RANK'] == '2' else x"
             " for x in sys.argv[3:]]\n"
             "os.execvp(a[0], a)\n")
-    job = Job(ctx, 4, wrap_exit=True, mpirun_extra=[sys.executable, "-c", swap, other, ctx.img])
-    job.wait(120)
-    out = job.output()
-    log("output:\n" + out.strip())
-    exits = dict(re.findall(r"rank (\d) exit (\d+)", out))
-    check(len(exits) == 4 and all(v != "0" for v in exits.values()),
-          f"every rank must exit non-zero when one serves another image: {exits}")
+    out = refused_job(ctx, 4, mpirun_extra=[sys.executable, "-c", swap, other, ctx.img],
+                      why="when one serves another image")
     check(re.search(r"fanstore serve\[rank 2\]: invalid argument: --image \S+ is not the image rank 0 serves "
                     r"\(content key [0-9a-f]{16} here, [0-9a-f]{16} on rank 0\): give every rank the same image", out),
           "rank 2 must say that its image is not rank 0's")
