@@ -18,8 +18,8 @@ rank=${SLURM_PROCID:?not in a Slurm job step}
 
 # Bounded wait for a file the test creates.
 await() {
-  for ((i = 0; i < 600; i++)); do [ -e "$work/$1" ] && return 0; sleep 0.1; done
-  echo "job_task: the test did not create $1 within 60 s" >&2
+  for ((i = 0; i < 1200; i++)); do [ -e "$work/$1" ] && return 0; sleep 0.1; done
+  echo "job_task: the test did not create $1 within 120 s" >&2
   exit 1
 }
 

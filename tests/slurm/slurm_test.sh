@@ -222,6 +222,18 @@ victim=$(serve_processes "$job" | awk '$2 == "n4" { print $1 }')
 # n4's regular partitions, read before its daemon dies.
 n4_parts=$( (find "$work/local/n4" -name 'part-0*.fsp' -printf '%f\n' 2>/dev/null || true) | sort | tr '\n' ' ')
 if [ -e "$work/job-running" ] && [ -n "$victim" ] && [ -n "$n4_parts" ]; then
+  # Meanwhile a job with the same LOCAL (each node has a CPU left): its `fanstore wait` took job 3's sockets for its
+  # own and ran its command through them, while its own daemons were refused; the batch script now stops first.
+  job3=$job t0=$(date +%s)
+  job=$(submit 1 survive "$work" "$work/src")
+  finish_job "$job" 60
+  check "a job whose LOCAL another job's daemons serve is refused (exit code 1)" \
+    grep -q 'JobState=FAILED ExitCode=1:0' <<<"$state"
+  check "the batch script says a daemon already answers there, on every node" \
+    grep -q "fanstore.sbatch: a fanstore daemon already answers on SOCKET=.* on n[1-4],n[1-4],n[1-4],n[1-4] (another job's?)" \
+    <<<"$out"
+  check "it started no daemon" test -z "$(serve_processes "$job")"
+  job=$job3
   kill -KILL "$victim"
   touch "$work/killed"
   sleep 1
@@ -241,7 +253,8 @@ if [ -e "$work/job-running" ] && [ -n "$victim" ] && [ -n "$n4_parts" ]; then
   check "the three surviving daemons stopped on SIGTERM" \
     test "$(grep -c 'fanstore serve\[rank [0-2]\]: stopping on Terminated' <<<"$out")" = 3
   check "the batch script names the killed daemon's leftover staged data" \
-    grep -q 'fanstore.sbatch: a daemon was killed (status 137): its node may keep staged data' <<<"$out"
+    grep -q 'fanstore.sbatch: a daemon was killed (status 137): its node (the lines above name it) may keep staged data' \
+    <<<"$out"
   check "no fanstore serve of job $job is left" test -z "$(serve_processes "$job")"
   check "only the killed daemon's directory is left" test "$(find "$work/local" -mindepth 1 -maxdepth 1 -printf '%f ')" = "n4 "
   rm -rf "$work/local/n4"
