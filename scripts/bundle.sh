@@ -43,7 +43,8 @@ cp scripts/bench/torch_models.py "$B/share/fanstore/"
 # What README.md and docs/ send a user to: the prefetch module, the launch examples, and the docs themselves.
 install -D -m 644 tools/python/fanstore_prefetch.py "$B/share/fanstore/python/fanstore_prefetch.py"
 install -D -m 755 scripts/mpirun-example.sh "$B/share/fanstore/scripts/mpirun-example.sh"
-install -D -m 755 scripts/slurm/fanstore.sbatch "$B/share/fanstore/scripts/slurm/fanstore.sbatch"
+install -D -m 755 scripts/slurm/fanstore.sbatch scripts/slurm/virtual-cluster.sh -t "$B/share/fanstore/scripts/slurm/"
+install -m 755 scripts/netns-hosts.sh scripts/plot-metrics.sh -t "$B/share/fanstore/scripts/"
 install -D -m 644 README.md "$B/share/fanstore/doc/README.md"
 cp -r docs "$B/share/fanstore/doc/"
 # What the CUDA module was built against, for fanstore-env to set beside what a node has.

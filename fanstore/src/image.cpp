@@ -343,6 +343,10 @@ Result<std::shared_ptr<const Image>> Image::Open(const std::string& dir, const I
   void* p = ::mmap(nullptr, m->len, PROT_READ, MAP_SHARED, fd, 0);
   int err = errno;
   ::close(fd);  // the mapping stays valid without the fd
+  if (p == MAP_FAILED && err == ENODEV)  // e.g. sshfs -o direct_io, some FUSE file systems
+    return Status::FromErrno(err, "cannot map " + path +
+                                      " (its file system does not allow memory maps: copy the image to one that "
+                                      "does, or mount it without direct I/O)");
   if (p == MAP_FAILED) return Status::FromErrno(err, "cannot map " + path);
   m->base = static_cast<const char*>(p);
   const uint64_t body_xxh3 = m->len >= kHeaderSize ? Load64(m->base + hdr::kBodyXxh3) : 0;

@@ -23,7 +23,9 @@ echo "bundle: $(tail -1 "$T/bundle.log")"
 # What README.md and docs/ send a user to is in it: the prefetch module (it imports), launch examples, the docs.
 tar -I zstd -tf "$tarball" >"$T/list"
 for f in share/fanstore/python/fanstore_prefetch.py share/fanstore/scripts/mpirun-example.sh \
-  share/fanstore/scripts/slurm/fanstore.sbatch share/fanstore/doc/README.md share/fanstore/doc/docs/daemon.md; do
+  share/fanstore/scripts/slurm/fanstore.sbatch share/fanstore/scripts/slurm/virtual-cluster.sh \
+  share/fanstore/scripts/netns-hosts.sh share/fanstore/scripts/plot-metrics.sh share/fanstore/doc/README.md \
+  share/fanstore/doc/docs/daemon.md; do
   grep -qx "$name/$f" "$T/list" || fail "the bundle lacks $f"
 done
 mkdir -p "$T/py" && tar -I zstd -xf "$tarball" -C "$T/py" "$name/share/fanstore/python/fanstore_prefetch.py"
