@@ -143,10 +143,9 @@ class Walker {
   // it reads the source tree rather than the image (or fails where that is absent). Counted for one warning.
   void NoteTarget(const std::string& rel, const std::string& target) {
     if (target.empty() || target[0] != '/') return;
-    const std::string t = NormalizeAbsolute(target);
     for (const std::string& src : source_names_) {
-      if (t == src ||
-          (t.size() > src.size() && t.compare(0, src.size(), src) == 0 && (src == "/" || t[src.size()] == '/'))) {
+      // At or under the source, as the interposer tells a path under its prefix (normalised: "/a/../src/x" too).
+      if (ClassifyPath(target, src, "/").cls != PathClass::kNotOurs) {
         if (into_source_++ == 0) first_into_source_ = Printable(rel) + " -> " + Printable(target);
         return;
       }

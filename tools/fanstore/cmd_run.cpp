@@ -77,8 +77,8 @@ std::string HiddenSystemPath(const std::string& mount) {
     needed.emplace_back(self);
   }
   // The user's home: shells, Python's user site and ssh read it (a prefix below it is fine).
-  if (const char* home = getenv("HOME"); home && home[0] == '/' && NormalizeAbsolute(home) != "/")
-    needed.push_back(NormalizeAbsolute(home));
+  if (const char* home = getenv("HOME"); home && home[0] == '/')
+    if (std::string h = NormalizeAbsolute(home); h != "/") needed.push_back(std::move(h));
   for (const std::string& dir : needed)
     if (ClassifyPath(dir, mount, "/").cls == PathClass::kOurs) return dir;  // at or under the prefix
   return {};

@@ -12,13 +12,19 @@
 
 namespace fanstore::cli {
 
+namespace {
+// FANSTORE_NODE_CACHE=off (or 0): no node chunk cache, and FANSTORE_NODE_CACHE_BYTES is not read.
+bool NodeCacheOff() {
+  const char* root = getenv(env::kNodeCache);
+  return root && (std::string(root) == "off" || std::string(root) == "0");
+}
+}  // namespace
+
 std::string CheckRunVariables() {
   if (const char* c = getenv(env::kCacheBytes); c && *c && !env::ParseByteCount(c))
     return std::string(env::kCacheBytes) + "='" + c +
            "' is not a byte count: give a number of bytes (0 disables the per-process cache) or unset it";
-  const char* node = getenv(env::kNodeCache);
-  const bool node_off = node && (std::string(node) == "off" || std::string(node) == "0");  // then never read
-  if (const char* b = getenv(env::kNodeCacheBytes); b && *b && !node_off) {
+  if (const char* b = getenv(env::kNodeCacheBytes); b && *b && !NodeCacheOff()) {
     auto v = env::ParseByteCount(b);
     if (!v || *v == 0)
       return std::string(env::kNodeCacheBytes) + "='" + b + "' is not a byte count above 0: give a number of bytes, " +
@@ -31,10 +37,8 @@ void PrepareRunEnvironment(const Image& img, bool copy_index) {
   setenv(env::kIndexTrust, img.TrustToken().c_str(), 1);
   unsetenv(env::kNodeCacheDir);
   NodeCacheOptions o;
-  if (const char* root = getenv(env::kNodeCache); root && *root) {
-    if (std::string(root) == "off" || std::string(root) == "0") return;
-    o.root = root;
-  }
+  if (NodeCacheOff()) return;
+  if (const char* root = getenv(env::kNodeCache); root && *root) o.root = root;
   // (`fanstore run` refused a value this cannot parse before: CheckRunVariables.)
   if (auto v = env::ParseByteCount(getenv(env::kNodeCacheBytes)); v && *v > 0) o.budget = *v;
   auto dir = JoinNodeCache(img, o, getpid());

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -273,12 +274,16 @@ int main(int argc, char** argv) {
   }
   // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
   // says so). --describe builds the model once, on one rank: no grid, tournament or plan either.
-  std::string given;  // the file options on the command line, as one names them
-  for (const char* name : {"--data", "--val", "--checkpoint", "--metrics", "--resume"})
-    if (app.count(name) > 0) given += std::string(given.empty() ? "" : ", ") + name;
-  std::string runs = given;
-  for (const char* name : {"--benchmark", "--grid", "--trainers", "--explain"})
-    if (app.count(name) > 0) runs += std::string(runs.empty() ? "" : ", ") + name;
+  // Those of `names` on the command line, as "--a, --b".
+  const auto given_of = [&app](std::initializer_list<const char*> names) {
+    std::string given;
+    for (const char* name : names)
+      if (app.count(name) > 0) given += std::string(given.empty() ? "" : ", ") + name;
+    return given;
+  };
+  const std::string given = given_of({"--data", "--val", "--checkpoint", "--metrics", "--resume"});
+  const std::string runs = given_of(
+      {"--data", "--val", "--checkpoint", "--metrics", "--resume", "--benchmark", "--grid", "--trainers", "--explain"});
   if (describe && !runs.empty()) {
     if (launcher_rank() == 0)
       std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop " << runs

@@ -172,26 +172,21 @@ bool make_checkpoint_directory(const std::string& dir) {
   return made;
 }
 
-// The largest T of checkpoint-tT.bin paths (tournament_checkpoints'): with a file lost, T + 1 still counts the
-// trainers that wrote them.
-long long highest_trainer(const std::vector<std::string>& files) {
-  long long t = 0;
-  for (const std::string& f : files) {
-    const std::string name = std::filesystem::path(f).filename().string();
-    t = std::max(t, std::stoll(name.substr(12, name.size() - 16)));
-  }
-  return t;
+// Trainer T's checkpoint in a tournament's directory.
+std::string trainer_checkpoint(const std::string& dir, long long t) {
+  return dir + "/checkpoint-t" + std::to_string(t) + ".bin";
 }
 
-// The trainers' checkpoint-tT.bin files in `dir`, sorted: what a tournament leaves until its end.
-std::vector<std::string> tournament_checkpoints(const std::string& dir) {
-  std::vector<std::string> found;
+// The T of every checkpoint-tT.bin in `dir`, ascending: what a tournament leaves until its end. (With a file lost,
+// the largest T + 1 still counts the trainers that wrote them.)
+std::vector<long long> tournament_trainers(const std::string& dir) {
+  std::vector<long long> found;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.size() > 16 && name.compare(0, 12, "checkpoint-t") == 0 && name.compare(name.size() - 4, 4, ".bin") == 0 &&
-        name.find_first_not_of("0123456789", 12) == name.size() - 4)
-      found.push_back(e.path().string());
+        name.find_first_not_of("0123456789", 12) == name.size() - 4 && name.size() - 16 < 18)
+      found.push_back(std::stoll(name.substr(12, name.size() - 16)));
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -857,7 +852,7 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
 
   // With a tournament every trainer has its file; checkpoint.bin is then the best trainer's at the end.
   const auto checkpoint_file = [&](int t) {
-    return checkpoint_dir + (plan.enabled() ? "/checkpoint-t" + std::to_string(t) + ".bin" : "/checkpoint.bin");
+    return plan.enabled() ? trainer_checkpoint(checkpoint_dir, t) : checkpoint_dir + "/checkpoint.bin";
   };
   // Rank 0 creates the directory (or names and creates the default one) and locks it for the run; a run without
   // --resume does not write over a checkpoint. Every trainer's first rank writes into the directory.
@@ -869,16 +864,18 @@ int run(const TrainOptions& o, Communicator& world, std::ostream& out, std::ostr
     else made = make_checkpoint_directory(checkpoint_dir);
     directory_lock = DirectoryLock(checkpoint_dir, made);
     const std::string plain = checkpoint_dir + "/checkpoint.bin";
-    const std::vector<std::string> trainers = tournament_checkpoints(checkpoint_dir);
-    if (!o.resume && (std::filesystem::exists(plain) || !trainers.empty()))
+    const bool has_plain = std::filesystem::exists(plain);
+    const std::vector<long long> trainers = tournament_trainers(checkpoint_dir);
+    if (!o.resume && (has_plain || !trainers.empty()))
       throw std::runtime_error(checkpoint_dir + " holds a checkpoint (" +
-                               (std::filesystem::exists(plain) ? plain : trainers.front()) +
+                               (has_plain ? plain : trainer_checkpoint(checkpoint_dir, trainers.front())) +
                                "): pass --resume to continue it, or choose another --checkpoint");
     // A tournament stopped before its end left only the trainers' files: resuming it as one run would start afresh.
-    if (o.resume && !plan.enabled() && !std::filesystem::exists(plain) && !trainers.empty())
-      throw std::runtime_error(checkpoint_dir + " holds a tournament's checkpoints (" + trainers.front() + ", " +
+    if (o.resume && !plan.enabled() && !has_plain && !trainers.empty())
+      throw std::runtime_error(checkpoint_dir + " holds a tournament's checkpoints (" +
+                               trainer_checkpoint(checkpoint_dir, trainers.front()) + ", " +
                                std::to_string(trainers.size()) + " trainers' files): resume it with --trainers " +
-                               std::to_string(highest_trainer(trainers) + 1) + ", or choose another --checkpoint");
+                               std::to_string(trainers.back() + 1) + ", or choose another --checkpoint");
   });
   if (o.checkpoint_dir.empty()) broadcast_string(world, checkpoint_dir);
   if (plan.enabled())  // the other trainers' first ranks, on nodes of their own maybe
