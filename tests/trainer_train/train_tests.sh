@@ -99,6 +99,16 @@ learn_resnet50_fanstore_run)
   acc=$(summary val_metric ck/metrics.jsonl)
   check "resnet50 + LARS through fanstore run: val top-1 $acc >= 0.9 (chance 0.25)" "$acc >= 0.9"
   ;;
+learn_cosmoflow)
+  # CosmoFlow learns, on one rank: the recipe of the grid's learning test (trainer_spatial.e2e.learn_cosmoflow_grid,
+  # label long), whose grid the spatial tests show computes what one rank does. The MAE of the 4 regressed targets
+  # must fall well below predicting each target's mean.
+  "$datagen" cosmoflow -o data --samples 160 --size 32 --seed 3 > /dev/null
+  "$train" --model cosmoflow --data data/train --val data/val --epochs 8 --batch 4 --lr 0.001 --optimizer adam \
+    --warmup-epochs 1 --schedule cosine --threads 2 --seed 1 --checkpoint ck
+  mae=$(summary val_metric ck/metrics.jsonl) base=$(summary baseline_mae ck/metrics.jsonl)
+  check "cosmoflow on one rank: val MAE $mae < 0.75 x predict-the-mean $base" "$mae < 0.75 * $base"
+  ;;
 learn_unet3d_2ranks)
   # 3D U-Net on 2 MPI ranks (each reads its shard), on the centred 64x32x32 window of 64^3 cases:
   # mean Dice after 2 epochs vs the untrained model's (the same run with --lr 0).
