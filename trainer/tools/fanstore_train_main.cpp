@@ -274,16 +274,14 @@ int main(int argc, char** argv) {
   }
   // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
   // says so). --describe builds the model once, on one rank: no grid, tournament or plan either.
-  // Those of `names` on the command line, as "--a, --b".
-  const auto given_of = [&app](std::initializer_list<const char*> names) {
-    std::string given;
+  // `given`, then those of `names` on the command line, as "--a, --b".
+  const auto given_of = [&app](std::initializer_list<const char*> names, std::string given = {}) {
     for (const char* name : names)
       if (app.count(name) > 0) given += std::string(given.empty() ? "" : ", ") + name;
     return given;
   };
   const std::string given = given_of({"--data", "--val", "--checkpoint", "--metrics", "--resume"});
-  const std::string runs = given_of(
-      {"--data", "--val", "--checkpoint", "--metrics", "--resume", "--benchmark", "--grid", "--trainers", "--explain"});
+  const std::string runs = given_of({"--benchmark", "--grid", "--trainers", "--explain"}, given);
   if (describe && !runs.empty()) {
     if (launcher_rank() == 0)
       std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop " << runs

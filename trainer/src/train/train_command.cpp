@@ -20,6 +20,7 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "metrics_log.hpp"
@@ -172,9 +173,10 @@ bool make_checkpoint_directory(const std::string& dir) {
   return made;
 }
 
-// Trainer T's checkpoint in a tournament's directory.
+// Trainer T's checkpoint in a tournament's directory: PREFIX T SUFFIX.
+constexpr std::string_view kTrainerFilePrefix = "checkpoint-t", kTrainerFileSuffix = ".bin";
 std::string trainer_checkpoint(const std::string& dir, long long t) {
-  return dir + "/checkpoint-t" + std::to_string(t) + ".bin";
+  return dir + "/" + std::string(kTrainerFilePrefix) + std::to_string(t) + std::string(kTrainerFileSuffix);
 }
 
 // The T of every checkpoint-tT.bin in `dir`, ascending: what a tournament leaves until its end. (With a file lost,
@@ -184,9 +186,12 @@ std::vector<long long> tournament_trainers(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() > 16 && name.compare(0, 12, "checkpoint-t") == 0 && name.compare(name.size() - 4, 4, ".bin") == 0 &&
-        name.find_first_not_of("0123456789", 12) == name.size() - 4 && name.size() - 16 < 18)
-      found.push_back(std::stoll(name.substr(12, name.size() - 16)));
+    if (!name.starts_with(kTrainerFilePrefix) || !name.ends_with(kTrainerFileSuffix)) continue;
+    const std::string digits =
+        name.substr(kTrainerFilePrefix.size(), name.size() - kTrainerFilePrefix.size() - kTrainerFileSuffix.size());
+    // (18 digits at most: any such T fits a long long, so stoll cannot throw.)
+    if (!digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos)
+      found.push_back(std::stoll(digits));
   }
   std::sort(found.begin(), found.end());
   return found;
