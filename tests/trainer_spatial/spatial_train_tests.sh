@@ -317,6 +317,8 @@ one_line_errors)
     --data u32/train --batch 1 --checkpoint ck_unet
   one_error "an option given twice" "--batch is given 2 times: pass it once" 3 --model cosmoflow \
     --data c32/train --batch 1 --batch 2
+  one_error "no --data" "nothing to do; pass --describe, --benchmark N, or --data DIR to train" 3 --model cosmoflow \
+    --batch 1
   # Set-up errors that every rank printed, with an MPI_ABORT: lars without --lr, too few samples for a tournament.
   one_error "lars without --lr" "--optimizer lars needs --lr" 2 --model cosmoflow --data c32/train --batch 1 \
     --optimizer lars --checkpoint ck_lars

@@ -237,13 +237,20 @@ int main(int argc, char** argv) {
     if (auto value = fanstore::cli_common::NotConverted(why)) why = *value;
     return "fanstore-train: error: " + why + " (--help lists the options)\n";
   });
+  // A command line that every rank refuses alike: rank 0 alone says why, and under a launcher no rank leaves before
+  // it has (mpirun kills the ranks still running once one exits non-zero, and rank 0's line went with them).
+  const auto refuse = [&argc, &argv](const auto& say) {
+    auto comm = make_communicator(&argc, &argv);  // MPI only under a launcher
+    if (comm->rank() == 0) say();
+    double said = 0;
+    comm->sum(&said, 1);  // a barrier: rank 0 has written its line
+    return 1;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (dynamic_cast<const CLI::Success*>(&e)) return app.exit(e);  // --help
-    // Under mpirun every rank refuses the same command line before MPI starts: rank 0 alone says why.
-    if (launcher_rank() == 0) app.exit(e);
-    return 1;
+    return refuse([&] { app.exit(e); });
   }
 
   // Tournament options do nothing without --trainers: refuse them rather than ignore them (rank 0 alone says so).
@@ -252,25 +259,25 @@ int main(int argc, char** argv) {
     for (const char* name : {"--ltfb-interval", "--tournament-fraction", "--tournament-metric", "--ltfb-exchange",
                              "--ltfb-strategy", "--ltfb-mutate"})
       if (app.count(name) > 0) {
-        if (launcher_rank() == 0)
+        return refuse([&] {
           std::cerr << "fanstore-train: error: " << name
                     << " sets up tournament training, which --trainers K (K > 1) turns on: add --trainers, or leave "
                     << name << " out\n";
-        return 1;
+        });
       }
   // --auto-trials tunes --grid auto's choice: refuse it elsewhere rather than ignore it.
   if (app.count("--auto-trials") > 0 && train.grid.grid != "auto") {
-    if (launcher_rank() == 0)
+    return refuse([&] {
       std::cerr << "fanstore-train: error: --auto-trials sets how --grid auto chooses its grid: add --grid auto, or "
                    "leave --auto-trials out\n";
-    return 1;
+    });
   }
   // ResNet-50 alone has residual blocks: refuse the option elsewhere rather than ignore it.
   if (app.count("--zero-init-residual") > 0 && options.model != "resnet50") {
-    if (launcher_rank() == 0)
+    return refuse([&] {
       std::cerr << "fanstore-train: error: --zero-init-residual sets ResNet-50's residual blocks, which "
                 << options.model << " has none: leave it out\n";
-    return 1;
+    });
   }
   // --describe and a benchmark read and write no files: refuse what they would silently ignore (rank 0 alone
   // says so). --describe builds the model once, on one rank: no grid, tournament or plan either.
@@ -283,22 +290,22 @@ int main(int argc, char** argv) {
   const std::string given = given_of({"--data", "--val", "--checkpoint", "--metrics", "--resume"});
   const std::string runs = given_of({"--benchmark", "--grid", "--trainers", "--explain"}, given);
   if (describe && !runs.empty()) {
-    if (launcher_rank() == 0)
+    return refuse([&] {
       std::cerr << "fanstore-train: error: --describe prints the model's layers and runs nothing: drop " << runs
                 << "\n";
-    return 1;
+    });
   }
   if (benchmark_steps > 0 && train.grid.explain) {
-    if (launcher_rank() == 0)
+    return refuse([&] {
       std::cerr << "fanstore-train: error: --explain prints the grid's plan and exits, so nothing would be timed: "
                    "drop --explain or --benchmark\n";
-    return 1;
+    });
   }
   if (benchmark_steps > 0 && !given.empty()) {
-    if (launcher_rank() == 0)
+    return refuse([&] {
       std::cerr << "fanstore-train: error: --benchmark times synthetic batches and reads or writes no files: drop "
                 << given << " (to time real data, train with --data DIR --max-steps N)\n";
-    return 1;
+    });
   }
   if (describe) {
     options.model_options.batch = batch > 0 ? batch : 1;
@@ -337,10 +344,10 @@ int main(int argc, char** argv) {
     if (b.steps <= 0) b.steps = 1;
     return grid_benchmark_command(b, train.grid, train.tournament, *comm, std::cout, std::cerr);
   }
-  if (train.data_dir.empty()) {
-    std::cerr << "fanstore-train: nothing to do; pass --describe, --benchmark N, or --data DIR to train\n";
-    return 1;
-  }
+  if (train.data_dir.empty())
+    return refuse([] {
+      std::cerr << "fanstore-train: error: nothing to do; pass --describe, --benchmark N, or --data DIR to train\n";
+    });
   train.model = options.model;
   train.batch = batch > 0 ? batch : 32;
   train.input_size = options.model_options.input_size;

@@ -78,9 +78,6 @@ void sum_tensor(Tensor& t, Communicator& comm);
 // needs no MPI runtime. Must be called once, before any thread is started.
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
 std::unique_ptr<Communicator> make_single_process_communicator();
-// This process's rank as its launcher set it (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK), before MPI starts; 0
-// without a launcher. What lets one rank alone report a command line that every rank refuses alike.
-int launcher_rank();
 
 // What a training step needs of the gradient averaging: started from the backward hook, so that it
 // overlaps backward, and finished before the optimizer.

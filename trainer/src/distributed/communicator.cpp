@@ -182,12 +182,6 @@ bool launched_by_mpi() {
 
 }  // namespace
 
-int launcher_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* value = std::getenv(name)) return std::atoi(value);
-  return 0;
-}
-
 std::unique_ptr<Communicator> make_single_process_communicator() { return std::make_unique<SingleProcess>(); }
 
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv) {
